@@ -1,0 +1,114 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// This file is the contract between the scheduler and its hosts (the
+// embedded gateway, the Envoy adapter, the shared scheduling service and its
+// client). Hosts classify a request, then call Admit; everything else about
+// ordering, batching windows and preemption stays behind these types.
+
+// Request asks for admission of one request into a pool.
+type Request struct {
+	// ID identifies the request for logs, preemption counting and the shared
+	// service; hosts make it unique per request (a retry after preemption
+	// keeps the same ID).
+	ID string
+	// Pool is the upstream the request goes to; empty means the default pool.
+	Pool string
+	// Class is the class name the host resolved from trusted configuration;
+	// an unknown name is scheduled as the default class.
+	Class string
+	// PromptTokens and MaxTokens size the request for token-based capacity and
+	// for TTFT predictions; zero means unknown.
+	PromptTokens int
+	MaxTokens    int
+	// Arrival is when the host received the request; zero means now. Queue
+	// deadlines (max wait, TTFT SLO) count from it, also across requeues.
+	Arrival time.Time
+	// Requeue marks a request that was preempted before it sent anything and
+	// now waits again: it goes to the front of its class.
+	Requeue bool
+}
+
+// Progress is what a host reports about an admitted request as its stream
+// goes on; victim selection and TTFT predictions use it.
+type Progress struct {
+	// FirstToken is true once the first output token reached the host.
+	FirstToken bool
+	// Tokens is the number of output tokens generated so far.
+	Tokens int
+}
+
+// Outcome is how an admission ended.
+type Outcome int
+
+const (
+	// Done: the response finished normally.
+	Done Outcome = iota
+	// Failed: the upstream failed (error status, reset, stall).
+	Failed
+	// Cancelled: the client went away.
+	Cancelled
+	// Preempted: the host stopped the request because the lease asked it to.
+	Preempted
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Done:
+		return "done"
+	case Failed:
+		return "failed"
+	case Cancelled:
+		return "cancelled"
+	case Preempted:
+		return "preempted"
+	}
+	return "unknown"
+}
+
+// Lease is one admission. Every lease is released exactly once; extra
+// Release calls are ignored, so hosts can release from every exit path.
+type Lease interface {
+	// Preempt is closed when the scheduler wants this request stopped to make
+	// room for higher-priority work. The host stops it at its next chance and
+	// calls Release(Preempted). It is never closed for non-preemptible work.
+	Preempt() <-chan struct{}
+	// Progress reports stream progress; cheap enough to call per chunk.
+	Progress(p Progress)
+	// Release ends the admission and frees its capacity.
+	Release(o Outcome)
+	// QueueTime is how long the request waited before admission.
+	QueueTime() time.Duration
+}
+
+// Admitter is what hosts call. Implemented by the in-process scheduler and by
+// the shared service's client.
+type Admitter interface {
+	// Admit blocks until req is admitted, rejected, or ctx ends. On ctx's end
+	// the request leaves the queue and the error wraps ErrCancelled and
+	// ctx.Err(). Errors wrap one of the sentinels below.
+	Admit(ctx context.Context, req Request) (Lease, error)
+}
+
+// Error classes. Callers branch with errors.Is; each wraps its cause.
+var (
+	// ErrQueueFull: the class's queue is at its limit.
+	ErrQueueFull = errors.New("scheduler: queue full")
+	// ErrRejected: the request cannot be admitted (for example it can never
+	// fit the pool, or the class's max wait passed).
+	ErrRejected = errors.New("scheduler: rejected")
+	// ErrPreempted: the request was preempted and may not be retried here.
+	ErrPreempted = errors.New("scheduler: preempted")
+	// ErrCancelled: the caller's context ended while queued.
+	ErrCancelled = errors.New("scheduler: cancelled")
+	// ErrUnavailable: a shared scheduler could not be reached and the host is
+	// configured to fail closed.
+	ErrUnavailable = errors.New("scheduler: unavailable")
+	// ErrClosed: the scheduler was shut down.
+	ErrClosed = errors.New("scheduler: closed")
+)
