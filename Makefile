@@ -24,6 +24,10 @@ test: ## Run the whole test suite (unit, race, e2e where possible). This is what
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 
+.PHONY: filter
+filter: ## Build the Envoy golang filter llmesh-filter.so (c-shared, needs cgo and glibc >= 2.34).
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o llmesh-filter.so ./cmd/llmesh-filter
+
 .PHONY: demo
 demo: ## Run the one-command demo.
 	$(GO) run ./cmd/llmesh demo
