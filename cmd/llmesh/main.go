@@ -26,7 +26,9 @@ type command struct {
 }
 
 // commands is the one registry of subcommands.
-var commands = []command{}
+var commands = []command{
+	{"bench", "benchmark harness: run, ab, sweep, report", runBench},
+}
 
 // exitCode is an error that carries a process exit status.
 type exitCode struct {
