@@ -1,0 +1,25 @@
+// Package filter is the host-independent core of llmesh's data plane: it
+// classifies requests into priority classes from trusted configuration and
+// measures streamed LLM responses (queue time, TTFT, decode steps,
+// inter-chunk latency, TPOT, tokens, status, errors).
+//
+// It sees only bytes, header lookups and timestamps that its host passes in;
+// it imports no net/http and no Envoy types, so the embedded gateway and the
+// Envoy adapter share exactly the same logic.
+//
+// Concurrency and ownership: a Classifier is immutable after NewClassifier
+// and safe for concurrent use; hosts swap a new one in (for example behind an
+// atomic.Pointer) when the configuration changes. An Observer belongs to one
+// request and is driven by one goroutine at a time (the host's request or
+// response path); it starts no goroutines and keeps no reference to the byte
+// slices it is fed once a call returns. Extractors must be safe for
+// concurrent use because one instance serves every request.
+//
+// Definitions (see docs/metrics.md): queue time is received → admitted; TTFT
+// is received → first chunk carrying at least one output token (so it
+// includes queue time), upstream TTFT is upstream request sent → that chunk;
+// decode steps are token-bearing chunks after the first; ITL samples are the
+// gaps between consecutive token-bearing chunks; TPOT is
+// (E2E − TTFT) / (output tokens − 1); output tokens come from the final usage
+// when the stream reports it and are counted from the stream otherwise.
+package filter

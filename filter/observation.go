@@ -1,0 +1,197 @@
+package filter
+
+import "time"
+
+// Protocol is the response framing an Observer parses.
+type Protocol uint8
+
+const (
+	// ProtocolAuto picks the protocol from the response content-type:
+	// text/event-stream → SSE, application/grpc* → gRPC, application/json →
+	// JSON, anything else → Raw.
+	ProtocolAuto Protocol = iota
+	// ProtocolSSE is an OpenAI-style server-sent event stream.
+	ProtocolSSE
+	// ProtocolJSON is a non-streaming OpenAI JSON body.
+	ProtocolJSON
+	// ProtocolGRPC is a gRPC (HTTP/2, length-prefixed) response stream.
+	ProtocolGRPC
+	// ProtocolRaw is anything else: bytes are counted, nothing is parsed.
+	ProtocolRaw
+)
+
+var protocolNames = [...]string{"auto", "sse", "json", "grpc", "raw"}
+
+func (p Protocol) String() string {
+	if int(p) < len(protocolNames) {
+		return protocolNames[p]
+	}
+	return "unknown"
+}
+
+// ErrorKind classifies how a request went wrong, for metrics labels and for
+// hosts that branch on it. The zero value means no error.
+type ErrorKind uint8
+
+const (
+	// ErrorNone: the response completed normally.
+	ErrorNone ErrorKind = iota
+	// ErrorHTTPStatus: the upstream answered with an HTTP status >= 400.
+	ErrorHTTPStatus
+	// ErrorGRPCStatus: the gRPC trailers carried a non-zero grpc-status.
+	ErrorGRPCStatus
+	// ErrorStreamEvent: the stream carried an error event or error object.
+	ErrorStreamEvent
+	// ErrorTruncated: the stream ended cleanly at the transport level but
+	// without its protocol end ([DONE], gRPC trailers, a complete JSON body).
+	ErrorTruncated
+	// ErrorUpstreamReset: the upstream connection failed mid-response.
+	ErrorUpstreamReset
+	// ErrorCancelled: the client went away.
+	ErrorCancelled
+	// ErrorPreempted: the host stopped the request for higher-priority work.
+	ErrorPreempted
+	// ErrorEventTooLarge: one SSE event exceeded Options.MaxEventBytes (or a
+	// JSON body exceeded it); the rest of the stream is not parsed.
+	ErrorEventTooLarge
+	// ErrorFrameTooLarge: a gRPC frame's declared length exceeded
+	// Options.MaxFrameBytes; the rest of the stream is not parsed.
+	ErrorFrameTooLarge
+	// ErrorMalformed: the response could not be parsed (bad JSON in an event,
+	// a gRPC message that is not valid protobuf).
+	ErrorMalformed
+)
+
+var errorKindNames = [...]string{
+	"", "http_status", "grpc_status", "stream_error", "truncated", "upstream_reset",
+	"cancelled", "preempted", "event_too_large", "frame_too_large", "malformed",
+}
+
+// String returns a stable snake_case name usable as a metric label; "" for
+// ErrorNone.
+func (k ErrorKind) String() string {
+	if int(k) < len(errorKindNames) {
+		return errorKindNames[k]
+	}
+	return "unknown"
+}
+
+// EngineTimes is the engine's own account of a request, when the upstream
+// reports it (the llmesh sim does: the llmesh_engine object in its last SSE
+// event or JSON body, llmesh-engine-* gRPC trailers). Times are on the
+// engine's clock.
+type EngineTimes struct {
+	// Seen is true when any ground-truth field was reported.
+	Seen           bool
+	Arrival        time.Time
+	FirstScheduled time.Time
+	FirstToken     time.Time
+	Finish         time.Time
+	Preemptions    int
+}
+
+// ITLSummary is a bounded summary of the gaps between consecutive
+// token-bearing chunks.
+type ITLSummary struct {
+	// Count is the number of gaps (token-bearing chunks − 1).
+	Count int
+	Min   time.Duration
+	Max   time.Duration
+	Sum   time.Duration
+	// Samples holds the first Options.MaxITLSamples gaps in stream order; it
+	// is nil when samples are disabled. Observation returns a copy.
+	Samples []time.Duration
+}
+
+// Mean is Sum/Count, or 0 without gaps.
+func (s ITLSummary) Mean() time.Duration {
+	if s.Count == 0 {
+		return 0
+	}
+	return s.Sum / time.Duration(s.Count)
+}
+
+// Observation is the measurement of one request. Durations are zero when
+// the events that bound them did not happen (for example TTFT when no token
+// arrived); the Has* fields tell zero from absent where that matters.
+type Observation struct {
+	Protocol Protocol
+
+	// Timestamps as the host reported them (host clock). Received falls back
+	// to UpstreamSent, Admitted to Received when the host did not set them.
+	Received        time.Time
+	Admitted        time.Time
+	UpstreamSent    time.Time
+	ResponseHeaders time.Time
+	FirstToken      time.Time
+	LastToken       time.Time
+	End             time.Time
+
+	// QueueTime is Received → Admitted.
+	QueueTime time.Duration
+	// TTFT is Received → FirstToken (proxy-side: includes queue time).
+	TTFT time.Duration
+	// UpstreamTTFT is UpstreamSent → FirstToken.
+	UpstreamTTFT time.Duration
+	// E2E is Received → End.
+	E2E time.Duration
+	// TPOT is (E2E − TTFT) / (OutputTokens − 1); zero unless HasTPOT.
+	TPOT    time.Duration
+	HasTTFT bool
+	HasTPOT bool
+
+	// TokenChunks is the number of chunks that carried at least one output
+	// token; DecodeSteps is TokenChunks − 1 (0 when none).
+	TokenChunks int
+	DecodeSteps int
+	// Chunks counts every parsed unit (SSE events, gRPC messages, the JSON
+	// body) including those without tokens.
+	Chunks int
+	// ITL summarises the gaps between token-bearing chunks.
+	ITL ITLSummary
+
+	// OutputTokens is the final usage's completion tokens when UsageReported,
+	// else CountedTokens.
+	OutputTokens int
+	// CountedTokens is what the stream itself showed: token ids where the
+	// protocol carries them, otherwise one per non-empty text piece.
+	CountedTokens int
+	// PromptTokens comes from usage (0 when not reported).
+	PromptTokens  int
+	UsageReported bool
+	// CompressedFrames counts gRPC messages that were compressed and so
+	// counted as one token-bearing chunk each without being decoded.
+	CompressedFrames int
+	// FinishReason is the last finish reason the stream reported.
+	FinishReason string
+	// Complete is true when the protocol's end was seen ([DONE], gRPC
+	// trailers, a whole JSON body).
+	Complete bool
+	// ResponseBytes counts body bytes fed to the observer.
+	ResponseBytes int64
+
+	// HTTPStatus is the response status (0 when no response arrived).
+	HTTPStatus int
+	// GRPCStatus and GRPCMessage come from trailers (or trailers-only
+	// headers); HasGRPCStatus tells a reported 0 from none.
+	GRPCStatus    int
+	GRPCMessage   string
+	HasGRPCStatus bool
+
+	// ErrorKind and Error describe the first failure; ErrorNone/"" when the
+	// request succeeded.
+	ErrorKind ErrorKind
+	Error     string
+
+	// Engine is the upstream's ground truth, when reported.
+	Engine EngineTimes
+
+	// Text and TokenIDs are the generated output so far, only when
+	// Options.KeepOutput is set (the gateway uses them to continue a
+	// preempted stream). Observation returns copies.
+	Text     string
+	TokenIDs []uint32
+}
+
+// OK reports whether the request completed without error.
+func (o *Observation) OK() bool { return o.ErrorKind == ErrorNone }
