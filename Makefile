@@ -19,17 +19,50 @@ help: ## Show this help.
 build: ## Build the llmesh binary into bin/.
 	$(GO) build -o $(BIN)/llmesh ./cmd/llmesh
 
-.PHONY: test
-test: ## Run the whole test suite (unit, race, e2e where possible). This is what CI runs.
-	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 15m ./...
-
 .PHONY: filter
 filter: ## Build the Envoy golang filter llmesh-filter.so (c-shared, needs cgo and glibc >= 2.34).
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o llmesh-filter.so ./cmd/llmesh-filter
 
+.PHONY: test
+test: e2e-deps ## Run the whole test suite: vet, unit and race tests, fuzz seeds, e2e over real processes. CI runs this.
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) filter
+
+.PHONY: test-e2e
+test-e2e: e2e-deps ## Run only the end-to-end tests (real processes on loopback).
+	$(GO) test -count=1 -timeout 15m -v ./e2e/...
+
+.PHONY: e2e-deps
+e2e-deps: ## Install what the e2e tests need when missing (Debian's prometheus).
+	@command -v prometheus >/dev/null 2>&1 || { \
+		echo "installing Debian package prometheus for the e2e tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null 2>&1 \
+		|| echo "could not install prometheus: the Prometheus e2e test will be skipped"; }
+
+.PHONY: bench
+bench: ## Run the Go benchmarks (observer, adapter, relocation, gateway, sim).
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: soak
+soak: build ## 1,000 concurrent streams through gateway -> sim for 60 s; checks nothing is lost or leaked.
+	LLMESH_SOAK=1 $(GO) test -count=1 -timeout 10m -v -run TestSoak ./e2e/...
+
+.PHONY: lint
+lint: $(BIN)/golangci-lint ## Static checks: go vet, staticcheck, errcheck and more (golangci-lint, pinned).
+	$(BIN)/golangci-lint run ./...
+
+$(BIN)/golangci-lint:
+	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+.PHONY: check
+check: ## Fail when go mod tidy or gofmt would change the tree.
+	$(GO) mod tidy
+	gofmt -l -w $$(git ls-files '*.go')
+	git diff --exit-code
+
 .PHONY: demo
-demo: ## Run the one-command demo.
+demo: ## Run the one-command demo (sim + gateway, fifo vs preemptive A/B, SLO report).
 	$(GO) run ./cmd/llmesh demo
 
 .PHONY: proto
