@@ -1,0 +1,163 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is the runtime form of the scheduler's configuration: every
+// duration parsed, every policy resolved. Hosts build it from the mesh config
+// (FromMesh) or directly in code and tests.
+type Config struct {
+	// Pools are the upstreams; at least one. The first is the default pool
+	// for requests that name none.
+	Pools []PoolConfig
+	// Classes are the priority classes; at least one.
+	Classes []ClassConfig
+	// DefaultClass schedules requests whose class is empty or unknown;
+	// empty means the first class.
+	DefaultClass string
+	// PrefillPredictor, when non-nil, predicts how long a request takes from
+	// admission to its first token (its prefill) on a pool. When nil the
+	// machine uses the moving average of admit→first-token times it observed
+	// on that pool (zero until the first observation).
+	PrefillPredictor func(pool string, promptTokens int) time.Duration
+}
+
+// PoolConfig is one pool's capacity and scheduling parameters.
+type PoolConfig struct {
+	// Name is unique among pools.
+	Name string
+	// MaxInflight is the number of admitted requests at once; at least 1.
+	// It is the static capacity; SetLimit can lower or restore it at run
+	// time (capacity learned from the engine).
+	MaxInflight int
+	// MaxInflightTokens bounds the sum of PromptTokens+MaxTokens in flight;
+	// 0 means no token bound.
+	MaxInflightTokens int
+	// Policy orders waiting requests and says whether preemption is allowed;
+	// required.
+	Policy Policy
+	// BatchWindow > 0 releases admissions together every window; 0 admits
+	// continuously.
+	BatchWindow time.Duration
+	// Aging raises a waiting request's effective priority by one level per
+	// Aging waited (LOWER value = more urgent, so the value drops); 0
+	// disables aging. Policies that order by priority use it.
+	Aging time.Duration
+	// Preemption holds the guard rails used when Policy.Preempts().
+	Preemption PreemptionConfig
+}
+
+// PreemptionConfig holds the preemption guard rails (DESIGN.md).
+type PreemptionConfig struct {
+	// MinLowerInflight: preemption for a waiting request happens only while
+	// at least this many strictly-lower-priority requests are in flight and
+	// not already being preempted; 0 behaves as 1.
+	MinLowerInflight int
+	// MinRunTime: requests admitted less than this long ago are not victims.
+	MinRunTime time.Duration
+	// MaxPerRequest: a request preempted this many times (counted by its
+	// Request.ID across requeues) is no longer preemptible; 0 disables
+	// preemption entirely.
+	MaxPerRequest int
+}
+
+// ClassConfig is a priority class.
+type ClassConfig struct {
+	// Name is unique among classes.
+	Name string
+	// Priority follows vLLM: a LOWER value is served first.
+	Priority int
+	// TTFT is the time-to-first-token objective, counted from arrival; 0
+	// means none (such requests never cause preemption). EDF's deadline is
+	// Arrival+TTFT.
+	TTFT time.Duration
+	// TPOT is the time-per-output-token objective; 0 means none. It is the
+	// prior for decode speed before any was observed.
+	TPOT time.Duration
+	// Preemptible lets a preemptive policy stop this class's requests.
+	Preemptible bool
+	// MaxQueue bounds the class's waiting requests (requeued requests do not
+	// count against it); 0 means no bound.
+	MaxQueue int
+	// MaxWait rejects requests waiting longer than this since arrival; 0
+	// means no limit.
+	MaxWait time.Duration
+}
+
+// Validate checks the config and names the offending field in each error;
+// all problems are reported at once.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(c.Pools) == 0 {
+		bad("pools: at least one pool is required")
+	}
+	if len(c.Classes) == 0 {
+		bad("classes: at least one class is required")
+	}
+	seen := map[string]bool{}
+	for i, p := range c.Pools {
+		path := fmt.Sprintf("pools[%d]", i)
+		switch {
+		case p.Name == "":
+			bad("%s.name: must not be empty", path)
+		case seen[p.Name]:
+			bad("%s.name: duplicate pool %q", path, p.Name)
+		}
+		seen[p.Name] = true
+		if p.MaxInflight < 1 {
+			bad("%s.max_inflight: %d must be at least 1", path, p.MaxInflight)
+		}
+		if p.MaxInflightTokens < 0 {
+			bad("%s.max_inflight_tokens: %d must not be negative", path, p.MaxInflightTokens)
+		}
+		if p.Policy == nil {
+			bad("%s.policy: must be set", path)
+		}
+		if p.BatchWindow < 0 {
+			bad("%s.batch_window: %v must not be negative", path, p.BatchWindow)
+		}
+		if p.Aging < 0 {
+			bad("%s.aging: %v must not be negative", path, p.Aging)
+		}
+		if p.Preemption.MinLowerInflight < 0 {
+			bad("%s.preemption.min_lower_inflight: %d must not be negative", path, p.Preemption.MinLowerInflight)
+		}
+		if p.Preemption.MinRunTime < 0 {
+			bad("%s.preemption.min_run_time: %v must not be negative", path, p.Preemption.MinRunTime)
+		}
+		if p.Preemption.MaxPerRequest < 0 {
+			bad("%s.preemption.max_per_request: %d must not be negative", path, p.Preemption.MaxPerRequest)
+		}
+	}
+	seen = map[string]bool{}
+	for i, cl := range c.Classes {
+		path := fmt.Sprintf("classes[%d]", i)
+		switch {
+		case cl.Name == "":
+			bad("%s.name: must not be empty", path)
+		case seen[cl.Name]:
+			bad("%s.name: duplicate class %q", path, cl.Name)
+		}
+		seen[cl.Name] = true
+		if cl.TTFT < 0 {
+			bad("%s.slo.ttft: %v must not be negative", path, cl.TTFT)
+		}
+		if cl.TPOT < 0 {
+			bad("%s.slo.tpot: %v must not be negative", path, cl.TPOT)
+		}
+		if cl.MaxQueue < 0 {
+			bad("%s.queue.max_length: %d must not be negative", path, cl.MaxQueue)
+		}
+		if cl.MaxWait < 0 {
+			bad("%s.queue.max_wait: %v must not be negative", path, cl.MaxWait)
+		}
+	}
+	if c.DefaultClass != "" && !seen[c.DefaultClass] {
+		bad("default_class: %q is not a class", c.DefaultClass)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,472 @@
+package scheduler
+
+import (
+	"fmt"
+	"time"
+)
+
+// Ticket names one request inside a Machine, from Arrive until it is
+// finished, cancelled or rejected. Tickets are never reused.
+type Ticket uint64
+
+// Rejection is a waiting request the machine refused; Err wraps
+// ErrRejected or ErrQueueFull and says why.
+type Rejection struct {
+	Ticket Ticket
+	Err    error
+}
+
+// Decisions is what one Step decided. The caller acts on every element
+// exactly once: admitted tickets start running, rejected ones are answered
+// with their error and are gone, preempted ones are asked to stop (they keep
+// their capacity until Finish).
+type Decisions struct {
+	Admitted  []Ticket
+	Rejected  []Rejection
+	Preempted []Ticket
+	// Wake is the next time Step must be called even if no event happens
+	// (batching window tick, max-wait expiry, preemption check); the zero
+	// time means only events matter.
+	Wake time.Time
+}
+
+type state uint8
+
+const (
+	waiting state = iota
+	running
+)
+
+type entry struct {
+	Entry
+	ticket     Ticket
+	req        Request
+	pool       *pool
+	class      *class
+	state      state
+	removed    bool // left its queue (admitted, cancelled or rejected)
+	cost       int
+	admitted   time.Time
+	firstToken bool
+	firstAt    time.Time
+	tokens     int
+	preempts   int // preemptions before this admission (by Request.ID)
+	preempting bool
+}
+
+type class struct {
+	ClassConfig
+	index int
+}
+
+// queue is one class's waiting line in a pool: arrival order, requeued
+// requests in front. Removed entries are skipped lazily.
+type queue struct {
+	items []*entry
+	head  int
+	live  int
+}
+
+func (q *queue) pushBack(e *entry) { q.items = append(q.items, e); q.live++ }
+
+func (q *queue) pushFront(e *entry) {
+	if q.head > 0 {
+		q.head--
+		q.items[q.head] = e
+	} else {
+		q.items = append([]*entry{e}, q.items...)
+	}
+	q.live++
+}
+
+// front returns the first live entry, dropping removed ones.
+func (q *queue) front() *entry {
+	for q.head < len(q.items) {
+		if e := q.items[q.head]; !e.removed {
+			return e
+		}
+		q.items[q.head] = nil
+		q.head++
+	}
+	q.items, q.head = q.items[:0], 0
+	return nil
+}
+
+func (q *queue) remove(e *entry) {
+	e.removed = true
+	q.live--
+}
+
+type pool struct {
+	PoolConfig
+	index      int
+	limit      int
+	inflight   int
+	tokens     int
+	preempting int
+	queues     []queue // by class index
+	running    map[Ticket]*entry
+	nextBatch  time.Time
+	prefill    ewma
+	tpot       ewma
+	counts     Counters
+}
+
+// Machine is the scheduler's pure state machine. It owns no goroutines and
+// no timers and never reads a clock: every method takes the current time,
+// and Step returns the decisions plus the next time it wants to be called.
+// The same machine therefore runs in real time under a host's runtime
+// (Scheduler) and in virtual time under a discrete-event simulator. It is
+// not safe for concurrent use; its owner serializes calls.
+type Machine struct {
+	cfg        Config
+	pools      []*pool
+	poolByName map[string]*pool
+	classes    []*class
+	classByNm  map[string]*class
+	defClass   *class
+	entries    map[Ticket]*entry
+	next       Ticket
+	seq        uint64
+	preempted  map[string]preemptRecord // by pool + "\x00" + Request.ID
+	lastPurge  time.Time
+}
+
+type preemptRecord struct {
+	count int
+	at    time.Time
+}
+
+// preemptMemory is how long a preempted request's count is remembered while
+// waiting for its requeue.
+const preemptMemory = 10 * time.Minute
+
+// NewMachine validates cfg and returns an empty machine.
+func NewMachine(cfg Config) (*Machine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Machine{
+		cfg:        cfg,
+		poolByName: map[string]*pool{},
+		classByNm:  map[string]*class{},
+		entries:    map[Ticket]*entry{},
+		preempted:  map[string]preemptRecord{},
+	}
+	for i, c := range cfg.Classes {
+		cl := &class{ClassConfig: c, index: i}
+		m.classes = append(m.classes, cl)
+		m.classByNm[c.Name] = cl
+	}
+	m.defClass = m.classes[0]
+	if cfg.DefaultClass != "" {
+		m.defClass = m.classByNm[cfg.DefaultClass]
+	}
+	for i, pc := range cfg.Pools {
+		p := &pool{
+			PoolConfig: pc,
+			index:      i,
+			limit:      pc.MaxInflight,
+			queues:     make([]queue, len(m.classes)),
+			running:    map[Ticket]*entry{},
+		}
+		m.pools = append(m.pools, p)
+		m.poolByName[pc.Name] = p
+	}
+	return m, nil
+}
+
+// Arrive enqueues req and returns its ticket; it admits nothing by itself
+// (call Step). Errors wrap ErrRejected (unknown pool, can never fit) or
+// ErrQueueFull; a rejected request has no ticket.
+func (m *Machine) Arrive(now time.Time, req Request) (Ticket, error) {
+	p := m.pools[0]
+	if req.Pool != "" {
+		p = m.poolByName[req.Pool]
+		if p == nil {
+			return 0, fmt.Errorf("%w: unknown pool %q", ErrRejected, req.Pool)
+		}
+	}
+	cl := m.classByNm[req.Class]
+	if cl == nil {
+		cl = m.defClass
+	}
+	if req.PromptTokens < 0 || req.MaxTokens < 0 {
+		return 0, fmt.Errorf("%w: negative token count (prompt %d, max %d)", ErrRejected, req.PromptTokens, req.MaxTokens)
+	}
+	cost := req.PromptTokens + req.MaxTokens
+	if p.MaxInflightTokens > 0 && cost > p.MaxInflightTokens {
+		p.counts.Rejected++
+		return 0, fmt.Errorf("%w: request needs %d tokens, pool %q holds at most %d (max_inflight_tokens)",
+			ErrRejected, cost, p.Name, p.MaxInflightTokens)
+	}
+	q := &p.queues[cl.index]
+	if !req.Requeue && cl.MaxQueue > 0 && q.live >= cl.MaxQueue {
+		p.counts.QueueFull++
+		return 0, fmt.Errorf("%w: class %q has %d waiting (queue.max_length %d)", ErrQueueFull, cl.Name, q.live, cl.MaxQueue)
+	}
+	if req.Arrival.IsZero() || req.Arrival.After(now) {
+		req.Arrival = now
+	}
+	m.next++
+	m.seq++
+	e := &entry{
+		Entry: Entry{
+			Class:             cl.Name,
+			Priority:          cl.Priority,
+			EffectivePriority: cl.Priority,
+			Arrival:           req.Arrival,
+			Requeued:          req.Requeue,
+			Seq:               m.seq,
+		},
+		ticket: m.next,
+		req:    req,
+		pool:   p,
+		class:  cl,
+		cost:   cost,
+	}
+	if cl.TTFT > 0 {
+		e.Deadline = req.Arrival.Add(cl.TTFT)
+	}
+	if req.ID != "" {
+		if r, ok := m.preempted[p.Name+"\x00"+req.ID]; ok {
+			e.preempts = r.count
+		}
+	}
+	m.entries[e.ticket] = e
+	if req.Requeue {
+		q.pushFront(e)
+		p.counts.Requeued++
+	} else {
+		q.pushBack(e)
+	}
+	p.counts.Arrived++
+	return e.ticket, nil
+}
+
+// Cancel takes a request away: a waiting one leaves its queue, a running one
+// is finished as Cancelled. Unknown tickets are ignored, so callers may
+// cancel from every exit path.
+func (m *Machine) Cancel(now time.Time, t Ticket) {
+	e := m.entries[t]
+	if e == nil {
+		return
+	}
+	if e.state == running {
+		m.Finish(now, t, Cancelled)
+		return
+	}
+	e.pool.queues[e.class.index].remove(e)
+	e.pool.counts.Cancelled++
+	delete(m.entries, t)
+}
+
+// Progress records stream progress of a running request; it feeds victim
+// order and the prefill and decode-speed estimates. Unknown or waiting
+// tickets are ignored.
+func (m *Machine) Progress(now time.Time, t Ticket, pr Progress) {
+	e := m.entries[t]
+	if e == nil || e.state != running {
+		return
+	}
+	if (pr.FirstToken || pr.Tokens > 0) && !e.firstToken {
+		e.firstToken = true
+		e.firstAt = now
+		e.pool.prefill.observe(now.Sub(e.admitted))
+	}
+	if pr.Tokens > e.tokens {
+		e.tokens = pr.Tokens
+		if e.tokens > 1 && now.After(e.firstAt) {
+			e.pool.tpot.observe(now.Sub(e.firstAt) / time.Duration(e.tokens-1))
+		}
+	}
+}
+
+// FirstToken is Progress with FirstToken set.
+func (m *Machine) FirstToken(now time.Time, t Ticket) {
+	m.Progress(now, t, Progress{FirstToken: true})
+}
+
+// Finish ends a running request with outcome o and frees its capacity; a
+// waiting ticket is cancelled. Unknown tickets are ignored, so every
+// admission is released at most once however often Finish is called.
+func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
+	e := m.entries[t]
+	if e == nil {
+		return
+	}
+	if e.state == waiting {
+		m.Cancel(now, t)
+		return
+	}
+	p := e.pool
+	delete(m.entries, t)
+	delete(p.running, t)
+	p.inflight--
+	p.tokens -= e.cost
+	if e.preempting {
+		p.preempting--
+	}
+	switch o {
+	case Done:
+		p.counts.Done++
+	case Failed:
+		p.counts.Failed++
+	case Cancelled:
+		p.counts.Cancelled++
+	case Preempted:
+		p.counts.PreemptedDone++
+	}
+	if e.req.ID != "" && o != Preempted {
+		delete(m.preempted, p.Name+"\x00"+e.req.ID)
+	}
+}
+
+// SetLimit changes a pool's admission limit (capacity learned from the
+// engine); it is clamped to [1, MaxInflight]. Lowering it below what is in
+// flight preempts nothing: admissions stop until enough requests finish.
+func (m *Machine) SetLimit(poolName string, n int) error {
+	p := m.poolByName[poolName]
+	if p == nil {
+		return fmt.Errorf("scheduler: unknown pool %q", poolName)
+	}
+	p.limit = max(1, min(n, p.MaxInflight))
+	return nil
+}
+
+// Step makes every decision due at now: max-wait rejections, admissions
+// (at batching-window ticks when a window is set) and preemptions.
+func (m *Machine) Step(now time.Time) Decisions {
+	var d Decisions
+	for _, p := range m.pools {
+		m.expire(now, p, &d)
+		m.admit(now, p, &d)
+		m.expiryWake(p, &d)
+		if p.Policy.Preempts() {
+			m.preempt(now, p, &d)
+		}
+	}
+	if now.Sub(m.lastPurge) > time.Minute && len(m.preempted) > 0 {
+		m.lastPurge = now
+		for k, r := range m.preempted {
+			if now.Sub(r.at) > preemptMemory {
+				delete(m.preempted, k)
+			}
+		}
+	}
+	return d
+}
+
+func (d *Decisions) wakeAt(t time.Time) {
+	if d.Wake.IsZero() || t.Before(d.Wake) {
+		d.Wake = t
+	}
+}
+
+// expire rejects requests whose class max wait has passed. Queues are in
+// arrival order (requeued requests arrived earlier still), so it looks at
+// the front only.
+func (m *Machine) expire(now time.Time, p *pool, d *Decisions) {
+	for ci := range p.queues {
+		cl := m.classes[ci]
+		if cl.MaxWait <= 0 {
+			continue
+		}
+		q := &p.queues[ci]
+		for e := q.front(); e != nil; e = q.front() {
+			if e.Arrival.Add(cl.MaxWait).After(now) {
+				break
+			}
+			q.remove(e)
+			delete(m.entries, e.ticket)
+			p.counts.Rejected++
+			d.Rejected = append(d.Rejected, Rejection{e.ticket,
+				fmt.Errorf("%w: waited %v, over class %q queue.max_wait %v", ErrRejected, now.Sub(e.Arrival), cl.Name, cl.MaxWait)})
+		}
+	}
+}
+
+// expiryWake asks for a wake-up when the oldest waiting request of a class
+// with a max wait would expire.
+func (m *Machine) expiryWake(p *pool, d *Decisions) {
+	for ci := range p.queues {
+		if cl := m.classes[ci]; cl.MaxWait > 0 {
+			if e := p.queues[ci].front(); e != nil {
+				d.wakeAt(e.Arrival.Add(cl.MaxWait))
+			}
+		}
+	}
+}
+
+// best returns the waiting request the policy admits next, refreshing the
+// effective priorities of the queue heads.
+func (m *Machine) best(now time.Time, p *pool) *entry {
+	var b *entry
+	for ci := range p.queues {
+		e := p.queues[ci].front()
+		if e == nil {
+			continue
+		}
+		m.age(now, p, e)
+		if b == nil || p.Policy.Less(&e.Entry, &b.Entry) {
+			b = e
+		}
+	}
+	return b
+}
+
+func (m *Machine) age(now time.Time, p *pool, e *entry) {
+	e.EffectivePriority = e.Priority
+	if p.Aging > 0 {
+		e.EffectivePriority -= int(now.Sub(e.Arrival) / p.Aging)
+	}
+}
+
+func (p *pool) fits(e *entry) bool {
+	if p.inflight >= p.limit {
+		return false
+	}
+	return p.MaxInflightTokens == 0 || p.tokens+e.cost <= p.MaxInflightTokens
+}
+
+// admit releases waiting requests in policy order while they fit. The head
+// that does not fit blocks the rest (no skipping), so a large or urgent
+// request is never starved by smaller ones behind it.
+func (m *Machine) admit(now time.Time, p *pool, d *Decisions) {
+	if p.BatchWindow > 0 && now.Before(p.nextBatch) {
+		if p.waiting() > 0 {
+			d.wakeAt(p.nextBatch)
+		}
+		return
+	}
+	released := false
+	for {
+		e := m.best(now, p)
+		if e == nil || !p.fits(e) {
+			break
+		}
+		p.queues[e.class.index].remove(e)
+		e.state = running
+		e.admitted = now
+		p.running[e.ticket] = e
+		p.inflight++
+		p.tokens += e.cost
+		p.counts.Admitted++
+		d.Admitted = append(d.Admitted, e.ticket)
+		released = true
+	}
+	if p.BatchWindow > 0 && (released || p.waiting() > 0) {
+		p.nextBatch = now.Add(p.BatchWindow)
+		if p.waiting() > 0 {
+			d.wakeAt(p.nextBatch)
+		}
+	}
+}
+
+func (p *pool) waiting() int {
+	n := 0
+	for i := range p.queues {
+		n += p.queues[i].live
+	}
+	return n
+}

@@ -1,0 +1,32 @@
+// Package preemptive is priority scheduling (the priority package's order,
+// with aging) plus SLO-driven preemption: when the most urgent waiting
+// request's predicted TTFT would pass its class objective and the pool is
+// full, the machine preempts just enough strictly-lower-priority,
+// preemptible in-flight requests, within the pool's guard rails
+// (min_lower_inflight, min_run_time, max_per_request).
+package preemptive
+
+import (
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/policy/priority"
+)
+
+// Name is the registry name.
+const Name = "preemptive"
+
+// Preemptive admits by priority and preempts for at-risk requests.
+type Preemptive struct{}
+
+var _ scheduler.Policy = (*Preemptive)(nil)
+
+// New returns the policy.
+func New() *Preemptive { return &Preemptive{} }
+
+// Name implements scheduler.Policy.
+func (*Preemptive) Name() string { return Name }
+
+// Less is the priority policy's order.
+func (*Preemptive) Less(a, b *scheduler.Entry) bool { return priority.Less(a, b) }
+
+// Preempts implements scheduler.Policy: yes.
+func (*Preemptive) Preempts() bool { return true }

@@ -1,0 +1,256 @@
+package scheduler
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// TTFT prediction (used only by preemptive policies):
+//
+//	predicted TTFT(w) = (now − w.Arrival) + slotWait + prefill(w)
+//
+// prefill(w) is Config.PrefillPredictor when set, otherwise the pool's
+// moving average (α = 0.2) of observed admit→first-token times. slotWait is
+// the soonest predicted finish among in-flight requests not already being
+// preempted, where one in-flight request's remaining time is
+// (MaxTokens − tokens so far) × decode speed, plus its remaining prefill if
+// it has no first token yet; the decode speed is the pool's moving average
+// of observed time per output token, or the victim's class TPOT objective
+// before any observation. A request without MaxTokens, or with no speed
+// known, has unknown (infinite) remaining time. w is at risk when the
+// prediction exceeds its class's TTFT objective; classes without one never
+// trigger preemption.
+
+// ewma is an exponentially weighted moving average of durations.
+type ewma struct {
+	v     float64
+	known bool
+}
+
+const ewmaAlpha = 0.2
+
+func (a *ewma) observe(d time.Duration) {
+	if d < 0 {
+		return
+	}
+	if !a.known {
+		a.v, a.known = float64(d), true
+		return
+	}
+	a.v += ewmaAlpha * (float64(d) - a.v)
+}
+
+func (a *ewma) value() time.Duration { return time.Duration(a.v) }
+
+const forever = time.Duration(math.MaxInt64 / 4)
+
+func (m *Machine) prefillFor(p *pool, promptTokens int) time.Duration {
+	if m.cfg.PrefillPredictor != nil {
+		return max(0, m.cfg.PrefillPredictor(p.Name, promptTokens))
+	}
+	return p.prefill.value()
+}
+
+// remaining predicts how long running request r still needs.
+func (m *Machine) remaining(now time.Time, p *pool, r *entry) time.Duration {
+	speed := r.class.TPOT
+	if p.tpot.known {
+		speed = p.tpot.value()
+	}
+	if r.req.MaxTokens == 0 || speed <= 0 {
+		return forever
+	}
+	left := max(0, r.req.MaxTokens-r.tokens)
+	rem := time.Duration(left) * speed
+	if !r.firstToken {
+		rem += max(0, m.prefillFor(p, r.req.PromptTokens)-now.Sub(r.admitted))
+	}
+	return rem
+}
+
+// atRisk reports whether waiting request e would miss its TTFT objective if
+// it waited for the next natural slot, and otherwise when it would become at
+// risk with no further events.
+func (m *Machine) atRisk(now time.Time, p *pool, e *entry) (bool, time.Time) {
+	if e.class.TTFT <= 0 {
+		return false, time.Time{}
+	}
+	slotWait := forever
+	if p.inflight-p.preempting <= 0 {
+		slotWait = 0
+	}
+	for _, r := range p.running {
+		if !r.preempting {
+			slotWait = min(slotWait, m.remaining(now, p, r))
+		}
+	}
+	prefill := m.prefillFor(p, e.req.PromptTokens)
+	if now.Sub(e.Arrival)+slotWait+prefill > e.class.TTFT {
+		return true, time.Time{}
+	}
+	latest := e.Arrival.Add(e.class.TTFT - prefill)
+	if finish := now.Add(slotWait); finish.After(latest) {
+		latest = finish
+	}
+	return false, latest.Add(time.Nanosecond)
+}
+
+// preempt walks waiting requests in policy order as far as the pool's limit
+// reaches. Each takes a slot that is free or already being freed; the first
+// one without such a slot gets victims preempted for it if it is at risk and
+// the guard rails allow, otherwise the walk stops: lower-ranked requests
+// would have to wait behind it anyway. Only as many victims as make it fit
+// are chosen.
+func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
+	if p.Preemption.MaxPerRequest == 0 || p.waiting() == 0 {
+		return
+	}
+	slots := p.limit - p.inflight + p.preempting
+	toks := 0
+	if p.MaxInflightTokens > 0 {
+		toks = p.MaxInflightTokens - p.tokens
+		for _, r := range p.running {
+			if r.preempting {
+				toks += r.cost
+			}
+		}
+	}
+	fitsFreed := func(cost, s, t int) bool {
+		return s > 0 && (p.MaxInflightTokens == 0 || t >= cost)
+	}
+	w := newWalker(m, p)
+	for walked := 0; walked < p.limit; walked++ {
+		e := w.next(now)
+		if e == nil {
+			return
+		}
+		if fitsFreed(e.cost, slots, toks) {
+			slots--
+			toks -= e.cost
+			continue
+		}
+		risk, at := m.atRisk(now, p, e)
+		if !risk {
+			if !at.IsZero() {
+				d.wakeAt(at)
+			}
+			return
+		}
+		victims, wake := m.victims(now, p, e)
+		if !wake.IsZero() {
+			d.wakeAt(wake)
+		}
+		s, t := slots, toks
+		n := 0
+		for n < len(victims) && !fitsFreed(e.cost, s, t) {
+			s++
+			t += victims[n].cost
+			n++
+		}
+		if !fitsFreed(e.cost, s, t) {
+			return
+		}
+		for _, v := range victims[:n] {
+			v.preempting = true
+			p.preempting++
+			p.counts.Preempted++
+			if v.req.ID != "" {
+				m.preempted[p.Name+"\x00"+v.req.ID] = preemptRecord{count: v.preempts + 1, at: now}
+			}
+			d.Preempted = append(d.Preempted, v.ticket)
+		}
+		slots, toks = s-1, t-e.cost
+	}
+}
+
+// victims lists the in-flight requests that may be preempted for e, in
+// victim order (no first token → fewest tokens → lowest priority → most
+// recently admitted), cut to respect MinLowerInflight. wake is when a
+// request now protected by MinRunTime becomes eligible.
+func (m *Machine) victims(now time.Time, p *pool, e *entry) ([]*entry, time.Time) {
+	var vs []*entry
+	var wake time.Time
+	lower := 0
+	for _, r := range p.running {
+		if r.preempting || r.Priority <= e.Priority {
+			continue
+		}
+		lower++
+		if !r.class.Preemptible || r.preempts >= p.Preemption.MaxPerRequest {
+			continue
+		}
+		if ok := r.admitted.Add(p.Preemption.MinRunTime); ok.After(now) {
+			if wake.IsZero() || ok.Before(wake) {
+				wake = ok
+			}
+			continue
+		}
+		vs = append(vs, r)
+	}
+	slices.SortFunc(vs, victimOrder)
+	need := max(1, p.Preemption.MinLowerInflight)
+	// Preempting k victims needs lower ≥ need before each one.
+	allowed := max(0, lower-need+1)
+	if len(vs) > allowed {
+		vs = vs[:allowed]
+	}
+	return vs, wake
+}
+
+func victimOrder(a, b *entry) int {
+	switch {
+	case a.firstToken != b.firstToken:
+		if !a.firstToken {
+			return -1
+		}
+		return 1
+	case a.tokens != b.tokens:
+		return a.tokens - b.tokens
+	case a.Priority != b.Priority:
+		return b.Priority - a.Priority
+	case !a.admitted.Equal(b.admitted):
+		return b.admitted.Compare(a.admitted)
+	}
+	return int(int64(b.ticket) - int64(a.ticket))
+}
+
+// walker yields a pool's waiting requests in policy order without
+// disturbing the queues.
+type walker struct {
+	m   *Machine
+	p   *pool
+	pos []int
+}
+
+func newWalker(m *Machine, p *pool) *walker {
+	w := &walker{m: m, p: p, pos: make([]int, len(p.queues))}
+	for i := range p.queues {
+		p.queues[i].front()
+		w.pos[i] = p.queues[i].head
+	}
+	return w
+}
+
+func (w *walker) next(now time.Time) *entry {
+	var b *entry
+	bi := -1
+	for ci := range w.p.queues {
+		q := &w.p.queues[ci]
+		for w.pos[ci] < len(q.items) && q.items[w.pos[ci]].removed {
+			w.pos[ci]++
+		}
+		if w.pos[ci] >= len(q.items) {
+			continue
+		}
+		e := q.items[w.pos[ci]]
+		w.m.age(now, w.p, e)
+		if b == nil || w.p.Policy.Less(&e.Entry, &b.Entry) {
+			b, bi = e, ci
+		}
+	}
+	if b != nil {
+		w.pos[bi]++
+	}
+	return b
+}

@@ -1,0 +1,235 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/clock"
+)
+
+// Scheduler is the in-process scheduler hosts use: a Machine driven in real
+// (or scaled, or fake) time by one mutex and one clock timer. It implements
+// Admitter. See doc.go for what the mutex guards.
+type Scheduler struct {
+	clk clock.Clock
+
+	mu      sync.Mutex
+	m       *Machine
+	waiters map[Ticket]*waiter
+	leases  map[Ticket]*lease
+	timer   clock.Timer
+	wake    time.Time
+	closed  bool
+}
+
+var _ Admitter = (*Scheduler)(nil)
+
+type waiter struct {
+	ch chan admitResult // buffered 1; written once under mu
+}
+
+type admitResult struct {
+	l   *lease
+	err error
+}
+
+// New returns a scheduler for cfg on clk; a nil clk means clock.Real{}.
+func New(cfg Config, clk clock.Clock) (*Scheduler, error) {
+	m, err := NewMachine(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	return &Scheduler{clk: clk, m: m, waiters: map[Ticket]*waiter{}, leases: map[Ticket]*lease{}}, nil
+}
+
+// Admit blocks until req is admitted, rejected, or ctx ends (see Admitter).
+func (s *Scheduler) Admit(ctx context.Context, req Request) (Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCancelled, err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	now := s.clk.Now()
+	t, err := s.m.Arrive(now, req)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	w := &waiter{ch: make(chan admitResult, 1)}
+	s.waiters[t] = w
+	s.stepLocked(now)
+	s.mu.Unlock()
+
+	select {
+	case r := <-w.ch:
+		if r.err != nil {
+			return nil, r.err
+		}
+		return r.l, nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	select {
+	case r := <-w.ch:
+		// Admitted (or rejected) while ctx ended: the caller will not use
+		// the lease, so it is released here.
+		if r.l != nil {
+			s.releaseLocked(r.l, Cancelled)
+		}
+	default:
+		delete(s.waiters, t)
+		now := s.clk.Now()
+		s.m.Cancel(now, t)
+		s.stepLocked(now)
+	}
+	s.mu.Unlock()
+	return nil, fmt.Errorf("%w: %w", ErrCancelled, ctx.Err())
+}
+
+// stepLocked runs the machine, hands out its decisions and arms the timer
+// for its next wake-up.
+func (s *Scheduler) stepLocked(now time.Time) {
+	d := s.m.Step(now)
+	for _, t := range d.Admitted {
+		w := s.waiters[t]
+		delete(s.waiters, t)
+		e := s.m.entries[t]
+		l := &lease{s: s, t: t, preempt: make(chan struct{}), queue: now.Sub(e.Arrival)}
+		s.leases[t] = l
+		w.ch <- admitResult{l: l}
+	}
+	for _, r := range d.Rejected {
+		w := s.waiters[r.Ticket]
+		delete(s.waiters, r.Ticket)
+		w.ch <- admitResult{err: r.Err}
+	}
+	for _, t := range d.Preempted {
+		if l := s.leases[t]; l != nil {
+			close(l.preempt)
+		}
+	}
+	s.armLocked(now, d.Wake)
+}
+
+func (s *Scheduler) armLocked(now, wake time.Time) {
+	if wake.Equal(s.wake) {
+		return
+	}
+	s.wake = wake
+	if wake.IsZero() {
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		return
+	}
+	d := max(0, wake.Sub(now))
+	if s.timer == nil {
+		s.timer = s.clk.AfterFunc(d, s.tick)
+		return
+	}
+	s.timer.Reset(d)
+}
+
+// tick is the timer's callback: a wake-up the machine asked for.
+func (s *Scheduler) tick() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.wake = time.Time{}
+	s.stepLocked(s.clk.Now())
+}
+
+func (s *Scheduler) releaseLocked(l *lease, o Outcome) {
+	if l.released {
+		return
+	}
+	l.released = true
+	delete(s.leases, l.t)
+	now := s.clk.Now()
+	s.m.Finish(now, l.t, o)
+	if !s.closed {
+		s.stepLocked(now)
+	}
+}
+
+// SetLimit changes a pool's admission limit; see Machine.SetLimit.
+func (s *Scheduler) SetLimit(pool string, n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.m.SetLimit(pool, n); err != nil {
+		return err
+	}
+	if !s.closed {
+		s.stepLocked(s.clk.Now())
+	}
+	return nil
+}
+
+// Stats returns a snapshot of every pool.
+func (s *Scheduler) Stats() []PoolStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m.Stats()
+}
+
+// Close rejects every waiting request with ErrClosed and refuses new ones.
+// Leases already handed out stay valid and are still released normally;
+// they are no longer preempted. Close is idempotent.
+func (s *Scheduler) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	now := s.clk.Now()
+	for t, w := range s.waiters {
+		s.m.Cancel(now, t)
+		w.ch <- admitResult{err: ErrClosed}
+		delete(s.waiters, t)
+	}
+	return nil
+}
+
+// lease is one admission by a Scheduler.
+type lease struct {
+	s        *Scheduler
+	t        Ticket
+	preempt  chan struct{}
+	queue    time.Duration
+	released bool // guarded by s.mu
+}
+
+var _ Lease = (*lease)(nil)
+
+func (l *lease) Preempt() <-chan struct{} { return l.preempt }
+
+func (l *lease) QueueTime() time.Duration { return l.queue }
+
+func (l *lease) Progress(p Progress) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if l.released {
+		return
+	}
+	l.s.m.Progress(l.s.clk.Now(), l.t, p)
+}
+
+func (l *lease) Release(o Outcome) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	l.s.releaseLocked(l, o)
+}
