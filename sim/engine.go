@@ -1,0 +1,478 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// BlockSize is the KV cache block size in tokens (vLLM's default).
+const BlockSize = 16
+
+// Policy orders the engine's waiting queue.
+type Policy int
+
+const (
+	// FCFS serves waiting requests in arrival order; under KV pressure the
+	// most recently scheduled running request is preempted.
+	FCFS Policy = iota
+	// Priority serves the lowest Priority value first (ties by arrival);
+	// under KV pressure the running request with the highest value (latest
+	// arrival among equals) is preempted.
+	Priority
+)
+
+// ParsePolicy maps "fcfs" and "priority" (vLLM's --scheduling-policy
+// values) to a Policy.
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "", "fcfs":
+		return FCFS, nil
+	case "priority":
+		return Priority, nil
+	}
+	return 0, fmt.Errorf("scheduling policy %q unknown (want fcfs or priority)", s)
+}
+
+func (p Policy) String() string {
+	if p == Priority {
+		return "priority"
+	}
+	return "fcfs"
+}
+
+// Config sizes an engine. Zero fields take the defaults named.
+type Config struct {
+	// MaxNumSeqs caps running sequences per step (default 256).
+	MaxNumSeqs int
+	// MaxNumBatchedTokens caps the tokens computed per step, prefill chunks
+	// and decodes together (default 8192).
+	MaxNumBatchedTokens int
+	// KVCacheTokens is the KV cache capacity in tokens, rounded down to
+	// whole blocks (default: the profile's).
+	KVCacheTokens int
+	// MaxModelLen caps prompt plus output tokens of one sequence (default:
+	// the profile's MaxContext).
+	MaxModelLen int
+	// Policy orders the waiting queue (default FCFS).
+	Policy Policy
+}
+
+// Errors Add returns.
+var (
+	ErrDuplicateID = errors.New("sim: duplicate sequence id")
+	ErrTooLong     = errors.New("sim: prompt too long")
+	ErrBadRequest  = errors.New("sim: bad sequence")
+)
+
+// SeqSpec describes a sequence to add.
+type SeqSpec struct {
+	// ID names the sequence in events and Abort; unique among live ones.
+	ID uint64
+	// PromptTokens is the prompt length (at least 1).
+	PromptTokens int
+	// MaxTokens is the most output tokens to generate (at least 1); the
+	// engine also stops at MaxModelLen.
+	MaxTokens int
+	// Priority orders the waiting queue under the Priority policy: lower
+	// values first.
+	Priority int
+}
+
+// Event is what happened to one sequence in a step. Token events take
+// effect at the step's end.
+type Event struct {
+	ID uint64
+	// Scheduled is the number of tokens computed for it this step (prefill
+	// chunk length, 1 for a decode); 0 for a preemption.
+	Scheduled int32
+	// Flags says what happened (EvFirstScheduled, EvToken, EvFirstToken,
+	// EvFinished, EvPreempted).
+	Flags EventFlags
+	// Output is the number of output tokens generated so far, after this
+	// step.
+	Output int32
+}
+
+// EventFlags is a bit set of what happened to a sequence in a step.
+type EventFlags uint8
+
+const (
+	// EvFirstScheduled: computed for the first time (its first prefill chunk).
+	EvFirstScheduled EventFlags = 1 << iota
+	// EvToken: emitted one output token.
+	EvToken
+	// EvFirstToken: that token was its first.
+	EvFirstToken
+	// EvFinished: done; it has left the engine.
+	EvFinished
+	// EvPreempted: evicted from the KV cache; it waits again and will
+	// recompute its prompt and the output generated so far.
+	EvPreempted
+)
+
+// Has reports whether all bits of f2 are set.
+func (f EventFlags) Has(f2 EventFlags) bool { return f&f2 == f2 }
+
+// StepResult is one engine step. Events and its slice are reused by the
+// next Step call.
+type StepResult struct {
+	// Start is when the step began; Duration its predicted time. Token
+	// events happen at Start+Duration.
+	Start    time.Time
+	Duration time.Duration
+	Shape    StepShape
+	Events   []Event
+}
+
+// End is when the step's tokens are out.
+func (r *StepResult) End() time.Time { return r.Start.Add(r.Duration) }
+
+type seqState uint8
+
+const (
+	stateWaiting seqState = iota
+	stateRunning
+	stateDone
+)
+
+type seq struct {
+	id        uint64
+	prompt    int
+	maxTokens int
+	priority  int
+	order     uint64 // arrival order, for ties
+	output    int    // output tokens generated
+	computed  int    // tokens whose KV is in the cache
+	blocks    int    // KV blocks held
+	state     seqState
+	scheduled bool // ever scheduled
+	schedN    int  // tokens scheduled in the current step
+	heapIdx   int
+}
+
+// tokens is prompt plus generated output: what must be in the cache before
+// the next token can be sampled.
+func (s *seq) tokens() int { return s.prompt + s.output }
+
+// Engine is a continuous-batching engine in the manner of vLLM's V1
+// scheduler. It is a pure state machine: nothing happens between calls, and
+// it is not safe for concurrent use (one owner drives it).
+type Engine struct {
+	timing      *TimingModel
+	cfg         Config
+	totalBlocks int
+	freeBlocks  int
+
+	seqs    map[uint64]*seq
+	running []*seq
+	waiting waitQueue
+	nextOrd uint64
+
+	res   StepResult
+	sched []*seq // sequences scheduled in the current step
+
+	preemptions      int64
+	recomputedTokens int64
+	steps            int64
+}
+
+// NewEngine returns an idle engine with profile's timing and cfg's limits.
+func NewEngine(p *Profile, cfg Config) (*Engine, error) {
+	if p == nil || p.Timing == nil {
+		return nil, fmt.Errorf("sim: profile with a timing model required")
+	}
+	if cfg.MaxNumSeqs == 0 {
+		cfg.MaxNumSeqs = 256
+	}
+	if cfg.MaxNumBatchedTokens == 0 {
+		cfg.MaxNumBatchedTokens = 8192
+	}
+	if cfg.KVCacheTokens == 0 {
+		cfg.KVCacheTokens = p.KVCacheTokens
+	}
+	if cfg.MaxModelLen == 0 {
+		cfg.MaxModelLen = p.MaxContext
+	}
+	var errs []error
+	if cfg.MaxNumSeqs < 1 {
+		errs = append(errs, fmt.Errorf("max_num_seqs: %d must be at least 1", cfg.MaxNumSeqs))
+	}
+	if cfg.MaxNumBatchedTokens < 1 {
+		errs = append(errs, fmt.Errorf("max_num_batched_tokens: %d must be at least 1", cfg.MaxNumBatchedTokens))
+	}
+	if cfg.KVCacheTokens < BlockSize {
+		errs = append(errs, fmt.Errorf("kv_cache_tokens: %d must be at least one block (%d)", cfg.KVCacheTokens, BlockSize))
+	}
+	if cfg.MaxModelLen < 2 {
+		errs = append(errs, fmt.Errorf("max_model_len: %d must be at least 2", cfg.MaxModelLen))
+	}
+	if cfg.Policy != FCFS && cfg.Policy != Priority {
+		errs = append(errs, fmt.Errorf("policy: %d unknown", cfg.Policy))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	e := &Engine{timing: p.Timing, cfg: cfg, seqs: map[uint64]*seq{}}
+	e.totalBlocks = cfg.KVCacheTokens / BlockSize
+	e.freeBlocks = e.totalBlocks
+	e.waiting.priority = cfg.Policy == Priority
+	return e, nil
+}
+
+// Config is the engine's configuration with defaults filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Add queues a sequence. It fails if the ID is live, the sizes are not
+// positive, or the prompt cannot fit the model length or the whole cache.
+func (e *Engine) Add(s SeqSpec) error {
+	if _, ok := e.seqs[s.ID]; ok {
+		return fmt.Errorf("%w: %d", ErrDuplicateID, s.ID)
+	}
+	if s.PromptTokens < 1 || s.MaxTokens < 1 {
+		return fmt.Errorf("%w: prompt tokens %d and max tokens %d must be at least 1", ErrBadRequest, s.PromptTokens, s.MaxTokens)
+	}
+	if s.PromptTokens >= e.cfg.MaxModelLen {
+		return fmt.Errorf("%w: %d prompt tokens, the model's context is %d", ErrTooLong, s.PromptTokens, e.cfg.MaxModelLen)
+	}
+	if blocksFor(s.PromptTokens+1) > e.totalBlocks {
+		return fmt.Errorf("%w: %d prompt tokens exceed the KV cache of %d tokens", ErrTooLong, s.PromptTokens, e.totalBlocks*BlockSize)
+	}
+	q := &seq{id: s.ID, prompt: s.PromptTokens, maxTokens: s.MaxTokens, priority: s.Priority, order: e.nextOrd, heapIdx: -1}
+	e.nextOrd++
+	e.seqs[s.ID] = q
+	e.waiting.push(q)
+	return nil
+}
+
+// Abort removes a sequence wherever it is and frees its KV blocks at once.
+// It reports whether the sequence was live.
+func (e *Engine) Abort(id uint64) bool {
+	q, ok := e.seqs[id]
+	if !ok {
+		return false
+	}
+	switch q.state {
+	case stateWaiting:
+		e.waiting.remove(q)
+	case stateRunning:
+		for i, r := range e.running {
+			if r == q {
+				e.removeRunning(i)
+				break
+			}
+		}
+	}
+	e.release(q)
+	return true
+}
+
+func (e *Engine) release(q *seq) {
+	e.freeBlocks += q.blocks
+	q.blocks = 0
+	q.state = stateDone
+	delete(e.seqs, q.id)
+}
+
+// Idle reports whether there is nothing to run or wait for.
+func (e *Engine) Idle() bool { return len(e.running) == 0 && e.waiting.len() == 0 }
+
+// Running is the number of sequences holding a running slot.
+func (e *Engine) Running() int { return len(e.running) }
+
+// Waiting is the number of queued (new or preempted) sequences.
+func (e *Engine) Waiting() int { return e.waiting.len() }
+
+// KVUsage is the fraction of KV cache blocks in use, in [0, 1].
+func (e *Engine) KVUsage() float64 {
+	return float64(e.totalBlocks-e.freeBlocks) / float64(e.totalBlocks)
+}
+
+// Preemptions is the total number of preemptions so far.
+func (e *Engine) Preemptions() int64 { return e.preemptions }
+
+// RecomputedTokens is the total of tokens recomputed after preemptions.
+func (e *Engine) RecomputedTokens() int64 { return e.recomputedTokens }
+
+// Steps is the number of non-empty steps run.
+func (e *Engine) Steps() int64 { return e.steps }
+
+// Timing is the engine's timing model.
+func (e *Engine) Timing() *TimingModel { return e.timing }
+
+func blocksFor(tokens int) int { return (tokens + BlockSize - 1) / BlockSize }
+
+// allocate makes q hold enough blocks for n more computed tokens.
+func (e *Engine) allocate(q *seq, n int) bool {
+	need := blocksFor(q.computed+n) - q.blocks
+	if need <= 0 {
+		return true
+	}
+	if need > e.freeBlocks {
+		return false
+	}
+	e.freeBlocks -= need
+	q.blocks += need
+	return true
+}
+
+func (e *Engine) preempt(q *seq) {
+	e.freeBlocks += q.blocks
+	q.blocks = 0
+	e.recomputedTokens += int64(q.computed)
+	q.computed = 0
+	q.state = stateWaiting
+	e.preemptions++
+	e.waiting.pushFront(q)
+	e.res.Events = append(e.res.Events, Event{ID: q.id, Flags: EvPreempted, Output: int32(q.output)})
+}
+
+// victim picks the running sequence to preempt: the last one under FCFS,
+// the lowest priority (latest arrival among equals) under Priority.
+func (e *Engine) victim() int {
+	if !e.waiting.priority {
+		return len(e.running) - 1
+	}
+	v := len(e.running) - 1
+	for i := v - 1; i >= 0; i-- {
+		r, b := e.running[i], e.running[v]
+		if r.priority > b.priority || (r.priority == b.priority && r.order > b.order) {
+			v = i
+		}
+	}
+	return v
+}
+
+// Step schedules and runs one step starting at now: running sequences
+// first (decodes and unfinished prefill chunks, preempting under KV
+// pressure), then, if nothing was preempted, waiting ones while slots, token
+// budget and blocks last. It returns the step's events and its predicted
+// duration; a step with nothing to do has zero duration and no events. The
+// engine's state moves to the step's end at once. The result is valid until
+// the next call.
+func (e *Engine) Step(now time.Time) *StepResult {
+	r := &e.res
+	r.Start, r.Duration, r.Shape, r.Events = now, 0, StepShape{}, r.Events[:0]
+	e.sched = e.sched[:0]
+	budget := e.cfg.MaxNumBatchedTokens
+	preempted := false
+	for i := 0; i < len(e.running) && budget > 0; {
+		q := e.running[i]
+		n := min(q.tokens()-q.computed, budget)
+		ok := true
+		for !e.allocate(q, n) {
+			v := e.victim()
+			vq := e.running[v]
+			e.removeRunning(v)
+			if vq.schedN > 0 {
+				budget += e.unschedule(vq)
+			}
+			e.preempt(vq)
+			preempted = true
+			if vq == q {
+				ok = false
+				break
+			}
+			if v < i {
+				i--
+			}
+		}
+		if !ok {
+			break
+		}
+		e.sched = append(e.sched, q)
+		q.schedN = n
+		budget -= n
+		i++
+	}
+	if !preempted {
+		for budget > 0 && len(e.running) < e.cfg.MaxNumSeqs && e.waiting.len() > 0 {
+			q := e.waiting.peek()
+			n := min(q.tokens()-q.computed, budget)
+			if !e.allocate(q, n) {
+				break
+			}
+			e.waiting.pop()
+			q.state = stateRunning
+			e.running = append(e.running, q)
+			e.sched = append(e.sched, q)
+			q.schedN = n
+			budget -= n
+		}
+	}
+	if len(e.sched) == 0 {
+		return r
+	}
+	finished := false
+	for _, q := range e.sched {
+		finished = e.finish(q) || finished
+	}
+	e.steps++
+	r.Duration = e.timing.StepDuration(&r.Shape)
+	if finished {
+		j := 0
+		for _, q := range e.running {
+			if q.state != stateDone {
+				e.running[j] = q
+				j++
+			}
+		}
+		clear(e.running[j:])
+		e.running = e.running[:j]
+	}
+	return r
+}
+
+func (e *Engine) removeRunning(i int) {
+	copy(e.running[i:], e.running[i+1:])
+	e.running[len(e.running)-1] = nil
+	e.running = e.running[:len(e.running)-1]
+}
+
+// unschedule takes q out of this step's schedule and returns its tokens.
+func (e *Engine) unschedule(q *seq) int {
+	n := q.schedN
+	q.schedN = 0
+	for i, s := range e.sched {
+		if s == q {
+			e.sched = append(e.sched[:i], e.sched[i+1:]...)
+			break
+		}
+	}
+	return n
+}
+
+// finish applies q's scheduled tokens: adds them to the step's shape,
+// samples a token if its cache now holds all its tokens, and releases it if
+// it is done. It reports whether q finished.
+func (e *Engine) finish(q *seq) bool {
+	n := q.schedN
+	q.schedN = 0
+	ev := Event{ID: q.id, Scheduled: int32(n)}
+	if !q.scheduled {
+		q.scheduled = true
+		ev.Flags |= EvFirstScheduled
+	}
+	if n == 1 && q.output > 0 && q.computed+1 == q.tokens() {
+		e.res.Shape.AddDecode(q.computed + 1)
+	} else {
+		e.res.Shape.AddPrefill(n, q.computed)
+	}
+	q.computed += n
+	done := false
+	if q.computed == q.tokens() {
+		q.output++
+		ev.Flags |= EvToken
+		if q.output == 1 {
+			ev.Flags |= EvFirstToken
+		}
+		if q.output >= q.maxTokens || q.tokens() >= e.cfg.MaxModelLen {
+			ev.Flags |= EvFinished
+			e.release(q)
+			done = true
+		}
+	}
+	ev.Output = int32(q.output)
+	e.res.Events = append(e.res.Events, ev)
+	return done
+}
