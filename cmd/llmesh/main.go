@@ -28,6 +28,7 @@ type command struct {
 // commands is the one registry of subcommands.
 var commands = []command{
 	{"bench", "benchmark harness: run, ab, sweep, report", runBench},
+	{"sim", "simulated LLM engine (OpenAI HTTP + gRPC), calibrated to H200 timings", runSim},
 }
 
 // exitCode is an error that carries a process exit status.
