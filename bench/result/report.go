@@ -1,0 +1,239 @@
+package result
+
+// Report is one run's summary. Field names up to RecomputedTokensFraction
+// follow vllm bench serve's result JSON (durations in seconds, latencies in
+// milliseconds); the rest are llmesh's.
+type Report struct {
+	// Identification (vLLM: date, backend, label, model_id, tokenizer_id,
+	// num_prompts, request_rate, burstiness, max_concurrency).
+	Date           string  `json:"date"`
+	Backend        string  `json:"backend"`
+	Label          string  `json:"label,omitempty"`
+	ModelID        string  `json:"model_id"`
+	TokenizerID    string  `json:"tokenizer_id"`
+	NumPrompts     int     `json:"num_prompts"`
+	RequestRate    float64 `json:"request_rate"`
+	Burstiness     float64 `json:"burstiness"`
+	MaxConcurrency int     `json:"max_concurrency,omitempty"`
+
+	// Aggregates (vLLM names).
+	Duration              float64 `json:"duration"`
+	Completed             int     `json:"completed"`
+	Failed                int     `json:"failed"`
+	TotalInputTokens      int     `json:"total_input_tokens"`
+	TotalOutputTokens     int     `json:"total_output_tokens"`
+	RequestThroughput     float64 `json:"request_throughput"`
+	RequestGoodput        float64 `json:"request_goodput"`
+	OutputThroughput      float64 `json:"output_throughput"`
+	TotalTokenThroughput  float64 `json:"total_token_throughput"`
+	MaxOutputTokensPerS   float64 `json:"max_output_tokens_per_s"`
+	MaxConcurrentRequests int     `json:"max_concurrent_requests"`
+
+	MeanTTFTMs   float64 `json:"mean_ttft_ms"`
+	MedianTTFTMs float64 `json:"median_ttft_ms"`
+	StdTTFTMs    float64 `json:"std_ttft_ms"`
+	P50TTFTMs    float64 `json:"p50_ttft_ms"`
+	P90TTFTMs    float64 `json:"p90_ttft_ms"`
+	P95TTFTMs    float64 `json:"p95_ttft_ms"`
+	P99TTFTMs    float64 `json:"p99_ttft_ms"`
+	P999TTFTMs   float64 `json:"p99.9_ttft_ms"`
+	MeanTPOTMs   float64 `json:"mean_tpot_ms"`
+	MedianTPOTMs float64 `json:"median_tpot_ms"`
+	StdTPOTMs    float64 `json:"std_tpot_ms"`
+	P50TPOTMs    float64 `json:"p50_tpot_ms"`
+	P90TPOTMs    float64 `json:"p90_tpot_ms"`
+	P95TPOTMs    float64 `json:"p95_tpot_ms"`
+	P99TPOTMs    float64 `json:"p99_tpot_ms"`
+	P999TPOTMs   float64 `json:"p99.9_tpot_ms"`
+	MeanITLMs    float64 `json:"mean_itl_ms"`
+	MedianITLMs  float64 `json:"median_itl_ms"`
+	StdITLMs     float64 `json:"std_itl_ms"`
+	P50ITLMs     float64 `json:"p50_itl_ms"`
+	P90ITLMs     float64 `json:"p90_itl_ms"`
+	P95ITLMs     float64 `json:"p95_itl_ms"`
+	P99ITLMs     float64 `json:"p99_itl_ms"`
+	P999ITLMs    float64 `json:"p99.9_itl_ms"`
+	MeanE2ELMs   float64 `json:"mean_e2el_ms"`
+	MedianE2ELMs float64 `json:"median_e2el_ms"`
+	StdE2ELMs    float64 `json:"std_e2el_ms"`
+	P50E2ELMs    float64 `json:"p50_e2el_ms"`
+	P90E2ELMs    float64 `json:"p90_e2el_ms"`
+	P95E2ELMs    float64 `json:"p95_e2el_ms"`
+	P99E2ELMs    float64 `json:"p99_e2el_ms"`
+	P999E2ELMs   float64 `json:"p99.9_e2el_ms"`
+
+	// Per-request arrays, only in detailed reports (vLLM --save-detailed):
+	// lengths, TTFTs in seconds, ITLs in seconds, error strings.
+	InputLens  []int       `json:"input_lens,omitempty"`
+	OutputLens []int       `json:"output_lens,omitempty"`
+	TTFTs      []float64   `json:"ttfts,omitempty"`
+	ITLs       [][]float64 `json:"itls,omitempty"`
+	Errors     []string    `json:"errors,omitempty"`
+
+	// llmesh fields.
+	Workload string  `json:"workload"`
+	Profile  string  `json:"profile,omitempty"`
+	Target   string  `json:"target,omitempty"`
+	Protocol string  `json:"protocol"`
+	Seed     int64   `json:"seed"`
+	Policy   string  `json:"policy,omitempty"`
+	Load     float64 `json:"load,omitempty"`
+	// OfferedRPS is what the arrival process asked for over the measured
+	// window; AchievedRPS what was actually sent per second.
+	OfferedRPS  float64 `json:"offered_rps"`
+	AchievedRPS float64 `json:"achieved_rps"`
+	// ScheduleLagMs is actual minus intended send time over measured
+	// requests.
+	ScheduleLagMs Lag `json:"schedule_lag_ms"`
+	// Valid is false when the harness itself could not keep up (schedule
+	// lag p99 above the workload's max_schedule_lag_p99) or nothing was
+	// measured; InvalidReasons says why.
+	Valid          bool     `json:"valid"`
+	InvalidReasons []string `json:"invalid_reasons,omitempty"`
+	// Requests counts measured requests by status (ok, error, …).
+	Requests map[Status]int `json:"requests"`
+	Warmup   int            `json:"warmup_requests"`
+	// Overall merges all classes; Classes has one block per class.
+	Overall *ClassReport            `json:"overall"`
+	Classes map[string]*ClassReport `json:"classes"`
+	// RecomputedTokensFraction is recomputed tokens / output tokens (known
+	// from the simulator; 0 otherwise).
+	RecomputedTokensFraction float64 `json:"recomputed_tokens_fraction"`
+	// Timeline is the run in one-second (or coarser) buckets, for charts.
+	Timeline []Bucket `json:"timeline,omitempty"`
+	// GPU is telemetry sampled during the run; GPUNote says why there is
+	// none ("no GPU telemetry: …").
+	GPU     *GPU   `json:"gpu,omitempty"`
+	GPUNote string `json:"gpu_note,omitempty"`
+	// Engine compares client TTFT with the engine's own timestamps when
+	// the target reported them.
+	Engine *EngineAgreement `json:"engine_agreement,omitempty"`
+}
+
+// Lag is a schedule-lag summary in milliseconds.
+type Lag struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// Percentiles summarize one latency metric in milliseconds.
+type Percentiles struct {
+	N    int     `json:"n"`
+	Mean float64 `json:"mean"`
+	Std  float64 `json:"std"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P95  float64 `json:"p95"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+	Max  float64 `json:"max"`
+}
+
+// ClassReport is one class (or all of them, for Report.Overall).
+type ClassReport struct {
+	Priority         int     `json:"priority"`
+	Share            float64 `json:"share"`
+	Requests         int     `json:"requests"`
+	Completed        int     `json:"completed"`
+	Failed           int     `json:"failed"`
+	SLOTTFTMs        float64 `json:"slo_ttft_ms,omitempty"`
+	SLOTPOTMs        float64 `json:"slo_tpot_ms,omitempty"`
+	AttainmentTarget float64 `json:"attainment_target,omitempty"`
+
+	TTFTMs Percentiles `json:"ttft_ms"`
+	TPOTMs Percentiles `json:"tpot_ms"`
+	ITLMs  Percentiles `json:"itl_ms"`
+	E2EMs  Percentiles `json:"e2e_ms"`
+
+	// SLOAttainment is the share of measured requests meeting both SLOs
+	// (failures count as misses); GoodputRPS those per second.
+	SLOAttainment    float64 `json:"slo_attainment"`
+	GoodputRPS       float64 `json:"goodput_rps"`
+	ThroughputRPS    float64 `json:"throughput_rps"`
+	OutputTokensPerS float64 `json:"output_tokens_per_s"`
+	// MeetsTarget is SLOAttainment ≥ AttainmentTarget.
+	MeetsTarget bool       `json:"meets_target"`
+	Violations  Violations `json:"violations"`
+	// EarlyStopping says whether the sample supports the percentile claims
+	// (MLPerf early stopping, 99% confidence).
+	EarlyStopping []EarlyStop `json:"early_stopping,omitempty"`
+	Preemptions   int         `json:"preemptions,omitempty"`
+	// TTFTCDF is the TTFT distribution as (ms, quantile) points for charts.
+	TTFTCDF [][2]float64 `json:"ttft_cdf,omitempty"`
+}
+
+// Violations break down SLO misses; a request is counted once, under its
+// first cause in this order: rejected, preempted, error (including dropped
+// and timeout), ttft, tpot.
+type Violations struct {
+	TTFT      int `json:"ttft"`
+	TPOT      int `json:"tpot"`
+	Error     int `json:"error"`
+	Rejected  int `json:"rejected"`
+	Preempted int `json:"preempted"`
+}
+
+// EarlyStop is an MLPerf-style early-stopping check of a percentile claim:
+// with N samples, the claim "p-th percentile ≤ BoundMs" holds with 99%
+// confidence; Valid is false when N is below MinSamples, the fewest samples
+// for which any such bound exists.
+type EarlyStop struct {
+	Metric     string  `json:"metric"`
+	Percentile float64 `json:"percentile"`
+	N          int     `json:"n"`
+	MinSamples int     `json:"min_samples"`
+	Valid      bool    `json:"valid"`
+	BoundMs    float64 `json:"bound_ms,omitempty"`
+}
+
+// Bucket is one time slice of the run.
+type Bucket struct {
+	// StartS is the bucket start in seconds since the run's start.
+	StartS float64 `json:"start_s"`
+	Sent   int     `json:"sent"`
+	Done   int     `json:"done"`
+	Failed int     `json:"failed"`
+	// OutputTokensPerS is tokens received in the bucket per second.
+	OutputTokensPerS float64 `json:"output_tokens_per_s"`
+	// InFlight is the number of requests sent and not done at the bucket's
+	// end; Queued those sent without a first token yet.
+	InFlight int `json:"in_flight"`
+	Queued   int `json:"queued"`
+	// TTFTP99Ms and E2EP50Ms are over requests finishing in the bucket.
+	TTFTP99Ms float64 `json:"ttft_p99_ms"`
+	E2EP50Ms  float64 `json:"e2e_p50_ms"`
+}
+
+// GPU is GPU telemetry sampled during a run.
+type GPU struct {
+	Devices []GPUDevice `json:"devices"`
+}
+
+// GPUDevice summarizes one GPU's samples.
+type GPUDevice struct {
+	Index           int     `json:"index"`
+	Name            string  `json:"name"`
+	UUID            string  `json:"uuid,omitempty"`
+	Samples         int     `json:"samples"`
+	SMUtilMean      float64 `json:"sm_util_mean_pct"`
+	SMUtilMax       float64 `json:"sm_util_max_pct"`
+	MemUtilMean     float64 `json:"mem_util_mean_pct"`
+	MemUsedMaxMiB   float64 `json:"mem_used_max_mib"`
+	MemTotalMiB     float64 `json:"mem_total_mib"`
+	PowerMeanW      float64 `json:"power_mean_w"`
+	PowerMaxW       float64 `json:"power_max_w"`
+	SMClockMeanMHz  float64 `json:"sm_clock_mean_mhz"`
+	MemClockMeanMHz float64 `json:"mem_clock_mean_mhz"`
+	// Series holds (seconds, SM util %, power W) for charts.
+	Series [][3]float64 `json:"series,omitempty"`
+}
+
+// EngineAgreement compares client-side TTFT with the engine's
+// arrival→first-token time for requests that reported both.
+type EngineAgreement struct {
+	N int `json:"n"`
+	// DeltaMs is client TTFT minus engine TTFT (network, HTTP and harness
+	// overhead), in milliseconds.
+	DeltaMs Percentiles `json:"delta_ms"`
+}
