@@ -1,0 +1,38 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"time"
+)
+
+// AdminHandler serves the admin endpoints: /healthz (the process is up),
+// /readyz (the gateway accepts traffic: 503 once it started draining) and,
+// when metrics is non-nil, /metrics.
+func (g *Gateway) AdminHandler(metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !g.ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("draining\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
+	return mux
+}
+
+// ServeAdmin serves AdminHandler(metrics) on ln until ctx ends.
+func (g *Gateway) ServeAdmin(ctx context.Context, ln net.Listener, metrics http.Handler) error {
+	srv := &http.Server{Handler: g.AdminHandler(metrics), ReadHeaderTimeout: 10 * time.Second}
+	return serveUntil(ctx, srv, ln, time.Second, nil)
+}

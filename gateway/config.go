@@ -1,0 +1,201 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Protocol is how the gateway talks to a pool's upstream.
+type Protocol string
+
+const (
+	// OpenAI is OpenAI-compatible HTTP (HTTP/1.1 upstream connections).
+	OpenAI Protocol = "openai"
+	// GRPC is gRPC over cleartext HTTP/2 (h2c with prior knowledge).
+	GRPC Protocol = "grpc"
+)
+
+// Pool is one upstream the gateway forwards to.
+type Pool struct {
+	// Name is what routes refer to.
+	Name string
+	// Protocol picks the upstream transport; empty means OpenAI.
+	Protocol Protocol
+	// Upstream is the base URL (scheme http, host:port). Request paths are
+	// appended to its path.
+	Upstream string
+}
+
+// Route sends matching requests to a pool in a class. Routes are tried in
+// order; the first match wins.
+type Route struct {
+	// PathPrefix matches the request path; empty matches every path.
+	PathPrefix string
+	// Headers must all be present with these exact values; nil matches all.
+	Headers map[string]string
+	// GRPC restricts the route to gRPC requests (content-type
+	// application/grpc) when true, and to non-gRPC requests when false and
+	// AnyProtocol is unset.
+	GRPC bool
+	// AnyProtocol makes the route match gRPC and HTTP requests alike.
+	AnyProtocol bool
+	// Pool is the target pool's name.
+	Pool string
+	// Class is the scheduling class for requests of this route; empty
+	// leaves the choice to the classifier (or the default class).
+	Class string
+}
+
+// Config is the gateway's runtime configuration. The zero value of each
+// optional field picks the default documented on it.
+type Config struct {
+	// Pools are the upstreams; at least one.
+	Pools []Pool
+	// Routes map requests to pools. With no routes, HTTP requests go to the
+	// first OpenAI pool and gRPC requests to the first gRPC pool.
+	Routes []Route
+	// MaxRequestBytes bounds request bodies (413 / RESOURCE_EXHAUSTED
+	// beyond it); 0 means 16 MiB.
+	MaxRequestBytes int64
+	// StreamIdleTimeout ends an upstream response that sends nothing for
+	// this long (the client gets an error event or gRPC UNAVAILABLE); 0
+	// means 5 minutes, negative disables it.
+	StreamIdleTimeout time.Duration
+	// ServerTiming adds a server-timing header (queue time) and trailer
+	// (queue, upstream TTFT, TTFT, TPOT, E2E) to responses.
+	ServerTiming bool
+	// PreemptibleClasses lists the classes whose requests may be preempted
+	// and so are tracked for continuation; nil means every class.
+	PreemptibleClasses map[string]bool
+}
+
+const (
+	defaultMaxRequestBytes   = 16 << 20
+	defaultStreamIdleTimeout = 5 * time.Minute
+)
+
+// compiledPool is a validated pool with its parsed URL.
+type compiledPool struct {
+	Pool
+	url *url.URL
+}
+
+// compiled is the validated, defaulted form of Config that requests read
+// through an atomic pointer.
+type compiled struct {
+	cfg      Config
+	pools    map[string]*compiledPool
+	routes   []Route
+	httpPool *compiledPool // default for HTTP requests when no route matches
+	grpcPool *compiledPool // default for gRPC requests when no route matches
+}
+
+// compile validates cfg, applies defaults and returns the runtime form.
+// Errors name the field path and the bad value, all at once.
+func compile(cfg Config) (*compiled, error) {
+	var errs []error
+	c := &compiled{cfg: cfg, pools: map[string]*compiledPool{}}
+	if len(cfg.Pools) == 0 {
+		errs = append(errs, errors.New("pools: at least one pool is required"))
+	}
+	for i, p := range cfg.Pools {
+		path := fmt.Sprintf("pools[%d]", i)
+		if p.Name == "" {
+			errs = append(errs, fmt.Errorf("%s.name: must not be empty", path))
+		} else if _, dup := c.pools[p.Name]; dup {
+			errs = append(errs, fmt.Errorf("%s.name: %q is defined twice", path, p.Name))
+		}
+		switch p.Protocol {
+		case "":
+			p.Protocol = OpenAI
+		case OpenAI, GRPC:
+		default:
+			errs = append(errs, fmt.Errorf("%s.protocol: %q must be openai or grpc", path, p.Protocol))
+		}
+		u, err := parseUpstream(p.Upstream)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s.upstream: %w", path, err))
+			continue
+		}
+		cp := &compiledPool{Pool: p, url: u}
+		c.pools[p.Name] = cp
+		if p.Protocol == GRPC && c.grpcPool == nil {
+			c.grpcPool = cp
+		}
+		if p.Protocol == OpenAI && c.httpPool == nil {
+			c.httpPool = cp
+		}
+	}
+	for i, r := range cfg.Routes {
+		if _, ok := c.pools[r.Pool]; !ok {
+			errs = append(errs, fmt.Errorf("routes[%d].pool: %q is not a defined pool", i, r.Pool))
+		}
+		if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
+			errs = append(errs, fmt.Errorf("routes[%d].path_prefix: %q must start with /", i, r.PathPrefix))
+		}
+	}
+	c.routes = cfg.Routes
+	if cfg.MaxRequestBytes < 0 {
+		errs = append(errs, fmt.Errorf("max_request_bytes: %d must not be negative", cfg.MaxRequestBytes))
+	}
+	if c.cfg.MaxRequestBytes == 0 {
+		c.cfg.MaxRequestBytes = defaultMaxRequestBytes
+	}
+	if c.cfg.StreamIdleTimeout == 0 {
+		c.cfg.StreamIdleTimeout = defaultStreamIdleTimeout
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("gateway config: %w", err)
+	}
+	return c, nil
+}
+
+func parseUpstream(s string) (*url.URL, error) {
+	if s == "" {
+		return nil, errors.New("must not be empty")
+	}
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a URL: %w", s, err)
+	}
+	if u.Scheme != "http" {
+		return nil, fmt.Errorf("%q: scheme must be http (cleartext upstreams only)", s)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("%q: host must not be empty", s)
+	}
+	return u, nil
+}
+
+// match picks the route for a request; ok is false when nothing matches and
+// no default pool serves the request's protocol.
+func (c *compiled) match(path string, header func(string) string, isGRPC bool) (pool *compiledPool, class string, ok bool) {
+	for _, r := range c.routes {
+		if !r.AnyProtocol && r.GRPC != isGRPC {
+			continue
+		}
+		if !strings.HasPrefix(path, r.PathPrefix) {
+			continue
+		}
+		all := true
+		for k, v := range r.Headers {
+			if header(k) != v {
+				all = false
+				break
+			}
+		}
+		if all {
+			return c.pools[r.Pool], r.Class, true
+		}
+	}
+	if isGRPC {
+		return c.grpcPool, "", c.grpcPool != nil
+	}
+	return c.httpPool, "", c.httpPool != nil
+}

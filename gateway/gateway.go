@@ -1,0 +1,240 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// Recorder receives one Record per finished request (telemetry, tests,
+// the benchmark's embedded runs). It is called on the request's goroutine,
+// so it must be quick and safe for concurrent use.
+type Recorder interface {
+	Record(r Record)
+}
+
+// RecorderFunc adapts a function to Recorder.
+type RecorderFunc func(Record)
+
+// Record calls f.
+func (f RecorderFunc) Record(r Record) { f(r) }
+
+// Option configures a Gateway.
+type Option func(*Gateway)
+
+// WithAdmitter schedules every request through a (nil: requests go
+// straight to the upstream, unscheduled).
+func WithAdmitter(a scheduler.Admitter) Option { return func(g *Gateway) { g.admitter = a } }
+
+// WithClock sets the clock used for measurements and idle timeouts (nil:
+// the wall clock).
+func WithClock(c clock.Clock) Option {
+	return func(g *Gateway) {
+		if c != nil {
+			g.clock = c
+		}
+	}
+}
+
+// WithClassifier classifies requests (nil: a request's class is its
+// route's class, and the scheduler's default class when the route has none).
+func WithClassifier(c *filter.Classifier) Option {
+	return func(g *Gateway) { g.classifier.Store(c) }
+}
+
+// WithRecorder adds a recorder of finished requests (nil is ignored).
+func WithRecorder(r Recorder) Option {
+	return func(g *Gateway) {
+		if r != nil {
+			g.recorders = append(g.recorders, r)
+		}
+	}
+}
+
+// WithLogger sets the logger (nil: slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(g *Gateway) {
+		if l != nil {
+			g.log = l
+		}
+	}
+}
+
+// WithHandlerWrapper wraps the data-plane handler, for example with the
+// prompt relocation middleware (nil is ignored). Wrappers apply in order,
+// the first outermost.
+func WithHandlerWrapper(wrap func(http.Handler) http.Handler) Option {
+	return func(g *Gateway) {
+		if wrap != nil {
+			g.wrappers = append(g.wrappers, wrap)
+		}
+	}
+}
+
+// Gateway is the embedded data plane: an HTTP/1.1 and h2c server that
+// proxies OpenAI-compatible and gRPC requests to pools, measures every
+// stream, and schedules requests through an Admitter. Its configuration is
+// swapped live with Update.
+type Gateway struct {
+	cfg        atomic.Pointer[compiled]
+	classifier atomic.Pointer[filter.Classifier]
+	admitter   scheduler.Admitter
+	clock      clock.Clock
+	log        *slog.Logger
+	recorders  []Recorder
+	wrappers   []func(http.Handler) http.Handler
+	handler    http.Handler
+
+	httpTransport *http.Transport
+	grpcTransport *http.Transport
+
+	mu      sync.Mutex
+	proxies map[string]*httputil.ReverseProxy // by upstream URL and protocol
+	ready   atomic.Bool
+}
+
+// New validates cfg and builds a Gateway; it listens on nothing until Serve.
+func New(cfg Config, opts ...Option) (*Gateway, error) {
+	c, err := compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{clock: clock.Real{}, log: slog.Default(), proxies: map[string]*httputil.ReverseProxy{}}
+	g.cfg.Store(c)
+	for _, o := range opts {
+		o(g)
+	}
+	g.httpTransport = &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+	g.grpcTransport = &http.Transport{
+		DialContext:        (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DisableCompression: true,
+		IdleConnTimeout:    90 * time.Second,
+		Protocols:          new(http.Protocols),
+	}
+	g.grpcTransport.Protocols.SetUnencryptedHTTP2(true)
+	var h http.Handler = g
+	for i := len(g.wrappers) - 1; i >= 0; i-- {
+		h = g.wrappers[i](h)
+	}
+	g.handler = h
+	g.ready.Store(true)
+	return g, nil
+}
+
+// Update swaps in a new configuration; requests in flight finish with the
+// old one. On error the running configuration stays.
+func (g *Gateway) Update(cfg Config) error {
+	c, err := compile(cfg)
+	if err != nil {
+		return err
+	}
+	g.cfg.Store(c)
+	return nil
+}
+
+// SetClassifier swaps the classifier (nil: route classes only).
+func (g *Gateway) SetClassifier(c *filter.Classifier) { g.classifier.Store(c) }
+
+// Handler is the data-plane handler with its wrappers, for hosts that run
+// their own server (Serve uses it).
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// proxy returns the ReverseProxy for a pool, built once per upstream.
+func (g *Gateway) proxy(p *compiledPool) *httputil.ReverseProxy {
+	key := string(p.Protocol) + " " + p.url.String()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if rp, ok := g.proxies[key]; ok {
+		return rp
+	}
+	base := http.RoundTripper(g.httpTransport)
+	if p.Protocol == GRPC {
+		base = g.grpcTransport
+	}
+	target := p.url
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = target.Host
+			// The client's address is not forwarded: engines need none,
+			// and X-Forwarded-For from clients must not be trusted.
+		},
+		Transport:     &attemptTransport{base: base},
+		FlushInterval: -1,
+		ErrorHandler:  g.errorHandler,
+		ErrorLog:      slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+	g.proxies[key] = rp
+	return rp
+}
+
+func (g *Gateway) record(r Record) {
+	for _, rec := range g.recorders {
+		rec.Record(r)
+	}
+}
+
+// Serve serves the data plane on ln until ctx ends, then drains: new
+// connections are refused and requests in flight get drain to finish
+// before their connections are closed. It returns nil after a clean
+// shutdown.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
+	srv := &http.Server{
+		Handler:           g.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		Protocols:         new(http.Protocols),
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	return serveUntil(ctx, srv, ln, drain, func() { g.ready.Store(false) })
+}
+
+// serveUntil runs srv on ln and shuts it down gracefully when ctx ends.
+func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener, drain time.Duration, onStop func()) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	if onStop != nil {
+		onStop()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = srv.Close()
+	}
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return serr
+	}
+	return err
+}
+
+// Close releases idle upstream connections.
+func (g *Gateway) Close() {
+	g.httpTransport.CloseIdleConnections()
+	g.grpcTransport.CloseIdleConnections()
+}

@@ -1,0 +1,238 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmesh/llmesh/scheduler"
+	"google.golang.org/grpc/codes"
+)
+
+// exchange is the state of one client request across its upstream
+// attempts (a requeue after preemption and a mid-stream continuation are
+// further attempts). It is owned by the request's handler goroutine; only
+// the preemption watcher of the current attempt touches it from elsewhere,
+// and only through the attempt's context.
+type exchange struct {
+	g       *Gateway
+	rt      *compiled
+	pool    *compiledPool
+	grpc    bool
+	class   string
+	body    []byte
+	meta    requestMeta
+	sreq    scheduler.Request
+	recv    time.Time
+	admitAt time.Time
+
+	lease       scheduler.Lease
+	releaseOnce sync.Once
+	outcome     scheduler.Outcome
+
+	// preemptible: the lease may fire Preempt for this request.
+	preemptible bool
+	preemptions int
+	// termErr is the gateway-side error that ended the response, if any.
+	termErr error
+
+	obs *meter
+}
+
+type exchangeKey struct{}
+
+// ServeHTTP is the data-plane handler: route, classify, read the body,
+// admit, proxy, observe, release.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt := g.cfg.Load()
+	recv := g.clock.Now()
+	grpcReq := isGRPC(r)
+	pool, routeClass, ok := rt.match(r.URL.Path, r.Header.Get, grpcReq)
+	if !ok {
+		g.fail(w, grpcReq, http.StatusNotFound, "no_route", codes.Unimplemented,
+			fmt.Sprintf("no route for %s", r.URL.Path), 0)
+		return
+	}
+	body, err := readBody(r.Body, rt.cfg.MaxRequestBytes)
+	if err != nil {
+		if errors.Is(err, ErrBodyTooLarge) {
+			g.fail(w, grpcReq, http.StatusRequestEntityTooLarge, "request_too_large", codes.ResourceExhausted,
+				fmt.Sprintf("request body exceeds max_request_bytes (%d bytes)", rt.cfg.MaxRequestBytes), 0)
+			return
+		}
+		g.fail(w, grpcReq, http.StatusBadRequest, "bad_request", codes.InvalidArgument,
+			"reading request body: "+err.Error(), 0)
+		return
+	}
+	x := &exchange{g: g, rt: rt, pool: pool, grpc: grpcReq, body: body, recv: recv}
+	x.meta = parseRequestMeta(r.URL.Path, body, grpcReq)
+	x.class = g.classify(r, routeClass, x.meta.model)
+	x.obs = g.newMeter(x, r)
+	x.sreq = scheduler.Request{
+		ID:           requestID(r),
+		Pool:         pool.Name,
+		Class:        x.class,
+		PromptTokens: x.meta.promptTokens,
+		MaxTokens:    x.meta.maxTokens,
+		Arrival:      recv,
+	}
+	defer x.finish()
+	if g.admitter != nil {
+		lease, err := g.admitter.Admit(r.Context(), x.sreq)
+		if err != nil {
+			x.termErr = err
+			status, typ, code := admitFailure(err)
+			g.fail(w, grpcReq, status, typ, code, err.Error(), retryAfter)
+			return
+		}
+		x.lease = lease
+		x.preemptible = rt.cfg.PreemptibleClasses == nil || rt.cfg.PreemptibleClasses[x.class]
+	}
+	x.admitAt = g.clock.Now()
+	x.obs.admitted(x.admitAt)
+	if rt.cfg.ServerTiming {
+		w.Header().Set("Server-Timing", fmt.Sprintf("queue;dur=%.3f", ms(x.admitAt.Sub(recv))))
+	}
+	r.Body = http.NoBody
+	r.ContentLength = int64(len(body))
+	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
+	defer func() {
+		// ReverseProxy aborts with http.ErrAbortHandler when the client goes
+		// away mid-copy; release before the panic goes on.
+		if p := recover(); p != nil {
+			if x.outcome == scheduler.Done {
+				x.outcome = scheduler.Cancelled
+			}
+			x.finish()
+			panic(p)
+		}
+	}()
+	g.proxy(pool).ServeHTTP(w, r.WithContext(ctx))
+}
+
+// finish releases the lease once and records the observation.
+func (x *exchange) finish() {
+	x.releaseOnce.Do(func() {
+		if x.lease != nil {
+			x.lease.Release(x.outcome)
+		}
+		x.obs.end(x)
+	})
+}
+
+// releaseForRetry ends the current admission as preempted; a new one
+// follows through admitAgain.
+func (x *exchange) releaseForRetry() {
+	x.preemptions++
+	if x.lease != nil {
+		x.lease.Release(scheduler.Preempted)
+		x.lease = nil
+	}
+}
+
+// admitAgain queues the request again at the front of its class after a
+// preemption.
+func (x *exchange) admitAgain(ctx context.Context) error {
+	if x.g.admitter == nil {
+		return nil
+	}
+	req := x.sreq
+	req.Requeue = true
+	lease, err := x.g.admitter.Admit(ctx, req)
+	if err != nil {
+		return err
+	}
+	x.lease = lease
+	return nil
+}
+
+func (g *Gateway) fail(w http.ResponseWriter, grpcReq bool, status int, typ string, code codes.Code, msg string, pushback time.Duration) {
+	if grpcReq {
+		if code != codes.Unavailable {
+			pushback = 0
+		}
+		writeGRPCError(w, code, msg, pushback)
+		return
+	}
+	if status == 499 { // the client is gone; nobody reads this
+		return
+	}
+	writeHTTPError(w, status, typ, msg)
+}
+
+// errorHandler answers requests whose upstream attempt failed before any
+// response byte reached the client.
+func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
+	grpcReq := isGRPC(r)
+	if x != nil {
+		if x.termErr == nil {
+			x.termErr = err
+		}
+		if x.outcome == scheduler.Done {
+			x.outcome = scheduler.Failed
+		}
+	}
+	switch {
+	case r.Context().Err() != nil && !errors.Is(err, ErrUpstreamStalled):
+		if x != nil {
+			x.outcome = scheduler.Cancelled
+		}
+		return // client gone
+	case isAdmitErr(err):
+		status, typ, code := admitFailure(err)
+		g.fail(w, grpcReq, status, typ, code, err.Error(), retryAfter)
+	case errors.Is(err, ErrUpstreamStalled):
+		g.fail(w, grpcReq, http.StatusGatewayTimeout, "upstream_timeout", codes.Unavailable, err.Error(), 0)
+	default:
+		g.fail(w, grpcReq, http.StatusBadGateway, "upstream_unavailable", codes.Unavailable,
+			"upstream: "+err.Error(), 0)
+	}
+}
+
+func isAdmitErr(err error) bool {
+	for _, s := range []error{scheduler.ErrQueueFull, scheduler.ErrRejected, scheduler.ErrPreempted,
+		scheduler.ErrCancelled, scheduler.ErrUnavailable, scheduler.ErrClosed} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// readBody reads at most limit bytes; more is ErrBodyTooLarge.
+func readBody(rc io.ReadCloser, limit int64) ([]byte, error) {
+	if rc == nil || rc == http.NoBody {
+		return nil, nil
+	}
+	defer rc.Close()
+	var buf bytes.Buffer
+	n, err := io.Copy(&buf, io.LimitReader(rc, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if n > limit {
+		return nil, ErrBodyTooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+var idSeq atomic.Uint64
+
+// requestID is the client's x-request-id when given, else a process-unique
+// one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 {
+		return id
+	}
+	return "gw-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatUint(idSeq.Add(1), 36)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

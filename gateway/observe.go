@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// meter feeds one request's events to the core Observer and hands the
+// finished Observation to the gateway's recorders. It is used by the
+// request's handler goroutine only.
+type meter struct {
+	x   *exchange
+	o   *filter.Observer
+	err error
+	// lastTokens is the token count last reported to the lease.
+	lastTokens int
+	firstSent  bool
+}
+
+func (g *Gateway) newMeter(x *exchange, r *http.Request) *meter {
+	opts := filter.Options{KeepOutput: x.meta.spliceable && g.admitter != nil}
+	if x.grpc {
+		opts.GRPCMethod = r.URL.Path
+	}
+	m := &meter{x: x, o: filter.GetObserver(opts)}
+	m.o.MarkReceived(x.recv)
+	return m
+}
+
+func (m *meter) admitted(t time.Time)     { m.o.MarkAdmitted(t) }
+func (m *meter) upstreamSent(t time.Time) { m.o.MarkUpstreamSent(t) }
+
+func (m *meter) responseHeaders(res *http.Response, t time.Time) {
+	m.o.ResponseHeaders(t, res.StatusCode, res.Header)
+}
+
+// chunk observes bytes sent to the client and reports progress to the
+// lease when the token count moved.
+func (m *meter) chunk(b []byte, t time.Time) {
+	_ = m.o.Observe(t, b) // parse errors are recorded in the observation
+	if lease := m.x.lease; lease != nil {
+		p := m.o.Progress()
+		if p.Tokens != m.lastTokens || (p.FirstToken && !m.firstSent) {
+			m.lastTokens, m.firstSent = p.Tokens, p.FirstToken
+			lease.Progress(p)
+		}
+	}
+}
+
+func (m *meter) trailers(h http.Header, t time.Time) {
+	if h != nil {
+		m.o.Trailers(t, h)
+	}
+}
+
+// failed records the gateway-side error that ended the response.
+func (m *meter) failed(err error, t time.Time) {
+	if m.err == nil {
+		m.err = err
+	}
+}
+
+// output is the text generated so far (only kept for spliceable requests).
+func (m *meter) output() string {
+	text, _ := m.o.Output()
+	return string(text)
+}
+
+func (m *meter) tokens() int { return m.o.Progress().Tokens }
+
+// serverTiming formats the measurement so far as a Server-Timing value.
+func (m *meter) serverTiming() string {
+	ob := m.o.Observation()
+	now := m.x.g.clock.Now()
+	e2e := now.Sub(ob.Received)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "queue;dur=%.3f", ms(ob.QueueTime))
+	if ob.HasTTFT {
+		fmt.Fprintf(&sb, ", ttft;dur=%.3f, upstream-ttft;dur=%.3f", ms(ob.TTFT), ms(ob.UpstreamTTFT))
+		if n := ob.CountedTokens; n > 1 {
+			fmt.Fprintf(&sb, ", tpot;dur=%.3f", ms((e2e-ob.TTFT)/time.Duration(n-1)))
+		}
+	}
+	fmt.Fprintf(&sb, ", e2e;dur=%.3f", ms(e2e))
+	return sb.String()
+}
+
+// end finishes the observation and records it. It runs once per request,
+// after the lease was released.
+func (m *meter) end(x *exchange) {
+	cause := m.err
+	if cause == nil && x.outcome == scheduler.Cancelled {
+		cause = errClientGone
+	}
+	if cause == nil && x.termErr != nil && m.o.Observation().HTTPStatus == 0 {
+		cause = x.termErr
+	}
+	m.o.Finish(x.g.clock.Now(), cause)
+	ob := m.o.Observation()
+	filter.PutObserver(m.o)
+	m.o = nil
+	x.g.record(Record{
+		Observation: ob,
+		Class:       x.class,
+		Model:       x.meta.model,
+		Pool:        x.pool.Name,
+		Outcome:     x.outcome,
+		Preemptions: x.preemptions,
+		Err:         x.termErr,
+	})
+}
+
+var errClientGone = fmt.Errorf("client cancelled: %w", context.Canceled)
+
+// Record is what the gateway reports per request to its recorders.
+type Record struct {
+	filter.Observation
+	Class   string
+	Model   string
+	Pool    string
+	Outcome scheduler.Outcome
+	// Preemptions counts how often the request was preempted (requeued or
+	// continued).
+	Preemptions int
+	// Err is the gateway-side error that ended the request (admission,
+	// upstream, preemption), nil when it completed.
+	Err error
+}
+
+// classify picks the request's class: the classifier when configured, else
+// the route's class.
+func (g *Gateway) classify(r *http.Request, routeClass, model string) string {
+	c := g.classifier.Load()
+	if c == nil {
+		return routeClass
+	}
+	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
+	return c.Classify(filter.RequestInfo{
+		Path: r.URL.Path, Model: model, RouteClass: routeClass,
+		Peer: peer.Addr().Unmap(), Headers: r.Header,
+	}).Name
+}

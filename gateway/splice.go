@@ -1,0 +1,282 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// splicer continues a preempted OpenAI SSE stream: it remembers the
+// stream's identity from the first attempt, builds the continuation request
+// (original prompt + text generated so far, remaining max_tokens) and
+// rewrites the continuation's events so that the client sees one stream:
+// the first attempt's id and created time, no second role delta, and a
+// final usage that counts the original prompt and every generated token.
+type splicer struct {
+	kind apiKind
+	// id and created are the first attempt's, copied into continuation
+	// events.
+	id      json.RawMessage
+	created json.RawMessage
+	// before is how many tokens the client had received when the current
+	// continuation started.
+	before    int
+	rewriting bool
+}
+
+func newSplicer(kind apiKind) *splicer { return &splicer{kind: kind} }
+
+// track reads the stream's identity from the first attempt's first event;
+// events are whole (the stream cuts at event boundaries).
+func (sp *splicer) track(b []byte) {
+	if sp.id != nil {
+		return
+	}
+	forEachData(b, func(data []byte) bool {
+		var head struct {
+			ID      json.RawMessage `json:"id"`
+			Created json.RawMessage `json:"created"`
+		}
+		if json.Unmarshal(data, &head) == nil && head.ID != nil {
+			sp.id, sp.created = head.ID, head.Created
+			return false
+		}
+		return true
+	})
+}
+
+// forEachData calls f with the data of each whole event in b (data lines
+// joined by "\n") until f returns false.
+func forEachData(b []byte, f func(data []byte) bool) {
+	for len(b) > 0 {
+		end := bytes.Index(b, []byte("\n\n"))
+		var ev []byte
+		if end < 0 {
+			ev, b = b, nil
+		} else {
+			ev, b = b[:end], b[end+2:]
+		}
+		data := eventData(ev)
+		if data != nil && !f(data) {
+			return
+		}
+	}
+}
+
+// eventData joins an event's data lines; nil when it has none.
+func eventData(ev []byte) []byte {
+	var data []byte
+	for len(ev) > 0 {
+		line := ev
+		if i := bytes.IndexByte(ev, '\n'); i >= 0 {
+			line, ev = ev[:i], ev[i+1:]
+		} else {
+			ev = nil
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			v = bytes.TrimPrefix(v, []byte(" "))
+			if data != nil {
+				data = append(data, '\n')
+			}
+			data = append(data, v...)
+		}
+	}
+	return data
+}
+
+// continuationBody builds the continuation request from the original body.
+// ok is false when nothing is left to generate.
+func (sp *splicer) continuationBody(orig []byte, text string, generated int) (body []byte, ok bool, err error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(orig, &m); err != nil {
+		return nil, false, fmt.Errorf("continuation: request body: %w", err)
+	}
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if raw, has := m[k]; has && string(raw) != "null" {
+			n, err := strconv.Atoi(string(raw))
+			if err != nil {
+				return nil, false, fmt.Errorf("continuation: %s: %s is not an integer", k, raw)
+			}
+			if n-generated <= 0 {
+				return nil, false, nil
+			}
+			m[k] = json.RawMessage(strconv.Itoa(n - generated))
+		}
+	}
+	if raw, has := m["min_tokens"]; has {
+		if n, err := strconv.Atoi(string(raw)); err == nil {
+			m["min_tokens"] = json.RawMessage(strconv.Itoa(max(0, n-generated)))
+		}
+	}
+	switch sp.kind {
+	case apiCompletions:
+		var prompt string
+		if err := json.Unmarshal(m["prompt"], &prompt); err != nil {
+			return nil, false, errors.New("continuation: prompt is not a string")
+		}
+		m["prompt"], _ = json.Marshal(prompt + text)
+	case apiChat:
+		var msgs []json.RawMessage
+		if err := json.Unmarshal(m["messages"], &msgs); err != nil {
+			return nil, false, errors.New("continuation: messages is not a list")
+		}
+		partial, _ := json.Marshal(map[string]string{"role": "assistant", "content": text})
+		msgs = append(msgs, partial)
+		m["messages"], _ = json.Marshal(msgs)
+		// vLLM's way to continue a final assistant message instead of
+		// starting a new turn.
+		m["continue_final_message"] = json.RawMessage("true")
+		m["add_generation_prompt"] = json.RawMessage("false")
+	default:
+		return nil, false, errors.New("continuation: unsupported API")
+	}
+	body, err = json.Marshal(m)
+	return body, err == nil, err
+}
+
+// rewrite turns continuation events into events of the client's stream.
+func (sp *splicer) rewrite(b []byte) []byte {
+	out := make([]byte, 0, len(b)+64)
+	for len(b) > 0 {
+		end := bytes.Index(b, []byte("\n\n"))
+		var ev []byte
+		if end < 0 {
+			ev, b = b, nil
+		} else {
+			ev, b = b[:end], b[end+2:]
+		}
+		data := eventData(ev)
+		if data == nil || bytes.Equal(data, []byte("[DONE]")) {
+			out = append(out, ev...)
+			out = append(out, '\n', '\n')
+			continue
+		}
+		nd, keep := sp.rewriteChunk(data)
+		if !keep {
+			continue
+		}
+		out = append(out, "data: "...)
+		out = append(out, nd...)
+		out = append(out, '\n', '\n')
+	}
+	return out
+}
+
+// rewriteChunk fixes one continuation chunk; keep is false for a chat
+// role-only delta, which the client already got from the first attempt.
+func (sp *splicer) rewriteChunk(data []byte) (out []byte, keep bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(data, &m) != nil {
+		return data, true
+	}
+	if sp.kind == apiChat && roleOnly(m["choices"]) {
+		return nil, false
+	}
+	if sp.id != nil {
+		m["id"] = sp.id
+	}
+	if sp.created != nil {
+		m["created"] = sp.created
+	}
+	if raw, ok := m["usage"]; ok && string(raw) != "null" {
+		var u map[string]json.RawMessage
+		if json.Unmarshal(raw, &u) == nil {
+			prompt, _ := strconv.Atoi(string(u["prompt_tokens"]))
+			completion, _ := strconv.Atoi(string(u["completion_tokens"]))
+			// The continuation's prompt is the original prompt plus the
+			// text generated before; its tokens are the original's plus
+			// those (the engine's tokenizer round-trips its own output).
+			origPrompt := max(0, prompt-sp.before)
+			total := completion + sp.before
+			u["prompt_tokens"] = json.RawMessage(strconv.Itoa(origPrompt))
+			u["completion_tokens"] = json.RawMessage(strconv.Itoa(total))
+			u["total_tokens"] = json.RawMessage(strconv.Itoa(origPrompt + total))
+			m["usage"], _ = json.Marshal(u)
+		}
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return data, true
+	}
+	return out, true
+}
+
+// roleOnly reports whether choices holds only deltas without content and
+// without a finish reason.
+func roleOnly(raw json.RawMessage) bool {
+	var choices []struct {
+		Delta struct {
+			Content *string `json:"content"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	}
+	if json.Unmarshal(raw, &choices) != nil || len(choices) == 0 {
+		return false
+	}
+	for _, c := range choices {
+		if (c.Delta.Content != nil && *c.Delta.Content != "") || c.FinishReason != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// continueStream replaces the preempted upstream with a continuation
+// request whose events are spliced into the client's stream. It waits for
+// a new admission first (at the front of the class). A preemption of the
+// continuation before its first byte starts over; one during it is handled
+// by end like the first.
+func (s *stream) continueStream() error {
+	x := s.x
+	sp := s.splice
+	ctx := s.outreq.Context()
+	s.res.Body.Close()
+	s.a.stop()
+	for {
+		x.releaseForRetry()
+		if err := x.admitAgain(ctx); err != nil {
+			return fmt.Errorf("continuation: %w", err)
+		}
+		generated := x.obs.tokens()
+		body, ok, err := sp.continuationBody(x.body, x.obs.output(), generated)
+		if err != nil {
+			return err
+		}
+		if !ok { // max_tokens reached exactly at the preemption
+			s.pending = append(s.pending, "data: [DONE]\n\n"...)
+			s.finishSynthetic()
+			return nil
+		}
+		sp.before = generated
+		sp.rewriting = true
+		a := x.newAttempt(ctx)
+		res, err := send(s.base, x, a, s.outreq, body)
+		if err == nil && res.StatusCode != http.StatusOK {
+			res.Body.Close()
+			err = fmt.Errorf("continuation: upstream status %d", res.StatusCode)
+		}
+		if err != nil {
+			cause := a.cause()
+			a.stop()
+			if errors.Is(cause, errPreemptSignal) && ctx.Err() == nil {
+				continue
+			}
+			return fmt.Errorf("%w: continuation: %v", ErrUpstreamReset, err)
+		}
+		s.a, s.res = a, res
+		s.framing = framingSSE
+		return nil
+	}
+}
+
+// finishSynthetic ends a spliced stream that needed no continuation.
+func (s *stream) finishSynthetic() {
+	s.done = true
+	s.doneErr = io.EOF
+	s.serverTiming()
+}

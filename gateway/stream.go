@@ -1,0 +1,367 @@
+package gateway
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/llmesh/llmesh/scheduler"
+	"google.golang.org/grpc/codes"
+)
+
+// framing is how a response body is cut into units that the client must
+// never see split by a gateway-made ending (an error event, a spliced
+// continuation, error trailers).
+type framing uint8
+
+const (
+	framingRaw framing = iota
+	framingSSE
+	framingGRPC
+)
+
+func framingOf(res *http.Response) framing {
+	ct, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type"))
+	switch {
+	case ct == "text/event-stream":
+		return framingSSE
+	case len(ct) >= 16 && ct[:16] == "application/grpc":
+		return framingGRPC
+	}
+	return framingRaw
+}
+
+// stream is the response body ReverseProxy copies to the client. It reads
+// the upstream body straight into the proxy's buffer (no extra copy on the
+// common path), feeds every emitted chunk to the observer with its arrival
+// time, holds back a trailing partial SSE event or gRPC frame, and turns an
+// upstream failure into a clean protocol-level ending. Only the handler
+// goroutine uses it.
+type stream struct {
+	x       *exchange
+	a       *attempt
+	base    http.RoundTripper
+	outreq  *http.Request
+	res     *http.Response // current upstream response
+	out     *http.Response // what ReverseProxy sees
+	framing framing
+
+	first   []byte // primed bytes not yet emitted
+	firstAt time.Time
+	carry   []byte // held partial unit
+	pending []byte // gateway-made bytes to emit next
+	upErr   error  // upstream read error to act on after emitting
+	// frameLeft counts bytes of a gRPC frame that passed unaligned.
+	frameLeft int
+	// atBoundary: everything emitted so far ends at a unit boundary.
+	atBoundary bool
+	done       bool
+	doneErr    error
+	closed     bool
+
+	splice *splicer
+}
+
+func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Request, res *http.Response) *stream {
+	s := &stream{x: x, a: a, base: base, outreq: outreq, res: res, framing: framingOf(res), atBoundary: true}
+	out := *res
+	out.Body = s
+	out.Trailer = http.Header{}
+	for k, v := range res.Trailer {
+		out.Trailer[k] = v
+	}
+	s.out = &out
+	if x.lease != nil && x.preemptible && x.meta.spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK {
+		s.splice = newSplicer(x.meta.kind)
+	}
+	x.obs.responseHeaders(res, x.g.clock.Now())
+	return s
+}
+
+func (s *stream) response() *http.Response { return s.out }
+
+// prime reads the first body bytes. It fails only when the attempt was
+// preempted before any byte arrived, so the caller can requeue; any other
+// error is kept for Read to turn into a proper ending.
+func (s *stream) prime() error {
+	buf := make([]byte, 32<<10)
+	n, err := s.res.Body.Read(buf)
+	for n == 0 && err == nil {
+		n, err = s.res.Body.Read(buf)
+	}
+	s.firstAt = s.x.g.clock.Now()
+	s.first = buf[:n]
+	if n > 0 {
+		s.a.touch()
+	}
+	if err != nil {
+		if n == 0 && errors.Is(s.a.cause(), errPreemptSignal) {
+			return err
+		}
+		s.upErr = err
+	}
+	return nil
+}
+
+// Read implements io.Reader for ReverseProxy's copy loop.
+func (s *stream) Read(p []byte) (int, error) {
+	for {
+		if len(s.pending) > 0 {
+			n := copy(p, s.pending)
+			s.pending = s.pending[n:]
+			return n, nil
+		}
+		if s.done {
+			return 0, s.doneErr
+		}
+		if s.upErr != nil && len(s.first) == 0 {
+			err := s.upErr
+			s.upErr = nil
+			s.carry = s.carry[:0] // a partial unit the upstream never finished
+			s.end(err)
+			continue
+		}
+		n, err := s.fill(p)
+		if err != nil {
+			s.upErr = err
+		}
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// fill reads upstream bytes behind any carried partial unit into p and
+// returns how many of them may go to the client now.
+func (s *stream) fill(p []byte) (int, error) {
+	k := 0
+	if len(s.carry) > 0 {
+		k = copy(p, s.carry)
+		if k < len(s.carry) { // a unit larger than the copy buffer passes unaligned
+			s.carry = s.carry[k:]
+			s.emitted(p[:k], s.x.g.clock.Now(), false)
+			return k, nil
+		}
+		s.carry = s.carry[:0]
+	}
+	var n int
+	var err error
+	at := s.firstAt
+	if len(s.first) > 0 {
+		n = copy(p[k:], s.first)
+		s.first = s.first[n:]
+		err = s.upErr
+		if len(s.first) > 0 {
+			err = nil
+		} else {
+			s.upErr = nil
+		}
+	} else {
+		n, err = s.res.Body.Read(p[k:])
+		at = s.x.g.clock.Now()
+		if n > 0 {
+			s.a.touch()
+		}
+	}
+	total := k + n
+	cut := s.cut(p[:total], err == io.EOF)
+	if cut < total {
+		s.carry = append(s.carry, p[cut:total]...)
+	}
+	if cut == 0 && total == len(p) && len(p) > 0 { // no boundary in a full buffer
+		s.carry = s.carry[:0]
+		cut = total
+		if s.framing == framingGRPC && total >= 5 {
+			// A frame larger than the buffer passes unaligned; remember
+			// how much of it is still to come.
+			s.frameLeft = 5 + int(binary.BigEndian.Uint32(p[1:5])) - total
+		}
+		s.emitted(p[:cut], at, false)
+		return cut, err
+	}
+	if cut > 0 {
+		if s.splice != nil && s.splice.rewriting {
+			s.pending = append(s.pending[:0], s.splice.rewrite(p[:cut])...)
+			s.emitted(s.pending, at, true)
+			return 0, err
+		}
+		s.emitted(p[:cut], at, true)
+	}
+	return cut, err
+}
+
+// emitted observes bytes on their way to the client.
+func (s *stream) emitted(b []byte, at time.Time, aligned bool) {
+	s.atBoundary = aligned
+	if s.splice != nil && !s.splice.rewriting {
+		if aligned {
+			s.splice.track(b)
+		} else {
+			s.splice = nil // cannot follow an event split by the buffer; no continuation
+		}
+	}
+	s.x.obs.chunk(b, at)
+}
+
+// cut returns the length of the longest prefix of b that ends at a unit
+// boundary; at EOF everything goes.
+func (s *stream) cut(b []byte, eof bool) int {
+	if eof {
+		return len(b)
+	}
+	switch s.framing {
+	case framingSSE:
+		return lastEventEnd(b)
+	case framingGRPC:
+		return s.grpcCut(b)
+	}
+	return len(b)
+}
+
+// lastEventEnd is the index just after the last blank line ("\n\n" or
+// "\n\r\n") in b, 0 when there is none.
+func lastEventEnd(b []byte) int {
+	for i := len(b) - 1; i >= 1; i-- {
+		if b[i] != '\n' {
+			continue
+		}
+		if b[i-1] == '\n' || (b[i-1] == '\r' && i >= 2 && b[i-2] == '\n') {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// grpcCut is the length of the whole gRPC frames at the start of b, after
+// the tail of a frame that passed unaligned earlier.
+func (s *stream) grpcCut(b []byte) int {
+	i := 0
+	if s.frameLeft > 0 {
+		if len(b) <= s.frameLeft {
+			s.frameLeft -= len(b)
+			return len(b)
+		}
+		i = s.frameLeft
+		s.frameLeft = 0
+	}
+	for i+5 <= len(b) {
+		l := int(binary.BigEndian.Uint32(b[i+1 : i+5]))
+		if l > len(b)-i-5 {
+			break
+		}
+		i += 5 + l
+	}
+	return i
+}
+
+// end acts on the upstream body's final read error.
+func (s *stream) end(err error) {
+	if err == io.EOF {
+		s.finishOK()
+		return
+	}
+	cause := s.a.cause()
+	switch {
+	case errors.Is(cause, errPreemptSignal) && s.outreq.Context().Err() == nil:
+		if s.splice != nil {
+			if cerr := s.continueStream(); cerr == nil {
+				return
+			} else {
+				s.terminate(cerr, scheduler.Failed)
+				return
+			}
+		}
+		s.x.releaseForRetry()
+		s.terminate(ErrPreemptedMidStream, scheduler.Preempted)
+	case errors.Is(cause, ErrUpstreamStalled):
+		s.terminate(fmt.Errorf("%w: nothing for %v", ErrUpstreamStalled, s.a.idleD), scheduler.Failed)
+	case s.outreq.Context().Err() != nil:
+		s.x.outcome = scheduler.Cancelled
+		s.x.termErr = s.outreq.Context().Err()
+		s.done, s.doneErr = true, err
+	default:
+		s.terminate(fmt.Errorf("%w: %v", ErrUpstreamReset, err), scheduler.Failed)
+	}
+}
+
+// finishOK ends a response the upstream completed.
+func (s *stream) finishOK() {
+	s.done, s.doneErr = true, io.EOF
+	for k, v := range s.res.Trailer {
+		s.out.Trailer[k] = v
+	}
+	s.x.obs.trailers(s.res.Trailer, s.x.g.clock.Now())
+	switch {
+	case s.res.StatusCode >= 500 || s.res.StatusCode == http.StatusTooManyRequests:
+		s.x.outcome = scheduler.Failed
+	case s.framing == framingGRPC && grpcStatus(s.res) != "0":
+		s.x.outcome = scheduler.Failed
+	}
+	s.serverTiming()
+}
+
+func grpcStatus(res *http.Response) string {
+	if v := res.Trailer.Get("Grpc-Status"); v != "" {
+		return v
+	}
+	return res.Header.Get("Grpc-Status")
+}
+
+// terminate ends the client's response with a protocol-level error: an
+// OpenAI error event for SSE, grpc-status UNAVAILABLE in the trailers for
+// gRPC; other bodies are cut off (the connection is aborted).
+func (s *stream) terminate(err error, o scheduler.Outcome) {
+	s.x.termErr = err
+	s.x.outcome = o
+	s.done = true
+	switch s.framing {
+	case framingSSE:
+		if !s.atBoundary {
+			s.pending = append(s.pending, '\n', '\n')
+		}
+		s.pending = append(s.pending, "event: error\ndata: "...)
+		s.pending = append(s.pending, errorJSON(http.StatusBadGateway, errorType(err), err.Error())...)
+		s.pending = append(s.pending, '\n', '\n')
+		s.doneErr = io.EOF
+	case framingGRPC:
+		s.out.Trailer.Set("Grpc-Status", strconv.Itoa(int(codes.Unavailable)))
+		s.out.Trailer.Set("Grpc-Message", grpcEncodeMessage(err.Error()))
+		s.doneErr = io.EOF
+	default:
+		s.doneErr = err
+	}
+	s.x.obs.failed(err, s.x.g.clock.Now())
+	s.serverTiming()
+}
+
+func errorType(err error) string {
+	switch {
+	case errors.Is(err, ErrUpstreamStalled):
+		return "upstream_timeout"
+	case errors.Is(err, ErrPreemptedMidStream):
+		return "preempted"
+	}
+	return "upstream_error"
+}
+
+func (s *stream) serverTiming() {
+	if s.x.rt.cfg.ServerTiming {
+		s.out.Trailer.Set("Server-Timing", s.x.obs.serverTiming())
+	}
+}
+
+// Close stops the attempt; ReverseProxy calls it once the copy is over.
+func (s *stream) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.res.Body.Close()
+	s.a.stop()
+	return err
+}

@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/llmesh/llmesh/clock"
+)
+
+// errPreemptSignal is the cancellation cause of an attempt stopped because
+// its lease asked for preemption.
+var errPreemptSignal = errors.New("gateway: preemption requested")
+
+// attempt is one upstream request of an exchange. Its context ends when
+// the client goes away, the lease is preempted, the upstream stalls, or the
+// attempt is stopped; Cause tells which.
+type attempt struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	idle   clock.Timer
+	idleD  time.Duration
+	done   chan struct{}
+}
+
+// newAttempt starts the attempt's watchers: an idle timer, and, for a
+// preemptible lease, a goroutine that turns Preempt into cancellation. The
+// goroutine is owned by the attempt and ends with its context; stop waits
+// for it.
+func (x *exchange) newAttempt(parent context.Context) *attempt {
+	ctx, cancel := context.WithCancelCause(parent)
+	a := &attempt{ctx: ctx, cancel: cancel, idleD: x.rt.cfg.StreamIdleTimeout}
+	if a.idleD > 0 {
+		a.idle = x.g.clock.AfterFunc(a.idleD, func() { cancel(ErrUpstreamStalled) })
+	}
+	if x.lease != nil && x.preemptible {
+		pre := x.lease.Preempt()
+		a.done = make(chan struct{})
+		go func() {
+			defer close(a.done)
+			select {
+			case <-pre:
+				cancel(errPreemptSignal)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return a
+}
+
+// touch restarts the idle timer after upstream activity.
+func (a *attempt) touch() {
+	if a.idle != nil {
+		a.idle.Reset(a.idleD)
+	}
+}
+
+// cause is why the attempt's context ended, nil while it runs.
+func (a *attempt) cause() error {
+	if a.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(a.ctx)
+}
+
+// stop ends the attempt and waits for its watcher.
+func (a *attempt) stop() {
+	a.cancel(context.Canceled)
+	if a.idle != nil {
+		a.idle.Stop()
+	}
+	if a.done != nil {
+		<-a.done
+	}
+}
+
+// attemptTransport is the ReverseProxy's transport: it sends the buffered
+// request body, holds the response until its first body bytes arrive (so
+// that a preemption before anything reached the client only requeues), and
+// wraps the body in a stream that observes, times out and splices.
+type attemptTransport struct {
+	base http.RoundTripper
+}
+
+func (t *attemptTransport) RoundTrip(outreq *http.Request) (*http.Response, error) {
+	x, _ := outreq.Context().Value(exchangeKey{}).(*exchange)
+	if x == nil {
+		return t.base.RoundTrip(outreq)
+	}
+	for {
+		a := x.newAttempt(outreq.Context())
+		res, err := send(t.base, x, a, outreq, x.body)
+		if err == nil {
+			s := newStream(x, a, t.base, outreq, res)
+			err = s.prime()
+			if err == nil {
+				return s.response(), nil
+			}
+			res.Body.Close()
+		}
+		cause := a.cause()
+		a.stop()
+		switch {
+		case errors.Is(cause, errPreemptSignal) && outreq.Context().Err() == nil:
+			// Nothing reached the client: requeue at the front of the class.
+			x.releaseForRetry()
+			if aerr := x.admitAgain(outreq.Context()); aerr != nil {
+				return nil, aerr
+			}
+			continue
+		case errors.Is(cause, ErrUpstreamStalled):
+			return nil, fmt.Errorf("%w: no response within %v", ErrUpstreamStalled, a.idleD)
+		}
+		return nil, err
+	}
+}
+
+// send issues one upstream request with body.
+func send(base http.RoundTripper, x *exchange, a *attempt, outreq *http.Request, body []byte) (*http.Response, error) {
+	req := outreq.Clone(a.ctx)
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.ContentLength = int64(len(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	if len(body) == 0 {
+		req.Body = http.NoBody
+	}
+	x.obs.upstreamSent(x.g.clock.Now())
+	return base.RoundTrip(req)
+}
