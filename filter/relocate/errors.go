@@ -1,0 +1,72 @@
+package relocate
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error classes callers branch on; the specific cause is wrapped.
+var (
+	// ErrTooLarge: a configured limit was exceeded (HTTP 413, gRPC
+	// RESOURCE_EXHAUSTED). The concrete error is a *LimitError naming it.
+	ErrTooLarge = errors.New("relocate: too large")
+	// ErrInvalidValue: the header value cannot be relocated (bad base64,
+	// not UTF-8 for a string field, repeated header).
+	ErrInvalidValue = errors.New("relocate: invalid value")
+	// ErrMalformed: the request body is not what the rule expects (a broken
+	// gRPC frame, a truncated first message, a body that is not a JSON
+	// object).
+	ErrMalformed = errors.New("relocate: malformed body")
+	// ErrCompressed: the first message is compressed and the rule refuses
+	// compressed messages.
+	ErrCompressed = errors.New("relocate: compressed message refused")
+	// ErrEncoding: the first message is compressed with an encoding other
+	// than gzip (or flagged compressed without any encoding).
+	ErrEncoding = errors.New("relocate: unsupported grpc-encoding")
+)
+
+// LimitError reports which configured limit a request exceeded.
+type LimitError struct {
+	// Limit is the config field path, e.g. "relocation.grpc[0].max".
+	Limit string
+	// What was measured, e.g. "metadata x-prompt-raw" or "first message".
+	What string
+	// Size is the measured size; it may be a lower bound when the rewriter
+	// stopped reading early.
+	Size int64
+	// Max is the limit's value in bytes.
+	Max int64
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("relocate: %s of %d bytes exceeds %s = %d bytes", e.What, e.Size, e.Limit, e.Max)
+}
+
+// Is makes errors.Is(err, ErrTooLarge) true.
+func (e *LimitError) Is(target error) bool { return target == ErrTooLarge }
+
+// gRPC status codes, as numbers so that this package needs no gRPC import.
+const (
+	codeInvalidArgument   = 3
+	codeResourceExhausted = 8
+	codeUnimplemented     = 12
+	codeInternal          = 13
+)
+
+// Status maps an error from this package to the HTTP status and gRPC status
+// code a host answers with: limits → 413 / RESOURCE_EXHAUSTED (8),
+// compressed or unsupported encodings → 415 / UNIMPLEMENTED (12), bad
+// values and bodies → 400 / INVALID_ARGUMENT (3), anything else → 500 /
+// INTERNAL (13).
+func Status(err error) (httpStatus, grpcCode int) {
+	switch {
+	case errors.Is(err, ErrTooLarge):
+		return 413, codeResourceExhausted
+	case errors.Is(err, ErrCompressed), errors.Is(err, ErrEncoding):
+		return 415, codeUnimplemented
+	case errors.Is(err, ErrInvalidValue), errors.Is(err, ErrMalformed):
+		return 400, codeInvalidArgument
+	default:
+		return 500, codeInternal
+	}
+}

@@ -1,0 +1,245 @@
+package relocate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"unicode/utf8"
+)
+
+// JSONBody is a rewritten JSON request body in three pieces: the original
+// bytes before the edit, the inserted or replacing text, and the original
+// bytes after it. The document is not re-encoded; Head and Tail alias the
+// original body.
+type JSONBody struct {
+	Head, Insert, Tail []byte
+}
+
+// Len is the rewritten body's length (its Content-Length).
+func (b *JSONBody) Len() int { return len(b.Head) + len(b.Insert) + len(b.Tail) }
+
+// Reader reads the rewritten body.
+func (b *JSONBody) Reader() io.Reader {
+	return io.MultiReader(bytes.NewReader(b.Head), bytes.NewReader(b.Insert), bytes.NewReader(b.Tail))
+}
+
+// Bytes returns the rewritten body as one slice (a copy).
+func (b *JSONBody) Bytes() []byte {
+	out := make([]byte, 0, b.Len())
+	return append(append(append(out, b.Head...), b.Insert...), b.Tail...)
+}
+
+// RewriteJSON places plan's value into body, a JSON object: it replaces the
+// top-level field plan.Field (or adds it), or, for chat, appends
+// {"role":"user","content":value} to the top-level "messages" array (or adds
+// the array). Only the value is encoded; the rest of the document is kept
+// byte for byte. on may be nil.
+func RewriteJSON(body []byte, plan *HTTPPlan, on OnRelocated) (*JSONBody, error) {
+	rule := plan.Rule
+	if len(body) > rule.MaxBody {
+		return nil, &LimitError{Limit: rule.path + ".max_body", What: "request body", Size: int64(len(body)), Max: int64(rule.MaxBody)}
+	}
+	if !json.Valid(body) {
+		return nil, fmt.Errorf("%w: request body is not valid JSON", ErrMalformed)
+	}
+	obj, err := scanObject(body, plan.Field)
+	if err != nil {
+		return nil, err
+	}
+	var ins []byte
+	out := &JSONBody{}
+	switch {
+	case plan.Chat && obj.valStart >= 0:
+		if body[obj.valStart] != '[' {
+			return nil, fmt.Errorf("%w: %q is not an array", ErrMalformed, plan.Field)
+		}
+		end := obj.valEnd - 1 // the closing ']'
+		ins = make([]byte, 0, len(plan.Value)+len(plan.Value)/32+48)
+		if len(bytes.TrimSpace(body[obj.valStart+1:end])) > 0 {
+			ins = append(ins, ',')
+		}
+		ins = append(ins, `{"role":"user","content":`...)
+		if ins, err = appendJSONString(ins, plan.Value); err != nil {
+			return nil, err
+		}
+		ins = append(ins, '}')
+		out.Head, out.Tail = body[:end], body[end:]
+	case obj.valStart >= 0:
+		ins = make([]byte, 0, len(plan.Value)+len(plan.Value)/32+8)
+		if ins, err = appendJSONString(ins, plan.Value); err != nil {
+			return nil, err
+		}
+		out.Head, out.Tail = body[:obj.valStart], body[obj.valEnd:]
+	default:
+		ins = make([]byte, 0, len(plan.Value)+len(plan.Value)/32+len(plan.Field)+48)
+		if obj.members > 0 {
+			ins = append(ins, ',')
+		}
+		ins = append(append(append(ins, '"'), plan.Field...), `":`...)
+		if plan.Chat {
+			ins = append(ins, `[{"role":"user","content":`...)
+		}
+		if ins, err = appendJSONString(ins, plan.Value); err != nil {
+			return nil, err
+		}
+		if plan.Chat {
+			ins = append(ins, "}]"...)
+		}
+		out.Head, out.Tail = body[:obj.closing], body[obj.closing:]
+	}
+	out.Insert = ins
+	if n := out.Len(); n > rule.MaxBody {
+		return nil, &LimitError{Limit: rule.path + ".max_body", What: "request body with the relocated value", Size: int64(n), Max: int64(rule.MaxBody)}
+	}
+	if on != nil {
+		on(KindHTTP, len(plan.Value))
+	}
+	return out, nil
+}
+
+// object is what scanObject learned about a top-level JSON object.
+type object struct {
+	members          int
+	closing          int // index of the closing '}'
+	valStart, valEnd int // span of the wanted member's value; -1 when absent
+}
+
+// scanObject walks the top-level members of a valid JSON document and finds
+// the last member named key (JSON parsers keep the last duplicate).
+func scanObject(b []byte, key string) (object, error) {
+	o := object{valStart: -1, valEnd: -1}
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return o, fmt.Errorf("%w: request body is not a JSON object", ErrMalformed)
+	}
+	i = skipSpace(b, i+1)
+	for b[i] != '}' {
+		ks := i
+		i = skipString(b, i)
+		name := b[ks:i]
+		i = skipSpace(b, i)
+		i = skipSpace(b, i+1) // ':'
+		vs := i
+		i = skipValue(b, i)
+		o.members++
+		if keyEquals(name, key) {
+			o.valStart, o.valEnd = vs, i
+		}
+		i = skipSpace(b, i)
+		if b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+	o.closing = i
+	return o, nil
+}
+
+// keyEquals compares a quoted JSON key with name, decoding escapes only
+// when the key has any.
+func keyEquals(quoted []byte, name string) bool {
+	inner := quoted[1 : len(quoted)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner) == name
+	}
+	var s string
+	return json.Unmarshal(quoted, &s) == nil && s == name
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i] == '"'.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// skipValue returns the index after the value starting at b[i]; b is valid
+// JSON, so brackets balance outside strings.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	default:
+		for i < len(b) {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string, copying runs that need no
+// escaping in one go. Invalid UTF-8 is refused rather than silently
+// replaced, so the engine sees exactly the prompt the client sent.
+func appendJSONString(dst []byte, s string) ([]byte, error) {
+	dst = append(dst, '"')
+	run := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				return nil, fmt.Errorf("%w: value is not valid UTF-8 at byte %d", ErrInvalidValue, i)
+			}
+			i += size
+			continue
+		}
+		if c >= 0x20 && c != '"' && c != '\\' {
+			i++
+			continue
+		}
+		dst = append(dst, s[run:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		i++
+		run = i
+	}
+	dst = append(dst, s[run:]...)
+	return append(dst, '"'), nil
+}
