@@ -1,0 +1,623 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limits on config values; values beyond them are field errors.
+const (
+	maxNameLen      = 63
+	maxDuration     = 24 * time.Hour
+	maxGRPCField    = 1<<29 - 1 // protobuf's largest field number
+	maxRelocBytes   = 1 << 30
+	maxQueueLength  = 1 << 24
+	maxInflight     = 1 << 24
+	maxArmWeight    = 1_000_000
+	maxPreemptCount = 1000
+)
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9_.-]*[a-z0-9])?$`)
+
+// headerRE is RFC 9110's token, the characters a header name may have.
+var headerRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+// Compile validates a defaulted Mesh and builds its runtime form. Every
+// problem is reported, each with its field path, in one Errors value. m is
+// not modified and is kept as the result's Source.
+func Compile(m *Mesh) (*Config, error) {
+	b := &builder{
+		cfg: &Config{
+			Source:      m,
+			pools:       map[string]*Pool{},
+			classes:     map[string]*Class{},
+			experiments: map[string]*Experiment{},
+			listeners:   map[string]*Listener{},
+		},
+	}
+	b.classes(m)
+	b.pools(m)
+	b.experimentsOf(m)
+	b.listenersOf(m)
+	b.classification(m)
+	b.relocation(m)
+	b.telemetry(m)
+	b.service(m)
+	if m.Admin.Address != "" {
+		b.hostPort("admin.address", m.Admin.Address, true)
+		b.cfg.AdminAddress = m.Admin.Address
+	}
+	if err := b.c.err(); err != nil {
+		return nil, err
+	}
+	return b.cfg, nil
+}
+
+// Validate reports the problems Compile would, without keeping the result.
+func Validate(m *Mesh) error {
+	_, err := Compile(m)
+	return err
+}
+
+// WithActiveArm returns a new config in which experiment exp sends all
+// traffic to arm (arm "" clears the switch, restoring header/weight
+// selection). c is not modified.
+func (c *Config) WithActiveArm(exp, arm string) (*Config, error) {
+	e := c.Experiment(exp)
+	if e == nil {
+		return nil, fmt.Errorf("config: no experiment %q", exp)
+	}
+	if arm != "" && e.Arm(arm) == nil {
+		return nil, fmt.Errorf("config: experiment %q has no arm %q", exp, arm)
+	}
+	m := *c.Source
+	m.Experiments = slices.Clone(c.Source.Experiments)
+	for i := range m.Experiments {
+		if m.Experiments[i].Name == exp {
+			m.Experiments[i].Active = arm
+		}
+	}
+	return Compile(&m)
+}
+
+type builder struct {
+	c   collector
+	cfg *Config
+}
+
+func (b *builder) name(path, v string) {
+	switch {
+	case v == "":
+		b.c.add(path, 0, "is required")
+	case len(v) > maxNameLen:
+		b.c.add(path, 0, "%q is longer than %d characters", v, maxNameLen)
+	case !nameRE.MatchString(v):
+		b.c.add(path, 0, "%q must be lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", v)
+	}
+}
+
+// duration parses a Go duration string; "" is 0. Negative values and values
+// over maxDuration are errors; positive demands > 0.
+func (b *builder) duration(path, v string, positive bool) time.Duration {
+	if v == "" {
+		if positive {
+			b.c.add(path, 0, "is required")
+		}
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		b.c.add(path, 0, "%q is not a duration (use Go syntax such as \"250ms\" or \"1m30s\")", v)
+	case d < 0 || (positive && d == 0):
+		b.c.add(path, 0, "%q must be positive", v)
+	case d > maxDuration:
+		b.c.add(path, 0, "%q is over the limit of %s", v, maxDuration)
+	}
+	return d
+}
+
+func (b *builder) intRange(path string, v, lo, hi int) {
+	if v < lo || v > hi {
+		b.c.add(path, 0, "%d must be between %d and %d", v, lo, hi)
+	}
+}
+
+func (b *builder) hostPort(path, v string, allowZeroPort bool) (string, int) {
+	host, ps, err := net.SplitHostPort(v)
+	if err != nil {
+		b.c.add(path, 0, "%q must be host:port", v)
+		return "", 0
+	}
+	port, err := strconv.Atoi(ps)
+	lo := 1
+	if allowZeroPort {
+		lo = 0
+	}
+	if err != nil || port < lo || port > 65535 {
+		b.c.add(path, 0, "%q has an invalid port", v)
+		return "", 0
+	}
+	if host == "" && !allowZeroPort {
+		b.c.add(path, 0, "%q needs a host", v)
+	}
+	return host, port
+}
+
+func (b *builder) header(path, v string) string {
+	if !headerRE.MatchString(v) {
+		b.c.add(path, 0, "%q is not a valid header name", v)
+	}
+	return strings.ToLower(v)
+}
+
+func (b *builder) headers(path string, in map[string]string) map[string]string {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(in))
+	for _, k := range sortedKeys(in) {
+		lk := b.header(key(path, k), k)
+		if _, dup := out[lk]; dup {
+			b.c.add(key(path, k), 0, "duplicate header (names are case-insensitive)")
+		}
+		out[lk] = in[k]
+	}
+	return out
+}
+
+func (b *builder) pathPrefix(path, v string) {
+	if v != "" && !strings.HasPrefix(v, "/") {
+		b.c.add(path, 0, "%q must start with \"/\"", v)
+	}
+}
+
+func (b *builder) classRef(path, v string) *Class {
+	if v == "" {
+		b.c.add(path, 0, "is required")
+		return nil
+	}
+	cl := b.cfg.classes[v]
+	if cl == nil {
+		b.c.add(path, 0, "%q is not a defined class", v)
+	}
+	return cl
+}
+
+func (b *builder) classes(m *Mesh) {
+	for i, src := range m.Classes {
+		p := index("classes", i)
+		b.name(join(p, "name"), src.Name)
+		cl := &Class{
+			Name:             src.Name,
+			Priority:         src.Priority,
+			TTFT:             b.duration(join(p, "slo.ttft"), src.SLO.TTFT, false),
+			TPOT:             b.duration(join(p, "slo.tpot"), src.SLO.TPOT, false),
+			Preemptible:      src.Preemptible,
+			MaxQueue:         src.Queue.MaxLength,
+			MaxWait:          b.duration(join(p, "queue.max_wait"), src.Queue.MaxWait, false),
+			AttainmentTarget: src.AttainmentTarget,
+		}
+		if src.SLO.TTFT == "0s" || src.SLO.TTFT == "0" {
+			b.c.add(join(p, "slo.ttft"), 0, "%q must be positive (omit it for no objective)", src.SLO.TTFT)
+		}
+		if src.SLO.TPOT == "0s" || src.SLO.TPOT == "0" {
+			b.c.add(join(p, "slo.tpot"), 0, "%q must be positive (omit it for no objective)", src.SLO.TPOT)
+		}
+		b.intRange(join(p, "queue.max_length"), src.Queue.MaxLength, 1, maxQueueLength)
+		if !(src.AttainmentTarget > 0 && src.AttainmentTarget <= 1) {
+			b.c.add(join(p, "attainment_target"), 0, "%v must be in (0, 1]", src.AttainmentTarget)
+		}
+		if src.Name != "" {
+			if b.cfg.classes[src.Name] != nil {
+				b.c.add(join(p, "name"), 0, "duplicate class %q", src.Name)
+				continue
+			}
+			b.cfg.classes[src.Name] = cl
+		}
+		b.cfg.Classes = append(b.cfg.Classes, cl)
+	}
+	if m.DefaultClass == "" {
+		b.c.add("default_class", 0, "is required when more than one class is defined")
+		return
+	}
+	b.cfg.DefaultClass = b.cfg.classes[m.DefaultClass]
+	if b.cfg.DefaultClass == nil {
+		b.c.add("default_class", 0, "%q is not a defined class", m.DefaultClass)
+	}
+}
+
+func (b *builder) scheduler(path string, s SchedulerSpec) SchedulerConfig {
+	if !slices.Contains(KnownPolicies, s.Policy) {
+		b.c.add(join(path, "policy"), 0, "%q is not a known policy (known: %s)", s.Policy, strings.Join(KnownPolicies, ", "))
+	}
+	out := SchedulerConfig{
+		Policy:      s.Policy,
+		BatchWindow: b.duration(join(path, "batch_window"), s.BatchWindow, false),
+		Aging:       b.duration(join(path, "aging"), s.Aging, false),
+	}
+	out.Preemption.MinRunTime = b.duration(join(path, "preemption.min_run_time"), s.Preemption.MinRunTime, false)
+	if v := s.Preemption.MinLowerInflight; v != nil {
+		b.intRange(join(path, "preemption.min_lower_inflight"), *v, 0, maxInflight)
+		out.Preemption.MinLowerInflight = *v
+	}
+	if v := s.Preemption.MaxPerRequest; v != nil {
+		b.intRange(join(path, "preemption.max_per_request"), *v, 0, maxPreemptCount)
+		out.Preemption.MaxPerRequest = *v
+	}
+	return out
+}
+
+// validScheduler is a valid base for checking an arm's overrides alone.
+var validScheduler = SchedulerSpec{
+	Policy: DefaultPolicy, BatchWindow: "0s", Aging: "0s",
+	Preemption: PreemptionSpec{MinLowerInflight: new(int), MinRunTime: "0s", MaxPerRequest: new(int)},
+}
+
+// overlay returns base with the set fields of o.
+func overlay(base, o SchedulerSpec) SchedulerSpec {
+	if o.Policy != "" {
+		base.Policy = o.Policy
+	}
+	if o.BatchWindow != "" {
+		base.BatchWindow = o.BatchWindow
+	}
+	if o.Aging != "" {
+		base.Aging = o.Aging
+	}
+	if o.Preemption.MinLowerInflight != nil {
+		base.Preemption.MinLowerInflight = o.Preemption.MinLowerInflight
+	}
+	if o.Preemption.MinRunTime != "" {
+		base.Preemption.MinRunTime = o.Preemption.MinRunTime
+	}
+	if o.Preemption.MaxPerRequest != nil {
+		base.Preemption.MaxPerRequest = o.Preemption.MaxPerRequest
+	}
+	return base
+}
+
+func (b *builder) pools(m *Mesh) {
+	for i, src := range m.Pools {
+		p := index("pools", i)
+		b.name(join(p, "name"), src.Name)
+		pool := &Pool{
+			Name:              src.Name,
+			Protocol:          Protocol(src.Protocol),
+			ConnectTimeout:    b.duration(join(p, "connect_timeout"), src.ConnectTimeout, true),
+			MaxInflight:       src.Capacity.MaxInflight,
+			MaxInflightTokens: src.Capacity.MaxInflightTokens,
+			Scheduler:         b.scheduler(join(p, "scheduler"), src.Scheduler),
+		}
+		if src.Protocol != ProtocolOpenAI && src.Protocol != ProtocolGRPC {
+			b.c.add(join(p, "protocol"), 0, "%q must be %q or %q", src.Protocol, ProtocolOpenAI, ProtocolGRPC)
+		}
+		if len(src.Endpoints) == 0 {
+			b.c.add(join(p, "endpoints"), 0, "at least one endpoint is required")
+		}
+		for j, e := range src.Endpoints {
+			host, port := b.hostPort(index(join(p, "endpoints"), j), e, false)
+			pool.Endpoints = append(pool.Endpoints, Endpoint{Host: host, Port: port})
+		}
+		b.intRange(join(p, "capacity.max_inflight"), src.Capacity.MaxInflight, 1, maxInflight)
+		b.intRange(join(p, "capacity.max_inflight_tokens"), src.Capacity.MaxInflightTokens, 0, 1<<40)
+		if mt := src.Capacity.Metrics; mt.URL != "" {
+			mp := join(p, "capacity.metrics")
+			u, err := url.Parse(mt.URL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				b.c.add(join(mp, "url"), 0, "%q must be an http(s) URL", mt.URL)
+			}
+			ms := &MetricsSource{URL: mt.URL, Interval: b.duration(join(mp, "interval"), mt.Interval, true)}
+			ms.StaleAfter = b.duration(join(mp, "stale_after"), mt.StaleAfter, false)
+			if mt.StaleAfter == "" {
+				ms.StaleAfter = 3 * ms.Interval
+			}
+			pool.Metrics = ms
+		} else if mt.Interval != "" || mt.StaleAfter != "" {
+			b.c.add(join(p, "capacity.metrics.url"), 0, "is required when interval or stale_after is set")
+		}
+		if src.Name != "" {
+			if b.cfg.pools[src.Name] != nil {
+				b.c.add(join(p, "name"), 0, "duplicate pool %q", src.Name)
+				continue
+			}
+			b.cfg.pools[src.Name] = pool
+		}
+		b.cfg.Pools = append(b.cfg.Pools, pool)
+	}
+}
+
+func (b *builder) experimentsOf(m *Mesh) {
+	srcPools := map[string]SchedulerSpec{}
+	for _, p := range m.Pools {
+		srcPools[p.Name] = p.Scheduler
+	}
+	for i, src := range m.Experiments {
+		p := index("experiments", i)
+		b.name(join(p, "name"), src.Name)
+		e := &Experiment{Name: src.Name}
+		if src.Pool == "" {
+			b.c.add(join(p, "pool"), 0, "is required")
+		} else if e.Pool = b.cfg.pools[src.Pool]; e.Pool == nil {
+			b.c.add(join(p, "pool"), 0, "%q is not a defined pool", src.Pool)
+		} else if e.Pool.Experiment != nil {
+			b.c.add(join(p, "pool"), 0, "pool %q already has experiment %q", src.Pool, e.Pool.Experiment.Name)
+		}
+		if len(src.Arms) == 0 {
+			b.c.add(join(p, "arms"), 0, "at least one arm is required")
+		}
+		seen := map[string]bool{}
+		for j, a := range src.Arms {
+			ap := index(join(p, "arms"), j)
+			b.name(join(ap, "name"), a.Name)
+			if seen[a.Name] {
+				b.c.add(join(ap, "name"), 0, "duplicate arm %q", a.Name)
+			}
+			seen[a.Name] = true
+			b.intRange(join(ap, "weight"), a.Weight, 0, maxArmWeight)
+			arm := &Arm{
+				Name:    a.Name,
+				Weight:  a.Weight,
+				Headers: b.headers(join(ap, "headers"), a.Headers),
+			}
+			// Report only the arm's own problems here: the inherited fields'
+			// are reported once, at the pool.
+			b.scheduler(join(ap, "scheduler"), overlay(validScheduler, a.Scheduler))
+			arm.Scheduler = (&builder{cfg: b.cfg}).scheduler("", overlay(srcPools[src.Pool], a.Scheduler))
+			if a.Weight > 0 {
+				e.totalWeight += a.Weight
+			}
+			e.Arms = append(e.Arms, arm)
+		}
+		if src.Active != "" {
+			if e.Active = e.Arm(src.Active); e.Active == nil {
+				b.c.add(join(p, "active"), 0, "%q is not an arm of this experiment", src.Active)
+			}
+		}
+		if src.Name != "" {
+			if b.cfg.experiments[src.Name] != nil {
+				b.c.add(join(p, "name"), 0, "duplicate experiment %q", src.Name)
+				continue
+			}
+			b.cfg.experiments[src.Name] = e
+		}
+		if e.Pool != nil && e.Pool.Experiment == nil && len(e.Arms) > 0 {
+			e.Pool.Experiment = e
+		}
+		b.cfg.Experiments = append(b.cfg.Experiments, e)
+	}
+}
+
+func (b *builder) listenersOf(m *Mesh) {
+	addrs := map[string]string{}
+	for i, src := range m.Listeners {
+		p := index("listeners", i)
+		b.name(join(p, "name"), src.Name)
+		l := &Listener{Name: src.Name, Address: src.Address}
+		l.Host, l.Port = b.hostPort(join(p, "address"), src.Address, true)
+		if prev, dup := addrs[src.Address]; dup && l.Port != 0 {
+			b.c.add(join(p, "address"), 0, "%q is also the address of listener %q", src.Address, prev)
+		}
+		addrs[src.Address] = src.Name
+		if len(src.Routes) == 0 {
+			b.c.add(join(p, "routes"), 0, "at least one route is required")
+		}
+		names := map[string]bool{}
+		for j, r := range src.Routes {
+			rp := index(join(p, "routes"), j)
+			b.name(join(rp, "name"), r.Name)
+			if names[r.Name] {
+				b.c.add(join(rp, "name"), 0, "duplicate route %q in listener %q", r.Name, src.Name)
+			}
+			names[r.Name] = true
+			b.pathPrefix(join(rp, "match.path_prefix"), r.Match.PathPrefix)
+			route := &Route{
+				Name:       r.Name,
+				ID:         src.Name + "/" + r.Name,
+				PathPrefix: r.Match.PathPrefix,
+				Headers:    b.headers(join(rp, "match.headers"), r.Match.Headers),
+			}
+			if r.Pool == "" {
+				b.c.add(join(rp, "pool"), 0, "is required")
+			} else if route.Pool = b.cfg.pools[r.Pool]; route.Pool == nil {
+				b.c.add(join(rp, "pool"), 0, "%q is not a defined pool", r.Pool)
+			}
+			if r.Class != "" {
+				route.Class = b.classRef(join(rp, "class"), r.Class)
+			}
+			switch {
+			case r.Experiment != "":
+				route.Experiment = b.cfg.experiments[r.Experiment]
+				if route.Experiment == nil {
+					b.c.add(join(rp, "experiment"), 0, "%q is not a defined experiment", r.Experiment)
+				} else if route.Pool != nil && route.Experiment.Pool != route.Pool {
+					b.c.add(join(rp, "experiment"), 0, "experiment %q is on pool %q, not this route's pool %q", r.Experiment, m.experimentPool(r.Experiment), r.Pool)
+				}
+			case route.Pool != nil:
+				route.Experiment = route.Pool.Experiment
+			}
+			l.Routes = append(l.Routes, route)
+		}
+		if src.Name != "" {
+			if b.cfg.listeners[src.Name] != nil {
+				b.c.add(join(p, "name"), 0, "duplicate listener %q", src.Name)
+				continue
+			}
+			b.cfg.listeners[src.Name] = l
+		}
+		b.cfg.Listeners = append(b.cfg.Listeners, l)
+	}
+}
+
+func (m *Mesh) experimentPool(name string) string {
+	for _, e := range m.Experiments {
+		if e.Name == name {
+			return e.Pool
+		}
+	}
+	return ""
+}
+
+func (b *builder) classification(m *Mesh) {
+	src := m.Classification
+	out := &b.cfg.Classification
+	for i, r := range src.Rules {
+		p := index("classification.rules", i)
+		b.pathPrefix(join(p, "path_prefix"), r.PathPrefix)
+		if r.PathPrefix == "" && r.Model == "" {
+			b.c.add(p, 0, "needs path_prefix or model")
+		}
+		out.Rules = append(out.Rules, ClassRule{PathPrefix: r.PathPrefix, Model: r.Model, Class: b.classRef(join(p, "class"), r.Class)})
+	}
+	if src.TenantHeader != "" {
+		out.TenantHeader = b.header("classification.tenant_header", src.TenantHeader)
+	}
+	for _, k := range sortedKeys(src.Tenants) {
+		if out.Tenants == nil {
+			out.Tenants = map[string]*Class{}
+		}
+		out.Tenants[k] = b.classRef(key("classification.tenants", k), src.Tenants[k])
+	}
+	if src.APIKeyHeader != "" {
+		out.APIKeyHeader = b.header("classification.api_key_header", src.APIKeyHeader)
+	}
+	for _, k := range sortedKeys(src.APIKeys) {
+		if out.APIKeys == nil {
+			out.APIKeys = map[string]*Class{}
+		}
+		// Keys are secrets: the path names the class, never the key.
+		if src.APIKeys[k] == "" || b.cfg.classes[src.APIKeys[k]] == nil {
+			b.c.add("classification.api_keys", 0, "an API key maps to %q, which is not a defined class", src.APIKeys[k])
+		}
+		out.APIKeys[k] = b.cfg.classes[src.APIKeys[k]]
+	}
+	ph := src.PriorityHeader
+	if ph.Name != "" {
+		out.PriorityHeader = b.header("classification.priority_header.name", ph.Name)
+	} else if len(ph.TrustedSources) > 0 {
+		b.c.add("classification.priority_header.name", 0, "is required when trusted_sources is set")
+	}
+	for i, s := range ph.TrustedSources {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			if a, aerr := netip.ParseAddr(s); aerr == nil {
+				pfx = netip.PrefixFrom(a, a.BitLen())
+				err = nil
+			}
+		}
+		if err != nil {
+			b.c.add(index("classification.priority_header.trusted_sources", i), 0, "%q is not a CIDR prefix or IP address", s)
+			continue
+		}
+		out.TrustedSources = append(out.TrustedSources, pfx.Masked())
+	}
+}
+
+func (b *builder) relocation(m *Mesh) {
+	for i, r := range m.Relocation.GRPC {
+		p := index("relocation.grpc", i)
+		if r.Method != "" && (!strings.HasPrefix(r.Method, "/") || strings.Count(r.Method, "/") != 2) {
+			b.c.add(join(p, "method"), 0, "%q must look like /package.Service/Method", r.Method)
+		}
+		if r.Metadata == "" {
+			b.c.add(join(p, "metadata"), 0, "is required")
+		} else if b.header(join(p, "metadata"), r.Metadata); r.Metadata != strings.ToLower(r.Metadata) {
+			b.c.add(join(p, "metadata"), 0, "%q must be lower-case (gRPC metadata keys are)", r.Metadata)
+		} else if strings.HasSuffix(r.Metadata, "-bin") && r.Type == FieldTypeString {
+			b.c.add(join(p, "type"), 0, "%q: binary metadata %q needs type bytes", r.Type, r.Metadata)
+		}
+		b.intRange(join(p, "field"), r.Field, 1, maxGRPCField)
+		if r.Field >= 19000 && r.Field <= 19999 {
+			b.c.add(join(p, "field"), 0, "%d is in protobuf's reserved range 19000-19999", r.Field)
+		}
+		if r.Type != FieldTypeString && r.Type != FieldTypeBytes {
+			b.c.add(join(p, "type"), 0, "%q must be %q or %q", r.Type, FieldTypeString, FieldTypeBytes)
+		}
+		if r.Compressed != CompressedRecompress && r.Compressed != CompressedRefuse {
+			b.c.add(join(p, "compressed"), 0, "%q must be %q or %q", r.Compressed, CompressedRecompress, CompressedRefuse)
+		}
+		b.sizes(p, r.Threshold, r.Max)
+		b.cfg.Relocation.GRPC = append(b.cfg.Relocation.GRPC, GRPCRelocation{
+			Method: r.Method, Metadata: r.Metadata, Field: r.Field, Bytes: r.Type == FieldTypeBytes,
+			Threshold: r.Threshold, Max: r.Max, Refuse: r.Compressed == CompressedRefuse,
+		})
+	}
+	for i, r := range m.Relocation.HTTP {
+		p := index("relocation.http", i)
+		b.pathPrefix(join(p, "path_prefix"), r.PathPrefix)
+		h := ""
+		if r.Header == "" {
+			b.c.add(join(p, "header"), 0, "is required")
+		} else {
+			h = b.header(join(p, "header"), r.Header)
+		}
+		if r.Field == "" || strings.ContainsAny(r.Field, "\".\\") {
+			b.c.add(join(p, "field"), 0, "%q must be a plain top-level JSON field name", r.Field)
+		}
+		b.sizes(p, r.Threshold, r.Max)
+		b.cfg.Relocation.HTTP = append(b.cfg.Relocation.HTTP, HTTPRelocation{
+			PathPrefix: r.PathPrefix, Header: h, Field: r.Field, Threshold: r.Threshold, Max: r.Max,
+		})
+	}
+}
+
+func (b *builder) sizes(p string, threshold, limit int) {
+	b.intRange(join(p, "threshold"), threshold, 1, maxRelocBytes)
+	b.intRange(join(p, "max"), limit, 1, maxRelocBytes)
+	if limit < threshold {
+		b.c.add(join(p, "max"), 0, "%d must be at least threshold %d", limit, threshold)
+	}
+}
+
+func (b *builder) telemetry(m *Mesh) {
+	t := m.Telemetry
+	out := &b.cfg.Telemetry
+	out.ServiceName = t.ServiceName
+	out.ServerTiming = t.ServerTiming
+	if t.Prometheus.Enabled {
+		b.pathPrefix("telemetry.prometheus.path", t.Prometheus.Path)
+		out.PrometheusPath = t.Prometheus.Path
+	}
+	if t.OTLP.Endpoint != "" {
+		b.hostPort("telemetry.otlp.endpoint", t.OTLP.Endpoint, false)
+		out.OTLPEndpoint = t.OTLP.Endpoint
+		out.OTLPInsecure = t.OTLP.Insecure
+		out.OTLPInterval = b.duration("telemetry.otlp.interval", t.OTLP.Interval, true)
+	}
+}
+
+func (b *builder) service(m *Mesh) {
+	s := m.SchedulerService
+	if s == nil {
+		return
+	}
+	if s.Address == "" {
+		b.c.add("scheduler_service.address", 0, "is required")
+	} else {
+		b.hostPort("scheduler_service.address", s.Address, false)
+	}
+	if s.FailureMode != FailOpen && s.FailureMode != FailClosed {
+		b.c.add("scheduler_service.failure_mode", 0, "%q must be %q or %q", s.FailureMode, FailOpen, FailClosed)
+	}
+	b.cfg.SchedulerService = &SchedulerService{
+		Address:  s.Address,
+		FailOpen: s.FailureMode == FailOpen,
+		Timeout:  b.duration("scheduler_service.timeout", s.Timeout, true),
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,344 @@
+package config
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Config is the compiled, validated, immutable runtime form of a Mesh:
+// references are resolved to pointers, durations parsed, defaults applied.
+// Share it freely between goroutines; never modify it. A new config is a
+// new *Config (see Watcher).
+type Config struct {
+	// Source is the defaulted source form this was compiled from (for admin
+	// display and for building the Envoy filter config). Do not modify.
+	Source *Mesh
+	// Listeners in file order.
+	Listeners []*Listener
+	// Pools in file order.
+	Pools []*Pool
+	// Classes in file order.
+	Classes []*Class
+	// DefaultClass is never nil.
+	DefaultClass *Class
+	// Classification is the compiled classification table.
+	Classification Classification
+	// Relocation rules.
+	Relocation Relocation
+	// Telemetry settings.
+	Telemetry Telemetry
+	// SchedulerService is nil when hosts schedule in-process.
+	SchedulerService *SchedulerService
+	// Experiments in file order.
+	Experiments []*Experiment
+	// AdminAddress is empty when no admin listener is configured.
+	AdminAddress string
+
+	pools       map[string]*Pool
+	classes     map[string]*Class
+	experiments map[string]*Experiment
+	listeners   map[string]*Listener
+}
+
+// Pool returns the pool called name, or nil.
+func (c *Config) Pool(name string) *Pool { return c.pools[name] }
+
+// Class returns the class called name, or nil.
+func (c *Config) Class(name string) *Class { return c.classes[name] }
+
+// ClassOrDefault returns the class called name, or the default class when
+// there is none by that name (unknown or spoofed class claims).
+func (c *Config) ClassOrDefault(name string) *Class {
+	if cl := c.classes[name]; cl != nil {
+		return cl
+	}
+	return c.DefaultClass
+}
+
+// Experiment returns the experiment called name, or nil.
+func (c *Config) Experiment(name string) *Experiment { return c.experiments[name] }
+
+// Listener returns the listener called name, or nil.
+func (c *Config) Listener(name string) *Listener { return c.listeners[name] }
+
+// Listener is a compiled listener.
+type Listener struct {
+	Name    string
+	Address string
+	// Host and Port split from Address.
+	Host   string
+	Port   int
+	Routes []*Route
+}
+
+// Route returns the first route matching path and the request headers
+// (header returns a header's value, "" when absent), or nil.
+func (l *Listener) Route(path string, header func(name string) string) *Route {
+	for _, r := range l.Routes {
+		if r.Matches(path, header) {
+			return r
+		}
+	}
+	return nil
+}
+
+// Route is a compiled route.
+type Route struct {
+	// Name is unique within the listener; ID is "<listener>/<route>",
+	// unique in the mesh.
+	Name string
+	ID   string
+	// PathPrefix always starts with "/".
+	PathPrefix string
+	// Headers are exact matches, names lower-cased.
+	Headers map[string]string
+	Pool    *Pool
+	// Class is nil when the route does not fix the class.
+	Class *Class
+	// Experiment is nil when the route's traffic is not split.
+	Experiment *Experiment
+}
+
+// Matches reports whether a request with this path and headers takes r.
+func (r *Route) Matches(path string, header func(name string) string) bool {
+	if len(path) < len(r.PathPrefix) || path[:len(r.PathPrefix)] != r.PathPrefix {
+		return false
+	}
+	return headersMatch(r.Headers, header)
+}
+
+func headersMatch(want map[string]string, header func(string) string) bool {
+	for k, v := range want {
+		if header == nil || header(k) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Protocol is a pool's wire protocol.
+type Protocol string
+
+// Endpoint is one upstream address.
+type Endpoint struct {
+	Host string
+	Port int
+}
+
+// Pool is a compiled pool.
+type Pool struct {
+	Name           string
+	Protocol       Protocol
+	Endpoints      []Endpoint
+	ConnectTimeout time.Duration
+	// MaxInflight > 0; MaxInflightTokens 0 means unbounded.
+	MaxInflight       int
+	MaxInflightTokens int
+	// Metrics is nil when capacity is not learned from the engine.
+	Metrics *MetricsSource
+	// Scheduler is the pool's own scheduler config (experiment arms carry
+	// their merged configs).
+	Scheduler SchedulerConfig
+	// Experiment is the experiment on this pool, or nil.
+	Experiment *Experiment
+}
+
+// MetricsSource is an engine /metrics scrape.
+type MetricsSource struct {
+	URL        string
+	Interval   time.Duration
+	StaleAfter time.Duration
+}
+
+// SchedulerConfig is a compiled scheduler configuration.
+type SchedulerConfig struct {
+	// Policy is one of KnownPolicies.
+	Policy      string
+	BatchWindow time.Duration
+	// Aging 0 disables aging.
+	Aging      time.Duration
+	Preemption PreemptionConfig
+}
+
+// PreemptionConfig holds the preemption guard rails.
+type PreemptionConfig struct {
+	MinLowerInflight int
+	MinRunTime       time.Duration
+	MaxPerRequest    int
+}
+
+// Class is a compiled class.
+type Class struct {
+	Name string
+	// Priority: lower is served first (vLLM semantics).
+	Priority int
+	// TTFT and TPOT are the SLOs; 0 means no objective.
+	TTFT        time.Duration
+	TPOT        time.Duration
+	Preemptible bool
+	MaxQueue    int
+	// MaxWait 0 means no limit.
+	MaxWait          time.Duration
+	AttainmentTarget float64
+}
+
+// Classification is the compiled classification table.
+type Classification struct {
+	Rules        []ClassRule
+	TenantHeader string
+	Tenants      map[string]*Class
+	APIKeyHeader string
+	APIKeys      map[string]*Class
+	// PriorityHeader is "" when clients may not pick their class.
+	PriorityHeader string
+	TrustedSources []netip.Prefix
+}
+
+// Trusted reports whether the priority header from peer addr is honoured.
+func (c *Classification) Trusted(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, p := range c.TrustedSources {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClassRule is a compiled classification rule.
+type ClassRule struct {
+	PathPrefix string
+	Model      string
+	Class      *Class
+}
+
+// Relocation is the compiled relocation rule set.
+type Relocation struct {
+	GRPC []GRPCRelocation
+	HTTP []HTTPRelocation
+}
+
+// Enabled reports whether any relocation rule exists.
+func (r *Relocation) Enabled() bool { return len(r.GRPC)+len(r.HTTP) > 0 }
+
+// MaxValue is the largest Max over all rules (hosts size header limits
+// from it); 0 without rules.
+func (r *Relocation) MaxValue() int {
+	m := 0
+	for _, g := range r.GRPC {
+		m = max(m, g.Max)
+	}
+	for _, h := range r.HTTP {
+		m = max(m, h.Max)
+	}
+	return m
+}
+
+// Telemetry is the compiled telemetry config.
+type Telemetry struct {
+	ServiceName string
+	// PrometheusPath is "" when the Prometheus endpoint is disabled.
+	PrometheusPath string
+	// OTLPEndpoint is "" when OTLP export is disabled.
+	OTLPEndpoint string
+	OTLPInsecure bool
+	OTLPInterval time.Duration
+	ServerTiming bool
+}
+
+// SchedulerService is the compiled shared-scheduler setting.
+type SchedulerService struct {
+	Address  string
+	FailOpen bool
+	Timeout  time.Duration
+}
+
+// Experiment is a compiled experiment.
+type Experiment struct {
+	Name string
+	Pool *Pool
+	Arms []*Arm
+	// Active is nil unless one arm takes all traffic.
+	Active *Arm
+	// totalWeight is the sum of arm weights.
+	totalWeight int
+}
+
+// Arm returns the arm called name, or nil.
+func (e *Experiment) Arm(name string) *Arm {
+	for _, a := range e.Arms {
+		if a.Name == name {
+			return a
+		}
+	}
+	return nil
+}
+
+// Pick chooses the arm for one request: the active arm if set, else the
+// first arm whose headers all match, else a weighted choice by u, a
+// uniform number in [0, 1) supplied by the caller (so tests and hosts
+// control randomness), else the first arm.
+func (e *Experiment) Pick(header func(name string) string, u float64) *Arm {
+	if e.Active != nil {
+		return e.Active
+	}
+	for _, a := range e.Arms {
+		if len(a.Headers) > 0 && headersMatch(a.Headers, header) {
+			return a
+		}
+	}
+	if e.totalWeight > 0 {
+		x := int(u * float64(e.totalWeight))
+		for _, a := range e.Arms {
+			if x < a.Weight {
+				return a
+			}
+			x -= a.Weight
+		}
+		for i := len(e.Arms) - 1; i >= 0; i-- {
+			if e.Arms[i].Weight > 0 {
+				return e.Arms[i]
+			}
+		}
+	}
+	return e.Arms[0]
+}
+
+// TotalWeight is the sum of the arms' weights.
+func (e *Experiment) TotalWeight() int { return e.totalWeight }
+
+// Arm is a compiled experiment arm.
+type Arm struct {
+	Name   string
+	Weight int
+	// Headers are exact matches, names lower-cased.
+	Headers map[string]string
+	// Scheduler is the pool's scheduler config with the arm's overrides.
+	Scheduler SchedulerConfig
+}
+
+// GRPCRelocation is a compiled gRPC relocation rule.
+type GRPCRelocation struct {
+	// Method "" applies to every method.
+	Method   string
+	Metadata string
+	Field    int
+	// Bytes is true for a bytes field, false for string.
+	Bytes     bool
+	Threshold int
+	Max       int
+	// Refuse is true when compressed messages are refused instead of
+	// recompressed.
+	Refuse bool
+}
+
+// HTTPRelocation is a compiled HTTP relocation rule.
+type HTTPRelocation struct {
+	// PathPrefix "" applies to every path.
+	PathPrefix string
+	// Header is lower-cased.
+	Header    string
+	Field     string
+	Threshold int
+	Max       int
+}

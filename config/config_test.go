@@ -1,0 +1,388 @@
+package config_test
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmesh/llmesh/config"
+)
+
+const minimal = `
+listeners:
+  - name: main
+    address: 127.0.0.1:8080
+    routes: [{pool: sim}]
+pools:
+  - name: sim
+    protocol: openai
+    endpoints: [127.0.0.1:8000]
+`
+
+// errorLines loads src and returns the error's lines.
+func errorLines(t *testing.T, src string) []string {
+	t.Helper()
+	_, err := config.Load([]byte(src))
+	if err == nil {
+		t.Fatal("Load succeeded, want errors")
+	}
+	var es config.Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("error is %T, want config.Errors: %v", err, err)
+	}
+	return strings.Split(err.Error(), "\n")
+}
+
+func TestMinimalDefaults(t *testing.T) {
+	cfg, err := config.Load([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Pool("sim")
+	want := config.SchedulerConfig{Policy: "fifo", Preemption: config.PreemptionConfig{MinLowerInflight: 1, MaxPerRequest: 3}}
+	if diff := cmp.Diff(want, p.Scheduler); diff != "" {
+		t.Errorf("scheduler (-want +got):\n%s", diff)
+	}
+	if p.MaxInflight != config.DefaultMaxInflight || p.ConnectTimeout != 5*time.Second {
+		t.Errorf("pool defaults: %+v", p)
+	}
+	if cfg.DefaultClass == nil || cfg.DefaultClass.Name != "default" || cfg.DefaultClass.MaxQueue != 1024 {
+		t.Errorf("default class = %+v", cfg.DefaultClass)
+	}
+	r := cfg.Listener("main").Routes[0]
+	if r.Name != "route-0" || r.ID != "main/route-0" || r.PathPrefix != "/" || r.Pool != p {
+		t.Errorf("route = %+v", r)
+	}
+	if cfg.ClassOrDefault("nope") != cfg.DefaultClass {
+		t.Error("unknown class does not fall back to the default")
+	}
+}
+
+func TestErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		src  string
+		want []string
+	}{
+		{
+			name: "unknown fields with paths, all reported",
+			src: minimal + `
+classes:
+  - name: a
+    priorty: 1
+    slo: {ttft: 1s, tpott: 2s}
+telemetry: {promethus: {enabled: true}}
+`,
+			want: []string{
+				`classes[0].priorty: unknown field (did you mean "priority"?) (line 13)`,
+				`classes[0].slo.tpott: unknown field (did you mean "tpot"?) (line 14)`,
+				`telemetry.promethus: unknown field (did you mean "prometheus"?) (line 15)`,
+			},
+		},
+		{
+			name: "wrong types",
+			src: `
+pools:
+  - name: p
+    protocol: [grpc]
+    endpoints: 127.0.0.1:1
+    capacity: {max_inflight: lots}
+classes:
+  - {name: a, priority: high, preemptible: maybe, attainment_target: x}
+`,
+			want: []string{
+				`pools[0].protocol: must be a string, got a list (line 4)`,
+				`pools[0].endpoints: must be a list, got "127.0.0.1:1" (line 5)`,
+				`pools[0].capacity.max_inflight: must be an integer, got "lots" (line 6)`,
+				`classes[0].priority: must be an integer, got "high" (line 8)`,
+				`classes[0].preemptible: must be true or false, got "maybe" (line 8)`,
+				`classes[0].attainment_target: must be a number, got "x" (line 8)`,
+			},
+		},
+		{
+			name: "duplicate keys",
+			src:  "default_class: a\ndefault_class: b\nclassification: {tenants: {x: a, x: b}}\n",
+			want: []string{
+				`default_class: duplicate field (line 2)`,
+				`classification.tenants["x"]: duplicate key (line 3)`,
+			},
+		},
+		{
+			name: "semantic errors, all at once",
+			src: `
+listeners:
+  - name: Main
+    address: localhost
+    routes:
+      - {pool: nope, class: gold, match: {path_prefix: v1}}
+pools:
+  - name: sim
+    protocol: http
+    endpoints: [":0", "h:99999"]
+    connect_timeout: soon
+    capacity: {max_inflight: -1, metrics: {url: "ftp://x", interval: 0s}}
+    scheduler: {policy: lottery, aging: -1s}
+  - name: sim
+    protocol: grpc
+    endpoints: [h:1]
+classes:
+  - {name: a, priority: 0, slo: {ttft: "-5ms", tpot: 0s}, attainment_target: 1.5}
+  - {name: b, priority: 1, queue: {max_wait: 25h}}
+default_class: c
+relocation:
+  grpc: [{metadata: X-Prompt, field: 19500, type: text, threshold: 100, max: 10, compressed: maybe}]
+  http: [{field: a.b}]
+experiments:
+  - {name: ab, pool: sim, arms: [{name: x, weight: -1}, {name: x}], active: y}
+scheduler_service: {failure_mode: maybe}
+classification:
+  priority_header: {trusted_sources: [10.0.0.0/33]}
+`,
+			want: []string{
+				`classes[0].slo.ttft: "-5ms" must be positive`,
+				`classes[0].slo.tpot: "0s" must be positive (omit it for no objective)`,
+				`classes[0].attainment_target: 1.5 must be in (0, 1]`,
+				`classes[1].queue.max_wait: "25h" is over the limit of 24h0m0s`,
+				`default_class: "c" is not a defined class`,
+				`pools[0].connect_timeout: "soon" is not a duration (use Go syntax such as "250ms" or "1m30s")`,
+				`pools[0].scheduler.policy: "lottery" is not a known policy (known: fifo, priority, preemptive, edf)`,
+				`pools[0].scheduler.aging: "-1s" must be positive`,
+				`pools[0].protocol: "http" must be "openai" or "grpc"`,
+				`pools[0].endpoints[0]: ":0" has an invalid port`,
+				`pools[0].endpoints[1]: "h:99999" has an invalid port`,
+				`pools[0].capacity.max_inflight: -1 must be between 1 and 16777216`,
+				`pools[0].capacity.metrics.url: "ftp://x" must be an http(s) URL`,
+				`pools[0].capacity.metrics.interval: "0s" must be positive`,
+				`pools[1].name: duplicate pool "sim"`,
+				`experiments[0].arms[0].weight: -1 must be between 0 and 1000000`,
+				`experiments[0].arms[1].name: duplicate arm "x"`,
+				`experiments[0].active: "y" is not an arm of this experiment`,
+				`listeners[0].name: "Main" must be lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit`,
+				`listeners[0].address: "localhost" must be host:port`,
+				`listeners[0].routes[0].match.path_prefix: "v1" must start with "/"`,
+				`listeners[0].routes[0].pool: "nope" is not a defined pool`,
+				`listeners[0].routes[0].class: "gold" is not a defined class`,
+				`classification.priority_header.name: is required when trusted_sources is set`,
+				`classification.priority_header.trusted_sources[0]: "10.0.0.0/33" is not a CIDR prefix or IP address`,
+				`relocation.grpc[0].metadata: "X-Prompt" must be lower-case (gRPC metadata keys are)`,
+				`relocation.grpc[0].field: 19500 is in protobuf's reserved range 19000-19999`,
+				`relocation.grpc[0].type: "text" must be "string" or "bytes"`,
+				`relocation.grpc[0].compressed: "maybe" must be "recompress" or "refuse"`,
+				`relocation.grpc[0].max: 10 must be at least threshold 100`,
+				`relocation.http[0].header: is required`,
+				`relocation.http[0].field: "a.b" must be a plain top-level JSON field name`,
+				`scheduler_service.address: is required`,
+				`scheduler_service.failure_mode: "maybe" must be "fail_open" or "fail_closed"`,
+			},
+		},
+		{
+			name: "not a mapping",
+			src:  "- a\n- b\n",
+			want: []string{`must be a mapping, got a list (line 1)`},
+		},
+		{
+			name: "bad yaml",
+			src:  "a: [\n",
+			want: []string{`invalid YAML: line 1: did not find expected node content`},
+		},
+		{
+			name: "two documents",
+			src:  "admin: {address: ':1'}\n---\nadmin: {}\n",
+			want: []string{`more than one YAML document (line 2)`},
+		},
+		{
+			name: "references between sections",
+			src: minimal + `
+classes: [{name: a}, {name: b}]
+experiments:
+  - {name: e1, pool: sim, arms: [{name: x}]}
+  - {name: e2, pool: sim, arms: [{name: y}]}
+  - {name: e3, pool: gone, arms: []}
+`,
+			want: []string{
+				`default_class: is required when more than one class is defined`,
+				`experiments[1].pool: pool "sim" already has experiment "e1"`,
+				`experiments[2].pool: "gone" is not a defined pool`,
+				`experiments[2].arms: at least one arm is required`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := errorLines(t, tt.src)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAliasBombRefused(t *testing.T) {
+	// 1000 references to a listener holding 1000 references to a route:
+	// a 10 KB file that expands to a million routes.
+	refs := func(name string) string { return "[" + strings.Repeat("*"+name+", ", 999) + "*" + name + "]" }
+	bomb := "pools: [{name: p, protocol: grpc, endpoints: ['h:1']}]\n" +
+		"listeners:\n  - &y {name: y, address: ':0', routes: [&rt {pool: p}, " + strings.TrimPrefix(refs("rt"), "[") + "}\n" +
+		"  - " + strings.Repeat("*y\n  - ", 999) + "*y\n"
+	_, err := config.Load([]byte(bomb))
+	if err == nil || !strings.Contains(err.Error(), "document too large or too many aliases") {
+		t.Fatalf("alias bomb: err = %.300v", err)
+	}
+}
+
+func TestOversizedRefused(t *testing.T) {
+	_, err := config.Load(make([]byte, config.MaxFileSize+1))
+	if err == nil || !strings.Contains(err.Error(), "over the limit") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestEmptyFileNeedsNothing(t *testing.T) {
+	cfg, err := config.Load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DefaultClass.Name != "default" || len(cfg.Listeners) != 0 {
+		t.Errorf("cfg = %+v", cfg)
+	}
+}
+
+func TestRouteMatching(t *testing.T) {
+	cfg, err := config.LoadFile("../examples/mesh.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := cfg.Listener("main")
+	hdr := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	tests := []struct {
+		path    string
+		headers map[string]string
+		want    string
+	}{
+		{"/v1/chat/completions", map[string]string{"x-llmesh-lane": "batch"}, "batch"},
+		{"/v1/chat/completions", nil, "openai"},
+		{"/vllm.grpc.engine.VllmEngine/Generate", nil, "grpc"},
+	}
+	for _, tt := range tests {
+		r := l.Route(tt.path, hdr(tt.headers))
+		if r == nil || r.Name != tt.want {
+			t.Errorf("Route(%q, %v) = %+v, want %s", tt.path, tt.headers, r, tt.want)
+		}
+	}
+	if r := l.Route("/v1/x", nil); r.Experiment == nil || r.Experiment.Name != "policy-ab" {
+		t.Errorf("route on the experiment's pool has no experiment: %+v", r)
+	}
+}
+
+func TestExperimentPick(t *testing.T) {
+	cfg, err := config.Load([]byte(minimal + `
+experiments:
+  - name: ab
+    pool: sim
+    arms:
+      - {name: a, weight: 1, headers: {X-Arm: a}}
+      - {name: b, weight: 3}
+      - {name: c, headers: {x-arm: c}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cfg.Experiment("ab")
+	none := func(string) string { return "" }
+	for _, tt := range []struct {
+		u    float64
+		hdr  string
+		want string
+	}{
+		{0, "", "a"}, {0.24, "", "a"}, {0.25, "", "b"}, {0.999, "", "b"},
+		{0.9, "a", "a"}, {0.1, "c", "c"},
+	} {
+		h := none
+		if tt.hdr != "" {
+			h = func(k string) string {
+				if k == "x-arm" {
+					return tt.hdr
+				}
+				return ""
+			}
+		}
+		if got := e.Pick(h, tt.u).Name; got != tt.want {
+			t.Errorf("Pick(x-arm=%q, %v) = %s, want %s", tt.hdr, tt.u, got, tt.want)
+		}
+	}
+	on, err := cfg.WithActiveArm("ab", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := on.Experiment("ab").Pick(none, 0.5).Name; got != "c" {
+		t.Errorf("active arm: Pick = %s, want c", got)
+	}
+	if cfg.Experiment("ab").Active != nil || cfg.Source.Experiments[0].Active != "" {
+		t.Error("WithActiveArm modified the original config")
+	}
+	off, err := on.WithActiveArm("ab", "")
+	if err != nil || off.Experiment("ab").Active != nil {
+		t.Errorf("clearing the active arm: %v", err)
+	}
+	if _, err := cfg.WithActiveArm("ab", "zz"); err == nil {
+		t.Error("unknown arm accepted")
+	}
+	if _, err := cfg.WithActiveArm("zz", "a"); err == nil {
+		t.Error("unknown experiment accepted")
+	}
+}
+
+func TestArmOverlaysPoolScheduler(t *testing.T) {
+	cfg, err := config.Load([]byte(`
+pools:
+  - name: p
+    protocol: grpc
+    endpoints: [h:1]
+    scheduler: {policy: preemptive, aging: 2s, preemption: {min_run_time: 1s, max_per_request: 5}}
+experiments:
+  - name: e
+    pool: p
+    arms:
+      - {name: fifo, scheduler: {policy: fifo}}
+      - {name: strict, scheduler: {preemption: {max_per_request: 0}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cfg.Experiment("e")
+	want := config.SchedulerConfig{Policy: "fifo", Aging: 2 * time.Second,
+		Preemption: config.PreemptionConfig{MinLowerInflight: 1, MinRunTime: time.Second, MaxPerRequest: 5}}
+	if diff := cmp.Diff(want, e.Arm("fifo").Scheduler); diff != "" {
+		t.Errorf("fifo arm (-want +got):\n%s", diff)
+	}
+	want.Policy = "preemptive"
+	want.Preemption.MaxPerRequest = 0
+	if diff := cmp.Diff(want, e.Arm("strict").Scheduler); diff != "" {
+		t.Errorf("strict arm (-want +got):\n%s", diff)
+	}
+}
+
+func TestTrustedSources(t *testing.T) {
+	cfg, err := config.Load([]byte(`
+classification:
+  priority_header: {name: X-Class, trusted_sources: [10.1.0.0/16, 127.0.0.1, "::1"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Classification
+	if c.PriorityHeader != "x-class" {
+		t.Errorf("header = %q", c.PriorityHeader)
+	}
+	for addr, want := range map[string]bool{
+		"10.1.2.3": true, "10.2.0.1": false, "127.0.0.1": true, "::ffff:127.0.0.1": true, "::1": true, "192.168.0.1": false,
+	} {
+		if got := c.Trusted(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("Trusted(%s) = %v, want %v", addr, got, want)
+		}
+	}
+}

@@ -1,0 +1,285 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// MaxFileSize bounds the config file; larger files are refused before
+// parsing.
+const MaxFileSize = 4 << 20
+
+// maxNodes bounds the nodes visited while checking a document, which also
+// bounds alias expansion ("billion laughs").
+const maxNodes = 200_000
+
+// Parse decodes a YAML (or JSON) mesh config strictly: unknown fields,
+// duplicate keys and values of the wrong type are errors naming their field
+// path. It applies no defaults and does not validate; see Load.
+func Parse(data []byte) (*Mesh, error) {
+	if len(data) > MaxFileSize {
+		return nil, Errors{{Msg: fmt.Sprintf("config is %d bytes, over the limit of %d", len(data), MaxFileSize)}}
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return &Mesh{}, nil
+		}
+		return nil, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, Errors{{Line: extra.Line, Msg: "more than one YAML document"}}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return &Mesh{}, nil
+		}
+		root = root.Content[0]
+	}
+	var c collector
+	s := &strict{c: &c}
+	s.check(root, reflect.TypeOf(Mesh{}), "")
+	if err := c.err(); err != nil {
+		return nil, err
+	}
+	m := &Mesh{}
+	if err := root.Decode(m); err != nil {
+		return nil, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+	}
+	return m, nil
+}
+
+// Load parses, defaults, validates and compiles a mesh config.
+func Load(data []byte) (*Config, error) {
+	m, err := Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	ApplyDefaults(m)
+	return Compile(m)
+}
+
+// LoadFile reads and loads the config at path.
+func LoadFile(path string) (*Config, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Load(data)
+}
+
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(f, MaxFileSize+1)); err != nil {
+		return nil, fmt.Errorf("config: read %s: %w", path, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// strict walks a YAML node tree against a Go type, reporting every unknown
+// field and type mismatch with its path. yaml.v3's own KnownFields stops at
+// the first problem and names lines, not paths.
+type strict struct {
+	c     *collector
+	nodes int
+}
+
+func (s *strict) check(n *yaml.Node, t reflect.Type, path string) {
+	s.nodes++
+	if s.nodes > maxNodes {
+		if s.nodes == maxNodes+1 {
+			s.c.add(path, n.Line, "document too large or too many aliases (over %d nodes)", maxNodes)
+		}
+		return
+	}
+	if n.Kind == yaml.AliasNode {
+		if n.Alias == nil {
+			s.c.add(path, n.Line, "unresolved alias")
+			return
+		}
+		n = n.Alias
+	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+		return
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		s.checkStruct(n, t, path)
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			s.c.add(path, n.Line, "must be a list, got %s", describe(n))
+			return
+		}
+		for i, e := range n.Content {
+			s.check(e, t.Elem(), index(path, i))
+		}
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			s.c.add(path, n.Line, "must be a mapping, got %s", describe(n))
+			return
+		}
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode {
+				s.c.add(path, k.Line, "keys must be strings, got %s", describe(k))
+				continue
+			}
+			if seen[k.Value] {
+				s.c.add(key(path, k.Value), k.Line, "duplicate key")
+				continue
+			}
+			seen[k.Value] = true
+			s.check(v, t.Elem(), key(path, k.Value))
+		}
+	case reflect.String:
+		if n.Kind != yaml.ScalarNode {
+			s.c.add(path, n.Line, "must be a string, got %s", describe(n))
+		}
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		var v int64
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil {
+			s.c.add(path, n.Line, "must be an integer, got %s", describe(n))
+		}
+	case reflect.Float64:
+		var v float64
+		if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") || n.Decode(&v) != nil {
+			s.c.add(path, n.Line, "must be a number, got %s", describe(n))
+		}
+	case reflect.Bool:
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
+			s.c.add(path, n.Line, "must be true or false, got %s", describe(n))
+		}
+	default:
+		s.c.add(path, n.Line, "unsupported field type %s", t)
+	}
+}
+
+func (s *strict) checkStruct(n *yaml.Node, t reflect.Type, path string) {
+	if n.Kind != yaml.MappingNode {
+		s.c.add(path, n.Line, "must be a mapping, got %s", describe(n))
+		return
+	}
+	fields := yamlFields(t)
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			s.c.add(path, k.Line, "keys must be strings, got %s", describe(k))
+			continue
+		}
+		p := join(path, k.Value)
+		if k.Value == "<<" {
+			s.c.add(p, k.Line, "merge keys are not supported")
+			continue
+		}
+		f, ok := fields[k.Value]
+		if !ok {
+			s.c.add(p, k.Line, "unknown field%s", suggest(k.Value, fields))
+			continue
+		}
+		if seen[k.Value] {
+			s.c.add(p, k.Line, "duplicate field")
+			continue
+		}
+		seen[k.Value] = true
+		s.check(v, f.Type, p)
+	}
+}
+
+func yamlFields(t reflect.Type) map[string]reflect.StructField {
+	out := map[string]reflect.StructField{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		out[name] = f
+	}
+	return out
+}
+
+// suggest names the closest known field, or lists them, so a typo is
+// quick to fix.
+func suggest(got string, fields map[string]reflect.StructField) string {
+	names := make([]string, 0, len(fields))
+	for n := range fields {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := editDistance(strings.ToLower(strings.ReplaceAll(got, "-", "_")), n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	return fmt.Sprintf(" (known: %s)", strings.Join(names, ", "))
+}
+
+// editDistance is the Levenshtein distance, capped for long inputs since
+// only small distances matter.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 64
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		v := n.Value
+		if len(v) > 40 {
+			v = v[:40] + "…"
+		}
+		return fmt.Sprintf("%q", v)
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return "an unexpected node"
+}

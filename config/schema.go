@@ -1,0 +1,329 @@
+package config
+
+// This file holds the mesh config as written in YAML (the source form).
+// Durations are Go duration strings and stay strings here so that validation
+// can quote the bad value with its field path; Compile turns them into
+// time.Duration in the runtime form (compiled.go).
+
+// Mesh is the whole mesh config file.
+type Mesh struct {
+	// Listeners are where the data plane (gateway or Envoy) accepts traffic.
+	Listeners []ListenerSpec `yaml:"listeners,omitempty"`
+	// Pools are the upstreams (engines or clusters of them).
+	Pools []PoolSpec `yaml:"pools,omitempty"`
+	// Classes are the priority classes with their SLOs. When none are given a
+	// single class "default" (priority 0) is created.
+	Classes []ClassSpec `yaml:"classes,omitempty"`
+	// DefaultClass names the class of requests nothing else classified, and
+	// the fallback for unknown or untrusted class claims. Required when more
+	// than one class exists.
+	DefaultClass string `yaml:"default_class,omitempty"`
+	// Classification maps trusted request attributes to classes.
+	Classification ClassificationSpec `yaml:"classification,omitempty"`
+	// Relocation moves oversized prompts from metadata/headers into bodies.
+	Relocation RelocationSpec `yaml:"relocation,omitempty"`
+	// Telemetry configures metrics and traces export.
+	Telemetry TelemetrySpec `yaml:"telemetry,omitempty"`
+	// SchedulerService, when set, makes hosts use the shared scheduler
+	// service instead of an in-process scheduler.
+	SchedulerService *SchedulerServiceSpec `yaml:"scheduler_service,omitempty"`
+	// Experiments are A/B comparisons of scheduler configs.
+	Experiments []ExperimentSpec `yaml:"experiments,omitempty"`
+	// Admin is the admin listener of the host reading this config.
+	Admin AdminSpec `yaml:"admin,omitempty"`
+}
+
+// ListenerSpec is one data-plane listener.
+type ListenerSpec struct {
+	// Name is unique among listeners.
+	Name string `yaml:"name"`
+	// Address is host:port, for example "127.0.0.1:8080".
+	Address string `yaml:"address"`
+	// Routes are tried in order; the first match wins.
+	Routes []RouteSpec `yaml:"routes,omitempty"`
+}
+
+// RouteSpec sends matching requests to a pool, optionally in a class.
+type RouteSpec struct {
+	// Name is unique within its listener; defaults to "route-<index>".
+	Name string `yaml:"name,omitempty"`
+	// Match selects requests; an empty match matches everything.
+	Match MatchSpec `yaml:"match,omitempty"`
+	// Pool is the upstream; required.
+	Pool string `yaml:"pool"`
+	// Class, when set, is the class of every request on this route (trusted
+	// configuration, so it wins over classification rules).
+	Class string `yaml:"class,omitempty"`
+	// Experiment, when set, names the experiment whose arms split this
+	// route's traffic. Defaults to the experiment on the route's pool, if any.
+	Experiment string `yaml:"experiment,omitempty"`
+}
+
+// MatchSpec selects requests by path prefix and exact header values.
+type MatchSpec struct {
+	// PathPrefix must start with "/"; empty means "/".
+	PathPrefix string `yaml:"path_prefix,omitempty"`
+	// Headers must all be present with exactly these values.
+	Headers map[string]string `yaml:"headers,omitempty"`
+}
+
+// PoolSpec is one upstream.
+type PoolSpec struct {
+	// Name is unique among pools.
+	Name string `yaml:"name"`
+	// Protocol is "openai" (HTTP/1.1, SSE) or "grpc" (HTTP/2).
+	Protocol string `yaml:"protocol"`
+	// Endpoints are host:port addresses of the engine replicas.
+	Endpoints []string `yaml:"endpoints"`
+	// ConnectTimeout for upstream connections; default "5s".
+	ConnectTimeout string `yaml:"connect_timeout,omitempty"`
+	// Capacity bounds what is in flight to the pool.
+	Capacity CapacitySpec `yaml:"capacity,omitempty"`
+	// Scheduler is the pool's scheduling policy and parameters.
+	Scheduler SchedulerSpec `yaml:"scheduler,omitempty"`
+}
+
+// CapacitySpec bounds the pool's in-flight work.
+type CapacitySpec struct {
+	// MaxInflight is the number of sequences in flight; default 64.
+	MaxInflight int `yaml:"max_inflight,omitempty"`
+	// MaxInflightTokens bounds prompt+max tokens in flight; 0 means no bound.
+	MaxInflightTokens int `yaml:"max_inflight_tokens,omitempty"`
+	// Metrics, when its URL is set, learns capacity from the engine's
+	// Prometheus endpoint.
+	Metrics MetricsSpec `yaml:"metrics,omitempty"`
+}
+
+// MetricsSpec is the engine /metrics scrape used as a capacity signal.
+type MetricsSpec struct {
+	// URL of the engine's Prometheus endpoint; empty disables scraping.
+	URL string `yaml:"url,omitempty"`
+	// Interval between scrapes; default "1s".
+	Interval string `yaml:"interval,omitempty"`
+	// StaleAfter: older samples are ignored; default three intervals.
+	StaleAfter string `yaml:"stale_after,omitempty"`
+}
+
+// SchedulerSpec is a scheduling policy and its parameters. In an experiment arm
+// the set fields override the pool's.
+type SchedulerSpec struct {
+	// Policy is one of fifo, priority, preemptive, edf; default "fifo".
+	Policy string `yaml:"policy,omitempty"`
+	// BatchWindow > 0 releases admissions together every window; default
+	// "0s" (continuous).
+	BatchWindow string `yaml:"batch_window,omitempty"`
+	// Aging raises a waiting request's effective priority by one level per
+	// Aging of waiting (priority policies); "0s" disables aging.
+	Aging string `yaml:"aging,omitempty"`
+	// Preemption parameters (policy preemptive).
+	Preemption PreemptionSpec `yaml:"preemption,omitempty"`
+}
+
+// PreemptionSpec holds the preemption guard rails. Pointers tell "unset" (take
+// the pool's or the default) from an explicit zero.
+type PreemptionSpec struct {
+	// MinLowerInflight is the minimum number of strictly-lower-priority
+	// in-flight requests before preempting; default 1.
+	MinLowerInflight *int `yaml:"min_lower_inflight,omitempty"`
+	// MinRunTime: requests younger than this are not preempted; default "0s".
+	MinRunTime string `yaml:"min_run_time,omitempty"`
+	// MaxPerRequest: after this many preemptions a request becomes
+	// non-preemptible; default 3.
+	MaxPerRequest *int `yaml:"max_per_request,omitempty"`
+}
+
+// ClassSpec is a priority class.
+type ClassSpec struct {
+	// Name is unique among classes.
+	Name string `yaml:"name"`
+	// Priority follows vLLM: a LOWER value is served first.
+	Priority int `yaml:"priority"`
+	// SLO is the class's latency objective; zero durations mean none.
+	SLO SLOSpec `yaml:"slo,omitempty"`
+	// Preemptible lets the preemptive policy stop this class's requests;
+	// default false.
+	Preemptible bool `yaml:"preemptible,omitempty"`
+	// Queue limits the class's waiting requests.
+	Queue QueueSpec `yaml:"queue,omitempty"`
+	// AttainmentTarget is the share of requests that should meet the SLO,
+	// in (0, 1]; default 0.9.
+	AttainmentTarget float64 `yaml:"attainment_target,omitempty"`
+}
+
+// SLOSpec is a latency objective per request.
+type SLOSpec struct {
+	// TTFT is the time-to-first-token objective.
+	TTFT string `yaml:"ttft,omitempty"`
+	// TPOT is the time-per-output-token objective.
+	TPOT string `yaml:"tpot,omitempty"`
+}
+
+// QueueSpec limits a class's queue.
+type QueueSpec struct {
+	// MaxLength: more waiting requests are rejected with queue full;
+	// default 1024.
+	MaxLength int `yaml:"max_length,omitempty"`
+	// MaxWait: requests waiting longer are rejected; "0s" (default) means
+	// no limit.
+	MaxWait string `yaml:"max_wait,omitempty"`
+}
+
+// ClassificationSpec maps trusted request attributes to classes. Precedence:
+// route class, API key, tenant, trusted priority header, rules, default.
+type ClassificationSpec struct {
+	// Rules are tried in order; the first match sets the class.
+	Rules []RuleSpec `yaml:"rules,omitempty"`
+	// TenantHeader names the header carrying the tenant; default
+	// "x-tenant-id" when Tenants is not empty.
+	TenantHeader string `yaml:"tenant_header,omitempty"`
+	// Tenants maps tenant → class.
+	Tenants map[string]string `yaml:"tenants,omitempty"`
+	// APIKeyHeader names the header carrying the API key; default
+	// "authorization" (a "Bearer " prefix is stripped).
+	APIKeyHeader string `yaml:"api_key_header,omitempty"`
+	// APIKeys maps API key → class.
+	APIKeys map[string]string `yaml:"api_keys,omitempty"`
+	// PriorityHeader lets trusted clients pick their class by name.
+	PriorityHeader PriorityHeaderSpec `yaml:"priority_header,omitempty"`
+}
+
+// RuleSpec classifies by path prefix and/or model.
+type RuleSpec struct {
+	// PathPrefix, when set, must prefix the request path.
+	PathPrefix string `yaml:"path_prefix,omitempty"`
+	// Model, when set, must equal the request's model.
+	Model string `yaml:"model,omitempty"`
+	// Class is the class of matching requests; required.
+	Class string `yaml:"class"`
+}
+
+// PriorityHeaderSpec is a client-set class header honoured only from trusted
+// peers.
+type PriorityHeaderSpec struct {
+	// Name of the header; empty disables the feature.
+	Name string `yaml:"name,omitempty"`
+	// TrustedSources are CIDR prefixes of peers whose header is honoured;
+	// from anyone else it is ignored (default class or other rules apply).
+	TrustedSources []string `yaml:"trusted_sources,omitempty"`
+}
+
+// RelocationSpec holds the rules for oversized prompts.
+type RelocationSpec struct {
+	// GRPC rules move a metadata value into a request message field.
+	GRPC []GRPCRelocationSpec `yaml:"grpc,omitempty"`
+	// HTTP rules move a header value into the JSON body.
+	HTTP []HTTPRelocationSpec `yaml:"http,omitempty"`
+}
+
+// GRPCRelocationSpec moves the value of metadata key Metadata into field Field
+// of the request message.
+type GRPCRelocationSpec struct {
+	// Method, when set, is the full gRPC method ("/pkg.Svc/Method") the rule
+	// applies to; empty means every method.
+	Method string `yaml:"method,omitempty"`
+	// Metadata is the (lower-case) metadata key; required.
+	Metadata string `yaml:"metadata"`
+	// Field is the protobuf field number in the top-level request message.
+	Field int `yaml:"field"`
+	// Type is "string" (default) or "bytes".
+	Type string `yaml:"type,omitempty"`
+	// Threshold: values of at least this many bytes are relocated; default
+	// 4096.
+	Threshold int `yaml:"threshold,omitempty"`
+	// Max: larger values are refused; default 16 MiB.
+	Max int `yaml:"max,omitempty"`
+	// Compressed says what to do with compressed request messages:
+	// "recompress" (default) or "refuse".
+	Compressed string `yaml:"compressed,omitempty"`
+}
+
+// HTTPRelocationSpec moves the value of Header into JSON body field Field.
+type HTTPRelocationSpec struct {
+	// PathPrefix, when set, limits the rule to matching paths.
+	PathPrefix string `yaml:"path_prefix,omitempty"`
+	// Header is the request header; required.
+	Header string `yaml:"header"`
+	// Field is the top-level JSON field written; default "prompt".
+	Field string `yaml:"field,omitempty"`
+	// Threshold: values of at least this many bytes are relocated; default
+	// 4096.
+	Threshold int `yaml:"threshold,omitempty"`
+	// Max: larger values are refused; default 16 MiB.
+	Max int `yaml:"max,omitempty"`
+}
+
+// TelemetrySpec holds the export settings.
+type TelemetrySpec struct {
+	// ServiceName for OTLP resources; default "llmesh".
+	ServiceName string `yaml:"service_name,omitempty"`
+	// Prometheus exposes metrics on the admin listener.
+	Prometheus PrometheusSpec `yaml:"prometheus,omitempty"`
+	// OTLP exports metrics and traces over OTLP/gRPC.
+	OTLP OTLPSpec `yaml:"otlp,omitempty"`
+	// ServerTiming adds a Server-Timing response trailer/header.
+	ServerTiming bool `yaml:"server_timing,omitempty"`
+}
+
+// PrometheusSpec holds the Prometheus endpoint settings.
+type PrometheusSpec struct {
+	// Enabled turns the endpoint on.
+	Enabled bool `yaml:"enabled,omitempty"`
+	// Path on the admin listener; default "/metrics".
+	Path string `yaml:"path,omitempty"`
+}
+
+// OTLPSpec holds the OTLP exporter settings.
+type OTLPSpec struct {
+	// Endpoint host:port; empty disables OTLP.
+	Endpoint string `yaml:"endpoint,omitempty"`
+	// Insecure uses plaintext gRPC.
+	Insecure bool `yaml:"insecure,omitempty"`
+	// Interval between metric exports; default "10s".
+	Interval string `yaml:"interval,omitempty"`
+}
+
+// SchedulerServiceSpec is the shared scheduler service.
+type SchedulerServiceSpec struct {
+	// Address host:port of the service; required.
+	Address string `yaml:"address"`
+	// FailureMode when the service is unreachable: "fail_open" (admit
+	// without scheduling) or "fail_closed" (reject, ErrUnavailable); default
+	// "fail_open".
+	FailureMode string `yaml:"failure_mode,omitempty"`
+	// Timeout for reaching the service; default "1s".
+	Timeout string `yaml:"timeout,omitempty"`
+}
+
+// ExperimentSpec compares scheduler configs on one pool.
+type ExperimentSpec struct {
+	// Name is unique among experiments.
+	Name string `yaml:"name"`
+	// Pool is the pool whose scheduler config the arms override; required.
+	Pool string `yaml:"pool"`
+	// Arms are the variants; at least one.
+	Arms []ArmSpec `yaml:"arms"`
+	// Active, when set, sends all traffic to that arm, ignoring headers and
+	// weights.
+	Active string `yaml:"active,omitempty"`
+}
+
+// ArmSpec is one variant of an experiment.
+type ArmSpec struct {
+	// Name is unique within the experiment.
+	Name string `yaml:"name"`
+	// Weight is the arm's share of traffic not picked by header; arms with
+	// weight 0 get traffic only by header or when active. When all weights
+	// are 0 the first arm gets that traffic.
+	Weight int `yaml:"weight,omitempty"`
+	// Headers, when set, send requests carrying all of these exact header
+	// values to this arm.
+	Headers map[string]string `yaml:"headers,omitempty"`
+	// Scheduler overrides the pool's scheduler fields that are set here.
+	Scheduler SchedulerSpec `yaml:"scheduler,omitempty"`
+}
+
+// AdminSpec is the admin listener.
+type AdminSpec struct {
+	// Address host:port; empty disables the admin listener.
+	Address string `yaml:"address,omitempty"`
+}

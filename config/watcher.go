@@ -1,0 +1,181 @@
+package config
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/llmesh/llmesh/clock"
+)
+
+// DefaultDebounce is the quiet period a Watcher waits after the last file
+// event before reloading, so an editor's write-rename-chmod burst is one
+// reload.
+const DefaultDebounce = 100 * time.Millisecond
+
+// WatchOptions tune a Watcher. The zero value is usable.
+type WatchOptions struct {
+	// Debounce is the quiet period after the last event; 0 means
+	// DefaultDebounce.
+	Debounce time.Duration
+	// Clock times the debounce; nil means the wall clock.
+	Clock clock.Clock
+	// OnChange is called after a changed, valid config was swapped in, from
+	// the goroutine that ran the reload (Run's, or Reload's caller). nil:
+	// nobody is told; Config still returns the new one.
+	OnChange func(*Config)
+	// OnError is called when a change could not be loaded (unreadable file
+	// or invalid config; the error is Errors for config problems). The last
+	// good config stays current. nil: the error is dropped.
+	OnError func(error)
+}
+
+// Watcher keeps the current config of one file, reloading it when the file
+// changes. Config is safe from any goroutine.
+type Watcher struct {
+	path string
+	opts WatchOptions
+	cur  atomic.Pointer[Config]
+
+	mu       sync.Mutex // serialises reloads; guards lastHash
+	lastHash [sha256.Size]byte
+}
+
+// NewWatcher loads path and returns a watcher holding it. An invalid initial
+// file is an error: there is no last good config to keep.
+func NewWatcher(path string, opts WatchOptions) (*Watcher, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if opts.Debounce <= 0 {
+		opts.Debounce = DefaultDebounce
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	w := &Watcher{path: abs, opts: opts}
+	data, err := readFile(abs)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := Load(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s:\n%w", path, err)
+	}
+	w.cur.Store(cfg)
+	w.lastHash = sha256.Sum256(data)
+	return w, nil
+}
+
+// Path is the absolute path being watched.
+func (w *Watcher) Path() string { return w.path }
+
+// Config returns the current (last good) config; never nil.
+func (w *Watcher) Config() *Config { return w.cur.Load() }
+
+// Reload reads the file now. It returns whether a new config was swapped in;
+// an unchanged file is not a change. On error the last good config stays,
+// and OnError is called as well.
+func (w *Watcher) Reload() (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	data, err := readFile(w.path)
+	if err != nil {
+		w.report(err)
+		return false, err
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		// Writers truncate before writing; an empty file is far more likely
+		// a write in progress than an intended empty mesh.
+		err := fmt.Errorf("config %s is empty (keeping the last good config)", w.path)
+		w.report(err)
+		return false, err
+	}
+	h := sha256.Sum256(data)
+	if h == w.lastHash {
+		return false, nil
+	}
+	cfg, err := Load(data)
+	if err != nil {
+		err = fmt.Errorf("config %s (keeping the last good config):\n%w", w.path, err)
+		w.report(err)
+		return false, err
+	}
+	w.lastHash = h
+	w.cur.Store(cfg)
+	if w.opts.OnChange != nil {
+		w.opts.OnChange(cfg)
+	}
+	return true, nil
+}
+
+func (w *Watcher) report(err error) {
+	if w.opts.OnError != nil {
+		w.opts.OnError(err)
+	}
+}
+
+// Run watches the file until ctx ends, then returns nil. It watches the
+// directory rather than the file, because editors and config-map updates
+// replace the file by rename, which ends a watch on the old inode. It
+// returns an error only when watching cannot start.
+func (w *Watcher) Run(ctx context.Context) error {
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("config: watch: %w", err)
+	}
+	defer fw.Close()
+	dir := filepath.Dir(w.path)
+	if err := fw.Add(dir); err != nil {
+		return fmt.Errorf("config: watch %s: %w", dir, err)
+	}
+	// A change between NewWatcher's read and the watch starting would be
+	// missed; one reload closes that gap (unchanged content is a no-op).
+	w.Reload() //nolint:errcheck // reported through OnError
+
+	var timer clock.Timer
+	var fire <-chan time.Time
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	base := filepath.Base(w.path)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-fw.Events:
+			if !ok {
+				return nil
+			}
+			// "..data" is the symlink Kubernetes swaps for config maps.
+			if name := filepath.Base(ev.Name); name != base && name != "..data" {
+				continue
+			}
+			if timer == nil {
+				timer = w.opts.Clock.NewTimer(w.opts.Debounce)
+			} else {
+				timer.Stop()
+				timer.Reset(w.opts.Debounce)
+			}
+			fire = timer.C()
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return nil
+			}
+			w.report(fmt.Errorf("config: watch %s: %w", dir, err))
+		case <-fire:
+			fire = nil
+			w.Reload() //nolint:errcheck // reported through OnError
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package config_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/llmesh/llmesh/config"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// watchHarness runs a Watcher on a temporary file and records callbacks.
+type watchHarness struct {
+	t    *testing.T
+	path string
+	w    *config.Watcher
+
+	mu      sync.Mutex
+	changes int
+	errs    []error
+}
+
+func startWatcher(t *testing.T, initial string) *watchHarness {
+	t.Helper()
+	h := &watchHarness{t: t, path: filepath.Join(t.TempDir(), "mesh.yaml")}
+	if err := os.WriteFile(h.path, []byte(initial), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := config.NewWatcher(h.path, config.WatchOptions{
+		Debounce: 20 * time.Millisecond,
+		OnChange: func(*config.Config) { h.mu.Lock(); h.changes++; h.mu.Unlock() },
+		OnError:  func(err error) { h.mu.Lock(); h.errs = append(h.errs, err); h.mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.w = w
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return h
+}
+
+// waitFor runs act, then polls cond until it holds or a generous deadline
+// passes. act is repeated every 250ms because a change made before the
+// directory watch was established is not seen; writing again is harmless.
+func (h *watchHarness) waitFor(what string, act func(), cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	next := time.Now()
+	for {
+		if time.Now().After(next) {
+			act()
+			next = time.Now().Add(250 * time.Millisecond)
+		}
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (h *watchHarness) write(content string) func() {
+	return func() {
+		if err := os.WriteFile(h.path, []byte(content), 0o644); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+func (h *watchHarness) counts() (int, []error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.changes, append([]error(nil), h.errs...)
+}
+
+func withInflight(n string) string {
+	return strings.Replace(minimal, "endpoints: [127.0.0.1:8000]", "endpoints: [127.0.0.1:8000]\n    capacity: {max_inflight: "+n+"}", 1)
+}
+
+func TestWatcherReloadsValidChange(t *testing.T) {
+	h := startWatcher(t, withInflight("1"))
+	// Keep rewriting until the watch is surely established: a write before
+	// fsnotify's Add returned may be missed, which Run's first reload covers
+	// only for writes before it.
+	h.waitFor("reload to max_inflight 2", h.write(withInflight("2")), func() bool {
+		return inflight(h.w.Config()) == 2
+	})
+	// In-place writes truncate first, so the watcher may see an empty
+	// file, which it reports and ignores; nothing else may go wrong.
+	n, errs := h.counts()
+	if n < 1 {
+		t.Errorf("changes=%d", n)
+	}
+	for _, err := range errs {
+		if !strings.Contains(err.Error(), "is empty (keeping the last good config)") {
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+}
+
+func TestWatcherKeepsLastGoodOnInvalidChange(t *testing.T) {
+	h := startWatcher(t, withInflight("3"))
+	good := h.w.Config()
+	h.waitFor("the invalid change reported", h.write(withInflight("-3")), func() bool {
+		return len(invalidErrs(h)) > 0
+	})
+	if h.w.Config() != good {
+		t.Fatal("invalid change replaced the config")
+	}
+	errs := invalidErrs(h)
+	if !strings.Contains(errs[0].Error(), "pools[0].capacity.max_inflight: -3 must be between 1 and 16777216") {
+		t.Errorf("error does not name the field: %v", errs[0])
+	}
+	// A later valid change still gets through.
+	h.waitFor("recovery", h.write(withInflight("4")), func() bool {
+		return inflight(h.w.Config()) == 4
+	})
+}
+
+func TestWatcherFollowsRenameReplace(t *testing.T) {
+	h := startWatcher(t, withInflight("5"))
+	h.waitFor("rename-replaced file loaded", func() {
+		// Write a new file next to it and rename it over, as editors and
+		// config-map updates do.
+		tmp := filepath.Join(filepath.Dir(h.path), ".mesh.yaml.tmp")
+		if err := os.WriteFile(tmp, []byte(withInflight("6")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, h.path); err != nil {
+			t.Fatal(err)
+		}
+	}, func() bool {
+		return inflight(h.w.Config()) == 6
+	})
+	// The watch survives the replacement: another change after it loads.
+	h.waitFor("second change after rename", h.write(withInflight("7")), func() bool {
+		return inflight(h.w.Config()) == 7
+	})
+}
+
+func TestWatcherUnchangedContentIsNoChange(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(path, []byte(minimal), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := config.NewWatcher(path, config.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := w.Reload(); changed || err != nil {
+		t.Errorf("Reload of unchanged file = %v, %v", changed, err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := w.Reload(); changed || err == nil {
+		t.Errorf("Reload of missing file = %v, %v", changed, err)
+	}
+	if w.Config() == nil {
+		t.Error("config lost")
+	}
+}
+
+func TestNewWatcherRejectsInvalidFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(path, []byte("classes: [{name: a, slo: {ttft: -5ms}}]"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := config.NewWatcher(path, config.WatchOptions{})
+	if err == nil || !strings.Contains(err.Error(), `classes[0].slo.ttft: "-5ms" must be positive`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func inflight(c *config.Config) int {
+	if p := c.Pool("sim"); p != nil {
+		return p.MaxInflight
+	}
+	return -1
+}
+
+// invalidErrs are the reported errors other than empty-file reads.
+func invalidErrs(h *watchHarness) []error {
+	_, all := h.counts()
+	var out []error
+	for _, err := range all {
+		if !strings.Contains(err.Error(), "is empty") {
+			out = append(out, err)
+		}
+	}
+	return out
+}
