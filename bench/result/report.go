@@ -236,4 +236,8 @@ type EngineAgreement struct {
 	// DeltaMs is client TTFT minus engine TTFT (network, HTTP and harness
 	// overhead), in milliseconds.
 	DeltaMs Percentiles `json:"delta_ms"`
+	// NegativeN counts requests whose client TTFT was shorter than the
+	// engine's (clock skew or a measurement bug); they are left out of
+	// DeltaMs.
+	NegativeN int `json:"negative_n"`
 }

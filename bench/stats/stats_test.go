@@ -1,0 +1,160 @@
+package stats
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/workload"
+)
+
+func testWorkload(t *testing.T) *workload.Workload {
+	t.Helper()
+	s, err := workload.Parse([]byte(`
+requests: 100
+arrival: {process: constant, rate: 10}
+classes:
+  - {name: hi, priority: 0, share: 1, slo: {ttft: 100ms, tpot: 10ms}, attainment_target: 0.5, prompt_tokens: {value: 10}, output_tokens: {value: 11}}
+  - {name: lo, priority: 5, share: 1, slo: {ttft: 1s}, prompt_tokens: {value: 10}, output_tokens: {value: 11}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Default()
+	w, err := workload.Compile(s, workload.CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+const msNS = int64(time.Millisecond)
+
+// rec makes an OK record sent at sent ms with the given TTFT and a chunk
+// every gap ms for 11 tokens.
+func rec(i int, class string, sent, ttft, gap int64) result.Record {
+	r := result.Record{Index: i, Class: class, IntendedNS: sent * msNS, SentNS: sent * msNS, PromptTokens: 10, MaxTokens: 11, OutputTokens: 11, Status: result.StatusOK}
+	t := (sent + ttft) * msNS
+	r.FirstTokenNS = t
+	for k := 0; k < 11; k++ {
+		r.ChunkNS = append(r.ChunkNS, t)
+		t += gap * msNS
+	}
+	r.DoneNS = r.ChunkNS[10]
+	return r
+}
+
+func TestSummarize(t *testing.T) {
+	w := testWorkload(t)
+	recs := []result.Record{
+		{Index: 0, Class: "hi", Warmup: true, Status: result.StatusOK, SentNS: 0, DoneNS: 1},
+		rec(1, "hi", 100, 50, 5),   // meets
+		rec(2, "hi", 200, 150, 5),  // ttft miss
+		rec(3, "hi", 300, 50, 20),  // tpot miss
+		rec(4, "lo", 400, 900, 50), // meets (no tpot slo)
+		{Index: 5, Class: "lo", IntendedNS: 500 * msNS, SentNS: 500 * msNS, DoneNS: 510 * msNS, Status: result.StatusRejected, Code: 429},
+		{Index: 6, Class: "lo", IntendedNS: 600 * msNS, SentNS: 600 * msNS, DoneNS: 610 * msNS, Status: result.StatusPreempted, Code: 503},
+		{Index: 7, Class: "hi", IntendedNS: 700 * msNS, SentNS: 700 * msNS, DoneNS: 1900 * msNS, Status: result.StatusDropped},
+	}
+	rep := Summarize(recs, Meta{Workload: w})
+	if rep.Warmup != 1 || rep.NumPrompts != 7 || rep.Completed != 4 || rep.Failed != 3 {
+		t.Fatalf("warmup %d prompts %d completed %d failed %d", rep.Warmup, rep.NumPrompts, rep.Completed, rep.Failed)
+	}
+	hi, lo := rep.Classes["hi"], rep.Classes["lo"]
+	if hi.Requests != 4 || hi.Violations != (result.Violations{TTFT: 1, TPOT: 1, Error: 1}) {
+		t.Errorf("hi: requests %d violations %+v", hi.Requests, hi.Violations)
+	}
+	if lo.Violations != (result.Violations{Rejected: 1, Preempted: 1}) {
+		t.Errorf("lo violations %+v", lo.Violations)
+	}
+	if hi.SLOAttainment != 0.25 || lo.SLOAttainment != 1.0/3 || hi.MeetsTarget {
+		t.Errorf("attainment hi %v lo %v meets %v", hi.SLOAttainment, lo.SLOAttainment, hi.MeetsTarget)
+	}
+	// The measured window runs from the first send (100 ms) to the last end
+	// (1900 ms): 1.8 s.
+	if math.Abs(rep.Duration-1.8) > 1e-9 {
+		t.Errorf("duration %v", rep.Duration)
+	}
+	if got := hi.GoodputRPS; math.Abs(got-1/1.8) > 1e-9 {
+		t.Errorf("hi goodput %v", got)
+	}
+	if got := rep.Overall.SLOAttainment; math.Abs(got-2.0/7) > 1e-9 {
+		t.Errorf("overall attainment %v, want 2/7", got)
+	}
+	if hi.TTFTMs.N != 3 || math.Abs(hi.TTFTMs.P50-50) > 0.1 || math.Abs(hi.TTFTMs.Max-150) > 0.1 {
+		t.Errorf("hi ttft %+v", hi.TTFTMs)
+	}
+	// TPOT = (E2E − TTFT)/(tokens − 1) = gap.
+	if math.Abs(lo.TPOTMs.P50-50) > 0.1 || math.Abs(hi.ITLMs.P99-20) > 0.1 || hi.ITLMs.N != 30 {
+		t.Errorf("lo tpot %+v, hi itl %+v", lo.TPOTMs, hi.ITLMs)
+	}
+	if rep.TotalOutputTokens != 44 || rep.MaxConcurrentRequests != 3 {
+		t.Errorf("output tokens %d, max concurrency %d", rep.TotalOutputTokens, rep.MaxConcurrentRequests)
+	}
+	if !rep.Valid || rep.ScheduleLagMs.P99 != 0 {
+		t.Errorf("valid %v lag %+v %v", rep.Valid, rep.ScheduleLagMs, rep.InvalidReasons)
+	}
+	if rep.MedianTTFTMs != rep.Overall.TTFTMs.P50 || rep.P999E2ELMs != rep.Overall.E2EMs.P999 {
+		t.Errorf("vLLM fields not filled from overall")
+	}
+}
+
+func TestScheduleLagInvalidates(t *testing.T) {
+	w := testWorkload(t)
+	var recs []result.Record
+	for i := 0; i < 100; i++ {
+		r := rec(i, "hi", int64(i)*10, 10, 1)
+		if i%10 == 0 {
+			r.IntendedNS -= 5 * msNS // sent 5 ms late
+		}
+		recs = append(recs, r)
+	}
+	rep := Summarize(recs, Meta{Workload: w})
+	if rep.Valid || len(rep.InvalidReasons) != 1 || math.Abs(rep.ScheduleLagMs.P99-5) > 0.01 {
+		t.Errorf("valid %v reasons %v lag %+v", rep.Valid, rep.InvalidReasons, rep.ScheduleLagMs)
+	}
+}
+
+func TestEarlyStopping(t *testing.T) {
+	if got := minSamples(0.99); got != 459 {
+		t.Errorf("minSamples(0.99) = %d, want 459", got)
+	}
+	if got := minSamples(0.9); got != 44 {
+		t.Errorf("minSamples(0.9) = %d, want 44", got)
+	}
+	if got := maxOverLatency(458, 0.99); got != -1 {
+		t.Errorf("maxOverLatency(458) = %d, want -1", got)
+	}
+	if got := maxOverLatency(459, 0.99); got != 0 {
+		t.Errorf("maxOverLatency(459) = %d, want 0", got)
+	}
+	// Large n: the allowed count approaches n(1−p) from below.
+	got := maxOverLatency(100000, 0.99)
+	if got < 900 || got >= 1000 {
+		t.Errorf("maxOverLatency(100000, 0.99) = %d, want in [900, 1000)", got)
+	}
+	m := newMetric()
+	for i := 1; i <= 1000; i++ {
+		m.add(time.Duration(i) * time.Millisecond)
+	}
+	es := earlyStop("ttft", 0.99, m)
+	if !es.Valid || es.BoundMs < m.q(99) || es.BoundMs > 1000.5 {
+		t.Errorf("early stop %+v, p99 %v", es, m.q(99))
+	}
+	small := newMetric()
+	small.add(time.Millisecond)
+	if es := earlyStop("ttft", 0.99, small); es.Valid {
+		t.Errorf("one sample supports p99: %+v", es)
+	}
+}
+
+func TestEngineAgreement(t *testing.T) {
+	w := testWorkload(t)
+	r := rec(1, "hi", 100, 50, 5)
+	r.Engine = &result.EngineTimes{ArrivalNS: 1_000_000_000, FirstTokenNS: 1_000_000_000 + 48*msNS}
+	rep := Summarize([]result.Record{r}, Meta{Workload: w})
+	if rep.Engine == nil || rep.Engine.N != 1 || math.Abs(rep.Engine.DeltaMs.P50-2) > 0.01 {
+		t.Errorf("engine agreement %+v", rep.Engine)
+	}
+}

@@ -1,0 +1,103 @@
+package stats
+
+import (
+	"math"
+	"sort"
+	"time"
+
+	"github.com/llmesh/llmesh/bench/result"
+)
+
+// maxBuckets bounds the timeline; long runs get wider buckets.
+const maxBuckets = 120
+
+// timeline slices the run into buckets and also returns the peak number of
+// concurrent requests and the peak output tokens in any one-second window
+// (vLLM's max_concurrent_requests and max_output_tokens_per_s).
+func timeline(recs []*result.Record, start, end int64) ([]result.Bucket, int, float64) {
+	if len(recs) == 0 || end <= start {
+		return nil, 0, 0
+	}
+	span := end - start
+	width := int64(time.Second)
+	for span/width >= maxBuckets {
+		width *= 2
+	}
+	n := int(span/width) + 1
+	idx := func(t int64) int { return int(min(max(0, (t-start)/width), int64(n-1))) }
+	b := make([]result.Bucket, n)
+	sentD := make([]int, n+1)
+	doneD := make([]int, n+1)
+	firstD := make([]int, n+1)
+	tokens := make([]float64, n)
+	perSec := make([]float64, int(span/int64(time.Second))+1)
+	ttft := make([]*metric, n)
+	e2e := make([]*metric, n)
+
+	type ev struct {
+		t int64
+		d int
+	}
+	evs := make([]ev, 0, 2*len(recs))
+	for _, r := range recs {
+		si, di := idx(r.SentNS), idx(r.DoneNS)
+		b[si].Sent++
+		sentD[si]++
+		doneD[di]++
+		if r.FirstTokenNS > 0 {
+			firstD[idx(r.FirstTokenNS)]++
+		} else {
+			firstD[di]++
+		}
+		evs = append(evs, ev{r.SentNS, 1}, ev{r.DoneNS, -1})
+		if r.Status != result.StatusOK {
+			b[di].Failed++
+			continue
+		}
+		b[di].Done++
+		if e2e[di] == nil {
+			e2e[di], ttft[di] = newMetric(), newMetric()
+		}
+		e2e[di].add(r.E2E())
+		if t, ok := r.TTFT(); ok {
+			ttft[di].add(t)
+		}
+		// Tokens are spread evenly over the token-bearing chunks; a
+		// non-streamed response puts them all at its end.
+		times := r.ChunkNS
+		if len(times) == 0 {
+			times = []int64{r.DoneNS}
+		}
+		per := float64(r.OutputTokens) / float64(len(times))
+		for _, t := range times {
+			tokens[idx(t)] += per
+			perSec[min(max(0, (t-start)/int64(time.Second)), int64(len(perSec)-1))] += per
+		}
+	}
+	inflight, queued := 0, 0
+	for i := range b {
+		inflight += sentD[i] - doneD[i]
+		queued += sentD[i] - firstD[i]
+		b[i].StartS = float64(int64(i)*width) / 1e9
+		b[i].InFlight = inflight
+		b[i].Queued = max(0, queued)
+		b[i].OutputTokensPerS = math.Round(tokens[i]/(float64(width)/1e9)*10) / 10
+		if ttft[i] != nil {
+			b[i].TTFTP99Ms = ttft[i].q(99)
+			b[i].E2EP50Ms = e2e[i].q(50)
+		}
+	}
+	// Peak concurrency by sweeping send (+1) and done (−1) events; ends sort
+	// before starts at the same instant.
+	sort.Slice(evs, func(i, j int) bool { return evs[i].t < evs[j].t || (evs[i].t == evs[j].t && evs[i].d < evs[j].d) })
+	cur, peak := 0, 0
+	for _, e := range evs {
+		cur += e.d
+		peak = max(peak, cur)
+	}
+	var maxTok float64
+	for _, v := range perSec {
+		maxTok = max(maxTok, v)
+	}
+	return b, peak, math.Round(maxTok*10) / 10
+}
