@@ -286,7 +286,10 @@ func (s *Stream) sdkRecover(p *process, e interface{}) {
 	s.mu.Unlock()
 	api.LogErrorf("http: panic serving: %v", e)
 	if inGo {
-		p.sendReply(&LocalReply{Code: 500, Body: msg, GRPCStatus: -1, Panic: true})
+		// Like Envoy's Filter::sendPanicReply: a 500 whose gRPC status is
+		// OK (0), which is why filters must recover their own panics on
+		// gRPC streams.
+		p.sendReply(&LocalReply{Code: 500, Body: "error happened in filter\r\n", GRPCStatus: 0, Panic: true})
 	}
 }
 

@@ -1,0 +1,26 @@
+// Command llmesh-filter is llmesh as an Envoy golang HTTP filter: built
+// with `make filter` (go build -buildmode=c-shared) into llmesh-filter.so,
+// loaded by Envoy contrib v1.36 through envoy.filters.http.golang with
+// plugin_name "llmesh". See docs/envoy.md.
+//
+// Only this package imports the SDK's registration package: its init calls
+// into Envoy, so no test binary may import it.
+package main
+
+import (
+	"github.com/envoyproxy/envoy/contrib/golang/filters/http/source/go/pkg/http"
+
+	"github.com/llmesh/llmesh/filter/envoy"
+)
+
+// schedulers is process-wide: every config Envoy parses shares the
+// in-process schedulers of identical pool and class settings.
+var schedulers = &envoy.Schedulers{}
+
+func init() {
+	p := envoy.New(envoy.Env{NewAdmitter: schedulers.NewAdmitter})
+	http.RegisterHttpFilterFactoryAndConfigParser(envoy.Name, p.Factory, p)
+}
+
+// main is required by -buildmode=c-shared and never runs.
+func main() {}

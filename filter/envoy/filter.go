@@ -1,0 +1,366 @@
+package envoy
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+
+	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/filter/relocate"
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// streamFilter is the filter of one request. Envoy calls its callbacks on
+// one worker thread; the only other goroutine is the admission goroutine of
+// a held request (see doc.go).
+type streamFilter struct {
+	cb   api.FilterCallbackHandler
+	cfg  *FilterConfig
+	pool *config.Pool
+	// routeClass is the class fixed by per-route config or the listener's
+	// route, "" when none.
+	routeClass string
+	clk        clock.Clock
+	m          *metrics
+
+	// Set in DecodeHeaders, then read-only (the admission goroutine reads
+	// them after it was started).
+	grpc     bool
+	path     string
+	reqID    string
+	class    filter.Class
+	received time.Time
+
+	// Worker-thread state.
+	obs        *filter.Observer
+	httpPlan   *relocate.HTTPPlan
+	grpcPlan   *relocate.GRPCPlan
+	grpcRW     *relocate.GRPCRewriter
+	relocOut   []byte
+	decoding   bool // the request is being buffered for relocation
+	observed   bool // obs received response headers
+	finished   bool // obs.Finish was called
+	completed  bool // OnStreamComplete ran
+	tokensSent int  // last progress reported to the lease
+	preemptCh  <-chan struct{}
+
+	// lease is set by the admission goroutine before it continues the
+	// request; encode callbacks read it.
+	lease atomic.Pointer[leaseBox]
+
+	mu        sync.Mutex // guards the fields below
+	holding   bool       // the admission goroutine owns the decode phase
+	destroyed bool
+	cancel    context.CancelFunc
+	admitted  time.Time
+	released  bool
+	outcome   scheduler.Outcome
+	preempted bool
+}
+
+// leaseBox lets an interface value live behind an atomic.Pointer.
+type leaseBox struct{ scheduler.Lease }
+
+var _ api.StreamFilter = (*streamFilter)(nil)
+
+func newStreamFilter(m *merged, cb api.FilterCallbackHandler, clk clock.Clock) *streamFilter {
+	f := &streamFilter{cb: cb, cfg: m.FilterConfig, pool: m.pool, clk: clk, m: m.metrics}
+	if m.class != nil {
+		f.routeClass = m.class.Name
+	}
+	return f
+}
+
+// headers adapts an SDK header map to the core's lookups; valid only
+// during the callback that received the map.
+type headers struct{ h api.HeaderMap }
+
+func (h headers) Get(name string) string {
+	v, _ := h.h.Get(name)
+	return v
+}
+
+func (h headers) Values(name string) []string { return h.h.Values(name) }
+
+// startTime is when Envoy received the request, falling back to now.
+func (f *streamFilter) startTime() time.Time {
+	if v, err := f.cb.GetProperty("request.time"); err == nil {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return t
+		}
+	}
+	return f.clk.Now()
+}
+
+func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (status api.StatusType) {
+	defer f.recoverCallback(f.cb.DecoderFilterCallbacks(), &status)
+	f.m.requests.Increment(1)
+	f.received = f.startTime()
+	f.path = h.Path()
+	ct, _ := h.Get("content-type")
+	f.grpc = strings.HasPrefix(ct, "application/grpc")
+	if id, ok := h.Get("x-request-id"); ok && id != "" {
+		f.reqID = id
+	} else {
+		f.reqID = f.path + "@" + strconv.FormatInt(f.received.UnixNano(), 10)
+	}
+	hv := headers{h}
+	if f.routeClass == "" && f.cfg.Listener != nil {
+		if r := f.cfg.Listener.Route(f.path, hv.Get); r != nil {
+			if r.Pool != nil && f.pool == f.cfg.Pool {
+				f.pool = r.Pool
+			}
+			if r.Class != nil {
+				f.routeClass = r.Class.Name
+			}
+		}
+	}
+	peer, _ := netip.ParseAddrPort(f.cb.StreamInfo().DownstreamRemoteAddress())
+	f.class = f.cfg.classifier.Classify(filter.RequestInfo{
+		Path: f.path, RouteClass: f.routeClass, Peer: peer.Addr(), Headers: hv,
+	}).Class
+
+	opts := filter.Options{MaxITLSamples: -1}
+	if f.grpc {
+		opts.GRPCMethod = f.path
+	}
+	f.obs = filter.GetObserver(opts)
+	f.obs.MarkReceived(f.received)
+
+	if rel := f.cfg.rt.reloc; rel != nil {
+		if done, st := f.planRelocation(h, hv, endStream); done {
+			return st
+		}
+	}
+	return f.admit()
+}
+
+// admit starts admission: pass through without a scheduler, otherwise hold
+// the request (api.Running) until the admission goroutine continues it.
+func (f *streamFilter) admit() api.StatusType {
+	adm, err := f.cfg.rt.admitter(f.cfg.Mesh)
+	if err != nil {
+		f.m.unavailable.Increment(1)
+		api.LogErrorf("llmesh: scheduler unavailable: %v", err)
+		return f.reply(f.cb.DecoderFilterCallbacks(), replyFor(fmtErr(scheduler.ErrUnavailable, err)))
+	}
+	if adm == nil {
+		f.obs.MarkAdmitted(f.received)
+		return api.Continue
+	}
+	req := scheduler.Request{ID: f.reqID, Pool: f.pool.Name, Class: f.class.Name, Arrival: f.received}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.mu.Lock()
+	f.holding = true
+	f.cancel = cancel
+	f.mu.Unlock()
+	f.m.queued.Increment(1)
+	go f.hold(ctx, cancel, adm, req, f.cb.DecoderFilterCallbacks())
+	return api.Running
+}
+
+// hold runs on the admission goroutine. Its last call is exactly one
+// Continue or SendLocalReply, or none when the stream was destroyed.
+func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm scheduler.Admitter, req scheduler.Request, dcb api.DecoderFilterCallbacks) {
+	defer dcb.RecoverPanic()
+	defer cancel()
+	lease, err := adm.Admit(ctx, req)
+	now := f.clk.Now()
+	f.mu.Lock()
+	f.holding = false
+	destroyed := f.destroyed
+	f.cancel = nil
+	if err == nil && !destroyed {
+		f.admitted = now
+		f.lease.Store(&leaseBox{lease})
+	}
+	f.mu.Unlock()
+	f.m.queued.Increment(-1)
+	switch {
+	case destroyed:
+		// OnDestroy already ran: the stream is gone and Continue would
+		// panic. An admission that raced with it is given back.
+		if err == nil {
+			lease.Release(scheduler.Cancelled)
+		}
+		f.m.cancelledQueued.Increment(1)
+		return
+	case err != nil:
+		f.countAdmitError(err)
+		f.reply(dcb, replyFor(err))
+		return
+	}
+	f.m.admitted.Increment(1)
+	f.m.inflight.Increment(1)
+	dcb.Continue(api.Continue)
+}
+
+func (f *streamFilter) countAdmitError(err error) {
+	switch {
+	case errors.Is(err, scheduler.ErrQueueFull):
+		f.m.queueFull.Increment(1)
+	case errors.Is(err, scheduler.ErrUnavailable):
+		f.m.unavailable.Increment(1)
+	case errors.Is(err, scheduler.ErrCancelled):
+		f.m.cancelledQueued.Increment(1)
+	default:
+		f.m.rejected.Increment(1)
+	}
+}
+
+func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
+	defer f.recoverCallback(f.cb.DecoderFilterCallbacks(), &status)
+	if !f.decoding {
+		return api.Continue
+	}
+	return f.relocateBody(b, endStream)
+}
+
+func (f *streamFilter) DecodeTrailers(api.RequestTrailerMap) api.StatusType { return api.Continue }
+
+func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (status api.StatusType) {
+	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)
+	if f.obs == nil {
+		return api.Continue
+	}
+	if st, stop := f.checkPreempt(); stop {
+		return st
+	}
+	now := f.clk.Now()
+	f.noteAdmitted()
+	code, _ := h.Status()
+	f.obs.ResponseHeaders(now, code, headers{h})
+	f.observed = true
+	if endStream {
+		f.obs.Trailers(now, headers{h})
+		f.finish(now, nil)
+	}
+	return api.Continue
+}
+
+// noteAdmitted copies the admission time into the observer on the worker
+// thread (the observer is not shared with the admission goroutine).
+func (f *streamFilter) noteAdmitted() {
+	if f.lease.Load() == nil {
+		return
+	}
+	f.mu.Lock()
+	t := f.admitted
+	f.mu.Unlock()
+	f.obs.MarkAdmitted(t)
+	if f.preemptCh == nil {
+		f.preemptCh = f.lease.Load().Preempt()
+	}
+}
+
+// EncodeData is the hot path: one call per response chunk. It allocates
+// nothing (see BenchmarkEncodeData).
+func (f *streamFilter) EncodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
+	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)
+	if f.obs == nil || f.finished {
+		return api.Continue
+	}
+	if st, stop := f.checkPreempt(); stop {
+		return st
+	}
+	now := f.clk.Now()
+	if err := f.obs.Observe(now, b.Bytes()); err != nil {
+		// Returned once; the response is proxied regardless.
+		f.m.observeErrors.Increment(1)
+	}
+	if lb := f.lease.Load(); lb != nil {
+		if p := f.obs.Progress(); p.Tokens != f.tokensSent || (p.FirstToken && f.tokensSent == 0) {
+			f.tokensSent = p.Tokens
+			lb.Progress(p)
+		}
+	}
+	if endStream {
+		f.finish(now, nil)
+	}
+	return api.Continue
+}
+
+func (f *streamFilter) EncodeTrailers(h api.ResponseTrailerMap) (status api.StatusType) {
+	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)
+	if f.obs == nil || f.finished {
+		return api.Continue
+	}
+	now := f.clk.Now()
+	f.obs.Trailers(now, headers{h})
+	f.finish(now, nil)
+	return api.Continue
+}
+
+// checkPreempt stops a preempted request at this callback with a
+// retryable local reply. After response headers went out, Envoy turns the
+// reply into a stream reset (RST_STREAM on HTTP/2): the SDK has no other
+// way to end a response early.
+func (f *streamFilter) checkPreempt() (api.StatusType, bool) {
+	if f.preemptCh == nil {
+		lb := f.lease.Load()
+		if lb == nil {
+			return api.Continue, false
+		}
+		f.preemptCh = lb.Preempt()
+	}
+	select {
+	case <-f.preemptCh:
+	default:
+		return api.Continue, false
+	}
+	f.mu.Lock()
+	f.preempted = true
+	f.mu.Unlock()
+	f.m.preempted.Increment(1)
+	now := f.clk.Now()
+	f.obs.SetError(filter.ErrorPreempted, "preempted by the scheduler")
+	f.finish(now, scheduler.ErrPreempted)
+	return f.reply(f.cb.EncoderFilterCallbacks(), replyFor(scheduler.ErrPreempted)), true
+}
+
+// finish ends the observation once and releases the lease.
+func (f *streamFilter) finish(now time.Time, cause error) {
+	if f.finished {
+		return
+	}
+	f.finished = true
+	f.obs.Finish(now, cause)
+	o := scheduler.Done
+	f.mu.Lock()
+	preempted := f.preempted
+	f.mu.Unlock()
+	obs := f.obs.Observation()
+	switch {
+	case preempted:
+		o = scheduler.Preempted
+	case obs.ErrorKind == filter.ErrorCancelled:
+		o = scheduler.Cancelled
+	case !obs.OK():
+		o = scheduler.Failed
+	}
+	f.release(o)
+}
+
+// release ends the admission exactly once.
+func (f *streamFilter) release(o scheduler.Outcome) {
+	lb := f.lease.Load()
+	f.mu.Lock()
+	if f.released || lb == nil {
+		f.mu.Unlock()
+		return
+	}
+	f.released = true
+	f.outcome = o
+	f.mu.Unlock()
+	lb.Release(o)
+	f.m.inflight.Increment(-1)
+}

@@ -1,0 +1,129 @@
+package envoy
+
+import (
+	"errors"
+	"time"
+
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+
+	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// MetadataNamespace is the dynamic metadata namespace the filter writes
+// for access logs: %DYNAMIC_METADATA(llmesh:ttft_ms)% and so on.
+const MetadataNamespace = "llmesh"
+
+// errStreamEnded is the cause recorded when Envoy ends a stream whose
+// response never finished (client reset, upstream reset, timeout).
+var errStreamEnded = errors.New("stream ended before the response finished")
+
+// OnStreamComplete runs before Envoy writes access logs: the observation
+// is finished here, the admission released, and the dynamic metadata set.
+func (f *streamFilter) OnStreamComplete() {
+	defer f.recoverQuiet()
+	f.complete()
+}
+
+func (f *streamFilter) complete() {
+	if f.completed || f.obs == nil {
+		return
+	}
+	f.completed = true
+	now := f.clk.Now()
+	f.noteAdmitted()
+	if !f.finished {
+		cause := errStreamEnded
+		if _, ok := f.cb.StreamInfo().ResponseCode(); !ok {
+			// No response at all: the client went away first.
+			cause = errors.Join(errStreamEnded, scheduler.ErrCancelled)
+		}
+		f.finish(now, cause)
+	}
+	obs := f.obs.Observation()
+	if obs.OK() {
+		f.m.completed.Increment(1)
+	} else {
+		f.m.failed.Increment(1)
+	}
+	f.setMetadata(&obs)
+	if r := f.cfg.rt.env.Recorder; r != nil {
+		r.Record(&obs, f.class.Name, "")
+	}
+}
+
+// setMetadata publishes the measurement for access logs. Values are
+// float64, string and bool only: what structpb.NewValue accepts.
+func (f *streamFilter) setMetadata(obs *filter.Observation) {
+	md := f.cb.StreamInfo().DynamicMetadata()
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	f.mu.Lock()
+	preempted := f.preempted
+	f.mu.Unlock()
+	md.Set(MetadataNamespace, "class", f.class.Name)
+	md.Set(MetadataNamespace, "queue_ms", ms(obs.QueueTime))
+	if obs.HasTTFT {
+		md.Set(MetadataNamespace, "ttft_ms", ms(obs.TTFT))
+	}
+	if obs.HasTPOT {
+		md.Set(MetadataNamespace, "tpot_ms", ms(obs.TPOT))
+	}
+	md.Set(MetadataNamespace, "decode_steps", float64(obs.DecodeSteps))
+	md.Set(MetadataNamespace, "output_tokens", float64(obs.OutputTokens))
+	md.Set(MetadataNamespace, "preempted", preempted)
+	if obs.ErrorKind != filter.ErrorNone {
+		md.Set(MetadataNamespace, "error", obs.ErrorKind.String())
+	}
+}
+
+// OnLog is a fallback for Envoy builds that do not call OnStreamComplete
+// first; normally everything was done there.
+func (f *streamFilter) OnLog(api.RequestHeaderMap, api.RequestTrailerMap, api.ResponseHeaderMap, api.ResponseTrailerMap) {
+	defer f.recoverQuiet()
+	f.complete()
+}
+
+// OnLogDownstreamStart does nothing.
+func (f *streamFilter) OnLogDownstreamStart(api.RequestHeaderMap) {}
+
+// OnLogDownstreamPeriodic does nothing.
+func (f *streamFilter) OnLogDownstreamPeriodic(api.RequestHeaderMap, api.RequestTrailerMap, api.ResponseHeaderMap, api.ResponseTrailerMap) {
+}
+
+// OnDestroy ends the request. While the request is held in the queue it
+// cancels the admission (the goroutine then gives back any lease and does
+// not continue the destroyed stream); an admitted request is released as
+// cancelled unless it finished before.
+func (f *streamFilter) OnDestroy(reason api.DestroyReason) {
+	defer f.recoverQuiet()
+	f.mu.Lock()
+	f.destroyed = true
+	holding := f.holding
+	cancel := f.cancel
+	f.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if f.obs == nil {
+		return
+	}
+	if !holding {
+		if !f.finished {
+			f.finish(f.clk.Now(), scheduler.ErrCancelled)
+		}
+		f.release(scheduler.Cancelled)
+		filter.PutObserver(f.obs)
+	}
+	// While held the admission goroutine may still read request fields;
+	// the observer is left to the garbage collector.
+	f.obs = nil
+}
+
+// recoverQuiet keeps a panic in a non-phase callback (logs, destroy) from
+// reaching Envoy; nothing can be replied there.
+func (f *streamFilter) recoverQuiet() {
+	if e := recover(); e != nil {
+		f.m.panics.Increment(1)
+		api.LogErrorf("llmesh: panic after the stream: %v", e)
+	}
+}

@@ -1,0 +1,53 @@
+package envoy
+
+import "github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+
+// Envoy stat names the filter defines at Parse (counters and gauges only:
+// the SDK has no histograms; those go through Env.Recorder).
+const (
+	StatRequests          = "llmesh.requests"
+	StatAdmitted          = "llmesh.admitted"
+	StatQueueFull         = "llmesh.queue_full"
+	StatRejected          = "llmesh.rejected"
+	StatUnavailable       = "llmesh.scheduler_unavailable"
+	StatCancelledQueued   = "llmesh.cancelled_queued"
+	StatPreempted         = "llmesh.preempted"
+	StatRelocated         = "llmesh.relocated"
+	StatRelocationErrors  = "llmesh.relocation_errors"
+	StatObserveErrors     = "llmesh.observe_errors"
+	StatPanics            = "llmesh.panics"
+	StatRouteConfigErrors = "llmesh.config_route_errors"
+	StatCompleted         = "llmesh.completed"
+	StatFailed            = "llmesh.failed"
+	GaugeQueued           = "llmesh.queued"
+	GaugeInflight         = "llmesh.inflight"
+)
+
+type metrics struct {
+	requests, admitted, queueFull, rejected, unavailable, cancelledQueued,
+	preempted, relocated, relocationErrors, observeErrors, panics,
+	routeConfigErrors, completed, failed api.CounterMetric
+	queued, inflight api.GaugeMetric
+}
+
+func defineMetrics(cb api.ConfigCallbacks) *metrics {
+	c := cb.DefineCounterMetric
+	return &metrics{
+		requests:          c(StatRequests),
+		admitted:          c(StatAdmitted),
+		queueFull:         c(StatQueueFull),
+		rejected:          c(StatRejected),
+		unavailable:       c(StatUnavailable),
+		cancelledQueued:   c(StatCancelledQueued),
+		preempted:         c(StatPreempted),
+		relocated:         c(StatRelocated),
+		relocationErrors:  c(StatRelocationErrors),
+		observeErrors:     c(StatObserveErrors),
+		panics:            c(StatPanics),
+		routeConfigErrors: c(StatRouteConfigErrors),
+		completed:         c(StatCompleted),
+		failed:            c(StatFailed),
+		queued:            cb.DefineGaugeMetric(GaugeQueued),
+		inflight:          cb.DefineGaugeMetric(GaugeInflight),
+	}
+}

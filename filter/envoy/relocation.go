@@ -1,0 +1,117 @@
+package envoy
+
+import (
+	"errors"
+
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+
+	"github.com/llmesh/llmesh/filter/relocate"
+)
+
+// planRelocation decides in DecodeHeaders whether a prompt is moved from
+// metadata/headers into the body. done is true when the callback's status
+// is decided here (a local reply, or StopAndBuffer to collect a JSON body
+// whose admission then happens in DecodeData).
+//
+// gRPC: the metadata entry is removed now and the first request message is
+// rewritten as it streams through DecodeData, so streaming calls are not
+// buffered. HTTP/JSON: the whole body is needed, so the request is buffered
+// (StopAndBuffer; Envoy answers 413 past its buffer limit) and the header
+// map stays writable until the buffered DecodeData.
+func (f *streamFilter) planRelocation(h api.RequestHeaderMap, hv headers, endStream bool) (bool, api.StatusType) {
+	rel := f.cfg.rt.reloc
+	dcb := f.cb.DecoderFilterCallbacks()
+	if f.grpc {
+		plan, err := rel.PlanGRPC(f.path, hv)
+		if err != nil {
+			return true, f.relocationFailed(dcb, err)
+		}
+		if plan == nil {
+			return false, 0
+		}
+		if endStream {
+			return true, f.relocationFailed(dcb, errNoBody)
+		}
+		enc, _ := h.Get("grpc-encoding")
+		h.Del(plan.Key)
+		h.Del("content-length")
+		f.grpcPlan = plan
+		f.grpcRW = relocate.NewGRPCRewriter(plan, enc, f.onRelocated)
+		f.decoding = true
+		return false, 0
+	}
+	plan, err := rel.PlanHTTP(f.path, hv)
+	if err != nil {
+		return true, f.relocationFailed(dcb, err)
+	}
+	if plan == nil {
+		return false, 0
+	}
+	if endStream {
+		return true, f.relocationFailed(dcb, errNoBody)
+	}
+	h.Del(plan.Header)
+	// The body grows; Envoy recomputes framing for the upstream.
+	h.Del("content-length")
+	f.httpPlan = plan
+	f.decoding = true
+	return true, api.StopAndBuffer
+}
+
+var errNoBody = errors.New("relocate: malformed body: the request has no body to carry the relocated prompt")
+
+func (f *streamFilter) onRelocated(kind string, n int) { f.m.relocated.Increment(1) }
+
+func (f *streamFilter) relocationFailed(cb api.FilterProcessCallbacks, err error) api.StatusType {
+	f.m.relocationErrors.Increment(1)
+	if errors.Is(err, errNoBody) {
+		err = errors.Join(relocate.ErrMalformed, err)
+	}
+	f.finishOnPanic() // releases anything held; the observer is not used again
+	return f.reply(cb, replyFor(err))
+}
+
+// relocateBody rewrites request body data (DecodeData) per the plan made
+// in DecodeHeaders.
+func (f *streamFilter) relocateBody(b api.BufferInstance, endStream bool) api.StatusType {
+	dcb := f.cb.DecoderFilterCallbacks()
+	if f.httpPlan != nil {
+		// Buffered: this is the whole body (DecodeHeaders returned
+		// StopAndBuffer, so Envoy calls once with endStream).
+		plan := f.httpPlan
+		f.httpPlan, f.decoding = nil, false
+		out, err := relocate.RewriteJSON(b.Bytes(), plan, f.onRelocated)
+		if err != nil {
+			return f.relocationFailed(dcb, err)
+		}
+		if err := b.Set(out.Bytes()); err != nil {
+			return f.relocationFailed(dcb, err)
+		}
+		return f.admit()
+	}
+	rw := f.grpcRW
+	f.relocOut = f.relocOut[:0]
+	err := rw.Write(b.Bytes(), func(p []byte) error {
+		f.relocOut = append(f.relocOut, p...)
+		return nil
+	})
+	if err == nil && endStream {
+		err = rw.Close()
+	}
+	if err != nil {
+		f.decoding = false
+		return f.relocationFailed(dcb, err)
+	}
+	if rw.Relocated() {
+		// Everything after the first message passes untouched.
+		f.decoding = false
+	}
+	if len(f.relocOut) == 0 && !endStream {
+		// The rewriter keeps the partial first message itself.
+		return api.StopNoBuffer
+	}
+	if err := b.Set(f.relocOut); err != nil {
+		return f.relocationFailed(dcb, err)
+	}
+	return api.Continue
+}
