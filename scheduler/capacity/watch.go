@@ -1,0 +1,185 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/clock"
+)
+
+// Target is what the watcher adjusts; *scheduler.Scheduler implements it.
+type Target interface {
+	SetLimit(pool string, n int) error
+}
+
+// Config configures one pool's watcher.
+type Config struct {
+	// Pool is the pool name passed to Target.SetLimit; required.
+	Pool string
+	// URL is the engine's Prometheus endpoint; required.
+	URL string
+	// Interval between scrapes; 0 means 1s.
+	Interval time.Duration
+	// StaleAfter: when the last good sample is older, the limit falls back
+	// to the static capacity (Rule.Max); 0 means three intervals.
+	StaleAfter time.Duration
+	// Rule adapts the limit; Rule.Max is the static capacity.
+	Rule Rule
+	// Client makes the requests; nil means a client with a timeout of one
+	// interval.
+	Client *http.Client
+}
+
+// maxBody bounds a /metrics response.
+const maxBody = 8 << 20
+
+// Status is the watcher's view, for admin pages and tests.
+type Status struct {
+	// Limit is the last limit set on the target.
+	Limit int
+	// Last is the last good sample and LastAt when it was taken (zero
+	// before the first).
+	Last   Sample
+	LastAt time.Time
+	// Stale is true while the limit is the static fallback because no good
+	// sample is recent enough.
+	Stale bool
+	// Scrapes and Failures count attempts and failed ones; Err is the last
+	// failure.
+	Scrapes, Failures int
+	Err               error
+}
+
+// Watcher scrapes one engine and keeps its pool's limit adapted. Run owns
+// the scraping goroutine's state; Status reads a copy under a mutex.
+type Watcher struct {
+	cfg    Config
+	target Target
+	clk    clock.Clock
+
+	mu     sync.Mutex
+	status Status
+}
+
+// New validates cfg; clk nil means the real clock.
+func New(cfg Config, target Target, clk clock.Clock) (*Watcher, error) {
+	var errs []error
+	if cfg.Pool == "" {
+		errs = append(errs, errors.New("capacity: pool must be set"))
+	}
+	if cfg.URL == "" {
+		errs = append(errs, errors.New("capacity: metrics.url must be set"))
+	}
+	if cfg.Interval < 0 || cfg.StaleAfter < 0 {
+		errs = append(errs, fmt.Errorf("capacity: metrics.interval %v and stale_after %v must not be negative", cfg.Interval, cfg.StaleAfter))
+	}
+	if cfg.Rule.Max < 1 {
+		errs = append(errs, fmt.Errorf("capacity: max_inflight %d must be at least 1", cfg.Rule.Max))
+	}
+	if target == nil {
+		errs = append(errs, errors.New("capacity: target must be set"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = 3 * cfg.Interval
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: cfg.Interval}
+	}
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	cfg.Rule = cfg.Rule.defaults()
+	return &Watcher{cfg: cfg, target: target, clk: clk, status: Status{Limit: cfg.Rule.Max, Stale: true}}, nil
+}
+
+// Run scrapes every interval until ctx ends, then returns ctx's error. The
+// limit starts at the static capacity.
+func (w *Watcher) Run(ctx context.Context) error {
+	t := w.clk.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C():
+		}
+		w.once(ctx)
+		t.Reset(w.cfg.Interval)
+	}
+}
+
+func (w *Watcher) once(ctx context.Context) {
+	s, err := w.scrape(ctx)
+	now := w.clk.Now()
+	w.mu.Lock()
+	st := w.status
+	w.mu.Unlock()
+	st.Scrapes++
+	if err != nil {
+		st.Failures++
+		st.Err = err
+	} else {
+		st.Last, st.LastAt, st.Err = s, now, nil
+	}
+	next := st.Limit
+	if st.LastAt.IsZero() || now.Sub(st.LastAt) > w.cfg.StaleAfter {
+		st.Stale, next = true, w.cfg.Rule.Max
+	} else if err == nil {
+		st.Stale = false
+		next = w.cfg.Rule.Next(next, s)
+	}
+	if next != st.Limit || st.Scrapes == 1 {
+		if err := w.target.SetLimit(w.cfg.Pool, next); err != nil {
+			st.Err = err
+		}
+		st.Limit = next
+	}
+	w.mu.Lock()
+	w.status = st
+	w.mu.Unlock()
+}
+
+func (w *Watcher) scrape(ctx context.Context) (Sample, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.cfg.URL, nil)
+	if err != nil {
+		return Sample{}, fmt.Errorf("capacity: %w", err)
+	}
+	resp, err := w.cfg.Client.Do(req)
+	if err != nil {
+		return Sample{}, fmt.Errorf("capacity: scrape %s: %w", w.cfg.URL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Sample{}, fmt.Errorf("capacity: scrape %s: status %s", w.cfg.URL, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err != nil {
+		return Sample{}, fmt.Errorf("capacity: scrape %s: %w", w.cfg.URL, err)
+	}
+	if len(body) > maxBody {
+		return Sample{}, fmt.Errorf("capacity: scrape %s: body over %d bytes", w.cfg.URL, maxBody)
+	}
+	s, err := Parse(body)
+	if err != nil {
+		return Sample{}, fmt.Errorf("capacity: scrape %s: %w", w.cfg.URL, err)
+	}
+	return s, nil
+}
+
+// Status returns a copy of the watcher's state.
+func (w *Watcher) Status() Status {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.status
+}
