@@ -71,7 +71,8 @@ proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc ## Regenerate the gRPC/pro
 	protoc -I api/proto \
 		--go_out=. --go_opt=module=github.com/llmesh/llmesh \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/llmesh/llmesh \
-		api/proto/llm/v1/generation.proto api/proto/vllm/grpc/engine/engine.proto
+		api/proto/llm/v1/generation.proto api/proto/vllm/grpc/engine/engine.proto \
+		api/proto/llmesh/scheduler/v1/scheduler.proto
 
 $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
