@@ -7,9 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 
+	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/sim"
+	"github.com/llmesh/llmesh/sim/server"
 )
 
 // runSim is `llmesh sim`: the simulated engine's servers, or its timing
@@ -116,5 +119,97 @@ func runSimFitReport(args []string, stdout, stderr io.Writer) error {
 }
 
 func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return withExitCode(2, errors.New("sim: servers not built yet"))
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: llmesh sim [flags]            run the simulated engine")
+		fmt.Fprintln(stderr, "       llmesh sim predict [flags]    time of one prefill, decode or mixed step")
+		fmt.Fprintln(stderr, "       llmesh sim fit-report [-v]    how well the timing model fits the calibration")
+		fs.PrintDefaults()
+	}
+	listen := fs.String("listen", "127.0.0.1:8000", "OpenAI-compatible HTTP listen address")
+	grpcListen := fs.String("grpc-listen", "", "gRPC listen address (llm.v1.Generation, vllm.grpc.engine.VllmEngine); empty: none")
+	profile := fs.String("profile", sim.DefaultProfile, "profile: "+strings.Join(sim.Profiles(), ", "))
+	served := fs.String("served-model-name", "", "model name clients use (default: the profile name)")
+	maxSeqs := fs.Int("max-num-seqs", 256, "most running sequences per step")
+	maxTokens := fs.Int("max-num-batched-tokens", 8192, "most tokens per step (prefill chunks + decodes)")
+	kvTokens := fs.Int("kv-cache-tokens", 0, "KV cache capacity in tokens (0: the profile's H200 default)")
+	maxLen := fs.Int("max-model-len", 0, "most prompt+output tokens per sequence (0: the profile's context)")
+	policy := fs.String("scheduling-policy", "fcfs", "waiting queue order: fcfs or priority (lower value first)")
+	scale := fs.Float64("time-scale", 1, "run the engine clock this many times faster than real time")
+	seed := fs.Uint64("seed", 0, "seed of the synthetic tokens and of random faults")
+	faultRate := fs.Float64("fault-rate", 0, "share of requests that fail on purpose, in [0, 1]")
+	faultKinds := fs.String("fault-kinds", "429,500,503,invalid", "faults drawn at --fault-rate: 429, 500, 503, invalid, drop-after=N, stall=DURATION")
+	defMax := fs.Int("default-max-tokens", 16, "max_tokens of requests that give none")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return withExitCode(2, nil)
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
+	}
+	pol, err := sim.ParsePolicy(*policy)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--scheduling-policy: %w", err))
+	}
+	if *scale <= 0 || *scale > 1e6 {
+		errs = append(errs, fmt.Errorf("--time-scale: %v must be in (0, 1e6]", *scale))
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--max-num-seqs", *maxSeqs}, {"--max-num-batched-tokens", *maxTokens}, {"--default-max-tokens", *defMax}} {
+		if f.v < 1 {
+			errs = append(errs, fmt.Errorf("%s: %d must be at least 1", f.name, f.v))
+		}
+	}
+	if *kvTokens < 0 {
+		errs = append(errs, fmt.Errorf("--kv-cache-tokens: %d must not be negative", *kvTokens))
+	}
+	if *maxLen < 0 {
+		errs = append(errs, fmt.Errorf("--max-model-len: %d must not be negative", *maxLen))
+	}
+	var kinds []string
+	for _, k := range strings.Split(*faultKinds, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			kinds = append(kinds, k)
+		}
+	}
+	var srv *server.Server
+	if err := errors.Join(errs...); err == nil {
+		srv, err = server.New(server.Config{
+			Profile: *profile, ServedModelName: *served, Seed: *seed,
+			Engine:    sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxTokens, KVCacheTokens: *kvTokens, MaxModelLen: *maxLen, Policy: pol},
+			Clock:     clock.NewScaled(*scale),
+			FaultRate: *faultRate, FaultKinds: kinds, DefaultMaxTokens: *defMax,
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return withExitCode(2, err)
+	}
+	hl, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	var gl net.Listener
+	if *grpcListen != "" {
+		if gl, err = net.Listen("tcp", *grpcListen); err != nil {
+			hl.Close()
+			return fmt.Errorf("--grpc-listen: %w", err)
+		}
+	}
+	c := srv.Config()
+	fmt.Fprintf(stdout, "llmesh sim: model %s, policy %s, max-num-seqs %d, max-num-batched-tokens %d, kv cache %d tokens, max-model-len %d, time-scale %g\n",
+		c.ServedModelName, c.Engine.Policy, c.Engine.MaxNumSeqs, c.Engine.MaxNumBatchedTokens, c.Engine.KVCacheTokens, c.Engine.MaxModelLen, *scale)
+	fmt.Fprintf(stdout, "llmesh sim: http on http://%s\n", hl.Addr())
+	if gl != nil {
+		fmt.Fprintf(stdout, "llmesh sim: grpc on %s\n", gl.Addr())
+	}
+	return srv.Serve(ctx, hl, gl)
 }

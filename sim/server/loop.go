@@ -1,0 +1,221 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/sim"
+)
+
+// stream is one request's view of the engine: the engine loop writes it,
+// the request's handler reads it. Fields below mu are guarded by it.
+type stream struct {
+	id       uint64
+	spec     sim.SeqSpec
+	arrival  time.Time
+	notify   chan struct{} // cap 1: "something changed"
+	mu       sync.Mutex
+	output   int
+	sched    time.Time // first scheduled (step start)
+	first    time.Time // first token (step end)
+	finish   time.Time // finished (step end)
+	preempts int
+	done     bool
+	err      error // set when the engine refused the sequence
+	lastTok  time.Time
+}
+
+// snapshot is a consistent copy of a stream's progress.
+type snapshot struct {
+	output   int
+	sched    time.Time
+	first    time.Time
+	finish   time.Time
+	preempts int
+	done     bool
+	err      error
+}
+
+func (s *stream) snapshot() snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return snapshot{s.output, s.sched, s.first, s.finish, s.preempts, s.done, s.err}
+}
+
+func (s *stream) wake() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// loop owns the engine. Handlers talk to it only through submit and abort;
+// everything else in it is touched by the run goroutine alone.
+type loop struct {
+	clk     clock.Clock
+	engine  *sim.Engine
+	metrics *metrics
+
+	mu     sync.Mutex // guards inbox, aborts, closed
+	inbox  []*stream
+	aborts []uint64
+	closed bool
+	kick   chan struct{} // cap 1: work arrived
+
+	live map[uint64]*stream // run goroutine only
+}
+
+func newLoop(clk clock.Clock, e *sim.Engine, m *metrics) *loop {
+	return &loop{clk: clk, engine: e, metrics: m, kick: make(chan struct{}, 1), live: map[uint64]*stream{}}
+}
+
+// submit queues st for the next step. It reports false once the loop has
+// stopped.
+func (l *loop) submit(st *stream) bool {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return false
+	}
+	l.inbox = append(l.inbox, st)
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// abort removes a sequence before the next step (its KV blocks are freed
+// then, at most one step after the client went away).
+func (l *loop) abort(id uint64) {
+	l.mu.Lock()
+	if !l.closed {
+		l.aborts = append(l.aborts, id)
+	}
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// drain moves queued submissions and aborts into the engine.
+func (l *loop) drain() {
+	l.mu.Lock()
+	in, ab := l.inbox, l.aborts
+	l.inbox, l.aborts = nil, nil
+	l.mu.Unlock()
+	for _, st := range in {
+		if err := l.engine.Add(st.spec); err != nil {
+			st.mu.Lock()
+			st.err, st.done = err, true
+			st.mu.Unlock()
+			st.wake()
+			continue
+		}
+		l.live[st.id] = st
+	}
+	for _, id := range ab {
+		if l.engine.Abort(id) {
+			l.metrics.aborted()
+		}
+		delete(l.live, id)
+	}
+}
+
+// run steps the engine on the clock until ctx ends, then fails every live
+// stream.
+func (l *loop) run(ctx context.Context) {
+	defer l.shutdown()
+	for {
+		l.drain()
+		l.metrics.gauges(l.engine)
+		if l.engine.Idle() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.kick:
+				continue
+			}
+		}
+		r := l.engine.Step(l.clk.Now())
+		if r.Duration <= 0 {
+			// Nothing could be scheduled (should not happen with work
+			// queued); wait for a change rather than spin.
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.kick:
+			}
+			continue
+		}
+		t := l.clk.NewTimer(r.Duration)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		l.publish(r)
+	}
+}
+
+// publish hands a finished step's events to their streams.
+func (l *loop) publish(r *sim.StepResult) {
+	start, end := r.Start, r.End()
+	for _, ev := range r.Events {
+		st, ok := l.live[ev.ID]
+		if !ok {
+			continue // aborted while the step ran
+		}
+		st.mu.Lock()
+		if ev.Flags.Has(sim.EvFirstScheduled) {
+			st.sched = start
+			l.metrics.queueTime(start.Sub(st.arrival))
+		}
+		if ev.Flags.Has(sim.EvPreempted) {
+			st.preempts++
+		}
+		if ev.Flags.Has(sim.EvToken) {
+			st.output = int(ev.Output)
+			if ev.Flags.Has(sim.EvFirstToken) {
+				st.first = end
+				l.metrics.ttft(end.Sub(st.arrival))
+			} else {
+				l.metrics.itl(end.Sub(st.lastTok))
+			}
+			st.lastTok = end
+			l.metrics.tokens(1)
+		}
+		if ev.Flags.Has(sim.EvFinished) {
+			st.finish, st.done = end, true
+			l.metrics.finished(end.Sub(st.arrival), st.spec.PromptTokens, st.output)
+			delete(l.live, ev.ID)
+		}
+		st.mu.Unlock()
+		st.wake()
+	}
+}
+
+func (l *loop) shutdown() {
+	l.mu.Lock()
+	l.closed = true
+	in := l.inbox
+	l.inbox, l.aborts = nil, nil
+	l.mu.Unlock()
+	for _, st := range in {
+		l.live[st.id] = st
+	}
+	for id, st := range l.live {
+		st.mu.Lock()
+		if !st.done {
+			st.err, st.done = errStopped, true
+		}
+		st.mu.Unlock()
+		st.wake()
+		delete(l.live, id)
+	}
+}
