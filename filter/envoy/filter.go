@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -173,7 +174,7 @@ func (f *streamFilter) admit() api.StatusType {
 func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm scheduler.Admitter, req scheduler.Request, dcb api.DecoderFilterCallbacks) {
 	defer dcb.RecoverPanic()
 	defer cancel()
-	lease, err := adm.Admit(ctx, req)
+	lease, err := safeAdmit(ctx, adm, req)
 	now := f.clk.Now()
 	f.mu.Lock()
 	f.holding = false
@@ -204,7 +205,25 @@ func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm 
 	dcb.Continue(api.Continue)
 }
 
+// safeAdmit turns a panic in the scheduler into an error, so that the
+// reply is ours (with a real gRPC status) rather than the SDK's panic 500.
+func safeAdmit(ctx context.Context, adm scheduler.Admitter, req scheduler.Request) (l scheduler.Lease, err error) {
+	defer func() {
+		if e := recover(); e != nil {
+			api.LogErrorf("llmesh: panic in scheduler Admit: %v", e)
+			l, err = nil, fmt.Errorf("%w: %v", errAdmitPanic, e)
+		}
+	}()
+	return adm.Admit(ctx, req)
+}
+
+var errAdmitPanic = errors.New("scheduler panicked")
+
 func (f *streamFilter) countAdmitError(err error) {
+	if errors.Is(err, errAdmitPanic) {
+		f.m.panics.Increment(1)
+		return
+	}
 	switch {
 	case errors.Is(err, scheduler.ErrQueueFull):
 		f.m.queueFull.Increment(1)

@@ -47,6 +47,19 @@ func (s *Stream) shimCall(p *process, call func() api.StatusType) (status api.St
 	return call()
 }
 
+// Ready reports, without blocking, whether Wait would return at once.
+func (w *Pending) Ready() bool {
+	if w.res != nil || !w.async {
+		return true
+	}
+	select {
+	case <-w.s.destroyCh:
+		return true
+	default:
+	}
+	return len(w.p.done) > 0
+}
+
 // Wait waits until the callback is settled and returns how it ended.
 func (w *Pending) Wait() Result {
 	if w.res != nil {

@@ -88,6 +88,7 @@ type Stream struct {
 	respTrailer *HeaderMap
 	addData     [][]byte
 	routeClears routeCounter
+	lateCalls   int
 }
 
 var _ api.FilterCallbackHandler = (*Stream)(nil)
@@ -135,6 +136,14 @@ func (s *Stream) Panics() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.panics...)
+}
+
+// LateCalls counts Continue/SendLocalReply calls after OnDestroy (the SDK
+// panics on them; a careful filter makes none).
+func (s *Stream) LateCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lateCalls
 }
 
 // Reply returns the local reply, or nil.
@@ -223,6 +232,7 @@ func (p *process) finish(what string, o outcome) {
 	s := p.s
 	s.mu.Lock()
 	if s.destroyed {
+		s.lateCalls++
 		s.mu.Unlock()
 		panic(errFilterDestroyed)
 	}

@@ -1,0 +1,172 @@
+package envoy
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	xdstype "github.com/cncf/xds/go/xds/type/v3"
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/llmesh/llmesh/filter/filtertest"
+)
+
+// testMesh is a mesh config with one pool of capacity 1 and two classes:
+// interactive (tenant "gold", TTFT SLO) and batch (preemptible, default).
+func testMesh(policy string, extra string) string {
+	return `{
+	"pools": [{"name": "sim", "protocol": "openai", "endpoints": ["127.0.0.1:9"],
+	           "capacity": {"max_inflight": 1},
+	           "scheduler": {"policy": "` + policy + `", "preemption": {"min_run_time": "0s"}}}],
+	"classes": [
+	  {"name": "interactive", "priority": 0, "slo": {"ttft": "20ms"}},
+	  {"name": "batch", "priority": 10, "preemptible": true}
+	],
+	"default_class": "batch",
+	"classification": {"tenants": {"gold": "interactive"}}` + extra + `
+}`
+}
+
+func structAny(t testing.TB, settings string) *anypb.Any {
+	t.Helper()
+	var obj map[string]interface{}
+	if err := json.Unmarshal([]byte(settings), &obj); err != nil {
+		t.Fatalf("test settings are not JSON: %v\n%s", err, settings)
+	}
+	st, err := structpb.NewStruct(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := anypb.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func typedStructAny(t testing.TB, settings string) *anypb.Any {
+	t.Helper()
+	sa := structAny(t, settings)
+	var st structpb.Struct
+	if err := sa.UnmarshalTo(&st); err != nil {
+		t.Fatal(err)
+	}
+	a, err := anypb.New(&xdstype.TypedStruct{TypeUrl: "type.googleapis.com/llmesh.filter.v1.Settings", Value: &st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// harness is one parsed filter config with its stats.
+type harness struct {
+	t       testing.TB
+	plugin  *Plugin
+	cfg     interface{}
+	metrics *filtertest.ConfigCallbacks
+	scheds  *Schedulers
+}
+
+// newHarness parses settings with an in-process scheduler when sched is
+// true.
+func newHarness(t testing.TB, settings string, sched bool, mutate ...func(*Env)) *harness {
+	t.Helper()
+	filtertest.InstallCAPI()
+	h := &harness{t: t, metrics: filtertest.NewConfigCallbacks()}
+	env := Env{}
+	if sched {
+		h.scheds = &Schedulers{}
+		env.NewAdmitter = h.scheds.NewAdmitter
+		t.Cleanup(func() { h.scheds.Close() })
+	}
+	for _, m := range mutate {
+		m(&env)
+	}
+	h.plugin = New(env)
+	cfg, err := h.plugin.Parse(structAny(t, settings), h.metrics)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	h.cfg = cfg
+	return h
+}
+
+func (h *harness) stream(opts filtertest.Options) *filtertest.Stream {
+	return filtertest.NewStream(h.plugin.Factory, h.cfg, opts)
+}
+
+func (h *harness) counter(name string) uint64 {
+	v, ok := h.metrics.Counter(name)
+	if !ok {
+		h.t.Fatalf("counter %s not defined", name)
+	}
+	return v
+}
+
+func (h *harness) gauge(name string) int64 {
+	v, ok := h.metrics.Gauge(name)
+	if !ok {
+		h.t.Fatalf("gauge %s not defined", name)
+	}
+	return int64(v)
+}
+
+// eventually polls cond until it holds or 10 s pass.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func noViolations(t testing.TB, s *filtertest.Stream) {
+	t.Helper()
+	if v := s.Violations(); len(v) > 0 {
+		t.Errorf("SDK rule violations:\n%s", strings.Join(v, "\n"))
+	}
+	if p := s.Panics(); len(p) > 0 {
+		t.Errorf("panics reached the SDK:\n%s", strings.Join(p, "\n"))
+	}
+	if n := s.LateCalls(); n > 0 {
+		t.Errorf("%d Continue/SendLocalReply calls after OnDestroy", n)
+	}
+}
+
+func want(t testing.TB, what string, got, exp interface{}) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(exp) {
+		t.Errorf("%s = %v, want %v", what, got, exp)
+	}
+}
+
+func wantStatus(t testing.TB, what string, r filtertest.Result, st api.StatusType) {
+	t.Helper()
+	if r.Status != st || r.TimedOut || r.Skipped {
+		t.Fatalf("%s: %+v, want status %d", what, r, st)
+	}
+}
+
+// sseChunks is an OpenAI completion stream with three tokens in three
+// chunks, a usage chunk and [DONE].
+var sseChunks = []string{
+	`data: {"id":"c1","object":"text_completion","choices":[{"index":0,"text":"Hel","finish_reason":null}]}` + "\n\n",
+	`data: {"id":"c1","object":"text_completion","choices":[{"index":0,"text":"lo","finish_reason":null}]}` + "\n\n",
+	`data: {"id":"c1","object":"text_completion","choices":[{"index":0,"text":"!","finish_reason":"length"}]}` + "\n\n",
+	`data: {"id":"c1","object":"text_completion","choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3,"total_tokens":7}}` + "\n\ndata: [DONE]\n\n",
+}
+
+func sseRequest(kv ...string) *filtertest.HeaderMap {
+	return filtertest.RequestHeaders("POST", "/v1/completions", append([]string{"content-type", "application/json"}, kv...)...)
+}
+
+func sseResponse() *filtertest.HeaderMap {
+	return filtertest.ResponseHeaders(200, "content-type", "text/event-stream")
+}

@@ -1,0 +1,180 @@
+package envoy
+
+import (
+	"encoding/binary"
+	"os"
+	"testing"
+
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/filter/filtertest"
+)
+
+func TestMain(m *testing.M) {
+	filtertest.InstallCAPI()
+	goleak.VerifyTestMain(m)
+	os.Exit(0)
+}
+
+func grpcFrame(t testing.TB, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, 5, 5+len(b))
+	binary.BigEndian.PutUint32(out[1:], uint32(len(b)))
+	return append(out, b...)
+}
+
+func grpcRequest(kv ...string) *filtertest.HeaderMap {
+	return filtertest.RequestHeaders("POST", "/llm.v1.Generation/Generate",
+		append([]string{"content-type", "application/grpc", "te", "trailers"}, kv...)...)
+}
+
+// TestSSEStreamEndToEnd drives a whole OpenAI streaming request through
+// the adapter without a scheduler and checks what reaches the client, the
+// dynamic metadata for access logs and the Envoy stats.
+func TestSSEStreamEndToEnd(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+testMesh("fifo", "")+`}`, false)
+	s := h.stream(filtertest.Options{})
+	wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.Continue)
+	wantStatus(t, "DecodeData", s.DecodeData([]byte(`{"model":"m","prompt":"hi","stream":true}`), true), api.Continue)
+	wantStatus(t, "EncodeHeaders", s.EncodeHeaders(sseResponse(), false), api.Continue)
+	var all string
+	for i, c := range sseChunks {
+		// Split every event across two callbacks: boundaries fall anywhere.
+		mid := len(c) / 2
+		wantStatus(t, "EncodeData", s.EncodeData([]byte(c[:mid]), false), api.Continue)
+		wantStatus(t, "EncodeData", s.EncodeData([]byte(c[mid:]), i == len(sseChunks)-1), api.Continue)
+		all += c
+	}
+	s.Complete()
+	noViolations(t, s)
+	want(t, "downstream body", string(s.Downstream()), all)
+	md := s.Metadata(MetadataNamespace)
+	want(t, "class", md["class"], "batch")
+	want(t, "output_tokens", md["output_tokens"], 3)
+	want(t, "decode_steps", md["decode_steps"], 2)
+	want(t, "preempted", md["preempted"], false)
+	for _, k := range []string{"ttft_ms", "tpot_ms", "queue_ms"} {
+		if v, ok := md[k].(float64); !ok || v < 0 {
+			t.Errorf("metadata %s = %v, want a non-negative number", k, md[k])
+		}
+	}
+	if _, ok := md["error"]; ok {
+		t.Errorf("metadata error = %v on a clean stream", md["error"])
+	}
+	want(t, StatRequests, h.counter(StatRequests), 1)
+	want(t, StatCompleted, h.counter(StatCompleted), 1)
+	want(t, StatFailed, h.counter(StatFailed), 0)
+}
+
+// TestGRPCStreamEndToEnd drives an llm.v1.Generation/Generate stream with
+// the tenant header mapping it to the interactive class, through the
+// in-process scheduler.
+func TestGRPCStreamEndToEnd(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+testMesh("fifo", "")+`}`, true)
+	s := h.stream(filtertest.Options{Protocol: "HTTP/2"})
+	r := s.DecodeHeaders(grpcRequest("x-tenant-id", "gold"), false)
+	wantStatus(t, "DecodeHeaders", r, api.Continue)
+	if !r.Async {
+		t.Errorf("with a scheduler DecodeHeaders must hold (Running), got sync %+v", r)
+	}
+	req := grpcFrame(t, &llmv1.GenerateRequest{Model: "m", Prompt: "hi", MaxTokens: 3})
+	wantStatus(t, "DecodeData", s.DecodeData(req, true), api.Continue)
+	wantStatus(t, "EncodeHeaders", s.EncodeHeaders(filtertest.ResponseHeaders(200, "content-type", "application/grpc"), false), api.Continue)
+	var body []byte
+	for i, text := range []string{"a", "b", "c"} {
+		m := &llmv1.GenerateResponse{TokenIds: []uint32{uint32(i + 1)}, Text: text}
+		if i == 2 {
+			m.FinishReason = "length"
+			m.Usage = &llmv1.Usage{PromptTokens: 1, CompletionTokens: 3, TotalTokens: 4}
+		}
+		f := grpcFrame(t, m)
+		body = append(body, f...)
+		wantStatus(t, "EncodeData", s.EncodeData(f, false), api.Continue)
+	}
+	want(t, "inflight while streaming", h.gauge(GaugeInflight), 1)
+	wantStatus(t, "EncodeTrailers", s.EncodeTrailers(filtertest.NewHeaders("grpc-status", "0")), api.Continue)
+	want(t, "inflight after trailers", h.gauge(GaugeInflight), 0)
+	s.Complete()
+	noViolations(t, s)
+	want(t, "downstream", string(s.Downstream()), string(body))
+	md := s.Metadata(MetadataNamespace)
+	want(t, "class", md["class"], "interactive")
+	want(t, "output_tokens", md["output_tokens"], 3)
+	want(t, "decode_steps", md["decode_steps"], 2)
+	want(t, StatAdmitted, h.counter(StatAdmitted), 1)
+	want(t, StatCompleted, h.counter(StatCompleted), 1)
+	want(t, "queued", h.gauge(GaugeQueued), 0)
+}
+
+// TestQueueHoldAndRelease: with capacity 1 a second request is held in
+// DecodeHeaders until the first one's stream completes.
+func TestQueueHoldAndRelease(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+testMesh("fifo", "")+`}`, true)
+	a := h.stream(filtertest.Options{})
+	wantStatus(t, "A DecodeHeaders", a.DecodeHeaders(sseRequest(), true), api.Continue)
+	b := h.stream(filtertest.Options{})
+	pb := b.StartDecodeHeaders(sseRequest(), true)
+	want(t, "queued", h.gauge(GaugeQueued), 1)
+	want(t, "inflight", h.gauge(GaugeInflight), 1)
+	if pb.Ready() {
+		t.Fatal("B was continued while A holds the only slot")
+	}
+	// A streams to the end; its completion frees the slot.
+	wantStatus(t, "A EncodeHeaders", a.EncodeHeaders(sseResponse(), false), api.Continue)
+	for i, c := range sseChunks {
+		a.EncodeData([]byte(c), i == len(sseChunks)-1)
+	}
+	rb := pb.Wait()
+	wantStatus(t, "B DecodeHeaders", rb, api.Continue)
+	a.Complete()
+	want(t, "inflight", h.gauge(GaugeInflight), 1)
+	want(t, "queued", h.gauge(GaugeQueued), 0)
+	// B never gets a response: Envoy ends the stream (for example an
+	// upstream reset); the lease is released as failed.
+	b.Complete()
+	want(t, "inflight", h.gauge(GaugeInflight), 0)
+	md := b.Metadata(MetadataNamespace)
+	if md["error"] == nil {
+		t.Errorf("B ended without a response but metadata has no error: %v", md)
+	}
+	if q, _ := md["queue_ms"].(float64); q <= 0 {
+		t.Errorf("B queue_ms = %v, want > 0 (it waited for A)", md["queue_ms"])
+	}
+	noViolations(t, a)
+	noViolations(t, b)
+	want(t, StatAdmitted, h.counter(StatAdmitted), 2)
+}
+
+// TestCancelWhileQueued: the client goes away while the request is held;
+// OnDestroy cancels the admission, nothing calls back into the destroyed
+// stream, and the queue slot does not leak.
+func TestCancelWhileQueued(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+testMesh("fifo", "")+`}`, true)
+	a := h.stream(filtertest.Options{})
+	wantStatus(t, "A", a.DecodeHeaders(sseRequest(), true), api.Continue)
+	b := h.stream(filtertest.Options{})
+	pb := b.StartDecodeHeaders(sseRequest(), true)
+	b.Destroy(api.Terminate)
+	if r := pb.Wait(); !r.Destroyed {
+		t.Fatalf("B: %+v, want Destroyed", r)
+	}
+	eventually(t, "cancelled_queued counted", func() bool { return h.counter(StatCancelledQueued) == 1 })
+	eventually(t, "queue gauge back to 0", func() bool { return h.gauge(GaugeQueued) == 0 })
+	// A's end frees the slot for C at once: B is no longer queued.
+	a.Destroy(api.Terminate)
+	want(t, "inflight", h.gauge(GaugeInflight), 0)
+	c := h.stream(filtertest.Options{})
+	wantStatus(t, "C", c.DecodeHeaders(sseRequest(), true), api.Continue)
+	c.Complete()
+	noViolations(t, a)
+	noViolations(t, b)
+	noViolations(t, c)
+	want(t, "inflight", h.gauge(GaugeInflight), 0)
+}
