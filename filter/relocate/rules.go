@@ -110,10 +110,10 @@ type HTTPRule struct {
 	PathPrefix string
 	// Header is the request header, matched case-insensitively.
 	Header string
-	// Field is the top-level JSON field set to the value. Empty means: paths
-	// ending in "/chat/completions" get a user message appended to
-	// "messages", every other path gets "prompt". "messages" always appends
-	// a user message.
+	// Field is the top-level JSON field set to the value. Empty or "prompt"
+	// means: paths ending in "/chat/completions" (which have no prompt
+	// field) get a user message appended to "messages", every other path
+	// gets "prompt". "messages" always appends a user message.
 	Field string
 	// Threshold: smaller values stay in the header. Zero means
 	// DefaultThresholdBytes.
@@ -317,7 +317,7 @@ func (r *Relocator) PlanHTTP(path string, h Headers) (*HTTPPlan, error) {
 		switch {
 		case rule.Field == "messages":
 			p.Chat = true
-		case rule.Field == "" && strings.HasSuffix(path, "/chat/completions"):
+		case (rule.Field == "" || rule.Field == "prompt") && strings.HasSuffix(path, "/chat/completions"):
 			p.Chat, p.Field = true, "messages"
 		case rule.Field == "":
 			p.Field = "prompt"
@@ -325,4 +325,14 @@ func (r *Relocator) PlanHTTP(path string, h Headers) (*HTTPPlan, error) {
 		return p, nil
 	}
 	return nil, nil
+}
+
+// CheckBodySize returns a LimitError when a body of n bytes (its
+// Content-Length, -1 when unknown) is already over the rule's MaxBody, so a
+// host can refuse it before reading.
+func (p *HTTPPlan) CheckBodySize(n int64) error {
+	if n > int64(p.Rule.MaxBody) {
+		return &LimitError{Limit: p.Rule.path + ".max_body", What: "request body", Size: n, Max: int64(p.Rule.MaxBody)}
+	}
+	return nil
 }

@@ -1,0 +1,24 @@
+package relocate
+
+import "github.com/llmesh/llmesh/config"
+
+// FromConfig compiles the mesh config's relocation section. The mesh config
+// has already validated it; limits it does not carry (max_message,
+// max_body) take this package's defaults.
+func FromConfig(c config.Relocation) (*Relocator, error) {
+	var cfg Config
+	for _, g := range c.GRPC {
+		r := GRPCRule{Method: g.Method, Key: g.Metadata, Field: g.Field, Threshold: Threshold{Bytes: g.Threshold}, Max: g.Max}
+		if g.Bytes {
+			r.Type = Bytes
+		}
+		if g.Refuse {
+			r.Compressed = Refuse
+		}
+		cfg.GRPC = append(cfg.GRPC, r)
+	}
+	for _, h := range c.HTTP {
+		cfg.HTTP = append(cfg.HTTP, HTTPRule{PathPrefix: h.PathPrefix, Header: h.Header, Field: h.Field, Threshold: Threshold{Bytes: h.Threshold}, Max: h.Max})
+	}
+	return Compile(cfg)
+}

@@ -1,0 +1,228 @@
+// Package relocatehttp is the net/http host of prompt relocation: a
+// middleware that the gateway wraps around its handler. For a gRPC call
+// (HTTP/2, content-type application/grpc) whose configured metadata value is
+// over the threshold, it removes the header, reads the first message,
+// appends the value as the configured protobuf field and lets the rest of
+// the body stream through; for an HTTP request it moves the header into the
+// JSON body and sets the new Content-Length. Limits and bad input are
+// answered here: 413 / 400 / 415 with an OpenAI-style error body, or a gRPC
+// trailers-only response (RESOURCE_EXHAUSTED, INVALID_ARGUMENT,
+// UNIMPLEMENTED) whose message names the limit.
+//
+// The middleware starts no goroutines. Its Relocator is swapped atomically
+// (SetRelocator) when the configuration changes; each request uses the one
+// it loaded at its start.
+package relocatehttp
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/llmesh/llmesh/filter/relocate"
+)
+
+// Options are the middleware's hooks.
+type Options struct {
+	// OnRelocated is called once per relocated value with its kind
+	// (relocate.KindGRPC or relocate.KindHTTP) and the bytes moved. Nil does
+	// nothing.
+	OnRelocated relocate.OnRelocated
+	// OnRefused is called with the error of each request the middleware
+	// answered itself (limits, bad values, malformed bodies). Nil does
+	// nothing.
+	OnRefused func(r *http.Request, err error)
+}
+
+// Middleware relocates oversized prompts before calling the next handler.
+type Middleware struct {
+	next http.Handler
+	rel  atomic.Pointer[relocate.Relocator]
+	opts Options
+}
+
+// New returns the middleware in front of next. A nil rel passes every
+// request through unchanged until SetRelocator installs rules.
+func New(next http.Handler, rel *relocate.Relocator, opts Options) *Middleware {
+	m := &Middleware{next: next, opts: opts}
+	m.rel.Store(rel)
+	return m
+}
+
+// SetRelocator installs new rules for requests that start from now on.
+func (m *Middleware) SetRelocator(rel *relocate.Relocator) { m.rel.Store(rel) }
+
+// ServeHTTP implements http.Handler.
+func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rel := m.rel.Load()
+	if rel == nil {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	if IsGRPC(r) {
+		m.serveGRPC(w, r, rel)
+		return
+	}
+	if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
+		m.serveJSON(w, r, rel)
+		return
+	}
+	m.next.ServeHTTP(w, r)
+}
+
+func (m *Middleware) serveGRPC(w http.ResponseWriter, r *http.Request, rel *relocate.Relocator) {
+	plan, err := rel.PlanGRPC(r.URL.Path, r.Header)
+	if err != nil {
+		m.refuseGRPC(w, r, err)
+		return
+	}
+	if plan == nil {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	body := relocate.NewGRPCReader(r.Body, plan, r.Header.Get("Grpc-Encoding"), m.opts.OnRelocated)
+	// Reading the first message before forwarding lets a limit or a broken
+	// frame be answered with its own status instead of a failed upstream
+	// request. LLM calls send their first message with the call.
+	if err := body.Prepare(); err != nil {
+		m.refuseGRPC(w, r, err)
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.Header.Del(plan.Key)
+	r2.Header.Del("Content-Length")
+	r2.ContentLength = -1
+	r2.Body = body
+	r2.GetBody = nil
+	m.next.ServeHTTP(w, r2)
+}
+
+func (m *Middleware) serveJSON(w http.ResponseWriter, r *http.Request, rel *relocate.Relocator) {
+	plan, err := rel.PlanHTTP(r.URL.Path, r.Header)
+	if err != nil {
+		m.refuseHTTP(w, r, err)
+		return
+	}
+	if plan == nil {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	if err := plan.CheckBodySize(r.ContentLength); err != nil {
+		m.refuseHTTP(w, r, err)
+		return
+	}
+	limit := int64(plan.Rule.MaxBody)
+	// The body without the prompt is small; it is read whole (bounded by
+	// max_body) because the value is spliced in near its end.
+	buf := make([]byte, 0, max(r.ContentLength, 512))
+	body, err := readAtMost(r.Body, buf, limit+1)
+	if err != nil {
+		m.refuseHTTP(w, r, errors.Join(relocate.ErrMalformed, err))
+		return
+	}
+	out, err := relocate.RewriteJSON(body, plan, m.opts.OnRelocated)
+	if err != nil {
+		m.refuseHTTP(w, r, err)
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.Header.Del(plan.Header)
+	r2.ContentLength = int64(out.Len())
+	r2.Header.Set("Content-Length", strconv.Itoa(out.Len()))
+	r2.Body = io.NopCloser(out.Reader())
+	// GetBody lets a host that re-sends the request (after a preemption)
+	// replay the rewritten body.
+	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(out.Reader()), nil }
+	m.next.ServeHTTP(w, r2)
+}
+
+// readAtMost appends up to n bytes of rd to buf.
+func readAtMost(rd io.Reader, buf []byte, n int64) ([]byte, error) {
+	for int64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		free := buf[len(buf):min(int64(cap(buf)), n)]
+		k, err := rd.Read(free)
+		buf = buf[:len(buf)+k]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
+}
+
+// IsGRPC reports whether r is a gRPC call (application/grpc, with or
+// without a +codec or parameters; not gRPC-Web).
+func IsGRPC(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	if !strings.HasPrefix(ct, "application/grpc") {
+		return false
+	}
+	rest := ct[len("application/grpc"):]
+	return rest == "" || rest[0] == '+' || rest[0] == ';'
+}
+
+func (m *Middleware) refuseGRPC(w http.ResponseWriter, r *http.Request, err error) {
+	if m.opts.OnRefused != nil {
+		m.opts.OnRefused(r, err)
+	}
+	WriteGRPCError(w, err)
+}
+
+func (m *Middleware) refuseHTTP(w http.ResponseWriter, r *http.Request, err error) {
+	if m.opts.OnRefused != nil {
+		m.opts.OnRefused(r, err)
+	}
+	WriteHTTPError(w, err)
+}
+
+// WriteGRPCError answers a gRPC call with a trailers-only response carrying
+// the status code relocate.Status gives for err and err's text.
+func WriteGRPCError(w http.ResponseWriter, err error) {
+	_, code := relocate.Status(err)
+	h := w.Header()
+	h.Set("Content-Type", "application/grpc")
+	h.Set("Grpc-Status", strconv.Itoa(code))
+	h.Set("Grpc-Message", encodeGRPCMessage(err.Error()))
+	w.WriteHeader(http.StatusOK)
+}
+
+// WriteHTTPError answers with the HTTP status relocate.Status gives for err
+// and an OpenAI-style error body.
+func WriteHTTPError(w http.ResponseWriter, err error) {
+	status, _ := relocate.Status(err)
+	typ := "invalid_request_error"
+	if status >= 500 {
+		typ = "server_error"
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": err.Error(), "type": typ, "code": status}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// encodeGRPCMessage percent-encodes a grpc-message value as the gRPC HTTP/2
+// protocol requires (bytes outside printable ASCII, and '%').
+func encodeGRPCMessage(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c <= 0x7e && c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte("0123456789ABCDEF"[c>>4])
+		b.WriteByte("0123456789ABCDEF"[c&0xf])
+	}
+	return b.String()
+}
