@@ -1,0 +1,271 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/llmesh/llmesh/filter"
+)
+
+// Metric names. GenAI semantic-convention names where they exist.
+const (
+	MetricTTFT          = "gen_ai.server.time_to_first_token"
+	MetricTPOT          = "gen_ai.server.time_per_output_token"
+	MetricDuration      = "gen_ai.server.request.duration"
+	MetricTokenUsage    = "gen_ai.client.token.usage"
+	MetricQueue         = "llmesh.queue.duration"
+	MetricUpstreamTTFT  = "llmesh.upstream.time_to_first_token"
+	MetricDecodeSteps   = "llmesh.decode.steps"
+	MetricInterChunk    = "llmesh.inter_chunk.duration"
+	MetricRequests      = "llmesh.requests"
+	MetricPreemptions   = "llmesh.preemptions"
+	MetricSLOViolations = "llmesh.slo.violations"
+	MetricRelocations   = "llmesh.relocations"
+	MetricRelocated     = "llmesh.relocated.bytes"
+)
+
+// Attribute keys.
+const (
+	AttrClass      = attribute.Key("llmesh.class")
+	AttrModel      = attribute.Key("gen_ai.request.model")
+	AttrTokenType  = attribute.Key("gen_ai.token.type")
+	AttrErrorType  = attribute.Key("error.type")
+	AttrSLO        = attribute.Key("llmesh.slo")
+	AttrSLOMet     = attribute.Key("llmesh.slo.met")
+	AttrRelocation = attribute.Key("llmesh.relocation.protocol")
+)
+
+// Histogram bucket boundaries, chosen for LLM serving: TTFT from a
+// millisecond (cached prefix on an idle H200) to a minute (long prompts
+// behind a queue); per-token times from 1 ms to 2.5 s.
+var (
+	BucketsTTFT     = []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.25, 0.35, 0.5, 0.75, 1, 1.5, 2.5, 5, 7.5, 10, 20, 30, 60}
+	BucketsTPOT     = []float64{0.001, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2.5}
+	BucketsDuration = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92, 163.84, 327.68}
+	BucketsQueue    = []float64{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
+	BucketsTokens   = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576}
+	BucketsSteps    = []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}
+)
+
+// DefaultMaxModels bounds the distinct model label values (the model comes
+// from client request bodies; an unbounded label would let clients blow up
+// the metric cardinality).
+const DefaultMaxModels = 64
+
+// OtherModel is the model label once DefaultMaxModels distinct values were
+// seen.
+const OtherModel = "other"
+
+// RecorderOptions configure a Recorder.
+type RecorderOptions struct {
+	// Classes give the SLOs that llmesh.slo.violations and the
+	// llmesh.slo.met attribute are judged against; a class not listed has
+	// no SLO (never violated except by failing).
+	Classes []filter.Class
+	// MaxModels bounds distinct model labels; 0 means DefaultMaxModels.
+	MaxModels int
+}
+
+// Recorder records per-request measurements. Hosts call Record once per
+// finished request and the counters as events happen. Safe for concurrent
+// use.
+type Recorder struct {
+	ttft, upTTFT, tpot, duration, queue, itl metric.Float64Histogram
+	tokens, steps                            metric.Int64Histogram
+	requests, preemptions, violations        metric.Int64Counter
+	relocations, relocated                   metric.Int64Counter
+	tracer                                   trace.Tracer
+
+	slos      map[string]filter.Class
+	maxModels int
+
+	mu     sync.Mutex
+	models map[string]struct{}
+	sets   map[labelKey]attribute.Set
+}
+
+type labelKey struct{ class, model string }
+
+// NewRecorder creates the instruments on mp and the tracer on tp; nil
+// providers mean no-op ones.
+func NewRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts RecorderOptions) (*Recorder, error) {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	m := mp.Meter("github.com/llmesh/llmesh/telemetry")
+	r := &Recorder{
+		tracer:    tp.Tracer("github.com/llmesh/llmesh/telemetry"),
+		slos:      map[string]filter.Class{},
+		maxModels: opts.MaxModels,
+		models:    map[string]struct{}{},
+		sets:      map[labelKey]attribute.Set{},
+	}
+	if r.maxModels <= 0 {
+		r.maxModels = DefaultMaxModels
+	}
+	for _, c := range opts.Classes {
+		r.slos[c.Name] = c
+	}
+	var errs []error
+	fh := func(name, desc, unit string, b []float64) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit(unit), metric.WithExplicitBucketBoundaries(b...))
+		errs = append(errs, err)
+		return h
+	}
+	ih := func(name, desc, unit string, b []float64) metric.Int64Histogram {
+		h, err := m.Int64Histogram(name, metric.WithDescription(desc), metric.WithUnit(unit), metric.WithExplicitBucketBoundaries(b...))
+		errs = append(errs, err)
+		return h
+	}
+	ic := func(name, desc, unit string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = append(errs, err)
+		return c
+	}
+	r.ttft = fh(MetricTTFT, "Time from request received by the proxy to the first output token (includes queue time).", "s", BucketsTTFT)
+	r.upTTFT = fh(MetricUpstreamTTFT, "Time from request sent upstream to the first output token.", "s", BucketsTTFT)
+	r.tpot = fh(MetricTPOT, "Per request (E2E - TTFT) / (output tokens - 1).", "s", BucketsTPOT)
+	r.duration = fh(MetricDuration, "Time from request received to the end of the response.", "s", BucketsDuration)
+	r.queue = fh(MetricQueue, "Time from request received to scheduler admission.", "s", BucketsQueue)
+	r.itl = fh(MetricInterChunk, "Gap between consecutive token-bearing chunks.", "s", BucketsTPOT)
+	r.tokens = ih(MetricTokenUsage, "Tokens per request, by gen_ai.token.type (input, output).", "{token}", BucketsTokens)
+	r.steps = ih(MetricDecodeSteps, "Token-bearing chunks after the first, per request.", "{step}", BucketsSteps)
+	r.requests = ic(MetricRequests, "Finished requests by outcome and SLO attainment.", "{request}")
+	r.preemptions = ic(MetricPreemptions, "Requests stopped to make room for higher-priority work.", "{preemption}")
+	r.violations = ic(MetricSLOViolations, "Requests that missed an SLO, by llmesh.slo (ttft, tpot, failed).", "{request}")
+	r.relocations = ic(MetricRelocations, "Prompts relocated from metadata or headers into the body.", "{relocation}")
+	r.relocated = ic(MetricRelocated, "Bytes relocated from metadata or headers into the body.", "By")
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// labels returns the (cached) attribute set for class and model, folding
+// models beyond the cap into OtherModel.
+func (r *Recorder) labels(class, model string) attribute.Set {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.models[model]; !ok {
+		if len(r.models) >= r.maxModels {
+			model = OtherModel
+		} else {
+			r.models[model] = struct{}{}
+		}
+	}
+	k := labelKey{class, model}
+	s, ok := r.sets[k]
+	if !ok {
+		s = attribute.NewSet(AttrClass.String(class), AttrModel.String(model))
+		r.sets[k] = s
+	}
+	return s
+}
+
+// SLOResult is how one request fared against its class's SLOs.
+type SLOResult struct {
+	// Met is true when the request succeeded and met every SLO its class
+	// has (a class without SLOs is met by every success).
+	Met        bool
+	TTFTMissed bool
+	TPOTMissed bool
+	Failed     bool
+}
+
+// JudgeSLO applies DESIGN's attainment rule: failed requests miss; TTFT
+// (proxy-side) must be ≤ the TTFT SLO; TPOT ≤ the TPOT SLO where TPOT is
+// defined (more than one output token).
+func JudgeSLO(obs *filter.Observation, c filter.Class) SLOResult {
+	var r SLOResult
+	r.Failed = !obs.OK()
+	if c.TTFT > 0 && (!obs.HasTTFT || obs.TTFT > c.TTFT) && !r.Failed {
+		r.TTFTMissed = true
+	}
+	if c.TPOT > 0 && obs.HasTPOT && obs.TPOT > c.TPOT {
+		r.TPOTMissed = true
+	}
+	r.Met = !r.Failed && !r.TTFTMissed && !r.TPOTMissed
+	return r
+}
+
+// Record records one finished request's metrics under class and model.
+func (r *Recorder) Record(obs filter.Observation, class, model string) {
+	ctx := context.Background()
+	set := r.labels(class, model)
+	model = modelOf(set)
+	attrs := metric.WithAttributeSet(set)
+	if !obs.Admitted.IsZero() {
+		r.queue.Record(ctx, obs.QueueTime.Seconds(), attrs)
+	}
+	if obs.HasTTFT {
+		r.ttft.Record(ctx, obs.TTFT.Seconds(), attrs)
+		if !obs.UpstreamSent.IsZero() {
+			r.upTTFT.Record(ctx, obs.UpstreamTTFT.Seconds(), attrs)
+		}
+		r.steps.Record(ctx, int64(obs.DecodeSteps), attrs)
+	}
+	if obs.HasTPOT {
+		r.tpot.Record(ctx, obs.TPOT.Seconds(), attrs)
+	}
+	for _, gap := range obs.ITL.Samples {
+		r.itl.Record(ctx, gap.Seconds(), attrs)
+	}
+	if obs.PromptTokens > 0 {
+		r.tokens.Record(ctx, int64(obs.PromptTokens), metric.WithAttributes(AttrClass.String(class), AttrModel.String(model), AttrTokenType.String("input")))
+	}
+	if obs.OutputTokens > 0 || obs.OK() {
+		r.tokens.Record(ctx, int64(obs.OutputTokens), metric.WithAttributes(AttrClass.String(class), AttrModel.String(model), AttrTokenType.String("output")))
+	}
+	slo := JudgeSLO(&obs, r.slos[class])
+	errType := obs.ErrorKind.String()
+	if obs.E2E > 0 {
+		if errType != "" {
+			r.duration.Record(ctx, obs.E2E.Seconds(), metric.WithAttributes(AttrClass.String(class), AttrModel.String(model), AttrErrorType.String(errType)))
+		} else {
+			r.duration.Record(ctx, obs.E2E.Seconds(), attrs)
+		}
+	}
+	outcome := errType
+	if outcome == "" {
+		outcome = "ok"
+	}
+	r.requests.Add(ctx, 1, metric.WithAttributes(AttrClass.String(class), AttrModel.String(model),
+		attribute.String("llmesh.outcome", outcome), AttrSLOMet.Bool(slo.Met)))
+	for _, v := range [...]struct {
+		hit  bool
+		name string
+	}{{slo.TTFTMissed, "ttft"}, {slo.TPOTMissed, "tpot"}, {slo.Failed, "failed"}} {
+		if v.hit {
+			r.violations.Add(ctx, 1, metric.WithAttributes(AttrClass.String(class), AttrModel.String(model), AttrSLO.String(v.name)))
+		}
+	}
+}
+
+func modelOf(s attribute.Set) string {
+	v, _ := s.Value(AttrModel)
+	return v.AsString()
+}
+
+// Preempted counts one preemption of a request of class and model.
+func (r *Recorder) Preempted(class, model string) {
+	r.preemptions.Add(context.Background(), 1, metric.WithAttributeSet(r.labels(class, model)))
+}
+
+// Relocated counts one relocated prompt of n bytes; protocol is "grpc" or
+// "http".
+func (r *Recorder) Relocated(protocol string, n int64) {
+	ctx := context.Background()
+	a := metric.WithAttributes(AttrRelocation.String(protocol))
+	r.relocations.Add(ctx, 1, a)
+	r.relocated.Add(ctx, n, a)
+}
