@@ -1,0 +1,202 @@
+// Package client implements scheduler.Admitter over the shared scheduler
+// service (scheduler/server), for hosts that share one pool capacity.
+//
+// Concurrency: Admit runs in the caller's goroutine until the service
+// answers. Each admitted lease then owns two goroutines, tracked by the
+// Client's WaitGroup: a receiver (the only caller of Recv; closes the
+// lease's Preempt channel when told to) and a sender (the only caller of
+// Send after Admit; sends coalesced progress, then Done, and cancels the
+// stream). Both end when the lease is released or the stream breaks;
+// Client.Close cuts every stream and waits for them.
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// Options configure a Client.
+type Options struct {
+	// FailOpen admits requests without coordination when the service cannot
+	// be reached (mesh scheduler_service.failure_mode "fail_open"); false
+	// fails closed with scheduler.ErrUnavailable.
+	FailOpen bool
+	// Fallback, with FailOpen, admits requests while the service is
+	// unreachable (for example an in-process scheduler.Scheduler with this
+	// host's share of the capacity). Nil admits at once with a lease that is
+	// never preempted.
+	Fallback scheduler.Admitter
+	// Clock measures request age; nil means the real clock.
+	Clock clock.Clock
+	// DialOptions are added to the gRPC client's (plaintext by default).
+	DialOptions []grpc.DialOption
+}
+
+// Client is a scheduler.Admitter backed by the shared service.
+type Client struct {
+	conn *grpc.ClientConn
+	api  schedulerv1.SchedulerClient
+	opts Options
+
+	mu     sync.Mutex
+	closed bool
+	live   map[*lease]struct{}
+	wg     sync.WaitGroup
+}
+
+var _ scheduler.Admitter = (*Client)(nil)
+
+// New returns a client for the service at target (host:port). It connects
+// lazily, so an unreachable service is noticed per request.
+func New(target string, opts Options) (*Client, error) {
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts.DialOptions...)
+	conn, err := grpc.NewClient(target, dial...)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler client: %w", err)
+	}
+	return &Client{conn: conn, api: schedulerv1.NewSchedulerClient(conn), opts: opts, live: map[*lease]struct{}{}}, nil
+}
+
+// Admit asks the service for an admission (see scheduler.Admitter).
+func (c *Client) Admit(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, err)
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, scheduler.ErrClosed
+	}
+	now := c.opts.Clock.Now()
+	age := time.Duration(0)
+	if !req.Arrival.IsZero() && req.Arrival.Before(now) {
+		age = now.Sub(req.Arrival)
+	}
+	// The stream outlives ctx (which bounds only the wait), so it gets its
+	// own cancel; ctx's end cancels it only until admission.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	stream, err := c.api.Admit(sctx)
+	if err == nil {
+		err = stream.Send(&schedulerv1.AdmitRequest{Msg: &schedulerv1.AdmitRequest_Start{Start: &schedulerv1.Start{
+			Id:           req.ID,
+			Pool:         req.Pool,
+			Class:        req.Class,
+			PromptTokens: clampU32(req.PromptTokens),
+			MaxTokens:    clampU32(req.MaxTokens),
+			AgeNs:        int64(age),
+			Requeue:      req.Requeue,
+		}}})
+	}
+	var resp *schedulerv1.AdmitResponse
+	if err == nil {
+		resp, err = stream.Recv()
+	}
+	if !stop() || ctx.Err() != nil {
+		cancel()
+		return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+	}
+	if err != nil {
+		cancel()
+		return c.unavailable(ctx, req, err)
+	}
+	switch msg := resp.GetMsg().(type) {
+	case *schedulerv1.AdmitResponse_Admitted:
+		return c.newLease(stream, cancel, time.Duration(msg.Admitted.GetQueueNs())), nil
+	case *schedulerv1.AdmitResponse_Rejected:
+		cancel()
+		return nil, rejected(msg.Rejected)
+	}
+	cancel()
+	return nil, fmt.Errorf("%w: unexpected first message %T from the scheduler service", scheduler.ErrRejected, resp.GetMsg())
+}
+
+func rejected(r *schedulerv1.Rejected) error {
+	class := scheduler.ErrRejected
+	switch r.GetReason() {
+	case schedulerv1.Rejected_REASON_QUEUE_FULL:
+		class = scheduler.ErrQueueFull
+	case schedulerv1.Rejected_REASON_CLOSED:
+		class = scheduler.ErrClosed
+	}
+	return fmt.Errorf("%w (scheduler service): %s", class, r.GetMessage())
+}
+
+// unavailable applies the failure mode to a request the service could not
+// decide.
+func (c *Client) unavailable(ctx context.Context, req scheduler.Request, cause error) (scheduler.Lease, error) {
+	if code := status.Code(cause); code != codes.Unavailable && code != codes.Canceled && code != codes.DeadlineExceeded &&
+		code != codes.Unknown && code != codes.Internal {
+		return nil, fmt.Errorf("%w: scheduler service: %w", scheduler.ErrRejected, cause)
+	}
+	if !c.opts.FailOpen {
+		return nil, fmt.Errorf("%w: %w", scheduler.ErrUnavailable, cause)
+	}
+	if c.opts.Fallback != nil {
+		return c.opts.Fallback.Admit(ctx, req)
+	}
+	return openLease{}, nil
+}
+
+func clampU32(n int) uint32 {
+	switch {
+	case n < 0:
+		return 0
+	case n > 1<<32-1:
+		return 1<<32 - 1
+	}
+	return uint32(n)
+}
+
+// Close cuts every admission stream (the service releases them) and waits
+// for the leases' goroutines. Leases stay usable; Release is then a no-op.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	for l := range c.live {
+		l.cancel()
+	}
+	c.mu.Unlock()
+	err := c.conn.Close()
+	c.wg.Wait()
+	return err
+}
+
+func (c *Client) track(l *lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.live[l] = struct{}{}
+}
+
+func (c *Client) untrack(l *lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.live, l)
+}
+
+// openLease is a fail-open admission: nothing to release, never preempted.
+type openLease struct{}
+
+var _ scheduler.Lease = openLease{}
+
+var neverClosed = make(chan struct{})
+
+func (openLease) Preempt() <-chan struct{}    { return neverClosed }
+func (openLease) Progress(scheduler.Progress) {}
+func (openLease) Release(scheduler.Outcome)   {}
+func (openLease) QueueTime() time.Duration    { return 0 }

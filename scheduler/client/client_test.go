@@ -1,0 +1,311 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/client"
+	"github.com/llmesh/llmesh/scheduler/policy/fifo"
+	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
+	"github.com/llmesh/llmesh/scheduler/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// service is a real scheduler service on a loopback port.
+type service struct {
+	addr  string
+	sched *scheduler.Scheduler
+	g     *grpc.Server
+	done  chan struct{}
+}
+
+func config(limit int, p scheduler.Policy) scheduler.Config {
+	return scheduler.Config{
+		Pools: []scheduler.PoolConfig{{Name: "gpu", MaxInflight: limit, Policy: p,
+			Preemption: scheduler.PreemptionConfig{MinLowerInflight: 1, MaxPerRequest: 2}}},
+		Classes: []scheduler.ClassConfig{
+			{Name: "interactive", Priority: 0, TTFT: 200 * time.Millisecond},
+			{Name: "batch", Priority: 10, TTFT: 10 * time.Second, TPOT: 100 * time.Millisecond, Preemptible: true, MaxQueue: 2},
+		},
+	}
+}
+
+func startService(t *testing.T, addr string, cfg scheduler.Config) *service {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := scheduler.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &service{addr: l.Addr().String(), sched: sched, g: grpc.NewServer(), done: make(chan struct{})}
+	server.New(sched, nil).Register(s.g)
+	go func() {
+		defer close(s.done)
+		_ = s.g.Serve(l)
+	}()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *service) stop() {
+	s.g.Stop()
+	<-s.done
+	s.sched.Close()
+}
+
+func (s *service) inflight() int { return s.sched.Stats()[0].InFlight }
+
+func (s *service) queued() int {
+	n := 0
+	for _, q := range s.sched.Stats()[0].Queued {
+		n += q
+	}
+	return n
+}
+
+func newClient(t *testing.T, addr string, opts client.Options) *client.Client {
+	t.Helper()
+	c, err := client.New(addr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+type result struct {
+	l   scheduler.Lease
+	err error
+}
+
+func admitAsync(ctx context.Context, a scheduler.Admitter, r scheduler.Request) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		l, err := a.Admit(ctx, r)
+		ch <- result{l, err}
+	}()
+	return ch
+}
+
+// Two gateways (two clients, two connections) share one pool of 2.
+func TestTwoClientsShareOneCapacity(t *testing.T) {
+	svc := startService(t, "127.0.0.1:0", config(2, fifo.New()))
+	a := newClient(t, svc.addr, client.Options{})
+	b := newClient(t, svc.addr, client.Options{})
+	ctx := context.Background()
+	var mu sync.Mutex
+	cur, peak := 0, 0
+	var wg sync.WaitGroup
+	for i := 0; i < 12; i++ {
+		c := a
+		if i%2 == 1 {
+			c = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.Admit(ctx, scheduler.Request{Class: "interactive"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			cur++
+			peak = max(peak, cur)
+			mu.Unlock()
+			if n := svc.inflight(); n > 2 {
+				t.Errorf("service has %d in flight, capacity 2", n)
+			}
+			l.Progress(scheduler.Progress{FirstToken: true, Tokens: 3})
+			time.Sleep(time.Millisecond) // hold the slot briefly so requests overlap
+			mu.Lock()
+			cur--
+			mu.Unlock()
+			l.Release(scheduler.Done)
+		}()
+	}
+	wg.Wait()
+	if peak > 2 {
+		t.Fatalf("peak %d admitted at once across both clients, capacity 2", peak)
+	}
+	waitFor(t, "all released", func() bool { return svc.inflight() == 0 })
+	if st := svc.sched.Stats()[0]; st.Admitted != 12 || st.Done != 12 {
+		t.Fatalf("service counters %+v, want 12 admitted and done", st.Counters)
+	}
+}
+
+// A proxy that goes away frees its slots.
+func TestDeadClientFreesSlots(t *testing.T) {
+	svc := startService(t, "127.0.0.1:0", config(2, fifo.New()))
+	dying, err := client.New(svc.addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newClient(t, svc.addr, client.Options{})
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if _, err := dying.Admit(ctx, scheduler.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waiting := admitAsync(ctx, other, scheduler.Request{})
+	waitFor(t, "second client queued", func() bool { return svc.queued() == 1 })
+	dying.Close() // the connection drops; the leases were never released
+	r := <-waiting
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	waitFor(t, "dead client's slots released", func() bool { return svc.inflight() == 1 })
+	r.l.Release(scheduler.Done)
+	waitFor(t, "all released", func() bool { return svc.inflight() == 0 })
+	if st := svc.sched.Stats()[0]; st.Cancelled != 2 || st.Done != 1 {
+		t.Fatalf("counters %+v, want the dead client's two leases cancelled", st.Counters)
+	}
+}
+
+func TestPreemptOverTheWire(t *testing.T) {
+	svc := startService(t, "127.0.0.1:0", config(1, preemptive.New()))
+	a := newClient(t, svc.addr, client.Options{})
+	b := newClient(t, svc.addr, client.Options{})
+	ctx := context.Background()
+	batch, err := a.Admit(ctx, scheduler.Request{ID: "b1", Class: "batch", MaxTokens: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch.Progress(scheduler.Progress{FirstToken: true, Tokens: 1})
+	hi := admitAsync(ctx, b, scheduler.Request{ID: "i1", Class: "interactive"})
+	select {
+	case <-batch.Preempt():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no preempt event reached the client")
+	}
+	batch.Release(scheduler.Preempted)
+	r := <-hi
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	r.l.Release(scheduler.Done)
+	waitFor(t, "released", func() bool { return svc.inflight() == 0 })
+	if st := svc.sched.Stats()[0]; st.Preempted != 1 || st.PreemptedDone != 1 || st.Done != 1 {
+		t.Fatalf("counters %+v", st.Counters)
+	}
+}
+
+func TestRejectionsAndCancel(t *testing.T) {
+	svc := startService(t, "127.0.0.1:0", config(1, fifo.New()))
+	c := newClient(t, svc.addr, client.Options{})
+	ctx := context.Background()
+	held, err := c.Admit(ctx, scheduler.Request{Class: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	q1 := admitAsync(cctx, c, scheduler.Request{Class: "batch"})
+	q2 := admitAsync(cctx, c, scheduler.Request{Class: "batch"})
+	waitFor(t, "two queued", func() bool { return svc.queued() == 2 })
+	if _, err := c.Admit(ctx, scheduler.Request{Class: "batch"}); !errors.Is(err, scheduler.ErrQueueFull) {
+		t.Fatalf("third waiting batch: %v, want ErrQueueFull", err)
+	}
+	if _, err := c.Admit(ctx, scheduler.Request{Pool: "nope"}); !errors.Is(err, scheduler.ErrRejected) {
+		t.Fatalf("unknown pool: %v, want ErrRejected", err)
+	}
+	cancel()
+	for _, q := range []<-chan result{q1, q2} {
+		if r := <-q; !errors.Is(r.err, scheduler.ErrCancelled) {
+			t.Fatalf("cancelled wait: %v, want ErrCancelled", r.err)
+		}
+	}
+	waitFor(t, "queue emptied by cancellation", func() bool { return svc.queued() == 0 })
+	held.Release(scheduler.Done)
+	waitFor(t, "released", func() bool { return svc.inflight() == 0 })
+}
+
+func TestFailureModes(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens here
+	ctx := context.Background()
+
+	closed := newClient(t, addr, client.Options{})
+	if _, err := closed.Admit(ctx, scheduler.Request{}); !errors.Is(err, scheduler.ErrUnavailable) {
+		t.Fatalf("fail_closed: %v, want ErrUnavailable", err)
+	}
+
+	open := newClient(t, addr, client.Options{FailOpen: true})
+	lease, err := open.Admit(ctx, scheduler.Request{})
+	if err != nil {
+		t.Fatalf("fail_open: %v", err)
+	}
+	lease.Progress(scheduler.Progress{Tokens: 1})
+	lease.Release(scheduler.Done)
+
+	local, err := scheduler.New(config(1, fifo.New()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	fb := newClient(t, addr, client.Options{FailOpen: true, Fallback: local})
+	lease, err = fb.Admit(ctx, scheduler.Request{})
+	if err != nil {
+		t.Fatalf("fail_open with fallback: %v", err)
+	}
+	if local.Stats()[0].InFlight != 1 {
+		t.Fatal("fallback scheduler did not admit the request")
+	}
+	lease.Release(scheduler.Done)
+}
+
+// Restarting the service: a lease held across the restart stays valid
+// locally, admissions fail (closed) while it is down, and work again once a
+// new instance listens on the same address.
+func TestServiceRestart(t *testing.T) {
+	svc := startService(t, "127.0.0.1:0", config(2, fifo.New()))
+	c := newClient(t, svc.addr, client.Options{})
+	ctx := context.Background()
+	held, err := c.Admit(ctx, scheduler.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.stop()
+	if _, err := c.Admit(ctx, scheduler.Request{}); !errors.Is(err, scheduler.ErrUnavailable) {
+		t.Fatalf("while down: %v, want ErrUnavailable", err)
+	}
+	svc2 := startService(t, svc.addr, config(2, fifo.New()))
+	var l scheduler.Lease
+	waitFor(t, "admission after restart", func() bool {
+		l, err = c.Admit(ctx, scheduler.Request{})
+		return err == nil
+	})
+	if svc2.inflight() != 1 {
+		t.Fatalf("new instance has %d in flight, want 1 (it does not know leases of the old one)", svc2.inflight())
+	}
+	l.Release(scheduler.Done)
+	held.Release(scheduler.Done) // its stream died with the old instance: a no-op
+	waitFor(t, "released", func() bool { return svc2.inflight() == 0 })
+}

@@ -1,0 +1,170 @@
+// Package server serves a scheduler.Admitter (normally one in-process
+// scheduler.Scheduler) over gRPC as llmesh.scheduler.v1.Scheduler, so that
+// several proxies share one pool capacity.
+//
+// Each admission is one bidirectional stream. Concurrency: gRPC runs each
+// stream's handler in its own goroutine; that goroutine alone sends on the
+// stream. It starts one receiving goroutine per admitted stream, which
+// alone receives, forwards progress to the lease, and ends with one message
+// on a buffered channel when the client says Done or the stream breaks. The
+// handler then releases the lease (Cancelled when the stream broke) and
+// returns, which ends the stream; so every admission is released exactly
+// once, and a proxy that dies frees its slots.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// Server is the gRPC service.
+type Server struct {
+	schedulerv1.UnimplementedSchedulerServer
+	admitter scheduler.Admitter
+	clk      clock.Clock
+}
+
+var _ schedulerv1.SchedulerServer = (*Server)(nil)
+
+// New serves a; clk (nil: the real clock) turns the client's age_ns into
+// an arrival time.
+func New(a scheduler.Admitter, clk clock.Clock) *Server {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	return &Server{admitter: a, clk: clk}
+}
+
+// Register adds the service to g.
+func (s *Server) Register(g *grpc.Server) { schedulerv1.RegisterSchedulerServer(g, s) }
+
+// maxAge bounds a client-reported age; anything older is clamped (it has
+// passed every max wait anyway).
+const maxAge = 24 * time.Hour
+
+// Admit implements the service (see the package comment).
+func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	start := first.GetStart()
+	if start == nil {
+		return status.Error(codes.InvalidArgument, "scheduler: the first message must be start")
+	}
+	age := time.Duration(start.GetAgeNs())
+	if age < 0 {
+		return status.Errorf(codes.InvalidArgument, "scheduler: start.age_ns %d must not be negative", start.GetAgeNs())
+	}
+	age = min(age, maxAge)
+	req := scheduler.Request{
+		ID:           start.GetId(),
+		Pool:         start.GetPool(),
+		Class:        start.GetClass(),
+		PromptTokens: int(start.GetPromptTokens()),
+		MaxTokens:    int(start.GetMaxTokens()),
+		Arrival:      s.clk.Now().Add(-age),
+		Requeue:      start.GetRequeue(),
+	}
+	lease, err := s.admitter.Admit(stream.Context(), req)
+	if err != nil {
+		if errors.Is(err, scheduler.ErrCancelled) {
+			return status.FromContextError(stream.Context().Err()).Err()
+		}
+		return stream.Send(&schedulerv1.AdmitResponse{Msg: &schedulerv1.AdmitResponse_Rejected{Rejected: rejection(err)}})
+	}
+	if err := stream.Send(&schedulerv1.AdmitResponse{Msg: &schedulerv1.AdmitResponse_Admitted{
+		Admitted: &schedulerv1.Admitted{QueueNs: int64(lease.QueueTime())},
+	}}); err != nil {
+		lease.Release(scheduler.Cancelled)
+		return err
+	}
+	ended := make(chan scheduler.Outcome, 1)
+	go receive(stream, lease, ended)
+	preempt := lease.Preempt()
+	for {
+		select {
+		case <-preempt:
+			preempt = nil
+			if err := stream.Send(&schedulerv1.AdmitResponse{Msg: &schedulerv1.AdmitResponse_Preempt{Preempt: &schedulerv1.Preempt{}}}); err != nil {
+				// The stream is broken; receive will notice and end.
+				continue
+			}
+		case o := <-ended:
+			lease.Release(o)
+			return nil
+		}
+	}
+}
+
+// receive forwards progress until Done or the stream's end and reports the
+// outcome once; a broken stream counts as Cancelled.
+func receive(stream schedulerv1.Scheduler_AdmitServer, lease scheduler.Lease, ended chan<- scheduler.Outcome) {
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			// EOF without Done, a cancelled stream or a broken connection:
+			// the proxy is gone or gave up, so the admission ends here.
+			ended <- scheduler.Cancelled
+			return
+		}
+		switch msg := m.GetMsg().(type) {
+		case *schedulerv1.AdmitRequest_Progress:
+			lease.Progress(scheduler.Progress{FirstToken: msg.Progress.GetFirstToken(), Tokens: int(msg.Progress.GetTokens())})
+		case *schedulerv1.AdmitRequest_Done:
+			ended <- outcome(msg.Done.GetOutcome())
+			return
+		}
+	}
+}
+
+func outcome(o schedulerv1.Outcome) scheduler.Outcome {
+	switch o {
+	case schedulerv1.Outcome_OUTCOME_FAILED:
+		return scheduler.Failed
+	case schedulerv1.Outcome_OUTCOME_CANCELLED:
+		return scheduler.Cancelled
+	case schedulerv1.Outcome_OUTCOME_PREEMPTED:
+		return scheduler.Preempted
+	}
+	return scheduler.Done
+}
+
+func rejection(err error) *schedulerv1.Rejected {
+	r := &schedulerv1.Rejected{Reason: schedulerv1.Rejected_REASON_REJECTED, Message: err.Error()}
+	switch {
+	case errors.Is(err, scheduler.ErrQueueFull):
+		r.Reason = schedulerv1.Rejected_REASON_QUEUE_FULL
+	case errors.Is(err, scheduler.ErrClosed):
+		r.Reason = schedulerv1.Rejected_REASON_CLOSED
+	}
+	return r
+}
+
+// Serve runs a gRPC server for a on l until ctx ends, then stops it
+// gracefully (in-flight admission streams are cut, which releases them).
+func Serve(ctx context.Context, l net.Listener, a scheduler.Admitter, clk clock.Clock, opts ...grpc.ServerOption) error {
+	g := grpc.NewServer(opts...)
+	New(a, clk).Register(g)
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(l) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("scheduler server: %w", err)
+	case <-ctx.Done():
+		g.Stop()
+		<-errc
+		return nil
+	}
+}
