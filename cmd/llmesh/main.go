@@ -28,6 +28,7 @@ type command struct {
 // commands is the one registry of subcommands.
 var commands = []command{
 	{"bench", "benchmark harness: run, ab, sweep, report", runBench},
+	{"gateway", "embedded gateway: measure, relocate and schedule LLM traffic to engines", runGateway},
 	{"sim", "simulated LLM engine (OpenAI HTTP + gRPC), calibrated to H200 timings", runSim},
 }
 

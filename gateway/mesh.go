@@ -1,0 +1,117 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/policy"
+)
+
+// ConfigFromMesh builds the gateway configuration of one listener of a
+// mesh config ("" means the first listener). A pool with several endpoints
+// is served by its first one: the embedded gateway fronts one engine per
+// pool (Envoy does endpoint balancing).
+func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
+	var l *config.Listener
+	switch {
+	case listener != "":
+		l = c.Listener(listener)
+		if l == nil {
+			return Config{}, fmt.Errorf("listeners: no listener named %q", listener)
+		}
+	case len(c.Listeners) > 0:
+		l = c.Listeners[0]
+	default:
+		return Config{}, errors.New("listeners: the mesh config has no listener for the gateway")
+	}
+	var cfg Config
+	for i, p := range c.Pools {
+		if len(p.Endpoints) == 0 {
+			return Config{}, fmt.Errorf("pools[%d].endpoints: pool %q has no endpoint", i, p.Name)
+		}
+		ep := p.Endpoints[0]
+		proto := OpenAI
+		if p.Protocol == "grpc" {
+			proto = GRPC
+		}
+		cfg.Pools = append(cfg.Pools, Pool{Name: p.Name, Protocol: proto,
+			Upstream: "http://" + net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))})
+	}
+	for _, r := range l.Routes {
+		route := Route{PathPrefix: r.PathPrefix, Headers: r.Headers, Pool: r.Pool.Name, GRPC: r.Pool.Protocol == "grpc"}
+		if r.Class != nil {
+			route.Class = r.Class.Name
+		}
+		cfg.Routes = append(cfg.Routes, route)
+	}
+	cfg.ServerTiming = c.Telemetry.ServerTiming
+	cfg.PreemptibleClasses = map[string]bool{}
+	for _, cl := range c.Classes {
+		cfg.PreemptibleClasses[cl.Name] = cl.Preemptible
+	}
+	return cfg, nil
+}
+
+// SchedulerConfigFromMesh builds the in-process scheduler's configuration
+// from a mesh config: every pool with its capacity and policy, every class.
+func SchedulerConfigFromMesh(c *config.Config) (scheduler.Config, error) {
+	var sc scheduler.Config
+	var errs []error
+	for i, p := range c.Pools {
+		pol, err := policy.Lookup(p.Scheduler.Policy)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pools[%d].scheduler.policy: %w", i, err))
+			continue
+		}
+		sc.Pools = append(sc.Pools, scheduler.PoolConfig{
+			Name:              p.Name,
+			MaxInflight:       p.MaxInflight,
+			MaxInflightTokens: p.MaxInflightTokens,
+			Policy:            pol,
+			BatchWindow:       p.Scheduler.BatchWindow,
+			Aging:             p.Scheduler.Aging,
+			Preemption: scheduler.PreemptionConfig{
+				MinLowerInflight: p.Scheduler.Preemption.MinLowerInflight,
+				MinRunTime:       p.Scheduler.Preemption.MinRunTime,
+				MaxPerRequest:    p.Scheduler.Preemption.MaxPerRequest,
+			},
+		})
+	}
+	for _, cl := range c.Classes {
+		sc.Classes = append(sc.Classes, scheduler.ClassConfig{
+			Name: cl.Name, Priority: cl.Priority, TTFT: cl.TTFT, TPOT: cl.TPOT,
+			Preemptible: cl.Preemptible, MaxQueue: cl.MaxQueue, MaxWait: cl.MaxWait,
+		})
+	}
+	sc.DefaultClass = c.DefaultClass.Name
+	if err := errors.Join(errs...); err != nil {
+		return scheduler.Config{}, err
+	}
+	return sc, sc.Validate()
+}
+
+// ApplyMesh swaps in the routes, pools and classification of a new mesh
+// config (a reload). Scheduler settings (policy, capacity) are not changed
+// live; they take effect on restart. On error the running config stays.
+func (g *Gateway) ApplyMesh(c *config.Config, listener string) error {
+	cfg, err := ConfigFromMesh(c, listener)
+	if err != nil {
+		return err
+	}
+	cls, err := filter.NewClassifierFromConfig(c)
+	if err != nil {
+		return err
+	}
+	old := g.cfg.Load().cfg
+	cfg.MaxRequestBytes, cfg.StreamIdleTimeout = old.MaxRequestBytes, old.StreamIdleTimeout
+	if err := g.Update(cfg); err != nil {
+		return err
+	}
+	g.classifier.Store(cls)
+	return nil
+}

@@ -1,0 +1,311 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/filter/relocate"
+	"github.com/llmesh/llmesh/filter/relocate/relocatehttp"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/capacity"
+	"github.com/llmesh/llmesh/scheduler/policy"
+	"github.com/llmesh/llmesh/telemetry"
+)
+
+// RunConfig is what `llmesh gateway` runs: either a mesh config file
+// (watched and reloaded on change) or the quick settings.
+type RunConfig struct {
+	// ConfigPath is a mesh config file; empty means quick mode (Upstream).
+	ConfigPath string
+	// Listener picks the mesh config's listener; empty means the first.
+	Listener string
+	// Listen overrides the listener's address (quick mode: required).
+	Listen string
+	// Upstream is the OpenAI-compatible engine URL (quick mode).
+	Upstream string
+	// GRPCUpstream is the gRPC engine address (quick mode, optional).
+	GRPCUpstream string
+	// Admin overrides the admin listener address; empty means the mesh
+	// config's (none in quick mode).
+	Admin string
+	// Policy and MaxInflight schedule quick-mode requests; with Policy
+	// empty and MaxInflight 0 requests are not scheduled.
+	Policy      string
+	MaxInflight int
+	// Drain is how long in-flight requests may finish at shutdown; 0 means
+	// 10s.
+	Drain time.Duration
+	// MaxRequestBytes, StreamIdleTimeout: see Config.
+	MaxRequestBytes   int64
+	StreamIdleTimeout time.Duration
+	// ServerTiming turns the server-timing header/trailer on in quick mode.
+	ServerTiming bool
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Ready, when non-nil, is called with the bound data and admin
+	// addresses (admin nil when there is none) once both listen.
+	Ready func(data, admin net.Addr)
+}
+
+// Run builds everything a RunConfig describes, serves until ctx ends,
+// drains and returns.
+func Run(ctx context.Context, rc RunConfig) error {
+	log := rc.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if rc.Drain <= 0 {
+		rc.Drain = 10 * time.Second
+	}
+	h, err := buildHost(ctx, rc, log)
+	if err != nil {
+		return err
+	}
+	defer h.close()
+
+	ln, err := net.Listen("tcp", h.listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", h.listen, err)
+	}
+	var aln net.Listener
+	if h.admin != "" {
+		if aln, err = net.Listen("tcp", h.admin); err != nil {
+			ln.Close()
+			return fmt.Errorf("admin listen %s: %w", h.admin, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 4+len(h.capacity))
+	goRun := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- err
+				cancel()
+			}
+		}()
+	}
+	goRun(func() error { return h.gw.Serve(ctx, ln, rc.Drain) })
+	var adminAddr net.Addr
+	if aln != nil {
+		adminAddr = aln.Addr()
+		goRun(func() error { return h.gw.ServeAdmin(ctx, aln, h.tele.PrometheusHandler()) })
+	}
+	if h.watcher != nil {
+		goRun(func() error { return h.watcher.Run(ctx) })
+	}
+	for _, w := range h.capacity {
+		goRun(func() error { return w.Run(ctx) })
+	}
+	log.Info("gateway listening", "addr", ln.Addr().String(), "admin", h.admin, "scheduled", h.sched != nil)
+	if rc.Ready != nil {
+		rc.Ready(ln.Addr(), adminAddr)
+	}
+	<-ctx.Done()
+	wg.Wait()
+	close(errc)
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// host is what Run built.
+type host struct {
+	gw       *Gateway
+	sched    *scheduler.Scheduler
+	tele     *telemetry.Provider
+	watcher  *config.Watcher
+	capacity []*capacity.Watcher
+	listen   string
+	admin    string
+}
+
+func (h *host) close() {
+	if h.sched != nil {
+		_ = h.sched.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = h.tele.Shutdown(ctx)
+	h.gw.Close()
+}
+
+func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, error) {
+	h := &host{listen: rc.Listen, admin: rc.Admin}
+	var (
+		gcfg    Config
+		scfg    *scheduler.Config
+		topts   = telemetry.Options{Prometheus: true}
+		opts    []Option
+		classes []filter.Class
+		mesh    *config.Config
+	)
+	if rc.ConfigPath != "" {
+		// OnChange runs on the watcher's goroutine, which Run starts after
+		// h.gw is set.
+		w, err := config.NewWatcher(rc.ConfigPath, config.WatchOptions{
+			OnChange: func(c *config.Config) {
+				if err := h.gw.ApplyMesh(c, rc.Listener); err != nil {
+					log.Error("config reload rejected; keeping the running config", "err", err)
+					return
+				}
+				log.Info("config reloaded (scheduler settings apply on restart)", "path", rc.ConfigPath)
+			},
+			OnError: func(err error) {
+				log.Error("config change invalid; keeping the last good config", "err", err)
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		mesh = w.Config()
+		if gcfg, err = ConfigFromMesh(mesh, rc.Listener); err != nil {
+			return nil, err
+		}
+		sc, err := SchedulerConfigFromMesh(mesh)
+		if err != nil {
+			return nil, err
+		}
+		if mesh.SchedulerService != nil {
+			log.Warn("scheduler_service is set, but this gateway schedules in-process", "address", mesh.SchedulerService.Address)
+		}
+		scfg = &sc
+		cls, err := filter.NewClassifierFromConfig(mesh)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, WithClassifier(cls))
+		for _, c := range mesh.Classes {
+			classes = append(classes, filter.Class{Name: c.Name, Priority: c.Priority, TTFT: c.TTFT, TPOT: c.TPOT, Preemptible: c.Preemptible})
+		}
+		topts = telemetry.OptionsFromConfig(mesh.Telemetry)
+		if h.listen == "" {
+			l := mesh.Listeners[0]
+			if rc.Listener != "" {
+				l = mesh.Listener(rc.Listener)
+			}
+			h.listen = l.Address
+		}
+		if h.admin == "" {
+			h.admin = mesh.AdminAddress
+		}
+		if mesh.Relocation.Enabled() {
+			rel, err := relocate.FromConfig(mesh.Relocation)
+			if err != nil {
+				return nil, fmt.Errorf("relocation: %w", err)
+			}
+			opts = append(opts, WithHandlerWrapper(func(next http.Handler) http.Handler {
+				return relocatehttp.New(next, rel, relocatehttp.Options{})
+			}))
+		}
+		h.watcher = w
+	} else {
+		var errs []error
+		if rc.Upstream == "" && rc.GRPCUpstream == "" {
+			errs = append(errs, errors.New("--upstream: required without --config"))
+		}
+		if rc.Listen == "" {
+			errs = append(errs, errors.New("--listen: required without --config"))
+		}
+		if rc.MaxInflight < 0 {
+			errs = append(errs, fmt.Errorf("--max-inflight: %d must not be negative", rc.MaxInflight))
+		}
+		if rc.Upstream != "" {
+			gcfg.Pools = append(gcfg.Pools, Pool{Name: "default", Protocol: OpenAI, Upstream: rc.Upstream})
+		}
+		if rc.GRPCUpstream != "" {
+			gcfg.Pools = append(gcfg.Pools, Pool{Name: "grpc", Protocol: GRPC, Upstream: rc.GRPCUpstream})
+		}
+		gcfg.ServerTiming = rc.ServerTiming
+		if rc.Policy != "" || rc.MaxInflight > 0 {
+			name := rc.Policy
+			if name == "" {
+				name = "fifo"
+			}
+			pol, err := policy.Lookup(name)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("--policy: %w", err))
+			}
+			n := rc.MaxInflight
+			if n == 0 {
+				n = 64
+			}
+			sc := scheduler.Config{Classes: []scheduler.ClassConfig{{Name: "default"}}}
+			for _, p := range gcfg.Pools {
+				sc.Pools = append(sc.Pools, scheduler.PoolConfig{Name: p.Name, MaxInflight: n, Policy: pol})
+			}
+			scfg = &sc
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+	}
+	gcfg.MaxRequestBytes = rc.MaxRequestBytes
+	gcfg.StreamIdleTimeout = rc.StreamIdleTimeout
+	topts.Prometheus = true
+	topts.Recorder = telemetry.RecorderOptions{Classes: classes}
+	tele, err := telemetry.New(ctx, topts)
+	if err != nil {
+		return nil, err
+	}
+	h.tele = tele
+	opts = append(opts, WithRecorder(TelemetryRecorder(tele.Recorder)), WithLogger(log))
+	if scfg != nil {
+		s, err := scheduler.New(*scfg, nil)
+		if err != nil {
+			_ = tele.Shutdown(ctx)
+			return nil, fmt.Errorf("scheduler: %w", err)
+		}
+		h.sched = s
+		opts = append(opts, WithAdmitter(s))
+		if mesh != nil {
+			for _, p := range mesh.Pools {
+				if p.Metrics == nil {
+					continue
+				}
+				cw, err := capacity.New(capacity.Config{Pool: p.Name, URL: p.Metrics.URL, Interval: p.Metrics.Interval,
+					StaleAfter: p.Metrics.StaleAfter, Rule: capacity.Rule{Max: p.MaxInflight}}, s, nil)
+				if err != nil {
+					_ = s.Close()
+					_ = tele.Shutdown(ctx)
+					return nil, fmt.Errorf("pools %q capacity: %w", p.Name, err)
+				}
+				h.capacity = append(h.capacity, cw)
+			}
+		}
+	}
+	g, err := New(gcfg, opts...)
+	if err != nil {
+		if h.sched != nil {
+			_ = h.sched.Close()
+		}
+		_ = tele.Shutdown(ctx)
+		return nil, err
+	}
+	h.gw = g
+	return h, nil
+}
+
+// TelemetryRecorder records gateway Records as OpenTelemetry metrics and
+// traces.
+func TelemetryRecorder(r *telemetry.Recorder) Recorder {
+	return RecorderFunc(func(rec Record) {
+		r.Record(rec.Observation, rec.Class, rec.Model)
+		for i := 0; i < rec.Preemptions; i++ {
+			r.Preempted(rec.Class, rec.Model)
+		}
+	})
+}
