@@ -75,7 +75,7 @@ func (p *Plugin) Parse(a *anypb.Any, callbacks api.ConfigCallbackHandler) (inter
 	fc.metrics = defineMetrics(callbacks)
 	fc.rt = &runtime{env: &p.env}
 	if len(fc.Mesh.Relocation.GRPC)+len(fc.Mesh.Relocation.HTTP) > 0 {
-		r, err := relocate.Compile(relocationRules(&fc.Mesh.Relocation))
+		r, err := relocate.FromConfig(fc.Mesh.Relocation)
 		if err != nil {
 			return nil, fmt.Errorf("mesh.%w", err)
 		}
@@ -172,26 +172,4 @@ func (r *runtime) admitter(mc *config.Config) (scheduler.Admitter, error) {
 	}
 	r.once.Do(func() { r.adm, r.admErr = r.env.NewAdmitter(mc) })
 	return r.adm, r.admErr
-}
-
-// relocationRules converts the mesh config's compiled relocation rules.
-func relocationRules(rc *config.Relocation) relocate.Config {
-	var out relocate.Config
-	for _, g := range rc.GRPC {
-		r := relocate.GRPCRule{Method: g.Method, Key: g.Metadata, Field: g.Field, Max: g.Max}
-		r.Threshold.Bytes = g.Threshold
-		if g.Bytes {
-			r.Type = relocate.Bytes
-		}
-		if g.Refuse {
-			r.Compressed = relocate.Refuse
-		}
-		out.GRPC = append(out.GRPC, r)
-	}
-	for _, h := range rc.HTTP {
-		r := relocate.HTTPRule{PathPrefix: h.PathPrefix, Header: h.Header, Field: h.Field, Max: h.Max}
-		r.Threshold.Bytes = h.Threshold
-		out.HTTP = append(out.HTTP, r)
-	}
-	return out
 }

@@ -76,8 +76,11 @@ func (f *streamFilter) relocationFailed(cb api.FilterProcessCallbacks, err error
 func (f *streamFilter) relocateBody(b api.BufferInstance, endStream bool) api.StatusType {
 	dcb := f.cb.DecoderFilterCallbacks()
 	if f.httpPlan != nil {
-		// Buffered: this is the whole body (DecodeHeaders returned
-		// StopAndBuffer, so Envoy calls once with endStream).
+		// Buffered: Envoy calls once with the whole body and endStream
+		// (DecodeHeaders returned StopAndBuffer); keep buffering otherwise.
+		if !endStream {
+			return api.StopAndBuffer
+		}
 		plan := f.httpPlan
 		f.httpPlan, f.decoding = nil, false
 		out, err := relocate.RewriteJSON(b.Bytes(), plan, f.onRelocated)

@@ -2,6 +2,7 @@ package filtertest
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
@@ -113,9 +114,13 @@ func (w *Pending) Wait() Result {
 func (s *Stream) settle(p *process, ph *phase, st api.StatusType) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if (st == api.StopAndBuffer || st == api.StopAndBufferWatermark) && p.keep == nil {
-		p.keep = ph
-		return
+	if st == api.StopAndBuffer || st == api.StopAndBufferWatermark {
+		// Envoy keeps the data and calls again with all of it at the end.
+		p.buffering = true
+		if p.keep == nil && strings.HasSuffix(ph.name, "Headers") {
+			p.keep = ph
+			return
+		}
 	}
 	ph.closed.Store(true)
 	if st == api.Continue && p.keep != nil {
