@@ -16,7 +16,8 @@ import "time"
 // Status is how a request ended, from the client's point of view.
 type Status string
 
-// Statuses. Everything but StatusOK counts as an SLO miss.
+// Statuses. Everything but StatusOK and StatusCancelled counts as an SLO
+// miss.
 const (
 	StatusOK Status = "ok"
 	// StatusError: the target answered with an error or broke the protocol.
@@ -31,8 +32,10 @@ const (
 	StatusDropped Status = "dropped"
 	// StatusTimeout: the request ran past the workload's timeout.
 	StatusTimeout Status = "timeout"
-	// StatusUnsent: the run ended (cancelled) before the request was sent.
-	StatusUnsent Status = "unsent"
+	// StatusCancelled: the run was interrupted while the request was in
+	// flight. Cancelled requests are kept in the records but left out of the
+	// statistics.
+	StatusCancelled Status = "cancelled"
 )
 
 // Record is one request. Times are nanoseconds relative to the run's start

@@ -223,6 +223,10 @@ func Summarize(recs []result.Record, m Meta) *result.Report {
 			rep.Warmup++
 			continue
 		}
+		if r.Status == result.StatusCancelled {
+			rep.Requests[r.Status]++
+			continue
+		}
 		measured = append(measured, r)
 	}
 	sort.Slice(measured, func(i, j int) bool { return measured[i].Index < measured[j].Index })

@@ -1,0 +1,215 @@
+// Package runner drives a workload against a target: it sends each item at
+// its intended time (open loop) or keeps a fixed number in flight (closed
+// loop), records every request and hands the records to a sink as they
+// complete.
+package runner
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/bench/client"
+	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/clock"
+)
+
+// Options configure Run.
+type Options struct {
+	// Workload is what to send; required.
+	Workload *workload.Workload
+	// Client sends the requests; required.
+	Client client.Client
+	// Clock times the run; nil means clock.Real.
+	Clock clock.Clock
+	// Sink gets each finished record, in completion order, from one
+	// goroutine; nil means none. It must not keep the pointer.
+	Sink func(*result.Record)
+	// Live, when not nil, is updated as requests start and finish.
+	Live *Live
+	// MaxInFlight caps concurrent requests of an open loop; when reached,
+	// sending waits (and the wait shows up as schedule lag). Zero means
+	// 65536.
+	MaxInFlight int
+}
+
+// Run sends the workload and returns every record (warm-up included),
+// ordered by item index. When ctx ends early it stops sending, cancels the
+// requests in flight (recorded as cancelled), and returns what it has with
+// ctx's error; nothing that completed is lost.
+func Run(ctx context.Context, o Options) ([]result.Record, error) {
+	if o.Workload == nil || o.Client == nil {
+		return nil, errors.New("runner: Workload and Client are required")
+	}
+	clk := o.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	maxIn := o.MaxInFlight
+	if maxIn <= 0 {
+		maxIn = 65536
+	}
+	start := clk.Now()
+	now := func() int64 { return int64(clk.Since(start)) }
+
+	done := make(chan *result.Record, 4096)
+	var recs []result.Record
+	collected := make(chan struct{})
+	go func() { // owns recs until collected is closed
+		defer close(collected)
+		for r := range done {
+			if o.Live != nil {
+				o.Live.finish(r)
+			}
+			if o.Sink != nil {
+				o.Sink(r)
+			}
+			recs = append(recs, *r)
+		}
+	}()
+
+	r := &run{o: o, clk: clk, now: now, done: done, sem: make(chan struct{}, maxIn)}
+	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
+	// Requests in flight are cancelled only when the run is interrupted,
+	// not when the dispatcher finishes.
+	stop := context.AfterFunc(ctx, cancelReqs)
+	if o.Workload.Closed() {
+		r.closed(ctx, reqCtx)
+	} else {
+		r.open(ctx, reqCtx)
+	}
+	r.wg.Wait()
+	stop()
+	cancelReqs()
+	close(done)
+	<-collected
+	sortByIndex(recs)
+	return recs, ctx.Err()
+}
+
+type run struct {
+	o    Options
+	clk  clock.Clock
+	now  func() int64
+	done chan<- *result.Record
+	sem  chan struct{}
+	wg   sync.WaitGroup
+}
+
+// open sends items at their intended times from one dispatcher goroutine.
+func (r *run) open(ctx, reqCtx context.Context) {
+	src := r.o.Workload.Source()
+	timer := r.clk.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		it, ok := src.Next()
+		if !ok {
+			return
+		}
+		if d := it.At - time.Duration(r.now()); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C():
+			}
+		} else if ctx.Err() != nil {
+			return
+		}
+		select {
+		case r.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer func() { <-r.sem }()
+			r.send(reqCtx, it, int64(it.At))
+		}()
+	}
+}
+
+// closed keeps Concurrency clients busy, each sending its next item as soon
+// as its previous one ends, until the items run out or the measured
+// duration has passed.
+func (r *run) closed(ctx, reqCtx context.Context) {
+	sp := &r.o.Workload.Spec
+	src := r.o.Workload.Source()
+	var (
+		mu            sync.Mutex
+		measuredStart int64 = -1
+	)
+	next := func() (workload.Item, int64, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ctx.Err() != nil {
+			return workload.Item{}, 0, false
+		}
+		it, ok := src.Next()
+		if !ok {
+			return it, 0, false
+		}
+		t := r.now()
+		if t < int64(sp.Warmup.Duration) {
+			it.Warmup = true
+		}
+		if !it.Warmup {
+			if measuredStart < 0 {
+				measuredStart = t
+			}
+			if sp.Duration > 0 && t-measuredStart >= int64(sp.Duration) {
+				return it, 0, false
+			}
+		}
+		return it, t, true
+	}
+	for i := 0; i < sp.Arrival.Concurrency; i++ {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			for {
+				it, t, ok := next()
+				if !ok {
+					return
+				}
+				r.send(reqCtx, it, t)
+			}
+		}()
+	}
+}
+
+// send performs one item and hands its record to the collector.
+func (r *run) send(ctx context.Context, it workload.Item, intended int64) {
+	w := r.o.Workload
+	c := &w.Classes[it.Class]
+	rec := &result.Record{
+		Index: it.Index, Class: c.Name, Warmup: it.Warmup,
+		PromptTokens: it.PromptTokens, MaxTokens: it.MaxTokens, IntendedNS: intended,
+	}
+	req := &client.Request{
+		ID: strconv.Itoa(it.Index), Model: w.Spec.Model,
+		PromptTokens: it.PromptTokens, MaxTokens: it.MaxTokens,
+		Priority: c.Priority, SendPriority: c.SendPriority, Headers: c.Headers,
+		Stream: *w.Spec.Stream,
+	}
+	if r.o.Live != nil {
+		r.o.Live.start()
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.Spec.Timeout.D())
+	r.o.Client.Do(ctx, req, rec, r.now)
+	cancel()
+	if rec.Engine != nil {
+		rec.Preemptions = rec.Engine.Preemptions
+	}
+	r.done <- rec
+}
+
+func sortByIndex(recs []result.Record) {
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Index < recs[j].Index })
+}
