@@ -1,0 +1,152 @@
+package control
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// maxAdminBody bounds admin request bodies.
+const maxAdminBody = 4 << 10
+
+// AdminHandler serves the admin API:
+//
+//	GET  /healthz                            200 "ok"
+//	GET  /version                            {"version": ..., "last_error": ..., ...}
+//	GET  /config                             the served mesh config as YAML (defaults applied, switches included)
+//	GET  /nodes                              per-node, per-type sent/ACKed/NACKed versions and NACK messages
+//	GET  /experiments                        experiments, arms and the active arm
+//	POST /experiments/{name}/active          body {"arm": "x"} (or ?arm=x): arm x takes all traffic; "" splits again
+//	DELETE /experiments/{name}/active        drop the switch; the file's active field applies
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n") //nolint:errcheck // client gone
+	})
+	mux.HandleFunc("GET /version", s.handleVersion)
+	mux.HandleFunc("GET /config", s.handleConfig)
+	mux.HandleFunc("GET /nodes", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"version": s.Version(), "nodes": s.Nodes()})
+	})
+	mux.HandleFunc("GET /experiments", s.handleExperiments)
+	mux.HandleFunc("POST /experiments/{name}/active", s.handleSetArm)
+	mux.HandleFunc("DELETE /experiments/{name}/active", func(w http.ResponseWriter, r *http.Request) {
+		v, err := s.ClearActiveArm(r.PathValue("name"))
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"version": v})
+	})
+	return mux
+}
+
+// VersionInfo is the body of GET /version.
+type VersionInfo struct {
+	Version string `json:"version"`
+	// LastError is the last rejected config change, "" once a later change
+	// was accepted.
+	LastError   string     `json:"last_error,omitempty"`
+	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+	// Rejected counts rejected changes since start.
+	Rejected int `json:"rejected"`
+}
+
+func (s *Server) handleVersion(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	vi := VersionInfo{Version: s.version, LastError: s.lastErr, Rejected: s.rejected}
+	if s.lastErr != "" {
+		t := s.lastErrAt
+		vi.LastErrorAt = &t
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, vi)
+}
+
+func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	cfg, v := s.cfg, s.version
+	s.mu.Unlock()
+	b, err := yaml.Marshal(cfg.Source)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("X-Llmesh-Version", v)
+	w.Write(b) //nolint:errcheck // client gone
+}
+
+// ExperimentInfo is one entry of GET /experiments.
+type ExperimentInfo struct {
+	Name   string   `json:"name"`
+	Pool   string   `json:"pool"`
+	Arms   []string `json:"arms"`
+	Active string   `json:"active,omitempty"`
+	// Switched is true when the active arm was set through the admin API.
+	Switched bool `json:"switched"`
+}
+
+func (s *Server) handleExperiments(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	cfg, v := s.cfg, s.version
+	out := make([]ExperimentInfo, 0, len(cfg.Experiments))
+	for _, e := range cfg.Experiments {
+		ei := ExperimentInfo{Name: e.Name, Pool: e.Pool.Name}
+		for _, a := range e.Arms {
+			ei.Arms = append(ei.Arms, a.Name)
+		}
+		if e.Active != nil {
+			ei.Active = e.Active.Name
+		}
+		_, ei.Switched = s.overrides[e.Name]
+		out = append(out, ei)
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"version": v, "experiments": out})
+}
+
+func (s *Server) handleSetArm(w http.ResponseWriter, r *http.Request) {
+	arm, err := armFromRequest(r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	v, err := s.SetActiveArm(r.PathValue("name"), arm)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"version": v})
+}
+
+// armFromRequest reads the arm from ?arm= or a JSON body {"arm": "..."}.
+func armFromRequest(r *http.Request) (string, error) {
+	if q := r.URL.Query(); q.Has("arm") {
+		return q.Get("arm"), nil
+	}
+	var body struct {
+		Arm *string `json:"arm"`
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxAdminBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return "", errors.New(`body must be {"arm": "<name>"} (or use ?arm=<name>): ` + err.Error())
+	}
+	if body.Arm == nil {
+		return "", errors.New(`arm: required ({"arm": "<name>"}; "" splits traffic again)`)
+	}
+	return *body.Arm, nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v) //nolint:errcheck // client gone
+}

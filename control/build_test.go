@@ -1,0 +1,182 @@
+package control
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/llmesh/llmesh/config"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+func loadExample(t testing.TB) *config.Config {
+	t.Helper()
+	cfg, err := config.LoadFile("../examples/mesh.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// renderResources writes resources as stable, indented protojson, grouped by
+// type. protojson's own spacing is deliberately unstable, so it is
+// compacted and re-indented.
+func renderResources(t testing.TB, res Resources) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	out.WriteString("{\n")
+	for i, typ := range typeOrder {
+		short := typ[strings.LastIndex(typ, ".")+1:]
+		out.WriteString("  \"" + short + "\": [")
+		for j, r := range res[typ] {
+			b, err := protojson.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var c bytes.Buffer
+			if err := json.Compact(&c, b); err != nil {
+				t.Fatal(err)
+			}
+			var ind bytes.Buffer
+			if err := json.Indent(&ind, c.Bytes(), "    ", "  "); err != nil {
+				t.Fatal(err)
+			}
+			if j > 0 {
+				out.WriteString(",")
+			}
+			out.WriteString("\n    ")
+			out.Write(ind.Bytes())
+		}
+		out.WriteString("\n  ]")
+		if i < len(typeOrder)-1 {
+			out.WriteString(",")
+		}
+		out.WriteString("\n")
+	}
+	out.WriteString("}\n")
+	return out.Bytes()
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./control -run %s -update to create it)", err, t.Name())
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s mismatch (-want +got); rerun with -update if intended:\n%s", path, diff)
+	}
+}
+
+func TestBuildGolden(t *testing.T) {
+	for _, tc := range []struct{ name, file string }{
+		{"example", "../examples/mesh.yaml"},
+		{"active-arm", "testdata/active-arm.yaml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.LoadFile(tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Build(cfg, BuildOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			validate(t, res)
+			if _, err := NewSnapshot("1", res); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tc.name+".golden.json", renderResources(t, res))
+		})
+	}
+}
+
+// validate runs the protoc-gen-validate rules Envoy applies to every
+// resource, so a field out of Envoy's accepted range fails here, not in a
+// NACK.
+func validate(t *testing.T, res Resources) {
+	t.Helper()
+	for typ, rs := range res {
+		for _, r := range rs {
+			v, ok := r.(interface{ ValidateAll() error })
+			if !ok {
+				t.Fatalf("%s %T has no ValidateAll", typ, r)
+			}
+			if err := v.ValidateAll(); err != nil {
+				t.Errorf("%s %s: %v", typ, cache.GetResourceName(r), err)
+			}
+		}
+	}
+}
+
+func TestBuildIsDeterministic(t *testing.T) {
+	cfg := loadExample(t)
+	a, err := Build(cfg, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Build(cfg, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Hash(a) != Hash(b) {
+		t.Fatal("same config, different hashes")
+	}
+	on, err := cfg.WithActiveArm("policy-ab", "preemptive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Build(on, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Hash(a) == Hash(c) {
+		t.Fatal("switching the active arm did not change the resources")
+	}
+}
+
+func names(rs []types.Resource) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, cache.GetResourceName(r))
+	}
+	return out
+}
+
+func TestBuildShape(t *testing.T) {
+	res, err := Build(loadExample(t), BuildOptions{LibraryPath: "/lib/llmesh-filter.so"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[resource.Type][]string{
+		resource.ListenerType: {"main"},
+		resource.RouteType:    {"llmesh.main"},
+		resource.ClusterType:  {"sim", "sim.arm-fifo", "sim.arm-preemptive", "sim-grpc"},
+		resource.EndpointType: {"sim", "sim.arm-fifo", "sim.arm-preemptive", "sim-grpc"},
+	}
+	for typ, w := range want {
+		if diff := cmp.Diff(w, names(res[typ])); diff != "" {
+			t.Errorf("%s names (-want +got):\n%s", typ, diff)
+		}
+	}
+	_ = proto.Clone
+}

@@ -1,0 +1,289 @@
+package control
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/config"
+)
+
+// Options configure a Server. ConfigPath is required.
+type Options struct {
+	// ConfigPath is the mesh config file, watched for changes.
+	ConfigPath string
+	// Build tunes the generated resources.
+	Build BuildOptions
+	// TLS, when set, serves xDS over TLS with it (set ClientCAs and
+	// ClientAuth for mTLS; see ServerTLS). nil serves plaintext.
+	TLS *tls.Config
+	// Logger receives reloads, rejected changes and NACKs; nil discards.
+	Logger *slog.Logger
+	// Clock stamps node status and times the file debounce; nil is the
+	// wall clock.
+	Clock clock.Clock
+	// Debounce is the file watcher's quiet period; 0 is
+	// config.DefaultDebounce.
+	Debounce time.Duration
+}
+
+// Server is the xDS control plane: it serves one snapshot to every Envoy
+// node over ADS (and the per-type xDS services), rebuilding it when the
+// mesh config file or the active experiment arm changes.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	watcher *config.Watcher
+	cache   cache.SnapshotCache
+	nodes   *nodeTracker
+
+	// mu guards everything below; publish holds it while building so that
+	// versions are assigned in order.
+	mu        sync.Mutex
+	seq       int
+	version   string
+	cfg       *config.Config // file config with arm overrides applied
+	snap      *cache.Snapshot
+	overrides map[string]string // experiment → active arm set through the admin API
+	lastErr   string            // the last rejected change, "" after a good one
+	lastErrAt time.Time
+	rejected  int
+}
+
+// meshNode is the one snapshot key: every node gets the same resources.
+type meshNode struct{}
+
+func (meshNode) ID(*core.Node) string { return "llmesh" }
+
+// New loads the config and builds the first snapshot. An invalid initial
+// config is an error (there is no last good one to serve).
+func New(opts Options) (*Server, error) {
+	if opts.ConfigPath == "" {
+		return nil, errors.New("control: Options.ConfigPath is required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		opts:      opts,
+		log:       log,
+		cache:     cache.NewSnapshotCache(true, meshNode{}, nil),
+		nodes:     newNodeTracker(opts.Clock),
+		overrides: map[string]string{},
+	}
+	w, err := config.NewWatcher(opts.ConfigPath, config.WatchOptions{
+		Debounce: opts.Debounce,
+		Clock:    opts.Clock,
+		OnChange: func(c *config.Config) {
+			if err := s.publish(c); err != nil {
+				s.reject(err)
+			}
+		},
+		OnError: s.reject,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.watcher = w
+	if err := s.publish(w.Config()); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) reject(err error) {
+	s.mu.Lock()
+	s.lastErr, s.lastErrAt = err.Error(), s.opts.Clock.Now()
+	s.rejected++
+	v := s.version
+	s.mu.Unlock()
+	s.log.Warn("config change rejected; still serving the last good snapshot", "version", v, "error", err)
+}
+
+// publish applies the admin overrides to a file config, builds, checks
+// and installs a new snapshot version. On error nothing changes.
+func (s *Server) publish(fileCfg *config.Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cfg := fileCfg
+	for exp, arm := range s.overrides {
+		next, err := cfg.WithActiveArm(exp, arm)
+		if err != nil {
+			// The file no longer has this experiment or arm: the switch
+			// lapses rather than blocking every later change.
+			s.log.Warn("dropping the active-arm switch", "experiment", exp, "arm", arm, "error", err)
+			delete(s.overrides, exp)
+			continue
+		}
+		cfg = next
+	}
+	return s.install(cfg)
+}
+
+// install builds and sets a snapshot for cfg; s.mu is held.
+func (s *Server) install(cfg *config.Config) error {
+	res, err := Build(cfg, s.opts.Build)
+	if err != nil {
+		return err
+	}
+	version := strconv.Itoa(s.seq+1) + "-" + Hash(res)
+	snap, err := NewSnapshot(version, res)
+	if err != nil {
+		return err
+	}
+	if err := s.cache.SetSnapshot(context.Background(), meshNode{}.ID(nil), snap); err != nil {
+		return fmt.Errorf("control: set snapshot: %w", err)
+	}
+	s.seq++
+	s.version, s.cfg, s.snap = version, cfg, snap
+	s.lastErr = ""
+	s.log.Info("serving snapshot", "version", version)
+	return nil
+}
+
+// Version is the version of the snapshot being served.
+func (s *Server) Version() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
+
+// Config is the config the served snapshot was built from (file config
+// with active-arm switches applied).
+func (s *Server) Config() *config.Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
+
+// Nodes reports every node's per-type ACK/NACK state.
+func (s *Server) Nodes() []NodeStatus { return s.nodes.snapshot() }
+
+// SetActiveArm makes arm of experiment exp take all traffic ("" sends
+// traffic by headers and weights again, overriding the file's active
+// field) and publishes a new version, which it returns. The switch
+// survives file reloads until ClearActiveArm or until the file drops the
+// experiment or arm.
+func (s *Server) SetActiveArm(exp, arm string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next, err := s.cfg.WithActiveArm(exp, arm)
+	if err != nil {
+		return "", err
+	}
+	if err := s.install(next); err != nil {
+		return "", err
+	}
+	s.overrides[exp] = arm
+	return s.version, nil
+}
+
+// ClearActiveArm drops the admin switch of exp, so the file's active field
+// applies again, and publishes a new version.
+func (s *Server) ClearActiveArm(exp string) (string, error) {
+	s.mu.Lock()
+	if _, ok := s.overrides[exp]; !ok {
+		v := s.version
+		s.mu.Unlock()
+		return v, nil
+	}
+	delete(s.overrides, exp)
+	s.mu.Unlock()
+	if err := s.publish(s.watcher.Config()); err != nil {
+		return "", err
+	}
+	return s.Version(), nil
+}
+
+// Serve runs the xDS gRPC server on xdsLn, the admin HTTP server on
+// adminLn (nil for none) and the config watcher, until ctx ends or one of
+// them fails. It closes the listeners and returns after every goroutine it
+// started has stopped; the error is nil on a clean shutdown.
+func (s *Server) Serve(ctx context.Context, xdsLn, adminLn net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var gopts []grpc.ServerOption
+	if s.opts.TLS != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
+	}
+	gopts = append(gopts,
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 5 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
+	)
+	gs := grpc.NewServer(gopts...)
+	xds := serverv3.NewServer(ctx, s.cache, s.nodes)
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xds)
+	listenerservice.RegisterListenerDiscoveryServiceServer(gs, xds)
+	routeservice.RegisterRouteDiscoveryServiceServer(gs, xds)
+	clusterservice.RegisterClusterDiscoveryServiceServer(gs, xds)
+	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, xds)
+
+	errc := make(chan error, 3)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := gs.Serve(xdsLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			errc <- fmt.Errorf("control: xds: %w", err)
+		}
+	}()
+	var hs *http.Server
+	if adminLn != nil {
+		hs = &http.Server{Handler: s.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := hs.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("control: admin: %w", err)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := s.watcher.Run(ctx); err != nil {
+			errc <- err
+		}
+	}()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	// Stop, not GracefulStop: xDS streams never end on their own.
+	gs.Stop()
+	if hs != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		hs.Shutdown(sctx) //nolint:errcheck // closing anyway
+		scancel()
+	}
+	wg.Wait()
+	return err
+}
