@@ -9,8 +9,9 @@ import (
 // sseState is the incremental parser of text/event-stream: lines end with
 // CRLF, LF or CR; "data:" lines of one event are joined with "\n"; a blank
 // line dispatches the event; ":" starts a comment. A line split across
-// chunks is carried in line; data holds the event's data so far. Both are
-// bounded by Options.MaxEventBytes together.
+// chunks is carried in line; data holds the event's data so far. Each is
+// bounded by Options.MaxEventBytes, checked the same way wherever the chunk
+// boundaries fall, so the verdict does not depend on how bytes arrive.
 type sseState struct {
 	line []byte
 	data []byte
@@ -43,7 +44,7 @@ func (o *Observer) observeSSE(t time.Time, p []byte) error {
 	for len(p) > 0 {
 		i := bytes.IndexAny(p, "\r\n")
 		if i < 0 {
-			if len(s.line)+len(s.data)+len(p) > o.opts.MaxEventBytes {
+			if len(s.line)+len(p) > o.opts.MaxEventBytes {
 				return o.tooLarge()
 			}
 			s.line = append(s.line, p...)
@@ -51,12 +52,15 @@ func (o *Observer) observeSSE(t time.Time, p []byte) error {
 		}
 		var line []byte
 		if len(s.line) > 0 {
-			if len(s.line)+len(s.data)+i > o.opts.MaxEventBytes {
+			if len(s.line)+i > o.opts.MaxEventBytes {
 				return o.tooLarge()
 			}
 			s.line = append(s.line, p[:i]...)
 			line = s.line
 		} else {
+			if i > o.opts.MaxEventBytes {
+				return o.tooLarge()
+			}
 			line = p[:i]
 		}
 		if p[i] == '\r' {
@@ -102,7 +106,11 @@ func (o *Observer) sseLine(t time.Time, line []byte) error {
 	}
 	switch string(field) {
 	case "data":
-		if len(s.data)+len(value)+1 > o.opts.MaxEventBytes {
+		sep := 0
+		if s.hasData {
+			sep = 1
+		}
+		if len(s.data)+sep+len(value) > o.opts.MaxEventBytes {
 			return o.tooLarge()
 		}
 		if s.hasData {

@@ -269,3 +269,17 @@ func (r *Recorder) Relocated(protocol string, n int64) {
 	r.relocations.Add(ctx, 1, a)
 	r.relocated.Add(ctx, n, a)
 }
+
+// PointerRecorder adapts a Recorder to hosts that hand observations over by
+// pointer (the Envoy adapter's Recorder interface). Each Record records the
+// metrics and the request's trace spans.
+type PointerRecorder struct{ R *Recorder }
+
+// Record records *obs; a nil obs or Recorder is ignored.
+func (p PointerRecorder) Record(obs *filter.Observation, class, model string) {
+	if obs == nil || p.R == nil {
+		return
+	}
+	p.R.Record(*obs, class, model)
+	p.R.Trace(context.Background(), *obs, class, model)
+}

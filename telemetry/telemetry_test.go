@@ -362,3 +362,25 @@ func BenchmarkRecord(b *testing.B) {
 		p.Recorder.Record(obs, "interactive", "llama")
 	}
 }
+
+func TestPointerRecorder(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	sr := tracetest.NewSpanRecorder()
+	p, err := New(context.Background(), Options{Readers: []sdkmetric.Reader{reader}, SpanProcessors: []sdktrace.SpanProcessor{sr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	var rec interface {
+		Record(obs *filter.Observation, class, model string)
+	} = PointerRecorder{p.Recorder}
+	obs := observe(t)
+	rec.Record(&obs, "c", "m")
+	rec.Record(nil, "c", "m")
+	if c := counts(collect(t, reader)[MetricRequests], AttrClass); c["c"] != 1 {
+		t.Errorf("requests %v", c)
+	}
+	if n := len(sr.Ended()); n != 4 {
+		t.Errorf("%d spans, want 4", n)
+	}
+}
