@@ -336,11 +336,8 @@ func (o *Observer) scanChoices(s *jsonScanner, r *chunkResult) {
 							}
 						case "tool_calls":
 							if s.open('[') {
-								if s.elem() {
-									bearing = true
-									s.skip()
-								}
 								for s.elem() {
+									bearing = true
 									s.skip()
 								}
 							}

@@ -198,6 +198,11 @@ func (o *Observer) Observe(t time.Time, chunk []byte) error {
 	if o.stopped || len(chunk) == 0 {
 		return nil
 	}
+	if o.proto == ProtocolAuto {
+		// No headers were reported: guess from the first byte.
+		o.proto = guessProtocol(chunk)
+		o.obs.Protocol = o.proto
+	}
 	switch o.proto {
 	case ProtocolSSE:
 		return o.observeSSE(t, chunk)
@@ -205,11 +210,6 @@ func (o *Observer) Observe(t time.Time, chunk []byte) error {
 		return o.observeGRPC(t, chunk)
 	case ProtocolJSON:
 		return o.observeJSON(t, chunk)
-	case ProtocolAuto:
-		// No headers were reported: guess from the first byte.
-		o.proto = guessProtocol(chunk)
-		o.obs.Protocol = o.proto
-		return o.Observe(t, chunk[:0:0])
 	}
 	return nil
 }
