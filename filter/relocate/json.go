@@ -47,46 +47,44 @@ func RewriteJSON(body []byte, plan *HTTPPlan, on OnRelocated) (*JSONBody, error)
 	if err != nil {
 		return nil, err
 	}
-	var ins []byte
+	// Room for the value, a few escapes and the surrounding syntax, so the
+	// value is copied once.
+	ins := make([]byte, 0, len(plan.Value)+len(plan.Value)/32+len(plan.Field)+48)
 	out := &JSONBody{}
 	switch {
-	case plan.Chat && obj.valStart >= 0:
-		if body[obj.valStart] != '[' {
-			return nil, fmt.Errorf("%w: %q is not an array", ErrMalformed, plan.Field)
-		}
+	case plan.Chat && obj.valStart >= 0 && body[obj.valStart] == '[':
 		end := obj.valEnd - 1 // the closing ']'
-		ins = make([]byte, 0, len(plan.Value)+len(plan.Value)/32+48)
 		if len(bytes.TrimSpace(body[obj.valStart+1:end])) > 0 {
 			ins = append(ins, ',')
 		}
-		ins = append(ins, `{"role":"user","content":`...)
-		if ins, err = appendJSONString(ins, plan.Value); err != nil {
-			return nil, err
-		}
-		ins = append(ins, '}')
+		ins, err = appendUserMessage(ins, plan.Value)
 		out.Head, out.Tail = body[:end], body[end:]
+	case plan.Chat && obj.valStart >= 0 && body[obj.valStart] != 'n': // not null
+		return nil, fmt.Errorf("%w: %q is not an array", ErrMalformed, plan.Field)
+	case plan.Chat && obj.valStart >= 0: // "messages": null
+		ins = append(ins, '[')
+		ins, err = appendUserMessage(ins, plan.Value)
+		ins = append(ins, ']')
+		out.Head, out.Tail = body[:obj.valStart], body[obj.valEnd:]
 	case obj.valStart >= 0:
-		ins = make([]byte, 0, len(plan.Value)+len(plan.Value)/32+8)
-		if ins, err = appendJSONString(ins, plan.Value); err != nil {
-			return nil, err
-		}
+		ins, err = appendJSONString(ins, plan.Value)
 		out.Head, out.Tail = body[:obj.valStart], body[obj.valEnd:]
 	default:
-		ins = make([]byte, 0, len(plan.Value)+len(plan.Value)/32+len(plan.Field)+48)
 		if obj.members > 0 {
 			ins = append(ins, ',')
 		}
 		ins = append(append(append(ins, '"'), plan.Field...), `":`...)
 		if plan.Chat {
-			ins = append(ins, `[{"role":"user","content":`...)
-		}
-		if ins, err = appendJSONString(ins, plan.Value); err != nil {
-			return nil, err
-		}
-		if plan.Chat {
-			ins = append(ins, "}]"...)
+			ins = append(ins, '[')
+			ins, err = appendUserMessage(ins, plan.Value)
+			ins = append(ins, ']')
+		} else {
+			ins, err = appendJSONString(ins, plan.Value)
 		}
 		out.Head, out.Tail = body[:obj.closing], body[obj.closing:]
+	}
+	if err != nil {
+		return nil, err
 	}
 	out.Insert = ins
 	if n := out.Len(); n > rule.MaxBody {
@@ -200,6 +198,16 @@ func skipValue(b []byte, i int) int {
 		}
 		return i
 	}
+}
+
+// appendUserMessage appends {"role":"user","content":value}.
+func appendUserMessage(dst []byte, value string) ([]byte, error) {
+	dst = append(dst, `{"role":"user","content":`...)
+	dst, err := appendJSONString(dst, value)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, '}'), nil
 }
 
 const hexDigits = "0123456789abcdef"

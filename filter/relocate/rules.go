@@ -93,7 +93,7 @@ type GRPCRule struct {
 	// DefaultThresholdBytes.
 	Threshold Threshold
 	// Max is the largest decoded value relocated; larger ones fail with a
-	// LimitError. Zero means DefaultMax.
+	// LimitError. Zero means DefaultMax, or MaxMessage when that is smaller.
 	Max int
 	// MaxMessage bounds the first message after relocation (decompressed).
 	// Zero means DefaultMaxMessage.
@@ -119,7 +119,7 @@ type HTTPRule struct {
 	// DefaultThresholdBytes.
 	Threshold Threshold
 	// Max is the largest value relocated (bytes as sent). Zero means
-	// DefaultMax.
+	// DefaultMax, or MaxBody when that is smaller.
 	Max int
 	// MaxBody bounds the body after relocation. Zero means DefaultMaxBody.
 	MaxBody int
@@ -169,8 +169,8 @@ func Compile(cfg Config) (*Relocator, error) {
 			bad(p+".compressed", "%d is neither recompress nor refuse", g.Compressed)
 		}
 		checkThreshold(bad, p, &g.Threshold)
-		checkLimit(bad, p+".max", &g.Max, DefaultMax)
 		checkLimit(bad, p+".max_message", &g.MaxMessage, DefaultMaxMessage)
+		checkLimit(bad, p+".max", &g.Max, min(DefaultMax, g.MaxMessage))
 		if g.MaxMessage > math.MaxUint32 {
 			bad(p+".max_message", "%d exceeds the gRPC frame limit %d", g.MaxMessage, uint32(math.MaxUint32))
 		}
@@ -193,8 +193,8 @@ func Compile(cfg Config) (*Relocator, error) {
 			bad(p+".field", "%q must not contain quotes or backslashes", h.Field)
 		}
 		checkThreshold(bad, p, &h.Threshold)
-		checkLimit(bad, p+".max", &h.Max, DefaultMax)
 		checkLimit(bad, p+".max_body", &h.MaxBody, DefaultMaxBody)
+		checkLimit(bad, p+".max", &h.Max, min(DefaultMax, h.MaxBody))
 		if h.Max > h.MaxBody {
 			bad(p+".max", "%d exceeds max_body %d: such a value could never fit", h.Max, h.MaxBody)
 		}
