@@ -110,6 +110,7 @@ type Classification struct {
 // concurrent use.
 type Classifier struct {
 	classes        map[string]Class
+	list           []Class // config order
 	byPriority     []Class // ascending priority
 	def            Class
 	rules          []Rule
@@ -136,6 +137,7 @@ func NewClassifier(cfg ClassifierConfig) (*Classifier, error) {
 			errs = append(errs, fmt.Errorf("classes[%d].name: %q is defined twice", i, cl.Name))
 		default:
 			c.classes[cl.Name] = cl
+			c.list = append(c.list, cl)
 			c.byPriority = append(c.byPriority, cl)
 		}
 	}
@@ -270,6 +272,10 @@ func sortByPriority(cs []Class) {
 
 // Default is the default class.
 func (c *Classifier) Default() Class { return c.def }
+
+// Classes returns the classes in configuration order (a copy), for
+// example for telemetry.RecorderOptions.
+func (c *Classifier) Classes() []Class { return append([]Class(nil), c.list...) }
 
 // Class returns the class called name.
 func (c *Classifier) Class(name string) (Class, bool) {

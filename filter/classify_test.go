@@ -79,6 +79,9 @@ func TestClassify(t *testing.T) {
 			}
 		})
 	}
+	if got := c.Classes(); len(got) != 3 || got[0].Name != "batch" || got[2].Name != "standard" {
+		t.Errorf("Classes() = %+v", got)
+	}
 	if got := c.Classify(RequestInfo{Path: "/x"}); got.TTFT != time.Second || got.Priority != 5 {
 		t.Errorf("SLOs not carried: %+v", got)
 	}

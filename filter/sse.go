@@ -42,7 +42,7 @@ func (o *Observer) observeSSE(t time.Time, p []byte) error {
 		}
 	}
 	for len(p) > 0 {
-		i := bytes.IndexAny(p, "\r\n")
+		i := lineEnd(p)
 		if i < 0 {
 			if len(s.line)+len(p) > o.opts.MaxEventBytes {
 				return o.tooLarge()
@@ -135,8 +135,12 @@ func (o *Observer) sseDispatch(t time.Time) error {
 	if !s.hasData {
 		return nil
 	}
-	o.obs.Chunks++
 	data := bytes.TrimSpace(s.data)
+	if len(data) == 0 {
+		// An empty data line is a keep-alive, not an event.
+		return nil
+	}
+	o.obs.Chunks++
 	if bytes.Equal(data, doneMarker) {
 		o.obs.Complete = true
 		return nil
@@ -163,4 +167,19 @@ func truncate(b []byte, n int) []byte {
 		return b[:n]
 	}
 	return b
+}
+
+// lineEnd is the index of the first CR or LF in p, or -1. LF is the common
+// terminator, so it is found first with a fast scan and CR only looked for
+// before it.
+func lineEnd(p []byte) int {
+	n := bytes.IndexByte(p, '\n')
+	head := p
+	if n >= 0 {
+		head = p[:n]
+	}
+	if r := bytes.IndexByte(head, '\r'); r >= 0 {
+		return r
+	}
+	return n
 }
