@@ -1,0 +1,40 @@
+// Package envoy is llmesh's Envoy host: an adapter from the Envoy golang
+// filter SDK (contrib/golang, Envoy v1.36) onto llmesh's filter core and
+// scheduler. cmd/llmesh-filter registers it and builds the .so; this
+// package imports only the SDK's api package, so it is tested in plain Go
+// through filter/filtertest.
+//
+// Per request: DecodeHeaders classifies the request (route, API key,
+// tenant, trusted priority header, rules) and asks the scheduler for
+// admission, holding the request in Envoy (api.Running) while it is queued.
+// Oversized prompts in gRPC metadata or HTTP headers are moved into the
+// body first (relocation). EncodeHeaders/EncodeData/EncodeTrailers feed the
+// stream observer and report progress to the lease; a preemption takes
+// effect at the next callback with a retryable local reply, which Envoy
+// turns into a stream reset once response headers went out.
+// OnStreamComplete finishes the measurement, releases the admission and
+// writes dynamic metadata (namespace "llmesh") for access logs.
+//
+// Goroutines and ownership:
+//   - Envoy calls every callback of one request on one worker thread. That
+//     thread owns the observer, the relocation state and the flags that
+//     only callbacks touch (finished, completed, preemptCh, tokensSent).
+//   - A held request has one admission goroutine, started by admit() and
+//     owned by the request: it blocks in Admitter.Admit on a context that
+//     OnDestroy cancels, and its last action is exactly one Continue or
+//     SendLocalReply, or none when the stream was destroyed meanwhile (an
+//     admission that raced with OnDestroy is released at once). It defers
+//     RecoverPanic and turns a scheduler panic into an INTERNAL reply.
+//   - streamFilter.mu guards what both sides touch: holding, destroyed,
+//     cancel, admitted, released, outcome, preempted. The lease is
+//     published through an atomic pointer before Continue, so encode
+//     callbacks read it without locking.
+//   - Header maps and buffers are used only inside the callback that
+//     received them (the JSON relocation keeps the request header map from
+//     DecodeHeaders to the buffered DecodeData, which the SDK allows after
+//     StopAndBuffer).
+//   - FilterConfig is immutable after Parse and shared by all requests; its
+//     scheduler is created once, lazily, on the first request (Parse does
+//     no IO). Schedulers shares one scheduler per distinct pool/class
+//     setting across the configs Envoy parses.
+package envoy
