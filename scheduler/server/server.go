@@ -13,10 +13,7 @@
 package server
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"net"
 	"time"
 
 	"google.golang.org/grpc"
@@ -150,21 +147,4 @@ func rejection(err error) *schedulerv1.Rejected {
 		r.Reason = schedulerv1.Rejected_REASON_CLOSED
 	}
 	return r
-}
-
-// Serve runs a gRPC server for a on l until ctx ends, then stops it
-// gracefully (in-flight admission streams are cut, which releases them).
-func Serve(ctx context.Context, l net.Listener, a scheduler.Admitter, clk clock.Clock, opts ...grpc.ServerOption) error {
-	g := grpc.NewServer(opts...)
-	New(a, clk).Register(g)
-	errc := make(chan error, 1)
-	go func() { errc <- g.Serve(l) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("scheduler server: %w", err)
-	case <-ctx.Done():
-		g.Stop()
-		<-errc
-		return nil
-	}
 }

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/scheduler/server"
+)
+
+// runScheduler is `llmesh scheduler serve`: the shared scheduler service.
+func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "serve" {
+		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml")
+		return withExitCode(2, nil)
+	}
+	fs := flag.NewFlagSet("scheduler serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:9090", "gRPC listen address (host:port)")
+	cfgPath := fs.String("config", "", "mesh config file (pools, classes, scheduler settings)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return withExitCode(2, nil)
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
+	}
+	if *cfgPath == "" {
+		errs = append(errs, errors.New("--config: required"))
+	}
+	if _, _, err := net.SplitHostPort(*listen); err != nil {
+		errs = append(errs, fmt.Errorf("--listen: %q: %w", *listen, err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return withExitCode(2, err)
+	}
+	mesh, err := config.LoadFile(*cfgPath)
+	if err != nil {
+		return withExitCode(2, fmt.Errorf("--config: %w", err))
+	}
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	return server.Run(ctx, l, server.Options{
+		Mesh: mesh,
+		Log:  stderr,
+		Ready: func(a net.Addr) {
+			fmt.Fprintf(stdout, "scheduler service listening on %s\n", a)
+		},
+	})
+}

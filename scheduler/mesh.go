@@ -1,0 +1,65 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/llmesh/llmesh/config"
+)
+
+// FromMesh compiles the scheduler part of a mesh config: every pool with its
+// own scheduler settings, every class, the default class. lookup resolves
+// policy names (scheduler/policy.Lookup; policy.FromMesh passes it).
+func FromMesh(c *config.Config, lookup func(name string) (Policy, error)) (Config, error) {
+	var out Config
+	var errs []error
+	for i, p := range c.Pools {
+		pc, err := PoolFromMesh(p, p.Scheduler, lookup)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pools[%d].scheduler: %w", i, err))
+			continue
+		}
+		out.Pools = append(out.Pools, pc)
+	}
+	for _, cl := range c.Classes {
+		out.Classes = append(out.Classes, ClassConfig{
+			Name:        cl.Name,
+			Priority:    cl.Priority,
+			TTFT:        cl.TTFT,
+			TPOT:        cl.TPOT,
+			Preemptible: cl.Preemptible,
+			MaxQueue:    cl.MaxQueue,
+			MaxWait:     cl.MaxWait,
+		})
+	}
+	if c.DefaultClass != nil {
+		out.DefaultClass = c.DefaultClass.Name
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	return out, out.Validate()
+}
+
+// PoolFromMesh compiles one pool with scheduler settings sc: the pool's own
+// (p.Scheduler) or an experiment arm's merged ones (Arm.Scheduler), so a
+// host can run one scheduler per arm.
+func PoolFromMesh(p *config.Pool, sc config.SchedulerConfig, lookup func(name string) (Policy, error)) (PoolConfig, error) {
+	pol, err := lookup(sc.Policy)
+	if err != nil {
+		return PoolConfig{}, fmt.Errorf("policy: %w", err)
+	}
+	return PoolConfig{
+		Name:              p.Name,
+		MaxInflight:       p.MaxInflight,
+		MaxInflightTokens: p.MaxInflightTokens,
+		Policy:            pol,
+		BatchWindow:       sc.BatchWindow,
+		Aging:             sc.Aging,
+		Preemption: PreemptionConfig{
+			MinLowerInflight: sc.Preemption.MinLowerInflight,
+			MinRunTime:       sc.Preemption.MinRunTime,
+			MaxPerRequest:    sc.Preemption.MaxPerRequest,
+		},
+	}, nil
+}

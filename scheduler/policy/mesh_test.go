@@ -1,0 +1,70 @@
+package policy_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/policy"
+)
+
+const mesh = `
+pools:
+  - name: gpu
+    protocol: openai
+    endpoints: [127.0.0.1:8000]
+    capacity: {max_inflight: 16, max_inflight_tokens: 32768}
+    scheduler:
+      policy: preemptive
+      batch_window: 5ms
+      aging: 2s
+      preemption: {min_lower_inflight: 2, min_run_time: 50ms, max_per_request: 1}
+classes:
+  - name: interactive
+    priority: 0
+    slo: {ttft: 300ms, tpot: 30ms}
+    queue: {max_length: 100, max_wait: 5s}
+  - name: batch
+    priority: 10
+    slo: {ttft: 10s, tpot: 100ms}
+    preemptible: true
+default_class: batch
+`
+
+func TestFromMesh(t *testing.T) {
+	c, err := config.Load([]byte(mesh))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := policy.FromMesh(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := got.Pools[0]
+	if p.Name != "gpu" || p.MaxInflight != 16 || p.MaxInflightTokens != 32768 || p.Policy.Name() != "preemptive" ||
+		p.BatchWindow != 5*time.Millisecond || p.Aging != 2*time.Second ||
+		p.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1}) {
+		t.Errorf("pool %+v", p)
+	}
+	if got.DefaultClass != "batch" || len(got.Classes) != 2 {
+		t.Fatalf("classes %+v default %q", got.Classes, got.DefaultClass)
+	}
+	if ic := got.Classes[0]; ic.TTFT != 300*time.Millisecond || ic.TPOT != 30*time.Millisecond || ic.MaxQueue != 100 || ic.MaxWait != 5*time.Second || ic.Preemptible {
+		t.Errorf("interactive %+v", ic)
+	}
+	if _, err := scheduler.NewMachine(got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scheduler.FromMesh(c, func(string) (scheduler.Policy, error) { return nil, errUnknown }); err == nil ||
+		!strings.Contains(err.Error(), "pools[0].scheduler: policy") {
+		t.Fatalf("unknown policy: %v", err)
+	}
+}
+
+var errUnknown = &unknownErr{}
+
+type unknownErr struct{}
+
+func (*unknownErr) Error() string { return "unknown" }

@@ -1,0 +1,162 @@
+package server_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/client"
+	"github.com/llmesh/llmesh/scheduler/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const mesh = `
+pools:
+  - name: gpu
+    protocol: openai
+    endpoints: [127.0.0.1:1]
+    capacity: {max_inflight: 1}
+    scheduler: {policy: fifo}
+classes:
+  - {name: default, priority: 0, queue: {max_length: 1}}
+`
+
+func start(t *testing.T) (string, func()) {
+	t.Helper()
+	c, err := config.Load([]byte(mesh))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Run(ctx, l, server.Options{Mesh: c, Ready: func(a net.Addr) { ready <- a.String() }})
+	}()
+	select {
+	case addr := <-ready:
+		return addr, func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}
+	case err := <-done:
+		t.Fatalf("Run ended early: %v", err)
+	}
+	return "", nil
+}
+
+func TestRunServesMesh(t *testing.T) {
+	addr, stop := start(t)
+	defer stop()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", hr, err)
+	}
+
+	c, err := client.New(addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Admit(ctx, scheduler.Request{Class: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.QueueTime() < 0 {
+		t.Fatalf("queue time %v", l.QueueTime())
+	}
+	l.Release(scheduler.Done)
+}
+
+// A stream whose first message is not start is refused with a clear error.
+func TestProtocolErrors(t *testing.T) {
+	addr, stop := start(t)
+	defer stop()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	api := schedulerv1.NewSchedulerClient(conn)
+	for _, tc := range []struct {
+		first *schedulerv1.AdmitRequest
+		want  string
+	}{
+		{&schedulerv1.AdmitRequest{Msg: &schedulerv1.AdmitRequest_Done{Done: &schedulerv1.Done{}}}, "first message must be start"},
+		{&schedulerv1.AdmitRequest{Msg: &schedulerv1.AdmitRequest_Start{Start: &schedulerv1.Start{AgeNs: -5}}}, "start.age_ns -5"},
+	} {
+		s, err := api.Admit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(tc.first); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Recv()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Recv after %v: %v, want %q", tc.first, err, tc.want)
+		}
+	}
+	// Ending the stream right after start, before admission, leaves
+	// nothing behind: the next request is admitted at once.
+	s, err := api.Admit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&schedulerv1.AdmitRequest{Msg: &schedulerv1.AdmitRequest_Start{Start: &schedulerv1.Start{}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.Recv(); err != nil || m.GetAdmitted() == nil {
+		t.Fatalf("admitted: %v %v", m, err)
+	}
+	if err := s.CloseSend(); err != nil { // EOF without done: released as cancelled
+		t.Fatal(err)
+	}
+	c, err := client.New(addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Admit(ctx, scheduler.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(scheduler.Done)
+}
+
+func TestRunNeedsMesh(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := server.Run(context.Background(), l, server.Options{}); err == nil || !strings.Contains(err.Error(), "mesh config is required") {
+		t.Fatalf("Run without mesh: %v", err)
+	}
+}
