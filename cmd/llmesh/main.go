@@ -29,6 +29,7 @@ type command struct {
 var commands = []command{
 	{"bench", "benchmark harness: run, ab, sweep, report", runBench},
 	{"gateway", "embedded gateway: measure, relocate and schedule LLM traffic to engines", runGateway},
+	{"scheduler", "shared scheduler service: scheduler serve --listen ADDR --config mesh.yaml", runScheduler},
 	{"sim", "simulated LLM engine (OpenAI HTTP + gRPC), calibrated to H200 timings", runSim},
 }
 
