@@ -67,7 +67,7 @@ func LookupProfile(name string) (*Profile, error) {
 			profilesErr = err
 			return
 		}
-		profilesFit, profilesErr = FitProfiles(cal)
+		profilesFit, profilesErr = FitProfiles(cal, BuiltinRoofline)
 		if profilesErr != nil {
 			return
 		}
@@ -101,6 +101,7 @@ type Fit struct {
 	// Points are the calibration points with predictions, including those
 	// left out of the fit (Used false) with the reason.
 	Points []FitPoint
+	sqErr  float64 // sum of squared relative errors over the fitted points
 }
 
 // FitPoint is one calibration point against the model.
@@ -125,13 +126,9 @@ func stepOf(r *Record) StepShape {
 	case KindPrefill, KindPrefillGraph:
 		s.AddPrefill(r.T, 0)
 	case KindDecode:
-		for range r.B {
-			s.AddDecode(r.C + 1)
-		}
+		s.AddDecodes(r.B, r.C+1)
 	case KindMixed:
-		for range r.B {
-			s.AddDecode(r.C + 1)
-		}
+		s.AddDecodes(r.B, r.C+1)
 		s.AddPrefill(r.P, 0)
 	}
 	return s
@@ -144,10 +141,38 @@ var (
 	fitWidthExp  = []float64{0, 0.25, 0.5, 0.75, 1, 1.25, 1.5}
 )
 
+// BuiltinRoofline is the roofline shape the built-in profiles use: what
+// SearchRoofline finds on the embedded calibration (a test keeps the two in
+// step). It is fixed here so that looking up a profile costs one small
+// least-squares solve rather than the whole grid search.
+var BuiltinRoofline = Roofline{Ratio: 1.4, Sharpness: 2, WidthExponent: 0.25}
+
+// SearchRoofline fits the calibration for every roofline shape on a grid
+// and returns the fit with the least squared relative error.
+func SearchRoofline(cal *Calibration) (*Fit, error) {
+	var best *Fit
+	bestErr := math.Inf(1)
+	for _, ratio := range fitRatios {
+		for _, k := range fitSharpness {
+			for _, w := range fitWidthExp {
+				f, err := FitProfiles(cal, Roofline{Ratio: ratio, Sharpness: k, WidthExponent: w})
+				if err != nil {
+					return nil, err
+				}
+				if f.sqErr < bestErr {
+					best, bestErr = f, f.sqErr
+				}
+			}
+		}
+	}
+	return best, nil
+}
+
 // FitProfiles fits one timing model shared by all built-in shapes (the
 // coefficients describe the card and the software stack, the features the
-// model) to the calibration's points, minimising relative error.
-func FitProfiles(cal *Calibration) (*Fit, error) {
+// model) to the calibration's points, minimising relative error, with the
+// roofline shape rl.
+func FitProfiles(cal *Calibration, rl Roofline) (*Fit, error) {
 	hw := Hardware{FLOPs: cal.GEMMFLOPs, BytesPerSecond: cal.CopyBytesPerSec}
 	if hw.FLOPs <= 0 || hw.BytesPerSecond <= 0 {
 		return nil, fmt.Errorf("calibration: missing ceiling records (bf16_gemm_8192, d2d_copy_2GiB)")
@@ -161,6 +186,7 @@ func FitProfiles(cal *Calibration) (*Fit, error) {
 		r      Record
 		sh     Shape
 		layers int
+		step   StepShape
 	}
 	var used []sample
 	for _, r := range cal.Points {
@@ -179,46 +205,39 @@ func FitProfiles(cal *Calibration) (*Fit, error) {
 		}
 		fit.Points = append(fit.Points, fp)
 		if fp.Used {
-			used = append(used, sample{r, sh, layers})
+			used = append(used, sample{r, sh, layers, stepOf(&r)})
 		}
 	}
 	if len(used) < 2*numFeatures {
 		return nil, fmt.Errorf("calibration: %d usable points, need at least %d", len(used), 2*numFeatures)
 	}
-	// The roofline's two shape parameters enter non-linearly: search them
-	// on a grid, solving the linear coefficients by non-negative least
-	// squares on relative error at each grid point.
-	bestErr := math.Inf(1)
-	var coef []float64
-	var rl Roofline
-	A := make([][]float64, len(used))
-	y := make([]float64, len(used))
-	for _, ratio := range fitRatios {
-		for _, k := range fitSharpness {
-			for _, w := range fitWidthExp {
-				cand := Roofline{Ratio: ratio, Sharpness: k, WidthExponent: w}
-				for i, u := range used {
-					s := stepOf(&u.r)
-					f := features(hw, cand, u.sh, u.layers, &s)
-					row := make([]float64, numFeatures)
-					for j := range row {
-						row[j] = f[j] / (u.r.MS / 1e3)
-					}
-					A[i], y[i] = row, 1
-				}
-				c := nnls(A, y)
-				e := 0.0
-				for i := range A {
-					p := 0.0
-					for j := range c {
-						p += A[i][j] * c[j]
-					}
-					e += (p - 1) * (p - 1)
-				}
-				if e < bestErr {
-					bestErr, coef, rl = e, c, cand
-				}
+	// Least squares on relative error: each row is the features over the
+	// measured time, with target 1. Solved on the normal equations.
+	G := make([][]float64, numFeatures)
+	for i := range G {
+		G[i] = make([]float64, numFeatures)
+	}
+	c := make([]float64, numFeatures)
+	for i := range used {
+		u := &used[i]
+		f := features(hw, rl, u.sh, u.layers, &u.step)
+		inv := 1e3 / u.r.MS
+		for i := range f {
+			f[i] *= inv
+		}
+		for i := range f {
+			c[i] += f[i]
+			for j := range f {
+				G[i][j] += f[i] * f[j]
 			}
+		}
+	}
+	coef := nnls(G, c)
+	fit.sqErr = float64(len(used))
+	for i := range coef {
+		fit.sqErr -= 2 * c[i] * coef[i]
+		for j := range coef {
+			fit.sqErr += coef[i] * G[i][j] * coef[j]
 		}
 	}
 	for _, b := range builtinShapes {

@@ -68,6 +68,12 @@ func (s *StepShape) AddDecode(context int) {
 	s.DecodeContext += int64(context)
 }
 
+// AddDecodes adds n decoding sequences that each read context tokens.
+func (s *StepShape) AddDecodes(n, context int) {
+	s.Decodes += n
+	s.DecodeContext += int64(n) * int64(context)
+}
+
 // AddPrefill adds a prefill chunk of n new tokens after offset cached ones.
 func (s *StepShape) AddPrefill(n, offset int) {
 	if n <= 0 {
@@ -196,9 +202,7 @@ func (m *TimingModel) stepSeconds(s *StepShape, layers int) float64 {
 // measured it. Either part may be zero.
 func (m *TimingModel) Predict(prefill, batch, context int) time.Duration {
 	var s StepShape
-	for range batch {
-		s.AddDecode(context + 1)
-	}
+	s.AddDecodes(batch, context+1)
 	s.AddPrefill(prefill, 0)
 	return m.StepDuration(&s)
 }
@@ -216,21 +220,18 @@ func (m *TimingModel) String() string {
 }
 
 // nnls solves min ||A x - b|| subject to x >= 0 by the Lawson-Hanson active
-// set method. A is rows x n. Sizes here are tiny (n < 10).
-func nnls(A [][]float64, b []float64) []float64 {
-	n := len(A[0])
+// set method, working on the normal equations: G = A^T A and c = A^T b.
+// Sizes here are tiny (n < 10), so this costs microseconds.
+func nnls(G [][]float64, c []float64) []float64 {
+	n := len(c)
 	x := make([]float64, n)
 	passive := make([]bool, n)
+	w := make([]float64, n)
 	for iter := 0; iter < 3*n+10; iter++ {
-		// gradient w = A^T (b - A x)
-		w := make([]float64, n)
-		for r := range A {
-			res := b[r]
-			for j := 0; j < n; j++ {
-				res -= A[r][j] * x[j]
-			}
-			for j := 0; j < n; j++ {
-				w[j] += A[r][j] * res
+		for j := 0; j < n; j++ { // w = c - G x, the negative gradient
+			w[j] = c[j]
+			for k := 0; k < n; k++ {
+				w[j] -= G[j][k] * x[k]
 			}
 		}
 		best, bj := 1e-12, -1
@@ -244,7 +245,7 @@ func nnls(A [][]float64, b []float64) []float64 {
 		}
 		passive[bj] = true
 		for inner := 0; inner < 3*n+10; inner++ {
-			z := lsqSubset(A, b, passive)
+			z := solveSubset(G, c, passive)
 			ok := true
 			for j := 0; j < n; j++ {
 				if passive[j] && z[j] <= 0 {
@@ -275,12 +276,11 @@ func nnls(A [][]float64, b []float64) []float64 {
 	return x
 }
 
-// lsqSubset solves unconstrained least squares over the columns in use via
-// the normal equations (well conditioned here: columns are scaled to
-// similar magnitudes by the relative-error weighting).
-func lsqSubset(A [][]float64, b []float64, use []bool) []float64 {
+// solveSubset solves G_PP z_P = c_P for the passive set P by Gaussian
+// elimination with partial pivoting; other entries of z are 0.
+func solveSubset(G [][]float64, c []float64, use []bool) []float64 {
 	n := len(use)
-	idx := []int{}
+	idx := make([]int, 0, n)
 	for j, u := range use {
 		if u {
 			idx = append(idx, j)
@@ -288,18 +288,14 @@ func lsqSubset(A [][]float64, b []float64, use []bool) []float64 {
 	}
 	k := len(idx)
 	M := make([][]float64, k)
-	for i := range M {
+	for i, ci := range idx {
 		M[i] = make([]float64, k+1)
-	}
-	for r := range A {
-		for i, ci := range idx {
-			for j, cj := range idx {
-				M[i][j] += A[r][ci] * A[r][cj]
-			}
-			M[i][k] += A[r][ci] * b[r]
+		for j, cj := range idx {
+			M[i][j] = G[ci][cj]
 		}
+		M[i][k] = c[ci]
 	}
-	for i := 0; i < k; i++ { // Gaussian elimination with partial pivoting
+	for i := 0; i < k; i++ {
 		p := i
 		for r := i + 1; r < k; r++ {
 			if math.Abs(M[r][i]) > math.Abs(M[p][i]) {
@@ -315,8 +311,8 @@ func lsqSubset(A [][]float64, b []float64, use []bool) []float64 {
 				continue
 			}
 			f := M[r][i] / M[i][i]
-			for c := i; c <= k; c++ {
-				M[r][c] -= f * M[i][c]
+			for col := i; col <= k; col++ {
+				M[r][col] -= f * M[i][col]
 			}
 		}
 	}

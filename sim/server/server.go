@@ -236,10 +236,10 @@ func (s *Server) checkSize(prompt, maxTokens int) error {
 	switch {
 	case prompt < 1:
 		return badRequest("prompt", "prompt must contain at least one token")
-	case maxTokens < 1:
-		return badRequest("max_tokens", "max_tokens must be at least 1, got %d.", maxTokens)
 	case prompt >= ml:
 		return badRequest("prompt", "This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", ml, prompt)
+	case maxTokens < 1:
+		return badRequest("max_tokens", "max_tokens must be at least 1, got %d.", maxTokens)
 	case prompt+maxTokens > ml:
 		return badRequest("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", ml, prompt+maxTokens, prompt, maxTokens)
 	case (prompt+1+sim.BlockSize-1)/sim.BlockSize > s.cfg.Engine.KVCacheTokens/sim.BlockSize:
