@@ -61,7 +61,9 @@ func TestHoldOutPredictions(t *testing.T) {
 	}{
 		{"decode at 16K context", func(r *Record) bool { return r.Kind == KindDecode && r.C == 16384 }, 0.12},
 		{"decode batch 128", func(r *Record) bool { return r.Kind == KindDecode && r.B == 128 }, 0.12},
-		{"prefill 4K and 32K", func(r *Record) bool { return (r.Kind == KindPrefillGraph || r.Kind == KindPrefill) && (r.T == 4096 || r.T == 32768) }, 0.12},
+		{"prefill 4K and 32K", func(r *Record) bool {
+			return (r.Kind == KindPrefillGraph || r.Kind == KindPrefill) && (r.T == 4096 || r.T == 32768)
+		}, 0.12},
 		{"mixed with 512-token chunks", func(r *Record) bool { return r.Kind == KindMixed && r.P == 512 }, 0.12},
 		{"qwen2.5-7b entirely", func(r *Record) bool { return r.Model == "qwen2.5-7b" }, 0.15},
 	}
