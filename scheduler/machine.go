@@ -52,6 +52,7 @@ type entry struct {
 	tokens     int
 	preempts   int // preemptions before this admission (by Request.ID)
 	preempting bool
+	runIdx     int
 }
 
 type class struct {
@@ -104,8 +105,8 @@ type pool struct {
 	inflight   int
 	tokens     int
 	preempting int
-	queues     []queue // by class index
-	running    map[Ticket]*entry
+	queues     []queue  // by class index
+	running    []*entry // in flight, unordered; entry.runIdx is the index
 	nextBatch  time.Time
 	prefill    ewma
 	tpot       ewma
@@ -168,7 +169,6 @@ func NewMachine(cfg Config) (*Machine, error) {
 			index:      i,
 			limit:      pc.MaxInflight,
 			queues:     make([]queue, len(m.classes)),
-			running:    map[Ticket]*entry{},
 		}
 		m.pools = append(m.pools, p)
 		m.poolByName[pc.Name] = p
@@ -301,7 +301,10 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 	}
 	p := e.pool
 	delete(m.entries, t)
-	delete(p.running, t)
+	last := p.running[len(p.running)-1]
+	p.running[e.runIdx], last.runIdx = last, e.runIdx
+	p.running[len(p.running)-1] = nil
+	p.running = p.running[:len(p.running)-1]
 	p.inflight--
 	p.tokens -= e.cost
 	if e.preempting {
@@ -448,7 +451,8 @@ func (m *Machine) admit(now time.Time, p *pool, d *Decisions) {
 		p.queues[e.class.index].remove(e)
 		e.state = running
 		e.admitted = now
-		p.running[e.ticket] = e
+		e.runIdx = len(p.running)
+		p.running = append(p.running, e)
 		p.inflight++
 		p.tokens += e.cost
 		p.counts.Admitted++

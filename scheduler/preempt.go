@@ -69,21 +69,27 @@ func (m *Machine) remaining(now time.Time, p *pool, r *entry) time.Duration {
 	return rem
 }
 
+// slotWait predicts how long until an in-flight request not being
+// preempted finishes on its own.
+func (m *Machine) slotWait(now time.Time, p *pool) time.Duration {
+	if p.inflight-p.preempting <= 0 {
+		return 0
+	}
+	w := forever
+	for _, r := range p.running {
+		if !r.preempting {
+			w = min(w, m.remaining(now, p, r))
+		}
+	}
+	return w
+}
+
 // atRisk reports whether waiting request e would miss its TTFT objective if
 // it waited for the next natural slot, and otherwise when it would become at
 // risk with no further events.
-func (m *Machine) atRisk(now time.Time, p *pool, e *entry) (bool, time.Time) {
+func (m *Machine) atRisk(now time.Time, p *pool, e *entry, slotWait time.Duration) (bool, time.Time) {
 	if e.class.TTFT <= 0 {
 		return false, time.Time{}
-	}
-	slotWait := forever
-	if p.inflight-p.preempting <= 0 {
-		slotWait = 0
-	}
-	for _, r := range p.running {
-		if !r.preempting {
-			slotWait = min(slotWait, m.remaining(now, p, r))
-		}
 	}
 	prefill := m.prefillFor(p, e.req.PromptTokens)
 	if now.Sub(e.Arrival)+slotWait+prefill > e.class.TTFT {
@@ -120,6 +126,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 		return s > 0 && (p.MaxInflightTokens == 0 || t >= cost)
 	}
 	w := newWalker(m, p)
+	slotWait := time.Duration(-1) // computed when first needed
 	for walked := 0; walked < p.limit; walked++ {
 		e := w.next(now)
 		if e == nil {
@@ -130,7 +137,10 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			toks -= e.cost
 			continue
 		}
-		risk, at := m.atRisk(now, p, e)
+		if slotWait < 0 {
+			slotWait = m.slotWait(now, p)
+		}
+		risk, at := m.atRisk(now, p, e, slotWait)
 		if !risk {
 			if !at.IsZero() {
 				d.wakeAt(at)
@@ -161,6 +171,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			d.Preempted = append(d.Preempted, v.ticket)
 		}
 		slots, toks = s-1, t-e.cost
+		slotWait = -1 // the victims no longer count
 	}
 }
 

@@ -1,0 +1,87 @@
+package scheduler_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/policy/fifo"
+	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
+)
+
+// BenchmarkMachineRequest is the cost of one request's whole life in the
+// pure machine (arrive, step, first token, progress, finish, step) with a
+// pool of 256 kept full and a standing queue, as a virtual-time simulation
+// drives it.
+func BenchmarkMachineRequest(b *testing.B) {
+	for _, p := range []scheduler.Policy{fifo.New(), preemptive.New()} {
+		b.Run(p.Name(), func(b *testing.B) {
+			m, err := scheduler.NewMachine(scheduler.Config{
+				Pools:   []scheduler.PoolConfig{{Name: "p", MaxInflight: 256, Policy: p, Aging: time.Second, Preemption: rails}},
+				Classes: twoClasses(),
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			now := t0
+			var running []scheduler.Ticket
+			cls := []string{"batch", "batch", "batch", "batch", "interactive"}
+			for i := 0; i < 512; i++ {
+				if _, err := m.Arrive(now, scheduler.Request{Class: cls[i%5], MaxTokens: 200}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			running = append(running, m.Step(now).Admitted...)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				now = now.Add(time.Millisecond)
+				if _, err := m.Arrive(now, scheduler.Request{Class: cls[i%5], MaxTokens: 200}); err != nil {
+					b.Fatal(err)
+				}
+				tk := running[0]
+				running = running[1:]
+				m.Progress(now, tk, scheduler.Progress{FirstToken: true, Tokens: 1})
+				m.Progress(now, tk, scheduler.Progress{FirstToken: true, Tokens: 100})
+				m.Finish(now, tk, scheduler.Done)
+				d := m.Step(now)
+				running = append(running, d.Admitted...)
+				for _, v := range d.Preempted {
+					m.Finish(now, v, scheduler.Preempted)
+				}
+				if len(d.Preempted) > 0 {
+					running = append(running, m.Step(now).Admitted...)
+				}
+				if len(running) == 0 {
+					b.Fatal("pool drained")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSchedulerAdmitRelease is one uncontended admission and release
+// through the in-process runtime (what a host pays per request).
+func BenchmarkSchedulerAdmitRelease(b *testing.B) {
+	s, err := scheduler.New(scheduler.Config{
+		Pools:   []scheduler.PoolConfig{{Name: "p", MaxInflight: 64, Policy: fifo.New()}},
+		Classes: twoClasses(),
+	}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l, err := s.Admit(ctx, scheduler.Request{Class: "interactive"})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			l.Progress(scheduler.Progress{FirstToken: true, Tokens: 1})
+			l.Release(scheduler.Done)
+		}
+	})
+}
