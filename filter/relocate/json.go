@@ -24,6 +24,19 @@ func (b *JSONBody) Reader() io.Reader {
 	return io.MultiReader(bytes.NewReader(b.Head), bytes.NewReader(b.Insert), bytes.NewReader(b.Tail))
 }
 
+// WriteTo writes the three pieces to w.
+func (b *JSONBody) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for _, p := range [][]byte{b.Head, b.Insert, b.Tail} {
+		n, err := w.Write(p)
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
 // Bytes returns the rewritten body as one slice (a copy).
 func (b *JSONBody) Bytes() []byte {
 	out := make([]byte, 0, b.Len())
@@ -212,6 +225,14 @@ func appendUserMessage(dst []byte, value string) ([]byte, error) {
 
 const hexDigits = "0123456789abcdef"
 
+// jsonSafe marks the ASCII bytes a JSON string carries unescaped.
+var jsonSafe = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // appendJSONString appends s as a JSON string, copying runs that need no
 // escaping in one go. Invalid UTF-8 is refused rather than silently
 // replaced, so the engine sees exactly the prompt the client sent.
@@ -220,16 +241,16 @@ func appendJSONString(dst []byte, s string) ([]byte, error) {
 	run := 0
 	for i := 0; i < len(s); {
 		c := s[i]
+		if c < utf8.RuneSelf && jsonSafe[c] {
+			i++
+			continue
+		}
 		if c >= utf8.RuneSelf {
 			r, size := utf8.DecodeRuneInString(s[i:])
 			if r == utf8.RuneError && size == 1 {
 				return nil, fmt.Errorf("%w: value is not valid UTF-8 at byte %d", ErrInvalidValue, i)
 			}
 			i += size
-			continue
-		}
-		if c >= 0x20 && c != '"' && c != '\\' {
-			i++
 			continue
 		}
 		dst = append(dst, s[run:i]...)
