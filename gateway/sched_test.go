@@ -174,7 +174,7 @@ func (e *detEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // streamText concatenates the text of a stream's chunks and returns the
 // ids seen and the final usage.
-func streamText(t *testing.T, datas []string) (text string, ids map[string]bool, usage map[string]int) {
+func streamText(t testing.TB, datas []string) (text string, ids map[string]bool, usage map[string]int) {
 	t.Helper()
 	ids = map[string]bool{}
 	for _, d := range datas {

@@ -85,11 +85,15 @@ func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Req
 
 func (s *stream) response() *http.Response { return s.out }
 
+// primeBytes sizes the first read; first chunks are small (headers of a
+// stream, one event, one frame).
+const primeBytes = 4 << 10
+
 // prime reads the first body bytes. It fails only when the attempt was
 // preempted before any byte arrived, so the caller can requeue; any other
 // error is kept for Read to turn into a proper ending.
 func (s *stream) prime() error {
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, primeBytes)
 	n, err := s.res.Body.Read(buf)
 	for n == 0 && err == nil {
 		n, err = s.res.Body.Read(buf)
@@ -97,7 +101,7 @@ func (s *stream) prime() error {
 	s.firstAt = s.x.g.clock.Now()
 	s.first = buf[:n]
 	if n > 0 {
-		s.a.touch()
+		s.a.touch(s.firstAt)
 	}
 	if err != nil {
 		if n == 0 && errors.Is(s.a.cause(), errPreemptSignal) {
@@ -165,7 +169,7 @@ func (s *stream) fill(p []byte) (int, error) {
 		n, err = s.res.Body.Read(p[k:])
 		at = s.x.g.clock.Now()
 		if n > 0 {
-			s.a.touch()
+			s.a.touch(at)
 		}
 	}
 	total := k + n

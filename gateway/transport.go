@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmesh/llmesh/clock"
@@ -22,9 +24,15 @@ var errPreemptSignal = errors.New("gateway: preemption requested")
 type attempt struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	clk    clock.Clock
+	idleMu sync.Mutex // guards idle between newAttempt, checkIdle and stop
 	idle   clock.Timer
 	idleD  time.Duration
-	done   chan struct{}
+	// last is the clock's UnixNano of the last upstream activity. The idle
+	// timer checks it when it fires and re-arms for the rest, so a chunk
+	// costs one atomic store instead of a timer reset.
+	last atomic.Int64
+	done chan struct{}
 }
 
 // newAttempt starts the attempt's watchers: an idle timer, and, for a
@@ -33,9 +41,12 @@ type attempt struct {
 // for it.
 func (x *exchange) newAttempt(parent context.Context) *attempt {
 	ctx, cancel := context.WithCancelCause(parent)
-	a := &attempt{ctx: ctx, cancel: cancel, idleD: x.rt.cfg.StreamIdleTimeout}
+	a := &attempt{ctx: ctx, cancel: cancel, clk: x.g.clock, idleD: x.rt.cfg.StreamIdleTimeout}
 	if a.idleD > 0 {
-		a.idle = x.g.clock.AfterFunc(a.idleD, func() { cancel(ErrUpstreamStalled) })
+		a.last.Store(a.clk.Now().UnixNano())
+		a.idleMu.Lock()
+		a.idle = a.clk.AfterFunc(a.idleD, a.checkIdle)
+		a.idleMu.Unlock()
 	}
 	if x.lease != nil && x.preemptible {
 		pre := x.lease.Preempt()
@@ -52,11 +63,25 @@ func (x *exchange) newAttempt(parent context.Context) *attempt {
 	return a
 }
 
-// touch restarts the idle timer after upstream activity.
-func (a *attempt) touch() {
-	if a.idle != nil {
-		a.idle.Reset(a.idleD)
+// touch records upstream activity at t.
+func (a *attempt) touch(t time.Time) {
+	a.last.Store(t.UnixNano())
+}
+
+// checkIdle runs when the idle timer fires: it ends the attempt when the
+// upstream has been silent for the whole timeout, else re-arms for the rest.
+func (a *attempt) checkIdle() {
+	if a.ctx.Err() != nil {
+		return
 	}
+	silent := time.Duration(a.clk.Now().UnixNano() - a.last.Load())
+	if silent >= a.idleD {
+		a.cancel(ErrUpstreamStalled)
+		return
+	}
+	a.idleMu.Lock()
+	a.idle.Reset(a.idleD - silent)
+	a.idleMu.Unlock()
 }
 
 // cause is why the attempt's context ended, nil while it runs.
@@ -70,9 +95,11 @@ func (a *attempt) cause() error {
 // stop ends the attempt and waits for its watcher.
 func (a *attempt) stop() {
 	a.cancel(context.Canceled)
+	a.idleMu.Lock()
 	if a.idle != nil {
 		a.idle.Stop()
 	}
+	a.idleMu.Unlock()
 	if a.done != nil {
 		<-a.done
 	}

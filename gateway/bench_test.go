@@ -1,0 +1,249 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/sim/simtest"
+)
+
+// benchChunk is a typical OpenAI chat streaming event.
+const benchChunk = `data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"llama3-8b","choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}` + "\n\n"
+
+// burstUpstream streams chunks events as fast as it can, flushing each.
+func burstUpstream(chunks int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		f := w.(http.Flusher)
+		for i := 0; i < chunks; i++ {
+			_, _ = io.WriteString(w, benchChunk)
+			f.Flush()
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}
+}
+
+// plainProxy serves a bare httputil.ReverseProxy to target, the baseline
+// the gateway is compared with.
+func plainProxy(tb testing.TB, target string) string {
+	tb.Helper()
+	u, _ := url.Parse(target)
+	rp := &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
+		FlushInterval: -1,
+		Transport:     &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true},
+	}
+	srv := httptest.NewServer(rp)
+	tb.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
+
+func streamOnce(tb testing.TB, base string) {
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := benchClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+}
+
+// BenchmarkProxyCPUPerChunk streams 256-chunk SSE responses directly, via
+// a plain ReverseProxy and via the gateway, interleaved in one run, and
+// reports process CPU per chunk for each path plus the proxies' own share
+// (path − direct) and their ratio. Everything runs in this process, so the
+// per-path numbers include the client and upstream; the difference to the
+// direct path is what each proxy costs.
+func BenchmarkProxyCPUPerChunk(b *testing.B) {
+	const chunks = 256
+	up := httptest.NewServer(burstUpstream(chunks))
+	defer up.Close()
+	plain := plainProxy(b, up.URL)
+	_, gw := startGateway(b, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}})
+	paths := []string{up.URL, plain, gw}
+	for _, p := range paths { // warm connections
+		streamOnce(b, p)
+	}
+	var cpu [3]time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j, p := range paths {
+			c0 := cpuTime()
+			streamOnce(b, p)
+			cpu[j] += cpuTime() - c0
+		}
+	}
+	b.StopTimer()
+	per := func(d time.Duration) float64 { return float64(d) / float64(b.N*chunks) }
+	b.ReportMetric(per(cpu[0]), "direct-cpu-ns/chunk")
+	b.ReportMetric(per(cpu[1]), "plain-cpu-ns/chunk")
+	b.ReportMetric(per(cpu[2]), "gateway-cpu-ns/chunk")
+	if extra := per(cpu[1] - cpu[0]); extra > 0 {
+		b.ReportMetric(per(cpu[2]-cpu[0])/extra, "gateway/plain-proxy-cpu")
+	}
+}
+
+// firstChunkUpstream answers with one token event at once and then holds
+// the stream open briefly, like an engine with a zero-length prefill.
+func firstChunkUpstream(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "text/event-stream")
+	_, _ = io.WriteString(w, benchChunk)
+	w.(http.Flusher).Flush()
+	_, _ = io.WriteString(w, "data: [DONE]\n\n")
+}
+
+// ttftOnce is the client-side time from sending the request to reading
+// the first event.
+func ttftOnce(tb testing.TB, base string) time.Duration {
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	res, err := benchClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	br := bufio.NewReader(res.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		tb.Fatal(err)
+	}
+	d := time.Since(start)
+	_, _ = io.Copy(io.Discard, br)
+	res.Body.Close()
+	return d
+}
+
+func percentiles(d []time.Duration) (p50, p99 time.Duration) {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return pct(d, 0.5), pct(d, 0.99)
+}
+
+// BenchmarkAddedTTFT measures client TTFT directly, via a plain
+// ReverseProxy and via the gateway, interleaved, and reports p50/p99 of
+// each and what the gateway adds over the plain proxy.
+func BenchmarkAddedTTFT(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(firstChunkUpstream))
+	defer up.Close()
+	plain := plainProxy(b, up.URL)
+	_, gw := startGateway(b, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}})
+	paths := []string{up.URL, plain, gw}
+	for _, p := range paths {
+		ttftOnce(b, p)
+	}
+	samples := make([][]time.Duration, 3)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j, p := range paths {
+			samples[j] = append(samples[j], ttftOnce(b, p))
+		}
+	}
+	b.StopTimer()
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	var p50s, p99s [3]time.Duration
+	for j, name := range []string{"direct", "plain", "gateway"} {
+		p50s[j], p99s[j] = percentiles(samples[j])
+		b.ReportMetric(us(p50s[j]), name+"-p50-us")
+		b.ReportMetric(us(p99s[j]), name+"-p99-us")
+	}
+	b.ReportMetric(us(p50s[2]-p50s[1]), "added-p50-us")
+	b.ReportMetric(us(p99s[2]-p99s[1]), "added-p99-us")
+}
+
+// BenchmarkFidelity sends streamed requests to a real-time sim, directly
+// and through the gateway, and reports the p50/p99 of (measured TTFT −
+// the engine's own arrival→first-token time): for the gateway its upstream
+// TTFT, for the direct client its own TTFT. The direct numbers are the
+// floor that the sim's delivery and the host add; the gateway's are what
+// its measurement adds on top. Each op is one request per path.
+func BenchmarkFidelity(b *testing.B) {
+	s := simtest.Start(b, simtest.WithTimeScale(1))
+	rec := newRecorder()
+	_, gw := startGateway(b, Config{Pools: []Pool{{Name: "sim", Upstream: s.HTTPURL}}}, WithRecorder(rec))
+	var gwDiff, directDiff []time.Duration
+	body := func(i int) string {
+		return `{"model":"` + s.Model + `","prompt":"fidelity ` + strconv.Itoa(i) + `","max_tokens":2,"stream":true,"stream_options":{"include_usage":true}}`
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		res := post(b, context.Background(), gw+"/v1/completions", body(i))
+		datas, _ := readSSE(b, res)
+		res.Body.Close()
+		r := rec.next(b)
+		_, _, usage := streamText(b, datas)
+		if !r.OK() || !r.Engine.Seen || r.OutputTokens != usage["completion_tokens"] {
+			b.Fatalf("gateway run %d: ok=%v (%q) engine=%v tokens %d vs %d", i, r.OK(), r.Error, r.Engine.Seen, r.OutputTokens, usage["completion_tokens"])
+		}
+		gwDiff = append(gwDiff, r.UpstreamTTFT-r.Engine.FirstToken.Sub(r.Engine.Arrival))
+
+		d, err := directTTFTvsEngine(s.HTTPURL, body(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		directDiff = append(directDiff, d)
+	}
+	b.StopTimer()
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	p50, p99 := percentiles(gwDiff)
+	b.ReportMetric(us(p50), "gateway-diff-p50-us")
+	b.ReportMetric(us(p99), "gateway-diff-p99-us")
+	p50, p99 = percentiles(directDiff)
+	b.ReportMetric(us(p50), "direct-diff-p50-us")
+	b.ReportMetric(us(p99), "direct-diff-p99-us")
+}
+
+// directTTFTvsEngine measures one request's client TTFT directly against
+// the sim and subtracts the engine's own TTFT from its llmesh_engine object.
+func directTTFTvsEngine(base, body string) (time.Duration, error) {
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	res, err := benchClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	var first time.Duration
+	var arrival, firstTok int64
+	for sc.Scan() {
+		line := sc.Text()
+		if first == 0 && strings.Contains(line, `"text":" `) {
+			first = time.Since(start)
+		}
+		if i := strings.Index(line, `"arrival_ns":`); i >= 0 {
+			_, _ = fmt.Sscanf(line[i:], `"arrival_ns":%d`, &arrival)
+		}
+		if i := strings.Index(line, `"first_token_ns":`); i >= 0 {
+			_, _ = fmt.Sscanf(line[i:], `"first_token_ns":%d`, &firstTok)
+		}
+	}
+	if first == 0 || arrival == 0 || firstTok == 0 {
+		return 0, errors.New("direct run: no token or no llmesh_engine object")
+	}
+	return first - time.Duration(firstTok-arrival), nil
+}
