@@ -1,19 +1,15 @@
 package control
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/config"
@@ -30,43 +26,13 @@ func loadExample(t testing.TB) *config.Config {
 	return cfg
 }
 
-// renderResources writes resources as stable, indented protojson, grouped by
-// type. protojson's own spacing is deliberately unstable, so it is
-// compacted and re-indented.
 func renderResources(t testing.TB, res Resources) []byte {
 	t.Helper()
-	var out bytes.Buffer
-	out.WriteString("{\n")
-	for i, typ := range typeOrder {
-		short := typ[strings.LastIndex(typ, ".")+1:]
-		out.WriteString("  \"" + short + "\": [")
-		for j, r := range res[typ] {
-			b, err := protojson.Marshal(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var c bytes.Buffer
-			if err := json.Compact(&c, b); err != nil {
-				t.Fatal(err)
-			}
-			var ind bytes.Buffer
-			if err := json.Indent(&ind, c.Bytes(), "    ", "  "); err != nil {
-				t.Fatal(err)
-			}
-			if j > 0 {
-				out.WriteString(",")
-			}
-			out.WriteString("\n    ")
-			out.Write(ind.Bytes())
-		}
-		out.WriteString("\n  ]")
-		if i < len(typeOrder)-1 {
-			out.WriteString(",")
-		}
-		out.WriteString("\n")
+	b, err := Dump(res)
+	if err != nil {
+		t.Fatal(err)
 	}
-	out.WriteString("}\n")
-	return out.Bytes()
+	return b
 }
 
 func golden(t *testing.T, name string, got []byte) {

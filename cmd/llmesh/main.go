@@ -28,6 +28,7 @@ type command struct {
 // commands is the one registry of subcommands.
 var commands = []command{
 	{"bench", "benchmark harness: run, ab, sweep, report", runBench},
+	{"control", "xDS control plane for Envoy: control --config mesh.yaml --xds ADDR --admin ADDR", runControl},
 	{"gateway", "embedded gateway: measure, relocate and schedule LLM traffic to engines", runGateway},
 	{"scheduler", "shared scheduler service: scheduler serve --listen ADDR --config mesh.yaml", runScheduler},
 	{"sim", "simulated LLM engine (OpenAI HTTP + gRPC), calibrated to H200 timings", runSim},

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+
+	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/control"
+)
+
+// runControl is `llmesh control`: the xDS control plane for Envoy.
+func runControl(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("control", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "mesh config file (YAML), watched for changes (required)")
+	xdsAddr := fs.String("xds", "127.0.0.1:18000", "xDS (ADS) gRPC listen address")
+	adminAddr := fs.String("admin", "", `admin HTTP listen address (default: the config's admin.address; "off" disables)`)
+	libPath := fs.String("library-path", control.DefaultLibraryPath, "path of llmesh-filter.so on the Envoy hosts")
+	certFile := fs.String("xds-cert", "", "PEM server certificate: serve xDS over TLS")
+	keyFile := fs.String("xds-key", "", "PEM server key (with --xds-cert)")
+	clientCA := fs.String("xds-client-ca", "", "PEM CA bundle: require client certificates signed by it (mTLS)")
+	dump := fs.Bool("dump", false, "print the generated Envoy resources as JSON and exit")
+	if err := fs.Parse(args); err != nil {
+		return withExitCode(2, nil)
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
+	}
+	if *cfgPath == "" {
+		errs = append(errs, errors.New("--config: required"))
+	}
+	if (*certFile == "") != (*keyFile == "") {
+		errs = append(errs, errors.New("--xds-cert and --xds-key: give both or neither"))
+	}
+	if *clientCA != "" && *certFile == "" {
+		errs = append(errs, errors.New("--xds-client-ca: needs --xds-cert and --xds-key (mTLS is on top of TLS)"))
+	}
+	if _, _, err := net.SplitHostPort(*xdsAddr); err != nil && !*dump {
+		errs = append(errs, fmt.Errorf("--xds: %q must be host:port", *xdsAddr))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return withExitCode(2, err)
+	}
+	build := control.BuildOptions{LibraryPath: *libPath}
+
+	if *dump {
+		cfg, err := config.LoadFile(*cfgPath)
+		if err != nil {
+			return withExitCode(1, err)
+		}
+		res, err := control.Build(cfg, build)
+		if err != nil {
+			return err
+		}
+		b, err := control.Dump(res)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(b)
+		return err
+	}
+
+	opts := control.Options{
+		ConfigPath: *cfgPath,
+		Build:      build,
+		Logger:     slog.New(slog.NewTextHandler(stderr, nil)),
+	}
+	if *certFile != "" {
+		tlsCfg, err := control.ServerTLS(*certFile, *keyFile, *clientCA)
+		if err != nil {
+			return withExitCode(2, err)
+		}
+		opts.TLS = tlsCfg
+	}
+	srv, err := control.New(opts)
+	if err != nil {
+		return withExitCode(1, err)
+	}
+	admin := *adminAddr
+	if admin == "" {
+		admin = srv.Config().AdminAddress
+	}
+	xl, err := net.Listen("tcp", *xdsAddr)
+	if err != nil {
+		return fmt.Errorf("--xds: %w", err)
+	}
+	var al net.Listener
+	if admin != "" && admin != "off" {
+		if al, err = net.Listen("tcp", admin); err != nil {
+			xl.Close()
+			return fmt.Errorf("--admin: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "llmesh control: xds on %s (tls=%v mtls=%v), version %s\n", xl.Addr(), opts.TLS != nil, *clientCA != "", srv.Version())
+	if al != nil {
+		fmt.Fprintf(stdout, "llmesh control: admin on http://%s (/version /config /nodes /experiments)\n", al.Addr())
+	}
+	return srv.Serve(ctx, xl, al)
+}
