@@ -60,7 +60,9 @@ func TestSchedulerServe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut lockedBuffer
 	done := make(chan error, 1)
-	go func() { done <- Main(ctx, []string{"scheduler", "serve", "--listen", "127.0.0.1:0", "--config", path}, &out, &errOut) }()
+	go func() {
+		done <- Main(ctx, []string{"scheduler", "serve", "--listen", "127.0.0.1:0", "--config", path}, &out, &errOut)
+	}()
 	const prefix = "scheduler service listening on "
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(out.String(), prefix) {
