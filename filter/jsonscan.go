@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"bytes"
 	"time"
 	"unicode/utf8"
 )
@@ -107,19 +108,27 @@ func (s *jsonScanner) str() (raw []byte, escaped bool) {
 		return nil, false
 	}
 	start := s.i + 1
-	for j := start; j < len(s.b); j++ {
-		switch s.b[j] {
-		case '\\':
-			escaped = true
-			j++
-		case '"':
-			s.i = j + 1
-			return s.b[start:j], escaped
+	// Find the closing quote with a vectorised scan; a quote preceded by an
+	// odd run of backslashes is escaped, keep looking past it.
+	for j := start; ; {
+		q := bytes.IndexByte(s.b[j:], '"')
+		if q < 0 {
+			s.bad = true
+			s.i = len(s.b)
+			return nil, false
 		}
+		end := j + q
+		bs := 0
+		for k := end - 1; k >= start && s.b[k] == '\\'; k-- {
+			bs++
+		}
+		if bs%2 == 0 {
+			s.i = end + 1
+			raw = s.b[start:end]
+			return raw, bytes.IndexByte(raw, '\\') >= 0
+		}
+		j = end + 1
 	}
-	s.bad = true
-	s.i = len(s.b)
-	return nil, false
 }
 
 // int consumes a number and returns its integer part; ok is false for
