@@ -62,6 +62,12 @@ type PreemptionConfig struct {
 	// Request.ID across requeues) is no longer preemptible; 0 disables
 	// preemption entirely.
 	MaxPerRequest int
+	// Target is the share of a class's TTFT objective that a waiting
+	// request's predicted TTFT may reach before preemption starts: at 1
+	// preemption protects the objective itself; lower values keep urgent
+	// requests near their unloaded TTFT at the cost of more preemptions.
+	// 0 means 1.
+	Target float64
 }
 
 // ClassConfig is a priority class.
@@ -128,6 +134,9 @@ func (c *Config) Validate() error {
 		}
 		if p.Preemption.MinRunTime < 0 {
 			bad("%s.preemption.min_run_time: %v must not be negative", path, p.Preemption.MinRunTime)
+		}
+		if t := p.Preemption.Target; t < 0 || t > 1 || t != t {
+			bad("%s.preemption.target: %v must be in (0, 1] (0: default 1)", path, t)
 		}
 		if p.Preemption.MaxPerRequest < 0 {
 			bad("%s.preemption.max_per_request: %d must not be negative", path, p.Preemption.MaxPerRequest)

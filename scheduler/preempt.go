@@ -19,8 +19,9 @@ import (
 // of observed time per output token, or the victim's class TPOT objective
 // before any observation. A request without MaxTokens, or with no speed
 // known, has unknown (infinite) remaining time. w is at risk when the
-// prediction exceeds its class's TTFT objective; classes without one never
-// trigger preemption.
+// prediction exceeds its class's TTFT objective times the pool's
+// preemption Target (default 1); classes without one never trigger
+// preemption.
 
 // ewma is an exponentially weighted moving average of durations.
 type ewma struct {
@@ -91,11 +92,15 @@ func (m *Machine) atRisk(now time.Time, p *pool, e *entry, slotWait time.Duratio
 	if e.class.TTFT <= 0 {
 		return false, time.Time{}
 	}
+	budget := e.class.TTFT
+	if t := p.Preemption.Target; t > 0 && t < 1 {
+		budget = time.Duration(float64(budget) * t)
+	}
 	prefill := m.prefillFor(p, e.req.PromptTokens)
-	if now.Sub(e.Arrival)+slotWait+prefill > e.class.TTFT {
+	if now.Sub(e.Arrival)+slotWait+prefill > budget {
 		return true, time.Time{}
 	}
-	latest := e.Arrival.Add(e.class.TTFT - prefill)
+	latest := e.Arrival.Add(budget - prefill)
 	if finish := now.Add(slotWait); finish.After(latest) {
 		latest = finish
 	}
