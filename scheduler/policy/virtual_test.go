@@ -74,10 +74,10 @@ func simulate(t testing.TB, cfg scheduler.Config, classes []vtClass, rate float6
 	}
 	rng := rand.New(rand.NewPCG(seed, 99))
 	type vreq struct {
-		r       scheduler.Request
-		class   string
-		output  int
-		gotTTFT bool
+		r        scheduler.Request
+		class    string
+		output   int
+		gotTTFT  bool
 		computed int
 	}
 	byTicket := map[scheduler.Ticket]*vreq{}
@@ -261,4 +261,6 @@ func TestVirtualTimePolicies(t *testing.T) {
 
 func (r vtResult) batchRate() float64 { return float64(r.outTokens["batch"]) / r.span.Seconds() }
 
-func (r vtResult) recomputedShare() float64 { return float64(r.recomputed) / float64(max(1, r.computed)) }
+func (r vtResult) recomputedShare() float64 {
+	return float64(r.recomputed) / float64(max(1, r.computed))
+}
