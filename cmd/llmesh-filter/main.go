@@ -13,12 +13,15 @@ import (
 	"github.com/llmesh/llmesh/filter/envoy"
 )
 
-// schedulers is process-wide: every config Envoy parses shares the
-// in-process schedulers of identical pool and class settings.
-var schedulers = &envoy.Schedulers{}
+// Process-wide: every config Envoy parses shares the schedulers (or the
+// shared-service clients) and the OTLP pipelines of identical settings.
+var (
+	schedulers = &envoy.Schedulers{}
+	telemetry  = &envoy.Telemetry{}
+)
 
 func init() {
-	p := envoy.New(envoy.Env{NewAdmitter: schedulers.NewAdmitter})
+	p := envoy.New(envoy.Env{NewAdmitter: schedulers.NewAdmitter, NewRecorder: telemetry.NewRecorder})
 	http.RegisterHttpFilterFactoryAndConfigParser(envoy.Name, p.Factory, p)
 }
 

@@ -47,7 +47,7 @@ func (f *streamFilter) complete() {
 		f.m.failed.Increment(1)
 	}
 	f.setMetadata(&obs)
-	if r := f.cfg.rt.env.Recorder; r != nil {
+	if r := f.cfg.rt.recorder(f.cfg.Mesh); r != nil {
 		r.Record(&obs, f.class.Name, "")
 	}
 }

@@ -36,9 +36,13 @@ type Env struct {
 	// during Parse, which must do no IO), and may return a shared
 	// instance. nil means requests are measured but never queued.
 	NewAdmitter func(*config.Config) (scheduler.Admitter, error)
-	// Recorder receives observations; nil records only Envoy stats and
-	// dynamic metadata.
+	// Recorder receives every config's observations; when nil,
+	// NewRecorder is asked per config.
 	Recorder Recorder
+	// NewRecorder builds the recorder for a compiled config, at most once
+	// per config and lazily like NewAdmitter; it may return nil. With both
+	// nil only Envoy stats and dynamic metadata are recorded.
+	NewRecorder func(*config.Config) (Recorder, error)
 }
 
 // Plugin is the filter factory and config parser registered with the SDK:
@@ -162,6 +166,9 @@ type runtime struct {
 	once   sync.Once
 	adm    scheduler.Admitter
 	admErr error
+
+	recOnce sync.Once
+	rec     Recorder
 }
 
 // admitter returns the config's scheduler, building it on first use; nil
@@ -172,4 +179,25 @@ func (r *runtime) admitter(mc *config.Config) (scheduler.Admitter, error) {
 	}
 	r.once.Do(func() { r.adm, r.admErr = r.env.NewAdmitter(mc) })
 	return r.adm, r.admErr
+}
+
+// recorder returns the config's recorder, or nil. A failure to build one
+// is logged once and the config runs without (measurement must not stop
+// traffic).
+func (r *runtime) recorder(mc *config.Config) Recorder {
+	if r.env.Recorder != nil {
+		return r.env.Recorder
+	}
+	if r.env.NewRecorder == nil {
+		return nil
+	}
+	r.recOnce.Do(func() {
+		rec, err := r.env.NewRecorder(mc)
+		if err != nil {
+			api.LogErrorf("llmesh: telemetry disabled: %v", err)
+			return
+		}
+		r.rec = rec
+	})
+	return r.rec
 }
