@@ -82,11 +82,12 @@ func (v vllmEngine) Generate(req *vllmpb.GenerateRequest, st grpc.ServerStreamin
 }
 
 // mesh is a client-facing h2c server running the middleware in front of a
-// reverse proxy to a real gRPC engine and a real HTTP engine.
+// reverse proxy to a gRPC engine and an HTTP engine.
 type mesh struct {
 	front    *httptest.Server
-	grpcEng  *engine
-	httpSeen chan seen
+	grpcEng  *engine   // nil when the upstream is the sim
+	httpSeen chan seen // nil when the upstream is the sim
+	upstream *recorder // what left the proxy towards the engines
 	refused  chan error
 	moved    chan int
 }
@@ -98,21 +99,48 @@ func h2cProtocols(http1 bool) *http.Protocols {
 	return p
 }
 
+// recorder is the proxy's transport towards the engines; it remembers the
+// headers of the last request it sent.
+type recorder struct {
+	rt   http.RoundTripper
+	mu   sync.Mutex
+	last seen
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	var s seen
+	for k, vs := range req.Header {
+		s.keys = append(s.keys, strings.ToLower(k))
+		for _, v := range vs {
+			s.headerSize += len(k) + len(v)
+		}
+	}
+	r.mu.Lock()
+	r.last = s
+	r.mu.Unlock()
+	return r.rt.RoundTrip(req)
+}
+
+func (r *recorder) got() seen {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// startEngines starts a real gRPC server (llm.v1 and vLLM) and an
+// OpenAI-style HTTP server that record what they receive, and the mesh in
+// front of them.
 func startMesh(t *testing.T, cfg relocate.Config) *mesh {
 	t.Helper()
-	rel, err := relocate.Compile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &mesh{grpcEng: &engine{}, httpSeen: make(chan seen, 4), refused: make(chan error, 4), moved: make(chan int, 4)}
-
+	eng := &engine{}
+	httpSeen := make(chan seen, 4)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
-	llmv1.RegisterGenerationServer(gs, m.grpcEng)
-	vllmpb.RegisterVllmEngineServer(gs, vllmEngine{m.grpcEng})
+	llmv1.RegisterGenerationServer(gs, eng)
+	vllmpb.RegisterVllmEngineServer(gs, vllmEngine{eng})
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 
@@ -142,27 +170,53 @@ func startMesh(t *testing.T, cfg relocate.Config) *mesh {
 				s.headerSize += len(k) + len(v)
 			}
 		}
-		m.httpSeen <- s
+		httpSeen <- s
 		_, _ = io.WriteString(w, `{"choices":[{"text":"ok"}]}`)
 	}))
 	t.Cleanup(httpEng.Close)
 
-	grpcURL := &url.URL{Scheme: "http", Host: lis.Addr().String()}
-	httpURL, _ := url.Parse(httpEng.URL)
+	m := startFront(t, cfg, lis.Addr().String(), httpEng.URL)
+	m.grpcEng, m.httpSeen = eng, httpSeen
+	return m
+}
+
+// startFront starts the client-facing server: the middleware in front of a
+// reverse proxy sending gRPC to grpcAddr (h2c) and everything else to
+// httpURL.
+func startFront(t *testing.T, cfg relocate.Config, grpcAddr, httpURL string) *mesh {
+	t.Helper()
+	rel, err := relocate.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &mesh{refused: make(chan error, 4), moved: make(chan int, 4)}
+	grpcURL := &url.URL{Scheme: "http", Host: grpcAddr}
+	hURL, err := url.Parse(httpURL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tr := &http.Transport{Protocols: h2cProtocols(false)}
 	t.Cleanup(tr.CloseIdleConnections)
-	grpcProxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(grpcURL) }, Transport: tr, FlushInterval: -1}
 	httpTr := &http.Transport{}
 	t.Cleanup(httpTr.CloseIdleConnections)
-	httpProxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(httpURL) }, Transport: httpTr}
-	route := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	m.upstream = &recorder{rt: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		if IsGRPC(r) {
-			grpcProxy.ServeHTTP(w, r)
-			return
+			return tr.RoundTrip(r)
 		}
-		httpProxy.ServeHTTP(w, r)
-	})
-	mw := New(route, rel, Options{
+		return httpTr.RoundTrip(r)
+	})}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			if IsGRPC(pr.In) {
+				pr.SetURL(grpcURL)
+			} else {
+				pr.SetURL(hURL)
+			}
+		},
+		Transport:     m.upstream,
+		FlushInterval: -1,
+	}
+	mw := New(proxy, rel, Options{
 		OnRelocated: func(kind string, n int) { m.moved <- n },
 		OnRefused:   func(_ *http.Request, err error) { m.refused <- err },
 	})
@@ -176,6 +230,10 @@ func startMesh(t *testing.T, cfg relocate.Config) *mesh {
 	t.Cleanup(m.front.Close)
 	return m
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func (m *mesh) dial(t *testing.T) *grpc.ClientConn {
 	t.Helper()
@@ -226,13 +284,13 @@ var grpcRules = relocate.Config{GRPC: []relocate.GRPCRule{
 	{Method: "/vllm.grpc.engine.VllmEngine/Generate", Key: "x-prompt-bin", Field: 3, Max: 8 << 20},
 }, HTTP: []relocate.HTTPRule{{Header: "x-prompt", Max: 8 << 20}}}
 
-// TestGRPCMultiMegabytePrompt sends a 3 MiB prompt in gRPC metadata through
+// TestGRPCLargePrompt sends a 1 MiB prompt in gRPC metadata through
 // the middleware; the engine receives it in GenerateRequest.prompt (field 2)
 // and no oversized header.
-func TestGRPCMultiMegabytePrompt(t *testing.T) {
+func TestGRPCLargePrompt(t *testing.T) {
 	m := startMesh(t, grpcRules)
 	cc := m.dial(t)
-	prompt := bigPrompt(3 << 20)
+	prompt := bigPrompt(1 << 20)
 	ctx := metadata.AppendToOutgoingContext(ctxTimeout(t), "x-prompt-raw", prompt)
 	st, err := llmv1.NewGenerationClient(cc).Generate(ctx, &llmv1.GenerateRequest{Model: "m", MaxTokens: 1})
 	if err != nil {
@@ -263,7 +321,7 @@ func TestGRPCMultiMegabytePrompt(t *testing.T) {
 func TestGRPCBinaryMetadataVLLM(t *testing.T) {
 	m := startMesh(t, grpcRules)
 	cc := m.dial(t)
-	prompt := "Grüße, 世界! " + bigPrompt(1<<20)
+	prompt := "Grüße, 世界! " + bigPrompt(256<<10)
 	// grpc-go base64-encodes -bin values itself.
 	ctx := metadata.AppendToOutgoingContext(ctxTimeout(t), "x-prompt-bin", prompt)
 	st, err := vllmpb.NewVllmEngineClient(cc).Generate(ctx, &vllmpb.GenerateRequest{RequestId: "r1",
@@ -280,10 +338,10 @@ func TestGRPCBinaryMetadataVLLM(t *testing.T) {
 // TestGRPCOverLimit: a prompt over the rule's max is answered by the
 // middleware with RESOURCE_EXHAUSTED naming the limit.
 func TestGRPCOverLimit(t *testing.T) {
-	cfg := relocate.Config{GRPC: []relocate.GRPCRule{{Key: "x-prompt-raw", Field: 2, Max: 1 << 20}}}
+	cfg := relocate.Config{GRPC: []relocate.GRPCRule{{Key: "x-prompt-raw", Field: 2, Max: 64 << 10}}}
 	m := startMesh(t, cfg)
 	cc := m.dial(t)
-	ctx := metadata.AppendToOutgoingContext(ctxTimeout(t), "x-prompt-raw", bigPrompt(2<<20))
+	ctx := metadata.AppendToOutgoingContext(ctxTimeout(t), "x-prompt-raw", bigPrompt(100<<10))
 	st, err := llmv1.NewGenerationClient(cc).Generate(ctx, &llmv1.GenerateRequest{Model: "m"})
 	if err == nil {
 		_, err = st.Recv()
@@ -291,7 +349,7 @@ func TestGRPCOverLimit(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "relocation.grpc[0].max") {
 		t.Fatalf("got %v, want RESOURCE_EXHAUSTED naming relocation.grpc[0].max", err)
 	}
-	if got := <-m.refused; !strings.Contains(got.Error(), "2097152 bytes") {
+	if got := <-m.refused; !strings.Contains(got.Error(), "102400 bytes") {
 		t.Fatalf("OnRefused got %v", got)
 	}
 }
@@ -336,11 +394,11 @@ func postJSON(t *testing.T, m *mesh, path, header, body string) (*http.Response,
 	return resp, b
 }
 
-// TestHTTPMultiMegabytePrompt moves a 2 MiB header into "prompt" of a
+// TestHTTPLargePrompt moves a 1 MiB header into "prompt" of a
 // completion and into a user message of a chat completion.
-func TestHTTPMultiMegabytePrompt(t *testing.T) {
+func TestHTTPLargePrompt(t *testing.T) {
 	m := startMesh(t, grpcRules)
-	prompt := bigPrompt(2<<20) + ` "quoted" \ back`
+	prompt := bigPrompt(1<<20) + ` "quoted" \ back`
 	for _, tc := range []struct{ path, body string }{
 		{"/v1/completions", `{"model":"m","prompt":"old","max_tokens":4}`},
 		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"system","content":"be brief"}],"stream":false}`},
