@@ -2,9 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"sort"
+	"strings"
+
+	"github.com/llmesh/llmesh/bench/harness"
+	"github.com/llmesh/llmesh/bench/report"
+	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/workload"
 )
 
 // benchCommands is the table of `llmesh bench` subcommands. A subcommand in
@@ -49,4 +59,264 @@ func benchUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nExit codes: 0 ok, 1 error, 2 usage, 3 SLO gate failed (--slo-gate), 4 run invalid (schedule lag).")
+}
+
+var (
+	_ = addBenchCommand(command{name: "run", summary: "run a workload (file or quick flags) against a target", run: runBenchRun})
+	_ = addBenchCommand(command{name: "report", summary: "re-render a saved JSON report (table, json, markdown, html)", run: runBenchReport})
+)
+
+// benchOutputs are the report destinations shared by run, ab and sweep.
+type benchOutputs struct {
+	json, jsonl, html, markdown, format string
+	sloGate                             bool
+}
+
+func (o *benchOutputs) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.json, "json", "", "write the JSON report to `FILE` (- for stdout)")
+	fs.StringVar(&o.jsonl, "jsonl", "", "write one JSON record per request to `FILE`")
+	fs.StringVar(&o.html, "html", "", "write the self-contained HTML report to `FILE`")
+	fs.StringVar(&o.markdown, "markdown", "", "write the Markdown report to `FILE`")
+	fs.StringVar(&o.format, "format", "table", "stdout format: table, json, markdown, html")
+	fs.BoolVar(&o.sloGate, "slo-gate", false, "exit 3 when a class misses its attainment target (4 when the run is invalid)")
+}
+
+// writeFile writes with render to path ("-" is stdout).
+func writeFile(path string, stdout io.Writer, render func(io.Writer) error) error {
+	if path == "-" {
+		return render(stdout)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := render(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// emit writes rep everywhere asked and applies the SLO gate.
+func (o *benchOutputs) emit(rep *result.Report, stdout io.Writer) error {
+	var errs []error
+	if o.json != "-" {
+		if err := report.Render(stdout, rep, o.format); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, f := range []struct{ path, format string }{{o.json, "json"}, {o.html, "html"}, {o.markdown, "markdown"}} {
+		if f.path == "" {
+			continue
+		}
+		if err := writeFile(f.path, stdout, func(w io.Writer) error { return report.Render(w, rep, f.format) }); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if o.sloGate {
+		return gateExit(harness.Gate(rep))
+	}
+	return nil
+}
+
+func gateExit(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, harness.ErrInvalid):
+		return withExitCode(harness.ExitInvalid, err)
+	case errors.Is(err, harness.ErrSLOMissed):
+		return withExitCode(harness.ExitSLO, err)
+	}
+	return err
+}
+
+// workloadFlags are the workload selection and quick-mode flags shared by
+// run, ab and sweep.
+type workloadFlags struct {
+	file string
+	q    harness.Quick
+	set  map[string]bool
+}
+
+func (wf *workloadFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&wf.file, "workload", "", "workload YAML `FILE` (else a one-class workload from the quick flags)")
+	fs.StringVar(&wf.q.Protocol, "protocol", workload.ProtocolCompletions, "openai-completions, openai-chat, grpc-llm-v1 or grpc-vllm")
+	fs.StringVar(&wf.q.Model, "model", "", "model name sent with requests")
+	fs.Float64Var(&wf.q.Rate, "rate", 0, "requests per second (open loop)")
+	fs.StringVar(&wf.q.Arrival, "arrival", "poisson", "arrival process for --rate: constant, poisson or gamma")
+	fs.Float64Var(&wf.q.Burstiness, "burstiness", 1, "gamma shape (1 = Poisson, lower = burstier)")
+	fs.IntVar(&wf.q.Concurrency, "concurrency", 0, "closed loop with `N` clients (instead of --rate)")
+	fs.DurationVar(&wf.q.Duration, "duration", 0, "measured duration")
+	fs.IntVar(&wf.q.Requests, "requests", 0, "measured request count")
+	fs.DurationVar(&wf.q.Warmup, "warmup", 0, "warm-up duration excluded from statistics")
+	fs.IntVar(&wf.q.PromptTokens, "prompt-tokens", 128, "prompt length in tokens")
+	fs.IntVar(&wf.q.MaxTokens, "max-tokens", 128, "output length in tokens (sent as max_tokens with ignore_eos)")
+	fs.Int64Var(&wf.q.Seed, "seed", 0, "random seed (default: the workload's, else 1)")
+	fs.DurationVar(&wf.q.TTFTSLO, "ttft-slo", 0, "TTFT SLO of the quick class")
+	fs.DurationVar(&wf.q.TPOTSLO, "tpot-slo", 0, "TPOT SLO of the quick class")
+}
+
+// load builds the workload: the file with explicitly set flags overriding
+// it, or the quick spec.
+func (wf *workloadFlags) load(fs *flag.FlagSet) (*workload.Workload, error) {
+	wf.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { wf.set[f.Name] = true })
+	if wf.file == "" {
+		s := harness.QuickSpec(wf.q)
+		return workload.Compile(s, workload.CompileOptions{})
+	}
+	w, err := workload.LoadFile(wf.file)
+	if err != nil {
+		return nil, err
+	}
+	s := w.Spec
+	if wf.set["protocol"] {
+		s.Protocol = wf.q.Protocol
+	}
+	if wf.set["model"] {
+		s.Model = wf.q.Model
+	}
+	if wf.set["rate"] {
+		s.Arrival.Rate = wf.q.Rate
+	}
+	if wf.set["duration"] {
+		s.Duration = workload.Duration(wf.q.Duration)
+	}
+	if wf.set["requests"] {
+		s.Requests = wf.q.Requests
+	}
+	if wf.set["seed"] {
+		s.Seed = wf.q.Seed
+	}
+	if wf.set["warmup"] {
+		s.Warmup.Duration = workload.Duration(wf.q.Warmup)
+	}
+	dir := "."
+	if i := strings.LastIndexAny(wf.file, `/\`); i >= 0 {
+		dir = wf.file[:i]
+	}
+	w2, err := workload.Compile(&s, workload.CompileOptions{BaseDir: dir})
+	if err != nil {
+		return nil, fmt.Errorf("%s (with flag overrides): %w", wf.file, err)
+	}
+	return w2, nil
+}
+
+func runBenchRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("llmesh bench run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		wf                     workloadFlags
+		out                    benchOutputs
+		target, label, pol     string
+		gpuOn, detailed, quiet bool
+	)
+	wf.register(fs)
+	out.register(fs)
+	fs.StringVar(&target, "target", "", "endpoint: http://host:port for OpenAI protocols, host:port for gRPC (required)")
+	fs.StringVar(&label, "label", "", "label recorded in the report")
+	fs.StringVar(&pol, "policy", "", "scheduling policy name recorded in the report")
+	fs.BoolVar(&gpuOn, "gpu", false, "sample NVIDIA GPU telemetry (NVML) during the run")
+	fs.BoolVar(&detailed, "detailed", false, "include per-request arrays in the JSON report (vLLM --save-detailed)")
+	fs.BoolVar(&quiet, "quiet", false, "no live progress")
+	if err := fs.Parse(args); err != nil {
+		return withExitCode(harness.ExitUsage, err)
+	}
+	var errs []error
+	if target == "" {
+		errs = append(errs, errors.New("--target: required"))
+	}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if !slices.Contains(report.Formats, out.format) {
+		errs = append(errs, fmt.Errorf("--format: %q must be one of %s", out.format, strings.Join(report.Formats, ", ")))
+	}
+	w, err := wf.load(fs)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return withExitCode(harness.ExitUsage, err)
+	}
+	o := harness.Options{Workload: w, Target: target, Label: label, Policy: pol, GPU: gpuOn, Detailed: detailed}
+	if !quiet {
+		o.Progress = stderr
+	}
+	var jf *os.File
+	if out.jsonl != "" {
+		if jf, err = os.Create(out.jsonl); err != nil {
+			return err
+		}
+		defer jf.Close()
+		o.JSONL = jf
+	}
+	rep, recs, runErr := harness.Run(ctx, o)
+	if rep == nil {
+		return runErr
+	}
+	if err := out.emit(rep, stdout); err != nil {
+		return errors.Join(runErr, err)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if rep.Completed == 0 && rep.NumPrompts > 0 {
+		return fmt.Errorf("no request completed (%d failed); first error: %s", rep.Failed, firstError(recs))
+	}
+	return nil
+}
+
+// firstError is the first measured failure's message.
+func firstError(recs []result.Record) string {
+	for _, r := range recs {
+		if r.Error != "" {
+			return r.Error
+		}
+	}
+	return "none recorded"
+}
+
+func runBenchReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("llmesh bench report", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var out benchOutputs
+	out.register(fs)
+	// Flags may follow the file name.
+	var files []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return withExitCode(harness.ExitUsage, err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	var errs []error
+	if len(files) != 1 {
+		errs = append(errs, fmt.Errorf("want exactly one report file, got %d", len(files)))
+	}
+	if !slices.Contains(report.Formats, out.format) {
+		errs = append(errs, fmt.Errorf("--format: %q must be one of %s", out.format, strings.Join(report.Formats, ", ")))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return withExitCode(harness.ExitUsage, err)
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	rep, err := report.ReadJSON(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", files[0], err)
+	}
+	return out.emit(rep, stdout)
 }

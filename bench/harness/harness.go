@@ -1,0 +1,130 @@
+// Package harness runs one benchmark end to end: it makes the client, runs
+// the workload with live progress, GPU telemetry and per-request JSONL
+// export, and summarizes the records into a report. The commands (run, ab,
+// sweep) are thin layers over Run.
+package harness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/llmesh/llmesh/bench/client"
+	"github.com/llmesh/llmesh/bench/gpu"
+	"github.com/llmesh/llmesh/bench/progress"
+	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/runner"
+	"github.com/llmesh/llmesh/bench/stats"
+	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/clock"
+)
+
+// Options configure one run.
+type Options struct {
+	// Workload is what to send; required.
+	Workload *workload.Workload
+	// Target is the endpoint (URL for OpenAI protocols, host:port for
+	// gRPC); required.
+	Target string
+	// Label, Policy and Load are copied into the report.
+	Label  string
+	Policy string
+	Load   float64
+	// JSONL, when not nil, gets one JSON record per request as requests
+	// finish (warm-up included, marked).
+	JSONL io.Writer
+	// Progress, when it is a terminal, shows a live progress line; nil or a
+	// non-terminal shows nothing.
+	Progress io.Writer
+	// GPU samples NVML telemetry during the run at GPUInterval (default
+	// 500ms); unavailable telemetry becomes a note in the report.
+	GPU         bool
+	GPUInterval time.Duration
+	// Detailed adds vLLM's per-request arrays to the report.
+	Detailed bool
+	// Clock times the run; nil means the wall clock.
+	Clock clock.Clock
+	// MaxConns bounds idle HTTP connections (0: 1024).
+	MaxConns int
+}
+
+// Run sends the workload to the target and returns the report and the
+// records. On interruption or a JSONL write failure it still returns the
+// report of what completed, together with the error.
+func Run(ctx context.Context, o Options) (*result.Report, []result.Record, error) {
+	if o.Workload == nil {
+		return nil, nil, errors.New("harness: Workload is required")
+	}
+	c, err := client.New(o.Workload.Spec.Protocol, o.Target, o.MaxConns)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.Close()
+
+	var (
+		sink    func(*result.Record)
+		bw      *bufio.Writer
+		sinkErr error
+	)
+	if o.JSONL != nil {
+		bw = bufio.NewWriterSize(o.JSONL, 64<<10)
+		enc := json.NewEncoder(bw)
+		sink = func(r *result.Record) {
+			if sinkErr == nil {
+				sinkErr = enc.Encode(r)
+			}
+		}
+	}
+	var sampler *gpu.Sampler
+	gpuNote := "no GPU telemetry: not requested (--gpu)"
+	if o.GPU {
+		sampler, gpuNote = gpu.Start(ctx, o.GPUInterval, o.Clock)
+	}
+	live := &runner.Live{}
+	label := o.Label
+	if label == "" {
+		label = o.Workload.Spec.Name
+	}
+	stop := progress.Start(ctx, o.Progress, label, expected(o.Workload), live)
+	start := time.Now()
+	recs, runErr := runner.Run(ctx, runner.Options{Workload: o.Workload, Client: c, Clock: o.Clock, Sink: sink, Live: live})
+	stop()
+	g, _ := sampler.Stop()
+	if bw != nil {
+		if err := bw.Flush(); err != nil && sinkErr == nil {
+			sinkErr = err
+		}
+	}
+	rep := stats.Summarize(recs, stats.Meta{Workload: o.Workload, Target: o.Target, Label: o.Label, Policy: o.Policy, Load: o.Load, Date: start, Detailed: o.Detailed})
+	rep.GPU = g
+	if g == nil {
+		rep.GPUNote = gpuNote
+	}
+	if sinkErr != nil {
+		sinkErr = fmt.Errorf("writing per-request records: %w", sinkErr)
+	}
+	if runErr != nil {
+		rep.Valid = false
+		rep.InvalidReasons = append(rep.InvalidReasons, "run interrupted: "+runErr.Error())
+	}
+	return rep, recs, errors.Join(runErr, sinkErr)
+}
+
+// expected estimates the number of requests for the progress bar; 0 when
+// it cannot be known cheaply.
+func expected(w *workload.Workload) int {
+	sp := &w.Spec
+	switch {
+	case sp.Requests > 0:
+		return sp.Requests + sp.Warmup.Requests
+	case sp.Arrival.Process == workload.ArrivalTrace:
+		return len(w.Trace)
+	case sp.Arrival.Process != workload.ArrivalClosed && sp.Duration > 0:
+		return int(sp.Arrival.Rate * (sp.Duration.D() + sp.Warmup.Duration.D()).Seconds())
+	}
+	return 0
+}
