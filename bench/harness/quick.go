@@ -30,7 +30,7 @@ func QuickSpec(q Quick) *workload.Spec {
 	s := &workload.Spec{
 		Name: "quick", Protocol: q.Protocol, Model: q.Model, Seed: q.Seed,
 		Duration: workload.Duration(q.Duration), Requests: q.Requests,
-		Warmup: workload.Warmup{Duration: workload.Duration(q.Warmup)},
+		Warmup:  workload.Warmup{Duration: workload.Duration(q.Warmup)},
 		Arrival: workload.Arrival{Process: q.Arrival, Rate: q.Rate, Burstiness: q.Burstiness},
 		Classes: []workload.ClassSpec{{
 			Name: "default", Share: 1,
