@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/llmv1"
@@ -66,9 +67,14 @@ func post(t *testing.T, url, body string, header ...string) *http.Request {
 	return req
 }
 
+// The observer starts no goroutines; this checks that the tests' sims and
+// clients stop theirs too.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
 func TestSimOpenAI(t *testing.T) {
 	s := simtest.Start(t)
-	c := &http.Client{Timeout: time.Minute}
+	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{}}
+	defer c.CloseIdleConnections()
 	chat := `{"model":"` + s.Model + `","messages":[{"role":"user","content":"hello there"}],"max_tokens":24,"stream":true,"stream_options":{"include_usage":true},"ignore_eos":true}`
 	got := run(t, c, post(t, s.HTTPURL+"/v1/chat/completions", chat), filter.Options{KeepOutput: true})
 	if !got.OK() || got.Protocol != filter.ProtocolSSE || !got.Complete || !got.UsageReported {
