@@ -67,6 +67,9 @@ type Config struct {
 	// ServerTiming adds a server-timing header (queue time) and trailer
 	// (queue, upstream TTFT, TTFT, TPOT, E2E) to responses.
 	ServerTiming bool
+	// DefaultClass names the class of requests that neither a route nor
+	// the classifier placed; empty means "default".
+	DefaultClass string
 	// PreemptibleClasses lists the classes whose requests may be preempted
 	// and so are tracked for continuation; nil means every class.
 	PreemptibleClasses map[string]bool
@@ -143,6 +146,9 @@ func compile(cfg Config) (*compiled, error) {
 	}
 	if c.cfg.MaxRequestBytes == 0 {
 		c.cfg.MaxRequestBytes = defaultMaxRequestBytes
+	}
+	if c.cfg.DefaultClass == "" {
+		c.cfg.DefaultClass = "default"
 	}
 	if c.cfg.StreamIdleTimeout == 0 {
 		c.cfg.StreamIdleTimeout = defaultStreamIdleTimeout

@@ -74,6 +74,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{g: g, rt: rt, pool: pool, grpc: grpcReq, body: body, recv: recv}
 	x.meta = parseRequestMeta(r.URL.Path, body, grpcReq)
 	x.class = g.classify(r, routeClass, x.meta.model)
+	if x.class == "" {
+		x.class = rt.cfg.DefaultClass
+	}
 	x.obs = g.newMeter(x, r)
 	x.sreq = scheduler.Request{
 		ID:           requestID(r),

@@ -50,6 +50,7 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 		cfg.Routes = append(cfg.Routes, route)
 	}
 	cfg.ServerTiming = c.Telemetry.ServerTiming
+	cfg.DefaultClass = c.DefaultClass.Name
 	cfg.PreemptibleClasses = map[string]bool{}
 	for _, cl := range c.Classes {
 		cfg.PreemptibleClasses[cl.Name] = cl.Preemptible

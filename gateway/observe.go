@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/telemetry"
 )
 
 // meter feeds one request's events to the core Observer and hands the
@@ -75,21 +75,19 @@ func (m *meter) output() string {
 
 func (m *meter) tokens() int { return m.o.Progress().Tokens }
 
-// serverTiming formats the measurement so far as a Server-Timing value.
+// serverTiming formats the measurement so far as a Server-Timing value;
+// E2E and TPOT run to now, since the stream is ending as it is written.
 func (m *meter) serverTiming() string {
 	ob := m.o.Observation()
 	now := m.x.g.clock.Now()
-	e2e := now.Sub(ob.Received)
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "queue;dur=%.3f", ms(ob.QueueTime))
-	if ob.HasTTFT {
-		fmt.Fprintf(&sb, ", ttft;dur=%.3f, upstream-ttft;dur=%.3f", ms(ob.TTFT), ms(ob.UpstreamTTFT))
-		if n := ob.CountedTokens; n > 1 {
-			fmt.Fprintf(&sb, ", tpot;dur=%.3f", ms((e2e-ob.TTFT)/time.Duration(n-1)))
-		}
+	if !ob.Received.IsZero() {
+		ob.E2E = now.Sub(ob.Received)
 	}
-	fmt.Fprintf(&sb, ", e2e;dur=%.3f", ms(e2e))
-	return sb.String()
+	if ob.HasTTFT && ob.OutputTokens > 1 && ob.Protocol != filter.ProtocolJSON {
+		ob.TPOT = (ob.E2E - ob.TTFT) / time.Duration(ob.OutputTokens-1)
+		ob.HasTPOT = true
+	}
+	return telemetry.ServerTiming(&ob)
 }
 
 // end finishes the observation and records it. It runs once per request,

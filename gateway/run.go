@@ -16,6 +16,7 @@ import (
 	"github.com/llmesh/llmesh/filter/relocate/relocatehttp"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/capacity"
+	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/telemetry"
 )
@@ -126,6 +127,7 @@ func Run(ctx context.Context, rc RunConfig) error {
 type host struct {
 	gw       *Gateway
 	sched    *scheduler.Scheduler
+	client   *client.Client
 	tele     *telemetry.Provider
 	watcher  *config.Watcher
 	capacity []*capacity.Watcher
@@ -134,6 +136,9 @@ type host struct {
 }
 
 func (h *host) close() {
+	if h.client != nil {
+		_ = h.client.Close()
+	}
 	if h.sched != nil {
 		_ = h.sched.Close()
 	}
@@ -178,9 +183,6 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 		sc, err := SchedulerConfigFromMesh(mesh)
 		if err != nil {
 			return nil, err
-		}
-		if mesh.SchedulerService != nil {
-			log.Warn("scheduler_service is set, but this gateway schedules in-process", "address", mesh.SchedulerService.Address)
 		}
 		scfg = &sc
 		cls, err := filter.NewClassifierFromConfig(mesh)
@@ -270,7 +272,21 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 			return nil, fmt.Errorf("scheduler: %w", err)
 		}
 		h.sched = s
-		opts = append(opts, WithAdmitter(s))
+		var adm scheduler.Admitter = s
+		if mesh != nil && mesh.SchedulerService != nil {
+			// The shared service orders requests across gateways; the
+			// in-process scheduler takes over while it is unreachable when
+			// the config says fail_open.
+			c, err := client.New(mesh.SchedulerService.Address, client.Options{FailOpen: mesh.SchedulerService.FailOpen, Fallback: s})
+			if err != nil {
+				_ = s.Close()
+				_ = tele.Shutdown(ctx)
+				return nil, fmt.Errorf("scheduler_service: %w", err)
+			}
+			h.client = c
+			adm = c
+		}
+		opts = append(opts, WithAdmitter(adm))
 		if mesh != nil {
 			for _, p := range mesh.Pools {
 				if p.Metrics == nil {
@@ -289,6 +305,9 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 	}
 	g, err := New(gcfg, opts...)
 	if err != nil {
+		if h.client != nil {
+			_ = h.client.Close()
+		}
 		if h.sched != nil {
 			_ = h.sched.Close()
 		}

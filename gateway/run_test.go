@@ -1,0 +1,199 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuf is a log sink tests can poll.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startRun runs Run until the test ends and returns the data and admin
+// base URLs.
+func startRun(t *testing.T, rc RunConfig) (data, admin string) {
+	t.Helper()
+	type addrs struct{ data, admin net.Addr }
+	ready := make(chan addrs, 1)
+	rc.Ready = func(d, a net.Addr) { ready <- addrs{d, a} }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, rc) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case a := <-ready:
+		data = "http://" + a.data.String()
+		if a.admin != nil {
+			admin = "http://" + a.admin.String()
+		}
+		return data, admin
+	case err := <-done:
+		t.Fatalf("Run ended early: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run not ready within 20s")
+	}
+	return "", ""
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func TestRunQuickModeAdminAndMetrics(t *testing.T) {
+	up := httptest.NewServer(sseUpstream(3, 0))
+	defer up.Close()
+	data, admin := startRun(t, RunConfig{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: up.URL,
+		Policy: "preemptive", MaxInflight: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if code, body := get(t, admin+p); code != 200 {
+			t.Errorf("%s: %d %q", p, code, body)
+		}
+	}
+	res := post(t, context.Background(), data+"/v1/completions", `{"prompt":"x","stream":true,"model":"m"}`)
+	datas, _ := readSSE(t, res)
+	res.Body.Close()
+	if len(datas) != 5 {
+		t.Fatalf("got %d events", len(datas))
+	}
+	// The record is written after the response ends; poll the endpoint.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, body := get(t, admin+"/metrics")
+		if strings.Contains(body, "gen_ai_server_time_to_first_token") && strings.Contains(body, `llmesh_class="default"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics never showed the request:\n%s", body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRunQuickModeFlagErrors(t *testing.T) {
+	err := Run(context.Background(), RunConfig{Policy: "lottery", MaxInflight: -1})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"--upstream", "--listen", "--max-inflight", "--policy"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
+
+const meshTmpl = `listeners:
+  - name: main
+    address: 127.0.0.1:1
+    routes:
+      - match: {path_prefix: /v1/}
+        pool: POOL
+pools:
+  - name: a
+    protocol: openai
+    endpoints: [A]
+    capacity: {max_inflight: 4}
+    scheduler: {policy: priority}
+  - name: b
+    protocol: openai
+    endpoints: [B]
+    capacity: {max_inflight: 4}
+    scheduler: {policy: priority}
+classes:
+  - {name: interactive, priority: 0}
+  - {name: batch, priority: 10, preemptible: true}
+default_class: interactive
+`
+
+func TestRunMeshConfigReload(t *testing.T) {
+	named := func(name string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"choices":[{"text":"`+name+`"}]}`)
+		}))
+	}
+	a, b := named("from-a"), named("from-b")
+	defer a.Close()
+	defer b.Close()
+	mesh := func(pool string) string {
+		s := strings.ReplaceAll(meshTmpl, "POOL", pool)
+		s = strings.Replace(s, "[A]", "["+strings.TrimPrefix(a.URL, "http://")+"]", 1)
+		return strings.Replace(s, "[B]", "["+strings.TrimPrefix(b.URL, "http://")+"]", 1)
+	}
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	write := func(s string) {
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(mesh("a"))
+	logs := &syncBuf{}
+	data, _ := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	ask := func() string {
+		res := post(t, context.Background(), data+"/v1/completions", `{"prompt":"x"}`)
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return string(body)
+	}
+	if got := ask(); !strings.Contains(got, "from-a") {
+		t.Fatalf("initial config: %q", got)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 20s; logs:\n%s", what, logs)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	write(mesh("b"))
+	waitFor("reload to pool b", func() bool { return strings.Contains(ask(), "from-b") })
+
+	write(strings.Replace(mesh("a"), "policy: priority", "policy: lottery", 1))
+	waitFor("invalid change reported", func() bool { return strings.Contains(logs.String(), "keeping the last good config") })
+	if got := ask(); !strings.Contains(got, "from-b") {
+		t.Errorf("after an invalid change: %q, want the last good config (pool b)", got)
+	}
+}
