@@ -386,3 +386,19 @@ classification:
 		}
 	}
 }
+
+func TestErrorCountBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("classes:\n")
+	for i := 0; i < 500; i++ {
+		b.WriteString("  - {name: c, bogus: 1}\n")
+	}
+	_, err := config.Load([]byte(b.String()))
+	var es config.Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("err = %v", err)
+	}
+	if len(es) != config.MaxErrors+1 || !strings.Contains(es[len(es)-1].Msg, "and more problems") {
+		t.Errorf("%d errors, last %v", len(es), es[len(es)-1])
+	}
+}

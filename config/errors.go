@@ -41,18 +41,34 @@ func (es Errors) Error() string {
 	return strings.Join(msgs, "\n")
 }
 
+// MaxErrors bounds the problems reported for one config; a file with more
+// is reported with the first MaxErrors and a final note. It also bounds the
+// work spent on hostile input (each unknown field computes a suggestion).
+const MaxErrors = 100
+
 // collector accumulates field errors during parsing and compiling.
 type collector struct {
 	errs Errors
+	more int
 }
 
 func (c *collector) add(path string, line int, format string, args ...any) {
+	if len(c.errs) >= MaxErrors {
+		c.more++
+		return
+	}
 	c.errs = append(c.errs, &FieldError{Path: path, Line: line, Msg: fmt.Sprintf(format, args...)})
 }
+
+// full reports whether further errors would be dropped.
+func (c *collector) full() bool { return len(c.errs) >= MaxErrors }
 
 func (c *collector) err() error {
 	if len(c.errs) == 0 {
 		return nil
+	}
+	if c.more > 0 {
+		return append(c.errs[:len(c.errs):len(c.errs)], &FieldError{Msg: fmt.Sprintf("and more problems, not listed (%d errors at most)", MaxErrors)})
 	}
 	return c.errs
 }

@@ -104,6 +104,10 @@ type strict struct {
 
 func (s *strict) check(n *yaml.Node, t reflect.Type, path string) {
 	s.nodes++
+	if s.c.full() {
+		s.c.more++
+		return
+	}
 	if s.nodes > maxNodes {
 		if s.nodes == maxNodes+1 {
 			s.c.add(path, n.Line, "document too large or too many aliases (over %d nodes)", maxNodes)
