@@ -3,6 +3,7 @@ package policy_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,61 +35,35 @@ func randomEvents(t *testing.T, p scheduler.Policy, n int) {
 		prio[c.Name], preemptible[c.Name] = c.Priority, c.Preemptible
 	}
 
-	type req struct {
-		r          scheduler.Request
-		admittedAt time.Time
-		tokens     int
-		preempted  bool // asked to stop, not yet released
-	}
 	now := t0
-	waiting := map[scheduler.Ticket]*req{}
-	running := map[scheduler.Ticket]*req{}
+	waiting := newSet()
+	running := newSet()
 	var requeue []scheduler.Request
 	decided := map[scheduler.Ticket]string{}
 	preemptsByID := map[string]int{}
 	limit := maxInflight
 	nextID := 0
-	pick := func(mp map[scheduler.Ticket]*req) (scheduler.Ticket, *req) {
-		// Map order is random; pick the smallest ticket ≥ a random one so
-		// the run stays reproducible.
-		var best scheduler.Ticket
-		var br *req
-		r := scheduler.Ticket(rng.Uint64N(uint64(nextID) + 1))
-		for tk, v := range mp {
-			if tk >= r && (br == nil || tk < best) {
-				best, br = tk, v
-			}
-		}
-		if br == nil {
-			for tk, v := range mp {
-				if br == nil || tk < best {
-					best, br = tk, v
-				}
-			}
-		}
-		return best, br
-	}
 	step := func() {
 		d := m.Step(now)
 		for _, tk := range d.Admitted {
-			r := waiting[tk]
+			r := waiting.get(tk)
 			if r == nil || decided[tk] != "" {
 				t.Fatalf("ticket %d admitted twice or unknown (%q)", tk, decided[tk])
 			}
 			decided[tk] = "admitted"
-			delete(waiting, tk)
+			waiting.del(tk)
 			r.admittedAt = now
-			running[tk] = r
+			running.add(tk, r)
 		}
 		for _, rj := range d.Rejected {
-			if waiting[rj.Ticket] == nil || decided[rj.Ticket] != "" {
+			if waiting.get(rj.Ticket) == nil || decided[rj.Ticket] != "" {
 				t.Fatalf("ticket %d rejected while not waiting (%q)", rj.Ticket, decided[rj.Ticket])
 			}
 			decided[rj.Ticket] = "rejected"
-			delete(waiting, rj.Ticket)
+			waiting.del(rj.Ticket)
 		}
 		for _, tk := range d.Preempted {
-			r := running[tk]
+			r := running.get(tk)
 			switch {
 			case !p.Preempts():
 				t.Fatalf("%s preempted %d", p.Name(), tk)
@@ -100,19 +75,17 @@ func randomEvents(t *testing.T, p scheduler.Policy, n int) {
 				t.Fatalf("victim ran %v < min_run_time", now.Sub(r.admittedAt))
 			}
 			r.preempted = true
+			running.preemptedSet[tk] = true
 			preemptsByID[r.r.ID]++
 			if preemptsByID[r.r.ID] > rails.MaxPerRequest {
 				t.Fatalf("request %s preempted %d times, max %d", r.r.ID, preemptsByID[r.r.ID], rails.MaxPerRequest)
 			}
 		}
 		s := m.Stats()[0]
-		if s.InFlight != len(running) {
-			t.Fatalf("machine has %d in flight, model %d", s.InFlight, len(running))
+		if s.InFlight != running.len() {
+			t.Fatalf("machine has %d in flight, model %d", s.InFlight, running.len())
 		}
-		toks := 0
-		for _, r := range running {
-			toks += r.r.PromptTokens + r.r.MaxTokens
-		}
+		toks := running.tokens
 		if s.InFlightTokens != toks || toks > maxTokens {
 			t.Fatalf("tokens in flight %d, model %d, max %d", s.InFlightTokens, toks, maxTokens)
 		}
@@ -123,8 +96,8 @@ func randomEvents(t *testing.T, p scheduler.Policy, n int) {
 		for _, v := range s.Queued {
 			q += v
 		}
-		if q != len(waiting) {
-			t.Fatalf("machine queues %d, model %d", q, len(waiting))
+		if q != waiting.len() {
+			t.Fatalf("machine queues %d, model %d", q, waiting.len())
 		}
 	}
 	arriveReq := func(r scheduler.Request) {
@@ -132,10 +105,10 @@ func randomEvents(t *testing.T, p scheduler.Policy, n int) {
 		if err != nil {
 			return // queue full or too big: no ticket, nothing to track
 		}
-		if decided[tk] != "" || waiting[tk] != nil || running[tk] != nil {
+		if decided[tk] != "" || waiting.get(tk) != nil || running.get(tk) != nil {
 			t.Fatalf("ticket %d reused", tk)
 		}
-		waiting[tk] = &req{r: r}
+		waiting.add(tk, &req{r: r})
 	}
 	for i := 0; i < n; i++ {
 		switch k := rng.IntN(100); {
@@ -148,27 +121,28 @@ func randomEvents(t *testing.T, p scheduler.Policy, n int) {
 			requeue = requeue[1:]
 			r.Requeue = true
 			arriveReq(r)
-		case k < 55 && len(running) > 0:
-			tk, r := pick(running)
+		case k < 55 && running.len() > 0:
+			tk, r := running.pick(rng)
 			r.tokens += 1 + rng.IntN(20)
 			m.Progress(now, tk, scheduler.Progress{FirstToken: true, Tokens: r.tokens})
-		case k < 70 && len(running) > 0:
-			tk, _ := pick(running)
+		case k < 70 && running.len() > 0:
+			tk, _ := running.pick(rng)
 			o := []scheduler.Outcome{scheduler.Done, scheduler.Done, scheduler.Failed, scheduler.Cancelled}[rng.IntN(4)]
 			m.Finish(now, tk, o)
 			m.Finish(now, tk, o) // a second release is ignored
-			delete(running, tk)
-		case k < 75 && len(waiting) > 0:
-			tk, _ := pick(waiting)
+			running.del(tk)
+		case k < 75 && waiting.len() > 0:
+			tk, _ := waiting.pick(rng)
 			m.Cancel(now, tk)
 			m.Cancel(now, tk)
-			delete(waiting, tk)
+			waiting.del(tk)
 			decided[tk] = "cancelled"
 		case k < 85:
-			for tk, r := range running {
-				if r.preempted && rng.IntN(2) == 0 {
+			for _, tk := range running.preempted() {
+				r := running.get(tk)
+				if rng.IntN(2) == 0 {
 					m.Finish(now, tk, scheduler.Preempted)
-					delete(running, tk)
+					running.del(tk)
 					if rng.IntN(4) > 0 {
 						requeue = append(requeue, r.r)
 					}
@@ -185,13 +159,15 @@ func randomEvents(t *testing.T, p scheduler.Policy, n int) {
 		step()
 	}
 	// Drain: everything released exactly once leaves nothing behind.
-	for tk := range running {
+	for running.len() > 0 {
+		tk, _ := running.pick(rng)
 		m.Finish(now, tk, scheduler.Done)
-		delete(running, tk)
+		running.del(tk)
 	}
-	for tk := range waiting {
+	for waiting.len() > 0 {
+		tk, _ := waiting.pick(rng)
 		m.Cancel(now, tk)
-		delete(waiting, tk)
+		waiting.del(tk)
 	}
 	step()
 	s := m.Stats()[0]
@@ -207,4 +183,64 @@ func randomEvents(t *testing.T, p scheduler.Policy, n int) {
 		t.Fatalf("the run exercised too little: %+v", s.Counters)
 	}
 	t.Logf("%s: %+v", p.Name(), s.Counters)
+}
+
+type req struct {
+	r          scheduler.Request
+	admittedAt time.Time
+	tokens     int
+	preempted  bool // asked to stop, not yet released
+}
+
+// set is the test's model of waiting or running requests: O(1) add,
+// delete and uniform pick, deterministic for a seeded generator.
+type set struct {
+	ids          []scheduler.Ticket
+	idx          map[scheduler.Ticket]int
+	reqs         map[scheduler.Ticket]*req
+	tokens       int
+	preemptedSet map[scheduler.Ticket]bool
+}
+
+func newSet() *set {
+	return &set{idx: map[scheduler.Ticket]int{}, reqs: map[scheduler.Ticket]*req{}, preemptedSet: map[scheduler.Ticket]bool{}}
+}
+
+func (s *set) len() int                    { return len(s.ids) }
+func (s *set) get(t scheduler.Ticket) *req { return s.reqs[t] }
+
+func (s *set) add(t scheduler.Ticket, r *req) {
+	s.idx[t] = len(s.ids)
+	s.ids = append(s.ids, t)
+	s.reqs[t] = r
+	s.tokens += r.r.PromptTokens + r.r.MaxTokens
+}
+
+func (s *set) del(t scheduler.Ticket) {
+	i, ok := s.idx[t]
+	if !ok {
+		return
+	}
+	last := s.ids[len(s.ids)-1]
+	s.ids[i], s.idx[last] = last, i
+	s.ids = s.ids[:len(s.ids)-1]
+	s.tokens -= s.reqs[t].r.PromptTokens + s.reqs[t].r.MaxTokens
+	delete(s.idx, t)
+	delete(s.reqs, t)
+	delete(s.preemptedSet, t)
+}
+
+func (s *set) pick(rng *rand.Rand) (scheduler.Ticket, *req) {
+	t := s.ids[rng.IntN(len(s.ids))]
+	return t, s.reqs[t]
+}
+
+// preempted lists the requests asked to stop, in ticket order.
+func (s *set) preempted() []scheduler.Ticket {
+	out := make([]scheduler.Ticket, 0, len(s.preemptedSet))
+	for t := range s.preemptedSet {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
 }
