@@ -251,3 +251,22 @@ func TestPercentDecode(t *testing.T) {
 		}
 	}
 }
+
+// stopAfterMalformed has a bad event, then an event whose data lines add
+// up past a 512-byte limit, then a token.
+var stopAfterMalformed = "data: {bad\n\n" + "data: " + strings.Repeat("x", 300) + "\ndata: " + strings.Repeat("x", 300) + "\n\n" +
+	`data: {"choices":[{"text":"x"}]}` + "\n\n"
+
+func TestStopsAfterTooLargeFollowingMalformed(t *testing.T) {
+	o := NewObserver(Options{Protocol: ProtocolSSE, MaxEventBytes: 512})
+	err := o.Observe(at(1), []byte(stopAfterMalformed))
+	if !errors.Is(err, ErrMalformed) {
+		t.Fatalf("err = %v, want the first error (malformed)", err)
+	}
+	if got := o.Observation(); got.TokenChunks != 0 || got.ErrorKind != ErrorMalformed {
+		t.Errorf("parsing went on after the too-large event: %+v", got)
+	}
+	if !o.stopped {
+		t.Error("observer not stopped")
+	}
+}

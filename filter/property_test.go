@@ -126,6 +126,7 @@ func FuzzObserveSSE(f *testing.F) {
 	f.Add([]byte("event: error\ndata: boom\n\n"), uint64(3))
 	f.Add([]byte("data: {\"error\":{\"message\":\"m\"}}\n\n:c\n"), uint64(9))
 	f.Add([]byte("data: "+strings.Repeat("{", 300)+"\n\n"), uint64(2))
+	f.Add([]byte(stopAfterMalformed), uint64(4))
 	f.Fuzz(func(t *testing.T, data []byte, seed uint64) {
 		opts := Options{KeepOutput: true, MaxEventBytes: 512}
 		want, _ := observeSplit(opts, "text/event-stream", data, nil)

@@ -73,8 +73,10 @@ func (o *Observer) observeSSE(t time.Time, p []byte) error {
 			}
 		}
 		p = p[i+1:]
-		if err := o.sseLine(t, line); err != nil && firstErr == nil {
-			firstErr = err
+		if err := o.sseLine(t, line); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
 			if o.stopped {
 				return firstErr
 			}
