@@ -25,8 +25,7 @@ const (
 )
 
 // Parse errors Observe returns (wrapped with the specific limit or cause).
-// They are also recorded in the Observation; after one of the Too Large
-// errors the observer only counts bytes.
+// They are also recorded in the Observation.
 var (
 	ErrEventTooLarge = errors.New("filter: event too large")
 	ErrFrameTooLarge = errors.New("filter: grpc frame too large")
@@ -190,9 +189,10 @@ func protocolOf(contentType string) Protocol {
 }
 
 // Observe feeds one response body chunk that arrived at t. Chunk
-// boundaries may fall anywhere. It returns a parse error once (also
-// recorded in the Observation); the host keeps proxying regardless. Observe
-// does not retain chunk.
+// boundaries may fall anywhere. It returns the first parse error met in
+// this chunk (the Observation keeps the first of the whole request); the
+// host keeps proxying regardless. After ErrEventTooLarge or
+// ErrFrameTooLarge only bytes are counted. Observe does not retain chunk.
 func (o *Observer) Observe(t time.Time, chunk []byte) error {
 	o.obs.ResponseBytes += int64(len(chunk))
 	if o.stopped || len(chunk) == 0 {
