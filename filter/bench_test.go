@@ -17,6 +17,7 @@ func BenchmarkObserveSSE(b *testing.B) {
 	now := t0
 	b.SetBytes(int64(len(chunk)))
 	b.ReportAllocs()
+	reportCPU(b)
 	for b.Loop() {
 		now = now.Add(time.Millisecond)
 		if err := o.Observe(now, chunk); err != nil {
@@ -38,6 +39,7 @@ func BenchmarkObserveSSESplit(b *testing.B) {
 	now := t0
 	b.SetBytes(int64(len(chunk)))
 	b.ReportAllocs()
+	reportCPU(b)
 	for b.Loop() {
 		now = now.Add(time.Millisecond)
 		_ = o.Observe(now, p1)
@@ -55,6 +57,7 @@ func BenchmarkObserveGRPC(b *testing.B) {
 	now := t0
 	b.SetBytes(int64(len(chunk)))
 	b.ReportAllocs()
+	reportCPU(b)
 	for b.Loop() {
 		now = now.Add(time.Millisecond)
 		if err := o.Observe(now, chunk); err != nil {
@@ -73,6 +76,7 @@ func BenchmarkObserveGRPCVLLM(b *testing.B) {
 	o.ResponseHeaders(t0, 200, MapHeaders{"content-type": "application/grpc"})
 	now := t0
 	b.ReportAllocs()
+	reportCPU(b)
 	for b.Loop() {
 		now = now.Add(time.Millisecond)
 		if err := o.Observe(now, chunk); err != nil {

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package filter
+
+import "testing"
+
+func reportCPU(*testing.B) {}
