@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -438,5 +439,39 @@ func TestHTTPErrors(t *testing.T) {
 func TestEncodeGRPCMessage(t *testing.T) {
 	if got, want := encodeGRPCMessage("a 100% ü\n"), "a 100%25 %C3%BC%0A"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// TestGRPCGzipClient: a grpc-go client compressing its messages with gzip
+// gets its prompt recompressed into the message, or refused with
+// UNIMPLEMENTED where the rule says so.
+func TestGRPCGzipClient(t *testing.T) {
+	refuse := relocate.Config{GRPC: []relocate.GRPCRule{{Key: "x-prompt-raw", Field: 2, Compressed: relocate.Refuse}}}
+	for _, tc := range []struct {
+		name string
+		cfg  relocate.Config
+		want codes.Code
+	}{
+		{"recompress", grpcRules, codes.OK},
+		{"refuse", refuse, codes.Unimplemented},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := startMesh(t, tc.cfg)
+			cc := m.dial(t)
+			prompt := bigPrompt(64 << 10)
+			ctx := metadata.AppendToOutgoingContext(ctxTimeout(t), "x-prompt-raw", prompt)
+			st, err := llmv1.NewGenerationClient(cc).Generate(ctx, &llmv1.GenerateRequest{Model: strings.Repeat("m", 300)}, grpc.UseCompressor(gzip.Name))
+			if err == nil {
+				_, err = st.Recv()
+			}
+			if status.Code(err) != tc.want {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if tc.want == codes.OK {
+				assertClean(t, m.grpcEng.got(), "x-prompt-raw", prompt)
+			} else if !strings.Contains(err.Error(), "uncompressed") {
+				t.Fatalf("refusal %q does not tell the client what to do", err)
+			}
+		})
 	}
 }
