@@ -90,6 +90,23 @@ type EngineTimes struct {
 	Preemptions    int
 }
 
+// TTFT is the engine's arrival → first token, or 0 when not reported.
+func (e EngineTimes) TTFT() time.Duration {
+	if e.Arrival.IsZero() || e.FirstToken.IsZero() {
+		return 0
+	}
+	return e.FirstToken.Sub(e.Arrival)
+}
+
+// QueueTime is the engine's arrival → first scheduled, or 0 when not
+// reported.
+func (e EngineTimes) QueueTime() time.Duration {
+	if e.Arrival.IsZero() || e.FirstScheduled.IsZero() {
+		return 0
+	}
+	return e.FirstScheduled.Sub(e.Arrival)
+}
+
 // ITLSummary is a bounded summary of the gaps between consecutive
 // token-bearing chunks.
 type ITLSummary struct {

@@ -75,6 +75,9 @@ func TestObserveSSEChat(t *testing.T) {
 	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("observation (-want +got):\n%s", diff)
 	}
+	if got.Engine.TTFT() != 75*time.Millisecond || got.Engine.QueueTime() != time.Millisecond || (EngineTimes{}).TTFT() != 0 {
+		t.Errorf("engine ttft %v queue %v", got.Engine.TTFT(), got.Engine.QueueTime())
+	}
 }
 
 func TestObserveSSECompletionsCRLFAndComments(t *testing.T) {
