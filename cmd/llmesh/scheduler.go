@@ -15,13 +15,14 @@ import (
 // runScheduler is `llmesh scheduler serve`: the shared scheduler service.
 func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml")
+		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml [--admin ADDR]")
 		return withExitCode(2, nil)
 	}
 	fs := flag.NewFlagSet("scheduler serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:9090", "gRPC listen address (host:port)")
 	cfgPath := fs.String("config", "", "mesh config file (pools, classes, scheduler settings)")
+	admin := fs.String("admin", "", "optional HTTP address for /metrics (Prometheus) and /healthz")
 	if err := fs.Parse(args[1:]); err != nil {
 		return withExitCode(2, nil)
 	}
@@ -35,6 +36,11 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if _, _, err := net.SplitHostPort(*listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen: %q: %w", *listen, err))
 	}
+	if *admin != "" {
+		if _, _, err := net.SplitHostPort(*admin); err != nil {
+			errs = append(errs, fmt.Errorf("--admin: %q: %w", *admin, err))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(2, err)
 	}
@@ -46,9 +52,19 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	var adminL net.Listener
+	if *admin != "" {
+		if adminL, err = net.Listen("tcp", *admin); err != nil {
+			l.Close()
+			return err
+		}
+		defer adminL.Close()
+		fmt.Fprintf(stdout, "scheduler admin on http://%s/metrics\n", adminL.Addr())
+	}
 	return server.Run(ctx, l, server.Options{
-		Mesh: mesh,
-		Log:  stderr,
+		Mesh:  mesh,
+		Log:   stderr,
+		Admin: adminL,
 		Ready: func(a net.Addr) {
 			fmt.Fprintf(stdout, "scheduler service listening on %s\n", a)
 		},

@@ -77,6 +77,9 @@ func TestSchedulerServe(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	addr := strings.TrimSpace(strings.TrimPrefix(out.String(), prefix))
+	if i := strings.Index(addr, "\n"); i >= 0 {
+		addr = addr[:i]
+	}
 	c, err := client.New(addr, client.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -31,6 +36,9 @@ type Options struct {
 	// Ready, when non-nil, is called with the listening address once the
 	// service accepts streams.
 	Ready func(addr net.Addr)
+	// Admin, when non-nil, serves GET /metrics (Prometheus, see Collector)
+	// and GET /healthz over HTTP; nil serves neither.
+	Admin net.Listener
 }
 
 // Run serves the shared scheduler for o.Mesh on l until ctx ends: one
@@ -77,6 +85,20 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	}()
 	for _, p := range cfg.Pools {
 		fmt.Fprintf(o.Log, "scheduler: pool %s: policy %s, max_inflight %d\n", p.Name, p.Policy.Name(), p.MaxInflight)
+	}
+	if o.Admin != nil {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(NewCollector(sched.Stats))
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = hsrv.Serve(o.Admin)
+		}()
+		defer hsrv.Close() // runs before the WaitGroup wait above
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(l) }()

@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +34,9 @@ classes:
   - {name: default, priority: 0, queue: {max_length: 1}}
 `
 
-func start(t *testing.T) (string, func()) {
+func start(t *testing.T) (string, func()) { return startWith(t, server.Options{}) }
+
+func startWith(t *testing.T, o server.Options) (string, func()) {
 	t.Helper()
 	c, err := config.Load([]byte(mesh))
 	if err != nil {
@@ -46,7 +50,8 @@ func start(t *testing.T) (string, func()) {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- server.Run(ctx, l, server.Options{Mesh: c, Ready: func(a net.Addr) { ready <- a.String() }})
+		o.Mesh, o.Ready = c, func(a net.Addr) { ready <- a.String() }
+		done <- server.Run(ctx, l, o)
 	}()
 	select {
 	case addr := <-ready:
@@ -158,5 +163,42 @@ func TestRunNeedsMesh(t *testing.T) {
 	defer l.Close()
 	if err := server.Run(context.Background(), l, server.Options{}); err == nil || !strings.Contains(err.Error(), "mesh config is required") {
 		t.Fatalf("Run without mesh: %v", err)
+	}
+}
+
+func TestAdminMetrics(t *testing.T) {
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := startWith(t, server.Options{Admin: admin})
+	defer stop()
+	c, err := client.New(addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Admit(ctx, scheduler.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(scheduler.Done)
+	resp, err := http.Get("http://" + admin.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`llmesh_scheduler_limit{pool="gpu"} 1`,
+		`llmesh_scheduler_inflight{pool="gpu"} 1`,
+		`llmesh_scheduler_queued{class="default",pool="gpu"} 0`,
+		`llmesh_scheduler_events_total{event="admitted",pool="gpu"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
 	}
 }

@@ -1,0 +1,79 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// Collector exports scheduler statistics as Prometheus metrics, read from
+// stats at every scrape (so it holds no state of its own):
+//
+//	llmesh_scheduler_limit{pool}                 current admission limit
+//	llmesh_scheduler_inflight{pool}              admitted, not yet released
+//	llmesh_scheduler_inflight_tokens{pool}       their prompt+max tokens
+//	llmesh_scheduler_preempting{pool}            asked to stop, not released
+//	llmesh_scheduler_queued{pool,class}          waiting
+//	llmesh_scheduler_prefill_estimate_seconds{pool}
+//	llmesh_scheduler_tpot_estimate_seconds{pool}
+//	llmesh_scheduler_events_total{pool,event}    arrived, requeued, admitted,
+//	    rejected, queue_full, cancelled, done, failed, preempted,
+//	    preempted_released
+type Collector struct {
+	stats func() []scheduler.PoolStats
+	descs map[string]*prometheus.Desc
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector exports stats, typically (*scheduler.Scheduler).Stats.
+func NewCollector(stats func() []scheduler.PoolStats) *Collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("llmesh_scheduler_"+name, help, append([]string{"pool"}, labels...), nil)
+	}
+	return &Collector{stats: stats, descs: map[string]*prometheus.Desc{
+		"limit":           d("limit", "Current admission limit of the pool (static or learned from the engine)."),
+		"inflight":        d("inflight", "Admitted requests not yet released."),
+		"inflight_tokens": d("inflight_tokens", "Prompt plus max tokens of the admitted requests."),
+		"preempting":      d("preempting", "Admitted requests asked to stop and not yet released."),
+		"queued":          d("queued", "Waiting requests.", "class"),
+		"prefill":         d("prefill_estimate_seconds", "Moving average of admit to first token time used for TTFT predictions."),
+		"tpot":            d("tpot_estimate_seconds", "Moving average of time per output token used for TTFT predictions."),
+		"events":          d("events_total", "Scheduler events by kind.", "event"),
+	}}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	g := func(name string, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.GaugeValue, v, labels...)
+	}
+	for _, p := range c.stats() {
+		g("limit", float64(p.Limit), p.Name)
+		g("inflight", float64(p.InFlight), p.Name)
+		g("inflight_tokens", float64(p.InFlightTokens), p.Name)
+		g("preempting", float64(p.Preempting), p.Name)
+		for class, n := range p.Queued {
+			g("queued", float64(n), p.Name, class)
+		}
+		g("prefill", p.PrefillEstimate.Seconds(), p.Name)
+		g("tpot", p.TPOTEstimate.Seconds(), p.Name)
+		for _, e := range []struct {
+			name string
+			v    uint64
+		}{
+			{"arrived", p.Arrived}, {"requeued", p.Requeued}, {"admitted", p.Admitted}, {"rejected", p.Rejected},
+			{"queue_full", p.QueueFull}, {"cancelled", p.Cancelled}, {"done", p.Done}, {"failed", p.Failed},
+			{"preempted", p.Preempted}, {"preempted_released", p.PreemptedDone},
+		} {
+			ch <- prometheus.MustNewConstMetric(c.descs["events"], prometheus.CounterValue, float64(e.v), p.Name, e.name)
+		}
+	}
+}
