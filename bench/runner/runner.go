@@ -35,6 +35,12 @@ type Options struct {
 	// sending waits (and the wait shows up as schedule lag). Zero means
 	// 65536.
 	MaxInFlight int
+	// Spin is how long before a send time the dispatcher stops waiting on
+	// a clock timer and sleeps precisely instead (nanosleep on Linux): Go
+	// timers can wake up to about a millisecond late, which alone would
+	// break a 1 ms schedule-lag budget. Zero means 1ms with the real clock
+	// and none with any other clock; negative disables it.
+	Spin time.Duration
 }
 
 // Run sends the workload and returns every record (warm-up included),
@@ -72,7 +78,13 @@ func Run(ctx context.Context, o Options) ([]result.Record, error) {
 		}
 	}()
 
-	r := &run{o: o, clk: clk, now: now, done: done, sem: make(chan struct{}, maxIn)}
+	spin := o.Spin
+	if spin == 0 {
+		if _, real := clk.(clock.Real); real {
+			spin = time.Millisecond
+		}
+	}
+	r := &run{o: o, clk: clk, now: now, done: done, sem: make(chan struct{}, maxIn), spin: max(0, spin)}
 	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
 	// Requests in flight are cancelled only when the run is interrupted,
 	// not when the dispatcher finishes.
@@ -97,7 +109,32 @@ type run struct {
 	now  func() int64
 	done chan<- *result.Record
 	sem  chan struct{}
+	spin time.Duration
 	wg   sync.WaitGroup
+}
+
+// waitUntil returns at run time at (false if ctx ended first): on the
+// clock's timer until spin before it, then in a precise sleep.
+func (r *run) waitUntil(ctx context.Context, timer clock.Timer, at time.Duration) bool {
+	for {
+		d := at - time.Duration(r.now())
+		if d <= 0 {
+			return ctx.Err() == nil
+		}
+		if d > r.spin {
+			timer.Reset(d - r.spin)
+			select {
+			case <-ctx.Done():
+				return false
+			case <-timer.C():
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		preciseSleep(d)
+	}
 }
 
 // open sends items at their intended times from one dispatcher goroutine.
@@ -111,14 +148,7 @@ func (r *run) open(ctx, reqCtx context.Context) {
 		if !ok {
 			return
 		}
-		if d := it.At - time.Duration(r.now()); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C():
-			}
-		} else if ctx.Err() != nil {
+		if !r.waitUntil(ctx, timer, it.At) {
 			return
 		}
 		select {

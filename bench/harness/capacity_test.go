@@ -1,0 +1,81 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/bench/benchtest"
+	"github.com/llmesh/llmesh/bench/workload"
+)
+
+// BenchmarkCapacity measures the harness's own capacity against the
+// minimal loopback target: each iteration is a 3-second open-loop run at a
+// fixed rate; the metrics are the achieved request and chunk rates and the
+// schedule lag. The harness keeps up when lag-p99-ms stays ≤ 1 and
+// completed equals sent.
+//
+//	go test -run '^$' -bench Capacity -benchtime 1x ./bench/harness/
+func BenchmarkCapacity(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		rate      float64
+		tokens    int
+		protocol  string
+		chunkWait time.Duration
+	}{
+		{"sse-short/rate=1000", 1000, 8, workload.ProtocolCompletions, 0},
+		{"sse-short/rate=2000", 2000, 8, workload.ProtocolCompletions, 0},
+		{"sse-short/rate=3000", 3000, 8, workload.ProtocolCompletions, 0},
+		{"sse-long/rate=200x500", 200, 500, workload.ProtocolCompletions, 0},
+		{"sse-long/rate=400x500", 400, 500, workload.ProtocolCompletions, 0},
+		{"grpc-short/rate=2000", 2000, 8, workload.ProtocolGRPC, 0},
+		{"grpc-long/rate=200x500", 200, 500, workload.ProtocolGRPC, 0},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			srv := benchtest.Start(b, benchtest.Config{ITL: tc.chunkWait})
+			target := srv.HTTPURL
+			if tc.protocol == workload.ProtocolGRPC {
+				target = srv.GRPCAddr
+			}
+			s, err := workload.Parse([]byte(fmt.Sprintf(`
+protocol: %s
+duration: 3s
+warmup: {duration: 500ms}
+arrival: {process: constant, rate: %g}
+classes: [{name: a, prompt_tokens: {value: 16}, output_tokens: {value: %d}}]`, tc.protocol, tc.rate, tc.tokens)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.Default()
+			w, err := workload.Compile(s, workload.CompileOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < b.N; i++ {
+				rep, recs, err := Run(context.Background(), Options{Workload: w, Target: target})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var chunks int
+				var first, last int64 = 1 << 62, 0
+				for _, r := range recs {
+					if r.Warmup {
+						continue
+					}
+					chunks += len(r.ChunkNS)
+					for _, c := range r.ChunkNS {
+						first, last = min(first, c), max(last, c)
+					}
+				}
+				b.ReportMetric(rep.AchievedRPS, "req/s")
+				b.ReportMetric(float64(chunks)/(float64(last-first)/1e9), "chunks/s")
+				b.ReportMetric(rep.ScheduleLagMs.P50, "lag-p50-ms")
+				b.ReportMetric(rep.ScheduleLagMs.P99, "lag-p99-ms")
+				b.ReportMetric(float64(rep.Completed)/float64(rep.NumPrompts), "completed-frac")
+				b.ReportMetric(rep.P99TTFTMs, "ttft-p99-ms")
+			}
+		})
+	}
+}
