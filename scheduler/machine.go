@@ -138,6 +138,10 @@ type preemptRecord struct {
 	at    time.Time
 }
 
+// maxTokens bounds a request's token counts so that sums and predictions
+// cannot overflow.
+const maxTokens = 1 << 31
+
 // preemptMemory is how long a preempted request's count is remembered while
 // waiting for its requeue.
 const preemptMemory = 10 * time.Minute
@@ -191,8 +195,8 @@ func (m *Machine) Arrive(now time.Time, req Request) (Ticket, error) {
 	if cl == nil {
 		cl = m.defClass
 	}
-	if req.PromptTokens < 0 || req.MaxTokens < 0 {
-		return 0, fmt.Errorf("%w: negative token count (prompt %d, max %d)", ErrRejected, req.PromptTokens, req.MaxTokens)
+	if req.PromptTokens < 0 || req.MaxTokens < 0 || req.PromptTokens > maxTokens || req.MaxTokens > maxTokens {
+		return 0, fmt.Errorf("%w: token counts (prompt %d, max %d) must be in [0, %d]", ErrRejected, req.PromptTokens, req.MaxTokens, maxTokens)
 	}
 	cost := req.PromptTokens + req.MaxTokens
 	if p.MaxInflightTokens > 0 && cost > p.MaxInflightTokens {

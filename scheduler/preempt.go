@@ -48,7 +48,7 @@ const forever = time.Duration(math.MaxInt64 / 4)
 
 func (m *Machine) prefillFor(p *pool, promptTokens int) time.Duration {
 	if m.cfg.PrefillPredictor != nil {
-		return max(0, m.cfg.PrefillPredictor(p.Name, promptTokens))
+		return min(forever, max(0, m.cfg.PrefillPredictor(p.Name, promptTokens)))
 	}
 	return p.prefill.value()
 }
@@ -63,6 +63,9 @@ func (m *Machine) remaining(now time.Time, p *pool, r *entry) time.Duration {
 		return forever
 	}
 	left := max(0, r.req.MaxTokens-r.tokens)
+	if left > 0 && speed > forever/time.Duration(left) {
+		return forever
+	}
 	rem := time.Duration(left) * speed
 	if !r.firstToken {
 		rem += max(0, m.prefillFor(p, r.req.PromptTokens)-now.Sub(r.admitted))
