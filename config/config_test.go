@@ -3,6 +3,7 @@ package config_test
 import (
 	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -400,5 +401,21 @@ func TestErrorCountBounded(t *testing.T) {
 	}
 	if len(es) != config.MaxErrors+1 || !strings.Contains(es[len(es)-1].Msg, "and more problems") {
 		t.Errorf("%d errors, last %v", len(es), es[len(es)-1])
+	}
+}
+
+// BenchmarkLoad measures parse → defaults → validate → compile of the
+// example mesh, the work done per file change.
+func BenchmarkLoad(b *testing.B) {
+	data, err := os.ReadFile("../examples/mesh.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := config.Load(data); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -206,4 +207,56 @@ func invalidErrs(h *watchHarness) []error {
 		}
 	}
 	return out
+}
+
+// TestWatcherFollowsConfigMapSwap mimics a Kubernetes config-map volume:
+// mesh.yaml → ..data/mesh.yaml, and an update atomically re-points the
+// ..data symlink at a new directory.
+func TestWatcherFollowsConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	version := func(n, content string) {
+		vd := filepath.Join(dir, "..v"+n)
+		if err := os.Mkdir(vd, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(vd, "mesh.yaml"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink("..v"+n, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("1", withInflight("8"))
+	path := filepath.Join(dir, "mesh.yaml")
+	if err := os.Symlink("..data/mesh.yaml", path); err != nil {
+		t.Fatal(err)
+	}
+	w, err := config.NewWatcher(path, config.WatchOptions{Debounce: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	n := 1
+	deadline := time.Now().Add(20 * time.Second)
+	for inflight(w.Config()) != 9 {
+		if time.Now().After(deadline) {
+			t.Fatal("config-map swap not picked up")
+		}
+		// Repeat the swap until the watch is surely established.
+		n++
+		version(fmt.Sprint(n), withInflight("9"))
+		time.Sleep(250 * time.Millisecond)
+	}
 }

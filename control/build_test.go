@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -145,4 +146,56 @@ func TestBuildShape(t *testing.T) {
 		}
 	}
 	_ = proto.Clone
+}
+
+func TestBuildRejectsArmPoolNameClash(t *testing.T) {
+	cfg, err := config.Load([]byte(`
+pools:
+  - {name: p, protocol: openai, endpoints: ["127.0.0.1:1"]}
+  - {name: p.arm-x, protocol: openai, endpoints: ["127.0.0.1:2"]}
+experiments:
+  - {name: e, pool: p, arms: [{name: x}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Build(cfg, BuildOptions{})
+	if err == nil || !strings.Contains(err.Error(), `experiment "e" arm "x" needs pool name "p.arm-x", which is already taken`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestHeadersKB(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want uint32
+	}{
+		{"{}", 60},
+		{"{http: [{header: x, max: 100000}]}", 98 + 60},
+		{"{grpc: [{metadata: x, field: 1, max: 1073741824}]}", 8192},
+	} {
+		cfg, err := config.Load([]byte("relocation: " + tc.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := headersKB(&cfg.Relocation); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.yaml, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkBuild measures turning the example mesh into Envoy resources
+// and a checked snapshot, the work done per config change.
+func BenchmarkBuild(b *testing.B) {
+	cfg := loadExample(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := Build(cfg, BuildOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := NewSnapshot("1-"+Hash(res), res); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -61,7 +61,14 @@ type nodeState struct {
 	cluster string
 	streams int
 	types   map[string]*TypeStatus
+	// seen is when the node last opened or used a stream, to forget the
+	// longest-gone disconnected nodes first.
+	seen time.Time
 }
+
+// maxNodes bounds the nodes remembered; beyond it disconnected nodes are
+// forgotten, oldest first, so churning proxies cannot grow memory forever.
+const maxNodes = 4096
 
 func newNodeTracker(clk clock.Clock) *nodeTracker {
 	return &nodeTracker{
@@ -120,7 +127,10 @@ func (t *nodeTracker) OnStreamRequest(id int64, req *discovery.DiscoveryRequest)
 			n = &core.Node{Id: "unknown"}
 		}
 		t.streams[id] = n
-		t.node(n.GetId(), n.GetCluster()).streams++
+		ns := t.node(n.GetId(), n.GetCluster())
+		ns.streams++
+		ns.seen = t.clk.Now()
+		t.prune()
 	}
 	if req.GetResponseNonce() == "" {
 		return nil // a subscription, not an answer
@@ -183,6 +193,28 @@ func (t *nodeTracker) OnStreamDeltaRequest(int64, *discovery.DeltaDiscoveryReque
 
 // OnStreamDeltaResponse implements serverv3.Callbacks.
 func (t *nodeTracker) OnStreamDeltaResponse(int64, *discovery.DeltaDiscoveryRequest, *discovery.DeltaDiscoveryResponse) {
+}
+
+// prune forgets disconnected nodes beyond maxNodes, least recently seen
+// first; t.mu is held.
+func (t *nodeTracker) prune() {
+	if len(t.nodes) <= maxNodes {
+		return
+	}
+	type gone struct {
+		id   string
+		seen time.Time
+	}
+	var idle []gone
+	for id, n := range t.nodes {
+		if n.streams == 0 {
+			idle = append(idle, gone{id, n.seen})
+		}
+	}
+	sort.Slice(idle, func(i, j int) bool { return idle[i].seen.Before(idle[j].seen) })
+	for i := 0; i < len(idle) && len(t.nodes) > maxNodes; i++ {
+		delete(t.nodes, idle[i].id)
+	}
 }
 
 // snapshot returns every node's status, sorted by node ID and type.
