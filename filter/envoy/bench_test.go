@@ -6,6 +6,8 @@ import (
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
 	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/filtertest"
 )
 
@@ -45,6 +47,34 @@ func BenchmarkEncodeData(b *testing.B) {
 			}
 			b.StopTimer()
 			s.Complete()
+		})
+	}
+}
+
+// BenchmarkObserveOnly is the filter core's share of BenchmarkEncodeData:
+// the same chunks fed straight into an observer, without the adapter.
+func BenchmarkObserveOnly(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		opts  filter.Options
+		chunk func() []byte
+	}{
+		{"sse", filter.Options{Protocol: filter.ProtocolSSE, MaxITLSamples: -1}, func() []byte { return []byte(sseChunks[0]) }},
+		{"grpc", filter.Options{Protocol: filter.ProtocolGRPC, GRPCMethod: filter.MethodLLMV1, MaxITLSamples: -1},
+			func() []byte { return grpcFrame(b, &llmv1.GenerateResponse{TokenIds: []uint32{42}, Text: "tok"}) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			o := filter.NewObserver(tc.opts)
+			chunk := tc.chunk()
+			clk := clock.Real{}
+			b.SetBytes(int64(len(chunk)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := o.Observe(clk.Now(), chunk); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

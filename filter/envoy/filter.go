@@ -18,6 +18,7 @@ import (
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
 	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/telemetry"
 )
 
 // streamFilter is the filter of one request. Envoy calls its callbacks on
@@ -259,6 +260,13 @@ func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (s
 	code, _ := h.Status()
 	f.obs.ResponseHeaders(now, code, headers{h})
 	f.observed = true
+	if f.cfg.Mesh.Telemetry.ServerTiming {
+		// Only the queue time is known now; gRPC gets the rest in trailers.
+		obs := f.obs.Observation()
+		if v := telemetry.ServerTiming(&obs); v != "" {
+			h.Add("server-timing", v)
+		}
+	}
 	if endStream {
 		f.obs.Trailers(now, headers{h})
 		f.finish(now, nil)
@@ -316,6 +324,12 @@ func (f *streamFilter) EncodeTrailers(h api.ResponseTrailerMap) (status api.Stat
 	now := f.clk.Now()
 	f.obs.Trailers(now, headers{h})
 	f.finish(now, nil)
+	if f.cfg.Mesh.Telemetry.ServerTiming {
+		obs := f.obs.Observation()
+		if v := telemetry.ServerTiming(&obs); v != "" {
+			h.Add("server-timing", v)
+		}
+	}
 	return api.Continue
 }
 

@@ -3,6 +3,7 @@ package envoy
 import (
 	"encoding/binary"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
@@ -177,4 +178,26 @@ func TestCancelWhileQueued(t *testing.T) {
 	noViolations(t, b)
 	noViolations(t, c)
 	want(t, "inflight", h.gauge(GaugeInflight), 0)
+}
+
+// TestServerTiming: with telemetry.server_timing the queue time goes out
+// in the response headers and the full timing in gRPC trailers.
+func TestServerTiming(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+testMesh("fifo", `, "telemetry": {"server_timing": true}`)+`}`, true)
+	s := h.stream(filtertest.Options{})
+	wantStatus(t, "DecodeHeaders", s.DecodeHeaders(grpcRequest(), true), api.Continue)
+	rh := filtertest.ResponseHeaders(200, "content-type", "application/grpc")
+	wantStatus(t, "EncodeHeaders", s.EncodeHeaders(rh, false), api.Continue)
+	if v := rh.Peek("server-timing"); !strings.HasPrefix(v, "queue;dur=") {
+		t.Errorf("response server-timing = %q, want the queue time", v)
+	}
+	s.EncodeData(grpcFrame(t, &llmv1.GenerateResponse{TokenIds: []uint32{1, 2}}), false)
+	s.EncodeData(grpcFrame(t, &llmv1.GenerateResponse{TokenIds: []uint32{3}, FinishReason: "length"}), false)
+	tr := filtertest.NewHeaders("grpc-status", "0")
+	wantStatus(t, "EncodeTrailers", s.EncodeTrailers(tr), api.Continue)
+	if v := tr.Peek("server-timing"); !strings.Contains(v, "ttft;dur=") || !strings.Contains(v, "tpot;dur=") {
+		t.Errorf("trailer server-timing = %q, want ttft and tpot", v)
+	}
+	s.Complete()
+	noViolations(t, s)
 }
