@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -29,6 +30,10 @@ type Options struct {
 	Fallback scheduler.Admitter
 	// Clock measures request age; nil means the real clock.
 	Clock clock.Clock
+	// Timeout bounds each attempt to connect to the service (mesh
+	// scheduler_service.timeout); while no connection is up, admissions
+	// fail over per FailOpen. 0 means 1s.
+	Timeout time.Duration
 	// DialOptions are added to the gRPC client's (plaintext by default).
 	DialOptions []grpc.DialOption
 }
@@ -53,7 +58,17 @@ func New(target string, opts Options) (*Client, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
-	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts.DialOptions...)
+	if opts.Timeout <= 0 {
+		opts.Timeout = time.Second
+	}
+	// Reconnect quickly after a service restart: backoff from 100ms to 1s.
+	dial := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: opts.Timeout,
+		}),
+	}, opts.DialOptions...)
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler client: %w", err)
