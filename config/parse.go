@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 )
@@ -212,7 +213,14 @@ func (s *strict) checkStruct(n *yaml.Node, t reflect.Type, path string) {
 	}
 }
 
+// fieldCache holds yamlFields results by type: the walk visits the same
+// few struct types up to maxNodes times.
+var fieldCache sync.Map // reflect.Type → map[string]reflect.StructField
+
 func yamlFields(t reflect.Type) map[string]reflect.StructField {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]reflect.StructField)
+	}
 	out := map[string]reflect.StructField{}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
@@ -222,6 +230,7 @@ func yamlFields(t reflect.Type) map[string]reflect.StructField {
 		}
 		out[name] = f
 	}
+	fieldCache.Store(t, out)
 	return out
 }
 
