@@ -21,7 +21,8 @@ var (
 	// compressed messages.
 	ErrCompressed = errors.New("relocate: compressed message refused")
 	// ErrEncoding: the first message is compressed with an encoding other
-	// than gzip (or flagged compressed without any encoding).
+	// than gzip (or flagged compressed without any encoding), or a JSON body
+	// has a Content-Encoding.
 	ErrEncoding = errors.New("relocate: unsupported grpc-encoding")
 )
 

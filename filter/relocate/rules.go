@@ -290,7 +290,8 @@ type HTTPPlan struct {
 
 // PlanHTTP picks the first rule whose path prefix and header match and whose
 // value passes the threshold; nil without error when nothing is to be
-// relocated.
+// relocated. A body with a Content-Encoding other than identity cannot be
+// rewritten (ErrEncoding).
 func (r *Relocator) PlanHTTP(path string, h Headers) (*HTTPPlan, error) {
 	if r == nil {
 		return nil, nil
@@ -312,6 +313,11 @@ func (r *Relocator) PlanHTTP(path string, h Headers) (*HTTPPlan, error) {
 		}
 		if len(vs[0]) > rule.Max {
 			return nil, &LimitError{Limit: rule.path + ".max", What: "header " + rule.Header, Size: int64(len(vs[0])), Max: int64(rule.Max)}
+		}
+		for _, ce := range h.Values("Content-Encoding") {
+			if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
+				return nil, fmt.Errorf("%w: the body has Content-Encoding %q; send it uncompressed to have header %s moved into it", ErrEncoding, ce, rule.Header)
+			}
 		}
 		p := &HTTPPlan{Rule: rule, Header: rule.Header, Value: vs[0], Field: rule.Field}
 		switch {

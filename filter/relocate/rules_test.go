@@ -121,6 +121,8 @@ func TestPlanHTTP(t *testing.T) {
 		{"/v2/completions", hdrs{"x-prompt": {"12345678"}}, false, "", false, false},
 		{"/v2/embeddings", hdrs{"x-input": {"x"}}, false, "input", true, false},
 		{"/v1/completions", hdrs{"x-prompt": {"12345678", "12345678"}}, false, "", false, true},
+		{"/v1/completions", hdrs{"x-prompt": {"12345678"}, "content-encoding": {"gzip"}}, false, "", false, true},
+		{"/v1/completions", hdrs{"x-prompt": {"12345678"}, "content-encoding": {"identity"}}, false, "prompt", true, false},
 	} {
 		p, err := r.PlanHTTP(tc.path, tc.h)
 		if (err != nil) != tc.wantError || (p != nil) != tc.wantPlan {
