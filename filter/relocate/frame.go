@@ -74,8 +74,8 @@ func (r *relocation) checkPrefix(h *[prefixLen]byte) (compressed bool, n int, er
 	// A compressed message is bounded by the same limit before decompression
 	// (gzip grows incompressible data by a few bytes per 32 KiB only) and
 	// again after it, in finishCompressed.
-	if compressed && n64 > int64(r.rule.MaxMessage) {
-		return false, 0, r.limit("compressed first message", n64)
+	if compressed && (n64 > int64(r.rule.MaxMessage) || r.overhead() > r.rule.MaxMessage) {
+		return false, 0, r.limit("compressed first message with the relocated value", n64+int64(r.overhead()))
 	}
 	if size := n64 + int64(r.overhead()); !compressed && size > int64(r.rule.MaxMessage) {
 		return false, 0, r.limit("first message with the relocated value", size)
