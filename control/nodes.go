@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -44,6 +45,7 @@ type NodeStatus struct {
 // server's stream goroutines.
 type nodeTracker struct {
 	clk clock.Clock
+	log *slog.Logger
 
 	mu sync.Mutex
 	// streams maps a stream to its node: Envoy sends the node only on the
@@ -70,9 +72,13 @@ type nodeState struct {
 // forgotten, oldest first, so churning proxies cannot grow memory forever.
 const maxNodes = 4096
 
-func newNodeTracker(clk clock.Clock) *nodeTracker {
+func newNodeTracker(clk clock.Clock, log *slog.Logger) *nodeTracker {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &nodeTracker{
 		clk:     clk,
+		log:     log,
 		streams: map[int64]*core.Node{},
 		nonces:  map[int64]map[string]string{},
 		nodes:   map[string]*nodeState{},
@@ -141,6 +147,8 @@ func (t *nodeTracker) OnStreamRequest(id int64, req *discovery.DiscoveryRequest)
 		t.nacks++
 		st.Nacked = t.nonces[id][req.GetResponseNonce()]
 		st.Error = d.GetMessage()
+		t.log.Warn("node rejected a snapshot (NACK)", "node", n.GetId(), "type", req.GetTypeUrl(),
+			"version", st.Nacked, "error", d.GetMessage())
 		return nil
 	}
 	st.Acked = req.GetVersionInfo()

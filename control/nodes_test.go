@@ -15,7 +15,7 @@ import (
 
 func TestNodeTrackerAckNackCycle(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1000, 0))
-	tr := newNodeTracker(clk)
+	tr := newNodeTracker(clk, nil)
 	const typ = "type.googleapis.com/envoy.config.listener.v3.Listener"
 	node := &core.Node{Id: "n1", Cluster: "c"}
 	send := func(v, nonce string) {
@@ -47,7 +47,7 @@ func TestNodeTrackerAckNackCycle(t *testing.T) {
 
 func TestNodeTrackerForgetsOldDisconnectedNodes(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1000, 0))
-	tr := newNodeTracker(clk)
+	tr := newNodeTracker(clk, nil)
 	for i := 0; i < maxNodes+10; i++ {
 		clk.Advance(time.Second)
 		id := int64(i)

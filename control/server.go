@@ -19,6 +19,7 @@ import (
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	xdslog "github.com/envoyproxy/go-control-plane/pkg/log"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -91,8 +92,8 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		opts:      opts,
 		log:       log,
-		cache:     cache.NewSnapshotCache(true, meshNode{}, nil),
-		nodes:     newNodeTracker(opts.Clock),
+		cache:     cache.NewSnapshotCache(true, meshNode{}, xdsLogger(log)),
+		nodes:     newNodeTracker(opts.Clock, log),
 		overrides: map[string]string{},
 	}
 	w, err := config.NewWatcher(opts.ConfigPath, config.WatchOptions{
@@ -286,4 +287,13 @@ func (s *Server) Serve(ctx context.Context, xdsLn, adminLn net.Listener) error {
 	}
 	wg.Wait()
 	return err
+}
+
+// xdsLogger routes go-control-plane's warnings and errors to log (its
+// debug and info lines are per-request noise).
+func xdsLogger(log *slog.Logger) xdslog.Logger {
+	return xdslog.LoggerFuncs{
+		WarnFunc:  func(f string, a ...any) { log.Warn("xds: " + fmt.Sprintf(f, a...)) },
+		ErrorFunc: func(f string, a ...any) { log.Error("xds: " + fmt.Sprintf(f, a...)) },
+	}
 }
