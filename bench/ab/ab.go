@@ -1,0 +1,174 @@
+// Package ab compares two targets (say, two scheduling policies) on one
+// workload: runs alternate A B A B … for N repeats, each pair with the same
+// seed, and per-class differences come with bootstrap 95% confidence
+// intervals and a verdict.
+package ab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/llmesh/llmesh/bench/harness"
+	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/workload"
+)
+
+// Target supplies one arm's endpoint.
+type Target interface {
+	// Name labels the arm in reports.
+	Name() string
+	// Acquire returns the endpoint for one run and a release function
+	// called after it. An implementation may start a fresh engine and
+	// proxy per run (the embedded mode) or return a fixed address.
+	Acquire(ctx context.Context) (endpoint string, release func(), err error)
+}
+
+// URL is a Target at a fixed address.
+type URL struct {
+	Label    string
+	Endpoint string
+}
+
+// Name returns the label, or the endpoint when there is none.
+func (u URL) Name() string {
+	if u.Label != "" {
+		return u.Label
+	}
+	return u.Endpoint
+}
+
+// Acquire returns the endpoint; release does nothing.
+func (u URL) Acquire(context.Context) (string, func(), error) { return u.Endpoint, func() {}, nil }
+
+// Func is a Target backed by a function, for embedded setups: Start brings
+// up whatever serves the arm and returns its endpoint and a stop function.
+type Func struct {
+	Label string
+	Start func(ctx context.Context) (endpoint string, stop func(), err error)
+}
+
+// Name returns the label.
+func (f Func) Name() string { return f.Label }
+
+// Acquire calls Start.
+func (f Func) Acquire(ctx context.Context) (string, func(), error) {
+	if f.Start == nil {
+		return "", nil, fmt.Errorf("target %q: no Start function", f.Label)
+	}
+	return f.Start(ctx)
+}
+
+var (
+	_ Target = URL{}
+	_ Target = Func{}
+)
+
+// Options configure Compare.
+type Options struct {
+	// Workload is run against both arms; required.
+	Workload *workload.Workload
+	// A is the baseline, B the candidate; both required.
+	A, B Target
+	// Repeats is the number of A-B pairs; default 3. Pair i runs with seed
+	// Spec.Seed+i on both arms.
+	Repeats int
+	// Resamples is the number of bootstrap resamples; default 1000.
+	Resamples int
+	// Progress, when a terminal, shows live progress of each run.
+	Progress io.Writer
+	// Log, when not nil, gets one line per finished run.
+	Log io.Writer
+	// Run performs one run; nil means harness.Run. Tests and embedded
+	// setups may wrap it.
+	Run func(context.Context, harness.Options) (*result.Report, []result.Record, error)
+}
+
+// Run is one arm's run.
+type Run struct {
+	Arm    string         `json:"arm"`
+	Repeat int            `json:"repeat"`
+	Seed   int64          `json:"seed"`
+	Report *result.Report `json:"report"`
+}
+
+// Result is the comparison.
+type Result struct {
+	Workload string `json:"workload"`
+	A        string `json:"a"`
+	B        string `json:"b"`
+	Repeats  int    `json:"repeats"`
+	// Classes holds per-class deltas (B relative to A).
+	Classes map[string][]Delta `json:"classes"`
+	// Verdict is the one-line summary: B better / worse / mixed / no
+	// significant difference.
+	Verdict string `json:"verdict"`
+	Runs    []Run  `json:"runs"`
+	// Valid is false when any run was invalid (see the runs' reasons).
+	Valid bool `json:"valid"`
+}
+
+// Compare runs the A/B experiment. When ctx ends early it returns what
+// finished, with the error.
+func Compare(ctx context.Context, o Options) (*Result, error) {
+	if o.Workload == nil || o.A == nil || o.B == nil {
+		return nil, errors.New("ab: Workload, A and B are required")
+	}
+	if o.Repeats <= 0 {
+		o.Repeats = 3
+	}
+	if o.Resamples <= 0 {
+		o.Resamples = 1000
+	}
+	run := o.Run
+	if run == nil {
+		run = harness.Run
+	}
+	res := &Result{Workload: o.Workload.Spec.Name, A: o.A.Name(), B: o.B.Name(), Repeats: o.Repeats, Valid: true}
+	samples := map[string]*armSamples{"A": newArmSamples(), "B": newArmSamples()}
+	var runErr error
+	for i := 0; i < o.Repeats && runErr == nil; i++ {
+		w := *o.Workload
+		w.Spec.Seed = o.Workload.Spec.Seed + int64(i)
+		for _, arm := range []struct {
+			key string
+			t   Target
+		}{{"A", o.A}, {"B", o.B}} {
+			rep, recs, err := runArm(ctx, run, arm.t, &w, o.Progress)
+			if rep != nil {
+				res.Runs = append(res.Runs, Run{Arm: arm.key, Repeat: i, Seed: w.Spec.Seed, Report: rep})
+				samples[arm.key].add(recs, rep, o.Workload)
+				if !rep.Valid {
+					res.Valid = false
+				}
+				if o.Log != nil {
+					fmt.Fprintf(o.Log, "ab: repeat %d arm %s (%s): %d ok, %d failed, %s\n", i+1, arm.key, arm.t.Name(), rep.Completed, rep.Failed, validity(rep))
+				}
+			}
+			if err != nil {
+				runErr = fmt.Errorf("repeat %d arm %s (%s): %w", i+1, arm.key, arm.t.Name(), err)
+				break
+			}
+		}
+	}
+	res.Classes = deltas(samples["A"], samples["B"], o.Workload, o.Resamples)
+	res.Verdict = verdict(res)
+	return res, runErr
+}
+
+func validity(rep *result.Report) string {
+	if rep.Valid {
+		return "valid"
+	}
+	return fmt.Sprintf("INVALID %v", rep.InvalidReasons)
+}
+
+func runArm(ctx context.Context, run func(context.Context, harness.Options) (*result.Report, []result.Record, error), t Target, w *workload.Workload, progress io.Writer) (*result.Report, []result.Record, error) {
+	ep, release, err := t.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting target: %w", err)
+	}
+	defer release()
+	return run(ctx, harness.Options{Workload: w, Target: ep, Label: t.Name(), Policy: t.Name(), Progress: progress})
+}

@@ -1,0 +1,78 @@
+package ab
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteJSON writes the result as indented JSON.
+func WriteJSON(w io.Writer, r *Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func classOrder(r *Result) []string {
+	var names []string
+	for n := range r.Classes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func cell(d Delta) []string {
+	pct := ""
+	if d.A != 0 {
+		pct = fmt.Sprintf(" (%+.1f%%)", d.DiffPct)
+	}
+	return []string{d.Metric, num(d.A), num(d.B), num(d.Diff) + pct, "[" + num(d.CILow) + ", " + num(d.CIHigh) + "]", d.Verdict}
+}
+
+func num(v float64) string {
+	switch a := max(v, -v); {
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.4f", v)
+}
+
+// Table writes the terminal comparison.
+func Table(w io.Writer, r *Result) error {
+	fmt.Fprintf(w, "A/B on %s: A = %s, B = %s, %d repeats interleaved A B A B …\n", r.Workload, r.A, r.B, r.Repeats)
+	if !r.Valid {
+		fmt.Fprintln(w, "WARNING: at least one run was invalid; see the runs in the JSON output")
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "class\tmetric\tA\tB\tB − A\t95% CI\tverdict")
+	for _, c := range classOrder(r) {
+		for _, d := range r.Classes[c] {
+			fmt.Fprintln(tw, c+"\t"+strings.Join(cell(d), "\t"))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, r.Verdict)
+	return err
+}
+
+// Markdown writes the comparison as a Markdown section.
+func Markdown(w io.Writer, r *Result) error {
+	fmt.Fprintf(w, "## A/B: %s — A = %s, B = %s (%d repeats)\n\n", r.Workload, r.A, r.B, r.Repeats)
+	fmt.Fprintln(w, "| class | metric | A | B | B − A | 95% CI | verdict |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---|")
+	for _, c := range classOrder(r) {
+		for _, d := range r.Classes[c] {
+			fmt.Fprintf(w, "| %s | %s |\n", c, strings.Join(cell(d), " | "))
+		}
+	}
+	_, err := fmt.Fprintf(w, "\n**%s**\n", r.Verdict)
+	return err
+}
