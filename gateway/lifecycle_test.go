@@ -1,0 +1,192 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/scheduler"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// errAdmitter refuses every request with err.
+type errAdmitter struct{ err error }
+
+func (a errAdmitter) Admit(context.Context, scheduler.Request) (scheduler.Lease, error) {
+	return nil, a.err
+}
+
+func TestAdmissionErrorMappingHTTPAndGRPC(t *testing.T) {
+	up := httptest.NewServer(sseUpstream(1, 0))
+	defer up.Close()
+	gup := startGRPC(t, &genServer{n: 1})
+	for _, tc := range []struct {
+		err        error
+		httpStatus int
+		code       codes.Code
+		pushback   bool
+	}{
+		{fmt.Errorf("%w: interactive at 256", scheduler.ErrQueueFull), 429, codes.ResourceExhausted, false},
+		{fmt.Errorf("%w: max wait 10s passed", scheduler.ErrRejected), 503, codes.Unavailable, true},
+		{fmt.Errorf("%w: dial: refused", scheduler.ErrUnavailable), 503, codes.Unavailable, true},
+	} {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			_, gw := startGateway(t, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}, {Name: "g", Protocol: GRPC, Upstream: gup}}},
+				WithAdmitter(errAdmitter{tc.err}))
+			res := post(t, context.Background(), gw+"/v1/completions", `{"prompt":"x","stream":true}`)
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.httpStatus || res.Header.Get("Retry-After") != "1" || !strings.Contains(string(b), tc.err.Error()) {
+				t.Errorf("HTTP: %d Retry-After=%q %s", res.StatusCode, res.Header.Get("Retry-After"), b)
+			}
+			var md metadata.MD
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			st, err := grpcClient(t, gw).Generate(ctx, &llmv1.GenerateRequest{Prompt: "x"}, grpc.Trailer(&md))
+			if err == nil {
+				_, err = st.Recv()
+				md = st.Trailer()
+			}
+			if status.Code(err) != tc.code {
+				t.Errorf("gRPC: %v, want %v", err, tc.code)
+			}
+			if got := len(md.Get("grpc-retry-pushback-ms")) == 1; got != tc.pushback {
+				t.Errorf("gRPC pushback present=%v, want %v (%v)", got, tc.pushback, md)
+			}
+		})
+	}
+}
+
+func TestClientCancelReleasesOnce(t *testing.T) {
+	started := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; ; i++ {
+			if _, err := io.WriteString(w, `data: {"choices":[{"text":"a"}]}`+"\n\n"); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			if i == 0 {
+				close(started)
+			}
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}))
+	defer up.Close()
+	adm := &ctlAdmitter{}
+	rec := newRecorder()
+	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}}, WithAdmitter(adm), WithRecorder(rec))
+	ctx, cancel := context.WithCancel(context.Background())
+	res := post(t, ctx, gw+"/v1/completions", `{"prompt":"x","stream":true}`)
+	<-started
+	buf := make([]byte, 16)
+	_, _ = res.Body.Read(buf)
+	cancel()
+	res.Body.Close()
+	r := rec.next(t)
+	if r.Outcome != scheduler.Cancelled {
+		t.Errorf("outcome %v, want cancelled", r.Outcome)
+	}
+	_, released := adm.snapshot()
+	if diff := cmp.Diff(map[scheduler.Outcome]int{scheduler.Cancelled: 1}, released); diff != "" {
+		t.Errorf("releases (-want +got):\n%s", diff)
+	}
+}
+
+func TestGracefulShutdownDrainsInFlight(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, `data: {"choices":[{"text":"a"}]}`+"\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		_, _ = io.WriteString(w, `data: {"choices":[{"text":"b"}]}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer up.Close()
+	g, err := New(Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, ln, 20*time.Second) }()
+	base := "http://" + ln.Addr().String()
+	res := post(t, context.Background(), base+"/v1/completions", `{"prompt":"x","stream":true}`)
+	defer res.Body.Close()
+	buf := make([]byte, 8)
+	if _, err := res.Body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	cancel() // start draining with the stream in flight
+	// New connections are refused once the listener is closed.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("listener still accepting after shutdown began")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(release)
+	rest, err := io.ReadAll(res.Body)
+	if err != nil || !strings.Contains(string(rest), "[DONE]") {
+		t.Fatalf("in-flight stream cut by shutdown: %q %v", rest, err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
+func TestHopByHopHeadersDropped(t *testing.T) {
+	seen := make(chan http.Header, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("X-Engine", "sim")
+		_, _ = io.WriteString(w, "{}")
+	}))
+	defer up.Close()
+	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}})
+	req := mustReq(context.Background(), gw+"/v1/completions", `{}`)
+	req.Header.Set("Connection", "X-Secret")
+	req.Header.Set("X-Secret", "1")
+	req.Header.Set("Proxy-Authorization", "p")
+	req.Header.Set("X-Keep", "yes")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	h := <-seen
+	if h.Get("X-Secret") != "" || h.Get("Proxy-Authorization") != "" || h.Get("X-Keep") != "yes" {
+		t.Errorf("upstream request headers %v", h)
+	}
+	if res.Header.Get("Keep-Alive") != "" || res.Header.Get("X-Engine") != "sim" {
+		t.Errorf("response headers %v", res.Header)
+	}
+}
