@@ -186,6 +186,10 @@ type Observation struct {
 	Complete bool
 	// ResponseBytes counts body bytes fed to the observer.
 	ResponseBytes int64
+	// ContentEncoding is set when the HTTP body was compressed (gzip, br…):
+	// it is then only counted (Protocol is ProtocolRaw), not parsed. Hosts
+	// avoid this by asking upstreams for identity encoding.
+	ContentEncoding string
 
 	// HTTPStatus is the response status (0 when no response arrived).
 	HTTPStatus int

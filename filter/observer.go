@@ -167,6 +167,14 @@ func (o *Observer) ResponseHeaders(t time.Time, status int, h Headers) {
 		o.proto = protocolOf(h.Get("content-type"))
 		o.obs.Protocol = o.proto
 	}
+	if enc := strings.TrimSpace(h.Get("content-encoding")); enc != "" && !strings.EqualFold(enc, "identity") && o.proto != ProtocolGRPC {
+		// A compressed HTTP body cannot be parsed without decompressing it;
+		// hosts should ask upstreams for identity encoding. The bytes are
+		// still counted.
+		o.proto = ProtocolRaw
+		o.obs.Protocol = ProtocolRaw
+		o.obs.ContentEncoding = enc
+	}
 	if status >= 400 {
 		o.SetError(ErrorHTTPStatus, "upstream HTTP status "+strconv.Itoa(status))
 	}

@@ -273,3 +273,16 @@ func TestStopsAfterTooLargeFollowingMalformed(t *testing.T) {
 		t.Error("observer not stopped")
 	}
 }
+
+func TestCompressedHTTPBodyIsCountedNotParsed(t *testing.T) {
+	o := NewObserver(Options{})
+	o.ResponseHeaders(at(1), 200, MapHeaders{"content-type": "text/event-stream", "content-encoding": "gzip"})
+	if err := o.Observe(at(2), []byte{0x1f, 0x8b, 8, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	o.Finish(at(3), nil)
+	got := o.Observation()
+	if got.Protocol != ProtocolRaw || got.ContentEncoding != "gzip" || !got.OK() || got.ResponseBytes != 6 {
+		t.Errorf("got %+v", got)
+	}
+}
