@@ -13,8 +13,9 @@
 // http.Server.MaxHeaderBytes bounds what net/http reads and is what HTTP/2
 // advertises as SETTINGS_MAX_HEADER_LIST_SIZE (grpc-go clients check it
 // before sending). Set it to at least the largest relocation max (the
-// compiled mesh config's Relocation.MaxValue()) plus room for the other
-// headers.
+// compiled mesh config's Relocation.MaxValue(); 4/3 of it for "-bin" keys,
+// which travel as base64) plus room for the other headers; net/http's
+// default is 1 MiB.
 //
 // The middleware starts no goroutines. Its Relocator is swapped atomically
 // (SetRelocator) when the configuration changes; each request uses the one
