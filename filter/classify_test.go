@@ -158,3 +158,26 @@ classification:
 		t.Error("nil config accepted")
 	}
 }
+
+// FuzzClassify: any header values from an untrusted peer never select a
+// class through the priority header, and classification never panics.
+func FuzzClassify(f *testing.F) {
+	f.Add("interactive", "Bearer sk-gold", "acme", "/v1/completions", "tiny", "")
+	f.Add("-5", "bearer ", "", "", "", "s3cret")
+	f.Add("99999999999999999999", "Bearer sha256:00", "bulk-co", "/", "chat-fast", "s3cre")
+	f.Fuzz(func(t *testing.T, claim, auth, tenant, path, model, marker string) {
+		c := testClassifier(t)
+		h := MapHeaders{"x-llmesh-class": claim, "authorization": auth, "x-tenant-id": tenant, "x-llmesh-trusted": marker}
+		got := c.Classify(RequestInfo{Path: path, Model: model, Peer: netip.MustParseAddr("192.0.2.7"), Headers: h})
+		if got.Source == SourceHeader && marker != "s3cret" {
+			t.Fatalf("untrusted peer picked %s via the header (%s)", got.Name, got.Reason)
+		}
+		if _, ok := c.Class(got.Name); !ok {
+			t.Fatalf("unknown class %q", got.Name)
+		}
+		others := claim + "\x00" + tenant + "\x00" + path + "\x00" + model
+		if len(auth) > 8 && strings.Contains(got.Reason, auth) && !strings.Contains(others, auth) {
+			t.Fatalf("reason leaks the API key: %q", got.Reason)
+		}
+	})
+}
