@@ -91,6 +91,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		lease, err := g.admitter.Admit(r.Context(), x.sreq)
 		if err != nil {
 			x.termErr = err
+			x.outcome = scheduler.Failed
+			if errors.Is(err, scheduler.ErrCancelled) {
+				x.outcome = scheduler.Cancelled
+			} else {
+				x.obs.refused(err)
+			}
 			status, typ, code := admitFailure(err)
 			g.fail(w, grpcReq, status, typ, code, err.Error(), retryAfter)
 			return
@@ -190,6 +196,9 @@ func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error
 		}
 		return // client gone
 	case isAdmitErr(err):
+		if x != nil {
+			x.obs.refused(err)
+		}
 		status, typ, code := admitFailure(err)
 		g.fail(w, grpcReq, status, typ, code, err.Error(), retryAfter)
 	case errors.Is(err, ErrUpstreamStalled):

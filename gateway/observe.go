@@ -35,7 +35,17 @@ func (g *Gateway) newMeter(x *exchange, r *http.Request) *meter {
 }
 
 func (m *meter) admitted(t time.Time)     { m.o.MarkAdmitted(t) }
-func (m *meter) upstreamSent(t time.Time) { m.o.MarkUpstreamSent(t) }
+// upstreamSent marks the send of an attempt. Only attempts before the
+// first token count: upstream TTFT is measured to the first token the
+// client got, so a continuation's send must not move its start.
+func (m *meter) upstreamSent(t time.Time) {
+	if !m.o.Progress().FirstToken {
+		m.o.MarkUpstreamSent(t)
+	}
+}
+
+// refused records that the gateway answered the request itself.
+func (m *meter) refused(err error) { m.o.SetError(filter.ErrorHTTPStatus, err.Error()) }
 
 func (m *meter) responseHeaders(res *http.Response, t time.Time) {
 	m.o.ResponseHeaders(t, res.StatusCode, res.Header)

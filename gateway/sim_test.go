@@ -64,6 +64,9 @@ func TestSpliceAgainstSim(t *testing.T) {
 			if !r.OK() || r.OutputTokens != 16 || r.Preemptions != 2 {
 				t.Errorf("record ok=%v (%q) tokens=%d preemptions=%d", r.OK(), r.Error, r.OutputTokens, r.Preemptions)
 			}
+			if r.UpstreamTTFT <= 0 || r.UpstreamTTFT > r.TTFT {
+				t.Errorf("upstream TTFT %v (TTFT %v): must be measured from the first attempt", r.UpstreamTTFT, r.TTFT)
+			}
 		})
 	}
 }
