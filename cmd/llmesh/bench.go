@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -319,4 +320,11 @@ func runBenchReport(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("%s: %w", files[0], err)
 	}
 	return out.emit(rep, stdout)
+}
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/llmesh/llmesh/bench/ab"
+	"github.com/llmesh/llmesh/bench/harness"
+	"github.com/llmesh/llmesh/bench/sweep"
+)
+
+var (
+	_ = addBenchCommand(command{name: "ab", summary: "A/B two targets (A B A B …) with bootstrap CIs and a verdict", run: runBenchAB})
+	_ = addBenchCommand(command{name: "sweep", summary: "sweep rates to find each class's SLO knee and max goodput", run: runBenchSweep})
+)
+
+// abTargetResolvers turn "--a SCHEME:ARG" into an ab.Target; a bare URL or
+// host:port is a fixed endpoint. An embedded mode (start sim + gateway with
+// a given mesh config per run) registers itself from its own file with
+// one line:
+//
+//	var _ = addABTargetResolver("embedded", func(arg string) (ab.Target, error) { … })
+var abTargetResolvers = map[string]func(arg string) (ab.Target, error){}
+
+// addABTargetResolver registers a resolver for scheme; duplicates panic.
+func addABTargetResolver(scheme string, f func(arg string) (ab.Target, error)) bool {
+	if _, dup := abTargetResolvers[scheme]; dup {
+		panic("llmesh: duplicate bench ab target scheme " + scheme)
+	}
+	abTargetResolvers[scheme] = f
+	return true
+}
+
+func resolveABTarget(flagName, spec, label string) (ab.Target, error) {
+	if spec == "" {
+		return nil, fmt.Errorf("--%s: required", flagName)
+	}
+	if scheme, arg, ok := strings.Cut(spec, ":"); ok {
+		if f := abTargetResolvers[scheme]; f != nil {
+			t, err := f(arg)
+			if err != nil {
+				return nil, fmt.Errorf("--%s: %w", flagName, err)
+			}
+			return t, nil
+		}
+	}
+	if label == "" {
+		label = spec
+	}
+	return ab.URL{Label: label, Endpoint: spec}, nil
+}
+
+func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("llmesh bench ab", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		wf                 workloadFlags
+		a, b, aName, bName string
+		jsonOut, mdOut     string
+		repeats, resamples int
+		quiet              bool
+	)
+	wf.register(fs)
+	fs.StringVar(&a, "a", "", "baseline target: URL, host:port, or SCHEME:ARG of a registered embedded mode (required)")
+	fs.StringVar(&b, "b", "", "candidate target, same forms as --a (required)")
+	fs.StringVar(&aName, "a-name", "", "label of A (for example the policy name)")
+	fs.StringVar(&bName, "b-name", "", "label of B")
+	fs.IntVar(&repeats, "repeats", 3, "number of A-B pairs; pair i uses seed+i on both arms")
+	fs.IntVar(&resamples, "resamples", 1000, "bootstrap resamples")
+	fs.StringVar(&jsonOut, "json", "", "write the comparison (with every run's report) as JSON to `FILE` (- for stdout)")
+	fs.StringVar(&mdOut, "markdown", "", "write the comparison as Markdown to `FILE`")
+	fs.BoolVar(&quiet, "quiet", false, "no live progress")
+	if err := fs.Parse(args); err != nil {
+		return withExitCode(harness.ExitUsage, err)
+	}
+	var errs []error
+	ta, err := resolveABTarget("a", a, aName)
+	errs = append(errs, err)
+	tb, err := resolveABTarget("b", b, bName)
+	errs = append(errs, err)
+	if repeats <= 0 || repeats > 1000 {
+		errs = append(errs, fmt.Errorf("--repeats: %d must be in [1, 1000]", repeats))
+	}
+	if resamples < 100 || resamples > 100000 {
+		errs = append(errs, fmt.Errorf("--resamples: %d must be in [100, 100000]", resamples))
+	}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	w, err := wf.load(fs)
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return withExitCode(harness.ExitUsage, err)
+	}
+	o := ab.Options{Workload: w, A: ta, B: tb, Repeats: repeats, Resamples: resamples, Log: stderr}
+	if !quiet {
+		o.Progress = stderr
+	}
+	res, runErr := ab.Compare(ctx, o)
+	if res == nil {
+		return runErr
+	}
+	var outErrs []error
+	if jsonOut != "-" {
+		outErrs = append(outErrs, ab.Table(stdout, res))
+	}
+	if jsonOut != "" {
+		outErrs = append(outErrs, writeFile(jsonOut, stdout, func(w io.Writer) error { return ab.WriteJSON(w, res) }))
+	}
+	if mdOut != "" {
+		outErrs = append(outErrs, writeFile(mdOut, stdout, func(w io.Writer) error { return ab.Markdown(w, res) }))
+	}
+	return errors.Join(runErr, errors.Join(outErrs...))
+}
+
+func runBenchSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("llmesh bench sweep", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		wf                     workloadFlags
+		target, rates, jsonOut string
+		quiet                  bool
+	)
+	wf.register(fs)
+	fs.StringVar(&target, "target", "", "endpoint (required)")
+	fs.StringVar(&rates, "rates", "", "comma-separated offered loads: req/s (open loop), clients (closed loop) or speed-ups (trace) (required)")
+	fs.StringVar(&jsonOut, "json", "", "write the sweep (with every run's report) as JSON to `FILE` (- for stdout)")
+	fs.BoolVar(&quiet, "quiet", false, "no live progress")
+	if err := fs.Parse(args); err != nil {
+		return withExitCode(harness.ExitUsage, err)
+	}
+	var errs []error
+	if target == "" {
+		errs = append(errs, errors.New("--target: required"))
+	}
+	var rs []float64
+	if rates == "" {
+		errs = append(errs, errors.New("--rates: required"))
+	}
+	for i, f := range strings.Split(rates, ",") {
+		if rates == "" {
+			break
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0) {
+			errs = append(errs, fmt.Errorf("--rates[%d]: %q is not a positive number", i, f))
+			continue
+		}
+		rs = append(rs, v)
+	}
+	w, err := wf.load(fs)
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return withExitCode(harness.ExitUsage, err)
+	}
+	o := sweep.Options{Workload: w, Target: target, Rates: rs, Log: stderr}
+	if !quiet {
+		o.Progress = stderr
+	}
+	res, runErr := sweep.Sweep(ctx, o)
+	if res == nil {
+		return runErr
+	}
+	var outErrs []error
+	if jsonOut != "-" {
+		outErrs = append(outErrs, sweep.Table(stdout, res))
+	}
+	if jsonOut != "" {
+		outErrs = append(outErrs, writeFile(jsonOut, stdout, func(w io.Writer) error { return writeJSON(w, res) }))
+	}
+	return errors.Join(runErr, errors.Join(outErrs...))
+}
