@@ -47,6 +47,7 @@ func TestRegistry(t *testing.T) {
 func TestConformance(t *testing.T) {
 	for _, p := range policy.All() {
 		t.Run(p.Name(), func(t *testing.T) {
+			t.Parallel()
 			t.Run("StrictOrder", func(t *testing.T) { strictOrder(t, p) })
 			t.Run("FIFOWithinClass", func(t *testing.T) { fifoWithinClass(t, p) })
 			t.Run("AgingBound", func(t *testing.T) { agingBound(t, p) })
