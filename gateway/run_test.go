@@ -197,3 +197,34 @@ func TestRunMeshConfigReload(t *testing.T) {
 		t.Errorf("after an invalid change: %q, want the last good config (pool b)", got)
 	}
 }
+
+func TestRunMeshRelocatesOversizedHeaderPrompt(t *testing.T) {
+	got := make(chan string, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- string(b) + "|" + r.Header.Get("X-Prompt-Raw")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"text":"ok"}]}`)
+	}))
+	defer up.Close()
+	mesh := strings.Replace(strings.ReplaceAll(meshTmpl, "POOL", "a"), "[A]", "["+strings.TrimPrefix(up.URL, "http://")+"]", 1)
+	mesh = strings.Replace(mesh, "[B]", "[127.0.0.1:1]", 1)
+	mesh += "relocation:\n  http:\n    - {header: x-prompt-raw, field: prompt, threshold: 16, max: 4096}\n"
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(path, []byte(mesh), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	prompt := strings.TrimSpace(strings.Repeat("long prompt ", 10))
+	req := mustReq(context.Background(), data+"/v1/completions", `{"model":"m"}`)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Prompt-Raw", prompt)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if s := <-got; !strings.Contains(s, `"prompt":"`+prompt+`"`) || strings.HasSuffix(s, prompt) {
+		t.Errorf("upstream got %q, want the prompt moved from the header into the body", s)
+	}
+}
