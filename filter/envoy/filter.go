@@ -245,7 +245,17 @@ func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status 
 	return f.relocateBody(b, endStream)
 }
 
-func (f *streamFilter) DecodeTrailers(api.RequestTrailerMap) api.StatusType { return api.Continue }
+// DecodeTrailers refuses request trailers on a JSON body being relocated:
+// Envoy would hand the buffered body on before the rewrite (OpenAI clients
+// never send request trailers).
+func (f *streamFilter) DecodeTrailers(api.RequestTrailerMap) (status api.StatusType) {
+	defer f.recoverCallback(f.cb.DecoderFilterCallbacks(), &status)
+	if f.httpPlan != nil {
+		f.httpPlan, f.decoding = nil, false
+		return f.relocationFailed(f.cb.DecoderFilterCallbacks(), errTrailers)
+	}
+	return api.Continue
+}
 
 func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)

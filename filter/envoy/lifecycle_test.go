@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"encoding/binary"
-	"os"
 	"strings"
 	"testing"
 
@@ -17,7 +16,6 @@ import (
 func TestMain(m *testing.M) {
 	filtertest.InstallCAPI()
 	goleak.VerifyTestMain(m)
-	os.Exit(0)
 }
 
 func grpcFrame(t testing.TB, m proto.Message) []byte {

@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
@@ -58,14 +59,17 @@ func (f *streamFilter) planRelocation(h api.RequestHeaderMap, hv headers, endStr
 	return true, api.StopAndBuffer
 }
 
-var errNoBody = errors.New("relocate: malformed body: the request has no body to carry the relocated prompt")
+var (
+	errNoBody   = errors.New("the request has no body to carry the relocated prompt")
+	errTrailers = errors.New("request trailers cannot follow a JSON body whose prompt is relocated")
+)
 
 func (f *streamFilter) onRelocated(kind string, n int) { f.m.relocated.Increment(1) }
 
 func (f *streamFilter) relocationFailed(cb api.FilterProcessCallbacks, err error) api.StatusType {
 	f.m.relocationErrors.Increment(1)
-	if errors.Is(err, errNoBody) {
-		err = errors.Join(relocate.ErrMalformed, err)
+	if errors.Is(err, errNoBody) || errors.Is(err, errTrailers) {
+		err = fmt.Errorf("%w: %w", relocate.ErrMalformed, err)
 	}
 	f.finishOnPanic() // releases anything held; the observer is not used again
 	return f.reply(cb, replyFor(err))

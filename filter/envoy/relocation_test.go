@@ -113,5 +113,13 @@ func TestRelocationErrors(t *testing.T) {
 			noViolations(t, s)
 		})
 	}
-	want(t, StatRelocationErrors, h.counter(StatRelocationErrors), 4)
+	t.Run("http trailers", func(t *testing.T) {
+		s := h.stream(filtertest.Options{})
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest("x-llmesh-prompt", "01234"), false), api.StopAndBuffer)
+		wantStatus(t, "DecodeTrailers", s.DecodeTrailers(filtertest.NewHeaders("x-t", "1")), api.LocalReply)
+		want(t, "code", s.Reply().Code, 400)
+		s.Complete()
+		noViolations(t, s)
+	})
+	want(t, StatRelocationErrors, h.counter(StatRelocationErrors), 5)
 }
