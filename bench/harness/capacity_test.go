@@ -28,9 +28,13 @@ func BenchmarkCapacity(b *testing.B) {
 		{"sse-short/rate=1000", 1000, 8, workload.ProtocolCompletions, 0},
 		{"sse-short/rate=2000", 2000, 8, workload.ProtocolCompletions, 0},
 		{"sse-short/rate=3000", 3000, 8, workload.ProtocolCompletions, 0},
+		{"sse-short/rate=4000", 4000, 8, workload.ProtocolCompletions, 0},
+		{"sse-short/rate=5000", 5000, 8, workload.ProtocolCompletions, 0},
 		{"sse-long/rate=200x500", 200, 500, workload.ProtocolCompletions, 0},
 		{"sse-long/rate=400x500", 400, 500, workload.ProtocolCompletions, 0},
+		{"sse-long/rate=600x500", 600, 500, workload.ProtocolCompletions, 0},
 		{"grpc-short/rate=2000", 2000, 8, workload.ProtocolGRPC, 0},
+		{"grpc-short/rate=3000", 3000, 8, workload.ProtocolGRPC, 0},
 		{"grpc-long/rate=200x500", 200, 500, workload.ProtocolGRPC, 0},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
