@@ -122,7 +122,10 @@ func (c *Client) Admit(ctx context.Context, req scheduler.Request) (scheduler.Le
 	}
 	switch msg := resp.GetMsg().(type) {
 	case *schedulerv1.AdmitResponse_Admitted:
-		return c.newLease(stream, cancel, time.Duration(msg.Admitted.GetQueueNs())), nil
+		if l, ok := c.newLease(stream, cancel, time.Duration(msg.Admitted.GetQueueNs())); ok {
+			return l, nil
+		}
+		return nil, scheduler.ErrClosed
 	case *schedulerv1.AdmitResponse_Rejected:
 		cancel()
 		return nil, rejected(msg.Rejected)
@@ -145,6 +148,12 @@ func rejected(r *schedulerv1.Rejected) error {
 // unavailable applies the failure mode to a request the service could not
 // decide.
 func (c *Client) unavailable(ctx context.Context, req scheduler.Request, cause error) (scheduler.Lease, error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, scheduler.ErrClosed
+	}
 	if code := status.Code(cause); code != codes.Unavailable && code != codes.Canceled && code != codes.DeadlineExceeded &&
 		code != codes.Unknown && code != codes.Internal {
 		return nil, fmt.Errorf("%w: scheduler service: %w", scheduler.ErrRejected, cause)
@@ -180,12 +189,6 @@ func (c *Client) Close() error {
 	err := c.conn.Close()
 	c.wg.Wait()
 	return err
-}
-
-func (c *Client) track(l *lease) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.live[l] = struct{}{}
 }
 
 func (c *Client) untrack(l *lease) {

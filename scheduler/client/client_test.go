@@ -336,3 +336,15 @@ func TestFromMesh(t *testing.T) {
 		t.Fatal("FromMesh without scheduler_service succeeded")
 	}
 }
+
+func TestAdmitAfterClose(t *testing.T) {
+	svc := startService(t, "127.0.0.1:0", config(1, fifo.New()))
+	c, err := client.New(svc.addr, client.Options{FailOpen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if _, err := c.Admit(context.Background(), scheduler.Request{}); !errors.Is(err, scheduler.ErrClosed) {
+		t.Fatalf("Admit after Close: %v, want ErrClosed", err)
+	}
+}

@@ -28,14 +28,23 @@ type lease struct {
 // the stream after Done before cutting it.
 const doneWait = 5 * time.Second
 
-func (c *Client) newLease(stream schedulerv1.Scheduler_AdmitClient, cancel func(), queue time.Duration) *lease {
+// newLease starts the lease's goroutines, or reports false when the client
+// was closed meanwhile (then the stream is cut, which releases it).
+func (c *Client) newLease(stream schedulerv1.Scheduler_AdmitClient, cancel func(), queue time.Duration) (*lease, bool) {
 	l := &lease{c: c, stream: stream, cancel: cancel, preempt: make(chan struct{}), queue: queue, wake: make(chan struct{}, 1)}
-	c.track(l)
-	recvDone := make(chan struct{})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		cancel()
+		return nil, false
+	}
+	// Added under c.mu, so never after Close has begun waiting.
+	c.live[l] = struct{}{}
 	c.wg.Add(2)
+	recvDone := make(chan struct{})
 	go l.receive(recvDone)
 	go l.send(recvDone)
-	return l
+	return l, true
 }
 
 func (l *lease) receive(done chan<- struct{}) {
