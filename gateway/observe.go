@@ -34,7 +34,8 @@ func (g *Gateway) newMeter(x *exchange, r *http.Request) *meter {
 	return m
 }
 
-func (m *meter) admitted(t time.Time)     { m.o.MarkAdmitted(t) }
+func (m *meter) admitted(t time.Time) { m.o.MarkAdmitted(t) }
+
 // upstreamSent marks the send of an attempt. Only attempts before the
 // first token count: upstream TTFT is measured to the first token the
 // client got, so a continuation's send must not move its start.
