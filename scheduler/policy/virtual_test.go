@@ -264,3 +264,18 @@ func (r vtResult) batchRate() float64 { return float64(r.outTokens["batch"]) / r
 func (r vtResult) recomputedShare() float64 {
 	return float64(r.recomputed) / float64(max(1, r.computed))
 }
+
+// BenchmarkVirtualTime is the cost of simulating one request of the mixed
+// workload at saturation (scheduler machine + engine model), per policy:
+// what a virtual-time evaluation pays per request of a trace.
+func BenchmarkVirtualTime(b *testing.B) {
+	for _, p := range policy.All() {
+		b.Run(p.Name(), func(b *testing.B) {
+			const n = 1000
+			for i := 0; i < b.N; i++ {
+				simulate(b, vtConfig(p, 32, 1), mixed, 9, n, uint64(i))
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/request")
+		})
+	}
+}
