@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -173,8 +174,24 @@ func (f *streamFilter) admit() api.StatusType {
 // hold runs on the admission goroutine. Its last call is exactly one
 // Continue or SendLocalReply, or none when the stream was destroyed.
 func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm scheduler.Admitter, req scheduler.Request, dcb api.DecoderFilterCallbacks) {
-	defer dcb.RecoverPanic()
+	defer dcb.RecoverPanic() // last resort: only a panic of Continue itself reaches it
 	defer cancel()
+	ended := false // Continue or SendLocalReply was called
+	defer func() {
+		e := recover()
+		if e == nil {
+			return
+		}
+		if ended {
+			// Continue or SendLocalReply panicked (the stream went away
+			// meanwhile): the SDK's recovery knows these panics.
+			panic(e)
+		}
+		f.m.panics.Increment(1)
+		api.LogErrorf("llmesh: panic while admitting: %v\n%s", e, debug.Stack())
+		ended = true
+		f.reply(dcb, localReply{http: 500, grpc: grpcInternal, body: "internal error in llmesh filter", details: "llmesh_panic"})
+	}()
 	lease, err := safeAdmit(ctx, adm, req)
 	now := f.clk.Now()
 	f.mu.Lock()
@@ -198,11 +215,14 @@ func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm 
 		return
 	case err != nil:
 		f.countAdmitError(err)
-		f.reply(dcb, replyFor(err))
+		r := replyFor(err)
+		ended = true
+		f.reply(dcb, r)
 		return
 	}
 	f.m.admitted.Increment(1)
 	f.m.inflight.Increment(1)
+	ended = true
 	dcb.Continue(api.Continue)
 }
 
