@@ -262,7 +262,6 @@ func TestADSServesResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.subscribe(resource.ClusterType) // a second stream-level subscribe re-sends
 	eventually(t, "ACKs recorded", func() bool {
 		ns := p.srv.Nodes()
 		if len(ns) != 1 || ns[0].ID != "envoy-1" || len(ns[0].Types) != 4 {

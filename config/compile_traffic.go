@@ -1,0 +1,227 @@
+package config
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// This file compiles the traffic-facing sections: listeners and routes,
+// classification, relocation, telemetry and the shared scheduler service.
+
+func (b *builder) listenersOf(m *Mesh) {
+	addrs := map[string]string{}
+	for i, src := range m.Listeners {
+		p := index("listeners", i)
+		b.name(join(p, "name"), src.Name)
+		l := &Listener{Name: src.Name, Address: src.Address}
+		l.Host, l.Port = b.hostPort(join(p, "address"), src.Address, true)
+		if prev, dup := addrs[src.Address]; dup && l.Port != 0 {
+			b.c.add(join(p, "address"), 0, "%q is also the address of listener %q", src.Address, prev)
+		}
+		addrs[src.Address] = src.Name
+		if len(src.Routes) == 0 {
+			b.c.add(join(p, "routes"), 0, "at least one route is required")
+		}
+		names := map[string]bool{}
+		for j, r := range src.Routes {
+			rp := index(join(p, "routes"), j)
+			b.name(join(rp, "name"), r.Name)
+			if names[r.Name] {
+				b.c.add(join(rp, "name"), 0, "duplicate route %q in listener %q", r.Name, src.Name)
+			}
+			names[r.Name] = true
+			b.pathPrefix(join(rp, "match.path_prefix"), r.Match.PathPrefix)
+			route := &Route{
+				Name:       r.Name,
+				ID:         src.Name + "/" + r.Name,
+				PathPrefix: r.Match.PathPrefix,
+				Headers:    b.headers(join(rp, "match.headers"), r.Match.Headers),
+			}
+			if r.Pool == "" {
+				b.c.add(join(rp, "pool"), 0, "is required")
+			} else if route.Pool = b.cfg.pools[r.Pool]; route.Pool == nil {
+				b.c.add(join(rp, "pool"), 0, "%q is not a defined pool", r.Pool)
+			}
+			if r.Class != "" {
+				route.Class = b.classRef(join(rp, "class"), r.Class)
+			}
+			switch {
+			case r.Experiment != "":
+				route.Experiment = b.cfg.experiments[r.Experiment]
+				if route.Experiment == nil {
+					b.c.add(join(rp, "experiment"), 0, "%q is not a defined experiment", r.Experiment)
+				} else if route.Pool != nil && route.Experiment.Pool != route.Pool {
+					b.c.add(join(rp, "experiment"), 0, "experiment %q is on pool %q, not this route's pool %q", r.Experiment, m.experimentPool(r.Experiment), r.Pool)
+				}
+			case route.Pool != nil:
+				route.Experiment = route.Pool.Experiment
+			}
+			l.Routes = append(l.Routes, route)
+		}
+		if src.Name != "" {
+			if b.cfg.listeners[src.Name] != nil {
+				b.c.add(join(p, "name"), 0, "duplicate listener %q", src.Name)
+				continue
+			}
+			b.cfg.listeners[src.Name] = l
+		}
+		b.cfg.Listeners = append(b.cfg.Listeners, l)
+	}
+}
+
+func (m *Mesh) experimentPool(name string) string {
+	for _, e := range m.Experiments {
+		if e.Name == name {
+			return e.Pool
+		}
+	}
+	return ""
+}
+
+func (b *builder) classification(m *Mesh) {
+	src := m.Classification
+	out := &b.cfg.Classification
+	for i, r := range src.Rules {
+		p := index("classification.rules", i)
+		b.pathPrefix(join(p, "path_prefix"), r.PathPrefix)
+		if r.PathPrefix == "" && r.Model == "" {
+			b.c.add(p, 0, "needs path_prefix or model")
+		}
+		out.Rules = append(out.Rules, ClassRule{PathPrefix: r.PathPrefix, Model: r.Model, Class: b.classRef(join(p, "class"), r.Class)})
+	}
+	if src.TenantHeader != "" {
+		out.TenantHeader = b.header("classification.tenant_header", src.TenantHeader)
+	}
+	for _, k := range sortedKeys(src.Tenants) {
+		if out.Tenants == nil {
+			out.Tenants = map[string]*Class{}
+		}
+		out.Tenants[k] = b.classRef(key("classification.tenants", k), src.Tenants[k])
+	}
+	if src.APIKeyHeader != "" {
+		out.APIKeyHeader = b.header("classification.api_key_header", src.APIKeyHeader)
+	}
+	for _, k := range sortedKeys(src.APIKeys) {
+		if out.APIKeys == nil {
+			out.APIKeys = map[string]*Class{}
+		}
+		// Keys are secrets: the path names the class, never the key.
+		if src.APIKeys[k] == "" || b.cfg.classes[src.APIKeys[k]] == nil {
+			b.c.add("classification.api_keys", 0, "an API key maps to %q, which is not a defined class", src.APIKeys[k])
+		}
+		out.APIKeys[k] = b.cfg.classes[src.APIKeys[k]]
+	}
+	ph := src.PriorityHeader
+	if ph.Name != "" {
+		out.PriorityHeader = b.header("classification.priority_header.name", ph.Name)
+	} else if len(ph.TrustedSources) > 0 {
+		b.c.add("classification.priority_header.name", 0, "is required when trusted_sources is set")
+	}
+	for i, s := range ph.TrustedSources {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			if a, aerr := netip.ParseAddr(s); aerr == nil {
+				pfx = netip.PrefixFrom(a, a.BitLen())
+				err = nil
+			}
+		}
+		if err != nil {
+			b.c.add(index("classification.priority_header.trusted_sources", i), 0, "%q is not a CIDR prefix or IP address", s)
+			continue
+		}
+		out.TrustedSources = append(out.TrustedSources, pfx.Masked())
+	}
+}
+
+func (b *builder) relocation(m *Mesh) {
+	for i, r := range m.Relocation.GRPC {
+		p := index("relocation.grpc", i)
+		if r.Method != "" && (!strings.HasPrefix(r.Method, "/") || strings.Count(r.Method, "/") != 2) {
+			b.c.add(join(p, "method"), 0, "%q must look like /package.Service/Method", r.Method)
+		}
+		if r.Metadata == "" {
+			b.c.add(join(p, "metadata"), 0, "is required")
+		} else if b.header(join(p, "metadata"), r.Metadata); r.Metadata != strings.ToLower(r.Metadata) {
+			b.c.add(join(p, "metadata"), 0, "%q must be lower-case (gRPC metadata keys are)", r.Metadata)
+		} else if strings.HasSuffix(r.Metadata, "-bin") && r.Type == FieldTypeString {
+			b.c.add(join(p, "type"), 0, "%q: binary metadata %q needs type bytes", r.Type, r.Metadata)
+		}
+		b.intRange(join(p, "field"), r.Field, 1, maxGRPCField)
+		if r.Field >= 19000 && r.Field <= 19999 {
+			b.c.add(join(p, "field"), 0, "%d is in protobuf's reserved range 19000-19999", r.Field)
+		}
+		if r.Type != FieldTypeString && r.Type != FieldTypeBytes {
+			b.c.add(join(p, "type"), 0, "%q must be %q or %q", r.Type, FieldTypeString, FieldTypeBytes)
+		}
+		if r.Compressed != CompressedRecompress && r.Compressed != CompressedRefuse {
+			b.c.add(join(p, "compressed"), 0, "%q must be %q or %q", r.Compressed, CompressedRecompress, CompressedRefuse)
+		}
+		b.sizes(p, r.Threshold, r.Max)
+		b.cfg.Relocation.GRPC = append(b.cfg.Relocation.GRPC, GRPCRelocation{
+			Method: r.Method, Metadata: r.Metadata, Field: r.Field, Bytes: r.Type == FieldTypeBytes,
+			Threshold: r.Threshold, Max: r.Max, Refuse: r.Compressed == CompressedRefuse,
+		})
+	}
+	for i, r := range m.Relocation.HTTP {
+		p := index("relocation.http", i)
+		b.pathPrefix(join(p, "path_prefix"), r.PathPrefix)
+		h := ""
+		if r.Header == "" {
+			b.c.add(join(p, "header"), 0, "is required")
+		} else {
+			h = b.header(join(p, "header"), r.Header)
+		}
+		if r.Field == "" || strings.ContainsAny(r.Field, "\".\\") {
+			b.c.add(join(p, "field"), 0, "%q must be a plain top-level JSON field name", r.Field)
+		}
+		b.sizes(p, r.Threshold, r.Max)
+		b.cfg.Relocation.HTTP = append(b.cfg.Relocation.HTTP, HTTPRelocation{
+			PathPrefix: r.PathPrefix, Header: h, Field: r.Field, Threshold: r.Threshold, Max: r.Max,
+		})
+	}
+}
+
+func (b *builder) sizes(p string, threshold, limit int) {
+	b.intRange(join(p, "threshold"), threshold, 1, maxRelocBytes)
+	b.intRange(join(p, "max"), limit, 1, maxRelocBytes)
+	if limit < threshold {
+		b.c.add(join(p, "max"), 0, "%d must be at least threshold %d", limit, threshold)
+	}
+}
+
+func (b *builder) telemetry(m *Mesh) {
+	t := m.Telemetry
+	out := &b.cfg.Telemetry
+	out.ServiceName = t.ServiceName
+	out.ServerTiming = t.ServerTiming
+	if t.Prometheus.Enabled {
+		b.pathPrefix("telemetry.prometheus.path", t.Prometheus.Path)
+		out.PrometheusPath = t.Prometheus.Path
+	}
+	if t.OTLP.Endpoint != "" {
+		b.hostPort("telemetry.otlp.endpoint", t.OTLP.Endpoint, false)
+		out.OTLPEndpoint = t.OTLP.Endpoint
+		out.OTLPInsecure = t.OTLP.Insecure
+		out.OTLPInterval = b.duration("telemetry.otlp.interval", t.OTLP.Interval, true)
+	}
+}
+
+func (b *builder) service(m *Mesh) {
+	s := m.SchedulerService
+	if s == nil {
+		return
+	}
+	if s.Address == "" {
+		b.c.add("scheduler_service.address", 0, "is required")
+	} else {
+		b.hostPort("scheduler_service.address", s.Address, false)
+	}
+	if s.FailureMode != FailOpen && s.FailureMode != FailClosed {
+		b.c.add("scheduler_service.failure_mode", 0, "%q must be %q or %q", s.FailureMode, FailOpen, FailClosed)
+	}
+	b.cfg.SchedulerService = &SchedulerService{
+		Address:  s.Address,
+		FailOpen: s.FailureMode == FailOpen,
+		Timeout:  b.duration("scheduler_service.timeout", s.Timeout, true),
+	}
+}
