@@ -121,7 +121,7 @@ var doneRE = regexp.MustCompile(`data: \[DONE\]\s*$`)
 // sse sends one streaming completion through Envoy.
 func (s *stack) sse(t *testing.T, header ...string) {
 	t.Helper()
-	body := `{"model":"llama-3.1-8b","prompt":"hello","max_tokens":8,"stream":true}`
+	body := `{"prompt":"hello","max_tokens":8,"stream":true}`
 	req, _ := http.NewRequest(http.MethodPost, "http://"+s.envoyAddr+"/v1/completions", strings.NewReader(body))
 	req.Header.Set("content-type", "application/json")
 	for i := 0; i+1 < len(header); i += 2 {
