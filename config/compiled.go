@@ -288,9 +288,12 @@ func (e *Experiment) Pick(header func(name string) string, u float64) *Arm {
 		}
 	}
 	if e.totalWeight > 0 {
-		x := int(u * float64(e.totalWeight))
+		if !(u > 0) { // negative or NaN
+			u = 0
+		}
+		x := int(min(u, 1) * float64(e.totalWeight))
 		for _, a := range e.Arms {
-			if x < a.Weight {
+			if a.Weight > 0 && x < a.Weight {
 				return a
 			}
 			x -= a.Weight
