@@ -27,6 +27,7 @@ type command struct {
 
 // commands is the one registry of subcommands.
 var commands = []command{
+	{"demo", "the whole product on loopback: sim + gateway + control, fifo vs preemptive A/B, SLO report", runDemo},
 	{"bench", "benchmark harness: run, ab, sweep, report", runBench},
 	{"control", "xDS control plane for Envoy: control --config mesh.yaml --xds ADDR --admin ADDR", runControl},
 	{"gateway", "embedded gateway: measure, relocate and schedule LLM traffic to engines", runGateway},

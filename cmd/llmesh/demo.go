@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/demo"
+)
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("llmesh demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, `Usage: llmesh demo [--quick] [--out DIR]
+
+Starts the simulated engine, the embedded gateway and the xDS control plane on
+loopback, runs the standard mixed-priority workload under fifo and preemptive
+scheduling as an interleaved A/B, prints the per-class SLO tables and the
+verdict, and writes report.html, report.md, ab.json, per-run JSON reports and
+per-request JSONL to DIR.
+
+Flags:`)
+		fs.PrintDefaults()
+	}
+	quick := fs.Bool("quick", false, "one short A/B pair (about 45 s) instead of the full demo (about 3 min)")
+	out := fs.String("out", "llmesh-demo-out", "output directory")
+	wl := fs.String("workload", "", "workload file (default: the built-in mixed-priority workload)")
+	repeats := fs.Int("repeats", 0, "A/B pairs (default 2, or 1 with --quick)")
+	dur := fs.Duration("duration", 0, "measured length of each run (default 30s, or 12s with --quick)")
+	a := fs.String("a", "fifo", "policy of arm A (the baseline)")
+	b := fs.String("b", "preemptive", "policy of arm B (the candidate)")
+	maxInflight := fs.Int("max-inflight", 64, "upper bound of the gateway's admissions to the engine")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return withExitCode(2, err)
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
+	}
+	if *repeats < 0 {
+		errs = append(errs, fmt.Errorf("--repeats: %d must not be negative", *repeats))
+	}
+	if *dur < 0 {
+		errs = append(errs, fmt.Errorf("--duration: %s must not be negative", *dur))
+	}
+	if *maxInflight < 1 {
+		errs = append(errs, fmt.Errorf("--max-inflight: %d must be at least 1", *maxInflight))
+	}
+	o := demo.Options{OutDir: *out, Quick: *quick, Repeats: *repeats, Duration: *dur, A: *a, B: *b,
+		MaxInflight: *maxInflight, Stdout: stdout, Stderr: stderr}
+	if *wl != "" {
+		w, err := workload.LoadFile(*wl)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--workload: %w", err))
+		}
+		o.Workload = w
+	}
+	if err := errors.Join(errs...); err != nil {
+		return withExitCode(2, err)
+	}
+	_, err := demo.Run(ctx, o)
+	return err
+}

@@ -1,0 +1,305 @@
+// Package demo is `llmesh demo`: the whole product on one machine. It starts
+// the simulated engine, the embedded gateway and the xDS control plane on
+// loopback, runs the standard mixed-priority workload through the gateway
+// under fifo and under preemptive scheduling as an interleaved A/B, and
+// writes the SLO reports and the comparison.
+//
+// Every component runs in this process on ports the kernel picks, so the demo
+// needs no free fixed port and leaves nothing running: each arm's run gets a
+// fresh engine and gateway that stop when the run ends, and everything else
+// stops when Run returns or its context ends.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/bench/ab"
+	"github.com/llmesh/llmesh/bench/harness"
+	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/bench/workloads"
+	"github.com/llmesh/llmesh/control"
+	"github.com/llmesh/llmesh/gateway"
+	"github.com/llmesh/llmesh/sim/server"
+)
+
+// Options configure Run. Zero fields take the defaults named.
+type Options struct {
+	// OutDir receives the reports; default ./llmesh-demo-out.
+	OutDir string
+	// Quick runs one short A/B pair (about 45 s) instead of the full demo.
+	Quick bool
+	// Workload replaces the standard mixed-priority workload.
+	Workload *workload.Workload
+	// Repeats and Duration override the number of A/B pairs and the
+	// measured length of each run.
+	Repeats  int
+	Duration time.Duration
+	// A and B are the policies compared; default fifo and preemptive.
+	A, B string
+	// MaxInflight caps the gateway's admissions to the engine (the limit
+	// learned from the engine's /metrics stays below it); default 64.
+	MaxInflight int
+	// Stdout gets the tables and the verdict; Stderr progress and logs.
+	// nil discards.
+	Stdout, Stderr io.Writer
+}
+
+// Result is what a demo produced.
+type Result struct {
+	AB    *ab.Result
+	Files []string
+	Wall  time.Duration
+}
+
+func (o *Options) defaults() error {
+	if o.OutDir == "" {
+		o.OutDir = "llmesh-demo-out"
+	}
+	if o.A == "" {
+		o.A = "fifo"
+	}
+	if o.B == "" {
+		o.B = "preemptive"
+	}
+	if o.MaxInflight == 0 {
+		o.MaxInflight = 64
+	}
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	if o.Workload == nil {
+		data, err := workloads.FS.ReadFile(workloads.Standard)
+		if err != nil {
+			return err
+		}
+		spec, err := workload.Parse(data)
+		if err != nil {
+			return fmt.Errorf("standard workload: %w", err)
+		}
+		spec.Default()
+		if err := spec.Validate(); err != nil {
+			return fmt.Errorf("standard workload: %w", err)
+		}
+		w, err := workload.Compile(spec, workload.CompileOptions{})
+		if err != nil {
+			return fmt.Errorf("standard workload: %w", err)
+		}
+		o.Workload = w
+	}
+	if o.Repeats == 0 {
+		o.Repeats = 2
+		if o.Quick {
+			o.Repeats = 1
+		}
+	}
+	if o.Duration == 0 {
+		o.Duration = 30 * time.Second
+		if o.Quick {
+			o.Duration = 12 * time.Second
+		}
+	}
+	return nil
+}
+
+// Run runs the demo.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	start := time.Now()
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return nil, fmt.Errorf("output directory %s: %w (choose another with --out)", o.OutDir, err)
+	}
+	probe := filepath.Join(o.OutDir, ".write-test")
+	if err := os.WriteFile(probe, nil, 0o644); err != nil {
+		return nil, fmt.Errorf("output directory %s is not writable: %w (choose another with --out)", o.OutDir, err)
+	}
+	os.Remove(probe)
+
+	w := o.shaped()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// The control plane serves the B arm's mesh config to Envoy nodes, so
+	// the same config that drives the embedded gateway is also what an
+	// Envoy deployment would receive.
+	cp, err := startControl(ctx, o, w, logger)
+	if err != nil {
+		return nil, err
+	}
+	defer cp.stop()
+	fmt.Fprintf(o.Stdout, "llmesh demo: workload %q, %d class(es), %.1f req/s, %s per run, %d A/B pair(s): %s vs %s\n",
+		w.Spec.Name, len(w.Classes), w.Spec.Arrival.Rate, o.Duration, o.Repeats, o.A, o.B)
+	fmt.Fprintf(o.Stdout, "xDS control plane on %s (admin http://%s, snapshot version %s)\n", cp.xds, cp.admin, cp.srv.Version())
+
+	var mu sync.Mutex
+	var files []string
+	runN := map[string]int{}
+	arm := func(policy string) ab.Target {
+		return ab.Func{Label: policy, Start: func(ctx context.Context) (string, func(), error) {
+			return startStack(ctx, o, w, policy, logger)
+		}}
+	}
+	res, err := ab.Compare(ctx, ab.Options{
+		Workload: w,
+		A:        arm(o.A),
+		B:        arm(o.B),
+		Repeats:  o.Repeats,
+		Progress: o.Stderr,
+		Log:      o.Stderr,
+		Run: func(ctx context.Context, ho harness.Options) (*result.Report, []result.Record, error) {
+			mu.Lock()
+			runN[ho.Label]++
+			name := filepath.Join(o.OutDir, fmt.Sprintf("requests-%s-%d.jsonl", ho.Label, runN[ho.Label]))
+			files = append(files, name)
+			mu.Unlock()
+			f, err := os.Create(name)
+			if err != nil {
+				return nil, nil, err
+			}
+			defer f.Close()
+			ho.JSONL = f
+			ho.Policy = ho.Label
+			return harness.Run(ctx, ho)
+		},
+	})
+	if res == nil {
+		return nil, err
+	}
+	written, werr := writeOutputs(o, res)
+	files = append(written, files...)
+	printSummary(o.Stdout, o, res)
+	out := &Result{AB: res, Files: files, Wall: time.Since(start)}
+	fmt.Fprintf(o.Stdout, "\nwrote %s (%d files) in %s\n", o.OutDir, len(files), out.Wall.Round(time.Second))
+	return out, errors.Join(err, werr)
+}
+
+// shaped returns the workload with the demo's run length.
+func (o *Options) shaped() *workload.Workload {
+	w := *o.Workload
+	w.Spec.Duration = workload.Duration(o.Duration)
+	w.Spec.Requests = 0
+	if o.Quick && time.Duration(w.Spec.Warmup.Duration) > 3*time.Second {
+		w.Spec.Warmup.Duration = workload.Duration(3 * time.Second)
+	}
+	return &w
+}
+
+// startStack brings up one arm: a fresh simulated engine and a gateway
+// scheduling with policy in front of it. The returned stop shuts both down.
+func startStack(ctx context.Context, o Options, w *workload.Workload, policy string, logger *slog.Logger) (string, func(), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	stop := func() {
+		cancel()
+		wg.Wait()
+	}
+	simSrv, err := server.New(server.Config{Profile: w.Spec.Profile, ServedModelName: w.Spec.Model, Seed: uint64(w.Spec.Seed), Logger: logger})
+	if err != nil {
+		cancel()
+		return "", nil, fmt.Errorf("simulated engine: %w", err)
+	}
+	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cancel()
+		return "", nil, fmt.Errorf("simulated engine listener: %w", err)
+	}
+	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		httpLn.Close()
+		cancel()
+		return "", nil, fmt.Errorf("simulated engine gRPC listener: %w", err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = simSrv.Serve(ctx, httpLn, grpcLn)
+	}()
+
+	mesh, err := meshYAML(w, httpLn.Addr().String(), policy, o.MaxInflight)
+	if err != nil {
+		stop()
+		return "", nil, err
+	}
+	path := filepath.Join(o.OutDir, "mesh-"+policy+".yaml")
+	if err := os.WriteFile(path, mesh, 0o644); err != nil {
+		stop()
+		return "", nil, err
+	}
+	ready := make(chan net.Addr, 1)
+	errc := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		errc <- gateway.Run(ctx, gateway.RunConfig{
+			ConfigPath: path,
+			Listen:     "127.0.0.1:0",
+			Admin:      "127.0.0.1:0",
+			Logger:     logger,
+			Ready:      func(data, _ net.Addr) { ready <- data },
+		})
+	}()
+	select {
+	case addr := <-ready:
+		return "http://" + addr.String(), stop, nil
+	case err := <-errc:
+		stop()
+		return "", nil, fmt.Errorf("gateway (%s): %w", policy, err)
+	case <-ctx.Done():
+		stop()
+		return "", nil, ctx.Err()
+	}
+}
+
+type controlPlane struct {
+	srv        *control.Server
+	xds, admin string
+	stop       func()
+}
+
+func startControl(ctx context.Context, o Options, w *workload.Workload, logger *slog.Logger) (*controlPlane, error) {
+	mesh, err := meshYAML(w, "127.0.0.1:8000", o.B, o.MaxInflight)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(o.OutDir, "mesh-envoy.yaml")
+	if err := os.WriteFile(path, mesh, 0o644); err != nil {
+		return nil, err
+	}
+	srv, err := control.New(control.Options{ConfigPath: path, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	xdsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("control plane xDS listener: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		xdsLn.Close()
+		return nil, fmt.Errorf("control plane admin listener: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ctx, xdsLn, adminLn)
+	}()
+	return &controlPlane{srv: srv, xds: xdsLn.Addr().String(), admin: adminLn.Addr().String(),
+		stop: func() { cancel(); <-done }}, nil
+}

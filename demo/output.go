@@ -1,0 +1,148 @@
+package demo
+
+import (
+	"bytes"
+	"fmt"
+	"html/template"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/llmesh/llmesh/bench/ab"
+	"github.com/llmesh/llmesh/bench/report"
+)
+
+// writeOutputs writes ab.json, report.md, report.html and one JSON report
+// per run (re-renderable with `llmesh bench report`).
+func writeOutputs(o Options, res *ab.Result) ([]string, error) {
+	var files []string
+	write := func(name string, render func(io.Writer) error) error {
+		var buf bytes.Buffer
+		if err := render(&buf); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		path := filepath.Join(o.OutDir, name)
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		files = append(files, path)
+		return nil
+	}
+	if err := write("ab.json", func(w io.Writer) error { return ab.WriteJSON(w, res) }); err != nil {
+		return files, err
+	}
+	for _, r := range res.Runs {
+		name := fmt.Sprintf("run-%s-%d.json", armLabel(res, r), r.Repeat+1)
+		if err := write(name, func(w io.Writer) error { return report.WriteJSON(w, r.Report) }); err != nil {
+			return files, err
+		}
+	}
+	if err := write("report.md", func(w io.Writer) error { return markdown(w, res) }); err != nil {
+		return files, err
+	}
+	if err := write("report.html", func(w io.Writer) error { return page(w, res) }); err != nil {
+		return files, err
+	}
+	return files, nil
+}
+
+// lastRuns returns each arm's last run, A first.
+func lastRuns(res *ab.Result) []ab.Run {
+	var a, b *ab.Run
+	for i := range res.Runs {
+		r := &res.Runs[i]
+		switch r.Arm {
+		case "A", res.A:
+			a = r
+		case "B", res.B:
+			b = r
+		}
+	}
+	var out []ab.Run
+	for _, r := range []*ab.Run{a, b} {
+		if r != nil && r.Report != nil {
+			out = append(out, *r)
+		}
+	}
+	return out
+}
+
+func markdown(w io.Writer, res *ab.Result) error {
+	fmt.Fprintf(w, "# llmesh demo: %s vs %s\n\n", res.A, res.B)
+	fmt.Fprintf(w, "Workload `%s`, %d interleaved A/B pair(s) through the embedded gateway to the simulated engine.\n\n", res.Workload, res.Repeats)
+	if err := ab.Markdown(w, res); err != nil {
+		return err
+	}
+	for _, r := range lastRuns(res) {
+		fmt.Fprintf(w, "\n## %s (run %d)\n\n", armLabel(res, r), r.Repeat+1)
+		if err := report.Markdown(w, r.Report); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var pageTemplate = template.Must(template.New("page").Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>llmesh demo: {{.A}} vs {{.B}}</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2rem;max-width:1200px}
+pre{background:#f6f8fa;padding:1rem;overflow-x:auto}
+iframe{width:100%;height:1400px;border:1px solid #ddd;margin-top:.5rem}
+</style></head><body>
+<h1>llmesh demo: {{.A}} vs {{.B}}</h1>
+<p>Workload <code>{{.Workload}}</code>, {{.Repeats}} interleaved A/B pair(s) through the embedded gateway to the simulated engine.</p>
+<h2>Comparison</h2>
+<pre>{{.Comparison}}</pre>
+{{range .Arms}}<h2>{{.Title}}</h2>
+<iframe title="{{.Title}}" srcdoc="{{.Doc}}"></iframe>
+{{end}}</body></html>
+`))
+
+type pageArm struct {
+	Title string
+	Doc   string
+}
+
+// page writes one self-contained HTML page: the comparison, then each arm's
+// full report (with its charts) inline.
+func page(w io.Writer, res *ab.Result) error {
+	var cmp bytes.Buffer
+	if err := ab.Table(&cmp, res); err != nil {
+		return err
+	}
+	data := struct {
+		A, B, Workload string
+		Repeats        int
+		Comparison     string
+		Arms           []pageArm
+	}{A: res.A, B: res.B, Workload: res.Workload, Repeats: res.Repeats, Comparison: cmp.String()}
+	for _, r := range lastRuns(res) {
+		var doc bytes.Buffer
+		if err := report.HTML(&doc, r.Report); err != nil {
+			return err
+		}
+		data.Arms = append(data.Arms, pageArm{Title: fmt.Sprintf("%s (run %d)", armLabel(res, r), r.Repeat+1), Doc: doc.String()})
+	}
+	return pageTemplate.Execute(w, data)
+}
+
+// printSummary prints each arm's per-class SLO table and the comparison.
+func printSummary(w io.Writer, o Options, res *ab.Result) {
+	for _, r := range lastRuns(res) {
+		fmt.Fprintf(w, "\n== %s (run %d) ==\n", armLabel(res, r), r.Repeat+1)
+		_ = report.Table(w, r.Report)
+	}
+	fmt.Fprintln(w)
+	_ = ab.Table(w, res)
+}
+
+// armLabel names a run by its arm's policy rather than "A" or "B".
+func armLabel(res *ab.Result, r ab.Run) string {
+	switch r.Arm {
+	case "A":
+		return res.A
+	case "B":
+		return res.B
+	}
+	return r.Arm
+}
