@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/llmesh/llmesh/bench/harness"
 	"github.com/llmesh/llmesh/bench/report"
@@ -138,9 +139,10 @@ func gateExit(err error) error {
 // workloadFlags are the workload selection and quick-mode flags shared by
 // run, ab and sweep.
 type workloadFlags struct {
-	file string
-	q    harness.Quick
-	set  map[string]bool
+	file   string
+	q      harness.Quick
+	maxLag time.Duration
+	set    map[string]bool
 }
 
 func (wf *workloadFlags) register(fs *flag.FlagSet) {
@@ -159,6 +161,7 @@ func (wf *workloadFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&wf.q.Seed, "seed", 0, "random seed (default: the workload's, else 1)")
 	fs.DurationVar(&wf.q.TTFTSLO, "ttft-slo", 0, "TTFT SLO of the quick class")
 	fs.DurationVar(&wf.q.TPOTSLO, "tpot-slo", 0, "TPOT SLO of the quick class")
+	fs.DurationVar(&wf.maxLag, "max-lag", 0, "schedule-lag p99 above which the run is invalid (default: the workload's, else 1ms)")
 }
 
 // load builds the workload: the file with explicitly set flags overriding
@@ -168,6 +171,9 @@ func (wf *workloadFlags) load(fs *flag.FlagSet) (*workload.Workload, error) {
 	fs.Visit(func(f *flag.Flag) { wf.set[f.Name] = true })
 	if wf.file == "" {
 		s := harness.QuickSpec(wf.q)
+		if wf.set["max-lag"] {
+			s.MaxScheduleLagP99 = workload.Duration(wf.maxLag)
+		}
 		return workload.Compile(s, workload.CompileOptions{})
 	}
 	w, err := workload.LoadFile(wf.file)
@@ -195,6 +201,9 @@ func (wf *workloadFlags) load(fs *flag.FlagSet) (*workload.Workload, error) {
 	}
 	if wf.set["warmup"] {
 		s.Warmup.Duration = workload.Duration(wf.q.Warmup)
+	}
+	if wf.set["max-lag"] {
+		s.MaxScheduleLagP99 = workload.Duration(wf.maxLag)
 	}
 	dir := "."
 	if i := strings.LastIndexAny(wf.file, `/\`); i >= 0 {
