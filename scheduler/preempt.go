@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"math"
-	"slices"
 	"time"
 )
 
@@ -155,13 +154,21 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			}
 			return
 		}
-		victims, wake := m.victims(now, p, e)
+		victims, allowed, wake := m.victims(now, p, e)
 		if !wake.IsZero() {
 			d.wakeAt(wake)
 		}
 		s, t := slots, toks
 		n := 0
-		for n < len(victims) && !fitsFreed(e.cost, s, t) {
+		for n < min(allowed, len(victims)) && !fitsFreed(e.cost, s, t) {
+			// Selection, not a full sort: usually one victim is enough.
+			best := n
+			for i := n + 1; i < len(victims); i++ {
+				if victimOrder(victims[i], victims[best]) < 0 {
+					best = i
+				}
+			}
+			victims[n], victims[best] = victims[best], victims[n]
 			s++
 			t += victims[n].cost
 			n++
@@ -183,11 +190,13 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 	}
 }
 
-// victims lists the in-flight requests that may be preempted for e, in
-// victim order (no first token → fewest tokens → lowest priority → most
-// recently admitted), cut to respect MinLowerInflight. wake is when a
+// victims lists the in-flight requests that may be preempted for e
+// (unordered; victimOrder ranks them: no first token → fewest tokens →
+// lowest priority → most recently admitted) and how many of them
+// MinLowerInflight allows (preempting k needs at least MinLowerInflight
+// lower-priority requests in flight before each one). wake is when a
 // request now protected by MinRunTime becomes eligible.
-func (m *Machine) victims(now time.Time, p *pool, e *entry) ([]*entry, time.Time) {
+func (m *Machine) victims(now time.Time, p *pool, e *entry) ([]*entry, int, time.Time) {
 	var vs []*entry
 	var wake time.Time
 	lower := 0
@@ -207,14 +216,7 @@ func (m *Machine) victims(now time.Time, p *pool, e *entry) ([]*entry, time.Time
 		}
 		vs = append(vs, r)
 	}
-	slices.SortFunc(vs, victimOrder)
-	need := max(1, p.Preemption.MinLowerInflight)
-	// Preempting k victims needs lower ≥ need before each one.
-	allowed := max(0, lower-need+1)
-	if len(vs) > allowed {
-		vs = vs[:allowed]
-	}
-	return vs, wake
+	return vs, max(0, lower-max(1, p.Preemption.MinLowerInflight)+1), wake
 }
 
 func victimOrder(a, b *entry) int {
