@@ -15,17 +15,17 @@ import (
 // negative and should be small.
 func TestAgreementWithSim(t *testing.T) {
 	s := simtest.Start(t, simtest.WithTimeScale(1))
-	for _, p := range []string{workload.ProtocolCompletions, workload.ProtocolGRPC} {
+	for _, p := range []string{workload.ProtocolCompletions, workload.ProtocolGRPC, workload.ProtocolVLLM, workload.ProtocolChat} {
 		t.Run(p, func(t *testing.T) {
 			target := s.HTTPURL
-			if p == workload.ProtocolGRPC {
+			if p == workload.ProtocolGRPC || p == workload.ProtocolVLLM {
 				target = s.GRPCAddr
 			}
 			sp, err := workload.Parse([]byte(`
 model: ` + s.Model + `
 protocol: ` + p + `
-requests: 40
-arrival: {process: poisson, rate: 10}
+requests: 30
+arrival: {process: poisson, rate: 15}
 classes: [{name: a, prompt_tokens: {kind: uniform, min: 64, max: 512}, output_tokens: {value: 16}}]`))
 			if err != nil {
 				t.Fatal(err)
@@ -39,8 +39,8 @@ classes: [{name: a, prompt_tokens: {kind: uniform, min: 64, max: 512}, output_to
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.Completed != 40 {
-				t.Fatalf("completed %d of 40; first error %q", rep.Completed, recs[0].Error)
+			if rep.Completed != 30 {
+				t.Fatalf("completed %d of 30; first error %q", rep.Completed, recs[0].Error)
 			}
 			for _, r := range recs {
 				if r.OutputTokens != 16 || len(r.ChunkNS) == 0 {
@@ -48,7 +48,7 @@ classes: [{name: a, prompt_tokens: {kind: uniform, min: 64, max: 512}, output_to
 				}
 			}
 			a := rep.Engine
-			if a == nil || a.N != 40 {
+			if a == nil || a.N != 30 {
 				t.Fatalf("engine agreement %+v: the sim's ground truth was not read", a)
 			}
 			t.Logf("%s: client TTFT − engine TTFT over %d requests: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms; client TTFT p50 %.2f ms",
