@@ -1,0 +1,69 @@
+package server_test
+
+import (
+	"bufio"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/sim/simtest"
+)
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkStreamsPerCore runs 128 concurrent streaming completions (64
+// tokens each) against a real-time sim and measures the process's CPU time
+// per second of streaming. The client's work (HTTP, SSE reading) runs in the
+// same process and is counted too, so streams/core is a lower bound for the
+// server alone. One op is one request.
+func BenchmarkStreamsPerCore(b *testing.B) {
+	s := simtest.Start(b, simtest.WithTimeScale(1))
+	const workers = 128
+	body := `{"prompt":"` + strings.Repeat("w ", 100) + `","max_tokens":64,"stream":true}`
+	tr := &http.Transport{MaxIdleConnsPerHost: workers}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	var next atomic.Int64
+	var streamNs, chunks atomic.Int64
+	b.ResetTimer()
+	cpu0, wall0 := cpuTime(), time.Now()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				resp, err := client.Post(s.HTTPURL+"/v1/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				sc := bufio.NewScanner(resp.Body)
+				for sc.Scan() {
+					if strings.HasPrefix(sc.Text(), "data: {") {
+						chunks.Add(1)
+					}
+				}
+				resp.Body.Close()
+				streamNs.Add(int64(time.Since(t0)))
+			}
+		}()
+	}
+	wg.Wait()
+	cpu, wall := cpuTime()-cpu0, time.Since(wall0)
+	streamSec := float64(streamNs.Load()) / 1e9
+	b.ReportMetric(streamSec/cpu.Seconds(), "streams/core")
+	b.ReportMetric(float64(chunks.Load())/wall.Seconds(), "chunks/s")
+	b.ReportMetric(streamSec/wall.Seconds(), "concurrent-streams")
+	b.ReportMetric(float64(runtime.GOMAXPROCS(0)), "procs")
+}
