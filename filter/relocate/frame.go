@@ -83,10 +83,11 @@ func (r *relocation) checkPrefix(h *[prefixLen]byte) (compressed bool, n int, er
 	return compressed, int(n64), nil
 }
 
-// frameBuffer allocates the one buffer an uncompressed first message of n
-// bytes is read into: the prefix, the message, and room for the field.
+// frameBuffer returns the one buffer an uncompressed first message of n
+// bytes is read into: the prefix, the message, and room for the field. Its
+// contents are unspecified; every byte is written before it is sent.
 func (r *relocation) frameBuffer(n int) []byte {
-	return make([]byte, prefixLen+n, prefixLen+n+r.overhead())
+	return getBuf(prefixLen + n + r.overhead())[:prefixLen+n]
 }
 
 // finish appends the field to the message in buf[prefixLen:] (which has the
@@ -94,10 +95,12 @@ func (r *relocation) frameBuffer(n int) []byte {
 func (r *relocation) finish(buf []byte) ([]byte, error) {
 	buf = protowire.AppendTag(buf, protowire.Number(r.rule.Field), protowire.BytesType)
 	buf = protowire.AppendVarint(buf, uint64(r.val.Len()))
-	buf, err := r.val.appendTo(buf, r.rule.Type == String)
+	out, err := r.val.appendTo(buf, r.rule.Type == String)
 	if err != nil {
+		putBuf(buf)
 		return nil, err
 	}
+	buf = out
 	buf[0] = 0
 	binary.BigEndian.PutUint32(buf[1:prefixLen], uint32(len(buf)-prefixLen))
 	r.relocated()

@@ -14,7 +14,8 @@ import (
 type GRPCReader struct {
 	src   io.Reader
 	rel   relocation
-	frame []byte // the rewritten first message, served before src
+	frame []byte // the rest of the rewritten first message, served before src
+	owned []byte // all of it, recycled once served
 	done  bool   // Prepare ran
 	err   error  // Prepare's result, sticky
 }
@@ -36,6 +37,7 @@ func (r *GRPCReader) Prepare() error {
 	}
 	r.done = true
 	r.frame, r.err = r.readFirst()
+	r.owned = r.frame
 	return r.err
 }
 
@@ -52,7 +54,8 @@ func (r *GRPCReader) readFirst() ([]byte, error) {
 		return nil, err
 	}
 	if compressed {
-		payload := make([]byte, n)
+		payload := getBuf(n)
+		defer putBuf(payload)
 		if _, err := io.ReadFull(r.src, payload); err != nil {
 			return nil, truncated("the first message", eofUnexpected(err))
 		}
@@ -60,6 +63,7 @@ func (r *GRPCReader) readFirst() ([]byte, error) {
 	}
 	buf := r.rel.frameBuffer(n)
 	if _, err := io.ReadFull(r.src, buf[prefixLen:]); err != nil {
+		putBuf(buf)
 		return nil, truncated("the first message", eofUnexpected(err))
 	}
 	return r.rel.finish(buf)
@@ -81,7 +85,7 @@ func (r *GRPCReader) Read(p []byte) (int, error) {
 		n := copy(p, r.frame)
 		r.frame = r.frame[n:]
 		if len(r.frame) == 0 {
-			r.frame = nil // let the prompt's memory go once it is sent
+			r.release()
 		}
 		return n, nil
 	}
@@ -102,15 +106,21 @@ func (r *GRPCReader) WriteTo(w io.Writer) (int64, error) {
 		if err != nil {
 			return total, err
 		}
-		r.frame = nil
+		r.release()
 	}
 	n, err := io.Copy(w, r.src)
 	return total + n, err
 }
 
+// release recycles the first message's buffer once it has been served.
+func (r *GRPCReader) release() {
+	putBuf(r.owned)
+	r.frame, r.owned = nil, nil
+}
+
 // Close closes src when it is an io.Closer.
 func (r *GRPCReader) Close() error {
-	r.frame = nil
+	r.release()
 	if c, ok := r.src.(io.Closer); ok {
 		return c.Close()
 	}
@@ -171,7 +181,7 @@ func (w *GRPCRewriter) Write(chunk []byte, emit func([]byte) error) error {
 			}
 			w.compressed, w.inMessage = compressed, true
 			if compressed {
-				w.buf, w.fill = make([]byte, n), 0
+				w.buf, w.fill = getBuf(n), 0
 			} else {
 				w.buf, w.fill = w.rel.frameBuffer(n), prefixLen
 			}
@@ -186,8 +196,9 @@ func (w *GRPCRewriter) Write(chunk []byte, emit func([]byte) error) error {
 		var err error
 		if w.compressed {
 			frame, err = w.rel.finishCompressed(w.buf)
+			putBuf(w.buf)
 		} else {
-			frame, err = w.rel.finish(w.buf)
+			frame, err = w.rel.finish(w.buf) // recycles w.buf on error
 		}
 		w.buf = nil
 		if err != nil {
@@ -195,7 +206,9 @@ func (w *GRPCRewriter) Write(chunk []byte, emit func([]byte) error) error {
 			return err
 		}
 		w.passing = true
-		if err := emit(frame); err != nil {
+		err = emit(frame)
+		putBuf(frame) // emit's slices are valid only during the call
+		if err != nil {
 			w.err = err
 			return err
 		}
@@ -223,6 +236,7 @@ func (w *GRPCRewriter) Close() error {
 	default:
 		w.err = truncated("the first message", io.ErrUnexpectedEOF)
 	}
+	putBuf(w.buf)
 	w.buf = nil
 	return w.err
 }

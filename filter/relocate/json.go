@@ -2,10 +2,12 @@ package relocate
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // JSONBody is a rewritten JSON request body in three pieces: the original
@@ -233,13 +235,36 @@ var jsonSafe = func() (t [utf8.RuneSelf]bool) {
 	return t
 }()
 
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// needsAttention reports whether any of the 8 bytes in x is a control
+// character, '"', '\\' or not ASCII (the classic "has byte less than" and
+// "has zero byte" bit tricks, exact as booleans).
+func needsAttention(x uint64) bool {
+	ctl := (x - lsb*0x20) &^ x
+	q := x ^ (lsb * '"')
+	q = (q - lsb) &^ q
+	bs := x ^ (lsb * '\\')
+	bs = (bs - lsb) &^ bs
+	return (ctl|q|bs|x)&msb != 0
+}
+
 // appendJSONString appends s as a JSON string, copying runs that need no
 // escaping in one go. Invalid UTF-8 is refused rather than silently
 // replaced, so the engine sees exactly the prompt the client sent.
 func appendJSONString(dst []byte, s string) ([]byte, error) {
 	dst = append(dst, '"')
+	b := unsafe.Slice(unsafe.StringData(s), len(s)) // read only
 	run := 0
 	for i := 0; i < len(s); {
+		// Prompts are mostly plain text: skip 8 such bytes at a time.
+		if i+8 <= len(b) && !needsAttention(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+			continue
+		}
 		c := s[i]
 		if c < utf8.RuneSelf && jsonSafe[c] {
 			i++

@@ -167,3 +167,45 @@ func TestRewriteJSONProperty(t *testing.T) {
 		}
 	}
 }
+
+// TestNeedsAttention checks the 8-byte fast path against a byte-wise
+// reference: every byte value in every position, plus random words.
+func TestNeedsAttention(t *testing.T) {
+	ref := func(x uint64) bool {
+		for range 8 {
+			c := byte(x)
+			if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+				return true
+			}
+			x >>= 8
+		}
+		return false
+	}
+	const plain = 0x6161616161616161 // "aaaaaaaa"
+	for pos := range 8 {
+		for c := range 256 {
+			x := plain&^(0xff<<(8*pos)) | uint64(c)<<(8*pos)
+			if got, want := needsAttention(x), ref(x); got != want {
+				t.Fatalf("byte %#x at %d: got %v, want %v", c, pos, got, want)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	for range 100000 {
+		x := rng.Uint64()
+		if got, want := needsAttention(x), ref(x); got != want {
+			t.Fatalf("%#x: got %v, want %v", x, got, want)
+		}
+	}
+}
+
+func BenchmarkAppendJSONString(b *testing.B) {
+	s := benchPrompt(1 << 20)
+	dst := make([]byte, 0, len(s)+64)
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		if _, err := appendJSONString(dst[:0], s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
