@@ -10,7 +10,8 @@ import (
 // it is read straight from src into the caller's buffer. It buffers only the
 // first message (bounded by the rule's MaxMessage).
 //
-// A GRPCReader belongs to one request and is used by one goroutine.
+// A GRPCReader belongs to one request and is read by one goroutine; Close
+// may be called concurrently with Read.
 type GRPCReader struct {
 	src   io.Reader
 	rel   relocation
@@ -118,9 +119,10 @@ func (r *GRPCReader) release() {
 	r.frame, r.owned = nil, nil
 }
 
-// Close closes src when it is an io.Closer.
+// Close closes src when it is an io.Closer. It leaves the first message's
+// buffer alone (an unserved one is left to the garbage collector): HTTP
+// transports may call Close while another goroutine is inside Read.
 func (r *GRPCReader) Close() error {
-	r.release()
 	if c, ok := r.src.(io.Closer); ok {
 		return c.Close()
 	}
