@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"encoding/base64"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -192,5 +193,28 @@ func TestParseValue(t *testing.T) {
 		if err == nil && v.Len() != len(got) {
 			t.Errorf("ParseValue(%q, %q).Len() = %d, decoded %d", tc.key, tc.raw, v.Len(), len(got))
 		}
+	}
+}
+
+// TestGRPCReaderCloseDuringRead: HTTP transports close a request body from
+// another goroutine while it is being read; under -race this must be clean.
+func TestGRPCReaderCloseDuringRead(t *testing.T) {
+	plan := grpcPlan(t, GRPCRule{Key: "x-p", Field: 2, Threshold: Threshold{Bytes: 1}}, strings.Repeat("p", 200<<10))
+	r := NewGRPCReader(io.NopCloser(bytes.NewReader(frame(t, []byte("m"), false))), plan, "", nil)
+	done := make(chan error, 1)
+	go func() {
+		p := make([]byte, 512)
+		for {
+			if _, err := r.Read(p); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != io.EOF {
+		t.Fatalf("Read ended with %v", err)
 	}
 }
