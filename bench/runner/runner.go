@@ -1,7 +1,3 @@
-// Package runner drives a workload against a target: it sends each item at
-// its intended time (open loop) or keeps a fixed number in flight (closed
-// loop), records every request and hands the records to a sink as they
-// complete.
 package runner
 
 import (
