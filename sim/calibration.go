@@ -17,6 +17,9 @@ import (
 //go:embed calibration/h200-bf16-decoder-shapes.jsonl
 var calibrationH200 []byte
 
+// CalibrationH200 returns a copy of the embedded H200 calibration file.
+func CalibrationH200() []byte { return append([]byte(nil), calibrationH200...) }
+
 // Record kinds of the calibration file.
 const (
 	KindCeiling      = "ceiling"

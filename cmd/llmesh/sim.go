@@ -102,6 +102,7 @@ func runSimFitReport(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	verbose := fs.Bool("v", false, "list every calibration point with the model's prediction")
 	asJSON := fs.Bool("json", false, "print per-profile statistics as JSON")
+	search := fs.Bool("search", false, "search the roofline shape on its grid again instead of using the built-in one")
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(2, nil)
 	}
@@ -109,6 +110,12 @@ func runSimFitReport(args []string, stdout, stderr io.Writer) error {
 		return withExitCode(2, fmt.Errorf("unexpected arguments: %q", fs.Args()))
 	}
 	fit, err := sim.BuiltinFit()
+	if err == nil && *search {
+		var cal *sim.Calibration
+		if cal, err = sim.ParseCalibration(sim.CalibrationH200()); err == nil {
+			fit, err = sim.SearchRoofline(cal)
+		}
+	}
 	if err != nil {
 		return err
 	}
