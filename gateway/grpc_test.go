@@ -176,3 +176,31 @@ func TestGRPCOversizedIsResourceExhausted(t *testing.T) {
 		t.Fatalf("got %v, want RESOURCE_EXHAUSTED naming max_request_bytes", err)
 	}
 }
+
+func TestGRPCFrameLengthLies(t *testing.T) {
+	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Trailer", "Grpc-Status")
+		_, _ = w.Write(grpcFrame(&llmv1.GenerateResponse{TokenIds: []uint32{1}}))
+		_, _ = w.Write([]byte{0, 0x7f, 0xff, 0xff, 0xff, 1, 2, 3}) // claims 2 GiB, sends 3 bytes
+		w.Header().Set("Grpc-Status", "0")
+	})
+	rec := newRecorder()
+	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "g", Protocol: GRPC, Upstream: up}}}, WithRecorder(rec))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := grpcClient(t, gw).Generate(ctx, &llmv1.GenerateRequest{Prompt: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("first message: %v", err)
+	}
+	if _, err := st.Recv(); err == nil {
+		t.Fatal("a frame claiming 2 GiB decoded")
+	}
+	r := rec.next(t)
+	if r.OK() || r.TokenChunks != 1 {
+		t.Errorf("record ok=%v kind=%v chunks=%d, want a failure after 1 message", r.OK(), r.ErrorKind, r.TokenChunks)
+	}
+}

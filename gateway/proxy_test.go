@@ -215,3 +215,23 @@ func TestConfigErrorsNameFields(t *testing.T) {
 		}
 	}
 }
+
+func TestHugeSingleEventPassesIntact(t *testing.T) {
+	huge := "data: {\"choices\":[{\"index\":0,\"text\":\"" + strings.Repeat("x", 10<<20) + "\"}]}\n\ndata: [DONE]\n\n"
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, huge)
+	}))
+	defer up.Close()
+	rec := newRecorder()
+	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}}, WithRecorder(rec))
+	res := post(t, context.Background(), gw+"/v1/completions", `{"prompt":"x","stream":true}`)
+	got, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || len(got) != len(huge) || string(got) != huge {
+		t.Fatalf("got %d bytes (%v), want the %d-byte stream intact", len(got), err, len(huge))
+	}
+	if r := rec.next(t); r.ErrorKind != filter.ErrorEventTooLarge {
+		t.Errorf("error kind %v (%q), want event_too_large", r.ErrorKind, r.Error)
+	}
+}
