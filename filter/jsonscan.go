@@ -108,8 +108,28 @@ func (s *jsonScanner) str() (raw []byte, escaped bool) {
 		return nil, false
 	}
 	start := s.i + 1
-	// Find the closing quote with a vectorised scan; a quote preceded by an
-	// odd run of backslashes is escaped, keep looking past it.
+	// Keys and most values are short: a plain loop beats a vectorised scan
+	// there, and it tells escaped strings apart in the same pass.
+	head := s.b[start:]
+	if len(head) > 32 {
+		head = head[:32]
+	}
+	for j, c := range head {
+		if c == '"' {
+			s.i = start + j + 1
+			return head[:j], false
+		}
+		if c == '\\' {
+			break
+		}
+	}
+	return s.longStr(start)
+}
+
+// longStr finds the closing quote of a string starting at start with a
+// vectorised scan; a quote preceded by an odd run of backslashes is
+// escaped, so it keeps looking past it.
+func (s *jsonScanner) longStr(start int) (raw []byte, escaped bool) {
 	for j := start; ; {
 		q := bytes.IndexByte(s.b[j:], '"')
 		if q < 0 {
