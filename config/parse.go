@@ -52,7 +52,7 @@ func Parse(data []byte) (*Mesh, error) {
 	}
 	var c collector
 	s := &strict{c: &c}
-	s.check(root, reflect.TypeOf(Mesh{}), "")
+	s.check(root, reflect.TypeOf(Mesh{}), nil)
 	if err := c.err(); err != nil {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ type strict struct {
 	nodes int
 }
 
-func (s *strict) check(n *yaml.Node, t reflect.Type, path string) {
+func (s *strict) check(n *yaml.Node, t reflect.Type, path *pathSeg) {
 	s.nodes++
 	if s.c.full() {
 		s.c.more++
@@ -111,13 +111,13 @@ func (s *strict) check(n *yaml.Node, t reflect.Type, path string) {
 	}
 	if s.nodes > maxNodes {
 		if s.nodes == maxNodes+1 {
-			s.c.add(path, n.Line, "document too large or too many aliases (over %d nodes)", maxNodes)
+			s.c.add(path.String(), n.Line, "document too large or too many aliases (over %d nodes)", maxNodes)
 		}
 		return
 	}
 	if n.Kind == yaml.AliasNode {
 		if n.Alias == nil {
-			s.c.add(path, n.Line, "unresolved alias")
+			s.c.add(path.String(), n.Line, "unresolved alias")
 			return
 		}
 		n = n.Alias
@@ -133,57 +133,57 @@ func (s *strict) check(n *yaml.Node, t reflect.Type, path string) {
 		s.checkStruct(n, t, path)
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			s.c.add(path, n.Line, "must be a list, got %s", describe(n))
+			s.c.add(path.String(), n.Line, "must be a list, got %s", describe(n))
 			return
 		}
 		for i, e := range n.Content {
-			s.check(e, t.Elem(), index(path, i))
+			s.check(e, t.Elem(), path.index(i))
 		}
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
-			s.c.add(path, n.Line, "must be a mapping, got %s", describe(n))
+			s.c.add(path.String(), n.Line, "must be a mapping, got %s", describe(n))
 			return
 		}
 		seen := map[string]bool{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode {
-				s.c.add(path, k.Line, "keys must be strings, got %s", describe(k))
+				s.c.add(path.String(), k.Line, "keys must be strings, got %s", describe(k))
 				continue
 			}
 			if seen[k.Value] {
-				s.c.add(key(path, k.Value), k.Line, "duplicate key")
+				s.c.add(path.key(k.Value).String(), k.Line, "duplicate key")
 				continue
 			}
 			seen[k.Value] = true
-			s.check(v, t.Elem(), key(path, k.Value))
+			s.check(v, t.Elem(), path.key(k.Value))
 		}
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode {
-			s.c.add(path, n.Line, "must be a string, got %s", describe(n))
+			s.c.add(path.String(), n.Line, "must be a string, got %s", describe(n))
 		}
 	case reflect.Int, reflect.Int64, reflect.Int32:
 		var v int64
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&v) != nil {
-			s.c.add(path, n.Line, "must be an integer, got %s", describe(n))
+			s.c.add(path.String(), n.Line, "must be an integer, got %s", describe(n))
 		}
 	case reflect.Float64:
 		var v float64
 		if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") || n.Decode(&v) != nil {
-			s.c.add(path, n.Line, "must be a number, got %s", describe(n))
+			s.c.add(path.String(), n.Line, "must be a number, got %s", describe(n))
 		}
 	case reflect.Bool:
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
-			s.c.add(path, n.Line, "must be true or false, got %s", describe(n))
+			s.c.add(path.String(), n.Line, "must be true or false, got %s", describe(n))
 		}
 	default:
-		s.c.add(path, n.Line, "unsupported field type %s", t)
+		s.c.add(path.String(), n.Line, "unsupported field type %s", t)
 	}
 }
 
-func (s *strict) checkStruct(n *yaml.Node, t reflect.Type, path string) {
+func (s *strict) checkStruct(n *yaml.Node, t reflect.Type, path *pathSeg) {
 	if n.Kind != yaml.MappingNode {
-		s.c.add(path, n.Line, "must be a mapping, got %s", describe(n))
+		s.c.add(path.String(), n.Line, "must be a mapping, got %s", describe(n))
 		return
 	}
 	fields := yamlFields(t)
@@ -191,26 +191,55 @@ func (s *strict) checkStruct(n *yaml.Node, t reflect.Type, path string) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
-			s.c.add(path, k.Line, "keys must be strings, got %s", describe(k))
+			s.c.add(path.String(), k.Line, "keys must be strings, got %s", describe(k))
 			continue
 		}
-		p := join(path, k.Value)
+		p := path.field(k.Value)
 		if k.Value == "<<" {
-			s.c.add(p, k.Line, "merge keys are not supported")
+			s.c.add(p.String(), k.Line, "merge keys are not supported")
 			continue
 		}
 		f, ok := fields[k.Value]
 		if !ok {
-			s.c.add(p, k.Line, "unknown field%s", suggest(k.Value, fields))
+			s.c.add(p.String(), k.Line, "unknown field%s", suggest(k.Value, fields))
 			continue
 		}
 		if seen[k.Value] {
-			s.c.add(p, k.Line, "duplicate field")
+			s.c.add(p.String(), k.Line, "duplicate field")
 			continue
 		}
 		seen[k.Value] = true
 		s.check(v, f.Type, p)
 	}
+}
+
+// pathSeg is one step of a field path, built as the walk descends and
+// formatted only when an error needs it, so a large document costs one
+// small allocation per node rather than a string per node.
+type pathSeg struct {
+	parent *pathSeg
+	name   string // field name or map key
+	idx    int
+	kind   byte // 'f' field, 'i' index, 'k' map key
+}
+
+func (p *pathSeg) field(name string) *pathSeg { return &pathSeg{parent: p, name: name, kind: 'f'} }
+func (p *pathSeg) index(i int) *pathSeg       { return &pathSeg{parent: p, idx: i, kind: 'i'} }
+func (p *pathSeg) key(k string) *pathSeg      { return &pathSeg{parent: p, name: k, kind: 'k'} }
+
+// String is the dotted path, "" for the root.
+func (p *pathSeg) String() string {
+	if p == nil {
+		return ""
+	}
+	parent := p.parent.String()
+	switch p.kind {
+	case 'i':
+		return index(parent, p.idx)
+	case 'k':
+		return key(parent, p.name)
+	}
+	return join(parent, p.name)
 }
 
 // fieldCache holds yamlFields results by type: the walk visits the same
