@@ -60,9 +60,9 @@ func newStack(t *testing.T) *stack {
 	return s
 }
 
-// startEnvoy rewrites a bootstrap's addresses and paths for this stack and
-// starts Envoy on it.
-func (s *stack) startEnvoy(t *testing.T, bootstrap string, extra map[string]string) {
+// rewrite adapts a bootstrap's addresses and paths to this stack and
+// writes it into the stack's directory.
+func (s *stack) rewrite(t *testing.T, bootstrap string, extra map[string]string) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", bootstrap))
 	if err != nil {
@@ -89,11 +89,42 @@ func (s *stack) startEnvoy(t *testing.T, bootstrap string, extra map[string]stri
 	if err := os.WriteFile(cfg, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+// startEnvoy starts Envoy on a rewritten bootstrap.
+func (s *stack) startEnvoy(t *testing.T, bootstrap string, extra map[string]string) {
+	t.Helper()
+	cfg := s.rewrite(t, bootstrap, extra)
 	// GOMAXPROCS must be at least --concurrency; cgocheck=0 as Envoy's
 	// golang extension docs advise.
 	s.envoy = startProc(t, "envoy", []string{"GOMAXPROCS=2", "GODEBUG=cgocheck=0"}, os.Getenv("ENVOY_BIN"),
 		"-c", cfg, "--concurrency", "2", "--disable-hot-restart", "--log-level", "warn")
 	waitHTTP(t, "http://"+s.adminAddr+"/ready", s.envoy)
+}
+
+// TestRewrittenBootstrapsValid checks, without Envoy, what the real-Envoy
+// tests feed it: the rewritten bootstraps are still valid.
+func TestRewrittenBootstrapsValid(t *testing.T) {
+	dir := t.TempDir()
+	s := &stack{dir: dir, so: filepath.Join(dir, "llmesh-filter.so"), simHTTP: "127.0.0.1:18080", simGRPC: "127.0.0.1:18090",
+		envoyAddr: "127.0.0.1:18100", adminAddr: "127.0.0.1:18110", accessLog: filepath.Join(dir, "access.log")}
+	static := loadBootstrap(t, s.rewrite(t, "envoy-static.yaml", nil))
+	if got := static.GetStaticResources().GetListeners()[0].GetAddress().GetSocketAddress().GetPortValue(); got != 18100 {
+		t.Errorf("listener port %d after rewrite", got)
+	}
+	if got := findGolang(t, static).GetLibraryPath(); got != s.so {
+		t.Errorf("library_path %q after rewrite", got)
+	}
+	if got := static.GetStaticResources().GetClusters()[0].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].
+		GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); got != 18080 {
+		t.Errorf("sim cluster port %d after rewrite", got)
+	}
+	ads := loadBootstrap(t, s.rewrite(t, "envoy.yaml", map[string]string{"port_value: 18000": "port_value: 18120"}))
+	if got := ads.GetStaticResources().GetClusters()[0].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].
+		GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); got != 18120 {
+		t.Errorf("control cluster port %d after rewrite", got)
+	}
 }
 
 // stat returns the value of the Envoy stat whose name ends in suffix.
