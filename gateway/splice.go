@@ -52,6 +52,7 @@ func (sp *splicer) track(b []byte) {
 // forEachData calls f with the data of each whole event in b (data lines
 // joined by "\n") until f returns false.
 func forEachData(b []byte, f func(data []byte) bool) {
+	b = crlf(b)
 	for len(b) > 0 {
 		end := bytes.Index(b, []byte("\n\n"))
 		var ev []byte
@@ -65,6 +66,15 @@ func forEachData(b []byte, f func(data []byte) bool) {
 			return
 		}
 	}
+}
+
+// crlf turns CRLF line ends into LF so that events split on "\n\n";
+// engines that write CRLF are rare, so the copy is too.
+func crlf(b []byte) []byte {
+	if bytes.IndexByte(b, '\r') < 0 {
+		return b
+	}
+	return bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n"))
 }
 
 // eventData joins an event's data lines; nil when it has none.
@@ -142,6 +152,7 @@ func (sp *splicer) continuationBody(orig []byte, text string, generated int) (bo
 // rewrite turns continuation events into events of the client's stream.
 func (sp *splicer) rewrite(b []byte) []byte {
 	out := make([]byte, 0, len(b)+64)
+	b = crlf(b)
 	for len(b) > 0 {
 		end := bytes.Index(b, []byte("\n\n"))
 		var ev []byte
