@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
@@ -164,5 +166,98 @@ func TestSimFaultMidStream(t *testing.T) {
 	}
 	if r := rec.next(t); r.OK() || r.TokenChunks != 3 {
 		t.Errorf("record ok=%v kind=%v chunks=%d, want failure after 3 tokens", r.OK(), r.ErrorKind, r.TokenChunks)
+	}
+}
+
+// TestPreemptiveSchedulerWithSim runs the real preemptive scheduler: a
+// long batch stream holds the only slot, an interactive request arrives,
+// the scheduler preempts the batch stream, the interactive one runs, and
+// the batch stream is continued to exactly the text of an uninterrupted run.
+func TestPreemptiveSchedulerWithSim(t *testing.T) {
+	s := simtest.Start(t)
+	pre, err := policy.Lookup("preemptive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := scheduler.New(scheduler.Config{
+		Pools: []scheduler.PoolConfig{{Name: "sim", MaxInflight: 1, Policy: pre,
+			Preemption: scheduler.PreemptionConfig{MinLowerInflight: 1, MaxPerRequest: 3}}},
+		Classes: []scheduler.ClassConfig{
+			{Name: "interactive", Priority: 0, TTFT: 200 * time.Millisecond},
+			{Name: "batch", Priority: 10, TTFT: 30 * time.Second, TPOT: 100 * time.Millisecond, Preemptible: true},
+		},
+		DefaultClass: "interactive",
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sched.Close()
+	rec := newRecorder()
+	_, gw := startGateway(t, Config{
+		Pools:  []Pool{{Name: "sim", Upstream: s.HTTPURL}},
+		Routes: []Route{{PathPrefix: "/v1/", Headers: map[string]string{"X-Lane": "batch"}, Pool: "sim", Class: "batch"}, {PathPrefix: "/v1/", Pool: "sim", Class: "interactive"}},
+	}, WithAdmitter(sched), WithRecorder(rec))
+
+	batchBody := `{"model":"` + s.Model + `","prompt":"summarise the quarterly report","max_tokens":300,"stream":true,"stream_options":{"include_usage":true}}`
+	res := post(t, context.Background(), s.HTTPURL+"/v1/completions", batchBody)
+	want, _ := readSSE(t, res)
+	res.Body.Close()
+	wantText, _, wantUsage := streamText(t, want)
+
+	req := mustReq(context.Background(), gw+"/v1/completions", batchBody)
+	req.Header.Set("X-Lane", "batch")
+	batch, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer batch.Body.Close()
+	// Read the first events so the batch stream is mid-way when the
+	// interactive request arrives.
+	br := bufio.NewReader(batch.Body)
+	var head strings.Builder
+	for events := 0; events < 3; {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("batch stream: %v", err)
+		}
+		head.WriteString(line)
+		if line == "\n" {
+			events++
+		}
+	}
+	ires := post(t, context.Background(), gw+"/v1/completions", `{"model":"`+s.Model+`","prompt":"quick question","max_tokens":4,"stream":true}`)
+	idatas, _ := readSSE(t, ires)
+	ires.Body.Close()
+	if itext, _, _ := streamText(t, idatas); len(strings.Fields(itext)) != 4 {
+		t.Fatalf("interactive stream: %q", idatas)
+	}
+	interactive := rec.next(t)
+	if interactive.Class != "interactive" || !interactive.OK() {
+		t.Fatalf("first record %+v, want the interactive request, finished while the batch stream was preempted", interactive.Class)
+	}
+
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, events := readSSE(t, &http.Response{Body: io.NopCloser(strings.NewReader(head.String() + string(rest)))})
+	for i, e := range events {
+		if e == "error" {
+			t.Fatalf("batch stream error event: %s", got[i])
+		}
+	}
+	gotText, ids, gotUsage := streamText(t, got)
+	if gotText != wantText || len(ids) != 1 {
+		t.Errorf("batch text equal=%v ids=%v", gotText == wantText, ids)
+	}
+	if diff := cmp.Diff(wantUsage, gotUsage); diff != "" {
+		t.Errorf("batch usage (-want +got):\n%s", diff)
+	}
+	b := rec.next(t)
+	if b.Class != "batch" || !b.OK() || b.Preemptions < 1 || b.OutputTokens != 300 {
+		t.Errorf("batch record class=%s ok=%v (%q) preemptions=%d tokens=%d", b.Class, b.OK(), b.Error, b.Preemptions, b.OutputTokens)
+	}
+	if st := sched.Stats(); st[0].InFlight != 0 {
+		t.Errorf("capacity leaked: %+v", st[0])
 	}
 }
