@@ -261,9 +261,11 @@ func appendJSONString(dst []byte, s string) ([]byte, error) {
 	run := 0
 	for i := 0; i < len(s); {
 		// Prompts are mostly plain text: skip 8 such bytes at a time.
-		if i+8 <= len(b) && !needsAttention(binary.LittleEndian.Uint64(b[i:])) {
+		for i+8 <= len(b) && !needsAttention(binary.LittleEndian.Uint64(b[i:i+8])) {
 			i += 8
-			continue
+		}
+		if i == len(s) {
+			break
 		}
 		c := s[i]
 		if c < utf8.RuneSelf && jsonSafe[c] {
