@@ -1,0 +1,21 @@
+// Package simulate evaluates scheduling policies in virtual time: a
+// discrete-event loop feeds a workload's requests (or a replayed trace)
+// through the scheduler's pure state machine (scheduler.Machine, with the
+// policy under test) into the simulated engine model (sim.Engine,
+// continuous batching with H200 step timings), acting on preemptions the
+// way the gateway host does, and summarizes the per-request records with
+// bench/stats into the report format of `llmesh bench run`.
+//
+// Loads are relative to the workload's saturation rate on that engine and
+// pool (Saturation): load 1.0 arrives as fast as the pool can complete
+// requests. docs/simulate.md describes the model and the method.
+//
+// # Concurrency
+//
+// A run is single-threaded: one loop owns its machine, its engine and its
+// records. Evaluate runs independent (policy, load) pairs on
+// min(runs, GOMAXPROCS) goroutines that it starts and waits for before it
+// returns; they share only the read-only workload and engine profile, and
+// each writes its own slot of the result. Results do not depend on the
+// number of goroutines.
+package simulate

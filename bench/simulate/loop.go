@@ -1,0 +1,409 @@
+package simulate
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/capacity"
+	"github.com/llmesh/llmesh/sim"
+)
+
+// epoch is virtual time zero. Any fixed instant works; records are relative
+// to it.
+var epoch = time.Unix(1_800_000_000, 0)
+
+// poolName is the one pool the simulated host schedules into.
+const poolName = "engine"
+
+// vreq is one client request across its admissions (requeues and
+// continuations after preemption).
+type vreq struct {
+	it       workload.Item
+	at       time.Time // arrival at the host
+	id       string
+	rec      *result.Record
+	ticket   scheduler.Ticket
+	engID    uint64 // current engine sequence; 0 when not in the engine
+	sent     int    // output tokens the client received, over all attempts
+	computed int    // tokens the current engine attempt holds in its KV cache
+	done     bool
+}
+
+// counters are what one loop measured beyond the records.
+type counters struct {
+	computed         int64 // tokens computed by the engine (prefill + decode)
+	recomputed       int64 // tokens lost to scheduler preemptions
+	preemptions      int   // scheduler preemptions acted on
+	requeues         int   // preempted before the first token: restarted
+	continuations    int   // preempted mid-stream: continued with prompt+generated
+	lateFinish       int   // preempted while finishing in the step in flight
+	enginePreempts   int64 // the engine's own KV-pressure preemptions
+	engineRecomputed int64
+	steps            int64
+	limitMin         int // lowest pool limit the capacity rule set
+	end              time.Time
+}
+
+// loop is one discrete-event run of the scheduler machine in front of the
+// engine model. Everything happens in virtual time: events are the next
+// arrival, the end of the engine step in flight, the machine's wake-up and
+// the capacity rule's metrics tick, processed in that order at equal times.
+type loop struct {
+	m         *scheduler.Machine
+	eng       *sim.Engine
+	classes   []workload.Class
+	prio      []int
+	rule      capacity.Rule
+	interval  time.Duration
+	byTicket  map[scheduler.Ticket]*vreq
+	byEng     map[uint64]*vreq
+	nextEng   uint64
+	events    []sim.Event
+	stepping  bool
+	stepEnd   time.Time
+	wake      time.Time
+	limit     int
+	c         counters
+	now       time.Time
+	finished  int
+	onFinish  func(v *vreq) // optional
+	recordAll bool          // keep every token time (ITL statistics)
+}
+
+// newLoop builds the machine and the engine for one run.
+func newLoop(w *workload.Workload, pol scheduler.Policy, o Options) (*loop, error) {
+	prof, err := sim.LookupProfile(o.Profile)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := sim.NewEngine(prof, o.Engine)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	cfg := schedulerConfig(w, pol, o)
+	l := &loop{
+		eng: eng, classes: w.Classes,
+		byTicket: map[scheduler.Ticket]*vreq{}, byEng: map[uint64]*vreq{},
+		rule: capacity.Rule{Max: o.MaxInflight}, interval: o.MetricsInterval,
+		limit: o.MaxInflight, recordAll: true,
+	}
+	l.c.limitMin = o.MaxInflight
+	for _, c := range w.Classes {
+		l.prio = append(l.prio, c.Priority)
+	}
+	if o.Predictor == PredictTiming {
+		cfg.PrefillPredictor = l.predictPrefill
+	}
+	if l.m, err = scheduler.NewMachine(cfg); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	return l, nil
+}
+
+// schedulerConfig is the host's scheduler for w: one pool, the workload's
+// classes with their SLOs; as in llmesh demo, every class but the most
+// urgent one is preemptible.
+func schedulerConfig(w *workload.Workload, pol scheduler.Policy, o Options) scheduler.Config {
+	best := 0
+	for i, c := range w.Classes {
+		if c.Priority < w.Classes[best].Priority {
+			best = i
+		}
+	}
+	cfg := scheduler.Config{Pools: []scheduler.PoolConfig{{
+		Name: poolName, MaxInflight: o.MaxInflight, MaxInflightTokens: o.MaxInflightTokens,
+		Policy: pol, Aging: o.Aging, Preemption: o.Preemption,
+	}}}
+	for i, c := range w.Classes {
+		cfg.Classes = append(cfg.Classes, scheduler.ClassConfig{
+			Name: c.Name, Priority: c.Priority, TTFT: c.TTFT, TPOT: c.TPOT,
+			Preemptible: i != best && c.Priority != w.Classes[best].Priority,
+		})
+	}
+	return cfg
+}
+
+// predictPrefill predicts admission→first token from the engine's timing
+// model: the prompt's chunks, each in a step with the engine's current
+// decode batch.
+func (l *loop) predictPrefill(_ string, prompt int) time.Duration {
+	cfg := l.eng.Config()
+	batch := l.eng.Running()
+	ctx := 0
+	if batch > 0 {
+		ctx = int(l.eng.KVUsage() * float64(cfg.KVCacheTokens) / float64(batch))
+	}
+	budget := max(1, cfg.MaxNumBatchedTokens-batch)
+	var d time.Duration
+	for done := 0; done < max(1, prompt); done += budget {
+		var s sim.StepShape
+		s.AddDecodes(batch, ctx+1)
+		s.AddPrefill(min(budget, prompt-done), done)
+		d += l.eng.Timing().StepDuration(&s)
+	}
+	return d
+}
+
+// ns is t as nanoseconds since the run's start.
+func ns(t time.Time) int64 { return int64(t.Sub(epoch)) }
+
+// arrive hands a new or requeued request to the machine.
+func (l *loop) arrive(v *vreq, requeue bool) {
+	tk, err := l.m.Arrive(l.now, scheduler.Request{
+		ID: v.id, Pool: poolName, Class: l.classes[v.it.Class].Name,
+		PromptTokens: v.it.PromptTokens, MaxTokens: v.it.MaxTokens, Arrival: v.at, Requeue: requeue,
+	})
+	if err != nil {
+		st := result.StatusRejected
+		if !errors.Is(err, scheduler.ErrQueueFull) && !errors.Is(err, scheduler.ErrRejected) {
+			st = result.StatusError
+		}
+		l.end(v, st, err.Error())
+		return
+	}
+	v.ticket = tk
+	l.byTicket[tk] = v
+}
+
+// end finishes a request for the client.
+func (l *loop) end(v *vreq, st result.Status, msg string) {
+	v.done = true
+	v.rec.Status, v.rec.Error = st, msg
+	v.rec.DoneNS = ns(l.now)
+	v.rec.OutputTokens = v.sent
+	l.finished++
+	if l.onFinish != nil {
+		l.onFinish(v)
+	}
+}
+
+// admit starts an admitted request in the engine: from scratch when it has
+// sent nothing yet, else as the gateway's continuation (prompt plus the
+// generated text, the remaining max_tokens).
+func (l *loop) admit(tk scheduler.Ticket) {
+	v := l.byTicket[tk]
+	l.nextEng++
+	v.engID, v.computed = l.nextEng, 0
+	err := l.eng.Add(sim.SeqSpec{
+		ID: v.engID, PromptTokens: v.it.PromptTokens + v.sent,
+		MaxTokens: v.it.MaxTokens - v.sent, Priority: l.prio[v.it.Class],
+	})
+	if err != nil {
+		v.engID = 0
+		delete(l.byTicket, tk)
+		l.m.Finish(l.now, tk, scheduler.Failed)
+		l.end(v, result.StatusError, err.Error())
+		return
+	}
+	l.byEng[v.engID] = v
+}
+
+// preempt acts on a preemption as the gateway does: cancel upstream, release
+// the admission as preempted and queue again at the front of the class.
+func (l *loop) preempt(tk scheduler.Ticket) {
+	v := l.byTicket[tk]
+	if v == nil || v.engID == 0 {
+		return
+	}
+	if !l.eng.Abort(v.engID) {
+		// It finished in the step in flight: the response completes before
+		// the cancellation lands, and its Finish comes with the step's end.
+		l.c.lateFinish++
+		return
+	}
+	lost := v.computed
+	if l.stepping {
+		// The step in flight computed for it too; that work is thrown away.
+		for _, ev := range l.events {
+			if ev.ID == v.engID {
+				lost += int(ev.Scheduled)
+			}
+		}
+	}
+	delete(l.byEng, v.engID)
+	delete(l.byTicket, tk)
+	v.engID = 0
+	l.m.Finish(l.now, tk, scheduler.Preempted)
+	l.c.preemptions++
+	l.c.recomputed += int64(lost)
+	v.rec.Preemptions++
+	v.rec.RecomputedTokens += lost
+	if v.sent == 0 {
+		l.c.requeues++
+	} else {
+		l.c.continuations++
+	}
+	l.arrive(v, true)
+}
+
+// stepEnded applies the events of the engine step that ended at now.
+func (l *loop) stepEnded() {
+	l.stepping = false
+	t := ns(l.now)
+	for _, ev := range l.events {
+		v := l.byEng[ev.ID]
+		if v == nil {
+			continue // aborted while the step ran
+		}
+		l.c.computed += int64(ev.Scheduled)
+		v.computed += int(ev.Scheduled)
+		if ev.Flags.Has(sim.EvPreempted) {
+			v.computed = 0
+		}
+		if ev.Flags.Has(sim.EvToken) {
+			v.sent++
+			if v.rec.FirstTokenNS == 0 {
+				v.rec.FirstTokenNS = t
+			}
+			if l.recordAll {
+				v.rec.ChunkNS = append(v.rec.ChunkNS, t)
+			}
+			l.m.Progress(l.now, v.ticket, scheduler.Progress{FirstToken: true, Tokens: v.sent})
+		}
+		if ev.Flags.Has(sim.EvFinished) {
+			delete(l.byEng, ev.ID)
+			delete(l.byTicket, v.ticket)
+			v.engID = 0
+			l.m.Finish(l.now, v.ticket, scheduler.Done)
+			l.end(v, result.StatusOK, "")
+		}
+	}
+}
+
+// tick re-derives the pool's limit from the engine's load, as the hosts'
+// capacity watcher does from /metrics.
+func (l *loop) tick() {
+	s := capacity.Sample{
+		Running: float64(l.eng.Running()), Waiting: float64(l.eng.Waiting()), KVUsage: l.eng.KVUsage(),
+		HasRunning: true, HasWaiting: true, HasKV: true,
+	}
+	next := l.rule.Next(l.limit, s)
+	if next != l.limit {
+		l.limit = next
+		_ = l.m.SetLimit(poolName, next) // the pool exists
+		l.c.limitMin = min(l.c.limitMin, next)
+	}
+}
+
+// decide steps the machine until it has nothing more to decide at now.
+func (l *loop) decide() {
+	for {
+		d := l.m.Step(l.now)
+		l.wake = d.Wake
+		for _, tk := range d.Admitted {
+			l.admit(tk)
+		}
+		for _, rj := range d.Rejected {
+			if v := l.byTicket[rj.Ticket]; v != nil {
+				delete(l.byTicket, rj.Ticket)
+				st := result.StatusRejected
+				l.end(v, st, rj.Err.Error())
+			}
+		}
+		if len(d.Preempted) == 0 {
+			return
+		}
+		for _, tk := range d.Preempted {
+			l.preempt(tk)
+		}
+	}
+}
+
+// maxSameTime bounds the events processed at one virtual instant; more means
+// a component keeps asking to be woken at the same time.
+const maxSameTime = 1_000_000
+
+// maxIdle is how long virtual time may pass with requests waiting but no
+// arrival and no engine step before the run is declared stuck.
+const maxIdle = time.Hour
+
+// run feeds items (sorted by At) through the machine and the engine until
+// every one has ended.
+func (l *loop) run(items []workload.Item) ([]result.Record, error) {
+	recs := make([]result.Record, len(items))
+	reqs := make([]vreq, len(items))
+	for i, it := range items {
+		recs[i] = result.Record{
+			Index: it.Index, Class: l.classes[it.Class].Name, Warmup: it.Warmup,
+			PromptTokens: it.PromptTokens, MaxTokens: it.MaxTokens,
+			IntendedNS: int64(it.At), SentNS: int64(it.At),
+		}
+		reqs[i] = vreq{it: it, at: epoch.Add(it.At), id: strconv.Itoa(it.Index), rec: &recs[i]}
+	}
+	l.now = epoch
+	var nextTick time.Time
+	if l.interval > 0 {
+		l.limit = 0 // the watcher's first sample starts from nothing
+		nextTick = epoch
+	}
+	arrived := 0
+	same, last := 0, time.Time{}
+	active := l.now
+	for l.finished < len(items) {
+		next := time.Time{}
+		pick := func(t time.Time) {
+			if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+				next = t
+			}
+		}
+		if arrived < len(items) {
+			pick(reqs[arrived].at)
+		}
+		if l.stepping {
+			pick(l.stepEnd)
+		}
+		pick(l.wake)
+		if !nextTick.IsZero() {
+			pick(nextTick)
+		}
+		if next.IsZero() {
+			return nil, fmt.Errorf("simulate: stuck at %v with %d of %d requests ended", l.now.Sub(epoch), l.finished, len(items))
+		}
+		if next.Before(l.now) {
+			next = l.now
+		}
+		if next.Equal(last) {
+			if same++; same > maxSameTime {
+				return nil, fmt.Errorf("simulate: no progress at %v", next.Sub(epoch))
+			}
+		} else {
+			same, last = 0, next
+		}
+		l.now = next
+		if l.stepping && !l.stepEnd.After(l.now) {
+			l.stepEnded()
+			active = l.now
+		}
+		for arrived < len(items) && !reqs[arrived].at.After(l.now) {
+			l.arrive(&reqs[arrived], false)
+			arrived++
+			active = l.now
+		}
+		if l.now.Sub(active) > maxIdle {
+			return nil, fmt.Errorf("simulate: stuck at %v with %d of %d requests ended", l.now.Sub(epoch), l.finished, len(items))
+		}
+		if !nextTick.IsZero() && !nextTick.After(l.now) {
+			l.tick()
+			nextTick = nextTick.Add(l.interval)
+		}
+		l.decide()
+		if !l.stepping && !l.eng.Idle() {
+			r := l.eng.Step(l.now)
+			if len(r.Events) == 0 || r.Duration <= 0 {
+				return nil, fmt.Errorf("simulate: engine made no progress at %v with %d running, %d waiting", l.now.Sub(epoch), l.eng.Running(), l.eng.Waiting())
+			}
+			l.events = append(l.events[:0], r.Events...)
+			l.stepEnd, l.stepping = r.End(), true
+		}
+	}
+	l.c.end = l.now
+	l.c.enginePreempts = l.eng.Preemptions()
+	l.c.engineRecomputed = l.eng.RecomputedTokens()
+	l.c.steps = l.eng.Steps()
+	return recs, nil
+}

@@ -1,0 +1,146 @@
+package simulate
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/sim"
+)
+
+// Predictors of admit→first-token time for the preemptive policy.
+const (
+	// PredictObserved is what the hosts do: the scheduler's moving average
+	// of observed admit→first-token times.
+	PredictObserved = "observed"
+	// PredictTiming asks the engine's timing model for the prompt's prefill
+	// steps next to the engine's current decode batch.
+	PredictTiming = "timing"
+)
+
+// Defaults mirror the pool that llmesh demo configures in front of the
+// simulated engine, so that virtual time evaluates what the hosts run.
+const (
+	DefaultMaxInflight     = 64
+	DefaultMetricsInterval = 250 * time.Millisecond
+	DefaultAging           = 60 * time.Second
+	DefaultMinRunTime      = 20 * time.Millisecond
+	DefaultMaxPerRequest   = 2
+)
+
+// Options configure a simulation. The zero value is the demo's pool in front
+// of the workload's engine profile with sim's default engine limits.
+type Options struct {
+	// Profile names the engine profile; empty means the workload's profile,
+	// else sim.DefaultProfile.
+	Profile string
+	// Engine sizes the engine model; zero fields take sim's defaults
+	// (max_num_seqs 256, max_num_batched_tokens 8192, the profile's KV
+	// cache, FCFS).
+	Engine sim.Config
+	// MaxInflight is the pool's static capacity (max_inflight); 0 means
+	// DefaultMaxInflight.
+	MaxInflight int
+	// MaxInflightTokens bounds prompt+max tokens in flight; 0 means none.
+	MaxInflightTokens int
+	// MetricsInterval is how often the pool's limit is re-derived from the
+	// engine's load (running, waiting, KV usage) with scheduler/capacity's
+	// rule, as the hosts do from the engine's /metrics; 0 means
+	// DefaultMetricsInterval, negative keeps the static capacity.
+	MetricsInterval time.Duration
+	// Aging is the scheduler's aging step; 0 means DefaultAging, negative
+	// disables aging.
+	Aging time.Duration
+	// Preemption holds the guard rails of preemptive policies. When
+	// MaxPerRequest is 0 the demo's rails are used (min_lower_inflight 1,
+	// min_run_time DefaultMinRunTime, max_per_request
+	// DefaultMaxPerRequest), keeping Target. Target 0 means 1.
+	Preemption scheduler.PreemptionConfig
+	// Predictor is PredictObserved (default) or PredictTiming.
+	Predictor string
+	// Duration, when positive, replaces the workload's measured duration
+	// (arrival processes other than trace).
+	Duration time.Duration
+	// Seed, when non-zero, replaces the workload's seed.
+	Seed int64
+	// SaturationRequests is the backlog used to measure saturation; 0
+	// means 2000.
+	SaturationRequests int
+}
+
+// maxLoad bounds load factors so that a typo cannot ask for a simulation
+// that never ends.
+const maxLoad = 100
+
+func (o Options) withDefaults(w *workload.Workload) (Options, error) {
+	var errs []error
+	if o.Profile == "" {
+		o.Profile = w.Spec.Profile
+	}
+	if o.Profile == "" {
+		o.Profile = sim.DefaultProfile
+	}
+	if o.MaxInflight == 0 {
+		o.MaxInflight = DefaultMaxInflight
+	}
+	if o.MaxInflight < 0 {
+		errs = append(errs, fmt.Errorf("max_inflight: %d must be positive", o.MaxInflight))
+	}
+	if o.MaxInflightTokens < 0 {
+		errs = append(errs, fmt.Errorf("max_inflight_tokens: %d must not be negative", o.MaxInflightTokens))
+	}
+	if o.MetricsInterval == 0 {
+		o.MetricsInterval = DefaultMetricsInterval
+	}
+	if o.MetricsInterval > 0 && o.MetricsInterval < time.Millisecond {
+		errs = append(errs, fmt.Errorf("metrics_interval: %v must be at least 1ms (or negative for static capacity)", o.MetricsInterval))
+	}
+	if o.Aging == 0 {
+		o.Aging = DefaultAging
+	}
+	if o.Aging < 0 {
+		o.Aging = 0
+	}
+	if o.Preemption.MaxPerRequest == 0 {
+		t := o.Preemption.Target
+		o.Preemption = scheduler.PreemptionConfig{MinLowerInflight: 1, MinRunTime: DefaultMinRunTime, MaxPerRequest: DefaultMaxPerRequest, Target: t}
+	}
+	if t := o.Preemption.Target; t < 0 || t > 1 || t != t {
+		errs = append(errs, fmt.Errorf("preemption.target: %v must be in (0, 1]", t))
+	}
+	switch o.Predictor {
+	case "":
+		o.Predictor = PredictObserved
+	case PredictObserved, PredictTiming:
+	default:
+		errs = append(errs, fmt.Errorf("predictor: %q must be %s or %s", o.Predictor, PredictObserved, PredictTiming))
+	}
+	if o.Duration < 0 {
+		errs = append(errs, fmt.Errorf("duration: %v must not be negative", o.Duration))
+	}
+	if o.SaturationRequests == 0 {
+		o.SaturationRequests = 2000
+	}
+	if o.SaturationRequests < 100 {
+		errs = append(errs, fmt.Errorf("saturation_requests: %d must be at least 100", o.SaturationRequests))
+	}
+	if _, err := sim.LookupProfile(o.Profile); err != nil {
+		errs = append(errs, fmt.Errorf("profile: %w", err))
+	}
+	return o, errors.Join(errs...)
+}
+
+// prepare applies Duration and Seed to a copy of w.
+func (o Options) prepare(w *workload.Workload) *workload.Workload {
+	c := *w
+	if o.Duration > 0 && c.Spec.Arrival.Process != workload.ArrivalTrace {
+		c.Spec.Duration = workload.Duration(o.Duration)
+		c.Spec.Requests = 0
+	}
+	if o.Seed != 0 {
+		c.Spec.Seed = o.Seed
+	}
+	return &c
+}

@@ -1,0 +1,311 @@
+package simulate
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/stats"
+	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/policy"
+	"github.com/llmesh/llmesh/sim"
+)
+
+// Result is one evaluation: the saturation point and one run per policy and
+// load. Its JSON is what `llmesh bench simulate --json` prints.
+type Result struct {
+	Workload   string         `json:"workload"`
+	Profile    string         `json:"profile"`
+	Engine     EngineInfo     `json:"engine"`
+	Pool       PoolInfo       `json:"pool"`
+	Saturation SaturationInfo `json:"saturation"`
+	Runs       []*Run         `json:"runs"`
+}
+
+// EngineInfo is the engine model's configuration with defaults filled in.
+type EngineInfo struct {
+	MaxNumSeqs          int    `json:"max_num_seqs"`
+	MaxNumBatchedTokens int    `json:"max_num_batched_tokens"`
+	KVCacheTokens       int    `json:"kv_cache_tokens"`
+	Policy              string `json:"policy"`
+}
+
+// PoolInfo is the simulated host's pool configuration.
+type PoolInfo struct {
+	MaxInflight       int     `json:"max_inflight"`
+	MaxInflightTokens int     `json:"max_inflight_tokens,omitempty"`
+	MetricsIntervalMs float64 `json:"metrics_interval_ms"` // 0: static capacity
+	AgingS            float64 `json:"aging_s"`
+	Predictor         string  `json:"predictor"`
+	MinLowerInflight  int     `json:"min_lower_inflight"`
+	MinRunTimeMs      float64 `json:"min_run_time_ms"`
+	MaxPerRequest     int     `json:"max_per_request"`
+	Target            float64 `json:"preemption_target"`
+	// Preemptible lists the classes a preemptive policy may stop: every
+	// class but the most urgent one.
+	Preemptible []string `json:"preemptible"`
+}
+
+// Run is one policy at one load: BENCH's run report (the format of
+// `llmesh bench run`, fields inlined) plus what only virtual time knows.
+type Run struct {
+	*result.Report
+	// ArrivalRPS is the arrival rate the load factor asked for.
+	ArrivalRPS float64 `json:"arrival_rps"`
+	// Sim holds the simulation's own counters.
+	Sim RunStats `json:"simulation"`
+}
+
+// RunStats are counters of one run. Report.RecomputedTokensFraction is
+// RecomputedTokens over measured output tokens (BENCH's definition);
+// RecomputedOfComputed relates them to all tokens the engine computed.
+type RunStats struct {
+	ComputedTokens       int64   `json:"computed_tokens"`
+	RecomputedTokens     int64   `json:"recomputed_tokens"`
+	RecomputedOfComputed float64 `json:"recomputed_of_computed"`
+	Preemptions          int     `json:"preemptions"`
+	Requeues             int     `json:"requeues"`
+	Continuations        int     `json:"continuations"`
+	// LateFinishes are preemptions that arrived while the victim finished
+	// in the engine step in flight, so nothing was stopped.
+	LateFinishes           int     `json:"late_finishes"`
+	EnginePreemptions      int64   `json:"engine_preemptions"`
+	EngineRecomputedTokens int64   `json:"engine_recomputed_tokens"`
+	EngineSteps            int64   `json:"engine_steps"`
+	MinPoolLimit           int     `json:"min_pool_limit"`
+	VirtualSeconds         float64 `json:"virtual_seconds"`
+	Requests               int     `json:"requests"`
+	// ITLOmitted is set when the run was too large to keep every token's
+	// time, so ITL statistics are empty.
+	ITLOmitted bool `json:"itl_omitted,omitempty"`
+}
+
+// itlTokenBudget bounds the token times one run keeps for ITL statistics
+// (8 bytes each).
+const itlTokenBudget = 8_000_000
+
+// maxItems bounds the requests of one run.
+const maxItems = 5_000_000
+
+// Evaluate measures the saturation rate of w on the engine, then runs every
+// policy at every load (load × saturation requests per second; no loads
+// means the workload's own rate). Runs execute in parallel, one per CPU;
+// each is deterministic, so the result is too.
+func Evaluate(w *workload.Workload, policies []string, loads []float64, o Options) (*Result, error) {
+	o, err := o.withDefaults(w)
+	if err != nil {
+		return nil, err
+	}
+	if w.Closed() {
+		return nil, errors.New("simulate: closed-loop workloads are not supported; use an open arrival process or --trace")
+	}
+	if len(policies) == 0 {
+		policies = policy.Names()
+	}
+	pols := make([]scheduler.Policy, len(policies))
+	var errs []error
+	for i, n := range policies {
+		if pols[i], err = policy.Lookup(n); err != nil {
+			errs = append(errs, fmt.Errorf("policies: %w", err))
+		}
+	}
+	for _, l := range loads {
+		if !(l > 0 && l <= maxLoad) {
+			errs = append(errs, fmt.Errorf("loads: %v must be in (0, %d]", l, maxLoad))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	w = o.prepare(w)
+	sat, err := saturation(w, o)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Workload: w.Spec.Name, Profile: o.Profile, Saturation: *sat, Pool: poolInfo(w, o)}
+	if err := res.fillEngine(o); err != nil {
+		return nil, err
+	}
+	natural := naturalRate(w)
+	if len(loads) == 0 {
+		loads = []float64{natural / sat.RPS}
+	}
+	type job struct {
+		pol  scheduler.Policy
+		load float64
+	}
+	var jobs []job
+	for _, l := range loads {
+		for _, p := range pols {
+			jobs = append(jobs, job{p, l})
+		}
+	}
+	res.Runs = make([]*Run, len(jobs))
+	runErrs := make([]error, len(jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(len(jobs), runtime.GOMAXPROCS(0)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				j := jobs[i]
+				sw := w.ScaleRate(j.load * sat.RPS / natural)
+				res.Runs[i], runErrs[i] = simulate(sw, j.pol, j.load, o)
+			}
+		}()
+	}
+	for i := range jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(runErrs...); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// Simulate runs w as it is (its own arrival rate) under one policy. load
+// only labels the report.
+func Simulate(w *workload.Workload, policyName string, load float64, o Options) (*Run, error) {
+	o, err := o.withDefaults(w)
+	if err != nil {
+		return nil, err
+	}
+	if w.Closed() {
+		return nil, errors.New("simulate: closed-loop workloads are not supported")
+	}
+	p, err := policy.Lookup(policyName)
+	if err != nil {
+		return nil, err
+	}
+	return simulate(o.prepare(w), p, load, o)
+}
+
+func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Options) (*Run, error) {
+	items, err := collect(w)
+	if err != nil {
+		return nil, err
+	}
+	l, err := newLoop(w, pol, o)
+	if err != nil {
+		return nil, err
+	}
+	var tokens int
+	for _, it := range items {
+		tokens += it.MaxTokens
+	}
+	l.recordAll = tokens <= itlTokenBudget
+	recs, err := l.run(items)
+	if err != nil {
+		return nil, fmt.Errorf("%s at load %g: %w", pol.Name(), load, err)
+	}
+	if to := w.Spec.Timeout.D(); to > 0 {
+		for i := range recs {
+			if r := &recs[i]; r.Status == result.StatusOK && time.Duration(r.DoneNS-r.SentNS) > to {
+				r.Status, r.Error = result.StatusTimeout, fmt.Sprintf("ran %v, past the workload's timeout %v", time.Duration(r.DoneNS-r.SentNS), to)
+			}
+		}
+	}
+	rep := stats.Summarize(recs, stats.Meta{Workload: w, Target: "virtual-time " + o.Profile, Policy: pol.Name(), Load: load})
+	c := l.c
+	run := &Run{Report: rep, ArrivalRPS: naturalRate(w), Sim: RunStats{
+		ComputedTokens: c.computed, RecomputedTokens: c.recomputed,
+		Preemptions: c.preemptions, Requeues: c.requeues, Continuations: c.continuations, LateFinishes: c.lateFinish,
+		EnginePreemptions: c.enginePreempts, EngineRecomputedTokens: c.engineRecomputed, EngineSteps: c.steps,
+		MinPoolLimit: c.limitMin, VirtualSeconds: c.end.Sub(epoch).Seconds(), Requests: len(items), ITLOmitted: !l.recordAll,
+	}}
+	if c.computed > 0 {
+		run.Sim.RecomputedOfComputed = float64(c.recomputed) / float64(c.computed)
+	}
+	return run, nil
+}
+
+// collect draws every item of w's source.
+func collect(w *workload.Workload) ([]workload.Item, error) {
+	var items []workload.Item
+	src := w.Source()
+	for {
+		it, ok := src.Next()
+		if !ok {
+			break
+		}
+		if len(items) >= maxItems {
+			return nil, fmt.Errorf("simulate: more than %d requests in one run; shorten the duration", maxItems)
+		}
+		items = append(items, it)
+	}
+	if len(items) == 0 {
+		return nil, errors.New("simulate: the workload yields no requests")
+	}
+	return items, nil
+}
+
+// naturalRate is w's own arrival rate in requests per second: the arrival
+// rate, or a replayed trace's request count over its span.
+func naturalRate(w *workload.Workload) float64 {
+	if w.Spec.Arrival.Process != workload.ArrivalTrace {
+		return w.Spec.Arrival.Rate
+	}
+	rows := w.Trace
+	if len(rows) < 2 {
+		return 1
+	}
+	span := float64(rows[len(rows)-1].At-rows[0].At) * w.Spec.Arrival.TimeScale / float64(time.Second)
+	if span <= 0 {
+		return 1
+	}
+	return float64(len(rows)-1) / span
+}
+
+func poolInfo(w *workload.Workload, o Options) PoolInfo {
+	p := PoolInfo{
+		MaxInflight: o.MaxInflight, MaxInflightTokens: o.MaxInflightTokens,
+		AgingS: o.Aging.Seconds(), Predictor: o.Predictor,
+		MinLowerInflight: o.Preemption.MinLowerInflight, MinRunTimeMs: ms(o.Preemption.MinRunTime),
+		MaxPerRequest: o.Preemption.MaxPerRequest, Target: o.Preemption.Target,
+	}
+	if p.Target == 0 {
+		p.Target = 1
+	}
+	if o.MetricsInterval > 0 {
+		p.MetricsIntervalMs = ms(o.MetricsInterval)
+	}
+	cfg := schedulerConfig(w, policyNone{}, o)
+	for _, c := range cfg.Classes {
+		if c.Preemptible {
+			p.Preemptible = append(p.Preemptible, c.Name)
+		}
+	}
+	return p
+}
+
+func (r *Result) fillEngine(o Options) error {
+	prof, err := sim.LookupProfile(o.Profile)
+	if err != nil {
+		return err
+	}
+	e, err := sim.NewEngine(prof, o.Engine)
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	c := e.Config()
+	r.Engine = EngineInfo{MaxNumSeqs: c.MaxNumSeqs, MaxNumBatchedTokens: c.MaxNumBatchedTokens, KVCacheTokens: c.KVCacheTokens, Policy: c.Policy.String()}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// policyNone stands in where only the classes of a config are read.
+type policyNone struct{}
+
+var _ scheduler.Policy = policyNone{}
+
+func (policyNone) Name() string                    { return "none" }
+func (policyNone) Less(a, b *scheduler.Entry) bool { return a.Seq < b.Seq }
+func (policyNone) Preempts() bool                  { return false }

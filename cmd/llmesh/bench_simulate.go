@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/llmesh/llmesh/bench/simulate"
+	"github.com/llmesh/llmesh/bench/trace"
+	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/bench/workloads"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/sim"
+)
+
+var _ = addBenchCommand(command{name: "simulate", summary: "evaluate scheduling policies in virtual time (scheduler + engine model)", run: runBenchSimulate})
+
+// runBenchSimulate is `llmesh bench simulate`.
+func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("llmesh bench simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		file      = fs.String("workload", "", "workload YAML `FILE` (default: the standard "+workloads.Standard+")")
+		traceFile = fs.String("trace", "", "Azure-format trace `CSV`: arrivals and lengths from it, classes by the workload's shares")
+		policies  = fs.String("policies", "", "comma-separated policies (default: all registered)")
+		loads     = fs.String("loads", "", "comma-separated load factors, each × the measured saturation rate (default: the workload's own rate)")
+		duration  = fs.Duration("duration", 0, "measured duration per run, replacing the workload's (not with --trace)")
+		seed      = fs.Int64("seed", 0, "random seed (default: the workload's)")
+		jsonOut   = fs.Bool("json", false, "print one JSON object instead of tables")
+		brief     = fs.Bool("brief", false, "print only the saturation point and the comparison table")
+		inflight  = fs.Int("max-inflight", simulate.DefaultMaxInflight, "pool capacity (max_inflight)")
+		interval  = fs.Duration("metrics-interval", simulate.DefaultMetricsInterval, "re-derive the pool limit from the engine's load this often (0: static capacity)")
+		maxSeqs   = fs.Int("max-num-seqs", 256, "engine: most running sequences")
+		maxBatch  = fs.Int("max-num-batched-tokens", 8192, "engine: most tokens per step")
+		predictor = fs.String("predictor", simulate.PredictObserved, "prefill prediction for preemption: observed or timing")
+		target    = fs.Float64("target", 1, "preemption target: share of the TTFT objective a predicted TTFT may reach, in (0, 1]")
+		minRun    = fs.Duration("min-run-time", simulate.DefaultMinRunTime, "preemption guard: minimum run time of a victim")
+		maxPer    = fs.Int("max-per-request", simulate.DefaultMaxPerRequest, "preemption guard: most preemptions of one request")
+		profile   = fs.String("profile", "", "engine profile (default: the workload's; known: "+strings.Join(sim.Profiles(), ", ")+")")
+	)
+	if err := fs.Parse(args); err != nil {
+		return withExitCode(2, err)
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
+	}
+	ls, err := parseLoads(*loads)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if *maxPer < 1 {
+		errs = append(errs, fmt.Errorf("--max-per-request: %d must be at least 1", *maxPer))
+	}
+	if *minRun < 0 {
+		errs = append(errs, fmt.Errorf("--min-run-time: %v must not be negative", *minRun))
+	}
+	if *duration < 0 {
+		errs = append(errs, fmt.Errorf("--duration: %v must not be negative", *duration))
+	}
+	if *duration > 0 && *traceFile != "" {
+		errs = append(errs, errors.New("--duration: a trace sets its own length"))
+	}
+	if *interval < 0 {
+		errs = append(errs, fmt.Errorf("--metrics-interval: %v must not be negative", *interval))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return withExitCode(2, err)
+	}
+	w, err := simWorkload(*file, *traceFile)
+	if err != nil {
+		return err
+	}
+	o := simulate.Options{
+		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
+		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch},
+		MetricsInterval: *interval,
+		Preemption:      scheduler.PreemptionConfig{MinLowerInflight: 1, MinRunTime: *minRun, MaxPerRequest: *maxPer, Target: *target},
+	}
+	if *interval == 0 {
+		o.MetricsInterval = -1
+	}
+	var names []string
+	if *policies != "" {
+		names = strings.Split(*policies, ",")
+	}
+	res, err := simulate.Evaluate(w, names, ls, o)
+	if err != nil {
+		return withExitCode(2, err)
+	}
+	if *jsonOut {
+		return simulate.WriteJSON(stdout, res)
+	}
+	return simulate.WriteText(stdout, res, *brief)
+}
+
+func parseLoads(s string) ([]float64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []float64
+	var errs []error
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0) {
+			errs = append(errs, fmt.Errorf("--loads: %q is not a positive number", f))
+			continue
+		}
+		out = append(out, v)
+	}
+	return out, errors.Join(errs...)
+}
+
+// simWorkload loads the workload (or the embedded standard one) and, with
+// a trace, replays the trace with the workload's classes.
+func simWorkload(file, traceFile string) (*workload.Workload, error) {
+	var w *workload.Workload
+	if file == "" {
+		data, err := workloads.FS.ReadFile(workloads.Standard)
+		if err != nil {
+			return nil, err
+		}
+		s, err := workload.Parse(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", workloads.Standard, err)
+		}
+		s.Default()
+		if w, err = workload.Compile(s, workload.CompileOptions{}); err != nil {
+			return nil, fmt.Errorf("%s: %w", workloads.Standard, err)
+		}
+	} else {
+		var err error
+		if w, err = workload.LoadFile(file); err != nil {
+			return nil, err
+		}
+	}
+	if traceFile != "" {
+		rows, err := trace.ReadFile(traceFile)
+		if err != nil {
+			return nil, err
+		}
+		if len(rows) == 0 {
+			return nil, fmt.Errorf("%s: no requests", traceFile)
+		}
+		w = w.WithTrace(rows)
+		w.Spec.Arrival.TimeScale = 1
+	}
+	return w, nil
+}
