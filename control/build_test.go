@@ -58,6 +58,7 @@ func TestBuildGolden(t *testing.T) {
 	for _, tc := range []struct{ name, file string }{
 		{"example", "../examples/mesh.yaml"},
 		{"active-arm", "testdata/active-arm.yaml"},
+		{"shared-scheduler", "../examples/mesh-shared-scheduler.yaml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := config.LoadFile(tc.file)
