@@ -234,7 +234,7 @@ func (s *Server) Serve(ctx context.Context, xdsLn, adminLn net.Listener) error {
 	}
 	gopts = append(gopts,
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 5 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	gs := grpc.NewServer(gopts...)
 	xds := serverv3.NewServer(ctx, s.cache, s.nodes)
