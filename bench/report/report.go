@@ -206,6 +206,9 @@ func Table(w io.Writer, rep *result.Report) error {
 	if rep.Engine != nil {
 		fmt.Fprintf(ew, "engine agreement: client TTFT − engine TTFT over %d requests: p50 %s ms, p99 %s ms, max %s ms (%d negative)\n",
 			rep.Engine.N, trim(rep.Engine.DeltaMs.P50), trim(rep.Engine.DeltaMs.P99), trim(rep.Engine.DeltaMs.Max), rep.Engine.NegativeN)
+		if rep.Engine.Note != "" {
+			fmt.Fprintf(ew, "engine agreement note: %s\n", rep.Engine.Note)
+		}
 	}
 	if rep.RecomputedTokensFraction > 0 {
 		fmt.Fprintf(ew, "recomputed tokens: %.2f%% of output\n", 100*rep.RecomputedTokensFraction)

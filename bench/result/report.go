@@ -240,4 +240,7 @@ type EngineAgreement struct {
 	// engine's (clock skew or a measurement bug); they are left out of
 	// DeltaMs.
 	NegativeN int `json:"negative_n"`
+	// Note explains a disagreement the numbers alone do not (an engine
+	// clock running at another rate).
+	Note string `json:"note,omitempty"`
 }

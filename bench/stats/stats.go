@@ -356,5 +356,8 @@ func engineAgreement(recs []*result.Record) *result.EngineAgreement {
 		return nil
 	}
 	a := &result.EngineAgreement{N: d.n + neg.n, DeltaMs: d.percentiles(), NegativeN: neg.n}
+	if 2*neg.n > a.N {
+		a.Note = "most client TTFTs are shorter than the engine's own: the engine clock runs faster than real time (llmesh sim --time-scale); compare at scale 1"
+	}
 	return a
 }
