@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmesh/llmesh/bench/trace"
 )
 
 func load(t *testing.T, y string) (*Workload, error) {
@@ -318,4 +320,31 @@ func FuzzWorkload(f *testing.F) {
 			last = it.At
 		}
 	})
+}
+
+func TestWithTrace(t *testing.T) {
+	w, err := load(t, `
+requests: 1000
+arrival: {rate: 10}
+classes:
+  - {name: hi, share: 1, prompt_tokens: {value: 1}, output_tokens: {value: 1}}
+  - {name: lo, share: 1, prompt_tokens: {value: 1}, output_tokens: {value: 1}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := []trace.Row{{At: 0, PromptTokens: 10, OutputTokens: 0}, {At: time.Second, PromptTokens: 20, OutputTokens: 5}, {At: 3 * time.Second, PromptTokens: 30, OutputTokens: 6}}
+	its := items(w.WithTrace(rows))
+	if len(its) != 3 {
+		t.Fatalf("%d items, want 3", len(its))
+	}
+	want := []Item{{Index: 0, At: 0, PromptTokens: 10, MaxTokens: 1}, {Index: 1, At: time.Second, PromptTokens: 20, MaxTokens: 5}, {Index: 2, At: 3 * time.Second, PromptTokens: 30, MaxTokens: 6}}
+	for i := range its {
+		its[i].Class = 0
+	}
+	if d := cmp.Diff(want, its); d != "" {
+		t.Errorf("(-want +got)\n%s", d)
+	}
+	if items(w)[0].PromptTokens != 1 {
+		t.Error("WithTrace changed the original workload")
+	}
 }

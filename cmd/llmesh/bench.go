@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/bench/harness"
+	"github.com/llmesh/llmesh/bench/progress"
 	"github.com/llmesh/llmesh/bench/report"
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/workload"
@@ -254,7 +255,7 @@ func runBenchRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return withExitCode(harness.ExitUsage, err)
 	}
 	o := harness.Options{Workload: w, Target: target, Label: label, Policy: pol, GPU: gpuOn, Detailed: detailed}
-	if !quiet {
+	if !quiet && progress.IsTerminal(stdout) {
 		o.Progress = stderr
 	}
 	var jf *os.File

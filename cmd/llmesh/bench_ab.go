@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmesh/llmesh/bench/ab"
 	"github.com/llmesh/llmesh/bench/harness"
+	"github.com/llmesh/llmesh/bench/progress"
 	"github.com/llmesh/llmesh/bench/sweep"
 )
 
@@ -98,7 +99,7 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return withExitCode(harness.ExitUsage, err)
 	}
 	o := ab.Options{Workload: w, A: ta, B: tb, Repeats: repeats, Resamples: resamples, Log: stderr}
-	if !quiet {
+	if !quiet && progress.IsTerminal(stdout) {
 		o.Progress = stderr
 	}
 	res, runErr := ab.Compare(ctx, o)
@@ -159,7 +160,7 @@ func runBenchSweep(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return withExitCode(harness.ExitUsage, err)
 	}
 	o := sweep.Options{Workload: w, Target: target, Rates: rs, Log: stderr}
-	if !quiet {
+	if !quiet && progress.IsTerminal(stdout) {
 		o.Progress = stderr
 	}
 	res, runErr := sweep.Sweep(ctx, o)
