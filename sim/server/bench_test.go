@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"bufio"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"runtime"
 	"strings"
@@ -66,4 +68,49 @@ func BenchmarkStreamsPerCore(b *testing.B) {
 	b.ReportMetric(float64(chunks.Load())/wall.Seconds(), "chunks/s")
 	b.ReportMetric(streamSec/wall.Seconds(), "concurrent-streams")
 	b.ReportMetric(float64(runtime.GOMAXPROCS(0)), "procs")
+}
+
+// BenchmarkTimeScaleFidelity compares the TTFT a client measures (wall time
+// times the scale, i.e. in engine time) with the engine's own (first token
+// minus arrival) for one stream at a time, at several time scales. The
+// metric is the mean excess the client sees, in engine milliseconds. One
+// op is one request.
+func BenchmarkTimeScaleFidelity(b *testing.B) {
+	for _, scale := range []float64{1, 10, 100} {
+		b.Run(fmt.Sprintf("scale-%g", scale), func(b *testing.B) {
+			s := simtest.Start(b, simtest.WithTimeScale(scale))
+			body := `{"prompt":"` + strings.Repeat("w ", 1000) + `","max_tokens":4,"stream":true}`
+			var excess time.Duration
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				resp, err := http.Post(s.HTTPURL+"/v1/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				sc := bufio.NewScanner(resp.Body)
+				var first time.Duration
+				var tr truth
+				for sc.Scan() {
+					line := sc.Text()
+					if !strings.HasPrefix(line, "data: {") {
+						continue
+					}
+					if first == 0 {
+						first = time.Since(t0)
+					}
+					if strings.Contains(line, "llmesh_engine") {
+						var v struct {
+							E truth `json:"llmesh_engine"`
+						}
+						_ = json.Unmarshal([]byte(line[6:]), &v)
+						tr = v.E
+					}
+				}
+				resp.Body.Close()
+				engine := time.Duration(tr.FirstTokenNs - tr.ArrivalNs)
+				excess += time.Duration(float64(first)*scale) - engine
+			}
+			b.ReportMetric(float64(excess.Microseconds())/1e3/float64(b.N), "excess-engine-ms")
+		})
+	}
 }

@@ -159,13 +159,16 @@ func (l *loop) run(ctx context.Context) {
 			return
 		case <-t.C():
 		}
-		l.publish(r)
+		// Timestamp the tokens when they actually go out: on a busy machine
+		// the timer fires late, and the ground truth must match what
+		// clients can observe.
+		l.publish(r, l.clk.Now())
 	}
 }
 
 // publish hands a finished step's events to their streams.
-func (l *loop) publish(r *sim.StepResult) {
-	start, end := r.Start, r.End()
+func (l *loop) publish(r *sim.StepResult, end time.Time) {
+	start := r.Start
 	for _, ev := range r.Events {
 		st, ok := l.live[ev.ID]
 		if !ok {
