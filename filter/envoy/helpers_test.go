@@ -170,3 +170,20 @@ func sseRequest(kv ...string) *filtertest.HeaderMap {
 func sseResponse() *filtertest.HeaderMap {
 	return filtertest.ResponseHeaders(200, "content-type", "text/event-stream")
 }
+
+// waitQueued waits until the in-process scheduler has n requests of class
+// waiting: a held request reaches the scheduler from its own goroutine.
+func (h *harness) waitQueued(class string, n int) {
+	h.t.Helper()
+	eventually(h.t, fmt.Sprintf("%d %s request(s) queued", n, class), func() bool {
+		h.scheds.mu.Lock()
+		defer h.scheds.mu.Unlock()
+		got := 0
+		for _, s := range h.scheds.local {
+			for _, ps := range s.Stats() {
+				got += ps.Queued[class]
+			}
+		}
+		return got == n
+	})
+}
