@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/policy"
@@ -118,6 +119,11 @@ func (t *Telemetry) NewRecorder(mc *config.Config) (Recorder, error) {
 	if p == nil {
 		opts := telemetry.OptionsFromConfig(tc)
 		opts.Prometheus = false
+		// SLO violations are judged against the classes' objectives.
+		for _, c := range mc.Classes {
+			opts.Recorder.Classes = append(opts.Recorder.Classes, filter.Class{
+				Name: c.Name, Priority: c.Priority, TTFT: c.TTFT, TPOT: c.TPOT, Preemptible: c.Preemptible})
+		}
 		var err error
 		if p, err = telemetry.New(context.Background(), opts); err != nil {
 			return nil, fmt.Errorf("mesh.telemetry: %w", err)

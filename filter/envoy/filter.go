@@ -132,7 +132,12 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 		Path: f.path, RouteClass: f.routeClass, Peer: peer.Addr(), Headers: hv,
 	}).Class
 
+	// ITL samples feed only the OpenTelemetry histogram; without a recorder
+	// the summary is enough. Pooled observers reuse the sample buffer.
 	opts := filter.Options{MaxITLSamples: -1}
+	if f.cfg.rt.recorder(f.cfg.Mesh) != nil {
+		opts.MaxITLSamples = 0
+	}
 	if f.grpc {
 		opts.GRPCMethod = f.path
 	}

@@ -157,6 +157,9 @@ func TestSimSSEThroughFilter(t *testing.T) {
 	}
 	want(t, StatRelocated, h.counter(StatRelocated), 1)
 	want(t, "TTFT histogram count", histogramCount(t, reader, telemetry.MetricTTFT), 1)
+	// One inter-chunk sample per gap between token-bearing chunks.
+	steps, _ := md["decode_steps"].(float64)
+	want(t, "inter-chunk samples", histogramCount(t, reader, telemetry.MetricInterChunk), uint64(steps))
 }
 
 // TestSimGRPCThroughFilter: an llm.v1 stream over h2c whose prompt is in
