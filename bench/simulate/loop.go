@@ -28,9 +28,13 @@ type vreq struct {
 	id       string
 	rec      *result.Record
 	ticket   scheduler.Ticket
-	engID    uint64 // current engine sequence; 0 when not in the engine
-	sent     int    // output tokens the client received, over all attempts
-	computed int    // tokens the current engine attempt holds in its KV cache
+	engID    uint64        // current engine sequence; 0 when not in the engine
+	sent     int           // output tokens the client received, over all attempts
+	computed int           // tokens the current engine attempt holds in its KV cache
+	admitted time.Time     // latest admission
+	queued   time.Duration // arrival → first admission
+	upstream time.Duration // latest admission → first token, when the first token came from it
+	wasAdmit bool
 	done     bool
 }
 
@@ -73,6 +77,7 @@ type loop struct {
 	finished  int
 	onFinish  func(v *vreq) // optional
 	recordAll bool          // keep every token time (ITL statistics)
+	reqs      []vreq        // the run's requests, for the TTFT breakdown
 }
 
 // newLoop builds the machine and the engine for one run.
@@ -187,6 +192,10 @@ func (l *loop) end(v *vreq, st result.Status, msg string) {
 // generated text, the remaining max_tokens).
 func (l *loop) admit(tk scheduler.Ticket) {
 	v := l.byTicket[tk]
+	if !v.wasAdmit {
+		v.wasAdmit, v.queued = true, l.now.Sub(v.at)
+	}
+	v.admitted = l.now
 	l.nextEng++
 	v.engID, v.computed = l.nextEng, 0
 	err := l.eng.Add(sim.SeqSpec{
@@ -259,6 +268,7 @@ func (l *loop) stepEnded() {
 			v.sent++
 			if v.rec.FirstTokenNS == 0 {
 				v.rec.FirstTokenNS = t
+				v.upstream = l.now.Sub(v.admitted)
 			}
 			if l.recordAll {
 				v.rec.ChunkNS = append(v.rec.ChunkNS, t)
@@ -327,6 +337,7 @@ const maxIdle = time.Hour
 func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 	recs := make([]result.Record, len(items))
 	reqs := make([]vreq, len(items))
+	l.reqs = reqs
 	for i, it := range items {
 		recs[i] = result.Record{
 			Index: it.Index, Class: l.classes[it.Class].Name, Warmup: it.Warmup,

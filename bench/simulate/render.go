@@ -34,6 +34,10 @@ type Comparison struct {
 	RecomputedOfOutput   float64 `json:"recomputed_of_output"`
 	RecomputedOfComputed float64 `json:"recomputed_of_computed"`
 	Preemptions          int     `json:"preemptions"`
+	// UrgentQueueP99 and UrgentUpstreamP99 split the urgent class's TTFT:
+	// waiting for admission, and admission to first token.
+	UrgentQueueP99    float64 `json:"urgent_queue_p99_ms"`
+	UrgentUpstreamP99 float64 `json:"urgent_upstream_p99_ms"`
 }
 
 // Compare builds the comparison rows of r, in run order.
@@ -72,6 +76,9 @@ func (r *Result) Compare() []Comparison {
 		c := Comparison{Policy: run.Policy, Load: run.Load, UrgentClass: urgent,
 			RecomputedOfOutput: run.RecomputedTokensFraction, RecomputedOfComputed: run.Sim.RecomputedOfComputed,
 			Preemptions: run.Sim.Preemptions, OtherGoodputRPS: others[i].goodput}
+		if b, ok := run.Sim.Breakdown[urgent]; ok {
+			c.UrgentQueueP99, c.UrgentUpstreamP99 = b.QueueMs.P99, b.UpstreamMs.P99
+		}
 		if u := run.Classes[urgent]; u != nil {
 			c.UrgentP99TTFT = u.TTFTMs.P99
 			if base := lowest[run.Policy].Classes[urgent]; base != nil && base.TTFTMs.P99 > 0 && lowest[run.Policy] != run {
@@ -135,10 +142,10 @@ func WriteText(w io.Writer, r *Result, brief bool) error {
 	cmp := r.Compare()
 	if len(cmp) > 0 {
 		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "load\tpolicy\t%s p99 TTFT ms\tvs lowest load\tother goodput req/s\tvs best non-preemptive\tother tok/s vs best\trecomputed/output\trecomputed/computed\tpreemptions\t\n", cmp[0].UrgentClass)
+		fmt.Fprintf(tw, "load\tpolicy\t%s p99 TTFT ms\tvs lowest load\tother goodput req/s\tvs best non-preemptive\tother tok/s vs best\trecomputed/output\trecomputed/computed\tpreemptions\tqueue p99\tadmit→1st token p99\t\n", cmp[0].UrgentClass)
 		for _, c := range cmp {
-			fmt.Fprintf(tw, "%g\t%s\t%.1f\t%s\t%.2f\t%s\t%s\t%.2f%%\t%.2f%%\t%d\t\n", c.Load, c.Policy, c.UrgentP99TTFT, ratio(c.UrgentRatio, "x"),
-				c.OtherGoodputRPS, ratio(c.OtherGoodputRel, "%"), ratio(c.OtherTokensRel, "%"), 100*c.RecomputedOfOutput, 100*c.RecomputedOfComputed, c.Preemptions)
+			fmt.Fprintf(tw, "%g\t%s\t%.1f\t%s\t%.2f\t%s\t%s\t%.2f%%\t%.2f%%\t%d\t%.1f\t%.1f\t\n", c.Load, c.Policy, c.UrgentP99TTFT, ratio(c.UrgentRatio, "x"),
+				c.OtherGoodputRPS, ratio(c.OtherGoodputRel, "%"), ratio(c.OtherTokensRel, "%"), 100*c.RecomputedOfOutput, 100*c.RecomputedOfComputed, c.Preemptions, c.UrgentQueueP99, c.UrgentUpstreamP99)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

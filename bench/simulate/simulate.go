@@ -3,7 +3,9 @@ package simulate
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -79,6 +81,9 @@ type RunStats struct {
 	MinPoolLimit           int     `json:"min_pool_limit"`
 	VirtualSeconds         float64 `json:"virtual_seconds"`
 	Requests               int     `json:"requests"`
+	// Breakdown splits each class's TTFT (measured requests that got a
+	// first token) into waiting in the scheduler and the engine's part.
+	Breakdown map[string]Breakdown `json:"ttft_breakdown"`
 	// ITLOmitted is set when the run was too large to keep every token's
 	// time, so ITL statistics are empty.
 	ITLOmitted bool `json:"itl_omitted,omitempty"`
@@ -220,6 +225,7 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		EnginePreemptions: c.enginePreempts, EngineRecomputedTokens: c.engineRecomputed, EngineSteps: c.steps,
 		MinPoolLimit: c.limitMin, VirtualSeconds: c.end.Sub(epoch).Seconds(), Requests: len(items), ITLOmitted: !l.recordAll,
 	}}
+	run.Sim.Breakdown = breakdown(l.reqs, w)
 	if c.computed > 0 {
 		run.Sim.RecomputedOfComputed = float64(c.recomputed) / float64(c.computed)
 	}
@@ -309,3 +315,49 @@ var _ scheduler.Policy = policyNone{}
 func (policyNone) Name() string                    { return "none" }
 func (policyNone) Less(a, b *scheduler.Entry) bool { return a.Seq < b.Seq }
 func (policyNone) Preempts() bool                  { return false }
+
+// Breakdown is one class's TTFT split, in milliseconds: QueueMs is arrival
+// to first admission by the scheduler, UpstreamMs the latest admission to
+// the first token (the engine's queue and prefill).
+type Breakdown struct {
+	QueueMs    Quantiles `json:"queue_ms"`
+	UpstreamMs Quantiles `json:"upstream_ms"`
+}
+
+// Quantiles are exact order statistics (nearest rank).
+type Quantiles struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func quantiles(ds []time.Duration) Quantiles {
+	if len(ds) == 0 {
+		return Quantiles{}
+	}
+	slices.Sort(ds)
+	at := func(q float64) float64 {
+		i := max(0, int(math.Ceil(q*float64(len(ds))))-1)
+		return ms(ds[i])
+	}
+	return Quantiles{P50: at(0.5), P90: at(0.9), P99: at(0.99), Max: ms(ds[len(ds)-1])}
+}
+
+func breakdown(reqs []vreq, w *workload.Workload) map[string]Breakdown {
+	q := make([][]time.Duration, len(w.Classes))
+	u := make([][]time.Duration, len(w.Classes))
+	for i := range reqs {
+		v := &reqs[i]
+		if v.it.Warmup || v.rec.FirstTokenNS == 0 {
+			continue
+		}
+		q[v.it.Class] = append(q[v.it.Class], v.queued)
+		u[v.it.Class] = append(u[v.it.Class], v.upstream)
+	}
+	out := map[string]Breakdown{}
+	for i, c := range w.Classes {
+		out[c.Name] = Breakdown{QueueMs: quantiles(q[i]), UpstreamMs: quantiles(u[i])}
+	}
+	return out
+}
