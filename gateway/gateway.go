@@ -81,6 +81,26 @@ func WithHandlerWrapper(wrap func(http.Handler) http.Handler) Option {
 	}
 }
 
+// bufferPool recycles ReverseProxy's 32 KiB copy buffers, which would
+// otherwise be allocated per request.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == 32<<10 {
+		buf = buf[:cap(buf)]
+		b.p.Put(&buf)
+	}
+}
+
+var copyBuffers = &bufferPool{}
+
 // Gateway is the embedded data plane: an HTTP/1.1 and h2c server that
 // proxies OpenAI-compatible and gRPC requests to pools, measures every
 // stream, and schedules requests through an Admitter. Its configuration is
@@ -179,6 +199,7 @@ func (g *Gateway) proxy(p *compiledPool) *httputil.ReverseProxy {
 		},
 		Transport:     &attemptTransport{base: base},
 		FlushInterval: -1,
+		BufferPool:    copyBuffers,
 		ErrorHandler:  g.errorHandler,
 		ErrorLog:      slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}

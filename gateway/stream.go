@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/llmesh/llmesh/scheduler"
@@ -51,11 +52,12 @@ type stream struct {
 	out     *http.Response // what ReverseProxy sees
 	framing framing
 
-	first   []byte // primed bytes not yet emitted
-	firstAt time.Time
-	carry   []byte // held partial unit
-	pending []byte // gateway-made bytes to emit next
-	upErr   error  // upstream read error to act on after emitting
+	first    []byte // primed bytes not yet emitted
+	firstAt  time.Time
+	primeBuf *[]byte // backs first; back to primeBuffers once emitted
+	carry    []byte  // held partial unit
+	pending  []byte  // gateway-made bytes to emit next
+	upErr    error   // upstream read error to act on after emitting
 	// frameLeft counts bytes of a gRPC frame that passed unaligned.
 	frameLeft int
 	// atBoundary: everything emitted so far ends at a unit boundary.
@@ -93,7 +95,9 @@ const primeBytes = 4 << 10
 // preempted before any byte arrived, so the caller can requeue; any other
 // error is kept for Read to turn into a proper ending.
 func (s *stream) prime() error {
-	buf := make([]byte, primeBytes)
+	bp := primeBuffers.Get().(*[]byte)
+	s.primeBuf = bp
+	buf := *bp
 	n, err := s.res.Body.Read(buf)
 	for n == 0 && err == nil {
 		n, err = s.res.Body.Read(buf)
@@ -110,6 +114,17 @@ func (s *stream) prime() error {
 		s.upErr = err
 	}
 	return nil
+}
+
+var primeBuffers = sync.Pool{New: func() any { b := make([]byte, primeBytes); return &b }}
+
+// releasePrime returns the first-read buffer to its pool.
+func (s *stream) releasePrime() {
+	if s.primeBuf != nil {
+		s.first = nil
+		primeBuffers.Put(s.primeBuf)
+		s.primeBuf = nil
+	}
 }
 
 // Read implements io.Reader for ReverseProxy's copy loop.
@@ -164,6 +179,7 @@ func (s *stream) fill(p []byte) (int, error) {
 			err = nil
 		} else {
 			s.upErr = nil
+			s.releasePrime()
 		}
 	} else {
 		n, err = s.res.Body.Read(p[k:])
@@ -365,6 +381,7 @@ func (s *stream) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.releasePrime()
 	err := s.res.Body.Close()
 	s.a.stop()
 	return err
