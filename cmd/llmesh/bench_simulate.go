@@ -36,6 +36,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		interval  = fs.Duration("metrics-interval", simulate.DefaultMetricsInterval, "re-derive the pool limit from the engine's load this often (0: static capacity)")
 		maxSeqs   = fs.Int("max-num-seqs", 256, "engine: most running sequences")
 		maxBatch  = fs.Int("max-num-batched-tokens", 8192, "engine: most tokens per step")
+		engPolicy = fs.String("engine-policy", "fcfs", "engine: waiting-queue order, fcfs or priority (the request's class priority)")
 		predictor = fs.String("predictor", simulate.PredictObserved, "prefill prediction for preemption: observed or timing")
 		target    = fs.Float64("target", 1, "preemption target: share of the TTFT objective a predicted TTFT may reach, in (0, 1]")
 		minRun    = fs.Duration("min-run-time", simulate.DefaultMinRunTime, "preemption guard: minimum run time of a victim")
@@ -68,6 +69,10 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if *interval < 0 {
 		errs = append(errs, fmt.Errorf("--metrics-interval: %v must not be negative", *interval))
 	}
+	ep, err := sim.ParsePolicy(*engPolicy)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--engine-policy: %w", err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(2, err)
 	}
@@ -77,7 +82,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	}
 	o := simulate.Options{
 		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
-		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch},
+		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep},
 		MetricsInterval: *interval,
 		Preemption:      scheduler.PreemptionConfig{MinLowerInflight: 1, MinRunTime: *minRun, MaxPerRequest: *maxPer, Target: *target},
 	}
