@@ -142,6 +142,9 @@ func (l *loop) run(ctx context.Context) {
 			}
 		}
 		r := l.engine.Step(l.clk.Now())
+		// Gauges show the batch being computed while the step runs, so a
+		// client that got tokens of a step reads a state at least that new.
+		l.metrics.gauges(l.engine)
 		if r.Duration <= 0 {
 			// Nothing could be scheduled (should not happen with work
 			// queued); wait for a change rather than spin.
