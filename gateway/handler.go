@@ -238,13 +238,18 @@ func readBody(rc io.ReadCloser, limit int64) ([]byte, error) {
 
 var idSeq atomic.Uint64
 
-// requestID is the client's x-request-id when given, else a process-unique
-// one.
+// requestID is unique per request in this process (the scheduler counts
+// preemptions by ID, so two clients reusing an x-request-id must not share
+// one); the client's x-request-id, when given, leads it for log correlation.
 func requestID(r *http.Request) string {
+	seq := "gw-" + strconv.FormatUint(idSeq.Add(1), 36) + "-" + idEpoch
 	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 {
-		return id
+		return id + "/" + seq
 	}
-	return "gw-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatUint(idSeq.Add(1), 36)
+	return seq
 }
+
+// idEpoch tells processes apart for the shared scheduler service.
+var idEpoch = strconv.FormatInt(time.Now().UnixNano(), 36)
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
