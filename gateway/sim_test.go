@@ -14,9 +14,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/api/vllmpb"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TestSpliceAgainstSim preempts streams twice mid-way and checks that the
@@ -259,5 +262,40 @@ func TestPreemptiveSchedulerWithSim(t *testing.T) {
 	}
 	if st := sched.Stats(); st[0].InFlight != 0 {
 		t.Errorf("capacity leaked: %+v", st[0])
+	}
+}
+
+// TestVLLMEngineGRPCThroughSim streams vLLM's engine API through the
+// gateway: the chunk/complete messages are counted and the engine trailers
+// pass.
+func TestVLLMEngineGRPCThroughSim(t *testing.T) {
+	s := simtest.Start(t)
+	rec := newRecorder()
+	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "sim", Protocol: GRPC, Upstream: s.GRPCAddr}}}, WithRecorder(rec))
+	cc, err := grpc.NewClient(strings.TrimPrefix(gw, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	maxTokens := uint32(7)
+	st, err := vllmpb.NewVllmEngineClient(cc).Generate(ctx, &vllmpb.GenerateRequest{RequestId: "r1",
+		Input: &vllmpb.GenerateRequest_Text{Text: "alpha beta gamma"}, Stream: true,
+		SamplingParams: &vllmpb.SamplingParams{MaxTokens: &maxTokens}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("Recv: %v", err)
+			}
+			break
+		}
+	}
+	r := rec.next(t)
+	if !r.OK() || r.OutputTokens != 7 || !r.Engine.Seen {
+		t.Errorf("record ok=%v (%q) tokens=%d engine=%v", r.OK(), r.Error, r.OutputTokens, r.Engine.Seen)
 	}
 }
