@@ -295,3 +295,98 @@ func BenchmarkEngineStep(b *testing.B) {
 		})
 	}
 }
+
+// checkInvariants verifies the engine's bookkeeping.
+func checkInvariants(t *testing.T, e *Engine) {
+	t.Helper()
+	used := 0
+	for _, q := range e.seqs {
+		used += q.blocks
+		if q.blocks < blocksFor(q.computed) {
+			t.Fatalf("seq %d: %d blocks for %d computed tokens", q.id, q.blocks, q.computed)
+		}
+		if q.state == stateWaiting && q.blocks != 0 {
+			t.Fatalf("waiting seq %d holds %d blocks", q.id, q.blocks)
+		}
+	}
+	if used+e.freeBlocks != e.totalBlocks {
+		t.Fatalf("blocks: %d used + %d free != %d", used, e.freeBlocks, e.totalBlocks)
+	}
+	if len(e.running) > e.cfg.MaxNumSeqs {
+		t.Fatalf("%d running over max %d", len(e.running), e.cfg.MaxNumSeqs)
+	}
+	if len(e.running)+e.waiting.len() != len(e.seqs) {
+		t.Fatalf("running %d + waiting %d != live %d", len(e.running), e.waiting.len(), len(e.seqs))
+	}
+}
+
+func TestEngineRandomWorkloadInvariants(t *testing.T) {
+	for _, pol := range []Policy{FCFS, Priority} {
+		t.Run(pol.String(), func(t *testing.T) {
+			e := newTestEngine(t, Config{Policy: pol, MaxNumSeqs: 24, MaxNumBatchedTokens: 700, KVCacheTokens: 4096, MaxModelLen: 2048})
+			rng := uint64(12345)
+			next := func(n int) int { // xorshift, deterministic
+				rng ^= rng << 13
+				rng ^= rng >> 7
+				rng ^= rng << 17
+				return int(rng % uint64(n))
+			}
+			want := map[uint64]int{}
+			got := map[uint64]int{}
+			now := time.Unix(0, 0)
+			id := uint64(0)
+			aborted := 0
+			for step := 0; step < 20000 && (id < 400 || !e.Idle()); step++ {
+				for k := next(3); k > 0 && id < 400; k-- {
+					id++
+					s := SeqSpec{ID: id, PromptTokens: 1 + next(1500), MaxTokens: 1 + next(300), Priority: next(4)}
+					if err := e.Add(s); err != nil {
+						t.Fatal(err)
+					}
+					want[id] = min(s.MaxTokens, 2048-s.PromptTokens)
+				}
+				if next(50) == 0 && id > 0 {
+					victim := 1 + uint64(next(int(id)))
+					if e.Abort(victim) {
+						delete(want, victim)
+						delete(got, victim)
+						aborted++
+					}
+				}
+				r := e.Step(now)
+				if n := int(r.Shape.PrefillTokens) + r.Shape.Decodes; n > 700 {
+					t.Fatalf("step computes %d tokens, budget 700", n)
+				}
+				for _, ev := range r.Events {
+					if ev.Flags.Has(EvToken) {
+						got[ev.ID]++
+						if int(ev.Output) != got[ev.ID] {
+							t.Fatalf("seq %d: output %d after %d token events", ev.ID, ev.Output, got[ev.ID])
+						}
+					}
+					if ev.Flags.Has(EvFinished) && got[ev.ID] != want[ev.ID] {
+						t.Fatalf("seq %d finished with %d tokens, want %d", ev.ID, got[ev.ID], want[ev.ID])
+					}
+				}
+				checkInvariants(t, e)
+				if r.Duration > 0 {
+					now = r.End()
+				} else {
+					now = now.Add(time.Millisecond)
+				}
+			}
+			if !e.Idle() {
+				t.Fatalf("not idle: running %d waiting %d", e.Running(), e.Waiting())
+			}
+			for id, n := range want {
+				if got[id] != n {
+					t.Errorf("seq %d: %d tokens, want %d", id, got[id], n)
+				}
+			}
+			if e.Preemptions() == 0 {
+				t.Error("workload too light: no preemptions exercised")
+			}
+			t.Logf("%d sequences, %d aborted, %d steps, %d preemptions, %d recomputed tokens", id, aborted, e.Steps(), e.Preemptions(), e.RecomputedTokens())
+		})
+	}
+}
