@@ -31,7 +31,9 @@ func newDisconnectEnv(t *testing.T) *disconnectEnv {
 	return &disconnectEnv{sim: s, sched: sched, rec: rec, gw: gw}
 }
 
-func (e *disconnectEnv) stats(t testing.TB) scheduler.PoolStats { return poolStats(t, e.sched.Stats(), "sim") }
+func (e *disconnectEnv) stats(t testing.TB) scheduler.PoolStats {
+	return poolStats(t, e.sched.Stats(), "sim")
+}
 
 // start sends a request whose response (or error) arrives on the returned
 // channel; cancel is the client going away.
