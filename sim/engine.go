@@ -52,7 +52,9 @@ type Config struct {
 	// whole blocks (default: the profile's).
 	KVCacheTokens int
 	// MaxModelLen caps prompt plus output tokens of one sequence (default:
-	// the profile's MaxContext).
+	// the profile's MaxContext, lowered to what the KV cache holds so that
+	// one sequence can always run; set explicitly above that, it is an
+	// error, as in vLLM).
 	MaxModelLen int
 	// Policy orders the waiting queue (default FCFS).
 	Policy Policy
@@ -191,10 +193,14 @@ func NewEngine(p *Profile, cfg Config) (*Engine, error) {
 	if cfg.KVCacheTokens == 0 {
 		cfg.KVCacheTokens = p.KVCacheTokens
 	}
+	capacity := cfg.KVCacheTokens / BlockSize * BlockSize
 	if cfg.MaxModelLen == 0 {
-		cfg.MaxModelLen = p.MaxContext
+		cfg.MaxModelLen = min(p.MaxContext, capacity)
 	}
 	var errs []error
+	if cfg.MaxModelLen > capacity && capacity >= BlockSize {
+		errs = append(errs, fmt.Errorf("max_model_len: %d is more than the KV cache holds (%d tokens)", cfg.MaxModelLen, capacity))
+	}
 	if cfg.MaxNumSeqs < 1 {
 		errs = append(errs, fmt.Errorf("max_num_seqs: %d must be at least 1", cfg.MaxNumSeqs))
 	}

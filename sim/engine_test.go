@@ -247,12 +247,17 @@ func TestEngineAbortFreesBlocks(t *testing.T) {
 }
 
 func TestEngineRejectsBadSequences(t *testing.T) {
-	e := newTestEngine(t, Config{MaxModelLen: 100, KVCacheTokens: 64})
+	if _, err := NewEngine(testProfile(t), Config{MaxModelLen: 100, KVCacheTokens: 64}); err == nil {
+		t.Error("model length over the KV cache accepted")
+	}
+	if e := newTestEngine(t, Config{KVCacheTokens: 70}); e.Config().MaxModelLen != 64 {
+		t.Errorf("default model length %d with a 70-token cache, want 64 (4 whole blocks)", e.Config().MaxModelLen)
+	}
+	e := newTestEngine(t, Config{MaxModelLen: 100, KVCacheTokens: 128})
 	for _, s := range []SeqSpec{
 		{ID: 1, PromptTokens: 0, MaxTokens: 1},
 		{ID: 2, PromptTokens: 1, MaxTokens: 0},
 		{ID: 3, PromptTokens: 100, MaxTokens: 1},
-		{ID: 4, PromptTokens: 70, MaxTokens: 1},
 	} {
 		if err := e.Add(s); err == nil {
 			t.Errorf("Add(%+v) succeeded", s)

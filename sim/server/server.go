@@ -185,9 +185,6 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 		gs.Stop()
 		<-stopped
 	}
-	if grpcLn == nil {
-		httpLn.Close()
-	}
 	wg.Wait()
 	return err
 }
