@@ -133,6 +133,13 @@ var statistics = []statistic{
 	}},
 }
 
+// MinEffect is the smallest relative difference (of the larger of A and B)
+// called better or worse. Some variation is not resampled — a run's
+// duration includes the drain of its last requests, which moves goodput a
+// little — so tiny differences with a degenerate interval are not
+// findings.
+const MinEffect = 0.01
+
 // maxWork bounds resamples × sample size per statistic so large runs stay
 // fast; fewer resamples widen the interval estimate's noise, not its
 // coverage.
@@ -168,6 +175,10 @@ func deltas(a, b *armSamples, w *workload.Workload, resamples int) map[string][]
 			d.CILow = diffs[int(0.025*float64(n))]
 			d.CIHigh = diffs[min(n-1, int(math.Ceil(0.975*float64(n)))-1)]
 			d.Verdict = NoDiff
+			if math.Abs(d.Diff) < MinEffect*max(math.Abs(d.A), math.Abs(d.B)) {
+				out[c.Name] = append(out[c.Name], d)
+				continue
+			}
 			improved := (d.CILow > 0 && st.higherIsBetter) || (d.CIHigh < 0 && !st.higherIsBetter)
 			regressed := (d.CIHigh < 0 && st.higherIsBetter) || (d.CILow > 0 && !st.higherIsBetter)
 			switch {
