@@ -73,6 +73,9 @@ type FilterConfig struct {
 	metrics    *metrics
 	rt         *runtime
 	classifier *filter.Classifier
+	// needBody: classification rules match on the model, or a pool bounds
+	// tokens in flight, so JSON request bodies are read before admission.
+	needBody bool
 }
 
 // Destroy is called by the SDK when Envoy drops this config.
@@ -236,6 +239,12 @@ func compile(s Settings) (*FilterConfig, error) {
 	}
 	if fc.classifier, err = filter.NewClassifierFromConfig(mc); err != nil {
 		return nil, fmt.Errorf("mesh.classification: %w", err)
+	}
+	for _, r := range mc.Classification.Rules {
+		fc.needBody = fc.needBody || r.Model != ""
+	}
+	for _, p := range mc.Pools {
+		fc.needBody = fc.needBody || p.MaxInflightTokens > 0
 	}
 	return fc, nil
 }

@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -50,6 +51,12 @@ type streamFilter struct {
 	grpcRW     *relocate.GRPCRewriter
 	relocOut   []byte
 	decoding   bool // the request is being buffered for relocation
+	sizing     bool // the JSON body is being buffered to read model and sizes
+	reqHV      headers
+	peer       netip.Addr
+	model      string
+	promptToks int
+	maxToks    int
 	observed   bool // obs received response headers
 	finished   bool // obs.Finish was called
 	completed  bool // OnStreamComplete ran
@@ -128,9 +135,8 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 		}
 	}
 	peer, _ := netip.ParseAddrPort(f.cb.StreamInfo().DownstreamRemoteAddress())
-	f.class = f.cfg.classifier.Classify(filter.RequestInfo{
-		Path: f.path, RouteClass: f.routeClass, Peer: peer.Addr(), Headers: hv,
-	}).Class
+	f.peer = peer.Addr()
+	f.classify(hv)
 
 	// ITL samples feed only the OpenTelemetry histogram; without a recorder
 	// the summary is enough. Pooled observers reuse the sample buffer.
@@ -144,12 +150,69 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	f.obs = filter.GetObserver(opts)
 	f.obs.MarkReceived(f.received)
 
+	// The body is read before admission when the config needs the model
+	// (classification rules) or the request's size (token capacity).
+	wantBody := f.cfg.needBody && !f.grpc && !endStream && strings.HasPrefix(ct, "application/json")
 	if rel := f.cfg.rt.reloc; rel != nil {
 		if done, st := f.planRelocation(h, hv, endStream); done {
+			if st == api.StopAndBuffer {
+				f.sizing, f.reqHV = wantBody, hv
+			}
 			return st
 		}
 	}
+	if wantBody {
+		// The header map stays valid until the buffered DecodeData.
+		f.sizing, f.reqHV = true, hv
+		return api.StopAndBuffer
+	}
 	return f.admit()
+}
+
+// classify picks the request's class from trusted configuration and the
+// request (model only once the body was read).
+func (f *streamFilter) classify(hv headers) {
+	f.class = f.cfg.classifier.Classify(filter.RequestInfo{
+		Path: f.path, Model: f.model, RouteClass: f.routeClass, Peer: f.peer, Headers: hv,
+	}).Class
+}
+
+// readBody reads the model and sizes of a buffered OpenAI request, then
+// classifies again with the model. A body that is not an OpenAI request
+// leaves them unknown.
+func (f *streamFilter) readBody(body []byte) {
+	f.sizing = false
+	hv := f.reqHV
+	f.reqHV = headers{}
+	var req struct {
+		Model               string          `json:"model"`
+		MaxTokens           *int            `json:"max_tokens"`
+		MaxCompletionTokens *int            `json:"max_completion_tokens"`
+		Prompt              json.RawMessage `json:"prompt"`
+		Messages            []struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return
+	}
+	f.model = req.Model
+	switch {
+	case req.MaxTokens != nil:
+		f.maxToks = max(0, *req.MaxTokens)
+	case req.MaxCompletionTokens != nil:
+		f.maxToks = max(0, *req.MaxCompletionTokens)
+	}
+	chars := len(req.Prompt)
+	for _, m := range req.Messages {
+		chars += len(m.Content)
+	}
+	// Without the model's tokenizer, an estimate is what the scheduler
+	// needs.
+	f.promptToks = (chars + relocate.BytesPerToken - 1) / relocate.BytesPerToken
+	if f.model != "" && hv.h != nil {
+		f.classify(hv)
+	}
 }
 
 // admit starts admission: pass through without a scheduler, otherwise hold
@@ -165,7 +228,8 @@ func (f *streamFilter) admit() api.StatusType {
 		f.obs.MarkAdmitted(f.received)
 		return api.Continue
 	}
-	req := scheduler.Request{ID: f.reqID, Pool: f.pool.Name, Class: f.class.Name, Arrival: f.received}
+	req := scheduler.Request{ID: f.reqID, Pool: f.pool.Name, Class: f.class.Name, Arrival: f.received,
+		PromptTokens: f.promptToks, MaxTokens: f.maxToks}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.mu.Lock()
 	f.holding = true
@@ -264,10 +328,17 @@ func (f *streamFilter) countAdmitError(err error) {
 
 func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.DecoderFilterCallbacks(), &status)
-	if !f.decoding {
-		return api.Continue
+	switch {
+	case f.decoding:
+		return f.relocateBody(b, endStream)
+	case f.sizing:
+		if !endStream {
+			return api.StopAndBuffer
+		}
+		f.readBody(b.Bytes())
+		return f.admit()
 	}
-	return f.relocateBody(b, endStream)
+	return api.Continue
 }
 
 // DecodeTrailers refuses request trailers on a JSON body being relocated:
@@ -278,6 +349,11 @@ func (f *streamFilter) DecodeTrailers(api.RequestTrailerMap) (status api.StatusT
 	if f.httpPlan != nil {
 		f.httpPlan, f.decoding = nil, false
 		return f.relocationFailed(f.cb.DecoderFilterCallbacks(), errTrailers)
+	}
+	if f.sizing {
+		// The body went on unread: admit without model and sizes.
+		f.sizing, f.reqHV = false, headers{}
+		return f.admit()
 	}
 	return api.Continue
 }

@@ -48,7 +48,7 @@ func (f *streamFilter) complete() {
 	}
 	f.setMetadata(&obs)
 	if r := f.cfg.rt.recorder(f.cfg.Mesh); r != nil {
-		r.Record(&obs, f.class.Name, "")
+		r.Record(&obs, f.class.Name, f.model)
 	}
 }
 

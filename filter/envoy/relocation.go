@@ -91,9 +91,14 @@ func (f *streamFilter) relocateBody(b api.BufferInstance, endStream bool) api.St
 		if err != nil {
 			return f.relocationFailed(dcb, err)
 		}
-		if err := b.Set(out.Bytes()); err != nil {
+		body := out.Bytes()
+		if err := b.Set(body); err != nil {
 			return f.relocationFailed(dcb, err)
 		}
+		if f.sizing {
+			f.readBody(body)
+		}
+		f.reqHV = headers{}
 		return f.admit()
 	}
 	rw := f.grpcRW

@@ -1,0 +1,84 @@
+package envoy
+
+import (
+	"testing"
+
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+
+	"github.com/llmesh/llmesh/filter/filtertest"
+)
+
+const bodyMesh = `{
+	"pools": [{"name": "sim", "protocol": "openai", "endpoints": ["127.0.0.1:9"],
+	           "capacity": {"max_inflight": 4, "max_inflight_tokens": 1000}}],
+	"classes": [
+	  {"name": "interactive", "priority": 0},
+	  {"name": "batch", "priority": 10}
+	],
+	"default_class": "interactive",
+	"classification": {"rules": [{"model": "big-model", "class": "batch"}]}
+}`
+
+// TestBodyReadForModelAndSize: with model rules or a token bound the JSON
+// body is buffered and read before admission: the model picks the class,
+// max_tokens and the prompt size the request, and one that can never fit
+// the pool's token bound is refused.
+func TestBodyReadForModelAndSize(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+bodyMesh+`}`, true)
+	for _, tc := range []struct {
+		name      string
+		body      string
+		wantClass string
+		wantCode  int
+	}{
+		{"model rule", `{"model":"big-model","prompt":"hi","max_tokens":10}`, "batch", 0},
+		{"other model", `{"model":"small","prompt":"hi","max_tokens":10}`, "interactive", 0},
+		{"chat", `{"model":"big-model","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":10}`, "batch", 0},
+		{"not openai", `[1,2,3]`, "interactive", 0},
+		{"never fits", `{"model":"small","prompt":"hi","max_tokens":5000}`, "", 503},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := h.stream(filtertest.Options{})
+			wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.StopAndBuffer)
+			wantStatus(t, "DecodeData 1", s.DecodeData([]byte(tc.body[:5]), false), api.StopAndBuffer)
+			r := s.DecodeData([]byte(tc.body[5:]), true)
+			if tc.wantCode != 0 {
+				wantStatus(t, "DecodeData 2", r, api.LocalReply)
+				want(t, "code", s.Reply().Code, tc.wantCode)
+				s.Complete()
+				noViolations(t, s)
+				return
+			}
+			wantStatus(t, "DecodeData 2", r, api.Continue)
+			want(t, "upstream body", string(s.Upstream()), tc.body)
+			s.Complete()
+			want(t, "class", s.Metadata(MetadataNamespace)["class"], tc.wantClass)
+			noViolations(t, s)
+		})
+	}
+	t.Run("headers only", func(t *testing.T) {
+		s := h.stream(filtertest.Options{})
+		wantStatus(t, "GET", s.DecodeHeaders(filtertest.RequestHeaders("GET", "/v1/models"), true), api.Continue)
+		s.Complete()
+		noViolations(t, s)
+	})
+	t.Run("trailers", func(t *testing.T) {
+		s := h.stream(filtertest.Options{})
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.StopAndBuffer)
+		wantStatus(t, "DecodeTrailers", s.DecodeTrailers(filtertest.NewHeaders("x-t", "1")), api.Continue)
+		s.Complete()
+		noViolations(t, s)
+	})
+	want(t, "inflight", h.gauge(GaugeInflight), 0)
+}
+
+// TestNoBodyReadWithoutNeed: without model rules or token bounds requests
+// stream through unbuffered.
+func TestNoBodyReadWithoutNeed(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+testMesh("fifo", "")+`}`, false)
+	s := h.stream(filtertest.Options{})
+	wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.Continue)
+	wantStatus(t, "DecodeData", s.DecodeData([]byte(`{"model":"x"}`), false), api.Continue)
+	s.Complete()
+	noViolations(t, s)
+}
