@@ -144,7 +144,7 @@ func WriteText(w io.Writer, r *Result, brief bool) error {
 		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintf(tw, "load\tpolicy\t%s p99 TTFT ms\tvs lowest load\tother goodput req/s\tvs best non-preemptive\tother tok/s vs best\trecomputed/output\trecomputed/computed\tpreemptions\tqueue p99\tadmit→1st token p99\t\n", cmp[0].UrgentClass)
 		for _, c := range cmp {
-			fmt.Fprintf(tw, "%g\t%s\t%.1f\t%s\t%.2f\t%s\t%s\t%.2f%%\t%.2f%%\t%d\t%.1f\t%.1f\t\n", c.Load, c.Policy, c.UrgentP99TTFT, ratio(c.UrgentRatio, "x"),
+			fmt.Fprintf(tw, "%.3g\t%s\t%.1f\t%s\t%.2f\t%s\t%s\t%.2f%%\t%.2f%%\t%d\t%.1f\t%.1f\t\n", c.Load, c.Policy, c.UrgentP99TTFT, ratio(c.UrgentRatio, "x"),
 				c.OtherGoodputRPS, ratio(c.OtherGoodputRel, "%"), ratio(c.OtherTokensRel, "%"), 100*c.RecomputedOfOutput, 100*c.RecomputedOfComputed, c.Preemptions, c.UrgentQueueP99, c.UrgentUpstreamP99)
 		}
 		if err := tw.Flush(); err != nil {
