@@ -81,8 +81,8 @@ type RunStats struct {
 	MinPoolLimit           int     `json:"min_pool_limit"`
 	VirtualSeconds         float64 `json:"virtual_seconds"`
 	Requests               int     `json:"requests"`
-	// Breakdown splits each class's TTFT (measured requests that got a
-	// first token) into waiting in the scheduler and the engine's part.
+	// Breakdown splits each class's TTFT (measured requests that completed,
+	// the ones whose TTFT the class report counts) into waiting in the scheduler and the engine's part.
 	Breakdown map[string]Breakdown `json:"ttft_breakdown"`
 	// ITLOmitted is set when the run was too large to keep every token's
 	// time, so ITL statistics are empty.
@@ -349,7 +349,7 @@ func breakdown(reqs []vreq, w *workload.Workload) map[string]Breakdown {
 	u := make([][]time.Duration, len(w.Classes))
 	for i := range reqs {
 		v := &reqs[i]
-		if v.it.Warmup || v.rec.FirstTokenNS == 0 {
+		if v.it.Warmup || v.rec.Status != result.StatusOK {
 			continue
 		}
 		q[v.it.Class] = append(q[v.it.Class], v.queued)
