@@ -251,13 +251,19 @@ func (b *builder) scheduler(path string, s SchedulerSpec) SchedulerConfig {
 		b.intRange(join(path, "preemption.max_per_request"), *v, 0, maxPreemptCount)
 		out.Preemption.MaxPerRequest = *v
 	}
+	if v := s.Preemption.Target; v != nil {
+		if !(*v > 0 && *v <= 1) { // also refuses NaN
+			b.c.add(join(path, "preemption.target"), 0, "%v must be in (0, 1]", *v)
+		}
+		out.Preemption.Target = *v
+	}
 	return out
 }
 
 // validScheduler is a valid base for checking an arm's overrides alone.
 var validScheduler = SchedulerSpec{
 	Policy: DefaultPolicy, BatchWindow: "0s", Aging: "0s",
-	Preemption: PreemptionSpec{MinLowerInflight: new(int), MinRunTime: "0s", MaxPerRequest: new(int)},
+	Preemption: PreemptionSpec{MinLowerInflight: new(int), MinRunTime: "0s", MaxPerRequest: new(int), Target: new(float64(DefaultPreemptionTarget))},
 }
 
 // overlay returns base with the set fields of o.
@@ -279,6 +285,9 @@ func overlay(base, o SchedulerSpec) SchedulerSpec {
 	}
 	if o.Preemption.MaxPerRequest != nil {
 		base.Preemption.MaxPerRequest = o.Preemption.MaxPerRequest
+	}
+	if o.Preemption.Target != nil {
+		base.Preemption.Target = o.Preemption.Target
 	}
 	return base
 }

@@ -165,6 +165,8 @@ type PreemptionConfig struct {
 	MinLowerInflight int
 	MinRunTime       time.Duration
 	MaxPerRequest    int
+	// Target is in (0, 1]; the scheduler's PreemptionConfig.Target.
+	Target float64
 }
 
 // Class is a compiled class.

@@ -44,7 +44,7 @@ func TestMinimalDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := cfg.Pool("sim")
-	want := config.SchedulerConfig{Policy: "fifo", Preemption: config.PreemptionConfig{MinLowerInflight: 1, MaxPerRequest: 3}}
+	want := config.SchedulerConfig{Policy: "fifo", Preemption: config.PreemptionConfig{MinLowerInflight: 1, MaxPerRequest: 3, Target: 1}}
 	if diff := cmp.Diff(want, p.Scheduler); diff != "" {
 		t.Errorf("scheduler (-want +got):\n%s", diff)
 	}
@@ -178,6 +178,31 @@ classification:
 				`relocation.http[0].field: "a.b" must be a plain top-level JSON field name`,
 				`scheduler_service.address: is required`,
 				`scheduler_service.failure_mode: "maybe" must be "fail_open" or "fail_closed"`,
+			},
+		},
+		{
+			name: "preemption target of the wrong type",
+			src: `
+pools:
+  - {name: r, protocol: grpc, endpoints: [h:1], scheduler: {preemption: {target: high}}}
+`,
+			want: []string{
+				`pools[0].scheduler.preemption.target: must be a number, got "high" (line 3)`,
+			},
+		},
+		{
+			name: "preemption target out of range, at the pool and in an arm",
+			src: `
+pools:
+  - {name: p, protocol: grpc, endpoints: [h:1], scheduler: {preemption: {target: 0}}}
+  - {name: q, protocol: grpc, endpoints: [h:1], scheduler: {preemption: {target: .nan}}}
+experiments:
+  - {name: e, pool: q, arms: [{name: a, scheduler: {preemption: {target: 1.5}}}, {name: b, scheduler: {preemption: {target: 0.25}}}]}
+`,
+			want: []string{
+				`pools[0].scheduler.preemption.target: 0 must be in (0, 1]`,
+				`pools[1].scheduler.preemption.target: NaN must be in (0, 1]`,
+				`experiments[0].arms[0].scheduler.preemption.target: 1.5 must be in (0, 1]`,
 			},
 		},
 		{
@@ -343,25 +368,26 @@ pools:
   - name: p
     protocol: grpc
     endpoints: [h:1]
-    scheduler: {policy: preemptive, aging: 2s, preemption: {min_run_time: 1s, max_per_request: 5}}
+    scheduler: {policy: preemptive, aging: 2s, preemption: {min_run_time: 1s, max_per_request: 5, target: 0.8}}
 experiments:
   - name: e
     pool: p
     arms:
       - {name: fifo, scheduler: {policy: fifo}}
-      - {name: strict, scheduler: {preemption: {max_per_request: 0}}}
+      - {name: strict, scheduler: {preemption: {max_per_request: 0, target: 0.5}}}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := cfg.Experiment("e")
 	want := config.SchedulerConfig{Policy: "fifo", Aging: 2 * time.Second,
-		Preemption: config.PreemptionConfig{MinLowerInflight: 1, MinRunTime: time.Second, MaxPerRequest: 5}}
+		Preemption: config.PreemptionConfig{MinLowerInflight: 1, MinRunTime: time.Second, MaxPerRequest: 5, Target: 0.8}}
 	if diff := cmp.Diff(want, e.Arm("fifo").Scheduler); diff != "" {
 		t.Errorf("fifo arm (-want +got):\n%s", diff)
 	}
 	want.Policy = "preemptive"
 	want.Preemption.MaxPerRequest = 0
+	want.Preemption.Target = 0.5
 	if diff := cmp.Diff(want, e.Arm("strict").Scheduler); diff != "" {
 		t.Errorf("strict arm (-want +got):\n%s", diff)
 	}

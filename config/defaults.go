@@ -11,6 +11,7 @@ const (
 	DefaultPolicy           = "fifo"
 	DefaultMinLowerInflight = 1
 	DefaultMaxPreemptions   = 3
+	DefaultPreemptionTarget = 1.0
 	DefaultRelocThreshold   = 4096
 	DefaultRelocMax         = 16 << 20
 	DefaultConnectTimeout   = "5s"
@@ -99,6 +100,10 @@ func ApplyDefaults(m *Mesh) {
 		if s.Preemption.MaxPerRequest == nil {
 			v := DefaultMaxPreemptions
 			s.Preemption.MaxPerRequest = &v
+		}
+		if s.Preemption.Target == nil {
+			v := DefaultPreemptionTarget
+			s.Preemption.Target = &v
 		}
 	}
 	c := &m.Classification

@@ -130,6 +130,11 @@ type PreemptionSpec struct {
 	// MaxPerRequest: after this many preemptions a request becomes
 	// non-preemptible; default 3.
 	MaxPerRequest *int `yaml:"max_per_request,omitempty"`
+	// Target is the share of a waiting request's class TTFT objective that
+	// its predicted TTFT may reach before preemption starts, in (0, 1];
+	// default 1 (protect the objective itself). Lower values keep urgent
+	// requests nearer their unloaded TTFT at the cost of more preemptions.
+	Target *float64 `yaml:"target,omitempty"`
 }
 
 // ClassSpec is a priority class.

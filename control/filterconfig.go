@@ -73,7 +73,7 @@ func envoyMesh(cfg *config.Config) (*config.Mesh, error) {
 
 // schedulerSpec writes a compiled scheduler config back in source form.
 func schedulerSpec(s config.SchedulerConfig) config.SchedulerSpec {
-	minLower, maxPer := s.Preemption.MinLowerInflight, s.Preemption.MaxPerRequest
+	minLower, maxPer, target := s.Preemption.MinLowerInflight, s.Preemption.MaxPerRequest, s.Preemption.Target
 	return config.SchedulerSpec{
 		Policy:      s.Policy,
 		BatchWindow: s.BatchWindow.String(),
@@ -82,6 +82,7 @@ func schedulerSpec(s config.SchedulerConfig) config.SchedulerSpec {
 			MinLowerInflight: &minLower,
 			MinRunTime:       s.Preemption.MinRunTime.String(),
 			MaxPerRequest:    &maxPer,
+			Target:           &target,
 		},
 	}
 }

@@ -60,6 +60,7 @@ func PoolFromMesh(p *config.Pool, sc config.SchedulerConfig, lookup func(name st
 			MinLowerInflight: sc.Preemption.MinLowerInflight,
 			MinRunTime:       sc.Preemption.MinRunTime,
 			MaxPerRequest:    sc.Preemption.MaxPerRequest,
+			Target:           sc.Preemption.Target,
 		},
 	}, nil
 }

@@ -20,7 +20,7 @@ pools:
       policy: preemptive
       batch_window: 5ms
       aging: 2s
-      preemption: {min_lower_inflight: 2, min_run_time: 50ms, max_per_request: 1}
+      preemption: {min_lower_inflight: 2, min_run_time: 50ms, max_per_request: 1, target: 0.75}
 classes:
   - name: interactive
     priority: 0
@@ -31,6 +31,12 @@ classes:
     slo: {ttft: 10s, tpot: 100ms}
     preemptible: true
 default_class: batch
+experiments:
+  - name: ab
+    pool: gpu
+    arms:
+      - {name: strict, scheduler: {preemption: {target: 0.5}}}
+      - {name: fifo, scheduler: {policy: fifo}}
 `
 
 func TestFromMesh(t *testing.T) {
@@ -45,7 +51,7 @@ func TestFromMesh(t *testing.T) {
 	p := got.Pools[0]
 	if p.Name != "gpu" || p.MaxInflight != 16 || p.MaxInflightTokens != 32768 || p.Policy.Name() != "preemptive" ||
 		p.BatchWindow != 5*time.Millisecond || p.Aging != 2*time.Second ||
-		p.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1}) {
+		p.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.75}) {
 		t.Errorf("pool %+v", p)
 	}
 	if got.DefaultClass != "batch" || len(got.Classes) != 2 {
@@ -56,6 +62,23 @@ func TestFromMesh(t *testing.T) {
 	}
 	if _, err := scheduler.NewMachine(got); err != nil {
 		t.Fatal(err)
+	}
+	// An arm's scheduler: its overrides on top of the pool's settings.
+	pool := c.Pool("gpu")
+	strict, err := scheduler.PoolFromMesh(pool, c.Experiment("ab").Arm("strict").Scheduler, policy.Lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strict.Policy.Name() != "preemptive" ||
+		strict.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.5}) {
+		t.Errorf("arm strict %+v", strict)
+	}
+	fifo, err := scheduler.PoolFromMesh(pool, c.Experiment("ab").Arm("fifo").Scheduler, policy.Lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fifo.Policy.Name() != "fifo" || fifo.Preemption.Target != 0.75 {
+		t.Errorf("arm fifo %+v", fifo)
 	}
 	if _, err := scheduler.FromMesh(c, func(string) (scheduler.Policy, error) { return nil, errUnknown }); err == nil ||
 		!strings.Contains(err.Error(), "pools[0].scheduler: policy") {
