@@ -190,6 +190,7 @@ func (l *loop) publish(r *sim.StepResult, end time.Time) {
 			if ev.Flags.Has(sim.EvFirstToken) {
 				st.first = end
 				l.metrics.ttft(end.Sub(st.arrival))
+				l.metrics.prompt(st.spec.PromptTokens)
 			} else {
 				l.metrics.itl(end.Sub(st.lastTok))
 			}
@@ -198,7 +199,7 @@ func (l *loop) publish(r *sim.StepResult, end time.Time) {
 		}
 		if ev.Flags.Has(sim.EvFinished) {
 			st.finish, st.done = end, true
-			l.metrics.finished(end.Sub(st.arrival), st.spec.PromptTokens, st.output)
+			l.metrics.finished(end.Sub(st.arrival))
 			delete(l.live, ev.ID)
 		}
 		st.mu.Unlock()

@@ -90,8 +90,11 @@ func (m *metrics) itl(d time.Duration)       { m.itlH.Observe(d.Seconds()) }
 func (m *metrics) tokens(n int)              { m.genT.Add(float64(n)) }
 func (m *metrics) aborted()                  { m.abortedC.Inc() }
 
-func (m *metrics) finished(e2e time.Duration, prompt, _ int) {
+// prompt counts a prompt once its prefill is done (aborted requests that got
+// that far count too, as in vLLM).
+func (m *metrics) prompt(n int) { m.promptT.Add(float64(n)) }
+
+func (m *metrics) finished(e2e time.Duration) {
 	m.e2eH.Observe(e2e.Seconds())
-	m.promptT.Add(float64(prompt))
 	m.success.Inc()
 }
