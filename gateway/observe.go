@@ -86,6 +86,12 @@ func (m *meter) output() string {
 
 func (m *meter) tokens() int { return m.o.Progress().Tokens }
 
+// finished reports whether the stream already carried a finish reason.
+func (m *meter) finished() bool {
+	ob := m.o.Observation()
+	return ob.FinishReason != ""
+}
+
 // serverTiming formats the measurement so far as a Server-Timing value;
 // E2E and TPOT run to now, since the stream is ending as it is written.
 func (m *meter) serverTiming() string {

@@ -414,3 +414,31 @@ func mustReq(ctx context.Context, url, body string) *http.Request {
 	}
 	return req
 }
+
+// TestPreemptionAtLastToken: a preemption that lands after the last token
+// must not start a continuation that generates more; the client gets the
+// same text and a clean end either way the race goes.
+func TestPreemptionAtLastToken(t *testing.T) {
+	eng := &detEngine{gap: time.Millisecond}
+	up := httptest.NewServer(eng)
+	defer up.Close()
+	body := `{"model":"det","prompt":"last token","max_tokens":6,"stream":true}`
+	_, plain := startGateway(t, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}})
+	res := post(t, context.Background(), plain+"/v1/completions", body)
+	want, _ := readSSE(t, res)
+	res.Body.Close()
+	wantText, _, _ := streamText(t, want)
+
+	adm := &ctlAdmitter{preemptAt: []int{6}}
+	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}}, WithAdmitter(adm))
+	res = post(t, context.Background(), gw+"/v1/completions", body)
+	got, events := readSSE(t, res)
+	res.Body.Close()
+	gotText, _, _ := streamText(t, got)
+	if gotText != wantText || got[len(got)-1] != "[DONE]" || strings.Contains(strings.Join(events, ","), "error") {
+		t.Fatalf("got %q (events %q), want %q then [DONE]", got, events, wantText)
+	}
+	if admits, _ := adm.snapshot(); len(admits) != 1 {
+		t.Errorf("%d admissions: a finished stream was continued", len(admits))
+	}
+}

@@ -250,18 +250,21 @@ func (s *stream) continueStream() error {
 	s.a.stop()
 	for {
 		x.releaseForRetry()
-		if err := x.admitAgain(ctx); err != nil {
-			return fmt.Errorf("continuation: %w", err)
-		}
 		generated := x.obs.tokens()
 		body, ok, err := sp.continuationBody(x.body, x.obs.output(), generated)
 		if err != nil {
 			return err
 		}
-		if !ok { // max_tokens reached exactly at the preemption
+		if !ok || x.obs.finished() {
+			// Preempted after the last token (max_tokens reached, or a
+			// finish reason already sent) but before [DONE]: nothing to
+			// continue. A usage chunk the upstream had not sent yet is lost.
 			s.pending = append(s.pending, "data: [DONE]\n\n"...)
 			s.finishSynthetic()
 			return nil
+		}
+		if err := x.admitAgain(ctx); err != nil {
+			return fmt.Errorf("continuation: %w", err)
 		}
 		sp.before = generated
 		sp.rewriting = true
