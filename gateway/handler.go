@@ -114,10 +114,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
 	defer func() {
 		// ReverseProxy aborts with http.ErrAbortHandler when the client goes
-		// away mid-copy; release before the panic goes on.
+		// away mid-copy; any other panic is a failure. Release before the
+		// panic goes on (net/http logs it and closes the connection).
 		if p := recover(); p != nil {
 			if x.outcome == scheduler.Done {
-				x.outcome = scheduler.Cancelled
+				x.outcome = scheduler.Failed
+				if p == http.ErrAbortHandler {
+					x.outcome = scheduler.Cancelled
+				}
 			}
 			x.finish()
 			panic(p)
