@@ -82,3 +82,37 @@ func TestNoBodyReadWithoutNeed(t *testing.T) {
 	s.Complete()
 	noViolations(t, s)
 }
+
+// FuzzRequestBody: arbitrary request bodies read before admission never
+// panic, never break an SDK rule, reach the upstream unchanged and give
+// non-negative sizes.
+func FuzzRequestBody(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"big-model","prompt":"hi","max_tokens":10}`,
+		`{"messages":[{"content":"x"},{"content":[1,2]}],"max_completion_tokens":-3}`,
+		`{"max_tokens":1e30}`, `{"model":7}`, `null`, ``, `{"prompt":"\ud800"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	h := newHarness(f, `{"mesh": `+bodyMesh+`}`, false)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		s := h.stream(filtertest.Options{})
+		if r := s.DecodeHeaders(sseRequest(), false); r.Status != api.StopAndBuffer {
+			t.Fatalf("DecodeHeaders: %+v", r)
+		}
+		if r := s.DecodeData(body, true); r.Status != api.Continue {
+			t.Fatalf("DecodeData: %+v", r)
+		}
+		sf := s.Filter().(*streamFilter)
+		if sf.maxToks < 0 || sf.promptToks < 0 {
+			t.Fatalf("negative sizes: max %d prompt %d", sf.maxToks, sf.promptToks)
+		}
+		if string(s.Upstream()) != string(body) {
+			t.Fatal("body changed on the way upstream")
+		}
+		s.Complete()
+		if v := s.Violations(); len(v) > 0 || len(s.Panics()) > 0 {
+			t.Fatalf("violations %v panics %v", v, s.Panics())
+		}
+	})
+}
