@@ -114,8 +114,11 @@ func (b *builder) classification(m *Mesh) {
 	ph := src.PriorityHeader
 	if ph.Name != "" {
 		out.PriorityHeader = b.header("classification.priority_header.name", ph.Name)
-	} else if len(ph.TrustedSources) > 0 {
-		b.c.add("classification.priority_header.name", 0, "is required when trusted_sources is set")
+	} else if len(ph.TrustedSources) > 0 || ph.TrustedMarker != nil {
+		b.c.add("classification.priority_header.name", 0, "is required when trusted_sources or trusted_marker is set")
+	}
+	if tm := ph.TrustedMarker; tm != nil {
+		b.trustedMarker(out, tm)
 	}
 	for i, s := range ph.TrustedSources {
 		pfx, err := netip.ParsePrefix(s)
@@ -130,6 +133,32 @@ func (b *builder) classification(m *Mesh) {
 			continue
 		}
 		out.TrustedSources = append(out.TrustedSources, pfx.Masked())
+	}
+}
+
+// trustedMarker compiles the marker. Its value is a secret: errors describe
+// it, never quote it.
+func (b *builder) trustedMarker(out *Classification, tm *TrustedMarkerSpec) {
+	const p = "classification.priority_header.trusted_marker"
+	if tm.Header == "" {
+		b.c.add(join(p, "header"), 0, "is required")
+	} else {
+		out.TrustedMarkerHeader = b.header(join(p, "header"), tm.Header)
+		if out.TrustedMarkerHeader == out.PriorityHeader {
+			b.c.add(join(p, "header"), 0, "%q must differ from the priority header it vouches for", tm.Header)
+		}
+	}
+	switch v := tm.Value; {
+	case v == "":
+		b.c.add(join(p, "value"), 0, "is required (an empty marker would trust everyone)")
+	case strings.TrimSpace(v) != v:
+		b.c.add(join(p, "value"), 0, "must not start or end with white space (HTTP strips it, so the marker would never match)")
+	case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		b.c.add(join(p, "value"), 0, "must not contain control characters (they are invalid in header values)")
+	}
+	out.TrustedMarkerValue = tm.Value
+	if out.TrustedMarkerHeader == "" || out.TrustedMarkerValue == "" {
+		out.TrustedMarkerHeader, out.TrustedMarkerValue = "", ""
 	}
 }
 

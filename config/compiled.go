@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/subtle"
 	"net/netip"
 	"time"
 )
@@ -194,6 +195,19 @@ type Classification struct {
 	// PriorityHeader is "" when clients may not pick their class.
 	PriorityHeader string
 	TrustedSources []netip.Prefix
+	// TrustedMarkerHeader (lower-cased) is "" when no marker is configured;
+	// TrustedMarkerValue is then "" too, and never "" otherwise.
+	TrustedMarkerHeader string
+	TrustedMarkerValue  string
+}
+
+// Marked reports whether value, the request's TrustedMarkerHeader value,
+// is the configured marker; the priority header is then honoured whatever
+// the peer. The comparison takes the same time wherever the values differ,
+// so the marker cannot be guessed byte by byte.
+func (c *Classification) Marked(value string) bool {
+	return c.TrustedMarkerHeader != "" && value != "" &&
+		subtle.ConstantTimeCompare([]byte(value), []byte(c.TrustedMarkerValue)) == 1
 }
 
 // Trusted reports whether the priority header from peer addr is honoured.

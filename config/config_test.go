@@ -167,7 +167,7 @@ classification:
 				`listeners[0].routes[0].match.path_prefix: "v1" must start with "/"`,
 				`listeners[0].routes[0].pool: "nope" is not a defined pool`,
 				`listeners[0].routes[0].class: "gold" is not a defined class`,
-				`classification.priority_header.name: is required when trusted_sources is set`,
+				`classification.priority_header.name: is required when trusted_sources or trusted_marker is set`,
 				`classification.priority_header.trusted_sources[0]: "10.0.0.0/33" is not a CIDR prefix or IP address`,
 				`relocation.grpc[0].metadata: "X-Prompt" must be lower-case (gRPC metadata keys are)`,
 				`relocation.grpc[0].field: 19500 is in protobuf's reserved range 19000-19999`,
@@ -411,6 +411,76 @@ classification:
 		if got := c.Trusted(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("Trusted(%s) = %v, want %v", addr, got, want)
 		}
+	}
+}
+
+func TestTrustedMarker(t *testing.T) {
+	cfg, err := config.Load([]byte(`
+classification:
+  priority_header:
+    name: x-class
+    trusted_marker: {header: X-Edge-Verified, value: "k3Y-7f0c2a"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Classification
+	if c.TrustedMarkerHeader != "x-edge-verified" || c.TrustedMarkerValue != "k3Y-7f0c2a" {
+		t.Errorf("marker = %q: %q", c.TrustedMarkerHeader, c.TrustedMarkerValue)
+	}
+	for v, want := range map[string]bool{"k3Y-7f0c2a": true, "": false, "k3Y-7f0c2": false, "k3Y-7f0c2a ": false, "K3Y-7F0C2A": false} {
+		if got := c.Marked(v); got != want {
+			t.Errorf("Marked(%q) = %v, want %v", v, got, want)
+		}
+	}
+	none, err := config.Load([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if none.Classification.Marked("") || none.Classification.Marked("x") {
+		t.Error("a config without a marker trusts a marker")
+	}
+
+	const secret = "s3cr3t-never-printed"
+	lines := errorLines(t, `
+classification:
+  priority_header:
+    trusted_marker: {header: "bad header", value: " `+secret+`"}
+`)
+	want := []string{
+		`classification.priority_header.name: is required when trusted_sources or trusted_marker is set`,
+		`classification.priority_header.trusted_marker.header: "bad header" is not a valid header name`,
+		`classification.priority_header.trusted_marker.value: must not start or end with white space (HTTP strips it, so the marker would never match)`,
+	}
+	if diff := cmp.Diff(want, lines); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
+	}
+	if strings.Contains(strings.Join(lines, "\n"), secret) {
+		t.Errorf("errors print the marker value: %q", lines)
+	}
+	lines = errorLines(t, `
+classification:
+  priority_header:
+    name: X-Class
+    trusted_marker: {header: x-class, value: "a\x01`+secret+`"}
+`)
+	want = []string{
+		`classification.priority_header.trusted_marker.header: "x-class" must differ from the priority header it vouches for`,
+		`classification.priority_header.trusted_marker.value: must not contain control characters (they are invalid in header values)`,
+	}
+	if diff := cmp.Diff(want, lines); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
+	}
+	if strings.Contains(strings.Join(lines, "\n"), secret) {
+		t.Errorf("errors print the marker value: %q", lines)
+	}
+	lines = errorLines(t, "classification: {priority_header: {name: x-class, trusted_marker: {}}}")
+	want = []string{
+		`classification.priority_header.trusted_marker.header: is required`,
+		`classification.priority_header.trusted_marker.value: is required (an empty marker would trust everyone)`,
+	}
+	if diff := cmp.Diff(want, lines); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
 	}
 }
 

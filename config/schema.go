@@ -210,6 +210,22 @@ type PriorityHeaderSpec struct {
 	// TrustedSources are CIDR prefixes of peers whose header is honoured;
 	// from anyone else it is ignored (default class or other rules apply).
 	TrustedSources []string `yaml:"trusted_sources,omitempty"`
+	// TrustedMarker, when set, also honours the header on requests that
+	// carry the marker: a trusted upstream hop (which strips the marker
+	// from its own clients) sets it, so the header can be trusted when the
+	// peer address cannot (for example behind a load balancer).
+	TrustedMarker *TrustedMarkerSpec `yaml:"trusted_marker,omitempty"`
+}
+
+// TrustedMarkerSpec is a header a trusted hop adds with a shared secret
+// value. The value is compared in constant time and never printed in
+// errors.
+type TrustedMarkerSpec struct {
+	// Header is the marker's header name; required.
+	Header string `yaml:"header"`
+	// Value is the shared secret; required (an empty marker would trust
+	// everyone).
+	Value string `yaml:"value"`
 }
 
 // RelocationSpec holds the rules for oversized prompts.

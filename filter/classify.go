@@ -212,6 +212,9 @@ func NewClassifierFromConfig(cfg *config.Config) (*Classifier, error) {
 		TrustedSources: cfg.Classification.TrustedSources,
 		Tenants:        map[string]string{},
 		APIKeys:        map[string]string{},
+
+		TrustedMarkerHeader: cfg.Classification.TrustedMarkerHeader,
+		TrustedMarkerValue:  cfg.Classification.TrustedMarkerValue,
 	}
 	for _, cl := range cfg.Classes {
 		cc.Classes = append(cc.Classes, classOf(cl))

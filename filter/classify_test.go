@@ -130,6 +130,7 @@ classification:
   priority_header:
     name: x-llmesh-class
     trusted_sources: ["127.0.0.1/32"]
+    trusted_marker: {header: X-Edge-Verified, value: edge-7f0c}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -146,8 +147,13 @@ classification:
 		c.Classify(RequestInfo{Peer: lo, Headers: MapHeaders{"x-llmesh-class": "interactive"}}).Name,
 		c.Classify(RequestInfo{Peer: netip.MustParseAddr("127.0.0.2"), Headers: MapHeaders{"x-llmesh-class": "interactive"}}).Name,
 		c.Classify(RequestInfo{}).Name,
+		// The marker from the mesh file vouches for the header whatever the
+		// peer; a wrong or partial marker does not.
+		c.Classify(RequestInfo{Peer: netip.MustParseAddr("192.0.2.1"), Headers: MapHeaders{"x-llmesh-class": "interactive", "x-edge-verified": "edge-7f0c"}}).Name,
+		c.Classify(RequestInfo{Peer: netip.MustParseAddr("192.0.2.1"), Headers: MapHeaders{"x-llmesh-class": "interactive", "x-edge-verified": "edge-7f0"}}).Name,
+		c.Classify(RequestInfo{Headers: MapHeaders{"x-llmesh-class": "interactive", "x-edge-verified": "EDGE-7F0C"}}).Name,
 	}
-	want := []string{"interactive", "interactive", "interactive", "interactive", "batch", "batch"}
+	want := []string{"interactive", "interactive", "interactive", "interactive", "batch", "batch", "interactive", "batch", "batch"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("classes (-want +got):\n%s", diff)
 	}
