@@ -190,3 +190,36 @@ func TestHopByHopHeadersDropped(t *testing.T) {
 		t.Errorf("response headers %v", res.Header)
 	}
 }
+
+// panicAdmitter's lease panics when the host reports progress, so a panic
+// happens in the middle of ReverseProxy's copy loop.
+type panicAdmitter struct{ ctlAdmitter }
+
+type panicLease struct{ *ctlLease }
+
+func (p panicLease) Progress(scheduler.Progress) { panic("progress hook exploded") }
+
+func (a *panicAdmitter) Admit(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
+	l, err := a.ctlAdmitter.Admit(ctx, req)
+	return panicLease{l.(*ctlLease)}, err
+}
+
+func TestPanicMidStreamReleasesOnceAsFailed(t *testing.T) {
+	up := httptest.NewServer(sseUpstream(3, 0))
+	defer up.Close()
+	adm := &panicAdmitter{}
+	rec := newRecorder()
+	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}}, WithAdmitter(adm), WithRecorder(rec))
+	req := mustReq(context.Background(), gw+"/v1/completions", `{"prompt":"x","stream":true}`)
+	if res, err := http.DefaultClient.Do(req); err == nil {
+		_, _ = io.ReadAll(res.Body)
+		res.Body.Close()
+	}
+	if r := rec.next(t); r.Outcome != scheduler.Failed {
+		t.Errorf("outcome %v, want failed", r.Outcome)
+	}
+	_, released := adm.snapshot()
+	if diff := cmp.Diff(map[scheduler.Outcome]int{scheduler.Failed: 1}, released); diff != "" {
+		t.Errorf("releases (-want +got):\n%s", diff)
+	}
+}
