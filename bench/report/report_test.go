@@ -166,3 +166,21 @@ func FuzzReadJSON(f *testing.F) {
 		}
 	})
 }
+
+func TestGPUSection(t *testing.T) {
+	rep := sample(t)
+	rep.GPUNote = ""
+	rep.GPU = &result.GPU{Devices: []result.GPUDevice{{Index: 0, Name: "NVIDIA H200", Samples: 3, SMUtilMean: 50, SMUtilMax: 90, PowerMeanW: 300, PowerMaxW: 450,
+		Series: [][3]float64{{0, 10, 200}, {0.5, 90, 450}, {1, 50, 300}}}}}
+	var buf bytes.Buffer
+	if err := HTML(&buf, rep); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(buf.String(), "<svg"); n != 6 {
+		t.Errorf("%d charts with GPU telemetry, want 6", n)
+	}
+	buf.Reset()
+	if err := Table(&buf, rep); err != nil || !strings.Contains(buf.String(), "GPU 0 NVIDIA H200: SM util mean 50% max 90%") {
+		t.Errorf("table GPU line: %v\n%s", err, buf.String())
+	}
+}
