@@ -235,3 +235,22 @@ func TestHugeSingleEventPassesIntact(t *testing.T) {
 		t.Errorf("error kind %v (%q), want event_too_large", r.ErrorKind, r.Error)
 	}
 }
+
+func TestUpstreamSilentBeforeHeadersIs504(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer up.Close()
+	defer close(release)
+	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}, StreamIdleTimeout: 100 * time.Millisecond})
+	res := post(t, context.Background(), gw+"/v1/completions", `{"prompt":"x"}`)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(b), "upstream_timeout") {
+		t.Fatalf("status %d body %s, want 504 upstream_timeout", res.StatusCode, b)
+	}
+}
