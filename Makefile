@@ -27,7 +27,13 @@ filter: ## Build the Envoy golang filter llmesh-filter.so (c-shared, needs cgo a
 test: e2e-deps ## Run the whole test suite: vet, unit and race tests, fuzz seeds, e2e over real processes. CI runs this.
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
-	$(MAKE) filter
+	$(MAKE) filter-check
+
+.PHONY: filter-check
+filter-check: filter ## Build the .so and check it exports the golang filter's nine entry points.
+	@n=$$(nm -D llmesh-filter.so | grep -c ' T envoyGoFilter'); \
+	if [ "$$n" -ne 9 ]; then echo "llmesh-filter.so exports $$n envoyGoFilter* symbols, want 9"; nm -D llmesh-filter.so | grep envoyGoFilter; exit 1; fi; \
+	echo "llmesh-filter.so: $$n envoyGoFilter* entry points exported"
 
 .PHONY: test-e2e
 test-e2e: e2e-deps ## Run only the end-to-end tests (real processes on loopback).
