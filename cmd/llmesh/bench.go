@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/bench/progress"
 	"github.com/llmesh/llmesh/bench/report"
 	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/stats"
 	"github.com/llmesh/llmesh/bench/workload"
 )
 
@@ -295,8 +296,14 @@ func firstError(recs []result.Record) string {
 func runBenchReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("llmesh bench report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var out benchOutputs
+	var (
+		out                           benchOutputs
+		records, workloadFile, target string
+	)
 	out.register(fs)
+	fs.StringVar(&records, "records", "", "summarize a --jsonl `FILE` of per-request records instead (needs --workload)")
+	fs.StringVar(&workloadFile, "workload", "", "workload `FILE` the records came from (classes, SLOs, targets)")
+	fs.StringVar(&target, "target", "", "target recorded in a report rebuilt from --records")
 	// Flags may follow the file name.
 	var files []string
 	rest := args
@@ -311,7 +318,10 @@ func runBenchReport(ctx context.Context, args []string, stdout, stderr io.Writer
 		rest = fs.Args()[1:]
 	}
 	var errs []error
-	if len(files) != 1 {
+	switch {
+	case records != "" && (len(files) != 0 || workloadFile == ""):
+		errs = append(errs, errors.New("--records: takes no report file and needs --workload"))
+	case records == "" && len(files) != 1:
 		errs = append(errs, fmt.Errorf("want exactly one report file, got %d", len(files)))
 	}
 	if !slices.Contains(report.Formats, out.format) {
@@ -319,6 +329,9 @@ func runBenchReport(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(harness.ExitUsage, err)
+	}
+	if records != "" {
+		return reportFromRecords(records, workloadFile, target, &out, stdout)
 	}
 	f, err := os.Open(files[0])
 	if err != nil {
@@ -330,6 +343,30 @@ func runBenchReport(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("%s: %w", files[0], err)
 	}
 	return out.emit(rep, stdout)
+}
+
+// reportFromRecords rebuilds a report from a JSONL export, for example of
+// a run that was killed before it could write its report. A malformed line
+// stops reading; the records before it are still summarized.
+func reportFromRecords(path, workloadFile, target string, out *benchOutputs, stdout io.Writer) error {
+	w, err := workload.LoadFile(workloadFile)
+	if err != nil {
+		return withExitCode(harness.ExitUsage, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	recs, readErr := result.ReadRecords(f)
+	if readErr != nil {
+		readErr = fmt.Errorf("%s: %w (summarizing the %d records before it)", path, readErr, len(recs))
+	}
+	if len(recs) == 0 {
+		return errors.Join(readErr, fmt.Errorf("%s: no records", path))
+	}
+	rep := stats.Summarize(recs, stats.Meta{Workload: w, Target: target})
+	return errors.Join(out.emit(rep, stdout), readErr)
 }
 
 // writeJSON writes v as indented JSON.

@@ -56,6 +56,18 @@ func TestBenchRunQuickAndReport(t *testing.T) {
 	if n := strings.Count(string(lines), "\n"); n != 50 {
 		t.Errorf("%d JSONL lines, want 50", n)
 	}
+	// The JSONL export alone rebuilds the same statistics.
+	wl := filepath.Join(dir, "w.yaml")
+	os.WriteFile(wl, []byte("requests: 50\narrival: {rate: 200}\nclasses: [{name: default, prompt_tokens: {value: 16}, output_tokens: {value: 4}, send_priority: false}]\n"), 0o644)
+	os.WriteFile(jl+".cut", append(lines, []byte("{\"index\": 99, \"cla")...), 0o644)
+	re, _, err := benchMain(t, "report", "--records", jl+".cut", "--workload", wl, "--format", "json")
+	if err == nil || !strings.Contains(err.Error(), "line 51") || !strings.Contains(err.Error(), "summarizing the 50 records") {
+		t.Errorf("records with a cut-off last line: %v", err)
+	}
+	back, rerr := report.ReadJSON(strings.NewReader(re))
+	if rerr != nil || back.Completed != 50 || back.P99TTFTMs != rep.P99TTFTMs {
+		t.Errorf("rebuilt report: %v, completed %d, p99 %v vs %v", rerr, back.Completed, back.P99TTFTMs, rep.P99TTFTMs)
+	}
 	md, _, err := benchMain(t, "report", js, "--format", "markdown")
 	if err != nil || !strings.HasPrefix(md, "## quick") {
 		t.Errorf("report markdown: %v\n%s", err, md)
