@@ -208,6 +208,38 @@ func (b *builder) relocation(m *Mesh) {
 			PathPrefix: r.PathPrefix, Header: h, Field: r.Field, Threshold: r.Threshold, Max: r.Max,
 		})
 	}
+	b.relocationLimits(m)
+}
+
+// relocationLimits checks that each section-wide limit is positive and
+// leaves room for the largest value its rules relocate; the rule named is
+// the first with that largest max.
+func (b *builder) relocationLimits(m *Mesh) {
+	out := &b.cfg.Relocation
+	out.MaxMessage, out.MaxBody = m.Relocation.MaxMessage, m.Relocation.MaxBody
+	b.intRange("relocation.max_message", out.MaxMessage, 1, maxRelocBytes)
+	b.intRange("relocation.max_body", out.MaxBody, 1, maxRelocBytes)
+	check := func(field string, limit int, kind string, maxes []int) {
+		at := -1
+		for i, v := range maxes {
+			if v > limit && (at < 0 || v > maxes[at]) {
+				at = i
+			}
+		}
+		if at >= 0 && limit > 0 {
+			b.c.add("relocation."+field, 0, "%d is less than relocation.%s[%d].max %d: such a value could never fit (raise %s or lower the rule's max)", limit, kind, at, maxes[at], field)
+		}
+	}
+	gm := make([]int, len(out.GRPC))
+	for i, g := range out.GRPC {
+		gm[i] = g.Max
+	}
+	hm := make([]int, len(out.HTTP))
+	for i, h := range out.HTTP {
+		hm[i] = h.Max
+	}
+	check("max_message", out.MaxMessage, "grpc", gm)
+	check("max_body", out.MaxBody, "http", hm)
 }
 
 func (b *builder) sizes(p string, threshold, limit int) {

@@ -232,6 +232,12 @@ type ClassRule struct {
 type Relocation struct {
 	GRPC []GRPCRelocation
 	HTTP []HTTPRelocation
+	// MaxMessage bounds the first gRPC message after relocation; it is at
+	// least every GRPC rule's Max.
+	MaxMessage int
+	// MaxBody bounds a JSON body after relocation; it is at least every
+	// HTTP rule's Max.
+	MaxBody int
 }
 
 // Enabled reports whether any relocation rule exists.

@@ -58,6 +58,9 @@ func TestMinimalDefaults(t *testing.T) {
 	if r.Name != "route-0" || r.ID != "main/route-0" || r.PathPrefix != "/" || r.Pool != p {
 		t.Errorf("route = %+v", r)
 	}
+	if rl := cfg.Relocation; rl.MaxMessage != 32<<20 || rl.MaxBody != 32<<20 {
+		t.Errorf("relocation limits max_message %d max_body %d, want 32 MiB each", rl.MaxMessage, rl.MaxBody)
+	}
 	if cfg.ClassOrDefault("nope") != cfg.DefaultClass {
 		t.Error("unknown class does not fall back to the default")
 	}
@@ -203,6 +206,27 @@ experiments:
 				`pools[0].scheduler.preemption.target: 0 must be in (0, 1]`,
 				`pools[1].scheduler.preemption.target: NaN must be in (0, 1]`,
 				`experiments[0].arms[0].scheduler.preemption.target: 1.5 must be in (0, 1]`,
+			},
+		},
+		{
+			name: "relocation limits",
+			src: `
+relocation:
+  grpc: [{metadata: a, field: 3, threshold: 10, max: 1000}, {metadata: b, field: 3, threshold: 10, max: 3000}, {metadata: c, field: 3, threshold: 10, max: 3000}]
+  http: [{header: x, threshold: 10, max: 2048}]
+  max_message: 2000
+  max_body: -1
+`,
+			want: []string{
+				`relocation.max_body: -1 must be between 1 and 1073741824`,
+				`relocation.max_message: 2000 is less than relocation.grpc[1].max 3000: such a value could never fit (raise max_message or lower the rule's max)`,
+			},
+		},
+		{
+			name: "relocation body limit below an http rule's max",
+			src:  "relocation: {http: [{header: x}], max_body: 4096}",
+			want: []string{
+				`relocation.max_body: 4096 is less than relocation.http[0].max 16777216: such a value could never fit (raise max_body or lower the rule's max)`,
 			},
 		},
 		{

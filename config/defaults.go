@@ -14,6 +14,8 @@ const (
 	DefaultPreemptionTarget = 1.0
 	DefaultRelocThreshold   = 4096
 	DefaultRelocMax         = 16 << 20
+	DefaultRelocMaxMessage  = 32 << 20
+	DefaultRelocMaxBody     = 32 << 20
 	DefaultConnectTimeout   = "5s"
 	DefaultMetricsInterval  = "1s"
 	DefaultTenantHeader     = "x-tenant-id"
@@ -112,6 +114,12 @@ func ApplyDefaults(m *Mesh) {
 	}
 	if c.APIKeyHeader == "" && len(c.APIKeys) > 0 {
 		c.APIKeyHeader = DefaultAPIKeyHeader
+	}
+	if m.Relocation.MaxMessage == 0 {
+		m.Relocation.MaxMessage = DefaultRelocMaxMessage
+	}
+	if m.Relocation.MaxBody == 0 {
+		m.Relocation.MaxBody = DefaultRelocMaxBody
 	}
 	for i := range m.Relocation.GRPC {
 		r := &m.Relocation.GRPC[i]

@@ -234,6 +234,14 @@ type RelocationSpec struct {
 	GRPC []GRPCRelocationSpec `yaml:"grpc,omitempty"`
 	// HTTP rules move a header value into the JSON body.
 	HTTP []HTTPRelocationSpec `yaml:"http,omitempty"`
+	// MaxMessage bounds the first gRPC request message after relocation
+	// (decompressed), in bytes; default 32 MiB. It must be at least every
+	// gRPC rule's Max.
+	MaxMessage int `yaml:"max_message,omitempty"`
+	// MaxBody bounds a JSON request body after relocation, in bytes (the
+	// host also reads at most this much of the body); default 32 MiB. It
+	// must be at least every HTTP rule's Max.
+	MaxBody int `yaml:"max_body,omitempty"`
 }
 
 // GRPCRelocationSpec moves the value of metadata key Metadata into field Field

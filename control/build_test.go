@@ -173,7 +173,7 @@ func TestHeadersKB(t *testing.T) {
 	}{
 		{"{}", 60},
 		{"{http: [{header: x, max: 100000}]}", 98 + 60},
-		{"{grpc: [{metadata: x, field: 1, max: 1073741824}]}", 8192},
+		{"{grpc: [{metadata: x, field: 1, max: 1073741824}], max_message: 1073741824}", 8192},
 	} {
 		cfg, err := config.Load([]byte("relocation: " + tc.yaml))
 		if err != nil {

@@ -192,6 +192,9 @@ relocation:
 	if diff := cmp.Diff(want, r.grpc, cmp.AllowUnexported(GRPCRule{})); diff != "" {
 		t.Errorf("grpc rules (-want +got):\n%s", diff)
 	}
+	if len(r.http) != 1 || r.http[0].MaxBody != DefaultMaxBody {
+		t.Errorf("http rules %+v, want max_body %d", r.http, DefaultMaxBody)
+	}
 	// The mesh config defaults field to "prompt"; on chat paths that means a
 	// user message.
 	p, err := r.PlanHTTP("/v1/chat/completions", hdrs{"x-prompt": {strings.Repeat("a", 5000)}})
@@ -204,5 +207,45 @@ relocation:
 	p, err = r.PlanHTTP("/v1/chat/completions", hdrs{"x-prompt": {strings.Repeat("a", 1000)}})
 	if err != nil || p == nil || !p.Chat || p.Field != "messages" {
 		t.Fatalf("want a chat plan, got %+v err %v", p, err)
+	}
+}
+
+// TestFromConfigLimits: the section-wide limits of the mesh file reach every
+// rule, and the mesh config's defaults are this package's.
+func TestFromConfigLimits(t *testing.T) {
+	if config.DefaultRelocMaxMessage != DefaultMaxMessage || config.DefaultRelocMaxBody != DefaultMaxBody ||
+		config.DefaultRelocMax != DefaultMax || config.DefaultRelocThreshold != DefaultThresholdBytes {
+		t.Errorf("config defaults (max_message %d, max_body %d, max %d, threshold %d) differ from relocate's (%d, %d, %d, %d)",
+			config.DefaultRelocMaxMessage, config.DefaultRelocMaxBody, config.DefaultRelocMax, config.DefaultRelocThreshold,
+			DefaultMaxMessage, DefaultMaxBody, DefaultMax, DefaultThresholdBytes)
+	}
+	cfg, err := config.Load([]byte(`
+relocation:
+  max_message: 20971520
+  max_body: 3000
+  grpc:
+    - {metadata: x-a, field: 2}
+    - {metadata: x-b, field: 3, max: 20971520}
+  http:
+    - {header: x-prompt, threshold: 1000, max: 2048}
+`))
+	if err != nil {
+		t.Fatalf("config.Load: %v", err)
+	}
+	r, err := FromConfig(cfg.Relocation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range r.grpc {
+		if g.MaxMessage != 20<<20 {
+			t.Errorf("grpc[%d].MaxMessage = %d, want %d", i, g.MaxMessage, 20<<20)
+		}
+	}
+	if r.grpc[1].Max != 20<<20 {
+		t.Errorf("grpc[1].Max = %d", r.grpc[1].Max)
+	}
+	p, err := r.PlanHTTP("/v1/completions", hdrs{"x-prompt": {strings.Repeat("a", 1500)}})
+	if err != nil || p == nil || p.Rule.MaxBody != 3000 {
+		t.Fatalf("plan %+v err %v, want max_body 3000", p, err)
 	}
 }
