@@ -2,11 +2,16 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,29 +88,43 @@ type benchRun struct {
 // exits non-zero.
 func runBench(t *testing.T, target string, flags ...string) *benchRun {
 	t.Helper()
-	dir := t.TempDir()
+	b, err := tryBench(t.TempDir(), target, flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// tryBench is runBench for goroutines other than the test's: it writes its
+// reports into dir and returns what went wrong.
+func tryBench(dir, target string, flags ...string) (*benchRun, error) {
 	jsonPath, jsonlPath := filepath.Join(dir, "report.json"), filepath.Join(dir, "records.jsonl")
 	// --max-lag: the harness's own schedule lag on a loaded 2-core machine
 	// says nothing about the system under test; these runs check
 	// correctness, not latency.
 	args := append([]string{"bench", "run", "--target", target, "--quiet", "--max-lag", "1h",
 		"--json", jsonPath, "--jsonl", jsonlPath}, flags...)
-	out, err := run(t, 3*time.Minute, args...)
-	if err != nil {
-		t.Fatalf("llmesh %v: %v\n%s", args, err, out)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	setDeathSignal(cmd)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("llmesh %s: %w\n%s", strings.Join(args, " "), err, out.String())
 	}
-	b := &benchRun{Output: out}
+	b := &benchRun{Output: out.String()}
 	raw, err := os.ReadFile(jsonPath)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	b.Report = new(result.Report)
 	if err := json.Unmarshal(raw, b.Report); err != nil {
-		t.Fatalf("report %s: %v", jsonPath, err)
+		return nil, fmt.Errorf("report %s: %w", jsonPath, err)
 	}
 	f, err := os.Open(jsonlPath)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -113,14 +132,11 @@ func runBench(t *testing.T, target string, flags ...string) *benchRun {
 	for sc.Scan() {
 		var r result.Record
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("records %s: %v", jsonlPath, err)
+			return nil, fmt.Errorf("records %s: %w", jsonlPath, err)
 		}
 		b.Records = append(b.Records, r)
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return b, sc.Err()
 }
 
 // checkAllOK checks that every one of want requests completed with exactly
