@@ -278,3 +278,35 @@ func defaultKVTokens(sh Shape) int {
 	free := cards*usable - weights - cards*4e9
 	return int(free / sh.KVBytesPerToken())
 }
+
+// Evaluate scores this fit's profiles on another calibration's points (for
+// instance measurements it was not fitted on) without refitting. Points of
+// models it has no profile for are skipped.
+func (f *Fit) Evaluate(cal *Calibration) *Fit {
+	out := &Fit{Profiles: f.Profiles}
+	for _, r := range cal.Points {
+		var tm *TimingModel
+		var name string
+		for _, p := range f.Profiles {
+			if p.Calibration == r.Model {
+				tm, name = p.Timing, p.Name
+			}
+		}
+		if tm == nil {
+			continue
+		}
+		fp := FitPoint{Record: r, Profile: name, Used: true}
+		if r.Kind == KindPrefill && r.T < eagerFloorTokens {
+			fp.Used, fp.Why = false, "eager prefill below 1K tokens is launch-bound"
+		}
+		s := stepOf(&r)
+		layers := r.LayersMeasured
+		if layers == 0 {
+			layers = tm.Shape.Layers
+		}
+		fp.Predicted = tm.stepSeconds(&s, layers) * 1e3
+		fp.RelErr = math.Abs(fp.Predicted-fp.MS) / fp.MS
+		out.Points = append(out.Points, fp)
+	}
+	return out
+}

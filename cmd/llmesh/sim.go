@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 
 	"github.com/llmesh/llmesh/clock"
@@ -103,6 +104,7 @@ func runSimFitReport(args []string, stdout, stderr io.Writer) error {
 	verbose := fs.Bool("v", false, "list every calibration point with the model's prediction")
 	asJSON := fs.Bool("json", false, "print per-profile statistics as JSON")
 	search := fs.Bool("search", false, "search the roofline shape on its grid again instead of using the built-in one")
+	check := fs.String("check", "", "score the model on the points of this calibration file instead (e.g. sim/calibration/holdout-h200.jsonl)")
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(2, nil)
 	}
@@ -114,6 +116,18 @@ func runSimFitReport(args []string, stdout, stderr io.Writer) error {
 		var cal *sim.Calibration
 		if cal, err = sim.ParseCalibration(sim.CalibrationH200()); err == nil {
 			fit, err = sim.SearchRoofline(cal)
+		}
+	}
+	if err == nil && *check != "" {
+		var data []byte
+		if data, err = os.ReadFile(*check); err == nil {
+			var cal *sim.Calibration
+			if cal, err = sim.ParseCalibration(data); err == nil {
+				fit = fit.Evaluate(cal)
+			}
+		}
+		if err != nil {
+			err = withExitCode(2, fmt.Errorf("--check: %w", err))
 		}
 	}
 	if err != nil {
