@@ -9,6 +9,7 @@ import (
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter/envoy"
 )
 
@@ -61,5 +62,73 @@ func TestFilterAcceptsGeneratedConfig(t *testing.T) {
 		if p := fc.Mesh.Pool(pool); p == nil || p.Scheduler.Policy != policy {
 			t.Errorf("pool %s in the filter: %+v, want policy %s", pool, p, policy)
 		}
+	}
+}
+
+// TestFilterReadsMeshFields: settings that exist only in the mesh file
+// (preemption target, the priority header's trusted marker, relocation
+// limits) reach the Envoy filter unchanged, including an arm's override in
+// the arm's own pool.
+func TestFilterReadsMeshFields(t *testing.T) {
+	cfg, err := config.Load([]byte(`
+listeners:
+  - name: main
+    address: 127.0.0.1:10000
+    routes: [{pool: gpu}]
+pools:
+  - name: gpu
+    protocol: grpc
+    endpoints: [127.0.0.1:9000]
+    scheduler: {policy: preemptive, preemption: {target: 0.75}}
+classes:
+  - {name: interactive, priority: 0, slo: {ttft: 300ms}}
+  - {name: batch, priority: 10, preemptible: true}
+default_class: batch
+classification:
+  priority_header:
+    name: x-llmesh-class
+    trusted_marker: {header: x-edge-verified, value: edge-7f0c}
+relocation:
+  grpc: [{metadata: x-prompt-raw, field: 2, max: 20971520}]
+  http: [{header: x-prompt, threshold: 1024, max: 2048}]
+  max_message: 41943040
+  max_body: 4096
+experiments:
+  - name: ab
+    pool: gpu
+    arms: [{name: eager, scheduler: {preemption: {target: 0.5}}}, {name: base}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Build(cfg, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gc golang.Config
+	var m hcm.HttpConnectionManager
+	ln := res[resource.ListenerType][0].(*listener.Listener)
+	if err := ln.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&m); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&gc); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := envoy.ParseSettings(gc.GetPluginConfig())
+	if err != nil {
+		t.Fatalf("the filter rejects the generated config: %v", err)
+	}
+	fm := fc.Mesh
+	for pool, want := range map[string]float64{"gpu": 0.75, "gpu.arm-eager": 0.5, "gpu.arm-base": 0.75} {
+		if p := fm.Pool(pool); p == nil || p.Scheduler.Preemption.Target != want {
+			t.Errorf("pool %s in the filter: %+v, want preemption target %v", pool, p, want)
+		}
+	}
+	c := fm.Classification
+	if c.TrustedMarkerHeader != "x-edge-verified" || !c.Marked("edge-7f0c") {
+		t.Errorf("trusted marker in the filter: header %q, marked %v", c.TrustedMarkerHeader, c.Marked("edge-7f0c"))
+	}
+	if r := fm.Relocation; r.MaxMessage != 40<<20 || r.MaxBody != 4096 {
+		t.Errorf("relocation limits in the filter: max_message %d max_body %d", r.MaxMessage, r.MaxBody)
 	}
 }
