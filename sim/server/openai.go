@@ -155,7 +155,7 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, chat bool) 
 	}
 	o := openAIOut{s: s, req: req, id: s.responseID(chat), created: s.clk.Now().Unix()}
 	if req.stream {
-		s.streamOpenAI(w, r.Context(), g, &o)
+		s.streamOpenAI(r.Context(), w, g, &o)
 		return
 	}
 	res, err := s.generate(r.Context(), g, func([]uint32, bool) error { return nil })
@@ -220,7 +220,7 @@ func (o *openAIOut) chunk(text string, role bool, finish any) map[string]any {
 // streamOpenAI writes one SSE event per engine step. The chunk with the
 // finish reason carries the engine's ground truth in "llmesh_engine"; with
 // include_usage, so does the usage chunk that follows it.
-func (s *Server) streamOpenAI(w http.ResponseWriter, ctx context.Context, g genRequest, o *openAIOut) {
+func (s *Server) streamOpenAI(ctx context.Context, w http.ResponseWriter, g genRequest, o *openAIOut) {
 	fl, _ := w.(http.Flusher)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
