@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
@@ -113,4 +118,50 @@ func BenchmarkTimeScaleFidelity(b *testing.B) {
 			b.ReportMetric(float64(excess.Microseconds())/1e3/float64(b.N), "excess-engine-ms")
 		})
 	}
+}
+
+// BenchmarkGRPCStreamsPerCore is BenchmarkStreamsPerCore over
+// llm.v1.Generation on one shared client connection.
+func BenchmarkGRPCStreamsPerCore(b *testing.B) {
+	s := simtest.Start(b, simtest.WithTimeScale(1))
+	conn, err := grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	c := llmv1.NewGenerationClient(conn)
+	const workers = 128
+	prompt := strings.Repeat("w ", 100)
+	var next atomic.Int64
+	var streamNs, msgs atomic.Int64
+	b.ResetTimer()
+	cpu0, wall0 := cpuTime(), time.Now()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				st, err := c.Generate(context.Background(), &llmv1.GenerateRequest{Prompt: prompt, MaxTokens: 64})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for {
+					if _, err := st.Recv(); err != nil {
+						break
+					}
+					msgs.Add(1)
+				}
+				streamNs.Add(int64(time.Since(t0)))
+			}
+		}()
+	}
+	wg.Wait()
+	cpu, wall := cpuTime()-cpu0, time.Since(wall0)
+	streamSec := float64(streamNs.Load()) / 1e9
+	b.ReportMetric(streamSec/cpu.Seconds(), "streams/core")
+	b.ReportMetric(float64(msgs.Load())/wall.Seconds(), "msgs/s")
+	b.ReportMetric(streamSec/wall.Seconds(), "concurrent-streams")
 }
