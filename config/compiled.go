@@ -332,6 +332,12 @@ func (e *Experiment) Pick(header func(name string) string, u float64) *Arm {
 // TotalWeight is the sum of the arms' weights.
 func (e *Experiment) TotalWeight() int { return e.totalWeight }
 
+// ArmPoolName is the name of the pool that carries one experiment arm's
+// traffic with the arm's scheduler config where a data plane gives each arm
+// a pool of its own: control names the Envoy cluster and filter pool so,
+// and the shared scheduler service serves a pool by that name.
+func ArmPoolName(pool, arm string) string { return pool + ".arm-" + arm }
+
 // Arm is a compiled experiment arm.
 type Arm struct {
 	Name   string

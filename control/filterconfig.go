@@ -35,7 +35,7 @@ const (
 
 // armPoolName is the name of the pool (and Envoy cluster) that carries one
 // experiment arm's traffic with the arm's scheduler config.
-func armPoolName(pool, arm string) string { return pool + ".arm-" + arm }
+func armPoolName(pool, arm string) string { return config.ArmPoolName(pool, arm) }
 
 // envoyMesh returns the mesh config the Envoy filter gets: the source with
 // every experiment arm turned into a pool of its own (same endpoints and

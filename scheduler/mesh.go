@@ -64,3 +64,39 @@ func PoolFromMesh(p *config.Pool, sc config.SchedulerConfig, lookup func(name st
 		},
 	}, nil
 }
+
+// WithArmPools returns sc with one more pool per experiment arm of c, named
+// config.ArmPoolName(pool, arm): the experiment pool's capacity with the
+// arm's merged scheduler settings. The shared scheduler service needs them
+// because control gives each arm its own pool in the Envoy filter, whose
+// admissions then name the arm pool. Pools sc already has (a mesh that
+// spells the arm pools out, as the filter's does) are left as they are.
+func WithArmPools(sc Config, c *config.Config, lookup func(name string) (Policy, error)) (Config, error) {
+	have := map[string]bool{}
+	for _, p := range sc.Pools {
+		have[p.Name] = true
+	}
+	pools := append([]PoolConfig(nil), sc.Pools...)
+	var errs []error
+	for i, e := range c.Experiments {
+		for j, a := range e.Arms {
+			name := config.ArmPoolName(e.Pool.Name, a.Name)
+			if have[name] {
+				continue
+			}
+			pc, err := PoolFromMesh(e.Pool, a.Scheduler, lookup)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("experiments[%d].arms[%d].scheduler: %w", i, j, err))
+				continue
+			}
+			pc.Name = name
+			have[name] = true
+			pools = append(pools, pc)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	sc.Pools = pools
+	return sc, sc.Validate()
+}

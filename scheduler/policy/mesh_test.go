@@ -91,3 +91,44 @@ var errUnknown = &unknownErr{}
 type unknownErr struct{}
 
 func (*unknownErr) Error() string { return "unknown" }
+
+func TestWithArmPools(t *testing.T) {
+	c, err := config.Load([]byte(mesh))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := policy.FromMesh(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := scheduler.WithArmPools(base, c, policy.Lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range got.Pools {
+		names = append(names, p.Name)
+	}
+	if want := "gpu gpu.arm-strict gpu.arm-fifo"; strings.Join(names, " ") != want {
+		t.Fatalf("pools %q, want %q", names, want)
+	}
+	strict, fifo := got.Pools[1], got.Pools[2]
+	if strict.MaxInflight != 16 || strict.MaxInflightTokens != 32768 || strict.Policy.Name() != "preemptive" || strict.Preemption.Target != 0.5 {
+		t.Errorf("arm pool strict %+v", strict)
+	}
+	if fifo.Policy.Name() != "fifo" || fifo.Preemption.Target != 0.75 {
+		t.Errorf("arm pool fifo %+v", fifo)
+	}
+	if len(base.Pools) != 1 {
+		t.Errorf("WithArmPools changed its argument: %d pools", len(base.Pools))
+	}
+	// A mesh that already spells an arm pool out (as the Envoy filter's
+	// does) keeps its own.
+	again, err := scheduler.WithArmPools(got, c, policy.Lookup)
+	if err != nil || len(again.Pools) != 3 {
+		t.Fatalf("second pass: %d pools, %v", len(again.Pools), err)
+	}
+	if _, err := scheduler.NewMachine(got); err != nil {
+		t.Fatal(err)
+	}
+}

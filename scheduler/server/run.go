@@ -56,6 +56,11 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	if err != nil {
 		return fmt.Errorf("scheduler server: %w", err)
 	}
+	// Envoy filters behind control schedule each experiment arm in a pool
+	// of its own; serve those pools too.
+	if cfg, err = scheduler.WithArmPools(cfg, o.Mesh, policy.Lookup); err != nil {
+		return fmt.Errorf("scheduler server: %w", err)
+	}
 	sched, err := scheduler.New(cfg, o.Clock)
 	if err != nil {
 		return fmt.Errorf("scheduler server: %w", err)

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -38,7 +39,12 @@ func start(t *testing.T) (string, func()) { return startWith(t, server.Options{}
 
 func startWith(t *testing.T, o server.Options) (string, func()) {
 	t.Helper()
-	c, err := config.Load([]byte(mesh))
+	return startMesh(t, mesh, o)
+}
+
+func startMesh(t *testing.T, src string, o server.Options) (string, func()) {
+	t.Helper()
+	c, err := config.Load([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +101,35 @@ func TestRunServesMesh(t *testing.T) {
 		t.Fatalf("queue time %v", l.QueueTime())
 	}
 	l.Release(scheduler.Done)
+}
+
+// The service serves every experiment arm's pool under the name the Envoy
+// filter admits to (control gives each arm a pool of its own).
+func TestRunServesArmPools(t *testing.T) {
+	addr, stop := startMesh(t, mesh+`
+experiments:
+  - name: trial
+    pool: gpu
+    arms: [{name: control}, {name: edf, scheduler: {policy: edf}}]
+`, server.Options{})
+	defer stop()
+	c, err := client.New(addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, pool := range []string{"gpu", config.ArmPoolName("gpu", "control"), config.ArmPoolName("gpu", "edf")} {
+		l, err := c.Admit(ctx, scheduler.Request{Pool: pool, Class: "default"})
+		if err != nil {
+			t.Fatalf("admit to pool %q: %v", pool, err)
+		}
+		l.Release(scheduler.Done)
+	}
+	if _, err := c.Admit(ctx, scheduler.Request{Pool: config.ArmPoolName("gpu", "nope"), Class: "default"}); !errors.Is(err, scheduler.ErrRejected) {
+		t.Fatalf("admit to an unknown arm pool: %v, want ErrRejected", err)
+	}
 }
 
 // A stream whose first message is not start is refused with a clear error.
