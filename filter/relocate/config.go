@@ -8,7 +8,7 @@ import "github.com/llmesh/llmesh/config"
 // rule's MaxBody (zero, from a hand-built config.Relocation, means this
 // package's defaults).
 func FromConfig(c config.Relocation) (*Relocator, error) {
-	var cfg Config
+	cfg := Config{sectionLimits: true}
 	for _, g := range c.GRPC {
 		r := GRPCRule{Method: g.Method, Key: g.Metadata, Field: g.Field, Threshold: Threshold{Bytes: g.Threshold}, Max: g.Max, MaxMessage: c.MaxMessage}
 		if g.Bytes {

@@ -46,7 +46,7 @@ func (r *relocation) overhead() int {
 }
 
 func (r *relocation) limit(what string, size int64) error {
-	return &LimitError{Limit: r.rule.path + ".max_message", What: what, Size: size, Max: int64(r.rule.MaxMessage)}
+	return &LimitError{Limit: r.rule.limitPath, What: what, Size: size, Max: int64(r.rule.MaxMessage)}
 }
 
 // checkPrefix validates the first message's prefix and returns whether the

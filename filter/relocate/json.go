@@ -53,7 +53,7 @@ func (b *JSONBody) Bytes() []byte {
 func RewriteJSON(body []byte, plan *HTTPPlan, on OnRelocated) (*JSONBody, error) {
 	rule := plan.Rule
 	if len(body) > rule.MaxBody {
-		return nil, &LimitError{Limit: rule.path + ".max_body", What: "request body", Size: int64(len(body)), Max: int64(rule.MaxBody)}
+		return nil, &LimitError{Limit: rule.limitPath, What: "request body", Size: int64(len(body)), Max: int64(rule.MaxBody)}
 	}
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: request body is not valid JSON", ErrMalformed)
@@ -103,7 +103,7 @@ func RewriteJSON(body []byte, plan *HTTPPlan, on OnRelocated) (*JSONBody, error)
 	}
 	out.Insert = ins
 	if n := out.Len(); n > rule.MaxBody {
-		return nil, &LimitError{Limit: rule.path + ".max_body", What: "request body with the relocated value", Size: int64(n), Max: int64(rule.MaxBody)}
+		return nil, &LimitError{Limit: rule.limitPath, What: "request body with the relocated value", Size: int64(n), Max: int64(rule.MaxBody)}
 	}
 	if on != nil {
 		on(KindHTTP, len(plan.Value))

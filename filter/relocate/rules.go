@@ -101,7 +101,8 @@ type GRPCRule struct {
 	// Compressed is the policy for compressed first messages.
 	Compressed CompressedPolicy
 
-	path string // config path for error messages, set by Compile
+	path      string // config path for error messages, set by Compile
+	limitPath string // config path of MaxMessage, set by Compile
 }
 
 // HTTPRule moves one header value into an OpenAI-style JSON request body.
@@ -124,13 +125,19 @@ type HTTPRule struct {
 	// MaxBody bounds the body after relocation. Zero means DefaultMaxBody.
 	MaxBody int
 
-	path string // config path for error messages, set by Compile
+	path      string // config path for error messages, set by Compile
+	limitPath string // config path of MaxBody, set by Compile
 }
 
 // Config is the relocation section of the mesh config in runtime form.
 type Config struct {
 	GRPC []GRPCRule
 	HTTP []HTTPRule
+
+	// sectionLimits: MaxMessage and MaxBody come from the mesh config's
+	// section-wide relocation.max_message and max_body (FromConfig), so
+	// limit errors name those fields rather than per-rule ones.
+	sectionLimits bool
 }
 
 // Relocator holds compiled rules. It is immutable and safe for concurrent
@@ -178,6 +185,10 @@ func Compile(cfg Config) (*Relocator, error) {
 			bad(p+".max", "%d exceeds max_message %d: such a value could never fit", g.Max, g.MaxMessage)
 		}
 		g.path = "relocation." + p
+		g.limitPath = g.path + ".max_message"
+		if cfg.sectionLimits {
+			g.limitPath = "relocation.max_message"
+		}
 		r.grpc = append(r.grpc, g)
 	}
 	for i, h := range cfg.HTTP {
@@ -199,6 +210,10 @@ func Compile(cfg Config) (*Relocator, error) {
 			bad(p+".max", "%d exceeds max_body %d: such a value could never fit", h.Max, h.MaxBody)
 		}
 		h.path = "relocation." + p
+		h.limitPath = h.path + ".max_body"
+		if cfg.sectionLimits {
+			h.limitPath = "relocation.max_body"
+		}
 		r.http = append(r.http, h)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -338,7 +353,7 @@ func (r *Relocator) PlanHTTP(path string, h Headers) (*HTTPPlan, error) {
 // host can refuse it before reading.
 func (p *HTTPPlan) CheckBodySize(n int64) error {
 	if n > int64(p.Rule.MaxBody) {
-		return &LimitError{Limit: p.Rule.path + ".max_body", What: "request body", Size: n, Max: int64(p.Rule.MaxBody)}
+		return &LimitError{Limit: p.Rule.limitPath, What: "request body", Size: n, Max: int64(p.Rule.MaxBody)}
 	}
 	return nil
 }

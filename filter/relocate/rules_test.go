@@ -186,8 +186,8 @@ relocation:
 		t.Fatal(err)
 	}
 	want := []GRPCRule{
-		{Key: "x-prompt-raw", Field: 2, Threshold: Threshold{Bytes: 1024}, Max: DefaultMax, MaxMessage: DefaultMaxMessage, Compressed: Refuse, path: "relocation.grpc[0]"},
-		{Key: "x-prompt-bin", Field: 3, Type: Bytes, Threshold: Threshold{Bytes: DefaultThresholdBytes}, Max: DefaultMax, MaxMessage: DefaultMaxMessage, path: "relocation.grpc[1]"},
+		{Key: "x-prompt-raw", Field: 2, Threshold: Threshold{Bytes: 1024}, Max: DefaultMax, MaxMessage: DefaultMaxMessage, Compressed: Refuse, path: "relocation.grpc[0]", limitPath: "relocation.max_message"},
+		{Key: "x-prompt-bin", Field: 3, Type: Bytes, Threshold: Threshold{Bytes: DefaultThresholdBytes}, Max: DefaultMax, MaxMessage: DefaultMaxMessage, path: "relocation.grpc[1]", limitPath: "relocation.max_message"},
 	}
 	if diff := cmp.Diff(want, r.grpc, cmp.AllowUnexported(GRPCRule{})); diff != "" {
 		t.Errorf("grpc rules (-want +got):\n%s", diff)
@@ -247,5 +247,13 @@ relocation:
 	p, err := r.PlanHTTP("/v1/completions", hdrs{"x-prompt": {strings.Repeat("a", 1500)}})
 	if err != nil || p == nil || p.Rule.MaxBody != 3000 {
 		t.Fatalf("plan %+v err %v, want max_body 3000", p, err)
+	}
+	// Limit errors name the field of the mesh file that sets the limit.
+	var le *LimitError
+	if err := p.CheckBodySize(3001); !errors.As(err, &le) || le.Limit != "relocation.max_body" {
+		t.Errorf("body over max_body: %v, want a LimitError naming relocation.max_body", err)
+	}
+	if _, err := RewriteJSON([]byte(`{"model":"m","pad":"`+strings.Repeat("x", 1600)+`"}`), p, nil); !errors.As(err, &le) || le.Limit != "relocation.max_body" {
+		t.Errorf("rewritten body over max_body: %v, want a LimitError naming relocation.max_body", err)
 	}
 }
