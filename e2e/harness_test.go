@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -204,19 +203,6 @@ func waitHTTP(t *testing.T, url string, procs ...*proc) {
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
-}
-
-// run executes `llmesh args...` to completion and returns its output.
-func run(t *testing.T, timeout time.Duration, args ...string) (string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
-	setDeathSignal(cmd)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
 }
 
 // httpGet returns the body of a 200 answer to url.

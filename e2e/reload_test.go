@@ -86,9 +86,10 @@ func TestConfigReload(t *testing.T) {
 	if st := serverTiming(t, gw, sim.Model); !strings.Contains(st, "queue") {
 		t.Errorf("server-timing %q: want the queue entry", st)
 	}
-	if out := gw.out.String(); !strings.Contains(out, "config reloaded") {
-		t.Errorf("gateway log does not say the config was reloaded:\n%s", out)
-	}
+	// The log line follows the swap on the watcher's goroutine.
+	waitFor(t, "the gateway to log the reload", func() bool {
+		return strings.Contains(gw.out.String(), "config reloaded")
+	}, gw.proc)
 	var v1 controlVersion
 	waitFor(t, "control to publish a new version", func() bool {
 		v1 = getVersion(t, ctlAdmin)
