@@ -12,6 +12,7 @@ import (
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/bench/workloads"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 )
@@ -369,4 +370,29 @@ func BenchmarkEvaluate(b *testing.B) {
 		n += res.Runs[0].Sim.Requests
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/request")
+}
+
+// BenchmarkSaturationStandard is what llmesh demo pays to measure the
+// standard workload's saturation rate with the demo's pool.
+func BenchmarkSaturationStandard(b *testing.B) {
+	data, err := workloads.FS.ReadFile(workloads.Standard)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := workload.Parse(data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Default()
+	w, err := workload.Compile(s, workload.CompileOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rps float64
+	for b.Loop() {
+		if rps, err = Saturation(w, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(rps, "req/s")
 }
