@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // binPath is the llmesh binary built once for the whole package (without
@@ -42,6 +44,16 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if code == 0 {
+		// Every process waiter, pipe copier and sampler must have ended
+		// with its test; idle keep-alive connections to processes that
+		// are gone are closed first.
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: leaked goroutines:", err)
+			code = 1
+		}
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
