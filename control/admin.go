@@ -1,13 +1,18 @@
 package control
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/llmesh/llmesh/config"
 )
 
 // maxAdminBody bounds admin request bodies.
@@ -17,7 +22,7 @@ const maxAdminBody = 4 << 10
 //
 //	GET  /healthz                            200 "ok"
 //	GET  /version                            {"version": ..., "last_error": ..., ...}
-//	GET  /config                             the served mesh config as YAML (defaults applied, switches included)
+//	GET  /config                             the served mesh config as YAML (defaults applied, switches included, secrets redacted)
 //	GET  /nodes                              per-node, per-type sent/ACKed/NACKed versions and NACK messages
 //	GET  /experiments                        experiments, arms and the active arm
 //	POST /experiments/{name}/active          body {"arm": "x"} (or ?arm=x): arm x takes all traffic; "" splits again
@@ -71,7 +76,7 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
 	cfg, v := s.cfg, s.version
 	s.mu.Unlock()
-	b, err := yaml.Marshal(cfg.Source)
+	b, err := yaml.Marshal(redacted(cfg.Source))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -80,6 +85,33 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("X-Llmesh-Version", v)
 	w.Write(b) //nolint:errcheck // client gone
 }
+
+// redacted returns a copy of m fit to show on the admin API: every API key
+// replaced by its "sha256:<hex>" form (which classifies exactly as the key
+// does, so the output still loads and behaves the same) and the trusted
+// marker's value replaced by a placeholder. m is not modified.
+func redacted(m *config.Mesh) *config.Mesh {
+	out := *m
+	c := &out.Classification
+	if len(c.APIKeys) > 0 {
+		keys := make(map[string]string, len(c.APIKeys))
+		for k, class := range c.APIKeys {
+			if !strings.HasPrefix(k, "sha256:") {
+				sum := sha256.Sum256([]byte(k))
+				k = "sha256:" + hex.EncodeToString(sum[:])
+			}
+			keys[k] = class
+		}
+		c.APIKeys = keys
+	}
+	if tm := c.PriorityHeader.TrustedMarker; tm != nil {
+		c.PriorityHeader.TrustedMarker = &config.TrustedMarkerSpec{Header: tm.Header, Value: redactedValue}
+	}
+	return &out
+}
+
+// redactedValue stands in for a secret in GET /config.
+const redactedValue = "REDACTED"
 
 // ExperimentInfo is one entry of GET /experiments.
 type ExperimentInfo struct {
