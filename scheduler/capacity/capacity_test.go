@@ -88,10 +88,11 @@ func TestRule(t *testing.T) {
 	}{
 		{"room grows by max/8", 10, capacity.Sample{Running: 10, HasRunning: true, KVUsage: 0.3, HasKV: true}, 14},
 		{"growth capped at max", 30, capacity.Sample{Running: 30, HasKV: true, KVUsage: 0.1}, 32},
-		{"engine queue: hold at running", 32, capacity.Sample{Running: 20, Waiting: 5}, 20},
-		{"kv full: hold at running", 32, capacity.Sample{Running: 24, KVUsage: 0.97, HasKV: true}, 24},
-		{"never above current when saturated", 10, capacity.Sample{Running: 20, Waiting: 1}, 10},
-		{"floor", 10, capacity.Sample{Running: 0, Waiting: 3}, 2},
+		{"engine backlog: running plus slack", 32, capacity.Sample{Running: 20, Waiting: 9}, 24},
+		{"just-admitted requests seen waiting are not a backlog", 20, capacity.Sample{Running: 20, Waiting: 3, HasKV: true, KVUsage: 0.5}, 24},
+		{"kv full: hold at running", 32, capacity.Sample{Running: 24, KVUsage: 0.97, Waiting: 2, HasKV: true}, 24},
+		{"never above current when backlogged", 10, capacity.Sample{Running: 20, Waiting: 7}, 10},
+		{"floor", 10, capacity.Sample{Running: 0, Waiting: 30, HasKV: true, KVUsage: 0.99}, 2},
 		{"between watermarks holds", 12, capacity.Sample{Running: 12, KVUsage: 0.9, HasKV: true}, 12},
 	} {
 		if got := r.Next(tc.cur, tc.s); got != tc.want {
@@ -189,13 +190,13 @@ func TestWatcherAdaptsAndFallsBack(t *testing.T) {
 	if st := scrape(5); st.Limit != 64 || !st.Stale {
 		t.Fatalf("stale: %+v, want static 64", st)
 	}
-	eng.set(200, "vllm:num_requests_running 8\nvllm:num_requests_waiting 2\n")
-	if st := scrape(6); st.Limit != 8 || st.Stale {
-		t.Fatalf("recovered: %+v, want 8", st)
+	eng.set(200, "vllm:num_requests_running 8\nvllm:num_requests_waiting 20\n")
+	if st := scrape(6); st.Limit != 16 || st.Stale {
+		t.Fatalf("recovered into a backlog: %+v, want running 8 + slack 8 = 16", st)
 	}
 	tgt.mu.Lock()
 	defer tgt.mu.Unlock()
-	if diff := cmp.Diff([]int{16, 24, 64, 8}, tgt.got); diff != "" {
+	if diff := cmp.Diff([]int{16, 24, 64, 16}, tgt.got); diff != "" {
 		t.Errorf("SetLimit calls (-want +got):\n%s", diff)
 	}
 }

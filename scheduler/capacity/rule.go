@@ -1,17 +1,25 @@
 package capacity
 
 // Rule turns an engine sample into a pool admission limit. The aim is to
-// keep the engine's own queue empty, so that waiting happens in the
+// keep the engine's own queue short, so that waiting happens in the
 // scheduler (where priority and preemption act) rather than inside the
 // engine (first come, first served), while never holding back capacity the
 // engine has:
 //
-//   - the engine is saturated when it reports waiting requests or KV-cache
-//     usage at or above KVHigh: the limit drops to what the engine actually
-//     runs (Running), never above the current limit;
-//   - it has room when KV usage is below KVLow and nothing waits: the limit
-//     grows by Step (additive increase) up to Max;
+//   - KV-cache usage at or above KVHigh: the engine is about to preempt by
+//     recompute, so the limit drops to what it actually runs (Running),
+//     never above the current limit;
+//   - more than Slack requests waiting in the engine: it has a backlog, so
+//     the limit drops to Running + Slack, never above the current limit;
+//   - at most Slack waiting and KV usage below KVLow: it has room, so the
+//     limit grows by Step (additive increase) up to Max;
 //   - in between the limit holds.
+//
+// Slack exists because a scrape sees requests the scheduler admitted since
+// the engine's last step as waiting: engines pick up new requests only at
+// step boundaries, and a long prefill step lasts hundreds of milliseconds.
+// Treating those as a backlog would collapse the limit to Running under any
+// steady load and leave the engine underfed.
 //
 // The result is always within [Min, Max]. Stale or failed scrapes do not
 // reach the rule: the watcher falls back to Max (the static capacity).
@@ -24,6 +32,9 @@ type Rule struct {
 	Step int
 	// KVHigh and KVLow are the KV-usage thresholds; 0 means 0.95 and 0.85.
 	KVHigh, KVLow float64
+	// Slack is how many waiting requests the engine may report without
+	// counting as backlogged; 0 means Step.
+	Slack int
 }
 
 func (r Rule) defaults() Rule {
@@ -38,6 +49,9 @@ func (r Rule) defaults() Rule {
 	if r.KVLow <= 0 {
 		r.KVLow = 0.85
 	}
+	if r.Slack <= 0 {
+		r.Slack = r.Step
+	}
 	return r
 }
 
@@ -46,8 +60,10 @@ func (r Rule) Next(cur int, s Sample) int {
 	r = r.defaults()
 	next := cur
 	switch {
-	case s.Waiting > 0 || (s.HasKV && s.KVUsage >= r.KVHigh):
+	case s.HasKV && s.KVUsage >= r.KVHigh:
 		next = min(cur, int(s.Running))
+	case s.Waiting > float64(r.Slack):
+		next = min(cur, int(s.Running)+r.Slack)
 	case !s.HasKV || s.KVUsage < r.KVLow:
 		next = cur + r.Step
 	}
