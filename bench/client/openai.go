@@ -225,6 +225,16 @@ func (c *openAI) readStream(ctx context.Context, body io.Reader, rec *result.Rec
 			rec.Status = result.StatusOK
 			return
 		}
+		if tok, ok := fastTokenEvent(data); ok {
+			if tok {
+				if rec.FirstTokenNS == 0 {
+					rec.FirstTokenNS = t
+				}
+				rec.ChunkNS = append(rec.ChunkNS, t)
+				counted++
+			}
+			continue
+		}
 		ch = chunk{}
 		if err := json.Unmarshal(data, &ch); err != nil {
 			rec.OutputTokens = counted
