@@ -59,10 +59,15 @@ func TestProtocols(t *testing.T) {
 			if len(rec.ChunkNS) != wantChunks || rec.ChunkNS[0] != rec.FirstTokenNS || rec.DoneNS < rec.ChunkNS[len(rec.ChunkNS)-1] {
 				t.Errorf("chunks %v first %d done %d", rec.ChunkNS, rec.FirstTokenNS, rec.DoneNS)
 			}
+			// The server sleeps 20 ms, then 1 ms between tokens; reads may
+			// bunch up on a loaded machine, but never come early.
 			for i := 1; i < len(rec.ChunkNS); i++ {
-				if rec.ChunkNS[i] < rec.ChunkNS[i-1]+int64(500*time.Microsecond) {
-					t.Errorf("chunk %d at %d only %dns after the previous one; server sleeps 1ms", i, rec.ChunkNS[i], rec.ChunkNS[i]-rec.ChunkNS[i-1])
+				if rec.ChunkNS[i] < rec.ChunkNS[i-1] {
+					t.Errorf("chunk %d at %d before the previous one", i, rec.ChunkNS[i])
 				}
+			}
+			if tc.stream && rec.ChunkNS[len(rec.ChunkNS)-1]-rec.SentNS < int64(27*time.Millisecond) {
+				t.Errorf("last chunk %v after sending, want ≥ 27ms", time.Duration(rec.ChunkNS[len(rec.ChunkNS)-1]-rec.SentNS))
 			}
 			if rec.Engine == nil || rec.Engine.FirstTokenNS-rec.Engine.ArrivalNS < int64(20*time.Millisecond) {
 				t.Errorf("engine times %+v", rec.Engine)
