@@ -30,10 +30,11 @@ Flags:`)
 	out := fs.String("out", "llmesh-demo-out", "output directory")
 	wl := fs.String("workload", "", "workload file (default: the built-in mixed-priority workload)")
 	repeats := fs.Int("repeats", 0, "A/B pairs (default 2, or 1 with --quick)")
-	dur := fs.Duration("duration", 0, "measured length of each run (default 30s, or 12s with --quick)")
+	dur := fs.Duration("duration", 0, "measured length of each run (default 25s, or 12s with --quick)")
 	a := fs.String("a", "fifo", "policy of arm A (the baseline)")
 	b := fs.String("b", "preemptive", "policy of arm B (the candidate)")
 	maxInflight := fs.Int("max-inflight", 64, "upper bound of the gateway's admissions to the engine")
+	load := fs.Float64("load", demo.DefaultLoad, "arrival rate as a multiple of the workload's saturation rate on the simulated engine (measured first in virtual time); negative: the workload's own rate")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -50,11 +51,14 @@ Flags:`)
 	if *dur < 0 {
 		errs = append(errs, fmt.Errorf("--duration: %s must not be negative", *dur))
 	}
+	if *load == 0 {
+		errs = append(errs, fmt.Errorf("--load: must not be 0"))
+	}
 	if *maxInflight < 1 {
 		errs = append(errs, fmt.Errorf("--max-inflight: %d must be at least 1", *maxInflight))
 	}
 	o := demo.Options{OutDir: *out, Quick: *quick, Repeats: *repeats, Duration: *dur, A: *a, B: *b,
-		MaxInflight: *maxInflight, Stdout: stdout, Stderr: stderr}
+		MaxInflight: *maxInflight, Load: *load, Stdout: stdout, Stderr: stderr}
 	if *wl != "" {
 		w, err := workload.LoadFile(*wl)
 		if err != nil {
