@@ -39,7 +39,8 @@ classification:
 
 // TestPriorityHeaderSpoofing sends a class claim from 127.0.0.1 through the
 // gateway: ignored (default class) when the config trusts only another
-// network, honoured when it trusts loopback.
+// network, even with forwarded-for headers naming that network; honoured
+// when it trusts loopback.
 func TestPriorityHeaderSpoofing(t *testing.T) {
 	s := simtest.Start(t)
 	simAddr := strings.TrimPrefix(s.HTTPURL, "http://")
@@ -65,7 +66,11 @@ func TestPriorityHeaderSpoofing(t *testing.T) {
 			sched := newScheduler(t, "priority", 8)
 			rec := newRecorder()
 			gw := startGateway(t, gcfg, gateway.WithAdmitter(sched), gateway.WithClassifier(cls), gateway.WithRecorder(rec))
-			res, err := send(context.Background(), gw, completion(s.Model, 4, "let me in first"), map[string]string{"x-llmesh-class": "interactive"})
+			res, err := send(context.Background(), gw, completion(s.Model, 4, "let me in first"), map[string]string{
+				"x-llmesh-class": "interactive",
+				// Naming a trusted address does not make the peer trusted.
+				"x-forwarded-for": "10.1.2.3", "x-real-ip": "10.1.2.3",
+			})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,51 @@
+package envoy
+
+import (
+	"testing"
+
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+
+	"github.com/llmesh/llmesh/filter/filtertest"
+)
+
+// TestPriorityHeaderSpoofing: a client's class claim (x-llmesh-class) is
+// honoured only when the config trusts the downstream peer (127.0.0.1 in
+// the fake). A forwarded-for header naming a trusted address does not make
+// an untrusted peer trusted, and an unknown or numeric-beyond-range claim
+// falls back to the default class.
+func TestPriorityHeaderSpoofing(t *testing.T) {
+	for _, tc := range []struct {
+		name, trusted string
+		headers       []string
+		want          string
+	}{
+		{"untrusted peer", "10.0.0.0/8", []string{"x-llmesh-class", "interactive"}, "batch"},
+		{"forwarded-for names a trusted address", "10.0.0.0/8", []string{"x-llmesh-class", "interactive", "x-forwarded-for", "10.1.2.3", "x-real-ip", "10.1.2.3"}, "batch"},
+		{"trusted peer", "127.0.0.1/32", []string{"x-llmesh-class", "interactive"}, "interactive"},
+		{"trusted peer, unknown class", "127.0.0.1/32", []string{"x-llmesh-class", "platinum"}, "batch"},
+		{"no header config", "", []string{"x-llmesh-class", "interactive"}, "batch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			extra := ""
+			if tc.trusted != "" {
+				extra = `, "classification": {"priority_header": {"name": "x-llmesh-class", "trusted_sources": ["` + tc.trusted + `"]}}`
+			}
+			mesh := `{
+	"pools": [{"name": "sim", "protocol": "openai", "endpoints": ["127.0.0.1:9"], "capacity": {"max_inflight": 4}}],
+	"classes": [{"name": "interactive", "priority": 0}, {"name": "batch", "priority": 10}],
+	"default_class": "batch"` + extra + `
+}`
+			h := newHarness(t, `{"mesh": `+mesh+`}`, false)
+			s := h.stream(filtertest.Options{})
+			wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(tc.headers...), false), api.Continue)
+			wantStatus(t, "DecodeData", s.DecodeData([]byte(`{"model":"m","prompt":"hi","stream":true}`), true), api.Continue)
+			wantStatus(t, "EncodeHeaders", s.EncodeHeaders(sseResponse(), false), api.Continue)
+			for i, c := range sseChunks {
+				wantStatus(t, "EncodeData", s.EncodeData([]byte(c), i == len(sseChunks)-1), api.Continue)
+			}
+			s.Complete()
+			noViolations(t, s)
+			want(t, "class", s.Metadata(MetadataNamespace)["class"], tc.want)
+		})
+	}
+}
