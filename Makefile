@@ -67,6 +67,16 @@ check: ## Fail when go mod tidy or gofmt would change the tree.
 	gofmt -l -w $$(git ls-files '*.go')
 	git diff --exit-code
 
+.PHONY: results
+results: build ## Record the runs behind the README's headline table (virtual-time policy comparison + the full demo).
+	mkdir -p results
+	$(BIN)/llmesh bench simulate --loads 0.05,0.7,0.9,1.0,1.2 --duration 1800s --json > results/simulate.json
+	$(BIN)/llmesh demo --out results/demo
+
+.PHONY: headline
+headline: results ## Record the runs and render the README's headline table from them.
+	$(GO) run ./scripts/headline --simulate results/simulate.json --ab results/demo/ab.json --readme README.md
+
 .PHONY: demo
 demo: ## Run the one-command demo (sim + gateway, fifo vs preemptive A/B, SLO report).
 	$(GO) run ./cmd/llmesh demo
