@@ -59,41 +59,12 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 }
 
 // SchedulerConfigFromMesh builds the in-process scheduler's configuration
-// from a mesh config: every pool with its capacity and policy, every class.
+// from a mesh config: every pool with its capacity and policy settings
+// (preemption target included), every class. It delegates to
+// policy.FromMesh so the gateway, the filter and the scheduler service
+// compile the same mesh the same way.
 func SchedulerConfigFromMesh(c *config.Config) (scheduler.Config, error) {
-	var sc scheduler.Config
-	var errs []error
-	for i, p := range c.Pools {
-		pol, err := policy.Lookup(p.Scheduler.Policy)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("pools[%d].scheduler.policy: %w", i, err))
-			continue
-		}
-		sc.Pools = append(sc.Pools, scheduler.PoolConfig{
-			Name:              p.Name,
-			MaxInflight:       p.MaxInflight,
-			MaxInflightTokens: p.MaxInflightTokens,
-			Policy:            pol,
-			BatchWindow:       p.Scheduler.BatchWindow,
-			Aging:             p.Scheduler.Aging,
-			Preemption: scheduler.PreemptionConfig{
-				MinLowerInflight: p.Scheduler.Preemption.MinLowerInflight,
-				MinRunTime:       p.Scheduler.Preemption.MinRunTime,
-				MaxPerRequest:    p.Scheduler.Preemption.MaxPerRequest,
-			},
-		})
-	}
-	for _, cl := range c.Classes {
-		sc.Classes = append(sc.Classes, scheduler.ClassConfig{
-			Name: cl.Name, Priority: cl.Priority, TTFT: cl.TTFT, TPOT: cl.TPOT,
-			Preemptible: cl.Preemptible, MaxQueue: cl.MaxQueue, MaxWait: cl.MaxWait,
-		})
-	}
-	sc.DefaultClass = c.DefaultClass.Name
-	if err := errors.Join(errs...); err != nil {
-		return scheduler.Config{}, err
-	}
-	return sc, sc.Validate()
+	return policy.FromMesh(c)
 }
 
 // ApplyMesh swaps in the routes, pools and classification of a new mesh

@@ -109,7 +109,11 @@ func Run(ctx context.Context, rc RunConfig) error {
 	for _, w := range h.capacity {
 		goRun(func() error { return w.Run(ctx) })
 	}
-	log.Info("gateway listening", "addr", ln.Addr().String(), "admin", h.admin, "scheduled", h.sched != nil)
+	admin := "none"
+	if adminAddr != nil {
+		admin = adminAddr.String() // the bound address, not a ":0" request
+	}
+	log.Info("gateway listening", "addr", ln.Addr().String(), "admin", admin, "scheduled", h.sched != nil)
 	if rc.Ready != nil {
 		rc.Ready(ln.Addr(), adminAddr)
 	}
