@@ -5,8 +5,9 @@
 // through filter/filtertest.
 //
 // Per request: DecodeHeaders classifies the request (route, API key,
-// tenant, trusted priority header, rules) and asks the scheduler for
-// admission, holding the request in Envoy (api.Running) while it is queued.
+// tenant, trusted priority header, rules), removes the trusted marker
+// header (a secret between trusted hops) before the request goes upstream,
+// and asks the scheduler for admission, holding the request in Envoy (api.Running) while it is queued.
 // Oversized prompts in gRPC metadata or HTTP headers are moved into the
 // body first (relocation). EncodeHeaders/EncodeData/EncodeTrailers feed the
 // stream observer and report progress to the lease; a preemption takes

@@ -91,15 +91,53 @@ func newStreamFilter(m *merged, cb api.FilterCallbackHandler, clk clock.Clock) *
 }
 
 // headers adapts an SDK header map to the core's lookups; valid only
-// during the callback that received the map.
-type headers struct{ h api.HeaderMap }
+// during the callback that received the map. The trusted marker is removed
+// from the map before the request goes upstream, so its values live here
+// for classifying again once the body was read.
+type headers struct {
+	h      api.HeaderMap
+	marker string   // lower-cased marker header name, "" when none
+	mvals  []string // its values as the client sent them
+}
 
 func (h headers) Get(name string) string {
+	if h.marker != "" && strings.EqualFold(name, h.marker) {
+		if len(h.mvals) == 0 {
+			return ""
+		}
+		return h.mvals[0]
+	}
 	v, _ := h.h.Get(name)
 	return v
 }
 
-func (h headers) Values(name string) []string { return h.h.Values(name) }
+func (h headers) Values(name string) []string {
+	if h.marker != "" && strings.EqualFold(name, h.marker) {
+		return h.mvals
+	}
+	return h.h.Values(name)
+}
+
+// stripMarker removes the trusted marker header from the request before
+// Envoy forwards it: the marker is a shared secret between trusted hops,
+// and neither the engine nor anything behind it may learn it. The returned
+// view still answers with the marker's values for classification.
+func (f *streamFilter) stripMarker(h api.RequestHeaderMap) headers {
+	hv := headers{h: h}
+	if f.cfg.Mesh == nil {
+		return hv
+	}
+	name := f.cfg.Mesh.Classification.TrustedMarkerHeader
+	if name == "" {
+		return hv
+	}
+	hv.marker = name
+	if vs := h.Values(name); len(vs) > 0 {
+		hv.mvals = append([]string(nil), vs...)
+		h.Del(name)
+	}
+	return hv
+}
 
 // startTime is when Envoy received the request, falling back to now.
 func (f *streamFilter) startTime() time.Time {
@@ -123,7 +161,7 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	} else {
 		f.reqID = f.path + "@" + strconv.FormatInt(f.received.UnixNano(), 10)
 	}
-	hv := headers{h}
+	hv := f.stripMarker(h)
 	if f.routeClass == "" && f.cfg.Listener != nil {
 		if r := f.cfg.Listener.Route(f.path, hv.Get); r != nil {
 			if r.Pool != nil && f.pool == f.cfg.Pool {
@@ -369,7 +407,7 @@ func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (s
 	now := f.clk.Now()
 	f.noteAdmitted()
 	code, _ := h.Status()
-	f.obs.ResponseHeaders(now, code, headers{h})
+	f.obs.ResponseHeaders(now, code, headers{h: h})
 	f.observed = true
 	if f.cfg.Mesh.Telemetry.ServerTiming {
 		// Only the queue time is known now; gRPC gets the rest in trailers.
@@ -379,7 +417,7 @@ func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (s
 		}
 	}
 	if endStream {
-		f.obs.Trailers(now, headers{h})
+		f.obs.Trailers(now, headers{h: h})
 		f.finish(now, nil)
 	}
 	return api.Continue
@@ -433,7 +471,7 @@ func (f *streamFilter) EncodeTrailers(h api.ResponseTrailerMap) (status api.Stat
 		return api.Continue
 	}
 	now := f.clk.Now()
-	f.obs.Trailers(now, headers{h})
+	f.obs.Trailers(now, headers{h: h})
 	f.finish(now, nil)
 	if f.cfg.Mesh.Telemetry.ServerTiming {
 		obs := f.obs.Observation()

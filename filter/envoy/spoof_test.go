@@ -49,3 +49,57 @@ func TestPriorityHeaderSpoofing(t *testing.T) {
 		})
 	}
 }
+
+// TestTrustedMarkerStripped: the trusted marker is a secret shared between
+// trusted hops, so the filter removes it from the request before Envoy
+// forwards it upstream, whether it matched or not, and still honours a
+// matching marker when the class is decided again after the body was read
+// (a model rule makes the filter buffer the body).
+func TestTrustedMarkerStripped(t *testing.T) {
+	const mesh = `{
+	"pools": [{"name": "sim", "protocol": "openai", "endpoints": ["127.0.0.1:9"], "capacity": {"max_inflight": 4}}],
+	"classes": [{"name": "interactive", "priority": 0}, {"name": "batch", "priority": 10}],
+	"default_class": "batch",
+	"classification": {
+	  "rules": [{"model": "m", "class": "batch"}],
+	  "priority_header": {"name": "x-llmesh-class", "trusted_sources": ["10.0.0.0/8"],
+	                      "trusted_marker": {"header": "X-Mesh-Trusted", "value": "s3cret"}}}
+}`
+	h := newHarness(t, `{"mesh": `+mesh+`}`, false)
+	for _, tc := range []struct {
+		name    string
+		headers []string
+		body    bool // buffered body: the class is decided again with the model
+		want    string
+	}{
+		{"matching marker", []string{"x-llmesh-class", "interactive", "x-mesh-trusted", "s3cret"}, false, "interactive"},
+		{"matching marker, body read", []string{"x-llmesh-class", "interactive", "x-mesh-trusted", "s3cret"}, true, "interactive"},
+		{"wrong marker", []string{"x-llmesh-class", "interactive", "x-mesh-trusted", "guess"}, true, "batch"},
+		{"marker twice", []string{"x-llmesh-class", "interactive", "x-mesh-trusted", "guess", "x-mesh-trusted", "s3cret"}, false, "batch"},
+		{"no marker", []string{"x-llmesh-class", "interactive"}, false, "batch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := h.stream(filtertest.Options{})
+			req := sseRequest(tc.headers...)
+			if tc.body {
+				wantStatus(t, "DecodeHeaders", s.DecodeHeaders(req, false), api.StopAndBuffer)
+				wantStatus(t, "DecodeData", s.DecodeData([]byte(`{"model":"m","prompt":"hi","stream":true}`), true), api.Continue)
+			} else {
+				wantStatus(t, "DecodeHeaders", s.DecodeHeaders(req, true), api.Continue)
+			}
+			snap := req.Snapshot()
+			if v, ok := snap["x-mesh-trusted"]; ok {
+				t.Errorf("marker header forwarded upstream: %q", v)
+			}
+			want(t, "class header forwarded", req.Peek("x-llmesh-class"), "interactive")
+			want(t, "content-type forwarded", req.Peek("content-type"), "application/json")
+			wantStatus(t, "EncodeHeaders", s.EncodeHeaders(sseResponse(), false), api.Continue)
+			for i, c := range sseChunks {
+				wantStatus(t, "EncodeData", s.EncodeData([]byte(c), i == len(sseChunks)-1), api.Continue)
+			}
+			s.Complete()
+			noViolations(t, s)
+			want(t, "class", s.Metadata(MetadataNamespace)["class"], tc.want)
+		})
+	}
+}
