@@ -27,6 +27,10 @@ type Pool struct {
 	// Upstream is the base URL (scheme http, host:port). Request paths are
 	// appended to its path.
 	Upstream string
+	// PassAcceptEncoding forwards the client's Accept-Encoding to an OpenAI
+	// upstream. By default the gateway asks for identity: a gzipped stream
+	// could only be counted, not observed (no TTFT, tokens or usage).
+	PassAcceptEncoding bool
 }
 
 // Route sends matching requests to a pool in a class. Routes are tried in
@@ -73,6 +77,10 @@ type Config struct {
 	// PreemptibleClasses lists the classes whose requests may be preempted
 	// and so are tracked for continuation; nil means every class.
 	PreemptibleClasses map[string]bool
+	// DropHeaders are request headers never forwarded upstream, such as the
+	// classification's trusted marker: a shared secret between the trusted
+	// front and the gateway that an engine (or its logs) must not see.
+	DropHeaders []string
 }
 
 const (

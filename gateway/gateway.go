@@ -196,6 +196,18 @@ func (g *Gateway) proxy(p *compiledPool) *httputil.ReverseProxy {
 			pr.Out.Host = target.Host
 			// The client's address is not forwarded: engines need none,
 			// and X-Forwarded-For from clients must not be trusted.
+			x, ok := pr.In.Context().Value(exchangeKey{}).(*exchange)
+			if !ok {
+				return
+			}
+			for _, h := range x.rt.cfg.DropHeaders {
+				pr.Out.Header.Del(h)
+			}
+			if x.pool.Protocol == OpenAI && !x.pool.PassAcceptEncoding {
+				// Ask for what the observer can read; DisableCompression on
+				// the transport only stops Go from asking for gzip itself.
+				pr.Out.Header.Set("Accept-Encoding", "identity")
+			}
 		},
 		Transport:     &attemptTransport{base: base},
 		FlushInterval: -1,

@@ -50,6 +50,9 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 		cfg.Routes = append(cfg.Routes, route)
 	}
 	cfg.ServerTiming = c.Telemetry.ServerTiming
+	if h := c.Classification.TrustedMarkerHeader; h != "" {
+		cfg.DropHeaders = append(cfg.DropHeaders, h)
+	}
 	cfg.DefaultClass = c.DefaultClass.Name
 	cfg.PreemptibleClasses = map[string]bool{}
 	for _, cl := range c.Classes {

@@ -1,9 +1,13 @@
 package gateway
 
 import (
+	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -52,3 +56,64 @@ func TestRunLogsBoundAdminAddress(t *testing.T) {
 	}
 }
 
+func TestRunMeshDropsTrustedMarkerAndAsksForIdentity(t *testing.T) {
+	type seen struct{ marker, class, enc string }
+	got := make(chan seen, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{r.Header.Get("X-Edge-Verified"), r.Header.Get("X-Class"), r.Header.Get("Accept-Encoding")}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"text":"ok"}]}`)
+	}))
+	defer up.Close()
+	mesh := strings.Replace(strings.ReplaceAll(meshTmpl, "POOL", "a"), "[A]", "["+strings.TrimPrefix(up.URL, "http://")+"]", 1)
+	mesh = strings.Replace(mesh, "[B]", "[127.0.0.1:1]", 1)
+	mesh += "classification:\n  priority_header:\n    name: x-class\n    trusted_marker: {header: X-Edge-Verified, value: \"k3Y-7f0c2a\"}\n"
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(path, []byte(mesh), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	req := mustReq(context.Background(), data+"/v1/completions", `{"model":"m","prompt":"x"}`)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Edge-Verified", "k3Y-7f0c2a")
+	req.Header.Set("X-Class", "batch")
+	req.Header.Set("Accept-Encoding", "gzip")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	s := <-got
+	if s.marker != "" {
+		t.Errorf("upstream got the trusted marker %q; it is a shared secret and must stay at the gateway", s.marker)
+	}
+	if s.class != "batch" {
+		t.Errorf("upstream got x-class %q, want it forwarded unchanged", s.class)
+	}
+	if s.enc != "identity" {
+		t.Errorf("upstream Accept-Encoding = %q, want identity so the stream can be observed", s.enc)
+	}
+}
+
+func TestPassAcceptEncodingForwardsClientValue(t *testing.T) {
+	got := make(chan string, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Accept-Encoding")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"text":"ok"}]}`)
+	}))
+	defer up.Close()
+	_, base := startGateway(t, Config{Pools: []Pool{{Name: "p", Upstream: up.URL, PassAcceptEncoding: true}}})
+	req := mustReq(context.Background(), base+"/v1/completions", `{"model":"m","prompt":"x"}`)
+	req.Header.Set("Accept-Encoding", "br")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if s := <-got; s != "br" {
+		t.Errorf("upstream Accept-Encoding = %q, want the client's br with PassAcceptEncoding", s)
+	}
+}
