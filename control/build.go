@@ -325,6 +325,7 @@ func buildListener(cfg *config.Config, mesh *structpb.Value, l *config.Listener,
 		// Requests wait in the scheduler's queue before any byte moves; the
 		// idle timeout must outlast the longest class max wait.
 		StreamIdleTimeout: durationpb.New(streamIdle(cfg)),
+		AccessLog:         accessLogs(),
 	}
 	host := l.Host
 	if host == "" {
