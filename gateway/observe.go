@@ -86,6 +86,10 @@ func (m *meter) output() string {
 
 func (m *meter) tokens() int { return m.o.Progress().Tokens }
 
+// complete reports whether the protocol's end ([DONE], trailers, a whole
+// JSON body) has been observed.
+func (m *meter) complete() bool { return m.o.Observation().Complete }
+
 // finished reports whether the stream already carried a finish reason.
 func (m *meter) finished() bool {
 	ob := m.o.Observation()

@@ -65,6 +65,9 @@ type stream struct {
 	done       bool
 	doneErr    error
 	closed     bool
+	// sent counts upstream body bytes handed to the client (raw framing:
+	// with a Content-Length it tells a delivered body from a cut one).
+	sent int64
 
 	splice *splicer
 }
@@ -218,6 +221,7 @@ func (s *stream) fill(p []byte) (int, error) {
 // emitted observes bytes on their way to the client.
 func (s *stream) emitted(b []byte, at time.Time, aligned bool) {
 	s.atBoundary = aligned
+	s.sent += int64(len(b))
 	if s.splice != nil && !s.splice.rewriting {
 		if aligned {
 			s.splice.track(b)
@@ -285,6 +289,13 @@ func (s *stream) end(err error) {
 		s.finishOK()
 		return
 	}
+	if s.delivered() {
+		// The client already has the whole response: clients close
+		// right after [DONE], and that close (or a late preemption, stall
+		// or reset) may reach the gateway before the upstream's own end.
+		s.finishDelivered()
+		return
+	}
 	cause := s.a.cause()
 	switch {
 	case errors.Is(cause, errPreemptSignal) && s.outreq.Context().Err() == nil:
@@ -320,6 +331,31 @@ func (s *stream) finishOK() {
 	case s.res.StatusCode >= 500 || s.res.StatusCode == http.StatusTooManyRequests:
 		s.x.outcome = scheduler.Failed
 	case s.framing == framingGRPC && grpcStatus(s.res) != "0":
+		s.x.outcome = scheduler.Failed
+	}
+	s.serverTiming()
+}
+
+// delivered reports whether the protocol's terminal unit already went to
+// the client: [DONE] for SSE, the whole declared Content-Length for other
+// bodies. gRPC is never delivered before the upstream's end, since its
+// status travels in the trailers that follow it.
+func (s *stream) delivered() bool {
+	switch s.framing {
+	case framingSSE:
+		return s.x.obs.complete()
+	case framingRaw:
+		return s.res.ContentLength > 0 && s.sent >= s.res.ContentLength
+	}
+	return false
+}
+
+// finishDelivered ends a response the client received completely although
+// the upstream body did not end cleanly: the outcome stays Done, and the
+// upstream's missing trailers are not waited for.
+func (s *stream) finishDelivered() {
+	s.done, s.doneErr = true, io.EOF
+	if s.res.StatusCode >= 500 || s.res.StatusCode == http.StatusTooManyRequests {
 		s.x.outcome = scheduler.Failed
 	}
 	s.serverTiming()
