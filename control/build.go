@@ -2,6 +2,7 @@ package control
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"sort"
 	"time"
@@ -294,6 +295,49 @@ func headerMatchers(h map[string]string) []*route.HeaderMatcher {
 	return out
 }
 
+// defaultBufferLimit is Envoy's default per_connection_buffer_limit_bytes.
+const defaultBufferLimit = 1 << 20
+
+// buffersBodies reports whether the filter may buffer whole request bodies
+// (StopAndBuffer): to move a prompt from a header into a JSON body
+// (relocation.http rules), or to read the model and the request's size
+// before admission (classification rules on model, pools with
+// max_inflight_tokens). It mirrors the filter's own decision in
+// filter/envoy.
+func buffersBodies(cfg *config.Config) bool {
+	if len(cfg.Relocation.HTTP) > 0 {
+		return true
+	}
+	for _, r := range cfg.Classification.Rules {
+		if r.Model != "" {
+			return true
+		}
+	}
+	for _, p := range cfg.Pools {
+		if p.MaxInflightTokens > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// bufferLimit is the listener's per_connection_buffer_limit_bytes, nil for
+// Envoy's default. A body the filter buffers must fit Envoy's per-stream
+// buffer, which is the connection's limit (beyond it Envoy answers 413), so
+// when the filter may buffer bodies the limit is raised to
+// relocation.max_body, the largest body the mesh accepts; it is never
+// lowered below Envoy's default.
+func bufferLimit(cfg *config.Config) (*wrapperspb.UInt32Value, error) {
+	if !buffersBodies(cfg) {
+		return nil, nil
+	}
+	n := cfg.Relocation.MaxBody
+	if n <= 0 || uint64(n) > math.MaxUint32 {
+		return nil, fmt.Errorf("relocation.max_body: %d must be in [1, %d] to size Envoy's per_connection_buffer_limit_bytes", n, uint64(math.MaxUint32))
+	}
+	return wrapperspb.UInt32(uint32(max(n, defaultBufferLimit))), nil
+}
+
 // headersKB is max_request_headers_kb: Envoy's default, raised so that the
 // largest relocatable header fits with room for the rest.
 func headersKB(r *config.Relocation) uint32 {
@@ -306,6 +350,10 @@ func headersKB(r *config.Relocation) uint32 {
 
 func buildListener(cfg *config.Config, mesh *structpb.Value, l *config.Listener, opts BuildOptions) (*listener.Listener, error) {
 	fc, err := filterConfig(cfg, mesh, l, opts)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := bufferLimit(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -332,8 +380,9 @@ func buildListener(cfg *config.Config, mesh *structpb.Value, l *config.Listener,
 		host = "0.0.0.0"
 	}
 	return &listener.Listener{
-		Name:    l.Name,
-		Address: socketAddress(host, l.Port),
+		Name:                          l.Name,
+		Address:                       socketAddress(host, l.Port),
+		PerConnectionBufferLimitBytes: limit,
 		FilterChains: []*listener.FilterChain{{
 			Filters: []*listener.Filter{{
 				Name:       wellknown.HTTPConnectionManager,

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -199,4 +200,56 @@ func BenchmarkBuild(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestBufferLimit: when the filter may buffer a whole request body, the
+// listener's per_connection_buffer_limit_bytes (Envoy's per-stream buffer
+// limit, 413 beyond it) covers relocation.max_body; otherwise Envoy's
+// default stays.
+func TestBufferLimit(t *testing.T) {
+	const pools = "pools: [{name: p, protocol: openai, endpoints: [\"127.0.0.1:1\"]}]\n"
+	for _, tc := range []struct {
+		name, yaml string
+		want       uint32 // 0: unset
+	}{
+		{"nothing buffers", pools, 0},
+		{"grpc relocation streams", pools + "relocation: {grpc: [{metadata: x, field: 2}]}\n", 0},
+		{"http relocation", pools + "relocation: {http: [{header: x-prompt}]}\n", config.DefaultRelocMaxBody},
+		{"http relocation, larger max_body", pools + "relocation: {http: [{header: x-prompt}], max_body: 100000000}\n", 100000000},
+		{"model rule, small max_body keeps the default", pools +
+			"classes: [{name: a, priority: 0}]\nclassification: {rules: [{model: m, class: a}]}\nrelocation: {max_body: 4096}\n", defaultBufferLimit},
+		{"token capacity", "pools: [{name: p, protocol: openai, endpoints: [\"127.0.0.1:1\"], capacity: {max_inflight: 2, max_inflight_tokens: 1000}}]\n", config.DefaultRelocMaxBody},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Load([]byte(tc.yaml + "listeners: [{name: l, address: \"127.0.0.1:10000\", routes: [{match: {path_prefix: /}, pool: p}]}]\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Build(cfg, BuildOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			validate(t, res)
+			l := res[resource.ListenerType][0].(*listener.Listener)
+			got := l.GetPerConnectionBufferLimitBytes()
+			switch {
+			case tc.want == 0 && got != nil:
+				t.Errorf("per_connection_buffer_limit_bytes = %d, want unset", got.GetValue())
+			case tc.want != 0 && got.GetValue() != tc.want:
+				t.Errorf("per_connection_buffer_limit_bytes = %v, want %d", got, tc.want)
+			}
+		})
+	}
+	t.Run("out of range", func(t *testing.T) {
+		cfg, err := config.Load([]byte(pools + "relocation: {http: [{header: x-prompt}]}\n" +
+			"listeners: [{name: l, address: \"127.0.0.1:10000\", routes: [{match: {path_prefix: /}, pool: p}]}]\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Relocation.MaxBody = 1 << 33 // past what config validation lets through
+		_, err = Build(cfg, BuildOptions{})
+		if err == nil || !strings.Contains(err.Error(), "relocation.max_body") || !strings.Contains(err.Error(), "per_connection_buffer_limit_bytes") {
+			t.Fatalf("err = %v, want one naming relocation.max_body", err)
+		}
+	})
 }

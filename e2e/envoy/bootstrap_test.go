@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	_ "github.com/cncf/xds/go/xds/type/v3" // TypedStruct in plugin configs
+	xdstype "github.com/cncf/xds/go/xds/type/v3"
 	golang "github.com/envoyproxy/go-control-plane/contrib/envoy/extensions/filters/http/golang/v3alpha"
 	bootstrap "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
 
+	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter/envoy"
 	"github.com/llmesh/llmesh/filter/filtertest"
 )
@@ -189,5 +190,38 @@ func TestEnvoyADSYAML(t *testing.T) {
 	}
 	if !ok {
 		t.Errorf("ADS cluster %q missing or not HTTP/2", cluster)
+	}
+}
+
+// TestEnvoyStaticBufferLimit: the static listener's buffer limit covers
+// the largest JSON body the filter's mesh config accepts, because the
+// filter buffers bodies to relocate prompts into them and Envoy refuses a
+// buffered body past the connection's limit (413).
+func TestEnvoyStaticBufferLimit(t *testing.T) {
+	b := loadBootstrap(t, filepath.Join("..", "..", "envoy-static.yaml"))
+	var ts xdstype.TypedStruct
+	if err := findGolang(t, b).GetPluginConfig().UnmarshalTo(&ts); err != nil {
+		t.Fatal(err)
+	}
+	js, err := ts.GetValue().GetFields()["mesh"].MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mesh, err := config.Load(js)
+	if err != nil {
+		t.Fatalf("the filter's mesh config: %v", err)
+	}
+	if len(mesh.Relocation.HTTP) == 0 {
+		t.Fatal("the static mesh has no relocation.http rule; this test checks the limit that rule needs")
+	}
+	ls := b.GetStaticResources().GetListeners()
+	if len(ls) == 0 {
+		t.Fatal("no static listener")
+	}
+	for _, l := range ls {
+		got := l.GetPerConnectionBufferLimitBytes()
+		if got == nil || int64(got.GetValue()) < int64(mesh.Relocation.MaxBody) {
+			t.Errorf("listener %s: per_connection_buffer_limit_bytes %v is below relocation.max_body %d", l.GetName(), got, mesh.Relocation.MaxBody)
+		}
 	}
 }
