@@ -77,6 +77,12 @@ type Config struct {
 	// PreemptibleClasses lists the classes whose requests may be preempted
 	// and so are tracked for continuation; nil means every class.
 	PreemptibleClasses map[string]bool
+	// MaxHeaderBytes bounds the client-facing request headers, for
+	// HTTP/1.1 and h2c alike (net/http advertises it as HTTP/2's
+	// SETTINGS_MAX_HEADER_LIST_SIZE); 0 means net/http's 1 MiB. Relocation
+	// needs more: prompts arrive in headers before they are moved into the
+	// body. Serve reads it once; a reload does not change it.
+	MaxHeaderBytes int
 	// DropHeaders are request headers never forwarded upstream, such as the
 	// classification's trusted marker: a shared secret between the trusted
 	// front and the gateway that an engine (or its logs) must not see.
@@ -149,6 +155,9 @@ func compile(cfg Config) (*compiled, error) {
 		}
 	}
 	c.routes = cfg.Routes
+	if cfg.MaxHeaderBytes < 0 {
+		errs = append(errs, fmt.Errorf("max_header_bytes: %d must not be negative", cfg.MaxHeaderBytes))
+	}
 	if cfg.MaxRequestBytes < 0 {
 		errs = append(errs, fmt.Errorf("max_request_bytes: %d must not be negative", cfg.MaxRequestBytes))
 	}

@@ -232,6 +232,7 @@ func (g *Gateway) record(r Record) {
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 	srv := &http.Server{
 		Handler:           g.handler,
+		MaxHeaderBytes:    g.cfg.Load().cfg.MaxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		Protocols:         new(http.Protocols),

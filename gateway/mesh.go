@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 
 	"github.com/llmesh/llmesh/config"
@@ -50,6 +51,7 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 		cfg.Routes = append(cfg.Routes, route)
 	}
 	cfg.ServerTiming = c.Telemetry.ServerTiming
+	cfg.MaxHeaderBytes = relocationHeaderBytes(&c.Relocation)
 	if h := c.Classification.TrustedMarkerHeader; h != "" {
 		cfg.DropHeaders = append(cfg.DropHeaders, h)
 	}
@@ -59,6 +61,18 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 		cfg.PreemptibleClasses[cl.Name] = cl.Preemptible
 	}
 	return cfg, nil
+}
+
+// relocationHeaderBytes is the client-facing header limit relocation
+// needs: the largest rule max as base64 (a "-bin" key's wire form is 4/3 of
+// its value) plus 64 KiB for the other headers; never below net/http's
+// default 1 MiB. 0 (the default) without rules.
+func relocationHeaderBytes(r *config.Relocation) int {
+	if !r.Enabled() {
+		return 0
+	}
+	n := (r.MaxValue()+2)/3*4 + 64<<10
+	return max(n, http.DefaultMaxHeaderBytes)
 }
 
 // SchedulerConfigFromMesh builds the in-process scheduler's configuration

@@ -214,7 +214,11 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 				return nil, fmt.Errorf("relocation: %w", err)
 			}
 			opts = append(opts, WithHandlerWrapper(func(next http.Handler) http.Handler {
-				return relocatehttp.New(next, rel, relocatehttp.Options{})
+				return relocatehttp.New(next, rel, relocatehttp.Options{
+					// h.tele is set before New runs this wrapper and
+					// before any request.
+					OnRelocated: func(kind string, n int) { h.tele.Recorder.Relocated(kind, int64(n)) },
+				})
 			}))
 		}
 		h.watcher = w
