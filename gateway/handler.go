@@ -107,7 +107,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.admitAt = g.clock.Now()
 	x.obs.admitted(x.admitAt)
 	if rt.cfg.ServerTiming {
-		w.Header().Set("Server-Timing", fmt.Sprintf("queue;dur=%.3f", ms(x.admitAt.Sub(recv))))
+		w.Header().Set("Server-Timing", x.obs.serverTiming(false))
 	}
 	r.Body = http.NoBody
 	r.ContentLength = int64(len(body))
@@ -255,5 +255,3 @@ func requestID(r *http.Request) string {
 
 // idEpoch tells processes apart for the shared scheduler service.
 var idEpoch = strconv.FormatInt(time.Now().UnixNano(), 36)
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

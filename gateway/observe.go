@@ -96,17 +96,21 @@ func (m *meter) finished() bool {
 	return ob.FinishReason != ""
 }
 
-// serverTiming formats the measurement so far as a Server-Timing value;
-// E2E and TPOT run to now, since the stream is ending as it is written.
-func (m *meter) serverTiming() string {
+// serverTiming formats the measurement so far with telemetry's
+// Server-Timing format. At admission (ending false) that is the queue
+// time. When the response is ending, E2E runs to now and TPOT follows
+// filter.Observation's definition, (E2E − TTFT) / (OutputTokens − 1) with
+// OutputTokens from the usage when the stream reported one: the trailer is
+// written before the observation is finished, so the Observer cannot
+// compute them yet.
+func (m *meter) serverTiming(ending bool) string {
 	ob := m.o.Observation()
-	now := m.x.g.clock.Now()
-	if !ob.Received.IsZero() {
-		ob.E2E = now.Sub(ob.Received)
-	}
-	if ob.HasTTFT && ob.OutputTokens > 1 && ob.Protocol != filter.ProtocolJSON {
-		ob.TPOT = (ob.E2E - ob.TTFT) / time.Duration(ob.OutputTokens-1)
-		ob.HasTPOT = true
+	if ending && !ob.Received.IsZero() {
+		ob.E2E = m.x.g.clock.Now().Sub(ob.Received)
+		if ob.HasTTFT && ob.OutputTokens > 1 && ob.Protocol != filter.ProtocolJSON {
+			ob.TPOT = (ob.E2E - ob.TTFT) / time.Duration(ob.OutputTokens-1)
+			ob.HasTPOT = true
+		}
 	}
 	return telemetry.ServerTiming(&ob)
 }

@@ -407,7 +407,7 @@ func errorType(err error) string {
 
 func (s *stream) serverTiming() {
 	if s.x.rt.cfg.ServerTiming {
-		s.out.Trailer.Set("Server-Timing", s.x.obs.serverTiming())
+		s.out.Trailer.Set("Server-Timing", s.x.obs.serverTiming(true))
 	}
 }
 
