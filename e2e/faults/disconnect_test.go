@@ -41,7 +41,7 @@ func (e *disconnectEnv) start(prompt string, maxTokens int) (cancel context.Canc
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan *http.Response, 1)
 	go func() {
-		r, err := send(ctx, e.gw, completion(e.sim.Model, maxTokens, prompt), nil)
+		r, err := send(ctx, e.gw, completion(e.sim.Model, maxTokens, prompt), nil) //nolint:bodyclose // the receiver of ch closes it
 		if err != nil {
 			ch <- nil
 			return
@@ -98,7 +98,7 @@ func TestClientGoneWhileQueued(t *testing.T) {
 	}
 	eventually(t, "queue empty", func() (bool, string) {
 		p := e.stats(t)
-		return queued(p) == 0 && p.InFlight == 1 && p.Counters.Cancelled == 1, fmt.Sprintf("%+v", p)
+		return queued(p) == 0 && p.InFlight == 1 && p.Cancelled == 1, fmt.Sprintf("%+v", p)
 	})
 	// The slot holder still streams normally.
 	ra := <-resA
