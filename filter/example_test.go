@@ -20,9 +20,15 @@ func ExampleObserver() {
 	o.MarkUpstreamSent(ms(16))
 	o.ResponseHeaders(ms(40), 200, filter.MapHeaders{"content-type": "text/event-stream"})
 	// Chunk boundaries fall wherever the network put them.
-	o.Observe(ms(60), []byte("data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\nda"))
-	o.Observe(ms(80), []byte("ta: {\"choices\":[{\"delta\":{\"content\":\" there\"}}]}\n\n"))
-	o.Observe(ms(100), []byte("data: {\"choices\":[{\"delta\":{\"content\":\"!\"}}]}\n\ndata: [DONE]\n\n"))
+	for i, chunk := range []string{
+		"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\nda",
+		"ta: {\"choices\":[{\"delta\":{\"content\":\" there\"}}]}\n\n",
+		"data: {\"choices\":[{\"delta\":{\"content\":\"!\"}}]}\n\ndata: [DONE]\n\n",
+	} {
+		if err := o.Observe(ms(60+20*i), []byte(chunk)); err != nil {
+			fmt.Println("observe:", err)
+		}
+	}
 	o.Finish(ms(101), nil)
 
 	obs := o.Observation()

@@ -204,7 +204,9 @@ func TestFinishCauses(t *testing.T) {
 	} {
 		o := NewObserver(Options{})
 		o.ResponseHeaders(at(1), 200, MapHeaders{"content-type": "text/event-stream"})
-		o.Observe(at(2), []byte(chatDelta("x")))
+		if err := o.Observe(at(2), []byte(chatDelta("x"))); err != nil {
+			t.Fatal(err)
+		}
 		o.Finish(at(3), tc.cause)
 		o.Finish(at(4), nil) // ignored
 		if got := o.Observation(); got.ErrorKind != tc.want || got.End != at(3) {
@@ -216,7 +218,9 @@ func TestFinishCauses(t *testing.T) {
 func TestResetReuse(t *testing.T) {
 	o := GetObserver(Options{KeepOutput: true})
 	o.ResponseHeaders(at(1), 200, MapHeaders{"content-type": "text/event-stream"})
-	o.Observe(at(2), []byte(chatDelta("first")+"data: {\"choi"))
+	if err := o.Observe(at(2), []byte(chatDelta("first")+"data: {\"choi")); err != nil {
+		t.Fatal(err)
+	}
 	PutObserver(o)
 	o = GetObserver(Options{})
 	defer PutObserver(o)

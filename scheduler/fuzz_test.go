@@ -51,7 +51,7 @@ func FuzzMachine(f *testing.F) {
 			switch op % 8 {
 			case 0, 1:
 				r := scheduler.Request{ID: string(rune('a' + arg%7)), Class: []string{"interactive", "batch", "x"}[arg%3],
-					PromptTokens: arg * int(1+op), MaxTokens: arg << (op % 24), Requeue: op%5 == 0, Arrival: now.Add(-time.Duration(arg) * time.Millisecond)}
+					PromptTokens: arg * (1 + op), MaxTokens: arg << (op % 24), Requeue: op%5 == 0, Arrival: now.Add(-time.Duration(arg) * time.Millisecond)}
 				if t, err := m.Arrive(now, r); err == nil {
 					live = append(live, t)
 				}

@@ -79,7 +79,7 @@ func TestRecordManualReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Shutdown(context.Background())
+	defer func() { _ = p.Shutdown(context.Background()) }()
 	obs := observe(t)
 	p.Recorder.Record(obs, "interactive", "llama")
 	p.Recorder.Record(obs, "batch", "llama")
@@ -178,7 +178,7 @@ func counts(m metricdata.Metrics, keys ...attribute.Key) map[string]int64 {
 		var parts []string
 		for _, k := range keys {
 			v, _ := dp.Attributes.Value(k)
-			parts = append(parts, v.Emit())
+			parts = append(parts, v.String())
 		}
 		out[strings.Join(parts, "/")] += dp.Value
 	}
@@ -191,7 +191,7 @@ func TestModelCardinalityCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Shutdown(context.Background())
+	defer func() { _ = p.Shutdown(context.Background()) }()
 	for _, m := range []string{"a", "b", "c", "d", "a"} {
 		p.Recorder.Preempted("x", m)
 	}
@@ -205,7 +205,7 @@ func TestPrometheusScrape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Shutdown(context.Background())
+	defer func() { _ = p.Shutdown(context.Background()) }()
 	p.Recorder.Record(observe(t), "interactive", "llama")
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -278,7 +278,7 @@ func TestPrometheusScrape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer off.Shutdown(context.Background())
+	defer func() { _ = off.Shutdown(context.Background()) }()
 	if off.Registry() != nil {
 		t.Error("registry without Prometheus")
 	}
@@ -290,7 +290,7 @@ func TestTraceSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Shutdown(context.Background())
+	defer func() { _ = p.Shutdown(context.Background()) }()
 	obs := observe(t)
 	sc := p.Recorder.Trace(context.Background(), obs, "interactive", "llama")
 	if !sc.IsValid() {
@@ -318,7 +318,7 @@ func TestTraceSpans(t *testing.T) {
 	// A failed request without tokens: prefill runs to the end, status error.
 	sr2 := tracetest.NewSpanRecorder()
 	p2, _ := New(context.Background(), Options{SpanProcessors: []sdktrace.SpanProcessor{sr2}})
-	defer p2.Shutdown(context.Background())
+	defer func() { _ = p2.Shutdown(context.Background()) }()
 	o := filter.NewObserver(filter.Options{})
 	o.MarkReceived(at(0))
 	o.ResponseHeaders(at(5), 503, filter.MapHeaders{"content-type": "application/json"})
@@ -353,7 +353,7 @@ func BenchmarkRecord(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer p.Shutdown(context.Background())
+	defer func() { _ = p.Shutdown(context.Background()) }()
 	obs := filter.Observation{Received: at(0), Admitted: at(1), UpstreamSent: at(2), FirstToken: at(50), End: at(500),
 		HasTTFT: true, TTFT: 50 * time.Millisecond, HasTPOT: true, TPOT: 10 * time.Millisecond, OutputTokens: 46,
 		PromptTokens: 100, DecodeSteps: 45, ITL: filter.ITLSummary{Samples: make([]time.Duration, 45)}}
@@ -370,7 +370,7 @@ func TestPointerRecorder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Shutdown(context.Background())
+	defer func() { _ = p.Shutdown(context.Background()) }()
 	var rec interface {
 		Record(obs *filter.Observation, class, model string)
 	} = PointerRecorder{p.Recorder}
