@@ -25,6 +25,7 @@ import (
 
 // plane is a running control plane.
 type plane struct {
+	t      *testing.T
 	addr   string
 	srv    *control.Server
 	cancel context.CancelFunc
@@ -42,7 +43,7 @@ func startPlane(t *testing.T, path, addr string) (*plane, error) {
 		t.Fatalf("control listen %s: %v", addr, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &plane{addr: ln.Addr().String(), srv: srv, cancel: cancel, done: make(chan error, 1)}
+	p := &plane{t: t, addr: ln.Addr().String(), srv: srv, cancel: cancel, done: make(chan error, 1)}
 	go func() { p.done <- srv.Serve(ctx, ln, nil) }()
 	t.Cleanup(p.stop)
 	return p, nil
@@ -53,7 +54,9 @@ func (p *plane) stop() {
 		return
 	}
 	p.cancel()
-	<-p.done
+	if err := <-p.done; err != nil {
+		p.t.Errorf("control Serve: %v", err)
+	}
 	p.cancel = nil
 }
 

@@ -76,13 +76,13 @@ func longPrompt(n int) string { return strings.Repeat("word ", n) }
 // the slot is unaffected and nothing reaches the engine for the withdrawn one.
 func TestClientGoneWhileQueued(t *testing.T) {
 	e := newDisconnectEnv(t)
-	cancelA, resA := e.start("first holds the slot", 2000)
+	cancelA, resA := e.start("first holds the slot", 2000) //nolint:bodyclose // closed where received
 	defer cancelA()
 	eventually(t, "first admitted", func() (bool, string) {
 		p := e.stats(t)
 		return p.InFlight == 1, fmt.Sprintf("%+v", p)
 	})
-	cancelB, resB := e.start("second waits", 8)
+	cancelB, resB := e.start("second waits", 8) //nolint:bodyclose // closed where received
 	eventually(t, "second queued", func() (bool, string) {
 		p := e.stats(t)
 		return queued(p) == 1, fmt.Sprintf("%+v", p)
@@ -123,7 +123,7 @@ func TestClientGoneWhileQueued(t *testing.T) {
 // while the engine is still prefilling a long prompt (no token yet).
 func TestClientGoneWhilePrefilling(t *testing.T) {
 	e := newDisconnectEnv(t)
-	cancel, res := e.start(longPrompt(3000), 8)
+	cancel, res := e.start(longPrompt(3000), 8) //nolint:bodyclose // closed where received
 	defer cancel()
 	eventually(t, "engine prefilling", func() (bool, string) {
 		running, _, err := engineGauges(e.sim.HTTPURL)
@@ -146,7 +146,7 @@ func TestClientGoneWhilePrefilling(t *testing.T) {
 // tokens of a long stream.
 func TestClientGoneWhileStreaming(t *testing.T) {
 	e := newDisconnectEnv(t)
-	cancel, res := e.start("stream for a long time", 2000)
+	cancel, res := e.start("stream for a long time", 2000) //nolint:bodyclose // closed below
 	defer cancel()
 	r := <-res
 	if r == nil {
