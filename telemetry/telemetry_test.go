@@ -44,7 +44,9 @@ func observe(t *testing.T) filter.Observation {
 			t.Fatal(err)
 		}
 	}
-	o.Observe(at(370), []byte(`data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":4}}`+"\n\ndata: [DONE]\n\n"))
+	if err := o.Observe(at(370), []byte(`data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":4}}`+"\n\ndata: [DONE]\n\n")); err != nil {
+		t.Fatal(err)
+	}
 	o.Finish(at(400), nil)
 	obs := o.Observation()
 	if !obs.OK() || obs.TTFT != 300*time.Millisecond || obs.TPOT != 100*time.Millisecond/3 {

@@ -2,6 +2,7 @@ package capacity_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -218,7 +219,9 @@ func TestWatcherUnreachable(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
-	<-done
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v, want context.Canceled", err)
+	}
 	if st := w.Status(); st.Limit != 5 || !st.Stale || st.Err == nil {
 		t.Fatalf("unreachable engine: %+v, want static 5 and an error", st)
 	}
