@@ -121,7 +121,7 @@ func (o *Options) defaults() error {
 		}
 	}
 	if o.Duration == 0 {
-		o.Duration = 25 * time.Second
+		o.Duration = 20 * time.Second
 		if o.Quick {
 			o.Duration = 12 * time.Second
 		}

@@ -170,7 +170,7 @@ func renderAB(w io.Writer, a *abFile, path string) {
 	}
 	fmt.Fprintf(w, "**Real time** (`llmesh demo`: gateway → simulated engine on loopback, %d interleaved A/B pair(s), %.2f req/s, runs of about %.0f s; %s; from `%s`):\n\n",
 		a.Repeats, rate, dur, valid, path)
-	fmt.Fprintf(w, "| class | metric | %s | %s | change (95%% CI) | verdict |\n|---|---|---|---|---|---|\n", a.A, a.B)
+	fmt.Fprintf(w, "| class | metric | %s | %s | B vs A | 95%% CI of B − A | verdict |\n|---|---|---|---|---|---|---|\n", a.A, a.B)
 	classes := make([]string, 0, len(a.Classes))
 	for c := range a.Classes {
 		classes = append(classes, c)
@@ -183,7 +183,7 @@ func renderAB(w io.Writer, a *abFile, path string) {
 			default:
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %+.1f%% [%s, %s] | %s |\n", c, d.Metric, num(d.A), num(d.B), d.DiffPct, num(d.CILow), num(d.CIHigh), d.Verdict)
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %+.1f%% | [%s, %s] | %s |\n", c, d.Metric, num(d.A), num(d.B), d.DiffPct, num(d.CILow), num(d.CIHigh), d.Verdict)
 		}
 	}
 	fmt.Fprintf(w, "\nVerdict: %s\n", strings.TrimPrefix(a.Verdict, "verdict: "))
