@@ -123,7 +123,7 @@ func (o *Options) defaults() error {
 	if o.Duration == 0 {
 		o.Duration = 20 * time.Second
 		if o.Quick {
-			o.Duration = 12 * time.Second
+			o.Duration = 10 * time.Second
 		}
 	}
 	return nil
@@ -224,8 +224,8 @@ func (o *Options) shaped() *workload.Workload {
 	w := *o.Workload
 	w.Spec.Duration = workload.Duration(o.Duration)
 	w.Spec.Requests = 0
-	if o.Quick && time.Duration(w.Spec.Warmup.Duration) > 3*time.Second {
-		w.Spec.Warmup.Duration = workload.Duration(3 * time.Second)
+	if o.Quick && time.Duration(w.Spec.Warmup.Duration) > 2*time.Second {
+		w.Spec.Warmup.Duration = workload.Duration(2 * time.Second)
 	}
 	return &w
 }
