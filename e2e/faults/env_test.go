@@ -31,14 +31,20 @@ const wait = 20 * time.Second
 // description it returned explains a failure.
 func eventually(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
+	within(t, wait, what, cond)
+}
+
+// within is eventually with its own limit.
+func within(t testing.TB, limit time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for {
 		ok, desc := cond()
 		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v: %s", what, wait, desc)
+			t.Fatalf("%s: not true after %v: %s", what, limit, desc)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -238,11 +244,24 @@ func engineGauges(url string) (running, waiting float64, err error) {
 	return running, waiting, sc.Err()
 }
 
-// engineIdle polls until the sim runs and queues nothing, which proves an
-// abandoned request was cancelled upstream rather than left generating.
+// engineIdle polls until the sim runs and queues nothing.
 func engineIdle(t testing.TB, url string) {
 	t.Helper()
-	eventually(t, "engine idle", func() (bool, string) {
+	engineIdleWithin(t, wait, url)
+}
+
+// cancelled is how soon an abandoned request must leave the engine: far
+// less than the 2000-token streams the tests abandon would take to finish
+// on their own on the real-time sim (2000 decode steps of at least 7.5 ms:
+// `llmesh sim predict --decode-batch 1 --context 1000`), so an engine that
+// goes idle within it was cancelled, not done.
+const cancelled = 5 * time.Second
+
+// engineIdleWithin polls until the sim runs and queues nothing, for at most
+// limit.
+func engineIdleWithin(t testing.TB, limit time.Duration, url string) {
+	t.Helper()
+	within(t, limit, "engine idle", func() (bool, string) {
 		r, w, err := engineGauges(url)
 		return err == nil && r == 0 && w == 0, fmt.Sprintf("running %v waiting %v err %v", r, w, err)
 	})
