@@ -83,7 +83,7 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/yaml")
 	w.Header().Set("X-Llmesh-Version", v)
-	w.Write(b) //nolint:errcheck // client gone
+	w.Write(b)
 }
 
 // redacted returns a copy of m fit to show on the admin API: every API key

@@ -25,16 +25,16 @@ func TestNodeTrackerAckNackCycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	send("1-a", "n1")
-	tr.OnStreamRequest(7, &discovery.DiscoveryRequest{TypeUrl: typ, VersionInfo: "1-a", ResponseNonce: "n1"})
+	_ = tr.OnStreamRequest(7, &discovery.DiscoveryRequest{TypeUrl: typ, VersionInfo: "1-a", ResponseNonce: "n1"})
 	send("2-b", "n2")
-	tr.OnStreamRequest(7, &discovery.DiscoveryRequest{TypeUrl: typ, VersionInfo: "1-a", ResponseNonce: "n2",
+	_ = tr.OnStreamRequest(7, &discovery.DiscoveryRequest{TypeUrl: typ, VersionInfo: "1-a", ResponseNonce: "n2",
 		ErrorDetail: &status.Status{Message: "bad filter"}})
 	got := tr.snapshot()[0].Types[0]
 	if got.Acked != "1-a" || got.Nacked != "2-b" || got.Error != "bad filter" || got.Sent != "2-b" {
 		t.Fatalf("after NACK: %+v", got)
 	}
 	send("3-c", "n3")
-	tr.OnStreamRequest(7, &discovery.DiscoveryRequest{TypeUrl: typ, VersionInfo: "3-c", ResponseNonce: "n3"})
+	_ = tr.OnStreamRequest(7, &discovery.DiscoveryRequest{TypeUrl: typ, VersionInfo: "3-c", ResponseNonce: "n3"})
 	got = tr.snapshot()[0].Types[0]
 	if got.Acked != "3-c" || got.Nacked != "" || got.Error != "" {
 		t.Fatalf("after a newer ACK: %+v", got)
@@ -51,7 +51,7 @@ func TestNodeTrackerForgetsOldDisconnectedNodes(t *testing.T) {
 	for i := 0; i < maxNodes+10; i++ {
 		clk.Advance(time.Second)
 		id := int64(i)
-		tr.OnStreamRequest(id, &discovery.DiscoveryRequest{Node: &core.Node{Id: fmt.Sprint("n", i)}})
+		_ = tr.OnStreamRequest(id, &discovery.DiscoveryRequest{Node: &core.Node{Id: fmt.Sprint("n", i)}})
 		if i != 0 { // n0 stays connected
 			tr.OnStreamClosed(id, nil)
 		}

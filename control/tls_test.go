@@ -29,7 +29,7 @@ import (
 type testPKI struct {
 	dir                  string
 	caPool               *x509.CertPool
-	serverCert, client   tls.Certificate
+	client               tls.Certificate
 	rogue                tls.Certificate // client cert from another CA
 	serverPEM, serverKey string
 	caPEM                string

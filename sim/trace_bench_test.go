@@ -16,9 +16,8 @@ func BenchmarkOneHourTrace(b *testing.B) {
 	for _, pol := range []Policy{FCFS, Priority} {
 		b.Run(pol.String(), func(b *testing.B) {
 			type arrival struct {
-				at     time.Duration
-				spec   SeqSpec
-				finish time.Duration
+				at   time.Duration
+				spec SeqSpec
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
 			var trace []arrival

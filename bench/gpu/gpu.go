@@ -34,7 +34,6 @@ type Sampler struct {
 type acc struct {
 	d                       result.GPUDevice
 	sm, mem, power, smc, mc float64 // sums
-	maxSeries               int
 }
 
 // maxSeries bounds the per-device chart series; long runs are thinned.
@@ -62,7 +61,7 @@ func Start(ctx context.Context, interval time.Duration, clk clock.Clock) (s *Sam
 	}
 	n, ret := nvml.DeviceGetCount()
 	if ret != nvml.SUCCESS || n == 0 {
-		nvml.Shutdown()
+		_ = nvml.Shutdown() // nothing to do if releasing NVML fails on the way out
 		if ret != nvml.SUCCESS {
 			return nil, "no GPU telemetry: device count: " + errString(ret)
 		}
@@ -84,7 +83,7 @@ func Start(ctx context.Context, interval time.Duration, clk clock.Clock) (s *Sam
 		s.acc = append(s.acc, a)
 	}
 	if len(s.devs) == 0 {
-		nvml.Shutdown()
+		_ = nvml.Shutdown() // nothing to do if releasing NVML fails on the way out
 		return nil, "no GPU telemetry: no device handle could be opened"
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
@@ -165,7 +164,7 @@ func (s *Sampler) Stop() (*result.GPU, string) {
 		s.cancel()
 		<-s.done
 		s.sample()
-		nvml.Shutdown()
+		_ = nvml.Shutdown() // nothing to do if releasing NVML fails on the way out
 		g := &result.GPU{}
 		for _, a := range s.acc {
 			n := float64(a.d.Samples)

@@ -154,14 +154,14 @@ type Item struct {
 
 // Source produces a workload's items in order. Not safe for concurrent use.
 type Source struct {
-	w                   *Workload
-	arr, cls, lens      *rand.Rand
-	next                int
-	at                  time.Duration
-	measured            int
-	warmupEnd           time.Duration
-	warmupEndKnown      bool
-	traceStart, traceAt int
+	w              *Workload
+	arr, cls, lens *rand.Rand
+	next           int
+	at             time.Duration
+	measured       int
+	warmupEnd      time.Duration
+	warmupEndKnown bool
+	traceAt        int
 }
 
 // Source returns a new item source; every Source of a Workload yields the
@@ -280,12 +280,12 @@ func gammaSample(r *rand.Rand, shape float64) float64 {
 
 // sampler is a compiled length distribution.
 type sampler struct {
-	kind           string
-	value          int
-	lo, hi         int // clamp bounds; hi 0 means none
-	median, sigma  float64
-	samples        []int
-	minLen, column int // column: 0 context, 1 generated
+	kind          string
+	value         int
+	lo, hi        int // clamp bounds; hi 0 means none
+	median, sigma float64
+	samples       []int
+	minLen        int
 }
 
 func compileDist(d Dist, field string, minLen int, load func(field, p string) ([]trace.Row, error)) (sampler, error) {

@@ -58,8 +58,8 @@ func TestBenchRunQuickAndReport(t *testing.T) {
 	}
 	// The JSONL export alone rebuilds the same statistics.
 	wl := filepath.Join(dir, "w.yaml")
-	os.WriteFile(wl, []byte("requests: 50\narrival: {rate: 200}\nclasses: [{name: default, prompt_tokens: {value: 16}, output_tokens: {value: 4}, send_priority: false}]\n"), 0o644)
-	os.WriteFile(jl+".cut", append(lines, []byte("{\"index\": 99, \"cla")...), 0o644)
+	mustWrite(t, wl, []byte("requests: 50\narrival: {rate: 200}\nclasses: [{name: default, prompt_tokens: {value: 16}, output_tokens: {value: 4}, send_priority: false}]\n"), 0o644)
+	mustWrite(t, jl+".cut", append(lines, []byte("{\"index\": 99, \"cla")...), 0o644)
 	re, _, err := benchMain(t, "report", "--records", jl+".cut", "--workload", wl, "--format", "json")
 	if err == nil || !strings.Contains(err.Error(), "line 51") || !strings.Contains(err.Error(), "summarizing the 50 records") {
 		t.Errorf("records with a cut-off last line: %v", err)
@@ -105,13 +105,13 @@ func TestBenchBadInput(t *testing.T) {
 	}
 
 	bad := filepath.Join(dir, "bad.yaml")
-	os.WriteFile(bad, []byte("requests: 5\narrival: {process: trace, trace: t.csv}\nclasses: [{name: a, slo: {ttft: -5ms}}]\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "t.csv"), []byte("TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,3\n2,x,3\n"), 0o644)
+	mustWrite(t, bad, []byte("requests: 5\narrival: {process: trace, trace: t.csv}\nclasses: [{name: a, slo: {ttft: -5ms}}]\n"), 0o644)
+	mustWrite(t, filepath.Join(dir, "t.csv"), []byte("TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,3\n2,x,3\n"), 0o644)
 	_, _, err = benchMain(t, "run", "--target", dead, "--workload", bad)
 	if exitCodeOf(err) != 2 || err == nil || !strings.Contains(err.Error(), `classes[0].slo.ttft: "-5ms" must be positive`) {
 		t.Errorf("bad workload: exit %d %v", exitCodeOf(err), err)
 	}
-	os.WriteFile(bad, []byte("arrival: {process: trace, trace: t.csv}\nclasses: [{name: a}]\n"), 0o644)
+	mustWrite(t, bad, []byte("arrival: {process: trace, trace: t.csv}\nclasses: [{name: a}]\n"), 0o644)
 	_, _, err = benchMain(t, "run", "--target", dead, "--workload", bad)
 	if err == nil || !strings.Contains(err.Error(), "arrival.trace:") || !strings.Contains(err.Error(), `line 3: ContextTokens: "x"`) {
 		t.Errorf("bad trace: %v", err)
@@ -126,7 +126,7 @@ func TestBenchTargetErrorsKeepPartialResults(t *testing.T) {
 	srv := benchtest.Start(t, benchtest.Config{})
 	dir := t.TempDir()
 	wl := filepath.Join(dir, "w.yaml")
-	os.WriteFile(wl, []byte(`
+	mustWrite(t, wl, []byte(`
 requests: 40
 arrival: {process: constant, rate: 400}
 classes:
@@ -147,5 +147,12 @@ classes:
 	g, b := rep.Classes["good"], rep.Classes["broken"]
 	if g.Completed != g.Requests || b.Completed != 0 || b.Violations.Error != b.Requests || g.Requests+b.Requests != 40 {
 		t.Errorf("good %+v\nbroken %+v\n%s", g, b, out)
+	}
+}
+
+func mustWrite(t *testing.T, path string, data []byte, perm os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, data, perm); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -33,7 +33,8 @@ func TestStartServesAndStops(t *testing.T) {
 		}
 	})
 	// After the subtest's cleanup the listener is closed.
-	if _, err := http.Get(addrs[0] + "/health"); err == nil {
+	if resp, err := http.Get(addrs[0] + "/health"); err == nil {
+		resp.Body.Close()
 		t.Error("sim still serving after cleanup")
 	}
 }

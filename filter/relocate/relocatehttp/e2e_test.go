@@ -373,7 +373,7 @@ func TestGRPCSmallPromptStays(t *testing.T) {
 	}
 }
 
-func postJSON(t *testing.T, m *mesh, path, header, body string) (*http.Response, []byte) {
+func postJSON(t *testing.T, m *mesh, path, header, body string) (status int, respBody []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctxTimeout(t), http.MethodPost, m.front.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -392,7 +392,7 @@ func postJSON(t *testing.T, m *mesh, path, header, body string) (*http.Response,
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp, b
+	return resp.StatusCode, b
 }
 
 // TestHTTPLargePrompt moves a 1 MiB header into "prompt" of a
@@ -405,9 +405,9 @@ func TestHTTPLargePrompt(t *testing.T) {
 		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"system","content":"be brief"}],"stream":false}`},
 		{"/v1/chat/completions", `{"model":"m"}`},
 	} {
-		resp, b := postJSON(t, m, tc.path, prompt, tc.body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("%s: status %d: %s", tc.path, resp.StatusCode, b)
+		status, b := postJSON(t, m, tc.path, prompt, tc.body)
+		if status != 200 {
+			t.Fatalf("%s: status %d: %s", tc.path, status, b)
 		}
 		assertClean(t, <-m.httpSeen, "x-prompt", prompt)
 	}
@@ -428,11 +428,13 @@ func TestHTTPErrors(t *testing.T) {
 		{"not json", bigPrompt(8 << 10), `not json`, 400, "not valid JSON"},
 		{"not an object", bigPrompt(8 << 10), `[1,2]`, 400, "not a JSON object"},
 	} {
-		resp, b := postJSON(t, m, "/v1/completions", tc.prompt, tc.body)
-		if resp.StatusCode != tc.status || !bytes.Contains(b, []byte(tc.msg)) {
-			t.Errorf("%s: got %d %s, want %d containing %q", tc.name, resp.StatusCode, b, tc.status, tc.msg)
+		status, b := postJSON(t, m, "/v1/completions", tc.prompt, tc.body)
+		if status != tc.status || !bytes.Contains(b, []byte(tc.msg)) {
+			t.Errorf("%s: got %d %s, want %d containing %q", tc.name, status, b, tc.status, tc.msg)
 		}
-		<-m.refused
+		if err := <-m.refused; err == nil {
+			t.Errorf("%s: refusal reported without a cause", tc.name)
+		}
 	}
 }
 

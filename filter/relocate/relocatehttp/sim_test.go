@@ -116,9 +116,9 @@ func TestSimHTTP(t *testing.T) {
 		{"/v1/completions", `{"model":"` + sim.Model + `","max_tokens":2}`},
 		{"/v1/chat/completions", `{"model":"` + sim.Model + `","max_tokens":2,"messages":[]}`},
 	} {
-		resp, b := postJSON(t, m, tc.path, prompt, tc.body)
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: %d %s", tc.path, resp.StatusCode, b)
+		status, b := postJSON(t, m, tc.path, prompt, tc.body)
+		if status != http.StatusOK {
+			t.Fatalf("%s: %d %s", tc.path, status, b)
 		}
 		var out struct {
 			Usage struct {
