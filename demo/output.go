@@ -51,10 +51,10 @@ func lastRuns(res *ab.Result) []ab.Run {
 	var a, b *ab.Run
 	for i := range res.Runs {
 		r := &res.Runs[i]
-		switch r.Arm {
-		case "A", res.A:
+		switch armLabel(res, *r) {
+		case res.A:
 			a = r
-		case "B", res.B:
+		case res.B:
 			b = r
 		}
 	}
