@@ -248,9 +248,22 @@ func (s *jsonScanner) skip() {
 }
 
 // chunkResult is what one OpenAI JSON object (an SSE chunk or a whole
-// non-streaming body) contributed.
+// non-streaming body) contributed, plus what the SSE fast path needs to
+// know to reuse the object's shape (see chunkTemplate).
 type chunkResult struct {
 	tokens int
+	// texts counts the token-bearing string fields met (choices[].text,
+	// delta/message content, reasoning_content, reasoning), empty or not.
+	texts int
+	// textStart and textEnd bound the contents of the last such string
+	// (after its opening quote, at its closing quote); textKept says the
+	// observer keeps it as output (choices[0]'s text or content).
+	textStart, textEnd int
+	textKept           bool
+	// effects: the object changed the observation beyond counting a
+	// token-bearing chunk (usage, error, finish reason, engine times, tool
+	// calls), so its shape must not be replayed.
+	effects bool
 }
 
 // scanChunk reads an OpenAI completion/chat chunk (or body) and updates the
@@ -272,9 +285,13 @@ func (o *Observer) scanChunk(data []byte, r *chunkResult) error {
 		case "choices":
 			o.scanChoices(&s, r)
 		case "usage":
+			if s.peek() != 'n' { // usage:null changes nothing
+				r.effects = true
+			}
 			o.scanUsage(&s)
 		case "error":
 			isError = true
+			r.effects = true
 			if s.peek() == '"' {
 				message, _ = s.str()
 			} else if s.open('{') {
@@ -294,14 +311,19 @@ func (o *Observer) scanChunk(data []byte, r *chunkResult) error {
 			v, _ := s.str()
 			if string(v) == "error" {
 				isError = true
+				r.effects = true
 			}
 		case "message":
+			r.effects = true
 			if s.peek() == '"' {
 				message, _ = s.str()
 			} else {
 				s.skip()
 			}
 		case "llmesh_engine":
+			if s.peek() != 'n' {
+				r.effects = true
+			}
 			o.scanEngine(&s)
 		default:
 			s.skip()
@@ -344,7 +366,7 @@ func (o *Observer) scanChoices(s *jsonScanner, r *chunkResult) {
 			}
 			switch string(k) {
 			case "text":
-				if raw, esc := s.str(); len(raw) > 0 {
+				if raw, esc := textField(s, r, first); len(raw) > 0 {
 					bearing = true
 					o.keepText(first, raw, esc)
 				}
@@ -357,7 +379,8 @@ func (o *Observer) scanChoices(s *jsonScanner, r *chunkResult) {
 						}
 						switch string(k) {
 						case "content", "reasoning_content", "reasoning":
-							if raw, esc := s.str(); len(raw) > 0 {
+							kept := first && string(k) == "content"
+							if raw, esc := textField(s, r, kept); len(raw) > 0 {
 								bearing = true
 								if string(k) == "content" {
 									o.keepText(first, raw, esc)
@@ -367,6 +390,7 @@ func (o *Observer) scanChoices(s *jsonScanner, r *chunkResult) {
 							if s.open('[') {
 								for s.elem() {
 									bearing = true
+									r.effects = true
 									s.skip()
 								}
 							}
@@ -376,8 +400,11 @@ func (o *Observer) scanChoices(s *jsonScanner, r *chunkResult) {
 					}
 				}
 			case "finish_reason":
-				if raw, _ := s.str(); len(raw) > 0 && string(raw) != o.obs.FinishReason {
-					o.obs.FinishReason = string(raw)
+				if raw, _ := s.str(); len(raw) > 0 {
+					r.effects = true
+					if string(raw) != o.obs.FinishReason {
+						o.obs.FinishReason = string(raw)
+					}
 				}
 			default:
 				s.skip()
@@ -388,6 +415,21 @@ func (o *Observer) scanChoices(s *jsonScanner, r *chunkResult) {
 		}
 		first = false
 	}
+}
+
+// textField reads a token-bearing string field and notes where its
+// contents lie in the object, for chunkTemplate.
+func textField(s *jsonScanner, r *chunkResult, kept bool) (raw []byte, escaped bool) {
+	r.texts++
+	isStr := s.peek() == '"'
+	start := s.i + 1
+	raw, escaped = s.str()
+	if isStr && !s.bad {
+		r.textStart, r.textEnd, r.textKept = start, s.i-1, kept
+	} else {
+		r.textStart, r.textEnd = 0, 0
+	}
+	return raw, escaped
 }
 
 func (o *Observer) keepText(first bool, raw []byte, escaped bool) {

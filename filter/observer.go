@@ -77,9 +77,12 @@ type Observer struct {
 	tokenIDs []uint32
 
 	sse   sseState
+	tmpl  chunkTemplate
 	grpc  grpcState
 	chunk Chunk
 	body  []byte
+	// noTemplate turns the SSE fast path off (tests compare both paths).
+	noTemplate bool
 	// bodyStart is when the first JSON body byte arrived: a non-streaming
 	// response's "first token" is its first byte.
 	bodyStart time.Time
@@ -102,7 +105,7 @@ func PutObserver(o *Observer) {
 	// Very large buffers (a long event, a big frame) are dropped rather
 	// than pinned in the pool.
 	if cap(o.body) > 4*DefaultMaxEventBytes || cap(o.grpc.buf) > 4*DefaultMaxEventBytes ||
-		cap(o.sse.data) > 4*DefaultMaxEventBytes {
+		cap(o.sse.data) > 4*DefaultMaxEventBytes || cap(o.tmpl.prefix)+cap(o.tmpl.suffix) > 4*DefaultMaxEventBytes {
 		return
 	}
 	observerPool.Put(o)
@@ -139,6 +142,7 @@ func (o *Observer) Reset(opts Options) {
 	o.text = o.text[:0]
 	o.tokenIDs = o.tokenIDs[:0]
 	o.sse.reset()
+	o.tmpl.reset()
 	o.grpc.reset()
 	o.chunk.reset()
 	o.body = o.body[:0]

@@ -47,7 +47,14 @@ func sampleGRPC(t testing.TB) []byte {
 // observeSplit feeds data split at the given cut points, every piece at
 // the same instant, and returns the observation.
 func observeSplit(opts Options, ct string, data []byte, cuts []int) (Observation, bool) {
+	return observeSplitPath(opts, ct, data, cuts, false)
+}
+
+// observeSplitPath is observeSplit with the SSE fast path turned off when
+// general is set, so the two paths can be compared.
+func observeSplitPath(opts Options, ct string, data []byte, cuts []int, general bool) (Observation, bool) {
 	o := NewObserver(opts)
+	o.noTemplate = general
 	o.MarkReceived(at(0))
 	o.ResponseHeaders(at(1), 200, MapHeaders{"content-type": ct})
 	prev, errored := 0, false
@@ -129,10 +136,16 @@ func FuzzObserveSSE(f *testing.F) {
 	f.Add([]byte(stopAfterMalformed), uint64(4))
 	f.Fuzz(func(t *testing.T, data []byte, seed uint64) {
 		opts := Options{KeepOutput: true, MaxEventBytes: 512}
+		cuts := splitFromSeed(seed, len(data))
 		want, _ := observeSplit(opts, "text/event-stream", data, nil)
-		got, _ := observeSplit(opts, "text/event-stream", data, splitFromSeed(seed, len(data)))
+		got, _ := observeSplit(opts, "text/event-stream", data, cuts)
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("split changed the observation (-whole +split):\n%s", diff)
+		}
+		// The fast path must agree with the general scanner.
+		general, _ := observeSplitPath(opts, "text/event-stream", data, cuts, true)
+		if diff := cmp.Diff(general, got); diff != "" {
+			t.Fatalf("fast path differs from the general scanner (-general +fast):\n%s", diff)
 		}
 		if got.TokenChunks < 0 || got.DecodeSteps < 0 || got.ResponseBytes != int64(len(data)) {
 			t.Fatalf("bad counters %+v", got)

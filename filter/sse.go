@@ -151,12 +151,25 @@ func (o *Observer) sseDispatch(t time.Time) error {
 		o.SetError(ErrorStreamEvent, "error event: "+string(truncate(data, 512)))
 		return nil
 	}
+	if !s.eventError && !o.noTemplate {
+		if raw, ok := o.tmpl.match(data); ok {
+			if o.tmpl.kept && o.opts.KeepOutput {
+				o.keepText(true, raw, bytes.IndexByte(raw, '\\') >= 0)
+			}
+			o.tokenChunk(t, 1)
+			return nil
+		}
+	}
 	var r chunkResult
 	if err := o.scanChunk(data, &r); err != nil {
 		return err
 	}
-	if s.eventError && o.obs.ErrorKind == ErrorNone {
-		o.SetError(ErrorStreamEvent, "error event: "+string(truncate(data, 512)))
+	if s.eventError {
+		if o.obs.ErrorKind == ErrorNone {
+			o.SetError(ErrorStreamEvent, "error event: "+string(truncate(data, 512)))
+		}
+	} else {
+		o.tmpl.learn(data, &r)
 	}
 	if r.tokens > 0 {
 		o.tokenChunk(t, r.tokens)

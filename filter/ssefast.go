@@ -1,0 +1,87 @@
+package filter
+
+import "bytes"
+
+// chunkTemplate is the SSE fast path. An engine streams one request's
+// chunks in one shape: the same id, created, model, index and nulls, and
+// only the token's text changes between events. After a full scan of an
+// event whose only effect was one token-bearing choice with one non-empty
+// text field, the bytes before and after that text's contents are kept.
+// A later event that is those same bytes around a different non-empty
+// string scans, in the general scanner, exactly like the kept event (the
+// scanner reads left to right and its state at the string depends only on
+// the bytes before it; after the string, only on the bytes after it), so
+// its result is known without scanning: one token-bearing chunk, and the
+// new text. Anything else (a different id, usage, a finish reason, an
+// error, two choices) fails the byte comparison and takes the general
+// scanner, which may learn a new template.
+type chunkTemplate struct {
+	prefix []byte // up to and including the text's opening quote
+	suffix []byte // from the text's closing quote to the end
+	// kept: the text is choices[0]'s text or content (kept as output).
+	kept  bool
+	valid bool
+	// hits counts events the template answered (tests check the fast path
+	// ran).
+	hits int
+}
+
+func (c *chunkTemplate) reset() {
+	c.prefix = c.prefix[:0]
+	c.suffix = c.suffix[:0]
+	c.kept = false
+	c.valid = false
+	c.hits = 0
+}
+
+// learn keeps data's shape when its scan r qualifies (see chunkTemplate).
+// A non-qualifying event leaves the template as it was: the template
+// describes a shape, not the previous event.
+func (c *chunkTemplate) learn(data []byte, r *chunkResult) {
+	if r.tokens != 1 || r.texts != 1 || r.effects || r.textEnd <= r.textStart {
+		return
+	}
+	c.prefix = append(c.prefix[:0], data[:r.textStart]...)
+	c.suffix = append(c.suffix[:0], data[r.textEnd:]...)
+	c.kept = r.textKept
+	c.valid = true
+}
+
+// match returns the text contents when data is the template's prefix, a
+// non-empty JSON string body, and its suffix.
+func (c *chunkTemplate) match(data []byte) (raw []byte, ok bool) {
+	if !c.valid || len(data) <= len(c.prefix)+len(c.suffix) ||
+		!bytes.HasPrefix(data, c.prefix) || !bytes.HasSuffix(data, c.suffix) {
+		return nil, false
+	}
+	rest := data[len(c.prefix):]
+	end := closingQuote(rest)
+	// The string must end exactly where the suffix (which starts with the
+	// closing quote) begins; a quote earlier means a different shape.
+	if end <= 0 || end != len(rest)-len(c.suffix) {
+		return nil, false
+	}
+	c.hits++
+	return rest[:end], true
+}
+
+// closingQuote is the index in b (a JSON string's contents and what
+// follows) of the quote that ends the string, as jsonScanner.str finds it:
+// the first quote preceded by an even run of backslashes. -1 when none.
+func closingQuote(b []byte) int {
+	for j := 0; ; {
+		q := bytes.IndexByte(b[j:], '"')
+		if q < 0 {
+			return -1
+		}
+		end := j + q
+		bs := 0
+		for k := end - 1; k >= 0 && b[k] == '\\'; k-- {
+			bs++
+		}
+		if bs%2 == 0 {
+			return end
+		}
+		j = end + 1
+	}
+}
