@@ -1,0 +1,609 @@
+package filter
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Engine priority from the client. vLLM (and the sim) accept a "priority"
+// field in the OpenAI request body, and llm.v1.GenerateRequest carries one;
+// an engine started with --scheduling-policy priority orders its own
+// waiting queue by it. A client that sets it would jump the engine's queue
+// however the mesh classified it, so hosts rewrite it before the request
+// goes upstream unless the source is trusted for priority (the same
+// decision that honours the priority header).
+
+// PriorityMode is what a host does with a request body's engine priority.
+type PriorityMode uint8
+
+const (
+	// PriorityKeep passes the body as the client sent it (trusted source).
+	PriorityKeep PriorityMode = iota
+	// PriorityStrip removes every top-level priority, so the engine applies
+	// its default (0 in vLLM). Safe with every engine: vLLM's FCFS
+	// scheduler rejects a nonzero priority.
+	PriorityStrip
+	// PrioritySet replaces every top-level priority with one holding
+	// EnginePriority.Value, added when the client sent none (for engines
+	// that schedule by priority and should see the mesh's class).
+	PrioritySet
+)
+
+func (m PriorityMode) String() string {
+	switch m {
+	case PriorityKeep:
+		return "keep"
+	case PriorityStrip:
+		return "strip"
+	case PrioritySet:
+		return "set"
+	}
+	return "PriorityMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// EnginePriority is the rewrite applied to one request's body.
+type EnginePriority struct {
+	Mode PriorityMode
+	// Value is written by PrioritySet; ignored otherwise.
+	Value int32
+}
+
+// LLMv1GenerateMethod is the gRPC method whose request carries an engine
+// priority, and LLMv1PriorityField the field number of
+// llm.v1.GenerateRequest.priority (api/proto/llm/v1). vLLM's VllmEngine
+// GenerateRequest has no priority field. The numbers are repeated here so
+// that the filter core does not import gRPC; a test checks them against the
+// generated descriptor.
+const (
+	LLMv1GenerateMethod = "/llm.v1.Generation/Generate"
+	LLMv1PriorityField  = protowire.Number(6)
+)
+
+// priorityKey is the OpenAI body field (vLLM's extension).
+const priorityKey = "priority"
+
+// Errors of the body priority rewrite; the specific cause is wrapped.
+var (
+	// ErrPriorityBody: the body cannot be parsed well enough to be sure
+	// no priority reaches the engine (invalid JSON, a malformed gRPC frame
+	// or protobuf message, an unsupported compression). Hosts refuse the
+	// request (HTTP 400, gRPC INVALID_ARGUMENT): passing it on unchecked
+	// would let a parser difference carry a priority through.
+	ErrPriorityBody = errors.New("request body cannot be checked for a client-set priority")
+	// ErrPriorityTooLarge: a compressed gRPC message decompresses beyond
+	// the host's limit (HTTP 413, gRPC RESOURCE_EXHAUSTED).
+	ErrPriorityTooLarge = errors.New("request message too large to check for a client-set priority")
+)
+
+// BodyPriority decides what happens to the engine priority in the body of
+// a request from peer with headers h: PriorityKeep when the classifier
+// would honour the request's priority header (a priority header is
+// configured and the peer is a trusted source or the request carries the
+// trusted marker), PriorityStrip otherwise. A nil Classifier trusts no one.
+func (c *Classifier) BodyPriority(peer netip.Addr, h Headers) EnginePriority {
+	if c == nil || c.priorityHeader == "" {
+		return EnginePriority{Mode: PriorityStrip}
+	}
+	if h == nil {
+		h = noHeaders
+	}
+	if c.trustedPeer(peer, h) {
+		return EnginePriority{Mode: PriorityKeep}
+	}
+	return EnginePriority{Mode: PriorityStrip}
+}
+
+// IsJSONBody reports whether a request with this content type is parsed as
+// JSON by an OpenAI-compatible server: no content type, application/json,
+// or any +json type (FastAPI, which vLLM runs on, reads all of them).
+func IsJSONBody(contentType string) bool {
+	ct, _, _ := strings.Cut(contentType, ";")
+	ct = strings.ToLower(strings.TrimSpace(ct))
+	return ct == "" || ct == "application/json" || strings.HasSuffix(ct, "+json")
+}
+
+// RewriteJSONPriority applies p to the top-level "priority" members of a
+// JSON request body. Everything else keeps its bytes: nested "priority"
+// keys (inside messages, tools, schemas) stay, as do whitespace and the
+// order of the other members; a removed member takes one adjacent comma
+// with it. Duplicate keys are all removed (parsers disagree on which one
+// wins), and keys are compared after unescaping ("priorit\u0079" is
+// "priority" to every JSON parser).
+//
+// The body must be strict RFC 8259 JSON in UTF-8 (an optional UTF-8 byte
+// order mark first); anything else fails with ErrPriorityBody and the
+// offset, because an engine with a more lenient parser might read a
+// priority the rewrite did not see. An empty or all-white-space body and a
+// JSON value that is not an object are returned unchanged. changed reports
+// whether out differs from body; when it is false, out is body.
+func RewriteJSONPriority(body []byte, p EnginePriority) (out []byte, changed bool, err error) {
+	if p.Mode == PriorityKeep {
+		return body, false, nil
+	}
+	if !utf8.Valid(body) {
+		return body, false, fmt.Errorf("%w: JSON body is not valid UTF-8", ErrPriorityBody)
+	}
+	sc := strictJSON{b: body}
+	start := 0
+	if bytes.HasPrefix(body, []byte("\xef\xbb\xbf")) {
+		start = 3
+	}
+	i := sc.ws(start)
+	if i == len(body) {
+		return body, false, nil
+	}
+	if body[i] != '{' {
+		end, err := sc.value(i)
+		if err != nil {
+			return body, false, err
+		}
+		if err := sc.end(end); err != nil {
+			return body, false, err
+		}
+		return body, false, nil
+	}
+	open := i
+	segs, closeAt, hit, err := sc.members(open)
+	if err != nil {
+		return body, false, err
+	}
+	if err := sc.end(closeAt + 1); err != nil {
+		return body, false, err
+	}
+	if !hit && p.Mode == PriorityStrip {
+		return body, false, nil
+	}
+	out = make([]byte, 0, len(body)+24)
+	out = append(out, body[:open+1]...)
+	first := true
+	if p.Mode == PrioritySet {
+		out = append(out, `"priority":`...)
+		out = strconv.AppendInt(out, int64(p.Value), 10)
+		first = false
+	}
+	for _, s := range segs {
+		if s.priority {
+			continue
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		out = append(out, body[s.from:s.to]...)
+	}
+	out = append(out, body[closeAt:]...)
+	return out, true, nil
+}
+
+// segment is one object member with the white space around it: the bytes
+// between the separators ('{' or ',' before it, ',' or '}' after it).
+type segment struct {
+	from, to int
+	priority bool
+}
+
+// strictJSON validates JSON without building values; it never recurses, so
+// nesting depth costs one byte of stack per level.
+type strictJSON struct{ b []byte }
+
+func (s *strictJSON) fail(i int, format string, args ...any) error {
+	return fmt.Errorf("%w: invalid JSON at byte %d: %s", ErrPriorityBody, i, fmt.Sprintf(format, args...))
+}
+
+func (s *strictJSON) ws(i int) int {
+	for i < len(s.b) {
+		switch s.b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// end checks that only white space follows the top-level value.
+func (s *strictJSON) end(i int) error {
+	if j := s.ws(i); j != len(s.b) {
+		return s.fail(j, "data after the top-level value")
+	}
+	return nil
+}
+
+// members walks the top-level object opened at b[open] and returns its
+// segments, the index of its closing brace, and whether any member is a
+// priority.
+func (s *strictJSON) members(open int) (segs []segment, closeAt int, hit bool, err error) {
+	i := s.ws(open + 1)
+	if i < len(s.b) && s.b[i] == '}' {
+		return nil, i, false, nil
+	}
+	from := open + 1
+	for {
+		i = s.ws(i)
+		if i >= len(s.b) || s.b[i] != '"' {
+			return nil, 0, false, s.fail(i, "expected a member name")
+		}
+		kend, escaped, err := s.str(i)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		isPrio := keyIs(s.b[i:kend], escaped, priorityKey)
+		i = s.ws(kend)
+		if i >= len(s.b) || s.b[i] != ':' {
+			return nil, 0, false, s.fail(i, "expected ':' after a member name")
+		}
+		if i, err = s.value(s.ws(i + 1)); err != nil {
+			return nil, 0, false, err
+		}
+		i = s.ws(i)
+		if i >= len(s.b) {
+			return nil, 0, false, s.fail(i, "unterminated object")
+		}
+		segs = append(segs, segment{from: from, to: i, priority: isPrio})
+		hit = hit || isPrio
+		switch s.b[i] {
+		case ',':
+			i++
+			from = i
+		case '}':
+			return segs, i, hit, nil
+		default:
+			return nil, 0, false, s.fail(i, "expected ',' or '}' after a member")
+		}
+	}
+}
+
+// keyIs compares a quoted member name with name after unescaping.
+func keyIs(quoted []byte, escaped bool, name string) bool {
+	if !escaped {
+		return string(quoted[1:len(quoted)-1]) == name
+	}
+	var k string
+	if json.Unmarshal(quoted, &k) != nil {
+		return false
+	}
+	return k == name
+}
+
+// str validates the string starting at b[i] == '"' and returns the index
+// after its closing quote and whether it contains escapes.
+func (s *strictJSON) str(i int) (end int, escaped bool, err error) {
+	start := i
+	i++
+	for i < len(s.b) {
+		c := s.b[i]
+		switch {
+		case c == '"':
+			return i + 1, escaped, nil
+		case c == '\\':
+			escaped = true
+			if i+1 >= len(s.b) {
+				return 0, false, s.fail(i, "unterminated escape")
+			}
+			switch s.b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(s.b) || !isHex4(s.b[i+2:i+6]) {
+					return 0, false, s.fail(i, `\u must be followed by four hex digits`)
+				}
+				i += 6
+			default:
+				return 0, false, s.fail(i, "invalid escape \\%c", s.b[i+1])
+			}
+		case c < 0x20:
+			return 0, false, s.fail(i, "control character 0x%02x in a string", c)
+		default:
+			i++
+		}
+	}
+	return 0, false, s.fail(start, "unterminated string")
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// value validates one JSON value starting at b[i] and returns the index
+// after it. Containers are tracked on an explicit stack.
+func (s *strictJSON) value(i int) (int, error) {
+	var stack []byte // '{' or '[' per open container
+	for {
+		// Expect a value at i.
+		i = s.ws(i)
+		if i >= len(s.b) {
+			return 0, s.fail(i, "unexpected end of input, expected a value")
+		}
+		switch c := s.b[i]; {
+		case c == '{' || c == '[':
+			stack = append(stack, c)
+			i = s.ws(i + 1)
+			if i < len(s.b) && (c == '{' && s.b[i] == '}' || c == '[' && s.b[i] == ']') {
+				stack = stack[:len(stack)-1]
+				i++
+				break
+			}
+			if c == '{' {
+				var err error
+				if i, err = s.key(i); err != nil {
+					return 0, err
+				}
+			}
+			continue
+		case c == '"':
+			end, _, err := s.str(i)
+			if err != nil {
+				return 0, err
+			}
+			i = end
+		case c == '-' || '0' <= c && c <= '9':
+			end, err := s.number(i)
+			if err != nil {
+				return 0, err
+			}
+			i = end
+		case c == 't':
+			if !bytes.HasPrefix(s.b[i:], []byte("true")) {
+				return 0, s.fail(i, "invalid literal")
+			}
+			i += 4
+		case c == 'f':
+			if !bytes.HasPrefix(s.b[i:], []byte("false")) {
+				return 0, s.fail(i, "invalid literal")
+			}
+			i += 5
+		case c == 'n':
+			if !bytes.HasPrefix(s.b[i:], []byte("null")) {
+				return 0, s.fail(i, "invalid literal")
+			}
+			i += 4
+		default:
+			return 0, s.fail(i, "unexpected character %q", c)
+		}
+		// A value ended at i: close containers or move to the next element.
+		for {
+			if len(stack) == 0 {
+				return i, nil
+			}
+			i = s.ws(i)
+			if i >= len(s.b) {
+				return 0, s.fail(i, "unterminated %s", containerName(stack[len(stack)-1]))
+			}
+			top := stack[len(stack)-1]
+			c := s.b[i]
+			if c == ',' {
+				i++
+				if top == '{' {
+					var err error
+					if i, err = s.key(s.ws(i)); err != nil {
+						return 0, err
+					}
+				}
+				break
+			}
+			if top == '{' && c == '}' || top == '[' && c == ']' {
+				stack = stack[:len(stack)-1]
+				i++
+				continue
+			}
+			return 0, s.fail(i, "expected ',' or the end of the %s", containerName(top))
+		}
+	}
+}
+
+// key validates `"name" :` at b[i] and returns the index after the colon.
+func (s *strictJSON) key(i int) (int, error) {
+	if i >= len(s.b) || s.b[i] != '"' {
+		return 0, s.fail(i, "expected a member name")
+	}
+	end, _, err := s.str(i)
+	if err != nil {
+		return 0, err
+	}
+	i = s.ws(end)
+	if i >= len(s.b) || s.b[i] != ':' {
+		return 0, s.fail(i, "expected ':' after a member name")
+	}
+	return i + 1, nil
+}
+
+func containerName(c byte) string {
+	if c == '{' {
+		return "object"
+	}
+	return "array"
+}
+
+// number validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
+func (s *strictJSON) number(i int) (int, error) {
+	start := i
+	if s.b[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		n := 0
+		for i < len(s.b) && '0' <= s.b[i] && s.b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	switch {
+	case i < len(s.b) && s.b[i] == '0':
+		i++
+	case digits() == 0:
+		return 0, s.fail(start, "invalid number")
+	}
+	if i < len(s.b) && s.b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return 0, s.fail(start, "invalid number")
+		}
+	}
+	if i < len(s.b) && (s.b[i] == 'e' || s.b[i] == 'E') {
+		i++
+		if i < len(s.b) && (s.b[i] == '+' || s.b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return 0, s.fail(start, "invalid number")
+		}
+	}
+	return i, nil
+}
+
+// RewriteProtoPriority applies p to field in a protobuf message: every
+// top-level occurrence, whatever its wire type (a parser files a wrong wire
+// type as an unknown field, but removing it costs nothing), is removed;
+// PrioritySet then appends the field as a varint. Other fields, unknown
+// fields included, keep their bytes and order. A message that does not
+// parse as protobuf wire format fails with ErrPriorityBody. changed
+// reports whether out differs from msg; when it is false, out is msg.
+func RewriteProtoPriority(msg []byte, field protowire.Number, p EnginePriority) (out []byte, changed bool, err error) {
+	if p.Mode == PriorityKeep {
+		return msg, false, nil
+	}
+	var spans [][2]int
+	for i := 0; i < len(msg); {
+		num, typ, n := protowire.ConsumeTag(msg[i:])
+		if n < 0 {
+			return msg, false, fmt.Errorf("%w: protobuf message at byte %d: %w", ErrPriorityBody, i, protowire.ParseError(n))
+		}
+		m := protowire.ConsumeFieldValue(num, typ, msg[i+n:])
+		if m < 0 {
+			return msg, false, fmt.Errorf("%w: protobuf field %d at byte %d: %w", ErrPriorityBody, num, i, protowire.ParseError(m))
+		}
+		if num == field {
+			spans = append(spans, [2]int{i, i + n + m})
+		}
+		i += n + m
+	}
+	if len(spans) == 0 && p.Mode == PriorityStrip {
+		return msg, false, nil
+	}
+	out = make([]byte, 0, len(msg)+protowire.SizeTag(field)+protowire.SizeVarint(uint64(int64(p.Value))))
+	last := 0
+	for _, sp := range spans {
+		out = append(out, msg[last:sp[0]]...)
+		last = sp[1]
+	}
+	out = append(out, msg[last:]...)
+	if p.Mode == PrioritySet {
+		out = protowire.AppendTag(out, field, protowire.VarintType)
+		// int32 is encoded as the sign-extended 64-bit varint.
+		out = protowire.AppendVarint(out, uint64(int64(p.Value)))
+	}
+	return out, true, nil
+}
+
+// RewriteGRPCPriority applies p to field in every message of a complete
+// gRPC request body (5-byte prefixes: compressed flag and big-endian
+// length). Compressed messages (flag 1) are gunzipped when grpcEncoding is
+// gzip, rewritten, and compressed again only if they changed; other
+// encodings fail with ErrPriorityBody. maxMessage bounds every message
+// before and after decompression (ErrPriorityTooLarge past it). A body that
+// ends inside a frame fails with ErrPriorityBody. changed reports whether
+// out differs from body; when it is false, out is body.
+func RewriteGRPCPriority(body []byte, grpcEncoding string, maxMessage int, field protowire.Number, p EnginePriority) (out []byte, changed bool, err error) {
+	if p.Mode == PriorityKeep {
+		return body, false, nil
+	}
+	enc := strings.ToLower(strings.TrimSpace(grpcEncoding))
+	var parts [][]byte // rewritten frames, prefix included; nil until one changes
+	for i, k := 0, 0; i < len(body); k++ {
+		if len(body)-i < 5 {
+			return body, false, fmt.Errorf("%w: gRPC message %d: truncated prefix (%d of 5 bytes)", ErrPriorityBody, k, len(body)-i)
+		}
+		flag, n := body[i], int(binary.BigEndian.Uint32(body[i+1:i+5]))
+		if flag > 1 {
+			return body, false, fmt.Errorf("%w: gRPC message %d: compressed flag %d (want 0 or 1)", ErrPriorityBody, k, flag)
+		}
+		if n > maxMessage {
+			return body, false, fmt.Errorf("%w: gRPC message %d of %d bytes exceeds %d", ErrPriorityTooLarge, k, n, maxMessage)
+		}
+		if len(body)-i-5 < n {
+			return body, false, fmt.Errorf("%w: gRPC message %d: %d bytes announced, %d present", ErrPriorityBody, k, n, len(body)-i-5)
+		}
+		frame, msg := body[i:i+5+n], body[i+5:i+5+n]
+		i += 5 + n
+		if flag == 1 {
+			if enc != "gzip" {
+				return body, false, fmt.Errorf("%w: gRPC message %d is compressed with grpc-encoding %q (only gzip can be checked)", ErrPriorityBody, k, grpcEncoding)
+			}
+			if msg, err = gunzipLimited(msg, maxMessage); err != nil {
+				return body, false, fmt.Errorf("gRPC message %d: %w", k, err)
+			}
+		}
+		nmsg, ch, err := RewriteProtoPriority(msg, field, p)
+		if err != nil {
+			return body, false, fmt.Errorf("gRPC message %d: %w", k, err)
+		}
+		if !ch {
+			if parts != nil {
+				parts = append(parts, frame)
+			}
+			continue
+		}
+		if flag == 1 {
+			if nmsg, err = gzipBytes(nmsg); err != nil {
+				return body, false, fmt.Errorf("gRPC message %d: %w", k, err)
+			}
+		}
+		if parts == nil {
+			parts = [][]byte{body[:i-5-n]}
+		}
+		var pre [5]byte
+		pre[0] = flag
+		binary.BigEndian.PutUint32(pre[1:], uint32(len(nmsg)))
+		parts = append(parts, append(pre[:], nmsg...))
+	}
+	if parts == nil {
+		return body, false, nil
+	}
+	return bytes.Join(parts, nil), true, nil
+}
+
+func gunzipLimited(b []byte, limit int) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%w: gzip: %w", ErrPriorityBody, err)
+	}
+	defer zr.Close()
+	out, err := io.ReadAll(io.LimitReader(zr, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: gzip: %w", ErrPriorityBody, err)
+	}
+	if len(out) > limit {
+		return nil, fmt.Errorf("%w: decompressed beyond %d bytes", ErrPriorityTooLarge, limit)
+	}
+	return out, nil
+}
+
+func gzipBytes(b []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(b); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
