@@ -71,6 +71,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"reading request body: "+err.Error(), 0)
 		return
 	}
+	if body, ok = g.guardPriority(w, r, rt, body, grpcReq); !ok {
+		return
+	}
 	x := &exchange{g: g, rt: rt, pool: pool, grpc: grpcReq, body: body, recv: recv}
 	x.meta = parseRequestMeta(r.URL.Path, body, grpcReq)
 	x.class = g.classify(r, routeClass, x.meta.model)

@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/llmesh/llmesh/filter"
+)
+
+// guardPriority keeps a client from choosing its engine priority: unless
+// the request's source is trusted for priority (the classifier's decision
+// for the priority header), the top-level "priority" of an OpenAI JSON
+// body and llm.v1.GenerateRequest.priority are removed before the body
+// goes upstream (filter.RewriteJSONPriority, filter.RewriteGRPCPriority).
+// It runs on the body as read for admission, after prompt relocation (a
+// wrapper around the handler), so a relocated header cannot bring a
+// priority back; retries and continuations reuse the guarded body.
+//
+// A body it cannot read reliably is refused (400 / INVALID_ARGUMENT, or
+// 413 / RESOURCE_EXHAUSTED past max_request_bytes once decompressed) and
+// ok is false: the response has been written. Bodies of other content
+// types and other gRPC methods pass as they are.
+func (g *Gateway) guardPriority(w http.ResponseWriter, r *http.Request, rt *compiled, body []byte, grpcReq bool) (out []byte, ok bool) {
+	if len(body) == 0 {
+		return body, true
+	}
+	if grpcReq && r.URL.Path != filter.LLMv1GenerateMethod {
+		return body, true
+	}
+	if !grpcReq && !filter.IsJSONBody(r.Header.Get("Content-Type")) {
+		return body, true
+	}
+	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
+	p := g.classifier.Load().BodyPriority(peer.Addr().Unmap(), r.Header)
+	if p.Mode == filter.PriorityKeep {
+		return body, true
+	}
+	var err error
+	if grpcReq {
+		out, _, err = filter.RewriteGRPCPriority(body, r.Header.Get("Grpc-Encoding"), int(rt.cfg.MaxRequestBytes), filter.LLMv1PriorityField, p)
+	} else {
+		if ce := strings.TrimSpace(r.Header.Get("Content-Encoding")); ce != "" && !strings.EqualFold(ce, "identity") {
+			g.fail(w, false, http.StatusUnsupportedMediaType, "bad_request", codes.InvalidArgument,
+				"Content-Encoding "+ce+": a compressed JSON body cannot be checked for a client-set priority", 0)
+			return nil, false
+		}
+		out, _, err = filter.RewriteJSONPriority(body, p)
+	}
+	if err == nil {
+		return out, true
+	}
+	if errors.Is(err, filter.ErrPriorityTooLarge) {
+		g.fail(w, grpcReq, http.StatusRequestEntityTooLarge, "request_too_large", codes.ResourceExhausted,
+			err.Error()+" (max_request_bytes)", 0)
+		return nil, false
+	}
+	g.fail(w, grpcReq, http.StatusBadRequest, "bad_request", codes.InvalidArgument, err.Error(), 0)
+	return nil, false
+}
