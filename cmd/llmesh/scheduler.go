@@ -21,7 +21,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := flag.NewFlagSet("scheduler serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:9090", "gRPC listen address (host:port)")
-	cfgPath := fs.String("config", "", "mesh config file (pools, classes, scheduler settings)")
+	cfgPath := fs.String("config", "", "mesh config file (pools, classes, scheduler settings; watched, valid changes apply live)")
 	admin := fs.String("admin", "", "optional HTTP address for /metrics (Prometheus) and /healthz")
 	if err := fs.Parse(args[1:]); err != nil {
 		return withExitCode(2, nil)
@@ -62,9 +62,10 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "scheduler admin on http://%s/metrics\n", adminL.Addr())
 	}
 	return server.Run(ctx, l, server.Options{
-		Mesh:  mesh,
-		Log:   stderr,
-		Admin: adminL,
+		Mesh:       mesh,
+		ConfigPath: *cfgPath, // watched: valid changes apply live
+		Log:        stderr,
+		Admin:      adminL,
 		Ready: func(a net.Addr) {
 			fmt.Fprintf(stdout, "scheduler service listening on %s\n", a)
 		},

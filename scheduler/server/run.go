@@ -18,16 +18,19 @@ import (
 
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/scheduler"
-	"github.com/llmesh/llmesh/scheduler/capacity"
-	"github.com/llmesh/llmesh/scheduler/policy"
 )
 
 // Options configure Run.
 type Options struct {
 	// Mesh is the mesh config; its pools, classes and scheduler settings
-	// configure the shared scheduler. Required.
+	// configure the shared scheduler. Required unless ConfigPath is set.
 	Mesh *config.Config
+	// ConfigPath, when set, is the mesh config file: Run loads it (when
+	// Mesh is nil) and watches it. A changed, valid file is applied live
+	// (pools and classes whose settings changed get a new scheduler; open
+	// admission streams stay, see Schedulers); an invalid one is logged
+	// with the field paths of its problems and the running config stays.
+	ConfigPath string
 	// Clock drives the scheduler and the capacity watchers; nil means the
 	// real clock.
 	Clock clock.Clock
@@ -42,34 +45,48 @@ type Options struct {
 }
 
 // Run serves the shared scheduler for o.Mesh on l until ctx ends: one
-// in-process scheduler, a capacity watcher for every pool with an engine
-// metrics URL, and the gRPC health service (serving once ready). All its
-// goroutines end before it returns.
+// in-process scheduler per pool (MeshScheduler), a capacity watcher for
+// every pool with an engine metrics URL, the config file watcher when
+// o.ConfigPath is set, and the gRPC health service (serving once ready).
+// All its goroutines end before it returns.
 func Run(ctx context.Context, l net.Listener, o Options) error {
-	if o.Mesh == nil {
-		return fmt.Errorf("scheduler server: a mesh config is required")
-	}
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	cfg, err := policy.FromMesh(o.Mesh)
-	if err != nil {
-		return fmt.Errorf("scheduler server: %w", err)
+	var lw logWriter
+	lw.w = o.Log
+	var (
+		watcher *config.Watcher
+		sched   *MeshScheduler
+	)
+	if o.ConfigPath != "" {
+		w, err := config.NewWatcher(o.ConfigPath, config.WatchOptions{
+			Clock: o.Clock,
+			// sched is set before the watcher's goroutine starts.
+			OnChange: func(c *config.Config) { reload(sched, c, &lw) },
+			OnError: func(err error) {
+				lw.printf("scheduler: config change rejected; keeping the running config: %v\n", err)
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("scheduler server: %w", err)
+		}
+		watcher = w
+		if o.Mesh == nil {
+			o.Mesh = w.Config()
+		}
+	}
+	if o.Mesh == nil {
+		return fmt.Errorf("scheduler server: a mesh config is required")
 	}
 	// Envoy filters behind control schedule each experiment arm in a pool
-	// of its own; serve those pools too.
-	if cfg, err = scheduler.WithArmPools(cfg, o.Mesh, policy.Lookup); err != nil {
-		return fmt.Errorf("scheduler server: %w", err)
-	}
-	sched, err := scheduler.New(cfg, o.Clock)
+	// of its own, and so does the embedded gateway; MeshConfig serves those
+	// pools too.
+	sched, err := NewMeshScheduler(o.Mesh, o.Clock)
 	if err != nil {
 		return fmt.Errorf("scheduler server: %w", err)
 	}
 	defer sched.Close()
-	watchers, err := capacity.FromMesh(o.Mesh, sched, o.Clock, nil)
-	if err != nil {
-		return fmt.Errorf("scheduler server: %w", err)
-	}
 	g := grpc.NewServer()
 	New(sched, o.Clock).Register(g)
 	hs := health.NewServer()
@@ -77,19 +94,22 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 
 	wctx, stopWatchers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for _, w := range watchers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = w.Run(wctx)
-		}()
-	}
 	defer func() {
 		stopWatchers()
 		wg.Wait()
 	}()
-	for _, p := range cfg.Pools {
-		fmt.Fprintf(o.Log, "scheduler: pool %s: policy %s, max_inflight %d\n", p.Name, p.Policy.Name(), p.MaxInflight)
+	if err := sched.Start(wctx); err != nil {
+		return fmt.Errorf("scheduler server: %w", err)
+	}
+	if watcher != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = watcher.Run(wctx) // ends with wctx's error only
+		}()
+	}
+	for _, p := range sched.Stats() {
+		lw.printf("scheduler: pool %s: %s\n", p.Name, describe(sched.Mesh(), p.Name))
 	}
 	if o.Admin != nil {
 		reg := prometheus.NewRegistry()
@@ -120,4 +140,43 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 		<-errc //nolint:errcheck // Serve's answer to Stop says nothing about the shutdown
 		return nil
 	}
+}
+
+// reload applies a changed mesh config; on error the running one stays.
+func reload(sched *MeshScheduler, c *config.Config, lw *logWriter) {
+	built, err := sched.Apply(c)
+	if err != nil {
+		lw.printf("scheduler: config change rejected; keeping the running config: %v\n", err)
+		return
+	}
+	lw.printf("scheduler: config reloaded; %d pool(s) rebuilt\n", len(built))
+	for _, name := range built {
+		lw.printf("scheduler: pool %s: %s\n", name, describe(c, name))
+	}
+}
+
+// describe says how a pool (or arm pool) of c is scheduled, for the log.
+func describe(c *config.Config, pool string) string {
+	sc, err := MeshConfig(c)
+	if err != nil {
+		return err.Error()
+	}
+	for _, p := range sc.Pools {
+		if p.Name == pool {
+			return fmt.Sprintf("policy %s, max_inflight %d", p.Policy.Name(), p.MaxInflight)
+		}
+	}
+	return "removed"
+}
+
+// logWriter serialises log lines from Run's and the watcher's goroutines.
+type logWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *logWriter) printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.w, format, args...)
 }

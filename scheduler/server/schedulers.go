@@ -1,0 +1,521 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// Schedulers is a reloadable scheduler.Admitter: one in-process
+// scheduler.Scheduler per pool, so that a config change replaces exactly the
+// pools whose settings changed and leaves the others (their queues, leases
+// and learned estimates) alone. Both the shared scheduler service and the
+// embedded gateway schedule through one.
+//
+// When Update replaces a pool's scheduler (its capacity or scheduler
+// settings changed, or the classes did):
+//   - requests waiting in the old one queue again in the new one, keeping
+//     their arrival time (so FIFO and deadline order hold) and their requeue
+//     flag; nothing waiting is dropped unless the new config rejects it
+//     (a smaller queue.max_length, or the pool is gone);
+//   - leases the old one handed out stay valid and are released normally;
+//     until they are, they count against the new scheduler's limit, but
+//     they are no longer preempted and their tokens do not count against
+//     max_inflight_tokens. A scheduler's limit is at least 1, so while the
+//     old leases fill the whole capacity the new scheduler may still admit
+//     one request: at most one beyond max_inflight, until they end;
+//   - the old scheduler's event counters are folded into the pool's Stats
+//     (a moved waiter counts as cancelled there and arrived again here).
+//
+// Safe for concurrent use; see doc.go for what mu guards.
+type Schedulers struct {
+	clk clock.Clock
+
+	// upd serializes Update; it is taken before mu, never while holding it.
+	upd sync.Mutex
+
+	mu      sync.Mutex
+	closed  bool
+	order   []string // pool names in config order; order[0] is the default pool
+	slots   map[string]*slot
+	classes []scheduler.ClassConfig
+	defCls  string
+}
+
+var _ scheduler.Admitter = (*Schedulers)(nil)
+
+// slot is one pool name's schedulers: the current one and the replaced ones
+// still holding leases. A slot outlives its pool's removal while replaced
+// schedulers drain.
+type slot struct {
+	name    string
+	cfg     scheduler.PoolConfig
+	cur     *runtime // nil once the pool was removed
+	retired []*runtime
+	carried int    // leases of retired runtimes not yet released
+	moving  bool   // cur holds a placeholder while waiting requests move to it
+	holds   uint64 // placeholders ever used, left out of the counters
+	learned int    // capacity learned from the engine; 0: none
+	past    scheduler.Counters
+}
+
+// runtime is one scheduler.Scheduler serving a single pool.
+type runtime struct {
+	sched   *scheduler.Scheduler
+	slot    *slot
+	live    int // leases handed out and not released
+	retired bool
+}
+
+// NewSchedulers builds one scheduler per pool of cfg on clk (nil: the real
+// clock).
+func NewSchedulers(cfg scheduler.Config, clk clock.Clock) (*Schedulers, error) {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	s := &Schedulers{clk: clk, slots: map[string]*slot{}}
+	if err := s.Update(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// single is cfg narrowed to one pool.
+func single(cfg scheduler.Config, p scheduler.PoolConfig) scheduler.Config {
+	return scheduler.Config{Pools: []scheduler.PoolConfig{p}, Classes: cfg.Classes,
+		DefaultClass: cfg.DefaultClass, PrefillPredictor: cfg.PrefillPredictor}
+}
+
+// samePool reports whether two pool configs schedule identically. Policies
+// are compared by name: the registry holds one instance per name.
+func samePool(a, b scheduler.PoolConfig) bool {
+	if a.Policy == nil || b.Policy == nil || a.Policy.Name() != b.Policy.Name() {
+		return false
+	}
+	a.Policy, b.Policy = nil, nil
+	return a == b
+}
+
+// Update applies cfg: pools that are new or whose settings changed get a
+// new scheduler (all of them when the classes changed), removed pools stop
+// taking requests (their waiting requests are rejected as unknown pool),
+// unchanged pools keep theirs. On error (cfg invalid) nothing changes.
+func (s *Schedulers) Update(cfg scheduler.Config) error {
+	_, err := s.update(cfg)
+	return err
+}
+
+// update is Update; it also returns the names of the pools it (re)built.
+func (s *Schedulers) update(cfg scheduler.Config) ([]string, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s.upd.Lock()
+	defer s.upd.Unlock()
+	s.mu.Lock()
+	classesSame := slices.Equal(s.classes, cfg.Classes) && s.defCls == cfg.DefaultClass
+	closed := s.closed
+	var keep []bool
+	for _, p := range cfg.Pools {
+		sl := s.slots[p.Name]
+		keep = append(keep, classesSame && sl != nil && sl.cur != nil && samePool(sl.cfg, p))
+	}
+	s.mu.Unlock()
+	if closed {
+		return nil, scheduler.ErrClosed
+	}
+	// Build outside the lock (and before changing anything) so that an
+	// error leaves the running set as it was.
+	fresh := make([]*scheduler.Scheduler, len(cfg.Pools))
+	for i, p := range cfg.Pools {
+		if keep[i] {
+			continue
+		}
+		sc, err := scheduler.New(single(cfg, p), s.clk)
+		if err != nil {
+			closeAll(fresh)
+			return nil, fmt.Errorf("pools[%d]: %w", i, err)
+		}
+		fresh[i] = sc
+	}
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		closeAll(fresh)
+		return nil, scheduler.ErrClosed
+	}
+	var stop []*scheduler.Scheduler
+	var moves []move
+	var built []string
+	seen := map[string]bool{}
+	order := make([]string, 0, len(cfg.Pools))
+	for i, p := range cfg.Pools {
+		seen[p.Name] = true
+		order = append(order, p.Name)
+		if fresh[i] == nil {
+			continue // unchanged; upd keeps the check above valid
+		}
+		sl := s.slots[p.Name]
+		if sl == nil {
+			sl = &slot{name: p.Name}
+			s.slots[p.Name] = sl
+		}
+		if sl.cur != nil {
+			if mv, ok := s.holdLocked(sl, fresh[i], p, cfg); ok {
+				moves = append(moves, mv)
+			}
+			stop = append(stop, s.retireLocked(sl))
+		}
+		sl.cur = &runtime{sched: fresh[i], slot: sl}
+		sl.cfg = p
+		built = append(built, p.Name)
+		s.applyLocked(sl)
+	}
+	for name, sl := range s.slots {
+		if seen[name] || sl.cur == nil {
+			continue
+		}
+		stop = append(stop, s.retireLocked(sl))
+		sl.cur = nil
+		if len(sl.retired) == 0 {
+			delete(s.slots, name)
+		}
+	}
+	s.order = order
+	s.classes = slices.Clone(cfg.Classes)
+	s.defCls = cfg.DefaultClass
+	s.mu.Unlock()
+	// Closing hands every waiter ErrClosed; Admit then queues it again on
+	// the slot's new scheduler, which is already in place.
+	for _, sc := range stop {
+		_ = sc.Close()
+	}
+	for _, mv := range moves {
+		s.finishMove(mv)
+	}
+	return built, nil
+}
+
+func closeAll(ss []*scheduler.Scheduler) {
+	for _, sc := range ss {
+		if sc != nil {
+			_ = sc.Close()
+		}
+	}
+}
+
+// move is a replacement whose waiting requests are moving over: the new
+// scheduler is kept full by one placeholder lease until they all queued
+// there, so that it admits them in its policy's order rather than in the
+// order their goroutines happen to wake up.
+type move struct {
+	sl      *slot
+	sched   *scheduler.Scheduler
+	hold    scheduler.Lease
+	waiting int
+}
+
+// moveWait bounds how long a replacement waits for the moved requests to
+// queue again; they need only be scheduled (a waiter that gave up meanwhile
+// never arrives).
+const moveWait = time.Second
+
+// holdLocked fills sc (fresh, empty, continuous admission) with one
+// placeholder at limit 1 when sl's current scheduler has waiting requests;
+// ok is false when there is nothing to move or sc admits in batches (the
+// window's release orders the moved requests anyway). s.mu is held; the
+// placeholder is admitted at once, as sc is empty.
+func (s *Schedulers) holdLocked(sl *slot, sc *scheduler.Scheduler, p scheduler.PoolConfig, cfg scheduler.Config) (move, bool) {
+	waiting := 0
+	for _, ps := range sl.cur.sched.Stats() {
+		for _, n := range ps.Queued {
+			waiting += n
+		}
+	}
+	if waiting == 0 || p.BatchWindow > 0 {
+		return move{}, false
+	}
+	// The most urgent class: nothing outranks the placeholder, so it is
+	// never a preemption victim.
+	urgent := cfg.Classes[0]
+	for _, c := range cfg.Classes[1:] {
+		if c.Priority < urgent.Priority {
+			urgent = c
+		}
+	}
+	if err := sc.SetLimit(p.Name, 1); err != nil {
+		return move{}, false
+	}
+	hold, err := sc.Admit(context.Background(), scheduler.Request{Pool: p.Name, Class: urgent.Name, Requeue: true})
+	if err != nil {
+		return move{}, false
+	}
+	sl.moving = true
+	sl.holds++
+	return move{sl: sl, sched: sc, hold: hold, waiting: waiting}, true
+}
+
+// finishMove waits (at most moveWait) until the moved requests queued on
+// the new scheduler, then releases the placeholder and sets the real limit.
+func (s *Schedulers) finishMove(mv move) {
+	deadline := time.Now().Add(moveWait)
+	for time.Now().Before(deadline) {
+		queued := 0
+		for _, ps := range mv.sched.Stats() {
+			for _, n := range ps.Queued {
+				queued += n
+			}
+		}
+		if queued >= mv.waiting {
+			break
+		}
+		// A hand-over between goroutines, not a scheduling delay: wall
+		// time, whatever clock the schedulers run on.
+		time.Sleep(100 * time.Microsecond)
+	}
+	s.mu.Lock()
+	mv.sl.moving = false
+	s.applyLocked(mv.sl)
+	s.mu.Unlock()
+	mv.hold.Release(scheduler.Cancelled)
+}
+
+// retireLocked moves sl's current runtime to its retired list and returns
+// its scheduler for closing; s.mu is held.
+func (s *Schedulers) retireLocked(sl *slot) *scheduler.Scheduler {
+	rt := sl.cur
+	rt.retired = true
+	sl.carried += rt.live
+	if rt.live > 0 {
+		sl.retired = append(sl.retired, rt)
+	} else {
+		s.foldLocked(rt)
+	}
+	return rt.sched
+}
+
+// foldLocked adds a drained runtime's counters to its slot's past.
+func (s *Schedulers) foldLocked(rt *runtime) {
+	for _, ps := range rt.sched.Stats() {
+		addCounters(&rt.slot.past, ps.Counters)
+	}
+}
+
+func addCounters(dst *scheduler.Counters, c scheduler.Counters) {
+	dst.Arrived += c.Arrived
+	dst.Requeued += c.Requeued
+	dst.Admitted += c.Admitted
+	dst.Rejected += c.Rejected
+	dst.QueueFull += c.QueueFull
+	dst.Cancelled += c.Cancelled
+	dst.Done += c.Done
+	dst.Failed += c.Failed
+	dst.Preempted += c.Preempted
+	dst.PreemptedDone += c.PreemptedDone
+}
+
+// applyLocked sets the current scheduler's limit: the learned (or static)
+// capacity less the leases replaced schedulers still hold.
+func (s *Schedulers) applyLocked(sl *slot) {
+	if sl.cur == nil || sl.moving {
+		return
+	}
+	limit := sl.cfg.MaxInflight
+	if sl.learned > 0 {
+		limit = min(limit, sl.learned)
+	}
+	_ = sl.cur.sched.SetLimit(sl.name, limit-sl.carried) // the pool exists: it is the runtime's only one
+}
+
+// current returns the runtime for pool ("" is the first pool).
+func (s *Schedulers) current(pool string) (*runtime, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, scheduler.ErrClosed
+	}
+	if pool == "" && len(s.order) > 0 {
+		pool = s.order[0]
+	}
+	sl := s.slots[pool]
+	if sl == nil || sl.cur == nil {
+		return nil, fmt.Errorf("%w: unknown pool %q", scheduler.ErrRejected, pool)
+	}
+	return sl.cur, nil
+}
+
+// Admit queues req on its pool's current scheduler (see scheduler.Admitter).
+// A request waiting when its pool's scheduler is replaced queues again on
+// the new one.
+func (s *Schedulers) Admit(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
+	if req.Arrival.IsZero() {
+		// Fixed now, so that a move to a new scheduler keeps the place.
+		req.Arrival = s.clk.Now()
+	}
+	var last *runtime
+	for {
+		rt, err := s.current(req.Pool)
+		if err != nil {
+			return nil, err
+		}
+		if rt == last {
+			// Closed but still current: only Close does that.
+			return nil, scheduler.ErrClosed
+		}
+		last = rt
+		l, err := rt.sched.Admit(ctx, req)
+		if errors.Is(err, scheduler.ErrClosed) {
+			continue // replaced while waiting
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		rt.live++
+		if rt.retired {
+			// Admitted just before the replacement counted its leases.
+			rt.slot.carried++
+			if rt.live == 1 {
+				rt.slot.retired = append(rt.slot.retired, rt)
+			}
+			s.applyLocked(rt.slot)
+		}
+		s.mu.Unlock()
+		return &trackedLease{Lease: l, s: s, rt: rt}, nil
+	}
+}
+
+// trackedLease counts a lease against its runtime until released.
+type trackedLease struct {
+	scheduler.Lease
+	s    *Schedulers
+	rt   *runtime
+	once sync.Once
+}
+
+// Release implements scheduler.Lease.
+func (l *trackedLease) Release(o scheduler.Outcome) {
+	l.once.Do(func() {
+		l.Lease.Release(o)
+		s, rt := l.s, l.rt
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		rt.live--
+		if !rt.retired {
+			return
+		}
+		sl := rt.slot
+		sl.carried--
+		if rt.live == 0 {
+			sl.retired = slices.DeleteFunc(sl.retired, func(r *runtime) bool { return r == rt })
+			s.foldLocked(rt)
+			if sl.cur == nil && len(sl.retired) == 0 && s.slots[sl.name] == sl {
+				delete(s.slots, sl.name)
+			}
+		}
+		s.applyLocked(sl)
+	})
+}
+
+// SetLimit sets a pool's capacity learned from its engine (it implements
+// capacity.Target); n is clamped to [1, max_inflight] like
+// scheduler.Scheduler.SetLimit. It survives Update while the pool exists.
+func (s *Schedulers) SetLimit(pool string, n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := s.slots[pool]
+	if sl == nil || sl.cur == nil {
+		return fmt.Errorf("scheduler: unknown pool %q", pool)
+	}
+	sl.learned = max(1, n)
+	s.applyLocked(sl)
+	return nil
+}
+
+// ForgetLimit drops a learned capacity: the pool's max_inflight applies
+// again (for a pool whose capacity is no longer learned). Unknown pools are
+// ignored.
+func (s *Schedulers) ForgetLimit(pool string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sl := s.slots[pool]; sl != nil {
+		sl.learned = 0
+		s.applyLocked(sl)
+	}
+}
+
+// Pools returns the pool names in config order.
+func (s *Schedulers) Pools() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.order)
+}
+
+// Stats returns one snapshot per pool in config order: the current
+// scheduler's, with the in-flight work of replaced schedulers still
+// draining and the event counters of all of them added.
+func (s *Schedulers) Stats() []scheduler.PoolStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]scheduler.PoolStats, 0, len(s.order))
+	for _, name := range s.order {
+		sl := s.slots[name]
+		if sl == nil || sl.cur == nil {
+			continue
+		}
+		st := sl.cur.sched.Stats()
+		if len(st) != 1 {
+			continue
+		}
+		ps := st[0]
+		for _, rt := range sl.retired {
+			for _, r := range rt.sched.Stats() {
+				ps.InFlight += r.InFlight
+				ps.InFlightTokens += r.InFlightTokens
+				ps.Preempting += r.Preempting
+				addCounters(&ps.Counters, r.Counters)
+			}
+		}
+		addCounters(&ps.Counters, sl.past)
+		// Placeholders arrived (as requeues), were admitted and cancelled.
+		ps.Arrived -= sl.holds
+		ps.Requeued -= sl.holds
+		ps.Admitted -= sl.holds
+		ps.Cancelled -= sl.holds
+		out = append(out, ps)
+	}
+	return out
+}
+
+// Close rejects every waiting request with scheduler.ErrClosed and refuses
+// new ones; leases already handed out are still released normally. Close is
+// idempotent.
+func (s *Schedulers) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	var all []*scheduler.Scheduler
+	for _, sl := range s.slots {
+		if sl.cur != nil {
+			all = append(all, sl.cur.sched)
+		}
+		for _, rt := range sl.retired {
+			all = append(all, rt.sched)
+		}
+	}
+	s.mu.Unlock()
+	for _, sc := range all {
+		_ = sc.Close()
+	}
+	return nil
+}

@@ -1,0 +1,327 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/policy"
+	"github.com/llmesh/llmesh/scheduler/server"
+)
+
+func pol(t *testing.T, name string) scheduler.Policy {
+	t.Helper()
+	p, err := policy.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// twoClasses is a config with one pool and an urgent and a batch class.
+func twoClasses(t *testing.T, policyName string, maxInflight int) scheduler.Config {
+	return scheduler.Config{
+		Pools: []scheduler.PoolConfig{{Name: "gpu", MaxInflight: maxInflight, Policy: pol(t, policyName)}},
+		Classes: []scheduler.ClassConfig{
+			{Name: "urgent", Priority: 0},
+			{Name: "batch", Priority: 10},
+		},
+		DefaultClass: "batch",
+	}
+}
+
+type admitResult struct {
+	name string
+	l    scheduler.Lease
+	err  error
+}
+
+// admitAsync admits req in a goroutine and reports on ch.
+func admitAsync(ctx context.Context, s scheduler.Admitter, name string, req scheduler.Request, ch chan<- admitResult) {
+	go func() {
+		l, err := s.Admit(ctx, req)
+		ch <- admitResult{name, l, err}
+	}()
+}
+
+// waitQueued polls until pool has n waiting requests in total.
+func waitQueued(t *testing.T, s *server.Schedulers, pool string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for _, ps := range s.Stats() {
+			q := 0
+			for _, v := range ps.Queued {
+				q += v
+			}
+			if ps.Name == pool && q == n {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool %s never had %d waiting: %+v", pool, n, s.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func next(t *testing.T, ch <-chan admitResult) admitResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(20 * time.Second):
+		t.Fatal("no admission result within 20s")
+	}
+	return admitResult{}
+}
+
+func noResult(t *testing.T, ch <-chan admitResult) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("unexpected admission result %s: %v", r.name, r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// A capacity change replaces the pool's scheduler: the held lease stays
+// valid and counts against the new limit, the waiting requests move over in
+// arrival order.
+func TestSchedulersUpdateKeepsLeasesAndWaiters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.NewSchedulers(twoClasses(t, "fifo", 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held, err := s.Admit(ctx, scheduler.Request{ID: "a", Class: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan admitResult, 2)
+	t0 := time.Now()
+	admitAsync(ctx, s, "b", scheduler.Request{ID: "b", Class: "batch", Arrival: t0}, ch)
+	waitQueued(t, s, "gpu", 1)
+	admitAsync(ctx, s, "c", scheduler.Request{ID: "c", Class: "batch", Arrival: t0.Add(time.Millisecond)}, ch)
+	waitQueued(t, s, "gpu", 2)
+
+	if err := s.Update(twoClasses(t, "fifo", 2)); err != nil {
+		t.Fatal(err)
+	}
+	// Limit 2 less the one lease the old scheduler still holds: one more.
+	first := next(t, ch)
+	if first.err != nil || first.name != "b" {
+		t.Fatalf("first after reload: %s %v, want b admitted", first.name, first.err)
+	}
+	noResult(t, ch)
+	st := s.Stats()[0]
+	if st.InFlight != 2 || st.Limit != 1 {
+		t.Fatalf("stats after reload: inflight %d limit %d, want 2 and 1 (2 less the old lease)", st.InFlight, st.Limit)
+	}
+	held.Release(scheduler.Done)
+	second := next(t, ch)
+	if second.err != nil || second.name != "c" {
+		t.Fatalf("after the old lease ended: %s %v, want c admitted", second.name, second.err)
+	}
+	st = s.Stats()[0]
+	if st.Limit != 2 || st.InFlight != 2 || st.Done != 1 {
+		t.Fatalf("stats: limit %d inflight %d done %d, want 2, 2, 1", st.Limit, st.InFlight, st.Done)
+	}
+	first.l.Release(scheduler.Done)
+	second.l.Release(scheduler.Done)
+	held.Release(scheduler.Done) // a second release is ignored
+	if st := s.Stats()[0]; st.InFlight != 0 || st.Done != 3 {
+		t.Fatalf("stats at the end: inflight %d done %d, want 0 and 3", st.InFlight, st.Done)
+	}
+}
+
+// An unchanged config keeps the running scheduler: nothing moves.
+func TestSchedulersUpdateUnchangedKeepsQueue(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := twoClasses(t, "priority", 1)
+	s, err := server.NewSchedulers(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan admitResult, 1)
+	admitAsync(ctx, s, "w", scheduler.Request{Class: "batch"}, ch)
+	waitQueued(t, s, "gpu", 1)
+	if err := s.Update(twoClasses(t, "priority", 1)); err != nil {
+		t.Fatal(err)
+	}
+	noResult(t, ch)
+	if st := s.Stats()[0]; st.Cancelled != 0 || st.Arrived != 2 {
+		t.Fatalf("an unchanged pool moved its queue: %+v", st.Counters)
+	}
+	held.Release(scheduler.Done)
+	r := next(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	r.l.Release(scheduler.Done)
+}
+
+// A policy change takes effect for the requests already waiting: fifo
+// admits in arrival order, priority serves the urgent class first.
+func TestSchedulersUpdatePolicyReordersWaiting(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.NewSchedulers(twoClasses(t, "fifo", 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan admitResult, 2)
+	t0 := time.Now()
+	admitAsync(ctx, s, "batch", scheduler.Request{Class: "batch", Arrival: t0}, ch)
+	waitQueued(t, s, "gpu", 1)
+	admitAsync(ctx, s, "urgent", scheduler.Request{Class: "urgent", Arrival: t0.Add(time.Millisecond)}, ch)
+	waitQueued(t, s, "gpu", 2)
+	// Capacity 2 less the held lease: one slot, which priority gives to
+	// the later but urgent request.
+	if err := s.Update(twoClasses(t, "priority", 2)); err != nil {
+		t.Fatal(err)
+	}
+	r := next(t, ch)
+	if r.err != nil || r.name != "urgent" {
+		t.Fatalf("first admitted after the switch to priority: %s %v, want urgent", r.name, r.err)
+	}
+	noResult(t, ch)
+	held.Release(scheduler.Done)
+	r.l.Release(scheduler.Done)
+	r = next(t, ch)
+	if r.err != nil || r.name != "batch" {
+		t.Fatalf("second: %s %v, want batch", r.name, r.err)
+	}
+	r.l.Release(scheduler.Done)
+}
+
+// A removed pool rejects its waiting requests and new ones, naming the
+// pool; its admitted leases still release.
+func TestSchedulersUpdateRemovesPool(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := twoClasses(t, "fifo", 1)
+	cfg.Pools = append(cfg.Pools, scheduler.PoolConfig{Name: "cpu", MaxInflight: 1, Policy: pol(t, "fifo")})
+	s, err := server.NewSchedulers(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held, err := s.Admit(ctx, scheduler.Request{Pool: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan admitResult, 1)
+	admitAsync(ctx, s, "w", scheduler.Request{Pool: "cpu"}, ch)
+	waitQueued(t, s, "cpu", 1)
+	if err := s.Update(twoClasses(t, "fifo", 1)); err != nil {
+		t.Fatal(err)
+	}
+	r := next(t, ch)
+	if !errors.Is(r.err, scheduler.ErrRejected) || !strings.Contains(r.err.Error(), `"cpu"`) {
+		t.Fatalf("waiter on a removed pool: %v, want ErrRejected naming the pool", r.err)
+	}
+	if _, err := s.Admit(ctx, scheduler.Request{Pool: "cpu"}); !errors.Is(err, scheduler.ErrRejected) {
+		t.Fatalf("admit to a removed pool: %v", err)
+	}
+	held.Release(scheduler.Done)
+	if got := s.Pools(); len(got) != 1 || got[0] != "gpu" {
+		t.Fatalf("pools %v", got)
+	}
+}
+
+// An invalid config changes nothing and says which field is wrong.
+func TestSchedulersUpdateInvalidKeepsRunning(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.NewSchedulers(twoClasses(t, "fifo", 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	bad := twoClasses(t, "fifo", 0)
+	if err := s.Update(bad); err == nil || !strings.Contains(err.Error(), "pools[0].max_inflight") {
+		t.Fatalf("Update(invalid) = %v, want an error naming pools[0].max_inflight", err)
+	}
+	l, err := s.Admit(ctx, scheduler.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(scheduler.Done)
+	if st := s.Stats()[0]; st.MaxInflight != 1 {
+		t.Fatalf("max inflight %d after a rejected update", st.MaxInflight)
+	}
+}
+
+// A learned capacity survives a rebuild of the pool's scheduler, and
+// ForgetLimit restores the static one.
+func TestSchedulersLearnedLimitSurvivesUpdate(t *testing.T) {
+	s, err := server.NewSchedulers(twoClasses(t, "fifo", 8), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.SetLimit("gpu", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetLimit("nope", 3); err == nil {
+		t.Fatal("SetLimit on an unknown pool succeeded")
+	}
+	if err := s.Update(twoClasses(t, "edf", 8)); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats()[0]; st.Limit != 3 {
+		t.Fatalf("limit after rebuild %d, want the learned 3", st.Limit)
+	}
+	s.ForgetLimit("gpu")
+	if st := s.Stats()[0]; st.Limit != 8 {
+		t.Fatalf("limit after ForgetLimit %d, want 8", st.Limit)
+	}
+}
+
+// Close rejects waiters and new requests with ErrClosed.
+func TestSchedulersClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.NewSchedulers(twoClasses(t, "fifo", 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.Admit(ctx, scheduler.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan admitResult, 1)
+	admitAsync(ctx, s, "w", scheduler.Request{}, ch)
+	waitQueued(t, s, "gpu", 1)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := next(t, ch); !errors.Is(r.err, scheduler.ErrClosed) {
+		t.Fatalf("waiter after Close: %v", r.err)
+	}
+	if _, err := s.Admit(ctx, scheduler.Request{}); !errors.Is(err, scheduler.ErrClosed) {
+		t.Fatalf("admit after Close: %v", err)
+	}
+	if err := s.Update(twoClasses(t, "fifo", 2)); !errors.Is(err, scheduler.ErrClosed) {
+		t.Fatalf("Update after Close: %v", err)
+	}
+	held.Release(scheduler.Done)
+	_ = s.Close()
+}
