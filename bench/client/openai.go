@@ -82,26 +82,7 @@ func (ch *chunk) hasToken() bool {
 }
 
 func (c *openAI) body(req *Request) []byte {
-	m := map[string]any{
-		"model":      req.Model,
-		"max_tokens": req.MaxTokens,
-		"ignore_eos": true,
-		"stream":     req.Stream,
-	}
-	if req.Stream {
-		m["stream_options"] = map[string]any{"include_usage": true}
-	}
-	if req.SendPriority {
-		m["priority"] = req.Priority
-	}
-	p := Prompt(req.seed(), req.PromptTokens)
-	if c.chat {
-		m["messages"] = []map[string]string{{"role": "user", "content": p}}
-	} else {
-		m["prompt"] = p
-	}
-	b, _ := json.Marshal(m)
-	return b
+	return appendBody(make([]byte, 0, 192+4*req.PromptTokens), req, c.chat)
 }
 
 func (c *openAI) Do(ctx context.Context, req *Request, rec *result.Record, now Clock) {

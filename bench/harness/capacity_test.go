@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -43,42 +42,14 @@ func BenchmarkCapacity(b *testing.B) {
 			if tc.protocol == workload.ProtocolGRPC {
 				target = srv.GRPCAddr
 			}
-			s, err := workload.Parse([]byte(fmt.Sprintf(`
-protocol: %s
-duration: 3s
-warmup: {duration: 500ms}
-arrival: {process: constant, rate: %g}
-classes: [{name: a, prompt_tokens: {value: 16}, output_tokens: {value: %d}}]`, tc.protocol, tc.rate, tc.tokens)))
-			if err != nil {
-				b.Fatal(err)
-			}
-			s.Default()
-			w, err := workload.Compile(s, workload.CompileOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
+			w := capacityWorkload(b, tc.protocol, "", tc.rate, tc.tokens)
 			for i := 0; i < b.N; i++ {
+				cpu0 := processCPU()
 				rep, recs, err := Run(context.Background(), Options{Workload: w, Target: target})
 				if err != nil {
 					b.Fatal(err)
 				}
-				var chunks int
-				var first, last int64 = 1 << 62, 0
-				for _, r := range recs {
-					if r.Warmup {
-						continue
-					}
-					chunks += len(r.ChunkNS)
-					for _, c := range r.ChunkNS {
-						first, last = min(first, c), max(last, c)
-					}
-				}
-				b.ReportMetric(rep.AchievedRPS, "req/s")
-				b.ReportMetric(float64(chunks)/(float64(last-first)/1e9), "chunks/s")
-				b.ReportMetric(rep.ScheduleLagMs.P50, "lag-p50-ms")
-				b.ReportMetric(rep.ScheduleLagMs.P99, "lag-p99-ms")
-				b.ReportMetric(float64(rep.Completed)/float64(rep.NumPrompts), "completed-frac")
-				b.ReportMetric(rep.P99TTFTMs, "ttft-p99-ms")
+				reportCapacity(b, rep, recs, processCPU()-cpu0)
 			}
 		})
 	}

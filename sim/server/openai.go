@@ -203,23 +203,11 @@ func (o *openAIOut) usage(r *result) usage {
 	return usage{len(o.req.prompt), len(r.ids), len(o.req.prompt) + len(r.ids)}
 }
 
-func (o *openAIOut) chunk(text string, role bool, finish any) map[string]any {
-	c := map[string]any{"index": 0, "logprobs": nil, "finish_reason": finish}
-	if o.req.chat {
-		d := map[string]any{"content": text}
-		if role {
-			d["role"] = "assistant"
-		}
-		c["delta"] = d
-	} else {
-		c["text"] = text
-	}
-	return map[string]any{"id": o.id, "object": o.object(true), "created": o.created, "model": o.s.cfg.ServedModelName, "choices": []any{c}}
-}
-
-// streamOpenAI writes one SSE event per engine step. The chunk with the
-// finish reason carries the engine's ground truth in "llmesh_engine"; with
-// include_usage, so does the usage chunk that follows it.
+// streamOpenAI writes one SSE event per engine step, each written and
+// flushed as the step ends. The chunk with the finish reason carries the
+// engine's ground truth in "llmesh_engine"; with include_usage, so does the
+// usage chunk that follows it. The final chunk, the usage chunk and
+// [DONE] are ready at the same moment and go out in one write.
 func (s *Server) streamOpenAI(ctx context.Context, w http.ResponseWriter, g genRequest, o *openAIOut) {
 	fl, _ := w.(http.Flusher)
 	h := w.Header()
@@ -227,12 +215,11 @@ func (s *Server) streamOpenAI(ctx context.Context, w http.ResponseWriter, g genR
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	send := func(v any) error {
-		b, err := json.Marshal(v)
+	enc := newSSEEncoder(o)
+	flush := func() error {
+		_, err := w.Write(enc.buf)
+		enc.reset()
 		if err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
 			return err
 		}
 		if fl != nil {
@@ -240,45 +227,40 @@ func (s *Server) streamOpenAI(ctx context.Context, w http.ResponseWriter, g genR
 		}
 		return nil
 	}
-	if o.req.chat {
-		if send(o.chunk("", true, nil)) != nil {
+	if o.req.chat { // a chat stream's first event names the role
+		enc.chunk("", true, false, nil)
+		if flush() != nil {
 			return
 		}
 	}
-	var last map[string]any
+	var lastText string
 	res, err := s.generate(ctx, g, func(ids []uint32, done bool) error {
 		if done {
 			// Held back until the result (and its truth) is known.
-			last = o.chunk(sim.Detokenize(ids), false, "length")
+			lastText = sim.Detokenize(ids)
 			return nil
 		}
-		return send(o.chunk(sim.Detokenize(ids), false, nil))
+		enc.chunk(sim.Detokenize(ids), false, false, nil)
+		return flush()
 	})
 	switch {
 	case errors.Is(err, errDropped):
 		panic(http.ErrAbortHandler)
 	case err != nil:
 		if ctx.Err() == nil {
-			_ = send(map[string]any{"error": map[string]any{"message": err.Error(), "type": "server_error", "param": nil, "code": 503}})
+			b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": err.Error(), "type": "server_error", "param": nil, "code": 503}})
+			enc.buf = append(append(append(enc.buf, "data: "...), b...), "\n\n"...)
+			_ = flush()
 		}
 		return
 	}
 	truth := res.truth()
-	last["llmesh_engine"] = truth
-	if send(last) != nil {
-		return
-	}
+	enc.chunk(lastText, false, true, &truth)
 	if o.req.includeUsage {
-		u := map[string]any{"id": o.id, "object": o.object(true), "created": o.created, "model": s.cfg.ServedModelName,
-			"choices": []any{}, "usage": o.usage(res), "llmesh_engine": truth}
-		if send(u) != nil {
-			return
-		}
+		enc.usage(o.usage(res), &truth)
 	}
-	_, _ = io.WriteString(w, "data: [DONE]\n\n")
-	if fl != nil {
-		fl.Flush()
-	}
+	enc.done()
+	_ = flush()
 }
 
 func (s *Server) responseID(chat bool) string {

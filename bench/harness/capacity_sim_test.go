@@ -1,0 +1,132 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/sim/simtest"
+)
+
+// BenchmarkCapacitySim measures the harness's capacity against the real
+// simulated engine in the same process, so the sim's cost per request and
+// per chunk counts against the same CPUs — what `llmesh bench run` against
+// `llmesh sim` on a shared host sees. The sim runs 100 times faster than
+// real time (engine steps of 7–60 ms take 70–600 µs), so queueing in the
+// engine stays small and the run measures the harness and the serving
+// path. Besides the rates and the schedule lag it reports the process's
+// CPU time per request, which moves little with other load on the host.
+//
+//	taskset -c 0,1 go test -run '^$' -bench CapacitySim -benchtime 1x ./bench/harness/
+func BenchmarkCapacitySim(b *testing.B) {
+	for _, tc := range []struct {
+		name     string
+		rate     float64
+		tokens   int
+		protocol string
+	}{
+		{"sse-short/rate=1000", 1000, 8, workload.ProtocolCompletions},
+		{"sse-short/rate=1500", 1500, 8, workload.ProtocolCompletions},
+		{"sse-short/rate=2000", 2000, 8, workload.ProtocolCompletions},
+		{"sse-short/rate=3000", 3000, 8, workload.ProtocolCompletions},
+		{"sse-long/rate=200x500", 200, 500, workload.ProtocolCompletions},
+		{"sse-long/rate=300x500", 300, 500, workload.ProtocolCompletions},
+		{"grpc-short/rate=2000", 2000, 8, workload.ProtocolGRPC},
+		{"grpc-long/rate=200x500", 200, 500, workload.ProtocolGRPC},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := simtest.Start(b, simtest.WithTimeScale(100))
+			target := s.HTTPURL
+			if tc.protocol == workload.ProtocolGRPC {
+				target = s.GRPCAddr
+			}
+			w := capacityWorkload(b, tc.protocol, s.Model, tc.rate, tc.tokens)
+			for i := 0; i < b.N; i++ {
+				cpu0 := processCPU()
+				rep, recs, err := Run(context.Background(), Options{Workload: w, Target: target})
+				if err != nil {
+					b.Fatal(err)
+				}
+				reportCapacity(b, rep, recs, processCPU()-cpu0)
+			}
+		})
+	}
+}
+
+// capacityWorkload is a 3-second constant-rate run of one class with
+// 16-token prompts, after a 0.5 s warm-up.
+func capacityWorkload(b *testing.B, protocol, model string, rate float64, tokens int) *workload.Workload {
+	b.Helper()
+	s, err := workload.Parse([]byte(fmt.Sprintf(`
+protocol: %s
+model: %q
+duration: 3s
+warmup: {duration: 500ms}
+arrival: {process: constant, rate: %g}
+classes: [{name: a, send_priority: false, prompt_tokens: {value: 16}, output_tokens: {value: %d}}]`, protocol, model, rate, tokens)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Default()
+	w, err := workload.Compile(s, workload.CompileOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return w
+}
+
+// reportCapacity reports the sustained request and chunk rates, the
+// schedule lag and the CPU time per request (the whole process: harness
+// and target; warm-up requests included in the divisor as in the CPU
+// time) of one capacity run, and logs them on one line.
+func reportCapacity(b *testing.B, rep *result.Report, recs []result.Record, cpu time.Duration) {
+	for _, r := range recs {
+		if r.Status != result.StatusOK {
+			b.Errorf("request %d: %s: %s", r.Index, r.Status, r.Error)
+			break
+		}
+	}
+	var chunks int
+	var first, last int64 = 1 << 62, 0
+	for _, r := range recs {
+		if r.Warmup {
+			continue
+		}
+		chunks += len(r.ChunkNS)
+		for _, c := range r.ChunkNS {
+			first, last = min(first, c), max(last, c)
+		}
+	}
+	chunkRate := 0.0
+	if last > first {
+		chunkRate = float64(chunks) / (float64(last-first) / 1e9)
+	}
+	cpuPerReq := 0.0
+	if len(recs) > 0 {
+		cpuPerReq = float64(cpu.Microseconds()) / float64(len(recs))
+	}
+	completed := 0.0
+	if rep.NumPrompts > 0 {
+		completed = float64(rep.Completed) / float64(rep.NumPrompts)
+	}
+	b.ReportMetric(rep.AchievedRPS, "req/s")
+	b.ReportMetric(chunkRate, "chunks/s")
+	b.ReportMetric(rep.ScheduleLagMs.P50, "lag-p50-ms")
+	b.ReportMetric(rep.ScheduleLagMs.P99, "lag-p99-ms")
+	b.ReportMetric(completed, "completed-frac")
+	b.ReportMetric(rep.P99TTFTMs, "ttft-p99-ms")
+	b.ReportMetric(cpuPerReq, "cpu-us/req")
+	b.Logf("sustained %.0f req/s, %.0f chunks/s, schedule lag p50 %.3f ms p99 %.3f ms (valid %v), completed %.4f, CPU %.0f µs/request",
+		rep.AchievedRPS, chunkRate, rep.ScheduleLagMs.P50, rep.ScheduleLagMs.P99, rep.Valid, completed, cpuPerReq)
+}
+
+// processCPU is the user+system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
