@@ -3,9 +3,12 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/llmesh/llmesh/config"
 )
 
 // Protocol is how the gateway talks to a pool's upstream.
@@ -31,6 +34,12 @@ type Pool struct {
 	// upstream. By default the gateway asks for identity: a gzipped stream
 	// could only be counted, not observed (no TTFT, tokens or usage).
 	PassAcceptEncoding bool
+	// Experiment and Arm name the experiment arm this pool carries (see
+	// Route.Experiment); both are empty for an ordinary pool. Requests
+	// routed to an arm pool answer with the ArmHeader response header, and
+	// their Record's Pool names the arm pool.
+	Experiment string
+	Arm        string
 }
 
 // Route sends matching requests to a pool in a class. Routes are tried in
@@ -51,7 +60,17 @@ type Route struct {
 	// Class is the scheduling class for requests of this route; empty
 	// leaves the choice to the classifier (or the default class).
 	Class string
+	// Experiment, when non-nil, splits the route's traffic over the
+	// experiment's arms: each request goes to the pool named
+	// config.ArmPoolName(Pool, arm) for the arm Experiment.Pick chooses
+	// (active arm, else header match, else a weighted draw), which must be
+	// defined. nil sends every request to Pool.
+	Experiment *config.Experiment
 }
+
+// ArmHeader is the response header naming the experiment arm that served
+// a request (absent for pools without an experiment).
+const ArmHeader = "X-Llmesh-Arm"
 
 // Config is the gateway's runtime configuration. The zero value of each
 // optional field picks the default documented on it.
@@ -105,16 +124,23 @@ type compiledPool struct {
 type compiled struct {
 	cfg      Config
 	pools    map[string]*compiledPool
-	routes   []Route
+	routes   []compiledRoute
+	draw     func() float64 // uniform in [0, 1) for weighted arm choice
 	httpPool *compiledPool // default for HTTP requests when no route matches
 	grpcPool *compiledPool // default for gRPC requests when no route matches
+}
+
+// compiledRoute is a route with its experiment's arm pools resolved.
+type compiledRoute struct {
+	Route
+	arms map[*config.Arm]*compiledPool
 }
 
 // compile validates cfg, applies defaults and returns the runtime form.
 // Errors name the field path and the bad value, all at once.
 func compile(cfg Config) (*compiled, error) {
 	var errs []error
-	c := &compiled{cfg: cfg, pools: map[string]*compiledPool{}}
+	c := &compiled{cfg: cfg, pools: map[string]*compiledPool{}, draw: rand.Float64}
 	if len(cfg.Pools) == 0 {
 		errs = append(errs, errors.New("pools: at least one pool is required"))
 	}
@@ -153,8 +179,24 @@ func compile(cfg Config) (*compiled, error) {
 		if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
 			errs = append(errs, fmt.Errorf("routes[%d].path_prefix: %q must start with /", i, r.PathPrefix))
 		}
+		cr := compiledRoute{Route: r}
+		if e := r.Experiment; e != nil {
+			if len(e.Arms) == 0 {
+				errs = append(errs, fmt.Errorf("routes[%d].experiment: %q has no arms", i, e.Name))
+			}
+			cr.arms = map[*config.Arm]*compiledPool{}
+			for _, a := range e.Arms {
+				name := config.ArmPoolName(r.Pool, a.Name)
+				p, ok := c.pools[name]
+				if !ok {
+					errs = append(errs, fmt.Errorf("routes[%d].experiment: arm %q needs pool %q, which is not defined", i, a.Name, name))
+					continue
+				}
+				cr.arms[a] = p
+			}
+		}
+		c.routes = append(c.routes, cr)
 	}
-	c.routes = cfg.Routes
 	if cfg.MaxHeaderBytes < 0 {
 		errs = append(errs, fmt.Errorf("max_header_bytes: %d must not be negative", cfg.MaxHeaderBytes))
 	}
@@ -214,6 +256,9 @@ func (c *compiled) match(path string, header func(string) string, isGRPC bool) (
 			}
 		}
 		if all {
+			if r.Experiment != nil {
+				return r.arms[r.Experiment.Pick(header, c.draw())], r.Class, true
+			}
 			return c.pools[r.Pool], r.Class, true
 		}
 	}

@@ -81,6 +81,12 @@ func WithHandlerWrapper(wrap func(http.Handler) http.Handler) Option {
 	}
 }
 
+// WithArmDraw sets the source of the uniform [0, 1) numbers that pick an
+// experiment arm by weight; it is called once per request to a route with
+// an experiment, from many goroutines at once, so it must be safe for
+// concurrent use. nil: math/rand/v2's Float64. Tests pass a seeded source.
+func WithArmDraw(draw func() float64) Option { return func(g *Gateway) { g.armDraw = draw } }
+
 // bufferPool recycles ReverseProxy's 32 KiB copy buffers, which would
 // otherwise be allocated per request.
 type bufferPool struct{ p sync.Pool }
@@ -114,6 +120,7 @@ type Gateway struct {
 	recorders  []Recorder
 	wrappers   []func(http.Handler) http.Handler
 	handler    http.Handler
+	armDraw    func() float64 // nil: compile's default
 
 	httpTransport *http.Transport
 	grpcTransport *http.Transport
@@ -130,10 +137,13 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{clock: clock.Real{}, log: slog.Default(), proxies: map[string]*httputil.ReverseProxy{}}
-	g.cfg.Store(c)
 	for _, o := range opts {
 		o(g)
 	}
+	if g.armDraw != nil {
+		c.draw = g.armDraw
+	}
+	g.cfg.Store(c)
 	g.httpTransport = &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -166,8 +176,21 @@ func (g *Gateway) Update(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if g.armDraw != nil {
+		c.draw = g.armDraw
+	}
 	g.cfg.Store(c)
 	return nil
+}
+
+// Arm returns the experiment and arm that the pool called pool carries in
+// the running configuration ("" and "" for an ordinary or unknown pool),
+// for labelling a Record.
+func (g *Gateway) Arm(pool string) (experiment, arm string) {
+	if p := g.cfg.Load().pools[pool]; p != nil {
+		return p.Experiment, p.Arm
+	}
+	return "", ""
 }
 
 // SetClassifier swaps the classifier (nil: route classes only).

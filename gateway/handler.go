@@ -60,6 +60,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("no route for %s", r.URL.Path), 0)
 		return
 	}
+	if pool.Arm != "" {
+		w.Header().Set(ArmHeader, pool.Arm) // on errors too: the arm refused it
+	}
 	body, err := readBody(r.Body, rt.cfg.MaxRequestBytes)
 	if err != nil {
 		if errors.Is(err, ErrBodyTooLarge) {
