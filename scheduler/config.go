@@ -36,6 +36,16 @@ type PoolConfig struct {
 	// MaxInflightTokens bounds the sum of PromptTokens+MaxTokens in flight;
 	// 0 means no token bound.
 	MaxInflightTokens int
+	// MaxPrefillTokens bounds the prompt tokens of admitted requests whose
+	// first token has not been seen yet: the prefill work the engine still
+	// owes. Engines run unfinished prefill chunks before anything new, so a
+	// large backlog of low-priority prefill makes every step long and an
+	// urgent request waits for it. Requests of the pool's most urgent class
+	// priority are exempt (they are admitted past the bound, and their own
+	// prefill counts against it); a request is admitted whatever its size
+	// when nothing is in prefill, so a prompt larger than the bound still
+	// runs. 0 means no bound.
+	MaxPrefillTokens int
 	// Policy orders waiting requests and says whether preemption is allowed;
 	// required.
 	Policy Policy
@@ -119,6 +129,9 @@ func (c *Config) Validate() error {
 		}
 		if p.MaxInflightTokens < 0 {
 			bad("%s.max_inflight_tokens: %d must not be negative", path, p.MaxInflightTokens)
+		}
+		if p.MaxPrefillTokens < 0 {
+			bad("%s.max_prefill_tokens: %d must not be negative", path, p.MaxPrefillTokens)
 		}
 		if p.Policy == nil {
 			bad("%s.policy: must be set", path)

@@ -104,6 +104,7 @@ type pool struct {
 	limit      int
 	inflight   int
 	tokens     int
+	prefilling int // prompt tokens of running entries without a first token
 	preempting int
 	queues     []queue  // by class index
 	running    []*entry // in flight, unordered; entry.runIdx is the index
@@ -126,6 +127,7 @@ type Machine struct {
 	classes    []*class
 	classByNm  map[string]*class
 	defClass   *class
+	top        int // the most urgent class priority (lowest value)
 	entries    map[Ticket]*entry
 	next       Ticket
 	seq        uint64
@@ -164,6 +166,10 @@ func NewMachine(cfg Config) (*Machine, error) {
 		m.classByNm[c.Name] = cl
 	}
 	m.defClass = m.classes[0]
+	m.top = m.classes[0].Priority
+	for _, cl := range m.classes {
+		m.top = min(m.top, cl.Priority)
+	}
 	if cfg.DefaultClass != "" {
 		m.defClass = m.classByNm[cfg.DefaultClass]
 	}
@@ -269,14 +275,23 @@ func (m *Machine) Cancel(now time.Time, t Ticket) {
 // order and the prefill and decode-speed estimates. Unknown or waiting
 // tickets are ignored.
 func (m *Machine) Progress(now time.Time, t Ticket, pr Progress) {
+	m.progress(now, t, pr)
+}
+
+// progress is Progress; it reports whether the request's first token freed
+// prefill budget, which may let waiting requests in (the runtime steps then).
+func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
 	e := m.entries[t]
 	if e == nil || e.state != running {
-		return
+		return false
 	}
+	freed := false
 	if (pr.FirstToken || pr.Tokens > 0) && !e.firstToken {
 		e.firstToken = true
 		e.firstAt = now
 		e.pool.prefill.observe(now.Sub(e.admitted))
+		e.pool.prefilling -= e.req.PromptTokens
+		freed = e.pool.MaxPrefillTokens > 0 && e.req.PromptTokens > 0
 	}
 	if pr.Tokens > e.tokens {
 		e.tokens = pr.Tokens
@@ -284,6 +299,7 @@ func (m *Machine) Progress(now time.Time, t Ticket, pr Progress) {
 			e.pool.tpot.observe(now.Sub(e.firstAt) / time.Duration(e.tokens-1))
 		}
 	}
+	return freed
 }
 
 // FirstToken is Progress with FirstToken set.
@@ -311,6 +327,9 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 	p.running = p.running[:len(p.running)-1]
 	p.inflight--
 	p.tokens -= e.cost
+	if !e.firstToken {
+		p.prefilling -= e.req.PromptTokens
+	}
 	if e.preempting {
 		p.preempting--
 	}
@@ -429,11 +448,22 @@ func (m *Machine) age(now time.Time, p *pool, e *entry) {
 	}
 }
 
-func (p *pool) fits(e *entry) bool {
+func (m *Machine) fits(p *pool, e *entry) bool {
 	if p.inflight >= p.limit {
 		return false
 	}
-	return p.MaxInflightTokens == 0 || p.tokens+e.cost <= p.MaxInflightTokens
+	if p.MaxInflightTokens > 0 && p.tokens+e.cost > p.MaxInflightTokens {
+		return false
+	}
+	return !m.prefillHeld(p, e)
+}
+
+// prefillHeld reports whether the prefill bound keeps e waiting: e is not of
+// the most urgent priority, something is in prefill, and e's prompt would
+// take the outstanding prefill past MaxPrefillTokens.
+func (m *Machine) prefillHeld(p *pool, e *entry) bool {
+	return p.MaxPrefillTokens > 0 && e.Priority != m.top && p.prefilling > 0 &&
+		p.prefilling+e.req.PromptTokens > p.MaxPrefillTokens
 }
 
 // admit releases waiting requests in policy order while they fit. The head
@@ -449,7 +479,7 @@ func (m *Machine) admit(now time.Time, p *pool, d *Decisions) {
 	released := false
 	for {
 		e := m.best(now, p)
-		if e == nil || !p.fits(e) {
+		if e == nil || !m.fits(p, e) {
 			break
 		}
 		p.queues[e.class.index].remove(e)
@@ -459,6 +489,7 @@ func (m *Machine) admit(now time.Time, p *pool, d *Decisions) {
 		p.running = append(p.running, e)
 		p.inflight++
 		p.tokens += e.cost
+		p.prefilling += e.req.PromptTokens
 		p.counts.Admitted++
 		d.Admitted = append(d.Admitted, e.ticket)
 		released = true

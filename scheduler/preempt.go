@@ -88,8 +88,8 @@ func (m *Machine) slotWait(now time.Time, p *pool) time.Duration {
 }
 
 // atRisk reports whether waiting request e would miss its TTFT objective if
-// it waited for the next natural slot, and otherwise when it would become at
-// risk with no further events.
+// it waited slotWait for a slot, and otherwise when it would become at risk
+// with no further events.
 func (m *Machine) atRisk(now time.Time, p *pool, e *entry, slotWait time.Duration) (bool, time.Time) {
 	if e.class.TTFT <= 0 {
 		return false, time.Time{}
@@ -110,11 +110,19 @@ func (m *Machine) atRisk(now time.Time, p *pool, e *entry, slotWait time.Duratio
 }
 
 // preempt walks waiting requests in policy order as far as the pool's limit
-// reaches. Each takes a slot that is free or already being freed; the first
-// one without such a slot gets victims preempted for it if it is at risk and
-// the guard rails allow, otherwise the walk stops: lower-ranked requests
-// would have to wait behind it anyway. Only as many victims as make it fit
-// are chosen.
+// reaches. Admission is in that order, so each request needs the capacity
+// of everything ahead of it plus its own: the walk keeps the balance of
+// free (or being freed) slots and tokens minus what the requests walked so
+// far take. A request the balance does not cover is predicted to wait for
+// the soonest natural finish (optimistic for requests further back, which
+// keeps preemption conservative); if that makes it at risk, victims are
+// preempted until the balance covers it (and so everything ahead of it
+// too: a slot freed for it would otherwise go to a request ahead). A request that is not at risk, or that no permitted
+// set of victims can cover, does not stop the walk: one behind it may be
+// at risk sooner (a longer predicted prefill, a tighter objective, a
+// request ahead that aged past a more urgent class), and each one that is
+// not at risk asks for a wake-up when it would become so. Only as many
+// victims as make the balance cover the request are chosen.
 func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 	if p.Preemption.MaxPerRequest == 0 || p.waiting() == 0 {
 		return
@@ -129,19 +137,26 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			}
 		}
 	}
-	fitsFreed := func(cost, s, t int) bool {
-		return s > 0 && (p.MaxInflightTokens == 0 || t >= cost)
+	covered := func(s, t int) bool {
+		return s >= 0 && (p.MaxInflightTokens == 0 || t >= 0)
 	}
 	w := newWalker(m, p)
 	slotWait := time.Duration(-1) // computed when first needed
+	// hopeless: the lowest priority value for which victims could not be
+	// found; requests of that priority or less urgent cannot do better
+	// (their victims are a subset, their shortfall at least as large).
+	hopeless, anyHopeless := 0, false
 	for walked := 0; walked < p.limit; walked++ {
 		e := w.next(now)
 		if e == nil {
 			return
 		}
-		if fitsFreed(e.cost, slots, toks) {
-			slots--
-			toks -= e.cost
+		slots--
+		toks -= e.cost
+		if covered(slots, toks) {
+			continue
+		}
+		if anyHopeless && e.Priority >= hopeless {
 			continue
 		}
 		if slotWait < 0 {
@@ -152,7 +167,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			if !at.IsZero() {
 				d.wakeAt(at)
 			}
-			return
+			continue
 		}
 		victims, allowed, wake := m.victims(now, p, e)
 		if !wake.IsZero() {
@@ -160,7 +175,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 		}
 		s, t := slots, toks
 		n := 0
-		for n < min(allowed, len(victims)) && !fitsFreed(e.cost, s, t) {
+		for n < min(allowed, len(victims)) && !covered(s, t) {
 			// Selection, not a full sort: usually one victim is enough.
 			best := n
 			for i := n + 1; i < len(victims); i++ {
@@ -173,8 +188,11 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			t += victims[n].cost
 			n++
 		}
-		if !fitsFreed(e.cost, s, t) {
-			return
+		if !covered(s, t) {
+			if !anyHopeless || e.Priority < hopeless {
+				hopeless, anyHopeless = e.Priority, true
+			}
+			continue
 		}
 		for _, v := range victims[:n] {
 			v.preempting = true
@@ -185,7 +203,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			}
 			d.Preempted = append(d.Preempted, v.ticket)
 		}
-		slots, toks = s-1, t-e.cost
+		slots, toks = s, t
 		slotWait = -1 // the victims no longer count
 	}
 }

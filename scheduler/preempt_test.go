@@ -153,3 +153,54 @@ func TestNonPreemptivePolicyNeverPreempts(t *testing.T) {
 		t.Fatalf("fifo preempted %v", d.Preempted)
 	}
 }
+
+// An aged low-priority request at the head of the walk that no victim can
+// help (victims must be strictly less urgent than it) must not block
+// preemption for an at-risk urgent request behind it. Both need a slot, so
+// two victims go.
+func TestPreemptWalkPastHopelessHead(t *testing.T) {
+	pc := preemptivePool(2, rails)
+	pc.Aging = time.Second
+	m := newMachine(t, pc)
+	b := fillBatch(t, m, 2)
+	old := arrive(t, m, at(0), scheduler.Request{Class: "batch", MaxTokens: 100})
+	m.Step(at(0))
+	// At 11 s the old batch request has aged 11 levels (effective priority
+	// -1), ahead of the interactive class (0), and it is past its own
+	// objective.
+	i := arrive(t, m, at(11_000), scheduler.Request{Class: "interactive", MaxTokens: 10})
+	d := m.Step(at(11_000))
+	if len(d.Preempted) != 2 {
+		t.Fatalf("preempted %v, want both batch requests (one slot for the aged head, one for the interactive)", d.Preempted)
+	}
+	m.Finish(at(11_001), b[0], scheduler.Preempted)
+	m.Finish(at(11_001), b[1], scheduler.Preempted)
+	if d = m.Step(at(11_001)); !cmp.Equal(d.Admitted, []scheduler.Ticket{old, i}) {
+		t.Fatalf("admitted %v, want the aged head %d then the interactive %d", d.Admitted, old, i)
+	}
+}
+
+// A request that is not at risk does not end the walk: one behind it with a
+// longer predicted prefill can be at risk first.
+func TestPreemptWalkPastNotAtRisk(t *testing.T) {
+	classes := twoClasses()
+	classes[1].TPOT = time.Millisecond // the batch requests finish in 100 ms
+	m, err := scheduler.NewMachine(scheduler.Config{
+		Pools:   []scheduler.PoolConfig{{Name: "p", MaxInflight: 2, Policy: preemptive.New(), Preemption: rails}},
+		Classes: classes,
+		// 1 ms of prefill per prompt token.
+		PrefillPredictor: func(_ string, prompt int) time.Duration { return time.Duration(prompt) * time.Millisecond },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillBatch(t, m, 2)
+	// Both wait ~100 ms for a slot: the short prompt's prediction is
+	// 110 ms, within the 200 ms objective; the long one's 250 ms is not,
+	// and it needs the second slot (the first goes to the short one).
+	arrive(t, m, at(0), scheduler.Request{Class: "interactive", PromptTokens: 10, MaxTokens: 10})
+	arrive(t, m, at(0), scheduler.Request{Class: "interactive", PromptTokens: 150, MaxTokens: 10})
+	if d := m.Step(at(0)); len(d.Preempted) != 2 {
+		t.Fatalf("preempted %v, want two victims for the at-risk second request", d.Preempted)
+	}
+}

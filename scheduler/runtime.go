@@ -225,7 +225,12 @@ func (l *lease) Progress(p Progress) {
 	if l.released {
 		return
 	}
-	l.s.m.Progress(l.s.clk.Now(), l.t, p)
+	now := l.s.clk.Now()
+	if l.s.m.progress(now, l.t, p) && !l.s.closed {
+		// A first token freed prefill budget (max_prefill_tokens): waiting
+		// requests may fit now.
+		l.s.stepLocked(now)
+	}
 }
 
 func (l *lease) Release(o Outcome) {

@@ -26,6 +26,9 @@ type PoolStats struct {
 	MaxInflight    int
 	InFlight       int
 	InFlightTokens int
+	// PrefillTokens is the prompt tokens of in-flight requests without a
+	// first token: what max_prefill_tokens bounds.
+	PrefillTokens int
 	// Preempting counts in-flight requests asked to stop but not released.
 	Preempting int
 	// Queued is the number of waiting requests per class name.
@@ -47,6 +50,7 @@ func (m *Machine) Stats() []PoolStats {
 			MaxInflight:     p.MaxInflight,
 			InFlight:        p.inflight,
 			InFlightTokens:  p.tokens,
+			PrefillTokens:   p.prefilling,
 			Preempting:      p.preempting,
 			Queued:          map[string]int{},
 			PrefillEstimate: p.prefill.value(),

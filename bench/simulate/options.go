@@ -45,6 +45,12 @@ type Options struct {
 	MaxInflight int
 	// MaxInflightTokens bounds prompt+max tokens in flight; 0 means none.
 	MaxInflightTokens int
+	// MaxPrefillTokens bounds the prompt tokens admitted but not yet
+	// prefilled (first token not seen) of every class but the most urgent
+	// (the pool's max_prefill_tokens); 0 means none. The saturation
+	// measurement runs without it, so load factors mean the same with and
+	// without the bound.
+	MaxPrefillTokens int
 	// MetricsInterval is how often the pool's limit is re-derived from the
 	// engine's load (running, waiting, KV usage) with scheduler/capacity's
 	// rule, as the hosts do from the engine's /metrics; 0 means
@@ -90,6 +96,9 @@ func (o Options) withDefaults(w *workload.Workload) (Options, error) {
 	}
 	if o.MaxInflightTokens < 0 {
 		errs = append(errs, fmt.Errorf("max_inflight_tokens: %d must not be negative", o.MaxInflightTokens))
+	}
+	if o.MaxPrefillTokens < 0 {
+		errs = append(errs, fmt.Errorf("max_prefill_tokens: %d must not be negative", o.MaxPrefillTokens))
 	}
 	if o.MetricsInterval == 0 {
 		o.MetricsInterval = DefaultMetricsInterval

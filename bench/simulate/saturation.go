@@ -70,6 +70,7 @@ func saturation(w *workload.Workload, o Options) (*SaturationInfo, error) {
 	if len(items) < 20 {
 		return nil, fmt.Errorf("saturation: the workload yields %d requests, need at least 20", len(items))
 	}
+	o.MaxPrefillTokens = 0 // the reference: what the engine sustains unrestricted
 	l, err := newLoop(&c, fifo.New(), o)
 	if err != nil {
 		return nil, err

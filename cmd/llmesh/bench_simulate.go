@@ -33,6 +33,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		jsonOut   = fs.Bool("json", false, "print one JSON object instead of tables")
 		brief     = fs.Bool("brief", false, "print only the saturation point and the comparison table")
 		inflight  = fs.Int("max-inflight", simulate.DefaultMaxInflight, "pool capacity (max_inflight)")
+		prefill   = fs.Int("max-prefill-tokens", 0, "pool: most prompt tokens admitted but not yet prefilled, for every class but the most urgent (0: no bound)")
 		interval  = fs.Duration("metrics-interval", simulate.DefaultMetricsInterval, "re-derive the pool limit from the engine's load this often (0: static capacity)")
 		maxSeqs   = fs.Int("max-num-seqs", 256, "engine: most running sequences")
 		maxBatch  = fs.Int("max-num-batched-tokens", 8192, "engine: most tokens per step")
@@ -66,6 +67,9 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if *duration > 0 && *traceFile != "" {
 		errs = append(errs, errors.New("--duration: a trace sets its own length"))
 	}
+	if *prefill < 0 {
+		errs = append(errs, fmt.Errorf("--max-prefill-tokens: %d must not be negative", *prefill))
+	}
 	if *interval < 0 {
 		errs = append(errs, fmt.Errorf("--metrics-interval: %v must not be negative", *interval))
 	}
@@ -83,8 +87,8 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	o := simulate.Options{
 		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
 		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep},
-		MetricsInterval: *interval,
-		Preemption:      scheduler.PreemptionConfig{MinLowerInflight: 1, MinRunTime: *minRun, MaxPerRequest: *maxPer, Target: *target},
+		MetricsInterval: *interval, MaxPrefillTokens: *prefill,
+		Preemption: scheduler.PreemptionConfig{MinLowerInflight: 1, MinRunTime: *minRun, MaxPerRequest: *maxPer, Target: *target},
 	}
 	if *interval == 0 {
 		o.MetricsInterval = -1

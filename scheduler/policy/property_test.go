@@ -15,14 +15,17 @@ import (
 // capacity reset, time passing) and checks after every step that capacity
 // is never exceeded, that every ticket is decided exactly once, that the
 // guard rails hold, and at the end that draining leaves nothing in flight or
-// queued: zero leaked capacity.
-func randomEvents(t *testing.T, p scheduler.Policy, n int) {
+// queued: zero leaked capacity. With prefillBound > 0 the pool also has
+// max_prefill_tokens, and every admission of a class other than the most
+// urgent must respect it.
+func randomEvents(t *testing.T, p scheduler.Policy, n, prefillBound int) {
 	const (
 		maxInflight = 6
 		maxTokens   = 4000
 	)
 	rails := scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 5 * time.Millisecond, MaxPerRequest: 2}
-	pc := scheduler.PoolConfig{MaxInflight: maxInflight, MaxInflightTokens: maxTokens, Aging: 200 * time.Millisecond, Preemption: rails}
+	pc := scheduler.PoolConfig{MaxInflight: maxInflight, MaxInflightTokens: maxTokens, MaxPrefillTokens: prefillBound,
+		Aging: 200 * time.Millisecond, Preemption: rails}
 	if p.Name() == "fifo" {
 		pc.BatchWindow = 3 * time.Millisecond // exercise windows under one policy
 	}
@@ -43,13 +46,23 @@ func randomEvents(t *testing.T, p scheduler.Policy, n int) {
 	preemptsByID := map[string]int{}
 	limit := maxInflight
 	nextID := 0
+	top := cls[0].Priority
+	for _, c := range cls {
+		top = min(top, c.Priority)
+	}
 	step := func() {
+		prefill := running.prefill()
 		d := m.Step(now)
 		for _, tk := range d.Admitted {
 			r := waiting.get(tk)
 			if r == nil || decided[tk] != "" {
 				t.Fatalf("ticket %d admitted twice or unknown (%q)", tk, decided[tk])
 			}
+			if prefillBound > 0 && prio[r.r.Class] != top && prefill > 0 && prefill+r.r.PromptTokens > prefillBound {
+				t.Fatalf("%s request (prompt %d) admitted with %d prefill tokens outstanding, max_prefill_tokens %d",
+					r.r.Class, r.r.PromptTokens, prefill, prefillBound)
+			}
+			prefill += r.r.PromptTokens
 			decided[tk] = "admitted"
 			waiting.del(tk)
 			r.admittedAt = now
@@ -88,6 +101,9 @@ func randomEvents(t *testing.T, p scheduler.Policy, n int) {
 		toks := running.tokens
 		if s.InFlightTokens != toks || toks > maxTokens {
 			t.Fatalf("tokens in flight %d, model %d, max %d", s.InFlightTokens, toks, maxTokens)
+		}
+		if s.PrefillTokens != running.prefill() {
+			t.Fatalf("prefill tokens in flight %d, model %d", s.PrefillTokens, running.prefill())
 		}
 		if len(d.Admitted) > 0 && s.InFlight > limit {
 			t.Fatalf("admitted past the limit: %d in flight, limit %d", s.InFlight, limit)
@@ -171,7 +187,7 @@ func randomEvents(t *testing.T, p scheduler.Policy, n int) {
 	}
 	step()
 	s := m.Stats()[0]
-	if s.InFlight != 0 || s.InFlightTokens != 0 || s.Preempting != 0 {
+	if s.InFlight != 0 || s.InFlightTokens != 0 || s.PrefillTokens != 0 || s.Preempting != 0 {
 		t.Fatalf("leaked capacity after drain: %+v", s)
 	}
 	for c, q := range s.Queued {
@@ -233,6 +249,17 @@ func (s *set) del(t scheduler.Ticket) {
 func (s *set) pick(rng *rand.Rand) (scheduler.Ticket, *req) {
 	t := s.ids[rng.IntN(len(s.ids))]
 	return t, s.reqs[t]
+}
+
+// prefill is the prompt tokens of the requests without a first token.
+func (s *set) prefill() int {
+	n := 0
+	for _, r := range s.reqs {
+		if r.tokens == 0 {
+			n += r.r.PromptTokens
+		}
+	}
+	return n
 }
 
 // preempted lists the requests asked to stop, in ticket order.
