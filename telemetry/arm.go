@@ -1,0 +1,90 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/llmesh/llmesh/filter"
+)
+
+// Per-arm metric names: what an A/B experiment compares, labelled by
+// experiment, arm and class (and, on requests, outcome and SLO
+// attainment). They come on top of the per-class instruments, which every
+// request records as well.
+const (
+	MetricArmRequests = "llmesh.arm.requests"
+	MetricArmTTFT     = "llmesh.arm.time_to_first_token"
+	MetricArmTPOT     = "llmesh.arm.time_per_output_token"
+	MetricArmQueue    = "llmesh.arm.queue.duration"
+)
+
+// Attribute keys of the per-arm instruments.
+const (
+	AttrExperiment = attribute.Key("llmesh.experiment")
+	AttrArm        = attribute.Key("llmesh.arm")
+)
+
+// ArmRecorder records requests served by an experiment arm. Experiment,
+// arm and class names come from the mesh config, so the label set is
+// bounded by it. Safe for concurrent use.
+type ArmRecorder struct {
+	requests          metric.Int64Counter
+	ttft, tpot, queue metric.Float64Histogram
+	slos              map[string]filter.Class
+}
+
+// NewArmRecorder creates the per-arm instruments on mp (nil: a no-op
+// provider); opts.Classes give the SLOs that llmesh.slo.met is judged
+// against, as for Recorder.
+func NewArmRecorder(mp metric.MeterProvider, opts RecorderOptions) (*ArmRecorder, error) {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	m := mp.Meter("github.com/llmesh/llmesh/telemetry")
+	r := &ArmRecorder{slos: map[string]filter.Class{}}
+	for _, c := range opts.Classes {
+		r.slos[c.Name] = c
+	}
+	var errs []error
+	fh := func(name, desc string, b []float64) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(b...))
+		errs = append(errs, err)
+		return h
+	}
+	var err error
+	r.requests, err = m.Int64Counter(MetricArmRequests, metric.WithDescription("Finished requests per experiment arm, by outcome and SLO attainment."), metric.WithUnit("{request}"))
+	errs = append(errs, err)
+	r.ttft = fh(MetricArmTTFT, "Proxy-side time to first token per experiment arm (includes queue time).", BucketsTTFT)
+	r.tpot = fh(MetricArmTPOT, "Per request (E2E - TTFT) / (output tokens - 1), per experiment arm.", BucketsTPOT)
+	r.queue = fh(MetricArmQueue, "Time from request received to scheduler admission, per experiment arm.", BucketsQueue)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Record records one finished request that experiment's arm served.
+func (r *ArmRecorder) Record(obs filter.Observation, class, experiment, arm string) {
+	ctx := context.Background()
+	attrs := metric.WithAttributes(AttrExperiment.String(experiment), AttrArm.String(arm), AttrClass.String(class))
+	if !obs.Admitted.IsZero() {
+		r.queue.Record(ctx, obs.QueueTime.Seconds(), attrs)
+	}
+	if obs.HasTTFT {
+		r.ttft.Record(ctx, obs.TTFT.Seconds(), attrs)
+	}
+	if obs.HasTPOT {
+		r.tpot.Record(ctx, obs.TPOT.Seconds(), attrs)
+	}
+	outcome := obs.ErrorKind.String()
+	if outcome == "" {
+		outcome = "ok"
+	}
+	slo := JudgeSLO(&obs, r.slos[class])
+	r.requests.Add(ctx, 1, metric.WithAttributes(AttrExperiment.String(experiment), AttrArm.String(arm),
+		AttrClass.String(class), attribute.String("llmesh.outcome", outcome), AttrSLOMet.Bool(slo.Met)))
+}
