@@ -42,6 +42,12 @@ func (o *Observer) observeSSE(t time.Time, p []byte) error {
 		}
 	}
 	for len(p) > 0 {
+		if o.tmpl.valid && !o.noTemplate && len(s.line) == 0 && !s.hasData && !s.eventError {
+			if n := o.fastEvent(t, p); n > 0 {
+				p = p[n:]
+				continue
+			}
+		}
 		i := lineEnd(p)
 		if i < 0 {
 			if len(s.line)+len(p) > o.opts.MaxEventBytes {

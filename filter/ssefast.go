@@ -1,6 +1,9 @@
 package filter
 
-import "bytes"
+import (
+	"bytes"
+	"time"
+)
 
 // chunkTemplate is the SSE fast path. An engine streams one request's
 // chunks in one shape: the same id, created, model, index and nulls, and
@@ -18,6 +21,11 @@ import "bytes"
 type chunkTemplate struct {
 	prefix []byte // up to and including the text's opening quote
 	suffix []byte // from the text's closing quote to the end
+	// linePrefix and lineSuffix are the same framed as a whole event,
+	// "data: " + prefix and suffix + "\n\n", so that an event that arrives
+	// whole is recognised in the chunk itself (see Observer.fastEvent).
+	linePrefix []byte
+	lineSuffix []byte
 	// kept: the text is choices[0]'s text or content (kept as output).
 	kept  bool
 	valid bool
@@ -29,6 +37,8 @@ type chunkTemplate struct {
 func (c *chunkTemplate) reset() {
 	c.prefix = c.prefix[:0]
 	c.suffix = c.suffix[:0]
+	c.linePrefix = c.linePrefix[:0]
+	c.lineSuffix = c.lineSuffix[:0]
 	c.kept = false
 	c.valid = false
 	c.hits = 0
@@ -43,6 +53,8 @@ func (c *chunkTemplate) learn(data []byte, r *chunkResult) {
 	}
 	c.prefix = append(c.prefix[:0], data[:r.textStart]...)
 	c.suffix = append(c.suffix[:0], data[r.textEnd:]...)
+	c.linePrefix = append(append(c.linePrefix[:0], "data: "...), c.prefix...)
+	c.lineSuffix = append(append(c.lineSuffix[:0], c.suffix...), '\n', '\n')
 	c.kept = r.textKept
 	c.valid = true
 }
@@ -84,4 +96,38 @@ func closingQuote(b []byte) int {
 		}
 		j = end + 1
 	}
+}
+
+// fastEvent answers a whole event at the start of p, a line start with no
+// event in progress, from the template: "data: " + prefix + text + suffix
+// + a blank line, with the text on that one line. It returns the bytes it
+// consumed, 0 when p does not start with such an event (the general parser
+// then takes it). The result is the general parser's: the line is a data
+// line whose value (after the one optional space) is the template's shape,
+// which is already trimmed, and the blank line dispatches it.
+func (o *Observer) fastEvent(t time.Time, p []byte) int {
+	c := &o.tmpl
+	if !bytes.HasPrefix(p, c.linePrefix) {
+		return 0
+	}
+	rest := p[len(c.linePrefix):]
+	end := closingQuote(rest)
+	if end <= 0 || !bytes.HasPrefix(rest[end:], c.lineSuffix) {
+		return 0
+	}
+	raw := rest[:end]
+	if lineEnd(raw) >= 0 {
+		return 0 // a CR or LF inside: the line ends there
+	}
+	n := len(c.linePrefix) + end + len(c.lineSuffix)
+	if n-2 > o.opts.MaxEventBytes {
+		return 0 // the general parser reports it as too large
+	}
+	c.hits++
+	o.obs.Chunks++
+	if c.kept && o.opts.KeepOutput {
+		o.keepText(true, raw, bytes.IndexByte(raw, '\\') >= 0)
+	}
+	o.tokenChunk(t, 1)
+	return n
 }
