@@ -44,7 +44,7 @@ func TestArmRecorder(t *testing.T) {
 					a, _ := dp.Attributes.Value(AttrArm)
 					c, _ := dp.Attributes.Value(AttrClass)
 					met, _ := dp.Attributes.Value(AttrSLOMet)
-					got[e.AsString()+"/"+a.AsString()+"/"+c.AsString()+"/"+met.Emit()] += dp.Value
+					got[e.AsString()+"/"+a.AsString()+"/"+c.AsString()+"/"+met.String()] += dp.Value
 				}
 			case MetricArmTTFT:
 				for _, dp := range m.Data.(metricdata.Histogram[float64]).DataPoints {
