@@ -13,6 +13,7 @@ import (
 	"github.com/llmesh/llmesh/bench/harness"
 	"github.com/llmesh/llmesh/bench/progress"
 	"github.com/llmesh/llmesh/bench/sweep"
+	"github.com/llmesh/llmesh/bench/workload"
 )
 
 var (
@@ -21,17 +22,20 @@ var (
 )
 
 // abTargetResolvers turn "--a SCHEME:ARG" into an ab.Target; a bare URL or
-// host:port is a fixed endpoint. An embedded mode (start sim + gateway with
-// a given mesh config per run) registers itself from its own file with
-// one line:
+// host:port is a fixed endpoint. A mode registers itself from its own file
+// with one line (bench_embedded.go registers "embedded"):
 //
-//	var _ = addABTargetResolver("embedded", func(arg string) (ab.Target, error) { … })
-var abTargetResolvers = map[string]func(arg string) (ab.Target, error){}
+//	var _ = addABTargetResolver("embedded", resolveEmbedded)
+//
+// A resolver gets ARG, the arm's --a-name/--b-name label (may be empty), the
+// workload (nil when it failed to load, so that every problem is reported at
+// once) and stderr for the arm's logs.
+var abTargetResolvers = map[string]abTargetResolver{}
+
+type abTargetResolver func(arg, label string, w *workload.Workload, stderr io.Writer) (ab.Target, error)
 
 // addABTargetResolver registers a resolver for scheme; duplicates panic.
-//
-//nolint:unused // the hook through which a file of this package registers an embedded A/B mode; none does yet (the demo is the embedded mode)
-func addABTargetResolver(scheme string, f func(arg string) (ab.Target, error)) bool {
+func addABTargetResolver(scheme string, f abTargetResolver) bool {
 	if _, dup := abTargetResolvers[scheme]; dup {
 		panic("llmesh: duplicate bench ab target scheme " + scheme)
 	}
@@ -39,13 +43,13 @@ func addABTargetResolver(scheme string, f func(arg string) (ab.Target, error)) b
 	return true
 }
 
-func resolveABTarget(flagName, spec, label string) (ab.Target, error) {
+func resolveABTarget(flagName, spec, label string, w *workload.Workload, stderr io.Writer) (ab.Target, error) {
 	if spec == "" {
 		return nil, fmt.Errorf("--%s: required", flagName)
 	}
 	if scheme, arg, ok := strings.Cut(spec, ":"); ok {
 		if f := abTargetResolvers[scheme]; f != nil {
-			t, err := f(arg)
+			t, err := f(arg, label, w, stderr)
 			if err != nil {
 				return nil, fmt.Errorf("--%s: %w", flagName, err)
 			}
@@ -69,7 +73,7 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		quiet              bool
 	)
 	wf.register(fs)
-	fs.StringVar(&a, "a", "", "baseline target: URL, host:port, or SCHEME:ARG of a registered embedded mode (required)")
+	fs.StringVar(&a, "a", "", "baseline target: URL, host:port, or embedded:MESH-FILE to start a simulated engine and the gateway with that mesh config for every run (required)")
 	fs.StringVar(&b, "b", "", "candidate target, same forms as --a (required)")
 	fs.StringVar(&aName, "a-name", "", "label of A (for example the policy name)")
 	fs.StringVar(&bName, "b-name", "", "label of B")
@@ -81,10 +85,11 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
-	var errs []error
-	ta, err := resolveABTarget("a", a, aName)
+	w, err := wf.load(fs)
+	errs := []error{err}
+	ta, err := resolveABTarget("a", a, aName, w, stderr)
 	errs = append(errs, err)
-	tb, err := resolveABTarget("b", b, bName)
+	tb, err := resolveABTarget("b", b, bName, w, stderr)
 	errs = append(errs, err)
 	if repeats <= 0 || repeats > 1000 {
 		errs = append(errs, fmt.Errorf("--repeats: %d must be in [1, 1000]", repeats))
@@ -95,8 +100,6 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	w, err := wf.load(fs)
-	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
