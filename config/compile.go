@@ -242,6 +242,14 @@ func (b *builder) scheduler(path string, s SchedulerSpec) SchedulerConfig {
 		BatchWindow: b.duration(join(path, "batch_window"), s.BatchWindow, false),
 		Aging:       b.duration(join(path, "aging"), s.Aging, false),
 	}
+	if v := s.MaxPrefillTokens; v != nil {
+		b.intRange(join(path, "max_prefill_tokens"), *v, 0, 1<<40)
+		out.MaxPrefillTokens = *v
+	}
+	if v := s.ReserveUrgent; v != nil {
+		b.intRange(join(path, "reserve_urgent"), *v, 0, maxInflight)
+		out.ReserveUrgent = *v
+	}
 	out.Preemption.MinRunTime = b.duration(join(path, "preemption.min_run_time"), s.Preemption.MinRunTime, false)
 	if v := s.Preemption.MinLowerInflight; v != nil {
 		b.intRange(join(path, "preemption.min_lower_inflight"), *v, 0, maxInflight)
@@ -276,6 +284,12 @@ func overlay(base, o SchedulerSpec) SchedulerSpec {
 	}
 	if o.Aging != "" {
 		base.Aging = o.Aging
+	}
+	if o.MaxPrefillTokens != nil {
+		base.MaxPrefillTokens = o.MaxPrefillTokens
+	}
+	if o.ReserveUrgent != nil {
+		base.ReserveUrgent = o.ReserveUrgent
 	}
 	if o.Preemption.MinLowerInflight != nil {
 		base.Preemption.MinLowerInflight = o.Preemption.MinLowerInflight

@@ -157,8 +157,12 @@ type SchedulerConfig struct {
 	Policy      string
 	BatchWindow time.Duration
 	// Aging 0 disables aging.
-	Aging      time.Duration
-	Preemption PreemptionConfig
+	Aging time.Duration
+	// MaxPrefillTokens and ReserveUrgent are the scheduler's PoolConfig
+	// fields of the same names; 0 turns each off.
+	MaxPrefillTokens int
+	ReserveUrgent    int
+	Preemption       PreemptionConfig
 }
 
 // PreemptionConfig holds the preemption guard rails.

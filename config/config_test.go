@@ -209,6 +209,21 @@ experiments:
 			},
 		},
 		{
+			name: "admission bounds out of range, at the pool and in an arm",
+			src: `
+pools:
+  - {name: p, protocol: grpc, endpoints: [h:1], scheduler: {max_prefill_tokens: -1, reserve_urgent: -2}}
+  - {name: q, protocol: grpc, endpoints: [h:1], scheduler: {max_prefill_tokens: 4096, reserve_urgent: 8}}
+experiments:
+  - {name: e, pool: q, arms: [{name: a, scheduler: {reserve_urgent: -1}}, {name: b, scheduler: {max_prefill_tokens: 0}}]}
+`,
+			want: []string{
+				`pools[0].scheduler.max_prefill_tokens: -1 must be between 0 and 1099511627776`,
+				`pools[0].scheduler.reserve_urgent: -2 must be between 0 and 16777216`,
+				`experiments[0].arms[0].scheduler.reserve_urgent: -1 must be between 0 and 16777216`,
+			},
+		},
+		{
 			name: "relocation limits",
 			src: `
 relocation:
@@ -392,19 +407,19 @@ pools:
   - name: p
     protocol: grpc
     endpoints: [h:1]
-    scheduler: {policy: preemptive, aging: 2s, preemption: {min_run_time: 1s, max_per_request: 5, target: 0.8}}
+    scheduler: {policy: preemptive, aging: 2s, max_prefill_tokens: 2048, preemption: {min_run_time: 1s, max_per_request: 5, target: 0.8}}
 experiments:
   - name: e
     pool: p
     arms:
       - {name: fifo, scheduler: {policy: fifo}}
-      - {name: strict, scheduler: {preemption: {max_per_request: 0, target: 0.5}}}
+      - {name: strict, scheduler: {reserve_urgent: 4, preemption: {max_per_request: 0, target: 0.5}}}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := cfg.Experiment("e")
-	want := config.SchedulerConfig{Policy: "fifo", Aging: 2 * time.Second,
+	want := config.SchedulerConfig{Policy: "fifo", Aging: 2 * time.Second, MaxPrefillTokens: 2048,
 		Preemption: config.PreemptionConfig{MinLowerInflight: 1, MinRunTime: time.Second, MaxPerRequest: 5, Target: 0.8}}
 	if diff := cmp.Diff(want, e.Arm("fifo").Scheduler); diff != "" {
 		t.Errorf("fifo arm (-want +got):\n%s", diff)
@@ -412,6 +427,7 @@ experiments:
 	want.Policy = "preemptive"
 	want.Preemption.MaxPerRequest = 0
 	want.Preemption.Target = 0.5
+	want.ReserveUrgent = 4
 	if diff := cmp.Diff(want, e.Arm("strict").Scheduler); diff != "" {
 		t.Errorf("strict arm (-want +got):\n%s", diff)
 	}

@@ -115,6 +115,13 @@ type SchedulerSpec struct {
 	// Aging raises a waiting request's effective priority by one level per
 	// Aging of waiting (priority policies); "0s" disables aging.
 	Aging string `yaml:"aging,omitempty"`
+	// MaxPrefillTokens bounds the prompt tokens admitted but not yet
+	// prefilled (no first token seen) for every class but the most urgent;
+	// default 0 (no bound). See docs/scheduling.md.
+	MaxPrefillTokens *int `yaml:"max_prefill_tokens,omitempty"`
+	// ReserveUrgent is the number of the pool's slots only the most urgent
+	// class may take; default 0.
+	ReserveUrgent *int `yaml:"reserve_urgent,omitempty"`
 	// Preemption parameters (policy preemptive).
 	Preemption PreemptionSpec `yaml:"preemption,omitempty"`
 }

@@ -46,6 +46,15 @@ type PoolConfig struct {
 	// when nothing is in prefill, so a prompt larger than the bound still
 	// runs. 0 means no bound.
 	MaxPrefillTokens int
+	// ReserveUrgent is the number of the pool's slots (of its current
+	// limit) that only requests of the most urgent class priority may take:
+	// requests of other classes are admitted only while fewer than
+	// limit − ReserveUrgent are in flight, so an urgent request finds a
+	// free slot instead of waiting for one or preempting. At most
+	// limit − 1 slots are reserved, so other classes always keep one.
+	// Aging does not open the reserve (it goes by class priority). 0 means
+	// no reserve.
+	ReserveUrgent int
 	// Policy orders waiting requests and says whether preemption is allowed;
 	// required.
 	Policy Policy
@@ -132,6 +141,9 @@ func (c *Config) Validate() error {
 		}
 		if p.MaxPrefillTokens < 0 {
 			bad("%s.max_prefill_tokens: %d must not be negative", path, p.MaxPrefillTokens)
+		}
+		if p.ReserveUrgent < 0 {
+			bad("%s.reserve_urgent: %d must not be negative", path, p.ReserveUrgent)
 		}
 		if p.Policy == nil {
 			bad("%s.policy: must be set", path)

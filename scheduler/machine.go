@@ -452,11 +452,18 @@ func (m *Machine) fits(p *pool, e *entry) bool {
 	if p.inflight >= p.limit {
 		return false
 	}
+	if e.Priority != m.top && p.inflight >= p.limit-p.reserve() {
+		return false
+	}
 	if p.MaxInflightTokens > 0 && p.tokens+e.cost > p.MaxInflightTokens {
 		return false
 	}
 	return !m.prefillHeld(p, e)
 }
+
+// reserve is the number of slots of the current limit held for the most
+// urgent priority: ReserveUrgent, leaving other classes at least one.
+func (p *pool) reserve() int { return max(0, min(p.ReserveUrgent, p.limit-1)) }
 
 // prefillHeld reports whether the prefill bound keeps e waiting: e is not of
 // the most urgent priority, something is in prefill, and e's prompt would

@@ -56,6 +56,8 @@ func PoolFromMesh(p *config.Pool, sc config.SchedulerConfig, lookup func(name st
 		Policy:            pol,
 		BatchWindow:       sc.BatchWindow,
 		Aging:             sc.Aging,
+		MaxPrefillTokens:  sc.MaxPrefillTokens,
+		ReserveUrgent:     sc.ReserveUrgent,
 		Preemption: PreemptionConfig{
 			MinLowerInflight: sc.Preemption.MinLowerInflight,
 			MinRunTime:       sc.Preemption.MinRunTime,

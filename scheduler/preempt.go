@@ -137,8 +137,15 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			}
 		}
 	}
-	covered := func(s, t int) bool {
-		return s >= 0 && (p.MaxInflightTokens == 0 || t >= 0)
+	// covered: the balance after e leaves no request short; requests of
+	// other than the most urgent priority must also leave the reserve.
+	reserve := p.reserve()
+	covered := func(e *entry, s, t int) bool {
+		need := 0
+		if e.Priority != m.top {
+			need = reserve
+		}
+		return s >= need && (p.MaxInflightTokens == 0 || t >= 0)
 	}
 	w := newWalker(m, p)
 	slotWait := time.Duration(-1) // computed when first needed
@@ -153,7 +160,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 		}
 		slots--
 		toks -= e.cost
-		if covered(slots, toks) {
+		if covered(e, slots, toks) {
 			continue
 		}
 		if anyHopeless && e.Priority >= hopeless {
@@ -175,7 +182,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 		}
 		s, t := slots, toks
 		n := 0
-		for n < min(allowed, len(victims)) && !covered(s, t) {
+		for n < min(allowed, len(victims)) && !covered(e, s, t) {
 			// Selection, not a full sort: usually one victim is enough.
 			best := n
 			for i := n + 1; i < len(victims); i++ {
@@ -188,7 +195,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			t += victims[n].cost
 			n++
 		}
-		if !covered(s, t) {
+		if !covered(e, s, t) {
 			if !anyHopeless || e.Priority < hopeless {
 				hopeless, anyHopeless = e.Priority, true
 			}

@@ -105,3 +105,52 @@ func TestSchedulerPrefillBoundReleasesOnFirstToken(t *testing.T) {
 	}
 }
 
+
+func TestReserveUrgent(t *testing.T) {
+	m := newMachine(t, scheduler.PoolConfig{MaxInflight: 4, ReserveUrgent: 2, Policy: priority.New()})
+	var batch []scheduler.Ticket
+	for i := 0; i < 3; i++ {
+		batch = append(batch, arrive(t, m, at(0), scheduler.Request{Class: "batch", MaxTokens: 10}))
+	}
+	// Two of four slots are held for the interactive class.
+	if d := m.Step(at(0)); !cmp.Equal(d.Admitted, batch[:2]) {
+		t.Fatalf("admitted %v, want the first two batch requests", d.Admitted)
+	}
+	i1 := arrive(t, m, at(1), scheduler.Request{Class: "interactive", MaxTokens: 10})
+	i2 := arrive(t, m, at(1), scheduler.Request{Class: "interactive", MaxTokens: 10})
+	if d := m.Step(at(1)); !cmp.Equal(d.Admitted, []scheduler.Ticket{i1, i2}) {
+		t.Fatalf("admitted %v, want both interactive requests in the reserve", d.Admitted)
+	}
+	// An interactive request leaving frees a slot, but three are in
+	// flight: the batch request still waits (limit 4 − reserve 2).
+	m.Finish(at(2), i1, scheduler.Done)
+	if d := m.Step(at(2)); len(d.Admitted) != 0 {
+		t.Fatalf("admitted %v into the reserve", d.Admitted)
+	}
+	m.Finish(at(3), batch[0], scheduler.Done)
+	m.Finish(at(3), i2, scheduler.Done)
+	if d := m.Step(at(3)); !cmp.Equal(d.Admitted, batch[2:]) {
+		t.Fatalf("admitted %v, want %d", d.Admitted, batch[2])
+	}
+	// A limit learned from the engine at or below the reserve still
+	// leaves other classes one slot.
+	if err := m.SetLimit("p", 1); err != nil {
+		t.Fatal(err)
+	}
+	m.Finish(at(4), batch[1], scheduler.Done)
+	m.Finish(at(4), batch[2], scheduler.Done)
+	b := arrive(t, m, at(4), scheduler.Request{Class: "batch", MaxTokens: 10})
+	if d := m.Step(at(4)); !cmp.Equal(d.Admitted, []scheduler.Ticket{b}) {
+		t.Fatalf("admitted %v at limit 1, want the batch request", d.Admitted)
+	}
+}
+
+func TestReserveUrgentValidate(t *testing.T) {
+	cfg := scheduler.Config{
+		Pools:   []scheduler.PoolConfig{{Name: "p", MaxInflight: 4, ReserveUrgent: -1, Policy: priority.New()}},
+		Classes: twoClasses(),
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "pools[0].reserve_urgent") {
+		t.Fatalf("Validate = %v, want an error naming pools[0].reserve_urgent", err)
+	}
+}

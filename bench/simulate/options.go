@@ -51,6 +51,10 @@ type Options struct {
 	// measurement runs without it, so load factors mean the same with and
 	// without the bound.
 	MaxPrefillTokens int
+	// ReserveUrgent is the number of slots held for the most urgent class
+	// (the pool's reserve_urgent); 0 means none. Like MaxPrefillTokens it
+	// is not applied when measuring saturation.
+	ReserveUrgent int
 	// MetricsInterval is how often the pool's limit is re-derived from the
 	// engine's load (running, waiting, KV usage) with scheduler/capacity's
 	// rule, as the hosts do from the engine's /metrics; 0 means
@@ -99,6 +103,9 @@ func (o Options) withDefaults(w *workload.Workload) (Options, error) {
 	}
 	if o.MaxPrefillTokens < 0 {
 		errs = append(errs, fmt.Errorf("max_prefill_tokens: %d must not be negative", o.MaxPrefillTokens))
+	}
+	if o.ReserveUrgent < 0 || (o.MaxInflight > 0 && o.ReserveUrgent >= o.MaxInflight) {
+		errs = append(errs, fmt.Errorf("reserve_urgent: %d must be in [0, max_inflight)", o.ReserveUrgent))
 	}
 	if o.MetricsInterval == 0 {
 		o.MetricsInterval = DefaultMetricsInterval

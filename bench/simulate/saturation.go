@@ -70,7 +70,9 @@ func saturation(w *workload.Workload, o Options) (*SaturationInfo, error) {
 	if len(items) < 20 {
 		return nil, fmt.Errorf("saturation: the workload yields %d requests, need at least 20", len(items))
 	}
-	o.MaxPrefillTokens = 0 // the reference: what the engine sustains unrestricted
+	// The reference is what the engine sustains unrestricted, so that load
+	// factors mean the same with and without the admission bounds.
+	o.MaxPrefillTokens, o.ReserveUrgent = 0, 0
 	l, err := newLoop(&c, fifo.New(), o)
 	if err != nil {
 		return nil, err

@@ -41,6 +41,7 @@ type PoolInfo struct {
 	MaxInflight       int     `json:"max_inflight"`
 	MaxInflightTokens int     `json:"max_inflight_tokens,omitempty"`
 	MaxPrefillTokens  int     `json:"max_prefill_tokens,omitempty"`
+	ReserveUrgent     int     `json:"reserve_urgent,omitempty"`
 	MetricsIntervalMs float64 `json:"metrics_interval_ms"` // 0: static capacity
 	AgingS            float64 `json:"aging_s"`
 	Predictor         string  `json:"predictor"`
@@ -273,7 +274,7 @@ func naturalRate(w *workload.Workload) float64 {
 func poolInfo(w *workload.Workload, o Options) PoolInfo {
 	p := PoolInfo{
 		MaxInflight: o.MaxInflight, MaxInflightTokens: o.MaxInflightTokens, MaxPrefillTokens: o.MaxPrefillTokens,
-		AgingS: o.Aging.Seconds(), Predictor: o.Predictor,
+		ReserveUrgent: o.ReserveUrgent, AgingS: o.Aging.Seconds(), Predictor: o.Predictor,
 		MinLowerInflight: o.Preemption.MinLowerInflight, MinRunTimeMs: ms(o.Preemption.MinRunTime),
 		MaxPerRequest: o.Preemption.MaxPerRequest, Target: o.Preemption.Target,
 	}

@@ -34,6 +34,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		brief     = fs.Bool("brief", false, "print only the saturation point and the comparison table")
 		inflight  = fs.Int("max-inflight", simulate.DefaultMaxInflight, "pool capacity (max_inflight)")
 		prefill   = fs.Int("max-prefill-tokens", 0, "pool: most prompt tokens admitted but not yet prefilled, for every class but the most urgent (0: no bound)")
+		reserve   = fs.Int("reserve-urgent", 0, "pool: slots only the most urgent class may take (0: none)")
 		interval  = fs.Duration("metrics-interval", simulate.DefaultMetricsInterval, "re-derive the pool limit from the engine's load this often (0: static capacity)")
 		maxSeqs   = fs.Int("max-num-seqs", 256, "engine: most running sequences")
 		maxBatch  = fs.Int("max-num-batched-tokens", 8192, "engine: most tokens per step")
@@ -70,6 +71,9 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if *prefill < 0 {
 		errs = append(errs, fmt.Errorf("--max-prefill-tokens: %d must not be negative", *prefill))
 	}
+	if *reserve < 0 || *reserve >= *inflight {
+		errs = append(errs, fmt.Errorf("--reserve-urgent: %d must be in [0, --max-inflight)", *reserve))
+	}
 	if *interval < 0 {
 		errs = append(errs, fmt.Errorf("--metrics-interval: %v must not be negative", *interval))
 	}
@@ -87,7 +91,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	o := simulate.Options{
 		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
 		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep},
-		MetricsInterval: *interval, MaxPrefillTokens: *prefill,
+		MetricsInterval: *interval, MaxPrefillTokens: *prefill, ReserveUrgent: *reserve,
 		Preemption: scheduler.PreemptionConfig{MinLowerInflight: 1, MinRunTime: *minRun, MaxPerRequest: *maxPer, Target: *target},
 	}
 	if *interval == 0 {

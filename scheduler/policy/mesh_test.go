@@ -20,6 +20,8 @@ pools:
       policy: preemptive
       batch_window: 5ms
       aging: 2s
+      max_prefill_tokens: 4096
+      reserve_urgent: 2
       preemption: {min_lower_inflight: 2, min_run_time: 50ms, max_per_request: 1, target: 0.75}
 classes:
   - name: interactive
@@ -50,7 +52,7 @@ func TestFromMesh(t *testing.T) {
 	}
 	p := got.Pools[0]
 	if p.Name != "gpu" || p.MaxInflight != 16 || p.MaxInflightTokens != 32768 || p.Policy.Name() != "preemptive" ||
-		p.BatchWindow != 5*time.Millisecond || p.Aging != 2*time.Second ||
+		p.BatchWindow != 5*time.Millisecond || p.Aging != 2*time.Second || p.MaxPrefillTokens != 4096 || p.ReserveUrgent != 2 ||
 		p.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.75}) {
 		t.Errorf("pool %+v", p)
 	}
@@ -69,7 +71,7 @@ func TestFromMesh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strict.Policy.Name() != "preemptive" ||
+	if strict.Policy.Name() != "preemptive" || strict.MaxPrefillTokens != 4096 || strict.ReserveUrgent != 2 ||
 		strict.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.5}) {
 		t.Errorf("arm strict %+v", strict)
 	}

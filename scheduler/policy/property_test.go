@@ -16,16 +16,16 @@ import (
 // is never exceeded, that every ticket is decided exactly once, that the
 // guard rails hold, and at the end that draining leaves nothing in flight or
 // queued: zero leaked capacity. With prefillBound > 0 the pool also has
-// max_prefill_tokens, and every admission of a class other than the most
-// urgent must respect it.
-func randomEvents(t *testing.T, p scheduler.Policy, n, prefillBound int) {
+// max_prefill_tokens and with reserve > 0 reserve_urgent, and every
+// admission of a class other than the most urgent must respect them.
+func randomEvents(t *testing.T, p scheduler.Policy, n, prefillBound, reserve int) {
 	const (
 		maxInflight = 6
 		maxTokens   = 4000
 	)
 	rails := scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 5 * time.Millisecond, MaxPerRequest: 2}
 	pc := scheduler.PoolConfig{MaxInflight: maxInflight, MaxInflightTokens: maxTokens, MaxPrefillTokens: prefillBound,
-		Aging: 200 * time.Millisecond, Preemption: rails}
+		ReserveUrgent: reserve, Aging: 200 * time.Millisecond, Preemption: rails}
 	if p.Name() == "fifo" {
 		pc.BatchWindow = 3 * time.Millisecond // exercise windows under one policy
 	}
@@ -52,6 +52,7 @@ func randomEvents(t *testing.T, p scheduler.Policy, n, prefillBound int) {
 	}
 	step := func() {
 		prefill := running.prefill()
+		inflight := running.len()
 		d := m.Step(now)
 		for _, tk := range d.Admitted {
 			r := waiting.get(tk)
@@ -62,7 +63,11 @@ func randomEvents(t *testing.T, p scheduler.Policy, n, prefillBound int) {
 				t.Fatalf("%s request (prompt %d) admitted with %d prefill tokens outstanding, max_prefill_tokens %d",
 					r.r.Class, r.r.PromptTokens, prefill, prefillBound)
 			}
+			if res := min(reserve, limit-1); prio[r.r.Class] != top && inflight >= limit-res {
+				t.Fatalf("%s request admitted with %d in flight, limit %d, reserve_urgent %d", r.r.Class, inflight, limit, reserve)
+			}
 			prefill += r.r.PromptTokens
+			inflight++
 			decided[tk] = "admitted"
 			waiting.del(tk)
 			r.admittedAt = now
