@@ -3,6 +3,8 @@ package e2e
 import (
 	"strconv"
 	"testing"
+
+	"github.com/llmesh/llmesh/internal/proctest"
 )
 
 // TestBenchThroughGateway drives `llmesh bench run` through a quick-mode
@@ -33,10 +35,10 @@ func TestBenchThroughGateway(t *testing.T) {
 			// The gateway records a request when its response ends, which
 			// may be a moment after the client read the last byte.
 			var got float64
-			waitFor(t, "gateway TTFT histogram count to reach the requests sent", func() bool {
+			proctest.WaitFor(t, "gateway TTFT histogram count to reach the requests sent", func() bool {
 				got, _ = metricSum(gw.metrics(t), "gen_ai_server_time_to_first_token_seconds_count")
 				return got >= float64(measured)
-			}, gw.proc)
+			}, gw.Proc)
 			if got != float64(measured) {
 				t.Fatalf("gen_ai_server_time_to_first_token_seconds_count = %v, want %d", got, measured)
 			}

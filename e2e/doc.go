@@ -4,9 +4,10 @@
 // server scraping them when the Debian package is installed. See
 // docs/e2e.md.
 //
-// Ownership: each test owns the processes it starts (startBin registers a
-// cleanup that interrupts, waits for and, on failure, prints each one); the
-// only goroutine per process waits for its exit and closes proc.done. Output
-// buffers are shared between that process's pipe copiers and the test
-// goroutine and are guarded by a mutex.
+// Ownership: the harness is internal/proctest (see its doc.go). Each test
+// owns the processes it starts: their cleanups interrupt, wait for and, on
+// failure, print each one. The one goroutine a test starts itself, the
+// gauge sampler in TestSharedScheduler, is stopped and waited for before
+// the test reads what it sampled; proctest.Main checks for leaks after the
+// suite.
 package e2e

@@ -2,10 +2,10 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/llmesh/llmesh/internal/proctest"
 )
 
 // mesh describes the mesh configs the tests write: one listener in front of
@@ -65,7 +65,7 @@ admin:
 }
 
 // newMesh is the default mesh in front of sim.
-func newMesh(sim *simProc) mesh {
+func newMesh(sim *proctest.Sim) mesh {
 	return mesh{
 		HTTPEngine: strings.TrimPrefix(sim.URL, "http://"), GRPCEngine: sim.GRPC,
 		Policy: "fifo", MaxInflight: 16, TTFT: "2s",
@@ -76,9 +76,5 @@ func newMesh(sim *simProc) mesh {
 // path.
 func writeMesh(t *testing.T, m mesh) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(path, []byte(m.yaml()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return proctest.WriteTemp(t, "mesh.yaml", m.yaml())
 }

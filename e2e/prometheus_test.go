@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/llmesh/llmesh/internal/proctest"
 )
 
 // TestPrometheusScrape runs a real Prometheus server scraping the gateway's
@@ -35,15 +36,12 @@ scrape_configs:
   - job_name: llmesh-sim
     static_configs: [{targets: [%q]}]
 `, gw.Admin, sim.URL[len("http://"):])
-	cfgPath := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	promAddr := freeAddr(t)
-	prom := startBin(t, "prometheus", promBin, "--config.file="+cfgPath,
+	cfgPath := proctest.WriteTemp(t, "prometheus.yml", cfg)
+	promAddr := proctest.FreeAddr(t)
+	prom := proctest.Start(t, "prometheus", promBin, "--config.file="+cfgPath,
 		"--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address="+promAddr, "--log.level=warn")
 	promURL := "http://" + promAddr
-	waitHTTP(t, promURL+"/-/ready", prom)
+	proctest.WaitHTTP(t, promURL+"/-/ready", prom)
 
 	const requests = 10
 	b := runBench(t, gw.URL(), "--model", sim.Model, "--requests", strconv.Itoa(requests),
@@ -55,11 +53,11 @@ scrape_configs:
 		`sum({__name__="vllm:time_to_first_token_seconds_count",job="llmesh-sim"})`,
 	} {
 		var got float64
-		waitFor(t, "Prometheus to answer "+q+" with the request count", func() bool {
+		proctest.WaitFor(t, "Prometheus to answer "+q+" with the request count", func() bool {
 			v, ok := promQuery(promURL, q)
 			got = v
 			return ok && v >= requests
-		}, prom, gw.proc, sim.proc)
+		}, prom, gw.Proc, sim.Proc)
 		if got != requests {
 			t.Errorf("%s = %v, want %d", q, got, requests)
 		}
@@ -73,7 +71,7 @@ scrape_configs:
 // promQuery runs an instant query that yields one sample and returns its
 // value; ok is false while Prometheus has no such sample yet.
 func promQuery(base, query string) (float64, bool) {
-	body, err := tryGet(base + "/api/v1/query?query=" + url.QueryEscape(query))
+	body, err := proctest.Get(base + "/api/v1/query?query=" + url.QueryEscape(query))
 	if err != nil {
 		return 0, false
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/internal/proctest"
 )
 
 var controlAdminRE = regexp.MustCompile(`llmesh control: admin on http://(\S+) `)
@@ -33,7 +35,7 @@ func (v controlVersion) seq(t *testing.T) int {
 func getVersion(t *testing.T, admin string) controlVersion {
 	t.Helper()
 	var v controlVersion
-	if err := json.Unmarshal([]byte(httpGet(t, "http://"+admin+"/version")), &v); err != nil {
+	if err := json.Unmarshal([]byte(proctest.MustGet(t, "http://"+admin+"/version")), &v); err != nil {
 		t.Fatalf("control /version: %v", err)
 	}
 	return v
@@ -68,8 +70,8 @@ func TestConfigReload(t *testing.T) {
 
 	gw := startGateway(t, "gateway", "--config", path)
 	ctl := start(t, "control", "control", "--config", path, "--xds", "127.0.0.1:0", "--admin", "127.0.0.1:0")
-	ctlAdmin := ctl.waitOutput(t, controlAdminRE)[1]
-	waitHTTP(t, "http://"+ctlAdmin+"/healthz", ctl)
+	ctlAdmin := ctl.WaitOutput(t, controlAdminRE)[1]
+	proctest.WaitHTTP(t, "http://"+ctlAdmin+"/healthz", ctl)
 
 	if st := serverTiming(t, gw, sim.Model); st != "" {
 		t.Fatalf("server-timing %q with telemetry.server_timing false", st)
@@ -79,26 +81,26 @@ func TestConfigReload(t *testing.T) {
 
 	// A valid change.
 	m.ServerTiming, m.TTFT = true, "750ms"
-	writeFileAtomic(t, path, m.yaml())
-	waitFor(t, "the gateway to send server-timing after the reload", func() bool {
+	proctest.Replace(t, path, m.yaml())
+	proctest.WaitFor(t, "the gateway to send server-timing after the reload", func() bool {
 		return serverTiming(t, gw, sim.Model) != ""
-	}, gw.proc)
+	}, gw.Proc)
 	if st := serverTiming(t, gw, sim.Model); !strings.Contains(st, "queue") {
 		t.Errorf("server-timing %q: want the queue entry", st)
 	}
 	// The log line follows the swap on the watcher's goroutine.
-	waitFor(t, "the gateway to log the reload", func() bool {
-		return strings.Contains(gw.out.String(), "config reloaded")
-	}, gw.proc)
+	proctest.WaitFor(t, "the gateway to log the reload", func() bool {
+		return strings.Contains(gw.Output(), "config reloaded")
+	}, gw.Proc)
 	var v1 controlVersion
-	waitFor(t, "control to publish a new version", func() bool {
+	proctest.WaitFor(t, "control to publish a new version", func() bool {
 		v1 = getVersion(t, ctlAdmin)
 		return v1.Version != v0.Version
 	}, ctl)
 	if seq1 := v1.seq(t); seq1 <= seq0 || v1.LastError != "" {
 		t.Errorf("control version %s → %s (last_error %q): want a higher sequence and no error", v0.Version, v1.Version, v1.LastError)
 	}
-	if cfg := httpGet(t, "http://"+ctlAdmin+"/config"); !strings.Contains(cfg, "750ms") {
+	if cfg := proctest.MustGet(t, "http://"+ctlAdmin+"/config"); !strings.Contains(cfg, "750ms") {
 		t.Errorf("control /config does not serve the new TTFT SLO:\n%s", cfg)
 	}
 
@@ -106,13 +108,13 @@ func TestConfigReload(t *testing.T) {
 	// change nothing.
 	bad := m
 	bad.ServerTiming, bad.TTFT = false, "-5ms"
-	writeFileAtomic(t, path, bad.yaml())
+	proctest.Replace(t, path, bad.yaml())
 	const field = "classes[0].slo.ttft"
-	waitFor(t, "the gateway to log the rejected field "+field, func() bool {
-		return strings.Contains(gw.out.String(), field)
-	}, gw.proc)
+	proctest.WaitFor(t, "the gateway to log the rejected field "+field, func() bool {
+		return strings.Contains(gw.Output(), field)
+	}, gw.Proc)
 	var v2 controlVersion
-	waitFor(t, "control to report the rejected change", func() bool {
+	proctest.WaitFor(t, "control to report the rejected change", func() bool {
 		v2 = getVersion(t, ctlAdmin)
 		return v2.LastError != ""
 	}, ctl)
@@ -122,7 +124,7 @@ func TestConfigReload(t *testing.T) {
 	if st := serverTiming(t, gw, sim.Model); st == "" {
 		t.Errorf("the gateway dropped server-timing after an invalid change: the last good config must stay")
 	}
-	if gw.exited() || ctl.exited() {
-		t.Fatalf("a process exited after an invalid config (gateway %v, control %v)", gw.err, ctl.err)
+	if gw.Exited() || ctl.Exited() {
+		t.Fatalf("a process exited after an invalid config (gateway %v, control %v)", gw.Err(), ctl.Err())
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmesh/llmesh/internal/proctest"
 )
 
 var (
@@ -36,9 +38,9 @@ func TestSharedScheduler(t *testing.T) {
 	m.MaxInflight = capacity
 	sched := start(t, "scheduler", "scheduler", "serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
 		"--config", writeMesh(t, m))
-	schedAddr := sched.waitOutput(t, schedulerRE)[1]
-	schedAdmin := "http://" + sched.waitOutput(t, schedulerAdminRE)[1]
-	waitHTTP(t, schedAdmin+"/healthz", sched)
+	schedAddr := sched.WaitOutput(t, schedulerRE)[1]
+	schedAdmin := "http://" + sched.WaitOutput(t, schedulerAdminRE)[1]
+	proctest.WaitHTTP(t, schedAdmin+"/healthz", sched)
 
 	m.SchedulerService = schedAddr
 	path := writeMesh(t, m)
@@ -56,10 +58,10 @@ func TestSharedScheduler(t *testing.T) {
 	go func() {
 		defer sampler.Done()
 		for ctx.Err() == nil {
-			st, err := tryGet(schedAdmin + "/metrics")
+			st, err := proctest.Get(schedAdmin + "/metrics")
 			if err == nil {
 				var eng string
-				if eng, err = tryGet(sim.URL + "/metrics"); err == nil {
+				if eng, err = proctest.Get(sim.URL + "/metrics"); err == nil {
 					s, _ := metricSum(filterLabel(st, `pool="engine"`), "llmesh_scheduler_inflight")
 					e, _ := metricSum(eng, "vllm:num_requests_running")
 					peakSched, peakEngine = max(peakSched, int(s)), max(peakEngine, int(e))
@@ -79,12 +81,13 @@ func TestSharedScheduler(t *testing.T) {
 	runs := make([]*benchRun, len(gws))
 	errs := make([]error, len(gws))
 	dirs := []string{t.TempDir(), t.TempDir()}
+	bin := llmesh(t)
 	var wg sync.WaitGroup
 	for i, gw := range gws {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runs[i], errs[i] = tryBench(dirs[i], gw.URL(), "--model", sim.Model,
+			runs[i], errs[i] = tryBench(bin, dirs[i], gw.URL(), "--model", sim.Model,
 				"--requests", strconv.Itoa(perGW), "--concurrency", strconv.Itoa(clients),
 				"--prompt-tokens", "64", "--max-tokens", strconv.Itoa(maxTokens))
 		}()
@@ -94,13 +97,13 @@ func TestSharedScheduler(t *testing.T) {
 	sampler.Wait()
 	for i, err := range errs {
 		if err != nil {
-			t.Fatalf("bench through %s: %v", gws[i].name, err)
+			t.Fatalf("bench through %s: %v", gws[i].Name(), err)
 		}
 	}
 
 	var starts, ends []int64
 	for i, b := range runs {
-		t.Run(gws[i].name, func(t *testing.T) { b.checkAllOK(t, perGW, maxTokens) })
+		t.Run(gws[i].Name(), func(t *testing.T) { b.checkAllOK(t, perGW, maxTokens) })
 		for _, r := range b.Records {
 			if r.Engine != nil {
 				starts, ends = append(starts, r.Engine.ArrivalNS), append(ends, r.Engine.FinishNS)
@@ -124,7 +127,7 @@ func TestSharedScheduler(t *testing.T) {
 	// A gateway releases its lease when the response has ended, which may
 	// reach the service a moment after the client read the last byte.
 	events := func() (map[string]int, float64) {
-		st := filterLabel(httpGet(t, schedAdmin+"/metrics"), `pool="engine"`)
+		st := filterLabel(proctest.MustGet(t, schedAdmin+"/metrics"), `pool="engine"`)
 		got := map[string]int{}
 		for _, event := range []string{"admitted", "done", "failed", "rejected", "queue_full", "cancelled"} {
 			v, _ := metricSum(filterLabel(st, fmt.Sprintf("event=%q", event)), "llmesh_scheduler_events_total")
@@ -139,7 +142,7 @@ func TestSharedScheduler(t *testing.T) {
 			t.Logf("last scheduler events seen: %s", last)
 		}
 	})
-	waitFor(t, "the scheduler service to see every lease released", func() bool {
+	proctest.WaitFor(t, "the scheduler service to see every lease released", func() bool {
 		got, inflight := events()
 		last = fmt.Sprintf("%v, in flight %v", got, inflight)
 		return got["done"]+got["cancelled"] >= 2*perGW && inflight == 0

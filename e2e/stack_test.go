@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -16,40 +15,21 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/internal/proctest"
 )
 
-// simProc is a running `llmesh sim`.
-type simProc struct {
-	*proc
-	// URL is the OpenAI HTTP base (http://127.0.0.1:port), GRPC the gRPC
-	// listener's host:port, Model the served model name.
-	URL, GRPC, Model string
-}
-
-var (
-	simModelRE = regexp.MustCompile(`llmesh sim: model (\S+),`)
-	simHTTPRE  = regexp.MustCompile(`llmesh sim: http on (http://\S+)`)
-	simGRPCRE  = regexp.MustCompile(`llmesh sim: grpc on (\S+)`)
-	gatewayRE  = regexp.MustCompile(`gateway listening on (\S+) \(admin (\S+)\)`)
-)
+var gatewayRE = regexp.MustCompile(`gateway listening on (\S+) \(admin (\S+)\)`)
 
 // startSim runs a real-time sim with HTTP and gRPC listeners on free ports
 // and waits until it answers /health.
-func startSim(t *testing.T, name string, extra ...string) *simProc {
+func startSim(t *testing.T, name string, extra ...string) *proctest.Sim {
 	t.Helper()
-	args := append([]string{"sim", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"}, extra...)
-	p := start(t, name, args...)
-	s := &simProc{proc: p}
-	s.Model = p.waitOutput(t, simModelRE)[1]
-	s.URL = p.waitOutput(t, simHTTPRE)[1]
-	s.GRPC = p.waitOutput(t, simGRPCRE)[1]
-	waitHTTP(t, s.URL+"/health", p)
-	return s
+	return proctest.StartSim(t, llmesh(t), name, extra...)
 }
 
 // gatewayProc is a running `llmesh gateway`.
 type gatewayProc struct {
-	*proc
+	*proctest.Proc
 	// Addr is the data plane's host:port, Admin the admin listener's.
 	Addr, Admin string
 }
@@ -60,7 +40,7 @@ func (g *gatewayProc) URL() string { return "http://" + g.Addr }
 // metrics returns the admin /metrics text.
 func (g *gatewayProc) metrics(t *testing.T) string {
 	t.Helper()
-	return httpGet(t, "http://"+g.Admin+"/metrics")
+	return proctest.MustGet(t, "http://"+g.Admin+"/metrics")
 }
 
 // startGateway runs `llmesh gateway args...` with data and admin listeners
@@ -70,9 +50,9 @@ func startGateway(t *testing.T, name string, args ...string) *gatewayProc {
 	t.Helper()
 	args = append([]string{"gateway", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, args...)
 	p := start(t, name, args...)
-	m := p.waitOutput(t, gatewayRE)
-	g := &gatewayProc{proc: p, Addr: m[1], Admin: m[2]}
-	waitHTTP(t, "http://"+g.Admin+"/readyz", p)
+	m := p.WaitOutput(t, gatewayRE)
+	g := &gatewayProc{Proc: p, Addr: m[1], Admin: m[2]}
+	proctest.WaitHTTP(t, "http://"+g.Admin+"/readyz", p)
 	return g
 }
 
@@ -88,16 +68,17 @@ type benchRun struct {
 // exits non-zero.
 func runBench(t *testing.T, target string, flags ...string) *benchRun {
 	t.Helper()
-	b, err := tryBench(t.TempDir(), target, flags...)
+	b, err := tryBench(llmesh(t), t.TempDir(), target, flags...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
-// tryBench is runBench for goroutines other than the test's: it writes its
-// reports into dir and returns what went wrong.
-func tryBench(dir, target string, flags ...string) (*benchRun, error) {
+// tryBench is runBench for goroutines other than the test's: it runs the
+// llmesh binary bin, writes its reports into dir and returns what went
+// wrong.
+func tryBench(bin, dir, target string, flags ...string) (*benchRun, error) {
 	jsonPath, jsonlPath := filepath.Join(dir, "report.json"), filepath.Join(dir, "records.jsonl")
 	// --max-lag: the harness's own schedule lag on a loaded 2-core machine
 	// says nothing about the system under test; these runs check
@@ -106,8 +87,7 @@ func tryBench(dir, target string, flags ...string) (*benchRun, error) {
 		"--json", jsonPath, "--jsonl", jsonlPath}, flags...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
-	setDeathSignal(cmd)
+	cmd := proctest.Command(ctx, bin, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

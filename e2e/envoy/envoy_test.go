@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/internal/proctest"
 )
 
 // The real-Envoy test needs an Envoy binary with the contrib extensions
@@ -35,7 +36,7 @@ type stack struct {
 	simHTTP, simGRPC     string
 	envoyAddr, adminAddr string
 	accessLog            string
-	envoy                *proc
+	envoy                *proctest.Proc
 }
 
 func newStack(t *testing.T) *stack {
@@ -50,13 +51,13 @@ func newStack(t *testing.T) *stack {
 		t.Logf("warning: %s is not Envoy 1.36 (the SDK in go.mod is v1.36.2): %s", envoyBin, strings.TrimSpace(string(out)))
 	}
 	dir := t.TempDir()
-	s := &stack{dir: dir, so: filepath.Join(dir, "llmesh-filter.so"), llmesh: filepath.Join(dir, "llmesh"),
-		simHTTP: freeAddr(t), simGRPC: freeAddr(t), envoyAddr: freeAddr(t), adminAddr: freeAddr(t),
+	s := &stack{dir: dir, envoyAddr: proctest.FreeAddr(t), adminAddr: proctest.FreeAddr(t),
 		accessLog: filepath.Join(dir, "access.log")}
-	build(t, s.so, "-buildmode=c-shared", "../../cmd/llmesh-filter")
-	build(t, s.llmesh, "../../cmd/llmesh")
-	sim := startProc(t, "sim", nil, s.llmesh, "sim", "--listen", s.simHTTP, "--grpc-listen", s.simGRPC, "--time-scale", "10")
-	waitHTTP(t, "http://"+s.simHTTP+"/v1/models", sim)
+	s.so = bins.Build(t, "llmesh-filter.so", "-buildmode=c-shared", "../../cmd/llmesh-filter")
+	s.llmesh = bins.Build(t, "llmesh", "../../cmd/llmesh")
+	sim := proctest.StartSim(t, s.llmesh, "sim", "--time-scale", "10")
+	s.simHTTP, s.simGRPC = strings.TrimPrefix(sim.URL, "http://"), sim.GRPC
+	proctest.WaitHTTP(t, sim.URL+"/v1/models", sim)
 	return s
 }
 
@@ -70,10 +71,10 @@ func (s *stack) rewrite(t *testing.T, bootstrap string, extra map[string]string)
 	}
 	y := string(data)
 	repl := map[string]string{
-		"port_value: 10000":           "port_value: " + port(t, s.envoyAddr),
-		"port_value: 9901":            "port_value: " + port(t, s.adminAddr),
-		"port_value: 8000":            "port_value: " + port(t, s.simHTTP),
-		"port_value: 9000":            "port_value: " + port(t, s.simGRPC),
+		"port_value: 10000":           "port_value: " + proctest.Port(t, s.envoyAddr),
+		"port_value: 9901":            "port_value: " + proctest.Port(t, s.adminAddr),
+		"port_value: 8000":            "port_value: " + proctest.Port(t, s.simHTTP),
+		"port_value: 9000":            "port_value: " + proctest.Port(t, s.simGRPC),
 		`"127.0.0.1:8000"`:            strconv.Quote(s.simHTTP),
 		`"127.0.0.1:9000"`:            strconv.Quote(s.simGRPC),
 		"/etc/envoy/llmesh-filter.so": s.so,
@@ -98,9 +99,10 @@ func (s *stack) startEnvoy(t *testing.T, bootstrap string, extra map[string]stri
 	cfg := s.rewrite(t, bootstrap, extra)
 	// GOMAXPROCS must be at least --concurrency; cgocheck=0 as Envoy's
 	// golang extension docs advise.
-	s.envoy = startProc(t, "envoy", []string{"GOMAXPROCS=2", "GODEBUG=cgocheck=0"}, os.Getenv("ENVOY_BIN"),
-		"-c", cfg, "--concurrency", "2", "--disable-hot-restart", "--log-level", "warn")
-	waitHTTP(t, "http://"+s.adminAddr+"/ready", s.envoy)
+	cmd := exec.Command(os.Getenv("ENVOY_BIN"), "-c", cfg, "--concurrency", "2", "--disable-hot-restart", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=2", "GODEBUG=cgocheck=0")
+	s.envoy = proctest.StartCmd(t, "envoy", cmd)
+	proctest.WaitHTTP(t, "http://"+s.adminAddr+"/ready", s.envoy)
 }
 
 // TestRewrittenBootstrapsValid checks, without Envoy, what the real-Envoy
@@ -147,7 +149,11 @@ func (s *stack) stat(t *testing.T, suffix string) int {
 	return 0
 }
 
-var doneRE = regexp.MustCompile(`data: \[DONE\]\s*$`)
+var (
+	doneRE = regexp.MustCompile(`data: \[DONE\]\s*$`)
+	// controlXDSRE is the line `llmesh control` prints once it serves xDS.
+	controlXDSRE = regexp.MustCompile(`llmesh control: xds on (\S+) `)
+)
 
 // sse sends one streaming completion through Envoy.
 func (s *stack) sse(t *testing.T, header ...string) {
@@ -219,21 +225,17 @@ func TestEnvoyStatic(t *testing.T) {
 	}
 	// Access log lines are written when streams end; poll for both.
 	var lines []map[string]interface{}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(lines) < 2 && time.Now().Before(deadline) {
+	proctest.Until(t, "both streams in the access log", func() (bool, string) {
 		lines = lines[:0]
-		data, _ := os.ReadFile(s.accessLog)
+		data, err := os.ReadFile(s.accessLog)
 		for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 			var m map[string]interface{}
 			if json.Unmarshal([]byte(l), &m) == nil {
 				lines = append(lines, m)
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if len(lines) < 2 {
-		t.Fatalf("access log has %d lines, want 2", len(lines))
-	}
+		return len(lines) >= 2, fmt.Sprintf("%d JSON lines (%v)", len(lines), err)
+	}, s.envoy)
 	classes := map[string]bool{}
 	for _, l := range lines {
 		classes[fmt.Sprint(l["class"])] = true
@@ -250,7 +252,6 @@ func TestEnvoyStatic(t *testing.T) {
 // clusters (and the filter config) from llmesh control.
 func TestEnvoyADS(t *testing.T) {
 	s := newStack(t)
-	xds := freeAddr(t)
 	mesh := fmt.Sprintf(`listeners:
   - name: main
     address: %s
@@ -268,25 +269,19 @@ classification: {tenants: {gold: interactive}}
 relocation:
   grpc: [{metadata: x-llmesh-prompt, field: 2}]
 `, s.envoyAddr, s.simHTTP, s.simGRPC)
-	meshPath := filepath.Join(s.dir, "mesh.yaml")
-	if err := os.WriteFile(meshPath, []byte(mesh), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	startProc(t, "control", nil, s.llmesh, "control", "--config", meshPath, "--xds", xds, "--admin", "off", "--library-path", s.so)
-	s.startEnvoy(t, "envoy.yaml", map[string]string{"port_value: 18000": "port_value: " + port(t, xds)})
+	meshPath := proctest.WriteTemp(t, "mesh.yaml", mesh)
+	ctl := proctest.Start(t, "control", s.llmesh, "control", "--config", meshPath, "--xds", "127.0.0.1:0", "--admin", "off", "--library-path", s.so)
+	xds := ctl.WaitOutput(t, controlXDSRE)[1]
+	s.startEnvoy(t, "envoy.yaml", map[string]string{"port_value: 18000": "port_value: " + proctest.Port(t, xds)})
 	// The listener arrives over ADS after /ready: poll until it serves.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	proctest.Until(t, "the listener from llmesh control to serve", func() (bool, string) {
 		resp, err := http.Get("http://" + s.envoyAddr + "/v1/models")
-		if err == nil {
-			resp.Body.Close()
-			break
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("listener from llmesh control never came up: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return true, ""
+	}, s.envoy, ctl)
 	s.sse(t)
 	if n := s.grpcCall(t); n != 9 {
 		t.Errorf("gRPC tokens = %d, want 9", n)

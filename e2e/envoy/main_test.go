@@ -3,7 +3,11 @@ package envoy_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/llmesh/llmesh/internal/proctest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// bins builds llmesh-filter.so (c-shared, so cgo) and llmesh once for all
+// the real-Envoy tests.
+var bins = proctest.Builder{Env: []string{"CGO_ENABLED=1"}}
+
+func TestMain(m *testing.M) { proctest.Main(m, bins.Close) }

@@ -1,39 +1,18 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/llmesh/llmesh/gateway"
+	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
-
-// syncBuffer is a log destination read while the gateway writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // meshYAML is a one-listener mesh whose only route sends /v1/ to one pool.
 func meshYAML(simHostPort string) string {
@@ -57,19 +36,6 @@ default_class: standard
 `
 }
 
-// replace swaps the file's content by rename, as editors and config-map
-// updates do.
-func replace(t *testing.T, path, content string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestConfigReplacedWithInvalid runs `llmesh gateway --config` in process,
 // replaces its mesh file with an invalid one and checks that the running
 // config stays (requests keep flowing), that the error is reported with the
@@ -77,36 +43,23 @@ func replace(t *testing.T, path, content string) {
 func TestConfigReplacedWithInvalid(t *testing.T) {
 	s := simtest.Start(t)
 	simAddr := strings.TrimPrefix(s.HTTPURL, "http://")
-	path := filepath.Join(t.TempDir(), "mesh.yaml")
-	if err := os.WriteFile(path, []byte(meshYAML(simAddr)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
+	path := proctest.WriteTemp(t, "mesh.yaml", meshYAML(simAddr))
+	logs := &proctest.Buffer{}
+	proctest.ShowOnFailure(t, "gateway log", logs)
 	ready := make(chan string, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- gateway.Run(ctx, gateway.RunConfig{
+	run := proctest.Go(t, "gateway.Run", func(ctx context.Context) error {
+		return gateway.Run(ctx, gateway.RunConfig{
 			ConfigPath: path,
 			Listen:     "127.0.0.1:0",
 			Logger:     slog.New(slog.NewTextHandler(logs, nil)),
 			Ready:      func(data, _ net.Addr) { ready <- "http://" + data.String() },
 		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway.Run: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("gateway log:\n%s", logs.String())
-		}
 	})
 	var gw string
 	select {
 	case gw = <-ready:
-	case err := <-done:
-		t.Fatalf("gateway.Run ended early: %v", err)
+	case <-run.Done():
+		t.Fatalf("gateway.Run ended early: %v", run.Err())
 	}
 
 	status := func() int {
@@ -123,8 +76,8 @@ func TestConfigReplacedWithInvalid(t *testing.T) {
 	}
 
 	invalid := strings.Replace(meshYAML(simAddr), "protocol: openai", "protocol: carrier-pigeon", 1)
-	replace(t, path, invalid)
-	eventually(t, "invalid config reported", func() (bool, string) {
+	proctest.Replace(t, path, invalid)
+	poll.Until(t, "invalid config reported", func() (bool, string) {
 		l := logs.String()
 		return strings.Contains(l, "keeping the last good config") && strings.Contains(l, "pools[0].protocol"), l
 	})
@@ -136,14 +89,8 @@ func TestConfigReplacedWithInvalid(t *testing.T) {
 
 	// A valid change still applies: the pool now points at an address
 	// where nothing listens, so requests fail with 502.
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := dead.Addr().String()
-	dead.Close()
-	replace(t, path, meshYAML(deadAddr))
-	eventually(t, "valid config applied after the invalid one", func() (bool, string) {
+	proctest.Replace(t, path, meshYAML(proctest.FreeAddr(t)))
+	poll.Until(t, "valid config applied after the invalid one", func() (bool, string) {
 		got := status()
 		return got == http.StatusBadGateway, fmt.Sprintf("status %d", got)
 	})

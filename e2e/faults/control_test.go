@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -21,15 +19,14 @@ import (
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/control"
+	"github.com/llmesh/llmesh/internal/proctest"
 )
 
-// plane is a running control plane.
+// plane is a running control plane; it serves until the test ends or
+// serve.Stop.
 type plane struct {
-	t      *testing.T
-	addr   string
-	srv    *control.Server
-	cancel context.CancelFunc
-	done   chan error
+	addr  string
+	serve *proctest.Task
 }
 
 func startPlane(t *testing.T, path, addr string) (*plane, error) {
@@ -42,22 +39,8 @@ func startPlane(t *testing.T, path, addr string) (*plane, error) {
 	if err != nil {
 		t.Fatalf("control listen %s: %v", addr, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &plane{t: t, addr: ln.Addr().String(), srv: srv, cancel: cancel, done: make(chan error, 1)}
-	go func() { p.done <- srv.Serve(ctx, ln, nil) }()
-	t.Cleanup(p.stop)
-	return p, nil
-}
-
-func (p *plane) stop() {
-	if p.cancel == nil {
-		return
-	}
-	p.cancel()
-	if err := <-p.done; err != nil {
-		p.t.Errorf("control Serve: %v", err)
-	}
-	p.cancel = nil
+	serve := proctest.Go(t, "control Serve", func(ctx context.Context) error { return srv.Serve(ctx, ln, nil) })
+	return &plane{addr: ln.Addr().String(), serve: serve}, nil
 }
 
 // xdsClient is what Envoy does: one ADS stream subscribing to every
@@ -119,11 +102,8 @@ func (c *xdsClient) listeners(t *testing.T) *discovery.DiscoveryResponse {
 // restarted on the repaired file it serves exactly the listeners the data
 // plane already had, so reconnecting changes nothing.
 func TestControlPlaneDown(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "mesh.yaml")
 	good := meshYAML("127.0.0.1:8000")
-	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := proctest.WriteTemp(t, "mesh.yaml", good)
 	first, err := startPlane(t, path, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -132,21 +112,23 @@ func TestControlPlaneDown(t *testing.T) {
 	c := dialXDS(t, addr)
 	held := c.listeners(t)
 
-	first.stop()
+	if err := first.serve.Stop(); err != nil {
+		t.Errorf("control Serve: %v", err)
+	}
 	if _, err := c.stream.Recv(); err == nil {
 		t.Error("data plane's stream got a response from a stopped control plane")
 	} else if code := status.Code(err); err != io.EOF && code != codes.Unavailable && code != codes.Canceled {
 		t.Errorf("data plane's stream ended with %v, want end of stream or UNAVAILABLE", err)
 	}
 
-	replace(t, path, strings.Replace(good, "max_inflight: 8", "max_inflight: -3", 1))
+	proctest.Replace(t, path, strings.Replace(good, "max_inflight: 8", "max_inflight: -3", 1))
 	if _, err := startPlane(t, path, addr); err == nil {
 		t.Fatal("control plane started on an invalid file")
 	} else if fe := (config.Errors)(nil); !errors.As(err, &fe) || !strings.Contains(err.Error(), "pools[0].capacity.max_inflight") {
 		t.Errorf("start on an invalid file: %v, want a config error naming pools[0].capacity.max_inflight", err)
 	}
 
-	replace(t, path, good)
+	proctest.Replace(t, path, good)
 	if _, err := startPlane(t, path, addr); err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func (e *disconnectEnv) afterCancel(t *testing.T) gateway.Record {
 	if r.Outcome != scheduler.Cancelled || r.OK() {
 		t.Errorf("record outcome %v ok %v err %v, want Cancelled", r.Outcome, r.OK(), r.Err)
 	}
-	eventually(t, "capacity freed", func() (bool, string) { return idle(e.stats(t)) })
+	poll.Until(t, "capacity freed", func() (bool, string) { return idle(e.stats(t)) })
 	engineIdleWithin(t, cancelled, e.sim.HTTPURL)
 	if c := e.stats(t).Counters; c.Cancelled != 1 || c.Done != 0 || c.Failed != 0 {
 		t.Errorf("counters %+v, want exactly one cancelled", c)
@@ -78,12 +78,12 @@ func TestClientGoneWhileQueued(t *testing.T) {
 	e := newDisconnectEnv(t)
 	cancelA, resA := e.start("first holds the slot", 2000) //nolint:bodyclose // closed where received
 	defer cancelA()
-	eventually(t, "first admitted", func() (bool, string) {
+	poll.Until(t, "first admitted", func() (bool, string) {
 		p := e.stats(t)
 		return p.InFlight == 1, fmt.Sprintf("%+v", p)
 	})
 	cancelB, resB := e.start("second waits", 8) //nolint:bodyclose // closed where received
-	eventually(t, "second queued", func() (bool, string) {
+	poll.Until(t, "second queued", func() (bool, string) {
 		p := e.stats(t)
 		return queued(p) == 1, fmt.Sprintf("%+v", p)
 	})
@@ -96,7 +96,7 @@ func TestClientGoneWhileQueued(t *testing.T) {
 	if r.Outcome != scheduler.Cancelled || r.OutputTokens != 0 {
 		t.Errorf("queued request's record outcome %v tokens %d, want Cancelled with nothing sent", r.Outcome, r.OutputTokens)
 	}
-	eventually(t, "queue empty", func() (bool, string) {
+	poll.Until(t, "queue empty", func() (bool, string) {
 		p := e.stats(t)
 		return queued(p) == 0 && p.InFlight == 1 && p.Cancelled == 1, fmt.Sprintf("%+v", p)
 	})
@@ -112,7 +112,7 @@ func TestClientGoneWhileQueued(t *testing.T) {
 	}
 	cancelA()
 	e.rec.next(t)
-	eventually(t, "capacity freed", func() (bool, string) { return idle(e.stats(t)) })
+	poll.Until(t, "capacity freed", func() (bool, string) { return idle(e.stats(t)) })
 	engineIdleWithin(t, cancelled, e.sim.HTTPURL)
 	if c := e.stats(t).Counters; c.Cancelled != 2 || c.Admitted != 1 {
 		t.Errorf("counters %+v, want two cancelled of which one was admitted", c)
@@ -125,7 +125,7 @@ func TestClientGoneWhilePrefilling(t *testing.T) {
 	e := newDisconnectEnv(t)
 	cancel, res := e.start(longPrompt(3000), 2000) //nolint:bodyclose // closed where received
 	defer cancel()
-	eventually(t, "engine prefilling", func() (bool, string) {
+	poll.Until(t, "engine prefilling", func() (bool, string) {
 		running, _, err := engineGauges(e.sim.HTTPURL)
 		p := e.stats(t)
 		return err == nil && running == 1 && p.InFlight == 1, fmt.Sprintf("engine running %v (%v), scheduler %+v", running, err, p)

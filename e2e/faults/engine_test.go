@@ -76,7 +76,7 @@ func TestEngineKilledMidStreamSSE(t *testing.T) {
 	if r.TokenChunks < 3 || r.Complete {
 		t.Errorf("record token chunks %d complete %v: the observation must keep what streamed before the kill", r.TokenChunks, r.Complete)
 	}
-	eventually(t, "slot freed", func() (bool, string) { return idle(poolStats(t, sched.Stats(), "sim")) })
+	poll.Until(t, "slot freed", func() (bool, string) { return idle(poolStats(t, sched.Stats(), "sim")) })
 	if c := poolStats(t, sched.Stats(), "sim").Counters; c.Failed != 1 || c.Done != 0 {
 		t.Errorf("counters %+v, want exactly one failed", c)
 	}
@@ -121,7 +121,7 @@ func TestEngineKilledMidStreamGRPC(t *testing.T) {
 	if r.OK() || r.Outcome != scheduler.Failed {
 		t.Errorf("record ok=%v err=%v outcome=%v, want failed", r.OK(), r.Err, r.Outcome)
 	}
-	eventually(t, "slot freed", func() (bool, string) { return idle(poolStats(t, sched.Stats(), "sim-grpc")) })
+	poll.Until(t, "slot freed", func() (bool, string) { return idle(poolStats(t, sched.Stats(), "sim-grpc")) })
 	if c := poolStats(t, sched.Stats(), "sim-grpc").Counters; c.Failed != 1 {
 		t.Errorf("counters %+v, want one failed", c)
 	}
@@ -163,6 +163,6 @@ func TestEngineStallIdleTimeout(t *testing.T) {
 	if !errors.Is(r.Err, gateway.ErrUpstreamStalled) || r.Outcome != scheduler.Failed {
 		t.Errorf("record err=%v outcome=%v, want ErrUpstreamStalled and Failed", r.Err, r.Outcome)
 	}
-	eventually(t, "slot freed", func() (bool, string) { return idle(poolStats(t, sched.Stats(), "sim")) })
+	poll.Until(t, "slot freed", func() (bool, string) { return idle(poolStats(t, sched.Stats(), "sim")) })
 	engineIdleWithin(t, cancelled, s.HTTPURL) // stalled for an hour: only a cancel ends it
 }

@@ -14,41 +14,21 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/llmesh/llmesh/gateway"
+	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 // wait is how long any condition may take to become true on a loaded
 // machine; conditions are polled, never slept on.
 const wait = 20 * time.Second
 
-// eventually polls cond until it reports true or wait passes; the last
-// description it returned explains a failure.
-func eventually(t testing.TB, what string, cond func() (bool, string)) {
-	t.Helper()
-	within(t, wait, what, cond)
-}
-
-// within is eventually with its own limit.
-func within(t testing.TB, limit time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		ok, desc := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v: %s", what, limit, desc)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// poll waits for conditions for at most wait. Its short interval catches
+// states that last only a moment, such as an engine still prefilling.
+var poll = proctest.Poll{Timeout: wait, Interval: 5 * time.Millisecond}
 
 // schedConfig is a scheduler for the pools "sim" (OpenAI) and "sim-grpc"
 // with maxInflight slots each, an interactive and a batch class.
@@ -137,15 +117,13 @@ func startGateway(t testing.TB, cfg gateway.Config, opts ...gateway.Option) stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, ln, 5*time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("gateway Serve: %v", err)
-		}
+	proctest.Go(t, "gateway Serve", func(ctx context.Context) error {
+		err := g.Serve(ctx, ln, 5*time.Second)
 		g.Close()
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
 	})
 	return "http://" + ln.Addr().String()
 }
@@ -261,7 +239,7 @@ const cancelled = 5 * time.Second
 // limit.
 func engineIdleWithin(t testing.TB, limit time.Duration, url string) {
 	t.Helper()
-	within(t, limit, "engine idle", func() (bool, string) {
+	proctest.Poll{Timeout: limit, Interval: poll.Interval}.Until(t, "engine idle", func() (bool, string) {
 		r, w, err := engineGauges(url)
 		return err == nil && r == 0 && w == 0, fmt.Sprintf("running %v waiting %v err %v", r, w, err)
 	})

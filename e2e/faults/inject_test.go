@@ -85,7 +85,7 @@ func TestInjectedErrorsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}
-	eventually(t, "scheduler idle", func() (bool, string) { return idle(poolStats(t, sched.Stats(), "sim")) })
+	poll.Until(t, "scheduler idle", func() (bool, string) { return idle(poolStats(t, sched.Stats(), "sim")) })
 	engineIdle(t, s.HTTPURL)
 
 	c.mu.Lock()

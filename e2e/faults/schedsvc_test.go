@@ -153,25 +153,25 @@ func TestSchedulerServiceRestartUnderLoad(t *testing.T) {
 				}()
 			}
 
-			eventually(t, "load through the service", func() (bool, string) {
+			poll.Until(t, "load through the service", func() (bool, string) {
 				p := svc.pool()
 				return p.Counters.Done >= 20, fmt.Sprintf("%+v", p.Counters)
 			})
 			svc.stop()
 			phase.Store(&during)
-			eventually(t, "old service released everything", func() (bool, string) { return idle(svc.pool()) })
-			eventually(t, "requests answered while the service is down", func() (bool, string) {
+			poll.Until(t, "old service released everything", func() (bool, string) { return idle(svc.pool()) })
+			poll.Until(t, "requests answered while the service is down", func() (bool, string) {
 				n := during.ok.Load() + during.unavailable.Load()
 				return n >= 20, fmt.Sprintf("ok %d unavailable %d other %d", during.ok.Load(), during.unavailable.Load(), during.other.Load())
 			})
 
 			restarted := startService(t, svc.addr)
-			eventually(t, "load through the restarted service", func() (bool, string) {
+			poll.Until(t, "load through the restarted service", func() (bool, string) {
 				p := restarted.pool()
 				return p.Counters.Done >= 20, fmt.Sprintf("%+v", p.Counters)
 			})
 			phase.Store(&after)
-			eventually(t, "requests after the restart", func() (bool, string) {
+			poll.Until(t, "requests after the restart", func() (bool, string) {
 				return after.ok.Load() >= 20, fmt.Sprintf("ok %d", after.ok.Load())
 			})
 			stopLoad()
@@ -182,7 +182,7 @@ func TestSchedulerServiceRestartUnderLoad(t *testing.T) {
 			case <-time.After(wait):
 				t.Fatal("clients still waiting after the load stopped: stuck requests")
 			}
-			eventually(t, "restarted service idle", func() (bool, string) { return idle(restarted.pool()) })
+			poll.Until(t, "restarted service idle", func() (bool, string) { return idle(restarted.pool()) })
 			restarted.stop()
 
 			t.Logf("before: ok %d; down: ok %d, 503 %d; after: ok %d, 503 %d",

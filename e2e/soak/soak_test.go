@@ -20,15 +20,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/llmesh/llmesh/gateway"
+	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 func envInt(t *testing.T, name string, def int) int {
 	v := os.Getenv(name)
@@ -185,15 +184,18 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, stopServe := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(sctx, ln, 10*time.Second) }()
+	served := proctest.Go(t, "gateway", func(ctx context.Context) error {
+		err := g.Serve(ctx, ln, 10*time.Second)
+		g.Close()
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	})
 	defer func() {
-		stopServe()
-		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := served.Stop(); err != nil {
 			t.Errorf("gateway: %v", err)
 		}
-		g.Close()
 	}()
 	url := "http://" + ln.Addr().String() + "/v1/completions"
 	tr := &http.Transport{MaxIdleConns: streams, MaxIdleConnsPerHost: streams, IdleConnTimeout: time.Minute}
