@@ -55,6 +55,11 @@ type Options struct {
 	// KeepOutput keeps the generated text and token ids (Output,
 	// Observation.Text/TokenIDs), for continuing a preempted stream.
 	KeepOutput bool
+	// GeneralScan turns off the SSE fast path that recognises events of
+	// the stream's repeating chunk shape without a JSON scan, so every
+	// event takes the general scanner. The observation is the same either
+	// way (tests check it); this exists for A/B measurement and diagnosis.
+	GeneralScan bool
 }
 
 // Observer measures one request's response stream. Feed it the host's
@@ -81,8 +86,6 @@ type Observer struct {
 	grpc  grpcState
 	chunk Chunk
 	body  []byte
-	// noTemplate turns the SSE fast path off (tests compare both paths).
-	noTemplate bool
 	// bodyStart is when the first JSON body byte arrived: a non-streaming
 	// response's "first token" is its first byte.
 	bodyStart time.Time

@@ -53,8 +53,8 @@ func observeSplit(opts Options, ct string, data []byte, cuts []int) (Observation
 // observeSplitPath is observeSplit with the SSE fast path turned off when
 // general is set, so the two paths can be compared.
 func observeSplitPath(opts Options, ct string, data []byte, cuts []int, general bool) (Observation, bool) {
+	opts.GeneralScan = general
 	o := NewObserver(opts)
-	o.noTemplate = general
 	o.MarkReceived(at(0))
 	o.ResponseHeaders(at(1), 200, MapHeaders{"content-type": ct})
 	prev, errored := 0, false

@@ -42,7 +42,7 @@ func (o *Observer) observeSSE(t time.Time, p []byte) error {
 		}
 	}
 	for len(p) > 0 {
-		if o.tmpl.valid && !o.noTemplate && len(s.line) == 0 && !s.hasData && !s.eventError {
+		if o.tmpl.valid && !o.opts.GeneralScan && len(s.line) == 0 && !s.hasData && !s.eventError {
 			if n := o.fastEvent(t, p); n > 0 {
 				p = p[n:]
 				continue
@@ -157,7 +157,7 @@ func (o *Observer) sseDispatch(t time.Time) error {
 		o.SetError(ErrorStreamEvent, "error event: "+string(truncate(data, 512)))
 		return nil
 	}
-	if !s.eventError && !o.noTemplate {
+	if !s.eventError && !o.opts.GeneralScan {
 		if raw, ok := o.tmpl.match(data); ok {
 			if o.tmpl.kept && o.opts.KeepOutput {
 				o.keepText(true, raw, bytes.IndexByte(raw, '\\') >= 0)

@@ -111,13 +111,9 @@ func (o *Observer) fastEvent(t time.Time, p []byte) int {
 		return 0
 	}
 	rest := p[len(c.linePrefix):]
-	end := closingQuote(rest)
+	end, escaped := lineText(rest)
 	if end <= 0 || !bytes.HasPrefix(rest[end:], c.lineSuffix) {
 		return 0
-	}
-	raw := rest[:end]
-	if lineEnd(raw) >= 0 {
-		return 0 // a CR or LF inside: the line ends there
 	}
 	n := len(c.linePrefix) + end + len(c.lineSuffix)
 	if n-2 > o.opts.MaxEventBytes {
@@ -126,8 +122,36 @@ func (o *Observer) fastEvent(t time.Time, p []byte) int {
 	c.hits++
 	o.obs.Chunks++
 	if c.kept && o.opts.KeepOutput {
-		o.keepText(true, raw, bytes.IndexByte(raw, '\\') >= 0)
+		o.keepText(true, rest[:end], escaped)
 	}
 	o.tokenChunk(t, 1)
 	return n
+}
+
+// lineText is closingQuote for a string that must also stay on its SSE
+// line: -1 when a CR or LF comes before the closing quote. Tokens are a
+// few bytes, so a byte loop that checks everything in one pass beats
+// several vectorised scans; past 64 bytes the scans take over.
+func lineText(b []byte) (end int, escaped bool) {
+	for i := 0; i < len(b) && i < 64; i++ {
+		switch b[i] {
+		case '"':
+			return i, escaped
+		case '\\':
+			escaped = true
+			// The escaped byte is not a closing quote, but a raw CR or LF
+			// still ends the line.
+			if i+1 < len(b) && (b[i+1] == '\r' || b[i+1] == '\n') {
+				return -1, false
+			}
+			i++
+		case '\r', '\n':
+			return -1, false
+		}
+	}
+	end = closingQuote(b)
+	if end < 0 || lineEnd(b[:end]) >= 0 {
+		return -1, false
+	}
+	return end, bytes.IndexByte(b[:end], '\\') >= 0
 }

@@ -111,3 +111,25 @@ func FuzzSSETemplate(f *testing.F) {
 		}
 	})
 }
+
+// FuzzLineText checks the one-pass text scan against the vectorised
+// scans it stands in for.
+func FuzzLineText(f *testing.F) {
+	for _, s := range []string{`abc"x`, `a\"b"`, `a\\"`, "a\nb\"", "a\\\n\"", `\`, strings.Repeat(`\\`, 40) + `"`, strings.Repeat("x", 70) + "\r\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		wantEnd := closingQuote(b)
+		wantEsc := false
+		if wantEnd >= 0 && lineEnd(b[:wantEnd]) >= 0 {
+			wantEnd = -1
+		}
+		if wantEnd >= 0 {
+			wantEsc = bytes.IndexByte(b[:wantEnd], '\\') >= 0
+		}
+		end, esc := lineText(b)
+		if end != wantEnd || (end >= 0 && esc != wantEsc) {
+			t.Fatalf("lineText(%q) = %d, %v; want %d, %v", b, end, esc, wantEnd, wantEsc)
+		}
+	})
+}
