@@ -126,8 +126,8 @@ type compiled struct {
 	pools    map[string]*compiledPool
 	routes   []compiledRoute
 	draw     func() float64 // uniform in [0, 1) for weighted arm choice
-	httpPool *compiledPool // default for HTTP requests when no route matches
-	grpcPool *compiledPool // default for gRPC requests when no route matches
+	httpPool *compiledPool  // default for HTTP requests when no route matches
+	grpcPool *compiledPool  // default for gRPC requests when no route matches
 }
 
 // compiledRoute is a route with its experiment's arm pools resolved.

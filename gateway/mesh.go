@@ -10,7 +10,7 @@ import (
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/scheduler"
-	"github.com/llmesh/llmesh/scheduler/policy"
+	"github.com/llmesh/llmesh/scheduler/server"
 )
 
 // ConfigFromMesh builds the gateway configuration of one listener of a
@@ -40,11 +40,23 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 		if p.Protocol == "grpc" {
 			proto = GRPC
 		}
-		cfg.Pools = append(cfg.Pools, Pool{Name: p.Name, Protocol: proto,
-			Upstream: "http://" + net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))})
+		up := "http://" + net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))
+		cfg.Pools = append(cfg.Pools, Pool{Name: p.Name, Protocol: proto, Upstream: up})
+		if e := p.Experiment; e != nil {
+			// Each arm is a pool of its own, as control builds it for
+			// Envoy: same upstream and capacity, the arm's scheduler.
+			for _, a := range e.Arms {
+				name := config.ArmPoolName(p.Name, a.Name)
+				if c.Pool(name) != nil {
+					return Config{}, fmt.Errorf("experiments: %q arm %q needs pool name %q, which is already taken", e.Name, a.Name, name)
+				}
+				cfg.Pools = append(cfg.Pools, Pool{Name: name, Protocol: proto, Upstream: up, Experiment: e.Name, Arm: a.Name})
+			}
+		}
 	}
 	for _, r := range l.Routes {
-		route := Route{PathPrefix: r.PathPrefix, Headers: r.Headers, Pool: r.Pool.Name, GRPC: r.Pool.Protocol == "grpc"}
+		route := Route{PathPrefix: r.PathPrefix, Headers: r.Headers, Pool: r.Pool.Name, GRPC: r.Pool.Protocol == "grpc",
+			Experiment: r.Experiment}
 		if r.Class != nil {
 			route.Class = r.Class.Name
 		}
@@ -77,16 +89,18 @@ func relocationHeaderBytes(r *config.Relocation) int {
 
 // SchedulerConfigFromMesh builds the in-process scheduler's configuration
 // from a mesh config: every pool with its capacity and policy settings
-// (preemption target included), every class. It delegates to
-// policy.FromMesh so the gateway, the filter and the scheduler service
-// compile the same mesh the same way.
+// (preemption target included), every experiment arm's pool, every class.
+// It delegates to server.MeshConfig so the gateway, the filter and the
+// scheduler service compile the same mesh the same way.
 func SchedulerConfigFromMesh(c *config.Config) (scheduler.Config, error) {
-	return policy.FromMesh(c)
+	return server.MeshConfig(c)
 }
 
-// ApplyMesh swaps in the routes, pools and classification of a new mesh
-// config (a reload). Scheduler settings (policy, capacity) are not changed
-// live; they take effect on restart. On error the running config stays.
+// ApplyMesh swaps in the routes, pools (experiment arms included) and
+// classification of a new mesh config (a reload). It does not touch the
+// scheduler: Run applies the scheduler part first (server.MeshScheduler),
+// so that new arm pools exist before requests are routed to them. On error
+// the running config stays.
 func (g *Gateway) ApplyMesh(c *config.Config, listener string) error {
 	cfg, err := ConfigFromMesh(c, listener)
 	if err != nil {

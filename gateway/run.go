@@ -15,9 +15,9 @@ import (
 	"github.com/llmesh/llmesh/filter/relocate"
 	"github.com/llmesh/llmesh/filter/relocate/relocatehttp"
 	"github.com/llmesh/llmesh/scheduler"
-	"github.com/llmesh/llmesh/scheduler/capacity"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/policy"
+	"github.com/llmesh/llmesh/scheduler/server"
 	"github.com/llmesh/llmesh/telemetry"
 )
 
@@ -49,6 +49,9 @@ type RunConfig struct {
 	StreamIdleTimeout time.Duration
 	// ServerTiming turns the server-timing header/trailer on in quick mode.
 	ServerTiming bool
+	// ArmDraw picks experiment arms by weight (see WithArmDraw); nil means
+	// math/rand/v2.
+	ArmDraw func() float64
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 	// Ready, when non-nil, is called with the bound data and admin
@@ -86,7 +89,7 @@ func Run(ctx context.Context, rc RunConfig) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 4+len(h.capacity))
+	errc := make(chan error, 4)
 	goRun := func(f func() error) {
 		wg.Add(1)
 		go func() {
@@ -101,13 +104,23 @@ func Run(ctx context.Context, rc RunConfig) error {
 	var adminAddr net.Addr
 	if aln != nil {
 		adminAddr = aln.Addr()
-		goRun(func() error { return h.gw.ServeAdmin(ctx, aln, h.tele.PrometheusHandler()) })
+		mux := http.NewServeMux()
+		mux.Handle("/", h.gw.AdminHandler(h.tele.PrometheusHandler()))
+		if h.exps != nil {
+			h.exps.Register(mux)
+		}
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		goRun(func() error { return serveUntil(ctx, srv, aln, time.Second, nil) })
+	}
+	if h.mesh != nil {
+		// Capacity watchers run until ctx ends or h.close.
+		if err := h.mesh.Start(ctx); err != nil {
+			cancel()
+			errc <- err
+		}
 	}
 	if h.watcher != nil {
 		goRun(func() error { return h.watcher.Run(ctx) })
-	}
-	for _, w := range h.capacity {
-		goRun(func() error { return w.Run(ctx) })
 	}
 	admin := "none"
 	if adminAddr != nil {
@@ -129,21 +142,24 @@ func Run(ctx context.Context, rc RunConfig) error {
 
 // host is what Run built.
 type host struct {
-	gw       *Gateway
-	sched    *scheduler.Scheduler
-	client   *client.Client
-	tele     *telemetry.Provider
-	watcher  *config.Watcher
-	capacity []*capacity.Watcher
-	listen   string
-	admin    string
+	gw      *Gateway
+	sched   *server.Schedulers    // nil when requests are not scheduled
+	mesh    *server.MeshScheduler // mesh mode: sched kept in step with the file
+	exps    *Experiments          // mesh mode
+	client  *client.Client
+	tele    *telemetry.Provider
+	watcher *config.Watcher
+	listen  string
+	admin   string
 }
 
 func (h *host) close() {
 	if h.client != nil {
 		_ = h.client.Close()
 	}
-	if h.sched != nil {
+	if h.mesh != nil {
+		_ = h.mesh.Close() // stops the capacity watchers too
+	} else if h.sched != nil {
 		_ = h.sched.Close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -164,14 +180,14 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 	)
 	if rc.ConfigPath != "" {
 		// OnChange runs on the watcher's goroutine, which Run starts after
-		// h.gw is set.
+		// h.gw and h.exps are set.
 		w, err := config.NewWatcher(rc.ConfigPath, config.WatchOptions{
 			OnChange: func(c *config.Config) {
-				if err := h.gw.ApplyMesh(c, rc.Listener); err != nil {
+				if err := h.exps.FileChanged(c); err != nil {
 					log.Error("config reload rejected; keeping the running config", "err", err)
 					return
 				}
-				log.Info("config reloaded (scheduler settings apply on restart)", "path", rc.ConfigPath)
+				log.Info("config reloaded", "path", rc.ConfigPath)
 			},
 			OnError: func(err error) {
 				log.Error("config change invalid; keeping the last good config", "err", err)
@@ -189,6 +205,7 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 			return nil, err
 		}
 		scfg = &sc
+		h.exps = NewExperiments(mesh, func(c *config.Config, sched bool) error { return h.applyMesh(c, rc.Listener, sched, log) }, log)
 		cls, err := filter.NewClassifierFromConfig(mesh)
 		if err != nil {
 			return nil, err
@@ -272,9 +289,34 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 		return nil, err
 	}
 	h.tele = tele
-	opts = append(opts, WithRecorder(TelemetryRecorder(tele.Recorder)), WithLogger(log))
+	opts = append(opts, WithRecorder(TelemetryRecorder(tele.Recorder)), WithLogger(log), WithArmDraw(rc.ArmDraw))
+	if mesh != nil {
+		// Arms may come with a reload: record per arm from the start.
+		arms, err := telemetry.NewArmRecorder(tele.MeterProvider, topts.Recorder)
+		if err != nil {
+			_ = tele.Shutdown(ctx)
+			return nil, err
+		}
+		opts = append(opts, WithRecorder(RecorderFunc(func(rec Record) {
+			// h.gw is set before the first request.
+			if exp, arm := h.gw.Arm(rec.Pool); arm != "" {
+				arms.Record(rec.Observation, rec.Class, exp, arm)
+			}
+		})))
+	}
 	if scfg != nil {
-		s, err := scheduler.New(*scfg, nil)
+		var (
+			s   *server.Schedulers
+			err error
+		)
+		if mesh != nil {
+			h.mesh, err = server.NewMeshScheduler(mesh, nil)
+			if err == nil {
+				s = h.mesh.Schedulers
+			}
+		} else {
+			s, err = server.NewSchedulers(*scfg, nil)
+		}
 		if err != nil {
 			_ = tele.Shutdown(ctx)
 			return nil, fmt.Errorf("scheduler: %w", err)
@@ -295,21 +337,6 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 			adm = c
 		}
 		opts = append(opts, WithAdmitter(adm))
-		if mesh != nil {
-			for _, p := range mesh.Pools {
-				if p.Metrics == nil {
-					continue
-				}
-				cw, err := capacity.New(capacity.Config{Pool: p.Name, URL: p.Metrics.URL, Interval: p.Metrics.Interval,
-					StaleAfter: p.Metrics.StaleAfter, Rule: capacity.Rule{Max: p.MaxInflight}}, s, nil)
-				if err != nil {
-					_ = s.Close()
-					_ = tele.Shutdown(ctx)
-					return nil, fmt.Errorf("pools %q capacity: %w", p.Name, err)
-				}
-				h.capacity = append(h.capacity, cw)
-			}
-		}
 	}
 	g, err := New(gcfg, opts...)
 	if err != nil {
@@ -324,6 +351,26 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 	}
 	h.gw = g
 	return h, nil
+}
+
+// applyMesh makes c (a file change or an arm switch) the running config:
+// the gateway part is checked first, then the scheduler part applied (when
+// sched: arm switches leave it alone), then the routes, so that new arm
+// pools are scheduled before requests reach them.
+func (h *host) applyMesh(c *config.Config, listener string, sched bool, log *slog.Logger) error {
+	if err := checkMesh(c, listener); err != nil {
+		return err
+	}
+	if sched && h.mesh != nil {
+		built, err := h.mesh.Apply(c)
+		if err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+		for _, name := range built {
+			log.Info("scheduler pool (re)built", "pool", name)
+		}
+	}
+	return h.gw.ApplyMesh(c, listener)
 }
 
 // TelemetryRecorder records gateway Records as OpenTelemetry metrics and

@@ -1,0 +1,241 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/filter"
+)
+
+// Experiments keeps the mesh config a gateway runs: the file's config with
+// the active-arm switches made through the admin API applied, the same way
+// `llmesh control` does for Envoy. A switch survives file reloads until it
+// is cleared or the file drops the experiment or arm.
+//
+// Its mutex serialises every change (file reloads from the config
+// watcher's goroutine, switches from admin requests), so apply sees them
+// one at a time.
+type Experiments struct {
+	mu        sync.Mutex
+	file      *config.Config
+	cur       *config.Config
+	overrides map[string]string // experiment → arm set through the admin API
+	seq       int
+	apply     func(c *config.Config, scheduler bool) error
+	log       *slog.Logger
+}
+
+// NewExperiments starts from the file config c, which the host already
+// runs. apply makes an effective config current; scheduler is true when
+// the scheduler settings may have changed (a file change), false for an
+// arm switch, which changes routing only. A nil log means slog.Default().
+func NewExperiments(c *config.Config, apply func(c *config.Config, scheduler bool) error, log *slog.Logger) *Experiments {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Experiments{file: c, cur: c, overrides: map[string]string{}, seq: 1, apply: apply, log: log}
+}
+
+// Version counts the configs applied: "1" at start, one more per file
+// change or switch.
+func (e *Experiments) Version() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return strconv.Itoa(e.seq)
+}
+
+// Config is the effective config (file plus switches).
+func (e *Experiments) Config() *config.Config {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cur
+}
+
+// FileChanged applies a new, valid file config with the standing switches.
+// On error nothing changes.
+func (e *Experiments) FileChanged(c *config.Config) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	next := c
+	keep := map[string]string{}
+	for exp, arm := range e.overrides {
+		n, err := next.WithActiveArm(exp, arm)
+		if err != nil {
+			// The file no longer has this experiment or arm: the switch
+			// lapses rather than blocking every later change.
+			e.log.Warn("dropping the active-arm switch", "experiment", exp, "arm", arm, "err", err)
+			continue
+		}
+		next, keep[exp] = n, arm
+	}
+	if err := e.apply(next, true); err != nil {
+		return err
+	}
+	e.file, e.cur, e.overrides = c, next, keep
+	e.seq++
+	return nil
+}
+
+// SetActiveArm makes arm of experiment exp take all traffic ("" splits by
+// headers and weights again, overriding the file's active field) and
+// returns the new version. Requests in flight finish on their arm.
+func (e *Experiments) SetActiveArm(exp, arm string) (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	next, err := e.cur.WithActiveArm(exp, arm)
+	if err != nil {
+		return "", err
+	}
+	if err := e.apply(next, false); err != nil {
+		return "", err
+	}
+	e.cur = next
+	e.overrides[exp] = arm
+	e.seq++
+	e.log.Info("experiment arm switched", "experiment", exp, "arm", arm)
+	return strconv.Itoa(e.seq), nil
+}
+
+// ClearActiveArm drops the switch of exp, so the file's active field
+// applies again, and returns the version.
+func (e *Experiments) ClearActiveArm(exp string) (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.overrides[exp]; !ok {
+		return strconv.Itoa(e.seq), nil
+	}
+	next := e.file
+	for x, arm := range e.overrides {
+		if x == exp {
+			continue
+		}
+		if n, err := next.WithActiveArm(x, arm); err == nil {
+			next = n
+		}
+	}
+	if err := e.apply(next, false); err != nil {
+		return "", err
+	}
+	e.cur = next
+	delete(e.overrides, exp)
+	e.seq++
+	return strconv.Itoa(e.seq), nil
+}
+
+// ExperimentInfo is one entry of GET /experiments (the shape `llmesh
+// control` serves).
+type ExperimentInfo struct {
+	Name   string   `json:"name"`
+	Pool   string   `json:"pool"`
+	Arms   []string `json:"arms"`
+	Active string   `json:"active,omitempty"`
+	// Switched is true when the active arm was set through the admin API.
+	Switched bool `json:"switched"`
+}
+
+// List describes every experiment of the effective config.
+func (e *Experiments) List() (version string, out []ExperimentInfo) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out = make([]ExperimentInfo, 0, len(e.cur.Experiments))
+	for _, x := range e.cur.Experiments {
+		ei := ExperimentInfo{Name: x.Name, Pool: x.Pool.Name}
+		for _, a := range x.Arms {
+			ei.Arms = append(ei.Arms, a.Name)
+		}
+		if x.Active != nil {
+			ei.Active = x.Active.Name
+		}
+		_, ei.Switched = e.overrides[x.Name]
+		out = append(out, ei)
+	}
+	return strconv.Itoa(e.seq), out
+}
+
+// maxAdminBody bounds an admin request body.
+const maxAdminBody = 4 << 10
+
+// Register adds the admin endpoints, with the paths and bodies of `llmesh
+// control`'s:
+//
+//	GET    /experiments                  {"version", "experiments": [ExperimentInfo]}
+//	POST   /experiments/{name}/active    body {"arm": "x"} or ?arm=x; "" splits again → {"version"}
+//	DELETE /experiments/{name}/active    the file's active field applies again → {"version"}
+//
+// Errors answer 400 with {"error": "..."}.
+func (e *Experiments) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /experiments", func(w http.ResponseWriter, _ *http.Request) {
+		v, list := e.List()
+		writeJSON(w, http.StatusOK, map[string]any{"version": v, "experiments": list})
+	})
+	mux.HandleFunc("POST /experiments/{name}/active", func(w http.ResponseWriter, r *http.Request) {
+		arm, err := armFromRequest(r)
+		if err == nil {
+			var v string
+			if v, err = e.SetActiveArm(r.PathValue("name"), arm); err == nil {
+				writeJSON(w, http.StatusOK, map[string]string{"version": v})
+				return
+			}
+		}
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+	})
+	mux.HandleFunc("DELETE /experiments/{name}/active", func(w http.ResponseWriter, r *http.Request) {
+		v, err := e.ClearActiveArm(r.PathValue("name"))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"version": v})
+	})
+}
+
+// armFromRequest reads the arm from ?arm= or a JSON body {"arm": "..."}.
+func armFromRequest(r *http.Request) (string, error) {
+	if q := r.URL.Query(); q.Has("arm") {
+		return q.Get("arm"), nil
+	}
+	var body struct {
+		Arm *string `json:"arm"`
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxAdminBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return "", errors.New(`body must be {"arm": "<name>"} (or use ?arm=<name>): ` + err.Error())
+	}
+	if body.Arm == nil {
+		return "", errors.New(`arm: required ({"arm": "<name>"}; "" splits traffic again)`)
+	}
+	return *body.Arm, nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client is gone
+}
+
+// checkMesh reports whether the gateway part of c (listener, pools, arm
+// pools, routes, classification) is valid, so that a host applies the
+// scheduler part only when the gateway part will follow.
+func checkMesh(c *config.Config, listener string) error {
+	cfg, err := ConfigFromMesh(c, listener)
+	if err != nil {
+		return err
+	}
+	if _, err := compile(cfg); err != nil {
+		return err
+	}
+	if _, err := filter.NewClassifierFromConfig(c); err != nil {
+		return fmt.Errorf("classification: %w", err)
+	}
+	return nil
+}
