@@ -7,44 +7,80 @@ import (
 	"github.com/llmesh/llmesh/api/llmv1"
 )
 
+// benchTokens are the texts the SSE benchmarks cycle through: real
+// streams change the text every event, and some texts carry escapes.
+var benchTokens = []string{" token", " the", "\\n", " quick", ",", " \\\"brown\\\"", " fox", " caf\\u00e9"}
+
+// benchSSEChunks are typical chat-completion chunks (one SSE event, one
+// token each), of one request: only the text changes.
+func benchSSEChunks() [][]byte {
+	out := make([][]byte, len(benchTokens))
+	for i, tok := range benchTokens {
+		out[i] = []byte(`data: {"id":"chatcmpl-8f3a","object":"chat.completion.chunk","created":1732900000,"model":"llama-3.1-8b","choices":[{"index":0,"delta":{"content":"` + tok + `"},"logprobs":null,"finish_reason":null}]}` + "\n\n")
+	}
+	return out
+}
+
 // BenchmarkObserveSSE measures one typical chat-completion chunk (one SSE
-// event, one token) per op, in steady state.
-func BenchmarkObserveSSE(b *testing.B) {
-	chunk := []byte(`data: {"id":"chatcmpl-8f3a","object":"chat.completion.chunk","created":1732900000,"model":"llama-3.1-8b","choices":[{"index":0,"delta":{"content":" token"},"logprobs":null,"finish_reason":null}]}` + "\n\n")
-	o := NewObserver(Options{})
+// event, one token) per op, in steady state, with the SSE fast path.
+func BenchmarkObserveSSE(b *testing.B) { benchObserveSSE(b, Options{}) }
+
+// BenchmarkObserveSSEGeneral is BenchmarkObserveSSE with every event taking
+// the general JSON scan (Options.GeneralScan): the cost without the fast
+// path, in the same run.
+func BenchmarkObserveSSEGeneral(b *testing.B) { benchObserveSSE(b, Options{GeneralScan: true}) }
+
+func benchObserveSSE(b *testing.B, opts Options) {
+	chunks := benchSSEChunks()
+	o := NewObserver(opts)
 	o.MarkReceived(t0)
 	o.ResponseHeaders(t0, 200, MapHeaders{"content-type": "text/event-stream"})
 	now := t0
-	b.SetBytes(int64(len(chunk)))
+	b.SetBytes(int64(len(chunks[0])))
 	b.ReportAllocs()
 	reportCPU(b)
+	i := 0
 	for b.Loop() {
 		now = now.Add(time.Millisecond)
-		if err := o.Observe(now, chunk); err != nil {
+		if err := o.Observe(now, chunks[i%len(chunks)]); err != nil {
 			b.Fatal(err)
 		}
+		i++
 	}
-	if o.obs.TokenChunks == 0 {
-		b.Fatal("no tokens seen")
+	if o.obs.TokenChunks != i {
+		b.Fatalf("%d token chunks over %d events", o.obs.TokenChunks, i)
 	}
 }
 
-// BenchmarkObserveSSESplit is the same chunk arriving in three pieces with
-// boundaries inside the data line.
-func BenchmarkObserveSSESplit(b *testing.B) {
-	chunk := []byte(`data: {"id":"chatcmpl-8f3a","object":"chat.completion.chunk","created":1732900000,"model":"llama-3.1-8b","choices":[{"index":0,"delta":{"content":" token"},"logprobs":null,"finish_reason":null}]}` + "\n\n")
-	p1, p2, p3 := chunk[:40], chunk[40:150], chunk[150:]
-	o := NewObserver(Options{})
+// BenchmarkObserveSSESplit is the same chunks arriving in three pieces
+// with boundaries inside the data line.
+func BenchmarkObserveSSESplit(b *testing.B) { benchObserveSSESplit(b, Options{}) }
+
+// BenchmarkObserveSSESplitGeneral is BenchmarkObserveSSESplit without the
+// fast path.
+func BenchmarkObserveSSESplitGeneral(b *testing.B) {
+	benchObserveSSESplit(b, Options{GeneralScan: true})
+}
+
+func benchObserveSSESplit(b *testing.B, opts Options) {
+	chunks := benchSSEChunks()
+	o := NewObserver(opts)
 	o.ResponseHeaders(t0, 200, MapHeaders{"content-type": "text/event-stream"})
 	now := t0
-	b.SetBytes(int64(len(chunk)))
+	b.SetBytes(int64(len(chunks[0])))
 	b.ReportAllocs()
 	reportCPU(b)
+	i := 0
 	for b.Loop() {
 		now = now.Add(time.Millisecond)
-		_ = o.Observe(now, p1)
-		_ = o.Observe(now, p2)
-		_ = o.Observe(now, p3)
+		c := chunks[i%len(chunks)]
+		_ = o.Observe(now, c[:40])
+		_ = o.Observe(now, c[40:150])
+		_ = o.Observe(now, c[150:])
+		i++
+	}
+	if o.obs.TokenChunks != i {
+		b.Fatalf("%d token chunks over %d events", o.obs.TokenChunks, i)
 	}
 }
 
