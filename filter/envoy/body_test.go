@@ -16,7 +16,8 @@ const bodyMesh = `{
 	  {"name": "batch", "priority": 10}
 	],
 	"default_class": "interactive",
-	"classification": {"rules": [{"model": "big-model", "class": "batch"}]}
+	"classification": {"rules": [{"model": "big-model", "class": "batch"}],
+	                   "priority_header": {"name": "x-llmesh-class", "trusted_sources": ["127.0.0.1/32"]}}
 }`
 
 // TestBodyReadForModelAndSize: with model rules or a token bound the JSON

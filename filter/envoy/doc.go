@@ -9,7 +9,9 @@
 // header (a secret between trusted hops) before the request goes upstream,
 // and asks the scheduler for admission, holding the request in Envoy (api.Running) while it is queued.
 // Oversized prompts in gRPC metadata or HTTP headers are moved into the
-// body first (relocation). EncodeHeaders/EncodeData/EncodeTrailers feed the
+// body first (relocation). Unless the source is trusted for priority, an
+// OpenAI JSON body or llm.v1 request is buffered and its client-set engine
+// priority removed before admission (bodypriority.go), after relocation. EncodeHeaders/EncodeData/EncodeTrailers feed the
 // stream observer and report progress to the lease; a preemption takes
 // effect at the next callback with a retryable local reply, which Envoy
 // turns into a stream reset once response headers went out.
@@ -31,9 +33,9 @@
 //     published through an atomic pointer before Continue, so encode
 //     callbacks read it without locking.
 //   - Header maps and buffers are used only inside the callback that
-//     received them (the JSON relocation keeps the request header map from
-//     DecodeHeaders to the buffered DecodeData, which the SDK allows after
-//     StopAndBuffer).
+//     received them (the JSON relocation and the priority guard keep the
+//     request header map from DecodeHeaders to the buffered DecodeData,
+//     which the SDK allows after StopAndBuffer).
 //   - FilterConfig is immutable after Parse and shared by all requests; its
 //     scheduler is created once, lazily, on the first request (Parse does
 //     no IO). Schedulers shares one scheduler per distinct pool/class

@@ -50,8 +50,12 @@ type streamFilter struct {
 	grpcPlan   *relocate.GRPCPlan
 	grpcRW     *relocate.GRPCRewriter
 	relocOut   []byte
-	decoding   bool // the request is being buffered for relocation
-	sizing     bool // the JSON body is being buffered to read model and sizes
+	decoding   bool      // the request is being buffered for relocation
+	guard      guardKind // the body is being buffered for the priority guard
+	guardMode  filter.EnginePriority
+	grpcEnc    string
+	reqH       api.RequestHeaderMap // kept from DecodeHeaders for the guarded DecodeData
+	sizing     bool                 // the JSON body is being buffered to read model and sizes
 	reqHV      headers
 	peer       netip.Addr
 	model      string
@@ -191,6 +195,9 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	// The body is read before admission when the config needs the model
 	// (classification rules) or the request's size (token capacity).
 	wantBody := f.cfg.needBody && !f.grpc && !endStream && strings.HasPrefix(ct, "application/json")
+	if done, st := f.planPriorityGuard(h, hv, ct, endStream); done {
+		return st
+	}
 	if rel := f.cfg.rt.reloc; rel != nil {
 		if done, st := f.planRelocation(h, hv, endStream); done {
 			if st == api.StopAndBuffer {
@@ -199,9 +206,9 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 			return st
 		}
 	}
-	if wantBody {
+	if wantBody || f.guard != guardNone {
 		// The header map stays valid until the buffered DecodeData.
-		f.sizing, f.reqHV = true, hv
+		f.sizing, f.reqHV = wantBody, hv
 		return api.StopAndBuffer
 	}
 	return f.admit()
@@ -367,6 +374,8 @@ func (f *streamFilter) countAdmitError(err error) {
 func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.DecoderFilterCallbacks(), &status)
 	switch {
+	case f.guard != guardNone:
+		return f.guardBody(b, endStream)
 	case f.decoding:
 		return f.relocateBody(b, endStream)
 	case f.sizing:
@@ -384,6 +393,9 @@ func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status 
 // never send request trailers).
 func (f *streamFilter) DecodeTrailers(api.RequestTrailerMap) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.DecoderFilterCallbacks(), &status)
+	if f.guard != guardNone {
+		return f.guardTrailers()
+	}
 	if f.httpPlan != nil {
 		f.httpPlan, f.decoding = nil, false
 		return f.relocationFailed(f.cb.DecoderFilterCallbacks(), errTrailers)

@@ -17,6 +17,9 @@ import (
 
 // testMesh is a mesh config with one pool of capacity 1 and two classes:
 // interactive (tenant "gold", TTFT SLO) and batch (preemptible, default).
+// The fake's peer (127.0.0.1) is trusted for priority, so request bodies
+// stream through unless a test asks for the engine priority guard
+// (bodypriority_test.go).
 func testMesh(policy string, extra string) string {
 	return `{
 	"pools": [{"name": "sim", "protocol": "openai", "endpoints": ["127.0.0.1:9"],
@@ -27,7 +30,8 @@ func testMesh(policy string, extra string) string {
 	  {"name": "batch", "priority": 10, "preemptible": true}
 	],
 	"default_class": "batch",
-	"classification": {"tenants": {"gold": "interactive"}}` + extra + `
+	"classification": {"tenants": {"gold": "interactive"},
+	                   "priority_header": {"name": "x-llmesh-class", "trusted_sources": ["127.0.0.1/32"]}}` + extra + `
 }`
 }
 

@@ -23,10 +23,18 @@ const (
 	GaugeInflight         = "llmesh.inflight"
 )
 
+// Engine priority guard stats: request bodies whose client-set engine
+// priority was removed (untrusted source), and those refused because they
+// could not be checked.
+const (
+	StatPriorityStripped = "llmesh.priority_stripped"
+	StatPriorityRefused  = "llmesh.priority_refused"
+)
+
 type metrics struct {
 	requests, admitted, queueFull, rejected, unavailable, cancelledQueued,
 	preempted, relocated, relocationErrors, observeErrors, panics,
-	routeConfigErrors, completed, failed api.CounterMetric
+	routeConfigErrors, completed, failed, priorityStripped, priorityRefused api.CounterMetric
 	queued, inflight api.GaugeMetric
 }
 
@@ -47,6 +55,8 @@ func defineMetrics(cb api.ConfigCallbacks) *metrics {
 		routeConfigErrors: c(StatRouteConfigErrors),
 		completed:         c(StatCompleted),
 		failed:            c(StatFailed),
+		priorityStripped:  c(StatPriorityStripped),
+		priorityRefused:   c(StatPriorityRefused),
 		queued:            cb.DefineGaugeMetric(GaugeQueued),
 		inflight:          cb.DefineGaugeMetric(GaugeInflight),
 	}

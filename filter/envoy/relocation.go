@@ -85,13 +85,10 @@ func (f *streamFilter) relocateBody(b api.BufferInstance, endStream bool) api.St
 		if !endStream {
 			return api.StopAndBuffer
 		}
-		plan := f.httpPlan
-		f.httpPlan, f.decoding = nil, false
-		out, err := relocate.RewriteJSON(b.Bytes(), plan, f.onRelocated)
+		body, err := f.relocateJSON(b.Bytes())
 		if err != nil {
 			return f.relocationFailed(dcb, err)
 		}
-		body := out.Bytes()
 		if err := b.Set(body); err != nil {
 			return f.relocationFailed(dcb, err)
 		}
@@ -126,4 +123,32 @@ func (f *streamFilter) relocateBody(b api.BufferInstance, endStream bool) api.St
 		return f.relocationFailed(dcb, err)
 	}
 	return api.Continue
+}
+
+// relocateJSON rewrites a whole buffered JSON body per the plan made in
+// DecodeHeaders and ends the relocation.
+func (f *streamFilter) relocateJSON(body []byte) ([]byte, error) {
+	plan := f.httpPlan
+	f.httpPlan, f.decoding = nil, false
+	out, err := relocate.RewriteJSON(body, plan, f.onRelocated)
+	if err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// relocateGRPCBody rewrites a whole buffered gRPC request body (the
+// priority guard buffers llm.v1 requests) and ends the relocation.
+func (f *streamFilter) relocateGRPCBody(body []byte) ([]byte, error) {
+	rw := f.grpcRW
+	f.grpcRW, f.decoding = nil, false
+	var out []byte
+	err := rw.Write(body, func(p []byte) error {
+		out = append(out, p...)
+		return nil
+	})
+	if err == nil {
+		err = rw.Close()
+	}
+	return out, err
 }

@@ -12,18 +12,22 @@ import (
 // honoured only when the config trusts the downstream peer (127.0.0.1 in
 // the fake). A forwarded-for header naming a trusted address does not make
 // an untrusted peer trusted, and an unknown or numeric-beyond-range claim
-// falls back to the default class.
+// falls back to the default class. The engine priority in the body follows
+// the same trust: it reaches upstream only from a trusted peer (the
+// untrusted request's body is buffered and rewritten).
 func TestPriorityHeaderSpoofing(t *testing.T) {
+	const body = `{"model":"m","prompt":"hi","stream":true,"priority":-100}`
 	for _, tc := range []struct {
 		name, trusted string
 		headers       []string
 		want          string
+		trustedPeer   bool
 	}{
-		{"untrusted peer", "10.0.0.0/8", []string{"x-llmesh-class", "interactive"}, "batch"},
-		{"forwarded-for names a trusted address", "10.0.0.0/8", []string{"x-llmesh-class", "interactive", "x-forwarded-for", "10.1.2.3", "x-real-ip", "10.1.2.3"}, "batch"},
-		{"trusted peer", "127.0.0.1/32", []string{"x-llmesh-class", "interactive"}, "interactive"},
-		{"trusted peer, unknown class", "127.0.0.1/32", []string{"x-llmesh-class", "platinum"}, "batch"},
-		{"no header config", "", []string{"x-llmesh-class", "interactive"}, "batch"},
+		{"untrusted peer", "10.0.0.0/8", []string{"x-llmesh-class", "interactive"}, "batch", false},
+		{"forwarded-for names a trusted address", "10.0.0.0/8", []string{"x-llmesh-class", "interactive", "x-forwarded-for", "10.1.2.3", "x-real-ip", "10.1.2.3"}, "batch", false},
+		{"trusted peer", "127.0.0.1/32", []string{"x-llmesh-class", "interactive"}, "interactive", true},
+		{"trusted peer, unknown class", "127.0.0.1/32", []string{"x-llmesh-class", "platinum"}, "batch", true},
+		{"no header config", "", []string{"x-llmesh-class", "interactive"}, "batch", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			extra := ""
@@ -37,8 +41,13 @@ func TestPriorityHeaderSpoofing(t *testing.T) {
 }`
 			h := newHarness(t, `{"mesh": `+mesh+`}`, false)
 			s := h.stream(filtertest.Options{})
-			wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(tc.headers...), false), api.Continue)
-			wantStatus(t, "DecodeData", s.DecodeData([]byte(`{"model":"m","prompt":"hi","stream":true}`), true), api.Continue)
+			headersStatus, upstream := api.StopAndBuffer, `{"model":"m","prompt":"hi","stream":true}`
+			if tc.trustedPeer {
+				headersStatus, upstream = api.Continue, body
+			}
+			wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(tc.headers...), false), headersStatus)
+			wantStatus(t, "DecodeData", s.DecodeData([]byte(body), true), api.Continue)
+			want(t, "upstream body", string(s.Upstream()), upstream)
 			wantStatus(t, "EncodeHeaders", s.EncodeHeaders(sseResponse(), false), api.Continue)
 			for i, c := range sseChunks {
 				wantStatus(t, "EncodeData", s.EncodeData([]byte(c), i == len(sseChunks)-1), api.Continue)

@@ -1,0 +1,389 @@
+package envoy
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/filter/filtertest"
+	"github.com/llmesh/llmesh/sim/simtest"
+)
+
+// guardMesh does not trust the fake's peer (127.0.0.1) for priority; the
+// marker x-mesh-trusted: s3cret makes a request trusted.
+func guardMesh(extra string) string {
+	return `{
+	"pools": [{"name": "sim", "protocol": "openai", "endpoints": ["127.0.0.1:9"], "capacity": {"max_inflight": 4}}],
+	"classes": [{"name": "interactive", "priority": 0}, {"name": "batch", "priority": 10}],
+	"default_class": "batch",
+	"classification": {"priority_header": {"name": "x-llmesh-class", "trusted_sources": ["10.0.0.0/8"],
+	                   "trusted_marker": {"header": "x-mesh-trusted", "value": "s3cret"}}}` + extra + `
+}`
+}
+
+func topLevel(t testing.TB, body []byte) map[string]json.RawMessage {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatalf("upstream body is not a JSON object: %v: %s", err, body)
+	}
+	return m
+}
+
+// TestEnginePriorityGuardJSON: from an untrusted peer the body is buffered
+// across chunks, every top-level priority is removed (nested ones stay),
+// content-length follows the new length, and admission happens after the
+// rewrite; a trusted marker or a body without priority passes unchanged.
+func TestEnginePriorityGuardJSON(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+guardMesh("")+`}`, true)
+	for _, tc := range []struct {
+		name, body string
+		headers    []string
+		want       string // upstream body
+	}{
+		{"completion", `{"model":"m","prompt":"hi","priority":-100,"stream":true}`, nil, `{"model":"m","prompt":"hi","stream":true}`},
+		{"non-streaming", `{"priority": -100, "model":"m","prompt":"hi"}`, nil, `{ "model":"m","prompt":"hi"}`},
+		{"chat, nested priority kept", `{"model":"m","messages":[{"role":"user","content":"x","priority":-1}],"priority":-100}`, nil,
+			`{"model":"m","messages":[{"role":"user","content":"x","priority":-1}]}`},
+		{"duplicate escaped key", `{"priority":1,"model":"m","priorit\u0079":-100}`, nil, `{"model":"m"}`},
+		{"class header does not make it trusted", `{"model":"m","priority":-100}`, []string{"x-llmesh-class", "interactive"}, `{"model":"m"}`},
+		{"no priority", `{"model":"m","prompt":"hi"}`, nil, `{"model":"m","prompt":"hi"}`},
+		{"trusted marker", `{"model":"m","priority":-100}`, []string{"x-mesh-trusted", "s3cret"}, `{"model":"m","priority":-100}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := h.counter(StatPriorityStripped)
+			s := h.stream(filtertest.Options{})
+			hdr := sseRequest(append([]string{"content-length", "99"}, tc.headers...)...)
+			trusted := len(tc.headers) > 0 && tc.headers[0] == "x-mesh-trusted"
+			if trusted {
+				wantStatus(t, "DecodeHeaders", s.DecodeHeaders(hdr, false), api.Continue)
+				wantStatus(t, "DecodeData", s.DecodeData([]byte(tc.body), true), api.Continue)
+			} else {
+				wantStatus(t, "DecodeHeaders", s.DecodeHeaders(hdr, false), api.StopAndBuffer)
+				wantStatus(t, "DecodeData 1", s.DecodeData([]byte(tc.body[:7]), false), api.StopAndBuffer)
+				r := s.DecodeData([]byte(tc.body[7:]), true)
+				wantStatus(t, "DecodeData 2", r, api.Continue)
+				if !r.Async {
+					t.Error("admission should follow the rewrite (held data phase)")
+				}
+			}
+			want(t, "upstream body", string(s.Upstream()), tc.want)
+			wantCL := "99"
+			if tc.want != tc.body {
+				wantCL = strconv.Itoa(len(tc.want))
+			}
+			want(t, "content-length", hdr.Peek("content-length"), wantCL)
+			stripped := uint64(0)
+			if tc.want != tc.body {
+				stripped = 1
+			}
+			want(t, StatPriorityStripped, h.counter(StatPriorityStripped)-before, stripped)
+			wantStatus(t, "EncodeHeaders", s.EncodeHeaders(sseResponse(), false), api.Continue)
+			for i, c := range sseChunks {
+				wantStatus(t, "EncodeData", s.EncodeData([]byte(c), i == len(sseChunks)-1), api.Continue)
+			}
+			s.Complete()
+			noViolations(t, s)
+		})
+	}
+	want(t, "inflight", h.gauge(GaugeInflight), 0)
+}
+
+func gzipFrame(t testing.TB, msg []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := []byte{1, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(out[1:], uint32(buf.Len()))
+	return append(out, buf.Bytes()...)
+}
+
+// TestEnginePriorityGuardRefusals: bodies the guard cannot read with
+// certainty never reach upstream: invalid JSON (400, naming the byte), a
+// compressed JSON body (415, in DecodeHeaders), request trailers after a
+// buffered body (400); each counts in llmesh.priority_refused, and nothing
+// stays admitted.
+func TestEnginePriorityGuardRefusals(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+guardMesh("")+`}`, true)
+	t.Run("invalid JSON", func(t *testing.T) {
+		s := h.stream(filtertest.Options{})
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.StopAndBuffer)
+		wantStatus(t, "DecodeData", s.DecodeData([]byte(`{"model":"m","priority":NaN}`), true), api.LocalReply)
+		r := s.Reply()
+		want(t, "code", r.Code, 400)
+		if !strings.Contains(r.Body, "invalid JSON at byte 24: unexpected character 'N'") || r.Details != "llmesh_priority_body" {
+			t.Errorf("reply %q (%s)", r.Body, r.Details)
+		}
+		if len(s.Upstream()) != 0 {
+			t.Errorf("upstream got %q", s.Upstream())
+		}
+		s.Complete()
+		noViolations(t, s)
+	})
+	t.Run("compressed JSON", func(t *testing.T) {
+		s := h.stream(filtertest.Options{})
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest("content-encoding", "gzip"), false), api.LocalReply)
+		want(t, "code", s.Reply().Code, 415)
+		s.Complete()
+		noViolations(t, s)
+	})
+	t.Run("trailers", func(t *testing.T) {
+		s := h.stream(filtertest.Options{})
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.StopAndBuffer)
+		wantStatus(t, "DecodeTrailers", s.DecodeTrailers(filtertest.NewHeaders("x-t", "1")), api.LocalReply)
+		want(t, "code", s.Reply().Code, 400)
+		s.Complete()
+		noViolations(t, s)
+	})
+	t.Run("gRPC in an unreadable encoding", func(t *testing.T) {
+		s := h.stream(filtertest.Options{})
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(grpcRequest("grpc-encoding", "snappy"), false), api.StopAndBuffer)
+		wantStatus(t, "DecodeData", s.DecodeData([]byte{1, 0, 0, 0, 2, 0x30, 0x01}, true), api.LocalReply)
+		r := s.Reply()
+		want(t, "grpc status", r.GRPCStatus, 3)
+		if !strings.Contains(r.Body, `grpc-encoding "snappy"`) {
+			t.Errorf("reply %q", r.Body)
+		}
+		s.Complete()
+		noViolations(t, s)
+	})
+	t.Run("gRPC message beyond max_message once decompressed", func(t *testing.T) {
+		hs := newHarness(t, `{"mesh": `+guardMesh(`, "relocation": {"max_message": 1024}`)+`}`, false)
+		s := hs.stream(filtertest.Options{})
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(grpcRequest("grpc-encoding", "gzip"), false), api.StopAndBuffer)
+		msg, err := proto.Marshal(&llmv1.GenerateRequest{Prompt: strings.Repeat("x", 4096)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, "DecodeData", s.DecodeData(gzipFrame(t, msg), true), api.LocalReply)
+		want(t, "grpc status", s.Reply().GRPCStatus, 8)
+		s.Complete()
+		noViolations(t, s)
+	})
+	want(t, StatPriorityRefused, h.counter(StatPriorityRefused), 4)
+	want(t, "inflight", h.gauge(GaugeInflight), 0)
+	want(t, "queued", h.gauge(GaugeQueued), 0)
+}
+
+// TestEnginePriorityGuardGRPC: an untrusted llm.v1 request is buffered and
+// its priority removed, after a prompt was relocated from metadata into
+// it; vLLM's VllmEngine (no priority field) streams through unbuffered.
+func TestEnginePriorityGuardGRPC(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+guardMesh(relocationMesh)+`}`, true)
+	prompt := strings.Repeat("a prompt in metadata ", 4)
+	req := grpcFrame(t, &llmv1.GenerateRequest{Model: "m", MaxTokens: 5, Priority: -100})
+	s := h.stream(filtertest.Options{})
+	wantStatus(t, "DecodeHeaders", s.DecodeHeaders(grpcRequest("x-llmesh-prompt", prompt), false), api.StopAndBuffer)
+	wantStatus(t, "DecodeData 1", s.DecodeData(req[:4], false), api.StopAndBuffer)
+	wantStatus(t, "DecodeData 2", s.DecodeData(req[4:], true), api.Continue)
+	up := s.Upstream()
+	var got llmv1.GenerateRequest
+	if len(up) < 5 || proto.Unmarshal(up[5:], &got) != nil {
+		t.Fatalf("upstream %x", up)
+	}
+	if got.GetPriority() != 0 || got.GetPrompt() != prompt || got.GetMaxTokens() != 5 {
+		t.Errorf("upstream message %v", &got)
+	}
+	want(t, StatRelocated, h.counter(StatRelocated), 1)
+	want(t, StatPriorityStripped, h.counter(StatPriorityStripped), 1)
+	s.Complete()
+	noViolations(t, s)
+
+	s = h.stream(filtertest.Options{})
+	vllm := filtertest.RequestHeaders("POST", "/vllm.grpc.engine.VllmEngine/Generate", "content-type", "application/grpc")
+	wantStatus(t, "VllmEngine DecodeHeaders", s.DecodeHeaders(vllm, false), api.Continue)
+	s.Complete()
+	noViolations(t, s)
+}
+
+// TestEnginePriorityAfterRelocation: a relocation rule writing a header
+// into the body's "priority" cannot bring a priority back.
+func TestEnginePriorityAfterRelocation(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+guardMesh(`, "relocation": {"http": [{"header": "x-prio", "field": "priority", "threshold": 1}]}`)+`}`, false)
+	s := h.stream(filtertest.Options{})
+	wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest("x-prio", "-100"), false), api.StopAndBuffer)
+	wantStatus(t, "DecodeData", s.DecodeData([]byte(`{"model":"m","prompt":"hi"}`), true), api.Continue)
+	want(t, "upstream body", string(s.Upstream()), `{"model":"m","prompt":"hi"}`)
+	want(t, StatRelocated, h.counter(StatRelocated), 1)
+	s.Complete()
+	noViolations(t, s)
+}
+
+// recordingEngine sits in front of the real sim and keeps every request
+// body it forwards: what the engine actually received.
+type recordingEngine struct {
+	URL    string
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func startRecordingEngine(t *testing.T, target string, h2c bool) *recordingEngine {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	tr := &http.Transport{}
+	if h2c {
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		tr.Protocols = &p
+	}
+	rp.Transport = tr
+	rec := &recordingEngine{}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		rec.mu.Lock()
+		rec.bodies = append(rec.bodies, b)
+		rec.mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		r.ContentLength = int64(len(b))
+		rp.ServeHTTP(w, r)
+	})}
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Protocols = &p
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		<-done
+		tr.CloseIdleConnections()
+	})
+	rec.URL = "http://" + ln.Addr().String()
+	return rec
+}
+
+func (e *recordingEngine) take() [][]byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b := e.bodies
+	e.bodies = nil
+	return b
+}
+
+// TestEnginePrioritySpoofingThroughSim: untrusted requests through the
+// adapter to the real sim, streaming and non-streaming OpenAI and llm.v1:
+// the engine receives no client priority, and the requests complete.
+func TestEnginePrioritySpoofingThroughSim(t *testing.T) {
+	sim := simtest.Start(t)
+	h := newHarness(t, `{"mesh": `+guardMesh("")+`}`, true)
+	c := &http.Client{Timeout: time.Minute}
+	defer c.CloseIdleConnections()
+	eng := startRecordingEngine(t, sim.HTTPURL, false)
+	for _, stream := range []bool{false, true} {
+		body := `{"model":"` + sim.Model + `","prompt":"hi","max_tokens":4,"priority":-100,"stream":` + jsonBool(stream) + `}`
+		s := proxy(t, h, c, eng.URL+"/v1/completions", sseRequest(), []byte(body))
+		got := eng.take()
+		if len(got) != 1 {
+			t.Fatalf("engine received %d requests", len(got))
+		}
+		if p, ok := topLevel(t, got[0])["priority"]; ok {
+			t.Errorf("stream=%v: engine received priority %s", stream, p)
+		}
+		md := s.Metadata(MetadataNamespace)
+		want(t, "output_tokens", md["output_tokens"], 4)
+		if _, bad := md["error"]; bad {
+			t.Errorf("stream=%v: error = %v", stream, md["error"])
+		}
+	}
+
+	geng := startRecordingEngine(t, "http://"+sim.GRPCAddr, true)
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	gc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Protocols: &protos}}
+	defer gc.CloseIdleConnections()
+	req := grpcFrame(t, &llmv1.GenerateRequest{Model: sim.Model, Prompt: "hi", MaxTokens: 6, Priority: -100,
+		Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
+	s := proxy(t, h, gc, geng.URL+filter.LLMv1GenerateMethod, grpcRequest(), req)
+	got := geng.take()
+	if len(got) != 1 || len(got[0]) < 5 {
+		t.Fatalf("engine received %d requests", len(got))
+	}
+	var r llmv1.GenerateRequest
+	if err := proto.Unmarshal(got[0][5:], &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.GetPriority() != 0 || r.GetPrompt() != "hi" {
+		t.Errorf("engine received %v", &r)
+	}
+	want(t, "output_tokens", s.Metadata(MetadataNamespace)["output_tokens"], 6)
+}
+
+func jsonBool(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+// FuzzGuardedBody: arbitrary JSON bodies from an untrusted peer never
+// panic or break an SDK rule; either the body is refused with 400 before
+// anything goes upstream, or what goes upstream has no top-level priority
+// and is exactly the core's rewrite.
+func FuzzGuardedBody(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","priority":-100}`, `{"priority":1,"priority":2}`, `{"a":{"priority":1}}`, `[1]`, ``,
+		`{"priority":NaN}`, `{"priorit\u0079":3}`, "\xef\xbb\xbf{\"priority\":1}",
+	} {
+		f.Add([]byte(s))
+	}
+	h := newHarness(f, `{"mesh": `+guardMesh("")+`}`, false)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		s := h.stream(filtertest.Options{})
+		if r := s.DecodeHeaders(sseRequest(), false); r.Status != api.StopAndBuffer {
+			t.Fatalf("DecodeHeaders: %+v", r)
+		}
+		r := s.DecodeData(body, true)
+		want, _, err := filter.RewriteJSONPriority(body, filter.EnginePriority{Mode: filter.PriorityStrip})
+		switch {
+		case err != nil:
+			if r.Status != api.LocalReply || s.Reply() == nil || s.Reply().Code != 400 || !errors.Is(err, filter.ErrPriorityBody) {
+				t.Fatalf("refused body: %+v", r)
+			}
+			if len(s.Upstream()) != 0 {
+				t.Fatal("a refused body went upstream")
+			}
+		case r.Status != api.Continue:
+			t.Fatalf("DecodeData: %+v", r)
+		case !bytes.Equal(s.Upstream(), want):
+			t.Fatalf("upstream %q, want %q", s.Upstream(), want)
+		}
+		s.Complete()
+		noViolations(t, s)
+	})
+}
