@@ -72,38 +72,59 @@ func streamOnce(tb testing.TB, base string) {
 	res.Body.Close()
 }
 
+// generalScanGateway starts a gateway whose observers take the general
+// JSON scan for every event: the measurement path as it was before the
+// SSE fast path, for A/B comparison in the same run.
+func generalScanGateway(tb testing.TB, upstream string) string {
+	tb.Helper()
+	_, gw := startGateway(tb, Config{Pools: []Pool{{Name: "p", Upstream: upstream}}},
+		WithHandlerWrapper(func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), generalScanKey{}, true)))
+			})
+		}))
+	return gw
+}
+
 // BenchmarkProxyCPUPerChunk streams 256-chunk SSE responses directly, via
-// a plain ReverseProxy and via the gateway, interleaved in one run, and
-// reports process CPU per chunk for each path plus the proxies' own share
-// (path − direct) and their ratio. Everything runs in this process, so the
-// per-path numbers include the client and upstream; the difference to the
-// direct path is what each proxy costs.
+// a plain ReverseProxy, via the gateway, and via a gateway whose observer
+// takes the general JSON scan for every event (the path before the SSE
+// fast path), interleaved in one run with the order rotating every round.
+// It reports process CPU per chunk for each path plus each gateway's share
+// over the plain proxy's: (gateway − direct) / (plain − direct).
+// Everything runs in this process, so the per-path numbers include the
+// client and upstream; the difference to the direct path is what each
+// proxy costs.
 func BenchmarkProxyCPUPerChunk(b *testing.B) {
 	const chunks = 256
 	up := httptest.NewServer(burstUpstream(chunks))
 	defer up.Close()
 	plain := plainProxy(b, up.URL)
 	_, gw := startGateway(b, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}})
-	paths := []string{up.URL, plain, gw}
+	general := generalScanGateway(b, up.URL)
+	names := []string{"direct", "plain", "gateway", "gateway-general"}
+	paths := []string{up.URL, plain, gw, general}
 	for _, p := range paths { // warm connections
 		streamOnce(b, p)
 	}
-	var cpu [3]time.Duration
+	var cpu [4]time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		for j, p := range paths {
+		for k := range paths {
+			j := (i + k) % len(paths)
 			c0 := cpuTime()
-			streamOnce(b, p)
+			streamOnce(b, paths[j])
 			cpu[j] += cpuTime() - c0
 		}
 	}
 	b.StopTimer()
 	per := func(d time.Duration) float64 { return float64(d) / float64(b.N*chunks) }
-	b.ReportMetric(per(cpu[0]), "direct-cpu-ns/chunk")
-	b.ReportMetric(per(cpu[1]), "plain-cpu-ns/chunk")
-	b.ReportMetric(per(cpu[2]), "gateway-cpu-ns/chunk")
+	for j, name := range names {
+		b.ReportMetric(per(cpu[j]), name+"-cpu-ns/chunk")
+	}
 	if extra := per(cpu[1] - cpu[0]); extra > 0 {
 		b.ReportMetric(per(cpu[2]-cpu[0])/extra, "gateway/plain-proxy-cpu")
+		b.ReportMetric(per(cpu[3]-cpu[0])/extra, "general/plain-proxy-cpu")
 	}
 }
 

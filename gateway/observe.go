@@ -24,8 +24,16 @@ type meter struct {
 	firstSent  bool
 }
 
+// generalScanKey, set in a request's context, makes its observer take the
+// general JSON scan for every SSE event (filter.Options.GeneralScan): the
+// A/B switch benchmarks use to compare with the fast path in one run.
+type generalScanKey struct{}
+
 func (g *Gateway) newMeter(x *exchange, r *http.Request) *meter {
-	opts := filter.Options{KeepOutput: x.meta.spliceable && g.admitter != nil}
+	opts := filter.Options{
+		KeepOutput:  x.meta.spliceable && g.admitter != nil,
+		GeneralScan: r.Context().Value(generalScanKey{}) != nil,
+	}
 	if x.grpc {
 		opts.GRPCMethod = r.URL.Path
 	}
