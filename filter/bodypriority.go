@@ -283,6 +283,13 @@ func (s *strictJSON) str(i int) (end int, escaped bool, err error) {
 	start := i
 	i++
 	for i < len(s.b) {
+		// Most string bytes need no attention: skip them in a tight loop.
+		for i < len(s.b) && plainStringByte[s.b[i]] {
+			i++
+		}
+		if i >= len(s.b) {
+			break
+		}
 		c := s.b[i]
 		switch {
 		case c == '"':
@@ -311,6 +318,15 @@ func (s *strictJSON) str(i int) (end int, escaped bool, err error) {
 	}
 	return 0, false, s.fail(start, "unterminated string")
 }
+
+// plainStringByte marks the bytes a JSON string may hold without further
+// checks: everything but '"', '\\' and control characters.
+var plainStringByte = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex4(b []byte) bool {
 	for _, c := range b {

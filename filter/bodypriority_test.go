@@ -504,3 +504,37 @@ func FuzzRewriteGRPCPriority(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkRewriteJSONPriority: the scan every untrusted OpenAI body pays
+// before admission, for a typical chat request and a 1 MiB prompt.
+func BenchmarkRewriteJSONPriority(b *testing.B) {
+	chat := []byte(`{"model":"llama","messages":[{"role":"system","content":"You are helpful."},{"role":"user","content":"` +
+		strings.Repeat("tell me a story about a llama ", 30) + `"}],"max_tokens":256,"stream":true,"stream_options":{"include_usage":true},"priority":-100}`)
+	big := []byte(`{"model":"llama","prompt":"` + strings.Repeat("lorem ipsum dolor sit amet ", 1<<20/27) + `","max_tokens":16,"priority":-100}`)
+	for _, bc := range []struct {
+		name string
+		body []byte
+	}{{"chat-1KiB", chat}, {"prompt-1MiB", big}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := RewriteJSONPriority(bc.body, strip); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRewriteGRPCPriority: the same for an llm.v1 request.
+func BenchmarkRewriteGRPCPriority(b *testing.B) {
+	body := prioFrame(0, genReq(b, &llmv1.GenerateRequest{Model: "llama", Prompt: strings.Repeat("x", 1000), MaxTokens: 256, Priority: -100}))
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := RewriteGRPCPriority(body, "", 1<<20, LLMv1PriorityField, strip); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
