@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -10,6 +11,12 @@ import (
 
 	"github.com/llmesh/llmesh/internal/proctest"
 )
+
+// mainErr runs `llmesh args...` to its end and returns its error; what it
+// prints is dropped.
+func mainErr(args ...string) error {
+	return Main(context.Background(), args, io.Discard, io.Discard)
+}
 
 // wantUsage checks that err is a usage error (exit code 2) that names each
 // of mentions: every flag problem is reported at once.

@@ -13,9 +13,8 @@ import (
 )
 
 func TestControlFlags(t *testing.T) {
-	var out, errOut bytes.Buffer
-	err := Main(context.Background(), []string{"control", "--xds", "nonsense", "--xds-key", "k", "--xds-client-ca", "ca", "extra"}, &out, &errOut)
-	wantUsage(t, err, "--config: required", `--xds: "nonsense"`, "unexpected arguments", "--xds-cert and --xds-key", "--xds-client-ca: needs")
+	wantUsage(t, mainErr("control", "--xds", "nonsense", "--xds-key", "k", "--xds-client-ca", "ca", "extra"),
+		"--config: required", `--xds: "nonsense"`, "unexpected arguments", "--xds-cert and --xds-key", "--xds-client-ca: needs")
 }
 
 func TestControlDump(t *testing.T) {

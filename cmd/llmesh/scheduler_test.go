@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"regexp"
 	"strings"
@@ -13,10 +12,9 @@ import (
 )
 
 func TestSchedulerFlags(t *testing.T) {
-	var out, errOut bytes.Buffer
-	err := Main(context.Background(), []string{"scheduler", "serve", "--listen", "nonsense", "extra"}, &out, &errOut)
-	wantUsage(t, err, "--config: required", `--listen: "nonsense"`, "unexpected arguments")
-	if err := Main(context.Background(), []string{"scheduler"}, &out, &errOut); err == nil {
+	wantUsage(t, mainErr("scheduler", "serve", "--listen", "nonsense", "extra"),
+		"--config: required", `--listen: "nonsense"`, "unexpected arguments")
+	if err := mainErr("scheduler"); err == nil {
 		t.Error("scheduler without serve succeeded")
 	}
 }

@@ -29,28 +29,20 @@ import (
 
 func TestMain(m *testing.M) { proctest.Main(m) }
 
-func envInt(t *testing.T, name string, def int) int {
+// envPositive is the environment variable name parsed by parse (what
+// names the kind of value it wants), or def when it is unset; anything but
+// a positive value fails the test.
+func envPositive[T int | time.Duration](t *testing.T, name string, def T, what string, parse func(string) (T, error)) T {
+	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {
 		return def
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: want a positive integer", name, v)
+	x, err := parse(v)
+	if err != nil || x <= 0 {
+		t.Fatalf("%s=%q: want a positive %s", name, v, what)
 	}
-	return n
-}
-
-func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		t.Fatalf("%s=%q: want a positive duration", name, v)
-	}
-	return d
+	return x
 }
 
 // footprint is the process's goroutine count and live heap after a GC.
@@ -159,8 +151,8 @@ func TestSoak(t *testing.T) {
 	if os.Getenv("LLMESH_SOAK") != "1" {
 		t.Skip("soak test: set LLMESH_SOAK=1 (make soak)")
 	}
-	streams := envInt(t, "LLMESH_SOAK_STREAMS", 1000)
-	duration := envDuration(t, "LLMESH_SOAK_DURATION", time.Minute)
+	streams := envPositive(t, "LLMESH_SOAK_STREAMS", 1000, "integer", strconv.Atoi)
+	duration := envPositive(t, "LLMESH_SOAK_DURATION", time.Minute, "duration", time.ParseDuration)
 	const maxInflight = 256
 
 	s := simtest.Start(t)

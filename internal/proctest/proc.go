@@ -22,11 +22,9 @@ var stopTimeout = StopTimeout
 // Proc is a process started by a test. Its output is kept and shown only
 // when the test fails.
 type Proc struct {
-	name string
-	cmd  *exec.Cmd
-	out  Buffer
-	done chan struct{}
-	err  error // set by the waiter before done is closed
+	ending // Name, Done, Err, Exited: the exit status
+	cmd    *exec.Cmd
+	out    Buffer
 }
 
 var _ Runner = (*Proc)(nil)
@@ -44,16 +42,13 @@ func Start(t testing.TB, name, bin string, args ...string) *Proc {
 // waits for it, and shows its output when the test failed.
 func StartCmd(t testing.TB, name string, cmd *exec.Cmd) *Proc {
 	t.Helper()
-	p := &Proc{name: name, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{ending: newEnding(name), cmd: cmd}
 	cmd.Stdout, cmd.Stderr = &p.out, &p.out
 	setProcAttr(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
+	go func() { p.finish(cmd.Wait()) }()
 	t.Cleanup(func() {
 		if err := p.Stop(); err != nil {
 			t.Error(err)
@@ -64,33 +59,6 @@ func StartCmd(t testing.TB, name string, cmd *exec.Cmd) *Proc {
 		}
 	})
 	return p
-}
-
-// Name is the name the test gave the process.
-func (p *Proc) Name() string { return p.name }
-
-// Done is closed when the process has exited.
-func (p *Proc) Done() <-chan struct{} { return p.done }
-
-// Err is the process's exit error (nil for status 0), or nil while it
-// runs.
-func (p *Proc) Err() error {
-	select {
-	case <-p.done:
-		return p.err
-	default:
-		return nil
-	}
-}
-
-// Exited reports whether the process has ended.
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // Output is everything the process wrote so far, stdout and stderr

@@ -266,13 +266,13 @@ func TestTask(t *testing.T) {
 		return fmt.Errorf("served until %w", ctx.Err())
 	})
 	<-served
-	if task.Err() != nil {
-		t.Fatalf("Err %v while running", task.Err())
+	if task.Err() != nil || task.Exited() {
+		t.Fatalf("while running: Err %v, Exited %v", task.Err(), task.Exited())
 	}
 	if err := task.Stop(); !errors.Is(err, context.Canceled) {
 		t.Errorf("Stop: %v, want the function's error", err)
 	}
-	if err := task.Stop(); !errors.Is(err, context.Canceled) || !errors.Is(task.Err(), context.Canceled) {
+	if err := task.Stop(); !errors.Is(err, context.Canceled) || !errors.Is(task.Err(), context.Canceled) || !task.Exited() {
 		t.Errorf("second Stop %v, Err %v: want the same error", err, task.Err())
 	}
 }

@@ -8,11 +8,9 @@ import (
 // Task is a function — typically a server's Serve or a command's Main —
 // run in its own goroutine for the length of a test.
 type Task struct {
-	name    string
+	ending  // Name, Done, Err, Exited: what fn returned
 	cancel  context.CancelFunc
-	done    chan struct{}
-	err     error // set by the task's goroutine before done is closed
-	stopped bool  // Stop was called; only the test's goroutine touches it
+	stopped bool // Stop was called; only the test's goroutine touches it
 }
 
 var _ Runner = (*Task)(nil)
@@ -23,11 +21,8 @@ var _ Runner = (*Task)(nil)
 // error.
 func Go(t testing.TB, name string, fn func(ctx context.Context) error) *Task {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Task{name: name, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		r.err = fn(ctx)
-	}()
+	r := &Task{ending: newEnding(name), cancel: cancel}
+	go func() { r.finish(fn(ctx)) }()
 	t.Cleanup(func() {
 		if r.stopped {
 			return // the test took the error from Stop
@@ -37,22 +32,6 @@ func Go(t testing.TB, name string, fn func(ctx context.Context) error) *Task {
 		}
 	})
 	return r
-}
-
-// Name is the name the test gave the task.
-func (r *Task) Name() string { return r.name }
-
-// Done is closed when fn has returned.
-func (r *Task) Done() <-chan struct{} { return r.done }
-
-// Err is what fn returned, or nil while it runs.
-func (r *Task) Err() error {
-	select {
-	case <-r.done:
-		return r.err
-	default:
-		return nil
-	}
 }
 
 // Stop cancels fn's context, waits for fn to return and returns its error;

@@ -19,17 +19,6 @@ const DefaultTimeout = 90 * time.Second
 // condition.
 const DefaultInterval = 10 * time.Millisecond
 
-// Runner is a process or goroutine a wait watches: the wait fails at once
-// when it ends before the condition holds. *Proc and *Task are Runners.
-type Runner interface {
-	// Name is what failure messages call it.
-	Name() string
-	// Done is closed when it has ended.
-	Done() <-chan struct{}
-	// Err is how it ended; it is read only after Done is closed.
-	Err() error
-}
-
 // Poll is how a wait polls.
 type Poll struct {
 	// Timeout is how long the condition may take to hold; zero means
