@@ -71,6 +71,9 @@ type Result struct {
 	AB    *ab.Result
 	Files []string
 	Wall  time.Duration
+	// Engine is how each run's simulated engine kept to its timing model,
+	// by arm policy, in run order.
+	Engine map[string][]EngineTiming
 }
 
 func (o *Options) defaults() error {
@@ -180,9 +183,20 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	var mu sync.Mutex
 	var files []string
 	runN := map[string]int{}
+	engine := map[string][]EngineTiming{}
 	arm := func(policy string) ab.Target {
 		return ab.Func{Label: policy, Start: func(ctx context.Context) (string, func(), error) {
-			return startStack(ctx, o, w, policy, logger)
+			ec := &engineClock{}
+			url, stop, err := startStack(ctx, o, w, policy, ec, logger)
+			if err != nil {
+				return "", nil, err
+			}
+			return url, func() {
+				stop()
+				mu.Lock()
+				engine[policy] = append(engine[policy], ec.timing())
+				mu.Unlock()
+			}, nil
 		}}
 	}
 	res, err := ab.Compare(ctx, ab.Options{
@@ -213,8 +227,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	written, werr := writeOutputs(o, res)
 	files = append(written, files...)
-	printSummary(o.Stdout, o, res)
-	out := &Result{AB: res, Files: files, Wall: time.Since(start)}
+	printSummary(o.Stdout, o, res, engine)
+	out := &Result{AB: res, Files: files, Wall: time.Since(start), Engine: engine}
 	fmt.Fprintf(o.Stdout, "\nwrote %s (%d files) in %s\n", o.OutDir, len(files), out.Wall.Round(time.Second))
 	return out, errors.Join(err, werr)
 }
@@ -232,14 +246,14 @@ func (o *Options) shaped() *workload.Workload {
 
 // startStack brings up one arm: a fresh simulated engine and a gateway
 // scheduling with policy in front of it. The returned stop shuts both down.
-func startStack(ctx context.Context, o Options, w *workload.Workload, policy string, logger *slog.Logger) (string, func(), error) {
+func startStack(ctx context.Context, o Options, w *workload.Workload, policy string, clk *engineClock, logger *slog.Logger) (string, func(), error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	stop := func() {
 		cancel()
 		wg.Wait()
 	}
-	simSrv, err := server.New(server.Config{Profile: w.Spec.Profile, ServedModelName: w.Spec.Model, Seed: uint64(w.Spec.Seed), Logger: logger})
+	simSrv, err := server.New(server.Config{Profile: w.Spec.Profile, ServedModelName: w.Spec.Model, Seed: uint64(w.Spec.Seed), Logger: logger, Clock: clk})
 	if err != nil {
 		cancel()
 		return "", nil, fmt.Errorf("simulated engine: %w", err)

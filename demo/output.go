@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/llmesh/llmesh/bench/ab"
 	"github.com/llmesh/llmesh/bench/report"
@@ -127,14 +128,23 @@ func page(w io.Writer, res *ab.Result) error {
 }
 
 // printSummary prints each arm's per-class SLO table and the comparison.
-func printSummary(w io.Writer, o Options, res *ab.Result) {
+func printSummary(w io.Writer, o Options, res *ab.Result, engine map[string][]EngineTiming) {
 	for _, r := range lastRuns(res) {
 		fmt.Fprintf(w, "\n== %s (run %d) ==\n", armLabel(res, r), r.Repeat+1)
 		_ = report.Table(w, r.Report)
 	}
 	fmt.Fprintln(w)
 	_ = ab.Table(w, res)
+	fmt.Fprintln(w)
+	for _, arm := range []string{res.A, res.B} {
+		for i, t := range engine[arm] {
+			fmt.Fprintf(w, "engine %s run %d: %d steps, %.1f s modelled; %d back-to-back steps started late by p50 %.2f ms, p99 %.2f ms: %.1f%% slower than the model\n",
+				arm, i+1, t.Steps, t.Model.Seconds(), t.BackToBack, ms(t.OverrunP50), ms(t.OverrunP99), 100*t.Slowdown())
+		}
+	}
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // armLabel names a run by its arm's policy rather than "A" or "B".
 func armLabel(res *ab.Result, r ab.Run) string {

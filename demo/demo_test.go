@@ -1,0 +1,117 @@
+package demo_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/demo"
+)
+
+// tiny is a short two-class workload: short prompts and outputs so that
+// every request ends well within the test's time.
+const tiny = `
+name: tiny
+profile: llama3-8b-h200
+model: llama3-8b-h200
+protocol: openai-completions
+seed: 7
+duration: 1s
+warmup: {duration: 200ms}
+arrival: {process: poisson, rate: 20}
+classes:
+  - name: interactive
+    priority: 0
+    share: 0.3
+    slo: {ttft: 500ms, tpot: 50ms}
+    prompt_tokens: {kind: uniform, min: 32, max: 256}
+    output_tokens: {kind: uniform, min: 4, max: 16}
+    headers: {x-llmesh-class: interactive}
+  - name: batch
+    priority: 10
+    share: 0.7
+    slo: {ttft: 5s, tpot: 100ms}
+    prompt_tokens: {kind: uniform, min: 256, max: 1024}
+    output_tokens: {kind: uniform, min: 8, max: 32}
+    headers: {x-llmesh-class: batch}
+`
+
+func tinyWorkload(t *testing.T) *workload.Workload {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tiny.yaml")
+	if err := os.WriteFile(path, []byte(tiny), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := workload.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// Run end to end with one short A/B pair: both arms run through the
+// embedded gateway to a simulated engine, the result has both arms' reports
+// and the engine timing, the files are written, and nothing is left running.
+func TestRunQuickAB(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := demo.Run(ctx, demo.Options{
+		OutDir: out, Quick: true, Workload: tinyWorkload(t), Repeats: 1, Duration: time.Second, Load: 0.3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.AB == nil || res.AB.A != "fifo" || res.AB.B != "preemptive" || res.AB.Repeats != 1 {
+		t.Fatalf("A/B result %+v", res.AB)
+	}
+	arms := map[string]int{}
+	for _, r := range res.AB.Runs {
+		arms[r.Arm]++
+		if r.Report == nil {
+			t.Fatalf("run %s %d has no report", r.Arm, r.Repeat)
+		}
+		for _, class := range []string{"interactive", "batch"} {
+			c, ok := r.Report.Classes[class]
+			if !ok || c.Completed == 0 {
+				t.Errorf("run %s: class %s completed nothing (%+v)", r.Arm, class, c)
+			}
+		}
+	}
+	if arms["A"] != 1 || arms["B"] != 1 {
+		t.Fatalf("runs per arm %v, want one each", arms)
+	}
+	for _, policy := range []string{"fifo", "preemptive"} {
+		ts := res.Engine[policy]
+		if len(ts) != 1 || ts[0].Steps == 0 || ts[0].Model <= 0 {
+			t.Errorf("engine timing of %s: %+v", policy, ts)
+		}
+	}
+	for _, name := range []string{"ab.json", "report.md", "report.html", "mesh-fifo.yaml", "mesh-preemptive.yaml", "mesh-envoy.yaml"} {
+		if fi, err := os.Stat(filepath.Join(out, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for _, f := range res.Files {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("listed file: %v", err)
+		}
+	}
+}
+
+func TestRunRefusesUnwritableOutDir(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := demo.Run(context.Background(), demo.Options{OutDir: filepath.Join(file, "sub"), Workload: tinyWorkload(t)})
+	if err == nil {
+		t.Fatal("Run with an output directory under a file succeeded")
+	}
+}
