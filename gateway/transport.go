@@ -148,7 +148,9 @@ func (t *attemptTransport) RoundTrip(outreq *http.Request) (*http.Response, erro
 
 // send issues one upstream request with body.
 func send(base http.RoundTripper, x *exchange, a *attempt, outreq *http.Request, body []byte) (*http.Response, error) {
-	req := outreq.Clone(a.ctx)
+	// A shallow copy: RoundTrippers do not modify the request, and nothing
+	// changes outreq's headers once it is sent, so they need no deep copy.
+	req := outreq.WithContext(a.ctx)
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.ContentLength = int64(len(body))
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
