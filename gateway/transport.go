@@ -157,6 +157,8 @@ func send(base http.RoundTripper, x *exchange, a *attempt, outreq *http.Request,
 	if len(body) == 0 {
 		req.Body = http.NoBody
 	}
+	// Stamped as the last step before the send, so that upstream TTFT
+	// holds no gateway work of its own.
 	x.obs.upstreamSent(x.g.clock.Now())
 	return base.RoundTrip(req)
 }
