@@ -182,9 +182,6 @@ func TestUntilTimesOutWithLastDescription(t *testing.T) {
 	if want := fmt.Sprintf("gave up after 50ms waiting for n to reach a million (last: n=%d)", n); msg != want {
 		t.Errorf("Until failed with %q, want %q", msg, want)
 	}
-	if n < 2 {
-		t.Errorf("condition checked %d times in 50ms at a 1ms interval", n)
-	}
 	task := Go(t, "ended", func(context.Context) error { return errors.New("boom") })
 	msg = f.run(func() { WaitMatch(f, &Buffer{}, regexp.MustCompile("x"), task) })
 	if !strings.Contains(msg, "ended exited (boom)") {
