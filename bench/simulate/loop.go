@@ -34,6 +34,9 @@ type vreq struct {
 	admitted time.Time     // latest admission
 	queued   time.Duration // arrival → first admission
 	upstream time.Duration // latest admission → first token, when the first token came from it
+	schedAt  time.Time     // start of the step that first computed the current attempt
+	waitEng  time.Duration // of upstream: admission → schedAt (step in flight, engine queue)
+	prefill  time.Duration // of upstream: schedAt → first token (its prefill steps)
 	wasAdmit bool
 	done     bool
 }
@@ -69,6 +72,7 @@ type loop struct {
 	nextEng   uint64
 	events    []sim.Event
 	stepping  bool
+	stepStart time.Time
 	stepEnd   time.Time
 	wake      time.Time
 	limit     int
@@ -196,7 +200,7 @@ func (l *loop) admit(tk scheduler.Ticket) {
 	if !v.wasAdmit {
 		v.wasAdmit, v.queued = true, l.now.Sub(v.at)
 	}
-	v.admitted = l.now
+	v.admitted, v.schedAt = l.now, time.Time{}
 	l.nextEng++
 	v.engID, v.computed = l.nextEng, 0
 	err := l.eng.Add(sim.SeqSpec{
@@ -265,11 +269,15 @@ func (l *loop) stepEnded() {
 		if ev.Flags.Has(sim.EvPreempted) {
 			v.computed = 0
 		}
+		if ev.Flags.Has(sim.EvFirstScheduled) {
+			v.schedAt = l.stepStart
+		}
 		if ev.Flags.Has(sim.EvToken) {
 			v.sent++
 			if v.rec.FirstTokenNS == 0 {
 				v.rec.FirstTokenNS = t
 				v.upstream = l.now.Sub(v.admitted)
+				v.waitEng, v.prefill = v.schedAt.Sub(v.admitted), l.now.Sub(v.schedAt)
 			}
 			if l.recordAll {
 				v.rec.ChunkNS = append(v.rec.ChunkNS, t)
@@ -410,7 +418,7 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 				return nil, fmt.Errorf("simulate: engine made no progress at %v with %d running, %d waiting", l.now.Sub(epoch), l.eng.Running(), l.eng.Waiting())
 			}
 			l.events = append(l.events[:0], r.Events...)
-			l.stepEnd, l.stepping = r.End(), true
+			l.stepStart, l.stepEnd, l.stepping = r.Start, r.End(), true
 		}
 	}
 	l.c.end = l.now

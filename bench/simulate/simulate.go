@@ -320,10 +320,16 @@ func (policyNone) Preempts() bool                  { return false }
 
 // Breakdown is one class's TTFT split, in milliseconds: QueueMs is arrival
 // to first admission by the scheduler, UpstreamMs the latest admission to
-// the first token (the engine's queue and prefill).
+// the first token (the engine's queue and prefill). UpstreamMs splits
+// further into EngineWaitMs, admission to the start of the first engine
+// step that computes the request (the step in flight, then steps that had
+// no room for it), and PrefillMs, from there to the first token (the
+// request's own prefill steps, shared with the running batch).
 type Breakdown struct {
-	QueueMs    Quantiles `json:"queue_ms"`
-	UpstreamMs Quantiles `json:"upstream_ms"`
+	QueueMs      Quantiles `json:"queue_ms"`
+	UpstreamMs   Quantiles `json:"upstream_ms"`
+	EngineWaitMs Quantiles `json:"engine_wait_ms"`
+	PrefillMs    Quantiles `json:"prefill_ms"`
 }
 
 // Quantiles are exact order statistics (nearest rank).
@@ -349,17 +355,23 @@ func quantiles(ds []time.Duration) Quantiles {
 func breakdown(reqs []vreq, w *workload.Workload) map[string]Breakdown {
 	q := make([][]time.Duration, len(w.Classes))
 	u := make([][]time.Duration, len(w.Classes))
+	ew := make([][]time.Duration, len(w.Classes))
+	pf := make([][]time.Duration, len(w.Classes))
 	for i := range reqs {
 		v := &reqs[i]
 		if v.it.Warmup || v.rec.Status != result.StatusOK {
 			continue
 		}
-		q[v.it.Class] = append(q[v.it.Class], v.queued)
-		u[v.it.Class] = append(u[v.it.Class], v.upstream)
+		c := v.it.Class
+		q[c] = append(q[c], v.queued)
+		u[c] = append(u[c], v.upstream)
+		ew[c] = append(ew[c], v.waitEng)
+		pf[c] = append(pf[c], v.prefill)
 	}
 	out := map[string]Breakdown{}
 	for i, c := range w.Classes {
-		out[c.Name] = Breakdown{QueueMs: quantiles(q[i]), UpstreamMs: quantiles(u[i])}
+		out[c.Name] = Breakdown{QueueMs: quantiles(q[i]), UpstreamMs: quantiles(u[i]),
+			EngineWaitMs: quantiles(ew[i]), PrefillMs: quantiles(pf[i])}
 	}
 	return out
 }

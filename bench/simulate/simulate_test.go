@@ -137,6 +137,46 @@ func TestPreemptionProtectsUrgentClass(t *testing.T) {
 	}
 }
 
+// The admission bounds keep the urgent class out of the scheduler queue
+// (reserve_urgent) and shorten the engine steps it waits for
+// (max_prefill_tokens), without preempting; the load factors keep their
+// meaning (saturation is measured without the bounds).
+func TestAdmissionBounds(t *testing.T) {
+	w := testWorkload(t)
+	plain, err := Evaluate(w, []string{"priority"}, []float64{1.3}, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions()
+	o.ReserveUrgent, o.MaxPrefillTokens = 2, 1024
+	bounded, err := Evaluate(w, []string{"priority"}, []float64{1.3}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Saturation.RPS != bounded.Saturation.RPS {
+		t.Errorf("saturation %v with the bounds, %v without", bounded.Saturation.RPS, plain.Saturation.RPS)
+	}
+	p, b := plain.Runs[0], bounded.Runs[0]
+	if bounded.Pool.MaxPrefillTokens != 1024 || bounded.Pool.ReserveUrgent != 2 {
+		t.Errorf("pool info %+v", bounded.Pool)
+	}
+	pb, bb := p.Sim.Breakdown["interactive"], b.Sim.Breakdown["interactive"]
+	t.Logf("interactive p99 TTFT %.1f ms → %.1f ms; queue p99 %.1f → %.1f; engine wait p99 %.1f → %.1f; prefill p99 %.1f → %.1f",
+		p.Classes["interactive"].TTFTMs.P99, b.Classes["interactive"].TTFTMs.P99, pb.QueueMs.P99, bb.QueueMs.P99,
+		pb.EngineWaitMs.P99, bb.EngineWaitMs.P99, pb.PrefillMs.P99, bb.PrefillMs.P99)
+	if bb.QueueMs.P99 >= pb.QueueMs.P99 || b.Classes["interactive"].TTFTMs.P99 >= p.Classes["interactive"].TTFTMs.P99 {
+		t.Errorf("the bounds did not shorten the urgent class's queueing or TTFT")
+	}
+	for _, x := range []Breakdown{pb, bb} {
+		if x.EngineWaitMs.Max > x.UpstreamMs.Max || x.PrefillMs.Max > x.UpstreamMs.Max || x.PrefillMs.P50 <= 0 {
+			t.Errorf("engine wait and prefill are not parts of upstream: %+v", x)
+		}
+	}
+	if b.Sim.Preemptions != 0 {
+		t.Errorf("priority preempted %d times", b.Sim.Preemptions)
+	}
+}
+
 func mustPolicy(t *testing.T, name string) scheduler.Policy {
 	t.Helper()
 	p, err := policy.Lookup(name)
@@ -327,6 +367,8 @@ func TestBadOptions(t *testing.T) {
 		{Options{}, nil, []float64{-1}, "loads"},
 		{Options{}, nil, []float64{math.NaN()}, "loads"},
 		{Options{SaturationRequests: 5}, nil, nil, "saturation_requests"},
+		{Options{MaxPrefillTokens: -1}, nil, nil, "max_prefill_tokens"},
+		{Options{ReserveUrgent: 64}, nil, nil, "reserve_urgent"},
 	}
 	for _, c := range cases {
 		_, err := Evaluate(w, c.pols, c.loads, c.o)
