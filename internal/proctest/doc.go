@@ -22,6 +22,6 @@
 //
 // On Linux each child process runs in its own process group with
 // Pdeathsig=SIGKILL (sysproc_linux.go): stopping signals the whole group,
-// and a test binary that dies (a timeout panic, SIGKILL) leaves nothing
-// behind. Elsewhere only the child itself is signalled.
+// and the kernel kills the child when the test binary dies (a timeout
+// panic, SIGKILL). Elsewhere only the child itself is signalled.
 package proctest
