@@ -81,14 +81,26 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
 	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	p := &Provider{}
+	// The inter-chunk histogram is aggregated by the Recorder and produced
+	// to the readers made here (see itlHistogram). Readers a caller brings
+	// cannot be given a producer after they are made, so with any of those
+	// it stays an SDK instrument and every reader sees it.
+	var itl *itlHistogram
+	if len(opts.Readers) == 0 && (opts.Prometheus || opts.OTLPEndpoint != "") {
+		itl = newITLHistogram(BucketsTPOT)
+	}
 	if opts.Prometheus {
 		p.registry = prometheus.NewRegistry()
 		p.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		exp, err := promexporter.New(
+		popts := []promexporter.Option{
 			promexporter.WithRegisterer(p.registry),
 			promexporter.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
 			promexporter.WithoutScopeInfo(),
-		)
+		}
+		if itl != nil {
+			popts = append(popts, promexporter.WithProducer(itl))
+		}
+		exp, err := promexporter.New(popts...)
 		if err != nil {
 			return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 		}
@@ -114,7 +126,11 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 			_ = mexp.Shutdown(ctx)
 			return nil, fmt.Errorf("telemetry: otlp trace exporter for %q: %w", opts.OTLPEndpoint, err)
 		}
-		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp, sdkmetric.WithInterval(interval))))
+		ropts := []sdkmetric.PeriodicReaderOption{sdkmetric.WithInterval(interval)}
+		if itl != nil {
+			ropts = append(ropts, sdkmetric.WithProducer(itl))
+		}
+		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp, ropts...)))
 		topts = append(topts, sdktrace.WithBatcher(texp))
 	}
 	for _, r := range opts.Readers {
@@ -125,7 +141,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	p.MeterProvider = sdkmetric.NewMeterProvider(mopts...)
 	p.TracerProvider = sdktrace.NewTracerProvider(topts...)
-	rec, err := NewRecorder(p.MeterProvider, p.TracerProvider, opts.Recorder)
+	rec, err := newRecorder(p.MeterProvider, p.TracerProvider, opts.Recorder, itl)
 	if err != nil {
 		_ = p.Shutdown(ctx)
 		return nil, err

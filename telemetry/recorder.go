@@ -31,6 +31,11 @@ const (
 	MetricRelocated     = "llmesh.relocated.bytes"
 )
 
+// scopeName is the instrumentation scope of the Recorder's instruments.
+const scopeName = "github.com/llmesh/llmesh/telemetry"
+
+const descInterChunk = "Gap between consecutive token-bearing chunks."
+
 // Attribute keys.
 const (
 	AttrClass      = attribute.Key("llmesh.class")
@@ -78,10 +83,12 @@ type RecorderOptions struct {
 // use.
 type Recorder struct {
 	ttft, upTTFT, tpot, duration, queue, itl metric.Float64Histogram
-	tokens, steps                            metric.Int64Histogram
-	requests, preemptions, violations        metric.Int64Counter
-	relocations, relocated                   metric.Int64Counter
-	tracer                                   trace.Tracer
+	// itlAgg, when set, replaces the itl instrument (see itlHistogram).
+	itlAgg                            *itlHistogram
+	tokens, steps                     metric.Int64Histogram
+	requests, preemptions, violations metric.Int64Counter
+	relocations, relocated            metric.Int64Counter
+	tracer                            trace.Tracer
 
 	slos      map[string]filter.Class
 	maxModels int
@@ -96,15 +103,23 @@ type labelKey struct{ class, model string }
 // NewRecorder creates the instruments on mp and the tracer on tp; nil
 // providers mean no-op ones.
 func NewRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts RecorderOptions) (*Recorder, error) {
+	return newRecorder(mp, tp, opts, nil)
+}
+
+// newRecorder is NewRecorder; a non-nil itl takes the inter-chunk gaps
+// instead of an instrument on mp (the caller makes it a Producer of mp's
+// readers).
+func newRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts RecorderOptions, itl *itlHistogram) (*Recorder, error) {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
 	if tp == nil {
 		tp = tracenoop.NewTracerProvider()
 	}
-	m := mp.Meter("github.com/llmesh/llmesh/telemetry")
+	m := mp.Meter(scopeName)
 	r := &Recorder{
-		tracer:    tp.Tracer("github.com/llmesh/llmesh/telemetry"),
+		tracer:    tp.Tracer(scopeName),
+		itlAgg:    itl,
 		slos:      map[string]filter.Class{},
 		maxModels: opts.MaxModels,
 		models:    map[string]struct{}{},
@@ -137,7 +152,9 @@ func NewRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts Recorder
 	r.tpot = fh(MetricTPOT, "Per request (E2E - TTFT) / (output tokens - 1).", "s", BucketsTPOT)
 	r.duration = fh(MetricDuration, "Time from request received to the end of the response.", "s", BucketsDuration)
 	r.queue = fh(MetricQueue, "Time from request received to scheduler admission.", "s", BucketsQueue)
-	r.itl = fh(MetricInterChunk, "Gap between consecutive token-bearing chunks.", "s", BucketsTPOT)
+	if itl == nil {
+		r.itl = fh(MetricInterChunk, descInterChunk, "s", BucketsTPOT)
+	}
 	r.tokens = ih(MetricTokenUsage, "Tokens per request, by gen_ai.token.type (input, output).", "{token}", BucketsTokens)
 	r.steps = ih(MetricDecodeSteps, "Token-bearing chunks after the first, per request.", "{step}", BucketsSteps)
 	r.requests = ic(MetricRequests, "Finished requests by outcome and SLO attainment.", "{request}")
@@ -217,8 +234,12 @@ func (r *Recorder) Record(obs filter.Observation, class, model string) {
 	if obs.HasTPOT {
 		r.tpot.Record(ctx, obs.TPOT.Seconds(), attrs)
 	}
-	for _, gap := range obs.ITL.Samples {
-		r.itl.Record(ctx, gap.Seconds(), attrs)
+	if r.itlAgg != nil {
+		r.itlAgg.record(set, obs.ITL.Samples)
+	} else {
+		for _, gap := range obs.ITL.Samples {
+			r.itl.Record(ctx, gap.Seconds(), attrs)
+		}
 	}
 	if obs.PromptTokens > 0 {
 		r.tokens.Record(ctx, int64(obs.PromptTokens), metric.WithAttributes(AttrClass.String(class), AttrModel.String(model), AttrTokenType.String("input")))
