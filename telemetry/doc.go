@@ -10,5 +10,8 @@
 // and their exporters; the OTLP periodic reader and batch span processor run
 // goroutines that the OpenTelemetry SDK owns and that stop in
 // Provider.Shutdown. A Recorder is safe for concurrent use by every request
-// of a host; its only mutable state is the attribute cache behind a mutex.
+// of a host; its mutable state is the attribute cache behind a mutex and,
+// in a Provider's Recorder, the inter-chunk histogram behind its own mutex,
+// which request goroutines add to and the readers' Produce calls (the
+// Prometheus scrape handler, the OTLP periodic reader) copy out.
 package telemetry
