@@ -17,7 +17,9 @@
 // their lease counts and the learned limits; upd serialises Update. Each
 // scheduler guards its own state with its own mutex, taken after mu, never
 // before. Requests waiting in a replaced scheduler move to the new one on
-// the goroutines that are waiting (Admit's callers). MeshScheduler owns one
+// the goroutines that are waiting (Admit's callers), one at a time: Update's
+// caller hands out their turns (finishMove) and reads each waiter's done
+// flag, an atomic. MeshScheduler owns one
 // goroutine per capacity watcher, restarted by Apply and stopped by Close;
 // Run owns the config watcher's goroutine and the admin server's.
 package server

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
@@ -20,16 +19,16 @@ import (
 //
 // When Update replaces a pool's scheduler (its capacity or scheduler
 // settings changed, or the classes did):
-//   - requests waiting in the old one queue again in the new one, keeping
-//     their arrival time (so FIFO and deadline order hold) and their requeue
-//     flag; nothing waiting is dropped unless the new config rejects it
-//     (a smaller queue.max_length, or the pool is gone);
+//   - requests waiting in the old one queue again in the new one, one at a
+//     time in the order they first arrived, keeping their arrival time and
+//     requeue flag, before the new one admits any of them; so it admits them
+//     in its own policy's order, and requests that arrive meanwhile queue
+//     behind them. Nothing waiting is dropped unless the new config rejects
+//     it (a smaller queue.max_length, or the pool is gone);
 //   - leases the old one handed out stay valid and are released normally;
-//     until they are, they count against the new scheduler's limit, but
-//     they are no longer preempted and their tokens do not count against
-//     max_inflight_tokens. A scheduler's limit is at least 1, so while the
-//     old leases fill the whole capacity the new scheduler may still admit
-//     one request: at most one beyond max_inflight, until they end;
+//     until they are, they count against the new scheduler's limit (see
+//     applyLocked), but they are no longer preempted and their tokens do
+//     not count against max_inflight_tokens;
 //   - the old scheduler's event counters are folded into the pool's Stats
 //     (a moved waiter counts as cancelled there and arrived again here).
 //
@@ -46,6 +45,7 @@ type Schedulers struct {
 	slots   map[string]*slot
 	classes []scheduler.ClassConfig
 	defCls  string
+	seq     uint64 // numbers waiters in first-arrival order
 }
 
 var _ scheduler.Admitter = (*Schedulers)(nil)
@@ -58,18 +58,25 @@ type slot struct {
 	cfg     scheduler.PoolConfig
 	cur     *runtime // nil once the pool was removed
 	retired []*runtime
-	carried int    // leases of retired runtimes not yet released
-	moving  bool   // cur holds a placeholder while waiting requests move to it
-	holds   uint64 // placeholders ever used, left out of the counters
-	learned int    // capacity learned from the engine; 0: none
-	past    scheduler.Counters
+	carried int           // leases of retired runtimes not yet released
+	moved   chan struct{} // non-nil while waiting requests move to cur; closed after
+	// hold is a placeholder lease on cur standing for the leases of
+	// retired runtimes while they fill the whole capacity (a scheduler's
+	// limit cannot go below 1); nil otherwise.
+	hold scheduler.Lease
+	// holds and holdsDone count placeholders admitted and released, left
+	// out of the counters.
+	holds, holdsDone uint64
+	learned          int // capacity learned from the engine; 0: none
+	past             scheduler.Counters
 }
 
 // runtime is one scheduler.Scheduler serving a single pool.
 type runtime struct {
 	sched   *scheduler.Scheduler
 	slot    *slot
-	live    int // leases handed out and not released
+	live    int                  // leases handed out and not released
+	waiting map[*waiter]struct{} // Admit calls inside sched.Admit
 	retired bool
 }
 
@@ -152,6 +159,7 @@ func (s *Schedulers) update(cfg scheduler.Config) ([]string, error) {
 		return nil, scheduler.ErrClosed
 	}
 	var stop []*scheduler.Scheduler
+	var stale []scheduler.Lease
 	var moves []move
 	var built []string
 	seen := map[string]bool{}
@@ -168,12 +176,16 @@ func (s *Schedulers) update(cfg scheduler.Config) ([]string, error) {
 			s.slots[p.Name] = sl
 		}
 		if sl.cur != nil {
-			if mv, ok := s.holdLocked(sl, fresh[i], p, cfg); ok {
+			mv, ok, old := s.prepareLocked(sl, fresh[i], p, cfg)
+			if ok {
 				moves = append(moves, mv)
+			}
+			if old != nil {
+				stale = append(stale, old)
 			}
 			stop = append(stop, s.retireLocked(sl))
 		}
-		sl.cur = &runtime{sched: fresh[i], slot: sl}
+		sl.cur = &runtime{sched: fresh[i], slot: sl, waiting: map[*waiter]struct{}{}}
 		sl.cfg = p
 		built = append(built, p.Name)
 		s.applyLocked(sl)
@@ -181,6 +193,11 @@ func (s *Schedulers) update(cfg scheduler.Config) ([]string, error) {
 	for name, sl := range s.slots {
 		if seen[name] || sl.cur == nil {
 			continue
+		}
+		if sl.hold != nil {
+			stale = append(stale, sl.hold)
+			sl.hold = nil
+			sl.holdsDone++
 		}
 		stop = append(stop, s.retireLocked(sl))
 		sl.cur = nil
@@ -197,6 +214,9 @@ func (s *Schedulers) update(cfg scheduler.Config) ([]string, error) {
 	for _, sc := range stop {
 		_ = sc.Close()
 	}
+	for _, l := range stale {
+		l.Release(scheduler.Cancelled)
+	}
 	for _, mv := range moves {
 		s.finishMove(mv)
 	}
@@ -209,82 +229,6 @@ func closeAll(ss []*scheduler.Scheduler) {
 			_ = sc.Close()
 		}
 	}
-}
-
-// move is a replacement whose waiting requests are moving over: the new
-// scheduler is kept full by one placeholder lease until they all queued
-// there, so that it admits them in its policy's order rather than in the
-// order their goroutines happen to wake up.
-type move struct {
-	sl      *slot
-	sched   *scheduler.Scheduler
-	hold    scheduler.Lease
-	waiting int
-}
-
-// moveWait bounds how long a replacement waits for the moved requests to
-// queue again; they need only be scheduled (a waiter that gave up meanwhile
-// never arrives).
-const moveWait = time.Second
-
-// holdLocked fills sc (fresh, empty, continuous admission) with one
-// placeholder at limit 1 when sl's current scheduler has waiting requests;
-// ok is false when there is nothing to move or sc admits in batches (the
-// window's release orders the moved requests anyway). s.mu is held; the
-// placeholder is admitted at once, as sc is empty.
-func (s *Schedulers) holdLocked(sl *slot, sc *scheduler.Scheduler, p scheduler.PoolConfig, cfg scheduler.Config) (move, bool) {
-	waiting := 0
-	for _, ps := range sl.cur.sched.Stats() {
-		for _, n := range ps.Queued {
-			waiting += n
-		}
-	}
-	if waiting == 0 || p.BatchWindow > 0 {
-		return move{}, false
-	}
-	// The most urgent class: nothing outranks the placeholder, so it is
-	// never a preemption victim.
-	urgent := cfg.Classes[0]
-	for _, c := range cfg.Classes[1:] {
-		if c.Priority < urgent.Priority {
-			urgent = c
-		}
-	}
-	if err := sc.SetLimit(p.Name, 1); err != nil {
-		return move{}, false
-	}
-	hold, err := sc.Admit(context.Background(), scheduler.Request{Pool: p.Name, Class: urgent.Name, Requeue: true})
-	if err != nil {
-		return move{}, false
-	}
-	sl.moving = true
-	sl.holds++
-	return move{sl: sl, sched: sc, hold: hold, waiting: waiting}, true
-}
-
-// finishMove waits (at most moveWait) until the moved requests queued on
-// the new scheduler, then releases the placeholder and sets the real limit.
-func (s *Schedulers) finishMove(mv move) {
-	deadline := time.Now().Add(moveWait)
-	for time.Now().Before(deadline) {
-		queued := 0
-		for _, ps := range mv.sched.Stats() {
-			for _, n := range ps.Queued {
-				queued += n
-			}
-		}
-		if queued >= mv.waiting {
-			break
-		}
-		// A hand-over between goroutines, not a scheduling delay: wall
-		// time, whatever clock the schedulers run on.
-		time.Sleep(100 * time.Microsecond)
-	}
-	s.mu.Lock()
-	mv.sl.moving = false
-	s.applyLocked(mv.sl)
-	s.mu.Unlock()
-	mv.hold.Release(scheduler.Cancelled)
 }
 
 // retireLocked moves sl's current runtime to its retired list and returns
@@ -322,57 +266,73 @@ func addCounters(dst *scheduler.Counters, c scheduler.Counters) {
 }
 
 // applyLocked sets the current scheduler's limit: the learned (or static)
-// capacity less the leases replaced schedulers still hold.
+// capacity less the leases replaced schedulers still hold. While those
+// fill it all, the limit is 1 and the placeholder (sl.hold) takes that one
+// slot; without a placeholder (a batch window, or a learned limit that
+// dropped later) one request may then run beyond the capacity.
 func (s *Schedulers) applyLocked(sl *slot) {
-	if sl.cur == nil || sl.moving {
+	if sl.cur == nil || sl.moved != nil {
 		return
 	}
 	limit := sl.cfg.MaxInflight
 	if sl.learned > 0 {
 		limit = min(limit, sl.learned)
 	}
-	_ = sl.cur.sched.SetLimit(sl.name, limit-sl.carried) // the pool exists: it is the runtime's only one
-}
-
-// current returns the runtime for pool ("" is the first pool).
-func (s *Schedulers) current(pool string) (*runtime, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, scheduler.ErrClosed
+	free := limit - sl.carried
+	_ = sl.cur.sched.SetLimit(sl.name, max(1, free)) // the pool exists: it is the runtime's only one
+	if sl.hold != nil && free >= 1 {
+		h := sl.hold
+		sl.hold = nil
+		sl.holdsDone++
+		h.Release(scheduler.Cancelled)
 	}
-	if pool == "" && len(s.order) > 0 {
-		pool = s.order[0]
-	}
-	sl := s.slots[pool]
-	if sl == nil || sl.cur == nil {
-		return nil, fmt.Errorf("%w: unknown pool %q", scheduler.ErrRejected, pool)
-	}
-	return sl.cur, nil
 }
 
 // Admit queues req on its pool's current scheduler (see scheduler.Admitter).
 // A request waiting when its pool's scheduler is replaced queues again on
-// the new one.
+// the new one, in its turn (see prepareLocked).
 func (s *Schedulers) Admit(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
 	if req.Arrival.IsZero() {
 		// Fixed now, so that a move to a new scheduler keeps the place.
 		req.Arrival = s.clk.Now()
 	}
+	w := &waiter{}
+	defer w.done.Store(true)
 	var last *runtime
 	for {
-		rt, err := s.current(req.Pool)
+		rt, gate, err := s.enter(req.Pool, w)
 		if err != nil {
 			return nil, err
 		}
+		if gate != nil {
+			// Requests already waiting are moving to a new scheduler;
+			// this one queues after them.
+			select {
+			case <-gate:
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+			}
+		}
 		if rt == last {
 			// Closed but still current: only Close does that.
+			s.leave(rt, w)
 			return nil, scheduler.ErrClosed
 		}
 		last = rt
 		l, err := rt.sched.Admit(ctx, req)
+		turn := s.leave(rt, w)
 		if errors.Is(err, scheduler.ErrClosed) {
-			continue // replaced while waiting
+			// Replaced while waiting: queue again on the successor.
+			if turn != nil {
+				w.migrant = true
+				select {
+				case <-turn:
+				case <-ctx.Done():
+					return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+				}
+			}
+			continue
 		}
 		if err != nil {
 			return nil, err
@@ -488,7 +448,8 @@ func (s *Schedulers) Stats() []scheduler.PoolStats {
 		ps.Arrived -= sl.holds
 		ps.Requeued -= sl.holds
 		ps.Admitted -= sl.holds
-		ps.Cancelled -= sl.holds
+		ps.Cancelled -= sl.holdsDone
+		ps.InFlight -= int(sl.holds - sl.holdsDone)
 		out = append(out, ps)
 	}
 	return out

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -324,4 +325,87 @@ func TestSchedulersClose(t *testing.T) {
 	}
 	held.Release(scheduler.Done)
 	_ = s.Close()
+}
+
+// Many requests of one class waiting through a replacement are admitted in
+// the order they arrived, not the order their goroutines woke up in.
+func TestSchedulersUpdateKeepsQueueOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.NewSchedulers(twoClasses(t, "fifo", 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	ch := make(chan admitResult, n)
+	for i := range n {
+		admitAsync(ctx, s, fmt.Sprint(i), scheduler.Request{Class: "batch"}, ch)
+		waitQueued(t, s, "gpu", i+1)
+	}
+	for round, pol := range []string{"edf", "fifo"} { // two replacements in a row
+		if err := s.Update(twoClasses(t, pol, 1)); err != nil {
+			t.Fatal(err)
+		}
+		waitQueued(t, s, "gpu", n)
+		if st := s.Stats()[0]; st.InFlight != 1 {
+			t.Fatalf("round %d: in flight %d, want only the held lease", round, st.InFlight)
+		}
+	}
+	held.Release(scheduler.Done)
+	for i := range n {
+		r := next(t, ch)
+		if r.err != nil || r.name != fmt.Sprint(i) {
+			t.Fatalf("admission %d: %s %v, want %d", i, r.name, r.err, i)
+		}
+		r.l.Release(scheduler.Done)
+	}
+	st := s.Stats()[0]
+	if st.Admitted != n+1 || st.Done != n+1 {
+		t.Errorf("counters %+v, want %d admitted and done (placeholders left out)", st.Counters, n+1)
+	}
+}
+
+// Leases of a replaced scheduler that fill the whole capacity keep new
+// requests waiting (a scheduler's own limit cannot go below 1).
+func TestSchedulersUpdateNoOvershoot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := server.NewSchedulers(twoClasses(t, "fifo", 2), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var held []scheduler.Lease
+	for range 2 {
+		l, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	if err := s.Update(twoClasses(t, "priority", 1)); err != nil { // capacity 1, two still running
+		t.Fatal(err)
+	}
+	ch := make(chan admitResult, 1)
+	admitAsync(ctx, s, "new", scheduler.Request{Class: "urgent"}, ch)
+	waitQueued(t, s, "gpu", 1)
+	held[0].Release(scheduler.Done)
+	noResult(t, ch) // one old lease still fills the capacity of 1
+	if st := s.Stats()[0]; st.InFlight != 1 {
+		t.Fatalf("in flight %d, want the one old lease", st.InFlight)
+	}
+	held[1].Release(scheduler.Done)
+	r := next(t, ch)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if st := s.Stats()[0]; st.InFlight != 1 || st.Limit != 1 {
+		t.Fatalf("in flight %d limit %d, want 1 and 1", st.InFlight, st.Limit)
+	}
+	r.l.Release(scheduler.Done)
 }

@@ -1,0 +1,166 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// waiter is one Admit call. seq and turn are guarded by Schedulers.mu;
+// migrant belongs to the Admit goroutine; done is read by finishMove.
+type waiter struct {
+	seq uint64 // first-arrival order, kept across moves
+	// turn is set when the waiter's scheduler was replaced: closed when it
+	// may queue on the new one.
+	turn    chan struct{}
+	migrant bool
+	done    atomic.Bool // Admit returned
+}
+
+// enter resolves pool ("" is the first pool) to its current runtime and
+// registers w there as waiting. While the pool's waiting requests move to
+// a new scheduler, a request that was not among them gets gate instead, to
+// wait on before trying again.
+func (s *Schedulers) enter(pool string, w *waiter) (rt *runtime, gate <-chan struct{}, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, scheduler.ErrClosed
+	}
+	if pool == "" && len(s.order) > 0 {
+		pool = s.order[0]
+	}
+	sl := s.slots[pool]
+	if sl == nil || sl.cur == nil {
+		return nil, nil, fmt.Errorf("%w: unknown pool %q", scheduler.ErrRejected, pool)
+	}
+	if sl.moved != nil && !w.migrant {
+		return nil, sl.moved, nil
+	}
+	if w.seq == 0 {
+		s.seq++
+		w.seq = s.seq
+	}
+	w.turn = nil
+	sl.cur.waiting[w] = struct{}{}
+	return sl.cur, nil, nil
+}
+
+// leave unregisters w from rt and returns its turn (nil unless rt was
+// replaced while w waited).
+func (s *Schedulers) leave(rt *runtime, w *waiter) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(rt.waiting, w)
+	return w.turn
+}
+
+// move is a replacement whose waiting requests are moving over.
+type move struct {
+	sl      *slot
+	sched   *scheduler.Scheduler
+	waiters []*waiter // in first-arrival order
+}
+
+// moveWait bounds how long a replacement waits for the moved requests to
+// queue again; they need only be scheduled (one that gave up meanwhile is
+// skipped as soon as its Admit returns).
+const moveWait = 2 * time.Second
+
+// prepareLocked readies sc, the scheduler replacing sl.cur, before it
+// becomes current. s.mu is held.
+//
+// Waiting requests must arrive at sc one at a time, oldest first: a
+// scheduler's queue keeps each class in the order requests arrived in it.
+// So each gets a turn, which finishMove hands out in order, and new
+// requests for the pool wait behind them (enter's gate). Meanwhile sc must
+// admit none of them (it would admit whoever came first), and afterwards
+// the old leases must count against its limit even when they fill it all
+// (a limit cannot go below 1). With continuous admission one placeholder
+// lease at limit 1 does both: sc is empty, so it is admitted at once; it
+// is in the most urgent class, so it is never a preemption victim; and
+// applyLocked releases it once the pool has a free slot. With a batch
+// window nothing is admitted before the next tick anyway, and there is no
+// placeholder. ok is false when nothing waits.
+func (s *Schedulers) prepareLocked(sl *slot, sc *scheduler.Scheduler, p scheduler.PoolConfig, cfg scheduler.Config) (mv move, ok bool, stale scheduler.Lease) {
+	if sl.hold != nil {
+		// The replaced scheduler's placeholder, released by the caller
+		// once that scheduler is closed (before, it would admit a waiter
+		// into the freed slot); sc gets its own.
+		stale = sl.hold
+		sl.hold = nil
+		sl.holdsDone++
+	}
+	limit := p.MaxInflight
+	if sl.learned > 0 {
+		limit = min(limit, sl.learned)
+	}
+	waiting := len(sl.cur.waiting) > 0
+	if p.BatchWindow == 0 && (waiting || sl.carried+sl.cur.live >= limit) {
+		urgent := cfg.Classes[0]
+		for _, c := range cfg.Classes[1:] {
+			if c.Priority < urgent.Priority {
+				urgent = c
+			}
+		}
+		if err := sc.SetLimit(p.Name, 1); err == nil {
+			if hold, err := sc.Admit(context.Background(), scheduler.Request{Pool: p.Name, Class: urgent.Name, Requeue: true}); err == nil {
+				sl.hold = hold
+				sl.holds++
+			}
+		}
+	}
+	if !waiting {
+		return move{}, false, stale
+	}
+	mv = move{sl: sl, sched: sc}
+	for w := range sl.cur.waiting {
+		w.turn = make(chan struct{})
+		mv.waiters = append(mv.waiters, w)
+	}
+	slices.SortFunc(mv.waiters, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	sl.moved = make(chan struct{})
+	return mv, true, stale
+}
+
+// finishMove hands out the turns in order, each once the previous waiter
+// arrived at the new scheduler (or gave up), at most moveWait in all; then
+// it lets new requests in and sets the pool's real limit (which releases
+// the placeholder when a slot is free), so the new scheduler admits in its
+// policy's order.
+func (s *Schedulers) finishMove(mv move) {
+	arrived := func() uint64 {
+		var n uint64
+		for _, ps := range mv.sched.Stats() {
+			n += ps.Arrived + ps.QueueFull + ps.Rejected
+		}
+		return n
+	}
+	deadline := time.Now().Add(moveWait)
+	seen := arrived()
+	for _, w := range mv.waiters {
+		close(w.turn)
+		for time.Now().Before(deadline) {
+			if n := arrived(); n > seen {
+				seen = n
+				break
+			}
+			if w.done.Load() {
+				break // it gave up (or was admitted just before the move)
+			}
+			// A hand-over between goroutines, not a scheduling delay: wall
+			// time, whatever clock the schedulers run on.
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	s.mu.Lock()
+	close(mv.sl.moved)
+	mv.sl.moved = nil
+	s.applyLocked(mv.sl)
+	s.mu.Unlock()
+}
