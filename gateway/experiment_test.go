@@ -364,7 +364,7 @@ func TestExperimentReloadSwitchesArms(t *testing.T) {
 
 	// A long stream on the fifo arm, admitted before the reload.
 	body := fmt.Sprintf(`{"model":%q,"prompt":"one two three","max_tokens":200,"stream":true,"stream_options":{"include_usage":true}}`, s.Model)
-	res := post(t, ctx, data+"/v1/completions", body)
+	res := post(t, ctx, data+"/v1/completions", body) //nolint:bodyclose // closed by the reader below and at return
 	defer res.Body.Close()
 	if got := res.Header.Get(ArmHeader); got != "fifo" {
 		t.Fatalf("long stream on arm %q", got)
