@@ -206,8 +206,15 @@ func (c *openAI) readStream(ctx context.Context, body io.Reader, rec *result.Rec
 			rec.Status = result.StatusOK
 			return
 		}
-		if tok, ok := fastTokenEvent(data); ok {
-			if tok {
+		if f, ok := fastEvent(data); ok {
+			if f.hasEngine {
+				e := f.engine
+				rec.Engine = &e
+			}
+			if f.usage >= 0 {
+				usage = f.usage
+			}
+			if f.token {
 				if rec.FirstTokenNS == 0 {
 					rec.FirstTokenNS = t
 				}

@@ -34,9 +34,9 @@ func FuzzReadStream(f *testing.F) {
 	})
 }
 
-// FuzzFastTokenEvent checks the fast path against the full decoder:
-// whenever it answers, it must agree.
-func FuzzFastTokenEvent(f *testing.F) {
+// FuzzFastEvent checks the fast path against the full decoder: whenever it
+// answers, it must agree on the token, the usage and the ground truth.
+func FuzzFastEvent(f *testing.F) {
 	for _, s := range []string{
 		`{"choices":[{"finish_reason":null,"index":0,"logprobs":null,"text":" lisiko"}],"created":1,"id":"c","model":"m","object":"text_completion"}`,
 		`{"choices":[{"index":0,"delta":{"role":"assistant"}}]}`,
@@ -49,11 +49,23 @@ func FuzzFastTokenEvent(f *testing.F) {
 		`{"choices":[{"delta":{"content":"x"}}],"usage":null}`,
 		`{"choices":[{"text":"x"}],"uſage":{"completion_tokens":1}}`,
 		`{"choiceſ":[{"text":"x"}]}`,
+		`{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" a b","logprobs":null,"finish_reason":"length"}],"llmesh_engine":{"arrival_ns":1,"first_scheduled_ns":2,"first_token_ns":3,"finish_ns":4,"preemptions":5}}`,
+		`{"id":"c","choices":[],"usage":{"prompt_tokens":16,"completion_tokens":8,"total_tokens":24},"llmesh_engine":{"arrival_ns":-1,"first_token_ns":9223372036854775807}}`,
+		`{"choices":[],"usage":{"completion_tokens":8,"Completion_tokens":9}}`,
+		`{"choices":[],"usage":{"completion_tokens":8,"completion_tokens":9}}`,
+		`{"choices":[],"usage":{"completion_tokens":1e2}}`,
+		`{"choices":[],"usage":{"completion_tokens":9223372036854775808}}`,
+		`{"choices":[],"usage":{"completion_tokens":null}}`,
+		`{"choices":[],"usage":{"prompt_tokens_details":{"completion_tokens":"x"}}}`,
+		`{"choices":[{"usage":{"completion_tokens":3}}]}`,
+		`{"llmesh_engine":{"preemptions":1.0}}`,
+		`{"llmesh_engine":{"finiſh_ns":1}}`,
+		`{"usage":{}}`,
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		tok, ok := fastTokenEvent([]byte(s))
+		got, ok := fastEvent([]byte(s))
 		if !ok {
 			return
 		}
@@ -61,28 +73,39 @@ func FuzzFastTokenEvent(f *testing.F) {
 		if err := json.Unmarshal([]byte(s), &ch); err != nil {
 			t.Fatalf("fast path accepted %q, which does not decode: %v", s, err)
 		}
-		if ch.hasToken() != tok || ch.Usage != nil || ch.Error != nil || ch.Engine != nil {
-			t.Fatalf("fast path says token=%v for %q; decoder says %v (usage %v error %v engine %v)", tok, s, ch.hasToken(), ch.Usage, ch.Error, ch.Engine)
+		want := fastFields{token: ch.hasToken(), usage: -1}
+		if ch.Usage != nil {
+			want.usage = ch.Usage.CompletionTokens
+		}
+		if ch.Engine != nil {
+			want.engine, want.hasEngine = *ch.Engine, true
+		}
+		if ch.Error != nil || got != want {
+			t.Fatalf("fast path read %+v from %q; decoder: %+v (error %v)", got, s, want, ch.Error)
 		}
 	})
 }
 
-func TestFastTokenEventTakesCommonChunks(t *testing.T) {
+func TestFastEventTakesCommonChunks(t *testing.T) {
+	engine := result.EngineTimes{ArrivalNS: 1, FirstScheduledNS: 2, FirstTokenNS: 3, FinishNS: 4, Preemptions: 5}
 	for _, tc := range []struct {
-		in        string
-		token, ok bool
+		in   string
+		want fastFields
+		ok   bool
 	}{
-		{`{"choices":[{"finish_reason":null,"index":0,"logprobs":null,"text":" lisiko"}],"created":1,"id":"c","model":"m","object":"text_completion"}`, true, true},
-		{`{"id":"x","choices":[{"index":0,"delta":{"content":" hi"},"finish_reason":null}]}`, true, true},
-		{`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`, false, true},
-		{`{"choices":[],"usage":{"completion_tokens":3}}`, false, false},
-		{`{"choices":[{"text":"x"}],"llmesh_engine":{"arrival_ns":1}}`, false, false},
-		{`{"error":{"message":"preempted"}}`, false, false},
-		{`{"choices":[{"Text":"x"}]}`, false, false},
+		{`{"choices":[{"finish_reason":null,"index":0,"logprobs":null,"text":" lisiko"}],"created":1,"id":"c","model":"m","object":"text_completion"}`, fastFields{token: true, usage: -1}, true},
+		{`{"id":"x","choices":[{"index":0,"delta":{"content":" hi"},"finish_reason":null}]}`, fastFields{token: true, usage: -1}, true},
+		{`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`, fastFields{usage: -1}, true},
+		{`{"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":3,"total_tokens":5}}`, fastFields{usage: 3}, true},
+		{`{"choices":[{"text":"x","finish_reason":"length"}],"llmesh_engine":{"arrival_ns":1,"first_scheduled_ns":2,"first_token_ns":3,"finish_ns":4,"preemptions":5}}`, fastFields{token: true, usage: -1, engine: engine, hasEngine: true}, true},
+		{`{"error":{"message":"preempted"}}`, fastFields{usage: -1}, false},
+		{`{"choices":[{"Text":"x"}]}`, fastFields{usage: -1}, false},
+		{`{"choices":[],"usage":null}`, fastFields{usage: -1}, false},
+		{`{"choices":[],"usage":{"completion_tokens":3.5}}`, fastFields{usage: 0}, false},
 	} {
-		tok, ok := fastTokenEvent([]byte(tc.in))
-		if tok != tc.token || ok != tc.ok {
-			t.Errorf("fastTokenEvent(%s) = %v, %v; want %v, %v", tc.in, tok, ok, tc.token, tc.ok)
+		got, ok := fastEvent([]byte(tc.in))
+		if ok != tc.ok || (ok && got != tc.want) {
+			t.Errorf("fastEvent(%s) = %+v, %v; want %+v, %v", tc.in, got, ok, tc.want, tc.ok)
 		}
 	}
 }
