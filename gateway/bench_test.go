@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/telemetry"
 )
 
 // benchChunk is a typical OpenAI chat streaming event.
@@ -86,10 +87,26 @@ func generalScanGateway(tb testing.TB, upstream string) string {
 	return gw
 }
 
+// telemetryGateway starts a gateway that records every request into
+// OpenTelemetry metrics with the Prometheus exporter, as `llmesh gateway`
+// does.
+func telemetryGateway(tb testing.TB, upstream string) string {
+	tb.Helper()
+	tele, err := telemetry.New(context.Background(), telemetry.Options{Prometheus: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = tele.Shutdown(context.Background()) })
+	_, gw := startGateway(tb, Config{Pools: []Pool{{Name: "p", Upstream: upstream}}},
+		WithRecorder(TelemetryRecorder(tele.Recorder)))
+	return gw
+}
+
 // BenchmarkProxyCPUPerChunk streams 256-chunk SSE responses directly, via
-// a plain ReverseProxy, via the gateway, and via a gateway whose observer
+// a plain ReverseProxy, via the gateway, via a gateway whose observer
 // takes the general JSON scan for every event (the path before the SSE
-// fast path), interleaved in one run with the order rotating every round.
+// fast path), and via a gateway recording OpenTelemetry metrics (as
+// deployed), interleaved in one run with the order rotating every round.
 // It reports process CPU per chunk for each path plus each gateway's share
 // over the plain proxy's: (gateway − direct) / (plain − direct).
 // Everything runs in this process, so the per-path numbers include the
@@ -102,19 +119,28 @@ func BenchmarkProxyCPUPerChunk(b *testing.B) {
 	plain := plainProxy(b, up.URL)
 	_, gw := startGateway(b, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}})
 	general := generalScanGateway(b, up.URL)
-	names := []string{"direct", "plain", "gateway", "gateway-general"}
-	paths := []string{up.URL, plain, gw, general}
+	tele := telemetryGateway(b, up.URL)
+	names := []string{"direct", "plain", "gateway", "gateway-general", "gateway-telemetry"}
+	paths := []string{up.URL, plain, gw, general, tele}
 	for _, p := range paths { // warm connections
 		streamOnce(b, p)
 	}
-	var cpu [4]time.Duration
+	var cpu [5]time.Duration
+	// over[j] holds, per round, path j's CPU minus the direct path's in
+	// the same round: what the proxy cost on that round's 256 chunks.
+	var over [5][]time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		var round [5]time.Duration
 		for k := range paths {
 			j := (i + k) % len(paths)
 			c0 := cpuTime()
 			streamOnce(b, paths[j])
-			cpu[j] += cpuTime() - c0
+			round[j] = cpuTime() - c0
+			cpu[j] += round[j]
+		}
+		for j := 1; j < len(paths); j++ {
+			over[j] = append(over[j], round[j]-round[0])
 		}
 	}
 	b.StopTimer()
@@ -125,6 +151,19 @@ func BenchmarkProxyCPUPerChunk(b *testing.B) {
 	if extra := per(cpu[1] - cpu[0]); extra > 0 {
 		b.ReportMetric(per(cpu[2]-cpu[0])/extra, "gateway/plain-proxy-cpu")
 		b.ReportMetric(per(cpu[3]-cpu[0])/extra, "general/plain-proxy-cpu")
+		b.ReportMetric(per(cpu[4]-cpu[0])/extra, "telemetry/plain-proxy-cpu")
+	}
+	// The same ratios from the per-round medians, which a few rounds that
+	// a loaded machine slowed down (or a GC cycle that landed in one path)
+	// do not move.
+	var med [5]time.Duration
+	for j := 1; j < len(paths); j++ {
+		med[j], _ = percentiles(over[j])
+	}
+	if med[1] > 0 {
+		b.ReportMetric(float64(med[2])/float64(med[1]), "gateway/plain-median")
+		b.ReportMetric(float64(med[3])/float64(med[1]), "general/plain-median")
+		b.ReportMetric(float64(med[4])/float64(med[1]), "telemetry/plain-median")
 	}
 }
 

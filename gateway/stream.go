@@ -52,7 +52,8 @@ type stream struct {
 	out     *http.Response // what ReverseProxy sees
 	framing framing
 
-	first    []byte // primed bytes not yet emitted
+	t0       time.Time // response headers; see now
+	first    []byte    // primed bytes not yet emitted
 	firstAt  time.Time
 	primeBuf *[]byte // backs first; back to primeBuffers once emitted
 	carry    []byte  // held partial unit
@@ -84,9 +85,17 @@ func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Req
 	if x.lease != nil && x.preemptible && x.meta.spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK {
 		s.splice = newSplicer(x.meta.kind)
 	}
-	x.obs.responseHeaders(res, x.g.clock.Now())
+	s.t0 = x.g.clock.Now()
+	x.obs.responseHeaders(res, s.t0)
 	return s
 }
+
+// now is the clock's time, read as the time elapsed since the response
+// headers: a real clock then reads only its monotonic counter (one clock
+// read per chunk instead of two), and the result is the same instant on
+// the timeline every duration is measured on. Its wall-clock part follows
+// the response headers' reading rather than a wall clock stepped since.
+func (s *stream) now() time.Time { return s.t0.Add(s.x.g.clock.Since(s.t0)) }
 
 func (s *stream) response() *http.Response { return s.out }
 
@@ -105,7 +114,7 @@ func (s *stream) prime() error {
 	for n == 0 && err == nil {
 		n, err = s.res.Body.Read(buf)
 	}
-	s.firstAt = s.x.g.clock.Now()
+	s.firstAt = s.now()
 	s.first = buf[:n]
 	if n > 0 {
 		s.a.touch(s.firstAt)
@@ -166,7 +175,7 @@ func (s *stream) fill(p []byte) (int, error) {
 		k = copy(p, s.carry)
 		if k < len(s.carry) { // a unit larger than the copy buffer passes unaligned
 			s.carry = s.carry[k:]
-			s.emitted(p[:k], s.x.g.clock.Now(), false)
+			s.emitted(p[:k], s.now(), false)
 			return k, nil
 		}
 		s.carry = s.carry[:0]
@@ -186,7 +195,7 @@ func (s *stream) fill(p []byte) (int, error) {
 		}
 	} else {
 		n, err = s.res.Body.Read(p[k:])
-		at = s.x.g.clock.Now()
+		at = s.now()
 		if n > 0 {
 			s.a.touch(at)
 		}
