@@ -130,6 +130,11 @@ func (l *loop) drain() {
 // stream.
 func (l *loop) run(ctx context.Context) {
 	defer l.shutdown()
+	// One timer for all steps: at --time-scale 100 steps end thousands of
+	// times a second, and a timer each was an allocation each.
+	t := l.clk.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
 	for {
 		l.drain()
 		l.metrics.gauges(l.engine)
@@ -155,10 +160,9 @@ func (l *loop) run(ctx context.Context) {
 			}
 			continue
 		}
-		t := l.clk.NewTimer(r.Duration)
+		t.Reset(r.Duration)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
 		case <-t.C():
 		}
