@@ -53,8 +53,15 @@ func (c *chunkTemplate) learn(data []byte, r *chunkResult) {
 	}
 	c.prefix = append(c.prefix[:0], data[:r.textStart]...)
 	c.suffix = append(c.suffix[:0], data[r.textEnd:]...)
-	c.linePrefix = append(append(c.linePrefix[:0], "data: "...), c.prefix...)
-	c.lineSuffix = append(append(c.lineSuffix[:0], c.suffix...), '\n', '\n')
+	c.linePrefix = c.linePrefix[:0]
+	c.lineSuffix = c.lineSuffix[:0]
+	// An event's data joins its data lines with LF, so a shape learned
+	// from a multi-line event can hold a line break; such a shape is only
+	// matched after reassembly, never as one line of a chunk.
+	if lineEnd(c.prefix) < 0 && lineEnd(c.suffix) < 0 {
+		c.linePrefix = append(append(c.linePrefix, "data: "...), c.prefix...)
+		c.lineSuffix = append(append(c.lineSuffix, c.suffix...), '\n', '\n')
+	}
 	c.kept = r.textKept
 	c.valid = true
 }
@@ -107,7 +114,7 @@ func closingQuote(b []byte) int {
 // which is already trimmed, and the blank line dispatches it.
 func (o *Observer) fastEvent(t time.Time, p []byte) int {
 	c := &o.tmpl
-	if !bytes.HasPrefix(p, c.linePrefix) {
+	if len(c.linePrefix) == 0 || !bytes.HasPrefix(p, c.linePrefix) {
 		return 0
 	}
 	rest := p[len(c.linePrefix):]

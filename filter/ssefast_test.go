@@ -69,6 +69,12 @@ func TestTemplateAgreesWithGeneral(t *testing.T) {
 			"data: " + chatPre + "f" + chatSuf + `,"usage":{"completion_tokens":9}}` + "\n\n" +
 			"data: " + chatPre + "g" + chatSuf + "\n\n" +
 			"data: [DONE]\n\n"), 1},
+		// A shape learned from a two-line event holds a line break: a
+		// one-line event with those bytes is two lines, and the second is
+		// not data.
+		{"multi-line shape", []byte("data: {\"choices\":[{\"text\":\ndata: \"a\"}]}\n\n" +
+			"data: {\"choices\":[{\"text\":\n\"b\"}]}\n\n" +
+			"data: {\"choices\":[{\"text\":\ndata: \"c\"}]}\n\n"), 1},
 		{"not learned from effects", templateStream(`{"choices":[{"text":"`, `","finish_reason":"stop"}]}`, "a", "b"), 0},
 		{"two texts", templateStream(`{"choices":[{"delta":{"reasoning":"r","content":"`, `"}}]}`, "a", "b"), 0},
 	}
