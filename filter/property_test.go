@@ -134,6 +134,9 @@ func FuzzObserveSSE(f *testing.F) {
 	f.Add([]byte("data: {\"error\":{\"message\":\"m\"}}\n\n:c\n"), uint64(9))
 	f.Add([]byte("data: "+strings.Repeat("{", 300)+"\n\n"), uint64(2))
 	f.Add([]byte(stopAfterMalformed), uint64(4))
+	// Fast-path shapes: one repeated, one learned from a two-line event.
+	f.Add([]byte(chatDelta("a")+chatDelta("b")+chatDelta(`\"c`)+chatDelta("")+"data: [DONE]\n\n"), uint64(5))
+	f.Add([]byte("data: {\"choices\":[{\"text\":\ndata: \"a\"}]}\n\ndata: {\"choices\":[{\"text\":\n\"b\"}]}\n\n"), uint64(6))
 	f.Fuzz(func(t *testing.T, data []byte, seed uint64) {
 		opts := Options{KeepOutput: true, MaxEventBytes: 512}
 		cuts := splitFromSeed(seed, len(data))
