@@ -396,3 +396,59 @@ func TestExperimentReloadSwitchesArms(t *testing.T) {
 		t.Errorf("the stream admitted before the reload did not finish whole: %d events, last %q", n, datas[max(0, n-2):])
 	}
 }
+
+// ConfigFromMesh gives every arm a pool of its own on the pool's upstream,
+// named as control names the Envoy cluster; clashes and missing arm pools
+// are errors naming the field.
+func TestConfigFromMeshArmPools(t *testing.T) {
+	src := strings.Replace(strings.Replace(expMesh, "ENGINE", "127.0.0.1:9", 1), "EXTRA", "", 1)
+	mesh, err := config.Load([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ConfigFromMesh(mesh, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := "http://127.0.0.1:9"
+	want := []Pool{
+		{Name: "sim", Protocol: OpenAI, Upstream: up},
+		{Name: "sim.arm-fifo", Protocol: OpenAI, Upstream: up, Experiment: "ab", Arm: "fifo"},
+		{Name: "sim.arm-prio", Protocol: OpenAI, Upstream: up, Experiment: "ab", Arm: "prio"},
+	}
+	if diff := cmp.Diff(want, cfg.Pools); diff != "" {
+		t.Errorf("pools (-want +got):\n%s", diff)
+	}
+	for i, r := range cfg.Routes {
+		if r.Experiment != mesh.Experiment("ab") {
+			t.Errorf("routes[%d] not split by experiment ab", i)
+		}
+	}
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exp, arm := g.Arm("sim.arm-prio"); exp != "ab" || arm != "prio" {
+		t.Errorf("Arm(sim.arm-prio) = %q, %q", exp, arm)
+	}
+	if exp, arm := g.Arm("sim"); exp != "" || arm != "" {
+		t.Errorf("Arm(sim) = %q, %q, want none", exp, arm)
+	}
+
+	// A pool already called like an arm pool.
+	clash, err := config.Load([]byte(strings.Replace(src, "classes:", `  - name: sim.arm-prio
+    protocol: openai
+    endpoints: [127.0.0.1:9]
+classes:`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ConfigFromMesh(clash, ""); err == nil || !strings.Contains(err.Error(), `needs pool name "sim.arm-prio", which is already taken`) {
+		t.Errorf("clash: %v", err)
+	}
+	// A route split by an experiment whose arm pools are missing.
+	cfg.Pools = cfg.Pools[:2]
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), `routes[0].experiment: arm "prio" needs pool "sim.arm-prio"`) {
+		t.Errorf("missing arm pool: %v", err)
+	}
+}

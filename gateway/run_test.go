@@ -228,3 +228,77 @@ func TestRunMeshRelocatesOversizedHeaderPrompt(t *testing.T) {
 		t.Errorf("upstream got %q, want the prompt moved from the header into the body", s)
 	}
 }
+
+// A reload applies scheduler settings live: a request waiting for the
+// pool's only slot is admitted as soon as the file raises the capacity,
+// while the request holding the slot keeps streaming.
+func TestRunReloadAppliesSchedulerSettings(t *testing.T) {
+	started := make(chan struct{}, 4)
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"text":"ok"}]}`)
+	}))
+	defer up.Close()
+	defer close(release)
+	mesh := func(maxInflight string) string {
+		s := strings.Replace(strings.ReplaceAll(meshTmpl, "POOL", "a"), "[A]", "["+strings.TrimPrefix(up.URL, "http://")+"]", 1)
+		s = strings.Replace(s, "[B]", "[127.0.0.1:1]", 1)
+		return strings.Replace(s, "max_inflight: 4", "max_inflight: "+maxInflight, 1)
+	}
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	writeMesh(t, path, mesh("1"))
+	logs := &syncBuf{}
+	data, _ := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	codes := make(chan int, 2)
+	send := func() {
+		go func() {
+			res, err := http.Post(data+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x"}`))
+			if err != nil {
+				codes <- 0
+				return
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			codes <- res.StatusCode
+		}()
+	}
+	waitStart := func(what string) {
+		t.Helper()
+		select {
+		case <-started:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s never reached the engine; logs:\n%s", what, logs)
+		}
+	}
+	send()
+	waitStart("the first request")
+	send()
+	select {
+	case <-started:
+		t.Fatal("the second request reached the engine past max_inflight 1")
+	case <-time.After(200 * time.Millisecond):
+	}
+	writeMesh(t, path, mesh("2"))
+	waitStart("the waiting request after the capacity reload")
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), `msg="scheduler pool (re)built" pool=a`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log does not show pool a rebuilt:\n%s", logs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	release <- struct{}{}
+	release <- struct{}{}
+	for range 2 {
+		if c := <-codes; c != http.StatusOK {
+			t.Errorf("status %d, want 200 for both", c)
+		}
+	}
+}
