@@ -116,10 +116,14 @@ func IsJSONBody(contentType string) bool {
 // RewriteJSONPriority applies p to the top-level "priority" members of a
 // JSON request body. Everything else keeps its bytes: nested "priority"
 // keys (inside messages, tools, schemas) stay, as do whitespace and the
-// order of the other members; a removed member takes one adjacent comma
-// with it. Duplicate keys are all removed (parsers disagree on which one
-// wins), and keys are compared after unescaping ("priorit\u0079" is
-// "priority" to every JSON parser).
+// order of the other members. PriorityStrip keeps the body's length: each
+// removed member, with one adjacent comma, becomes spaces, so every other
+// byte stays at its offset and a host need not touch Content-Length (or
+// can rewrite a body it already announced). PrioritySet writes the new
+// member first and drops the old ones with their commas. Duplicate keys
+// are all removed (parsers disagree on which one wins), and keys are
+// compared after unescaping ("priorit\u0079" is "priority" to every JSON
+// parser).
 //
 // The body must be strict RFC 8259 JSON in UTF-8 (an optional UTF-8 byte
 // order mark first); anything else fails with ErrPriorityBody and the
@@ -161,8 +165,11 @@ func RewriteJSONPriority(body []byte, p EnginePriority) (out []byte, changed boo
 	if err := sc.end(closeAt + 1); err != nil {
 		return body, false, err
 	}
-	if !hit && p.Mode == PriorityStrip {
-		return body, false, nil
+	if p.Mode == PriorityStrip {
+		if !hit {
+			return body, false, nil
+		}
+		return blankMembers(body, segs), true, nil
 	}
 	out = make([]byte, 0, len(body)+24)
 	out = append(out, body[:open+1]...)
@@ -184,6 +191,28 @@ func RewriteJSONPriority(body []byte, p EnginePriority) (out []byte, changed boo
 	}
 	out = append(out, body[closeAt:]...)
 	return out, true, nil
+}
+
+// blankMembers returns a copy of body with the priority members, and the
+// commas that separated them, turned into spaces: the same length, every
+// other byte at its offset. A comma stays when it separates two kept
+// members, i.e. when the member after it is kept and one before it was.
+func blankMembers(body []byte, segs []segment) []byte {
+	out := append([]byte(nil), body...)
+	kept := false
+	for j, sg := range segs {
+		if j > 0 && (sg.priority || !kept) {
+			out[sg.from-1] = ' ' // the comma before this member
+		}
+		if !sg.priority {
+			kept = true
+			continue
+		}
+		for i := sg.from; i < sg.to; i++ {
+			out[i] = ' '
+		}
+	}
+	return out
 }
 
 // segment is one object member with the white space around it: the bytes

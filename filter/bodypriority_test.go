@@ -81,7 +81,14 @@ func TestRewriteJSONPriority(t *testing.T) {
 			if changed != (tc.want != "") {
 				t.Errorf("changed = %v", changed)
 			}
-			if diff := cmp.Diff(want, string(out)); diff != "" {
+			got := string(out)
+			if tc.p.Mode == PriorityStrip && changed {
+				// Stripping blanks in place: compare without the
+				// white space, and check that nothing moved.
+				checkBlanked(t, []byte(tc.in), out)
+				want, got = squeeze(want), squeeze(got)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("body (-want +got):\n%s", diff)
 			}
 			if changed {
@@ -89,6 +96,48 @@ func TestRewriteJSONPriority(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkBlanked: a stripped body has the input's length and differs only
+// where bytes became spaces.
+func checkBlanked(t testing.TB, in, out []byte) {
+	t.Helper()
+	if len(in) != len(out) {
+		t.Fatalf("stripping changed the length %d → %d", len(in), len(out))
+	}
+	for i := range in {
+		if out[i] != in[i] && out[i] != ' ' {
+			t.Fatalf("byte %d changed from %q to %q", i, in[i], out[i])
+		}
+	}
+}
+
+// squeeze drops JSON white space outside strings.
+func squeeze(s string) string {
+	var b strings.Builder
+	inStr, esc := false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inStr:
+			b.WriteByte(c)
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+			}
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		default:
+			if c == '"' {
+				inStr = true
+			}
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 func TestRewriteJSONPriorityRefusesWhatItCannotRead(t *testing.T) {
@@ -143,7 +192,7 @@ func TestRewriteJSONPriorityDeepNesting(t *testing.T) {
 	if err != nil || !changed {
 		t.Fatalf("changed %v, err %v", changed, err)
 	}
-	if !bytes.HasPrefix(out, []byte(`{"a":[[`)) || len(out) != len(in)-len(`"priority":1,`) {
+	if !bytes.HasPrefix(out, []byte(`{             "a":[[`)) || len(out) != len(in) {
 		t.Fatalf("unexpected output of %d bytes", len(out))
 	}
 }
@@ -443,6 +492,9 @@ func FuzzRewriteJSONPriority(f *testing.F) {
 			}
 		default:
 			checkJSONRewrite(t, body, out, p)
+			if !setMode {
+				checkBlanked(t, body, out)
+			}
 		}
 	})
 }

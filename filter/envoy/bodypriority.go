@@ -2,11 +2,12 @@ package envoy
 
 import (
 	"errors"
-	"strconv"
+	"fmt"
 	"strings"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
+	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter"
 )
 
@@ -17,10 +18,16 @@ import (
 // upstream, so a client cannot jump an engine's own priority queue
 // (filter.RewriteJSONPriority, filter.RewriteGRPCPriority).
 //
-// The body is buffered for it (StopAndBuffer in DecodeHeaders; Envoy
-// answers 413 past its buffer limit) and admission waits for the whole
-// body, as for relocation. Prompt relocation runs first on the buffered
-// body, so a relocated header cannot bring a priority back.
+// The check needs the whole body. When the request is buffered by Envoy
+// anyway (JSON relocation, or the model and size read before admission),
+// the check runs on that buffer after relocation, before admission.
+// Otherwise the request is admitted from its headers as usual and the
+// filter collects the body itself (StopNoBuffer, bounded by
+// relocation.max_body for JSON and relocation.max_message for llm.v1), so
+// Envoy's per-connection buffer limit does not apply, and hands it on
+// rewritten with the last chunk. Stripping keeps a JSON body's length, so
+// its headers go upstream untouched; an llm.v1 request loses its
+// content-length, if it had one, in DecodeHeaders.
 
 // guardKind says which body a request's guard rewrites.
 type guardKind uint8
@@ -33,10 +40,6 @@ const (
 
 // grpcInvalidArgument is the gRPC status of a body that cannot be checked.
 const grpcInvalidArgument = 3
-
-// maxGuardMessage bounds a compressed llm.v1 message once decompressed,
-// when the relocation section sets no max_message.
-const maxGuardMessage = 32 << 20
 
 // planPriorityGuard decides in DecodeHeaders, after classification,
 // whether the request body must be checked. done is true when the request
@@ -64,39 +67,71 @@ func (f *streamFilter) planPriorityGuard(h api.RequestHeaderMap, hv headers, ct 
 			return true, f.priorityRefused(f.cb.DecoderFilterCallbacks(), localReply{http: 415, grpc: grpcInvalidArgument,
 				body: "content-encoding " + ce + ": a compressed JSON body cannot be checked for a client-set priority", details: "llmesh_priority_body"})
 		}
+		return false, 0
 	}
 	f.grpcEnc, _ = h.Get("grpc-encoding")
-	f.reqH = h
+	// The rewritten message may be shorter; Envoy frames what it forwards.
+	h.Del("content-length")
 	return false, 0
 }
 
-// guardBody runs in DecodeData while the guard buffers the body: at the
-// end of the body it relocates (if planned), rewrites the priority, fixes
-// content-length, reads the model and sizes (if needed) and admits.
-func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.StatusType {
-	if !endStream {
-		return api.StopAndBuffer
+// guardLimit bounds the body the filter collects for the check.
+func (f *streamFilter) guardLimit() int {
+	r := config.Relocation{MaxBody: config.DefaultRelocMaxBody, MaxMessage: config.DefaultRelocMaxMessage}
+	if f.cfg.Mesh != nil {
+		r = f.cfg.Mesh.Relocation
 	}
+	if f.guard == guardGRPC {
+		return r.MaxMessage + 5 // one message and its prefix
+	}
+	return r.MaxBody
+}
+
+// guardBody runs in DecodeData while the guard holds the body. Before the
+// end it collects the chunk (StopNoBuffer: Envoy forgets it). At the end
+// it relocates (if planned), rewrites the priority, and forwards the
+// whole body; when admission waited for the body (Envoy buffered it for
+// relocation or sizing) it reads the model and sizes and admits.
+func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.StatusType {
 	dcb := f.cb.DecoderFilterCallbacks()
-	kind, h := f.guard, f.reqH
-	f.guard, f.reqH = guardNone, nil
+	limit := f.guardLimit()
+	if n := len(f.guardBuf) + b.Len(); n > limit {
+		f.guard, f.guardBuf = guardNone, nil
+		msg := fmt.Sprintf("request body of at least %d bytes exceeds relocation.max_body = %d bytes", n, limit)
+		if f.grpc {
+			msg = fmt.Sprintf("llm.v1 request of at least %d bytes exceeds relocation.max_message = %d bytes plus its 5-byte prefix", n, limit-5)
+		}
+		f.finishOnPanic()
+		return f.priorityRefused(dcb, localReply{http: 413, grpc: grpcResourceExhausted, details: "llmesh_priority_body",
+			body: msg + " (checked for a client-set priority)"})
+	}
+	if !endStream {
+		f.guardBuf = append(f.guardBuf, b.Bytes()...)
+		return api.StopNoBuffer
+	}
+	kind := f.guard
 	body := b.Bytes()
-	rewritten := false
+	collected := f.guardBuf != nil
+	if collected {
+		body = append(f.guardBuf, body...)
+	}
+	f.guard, f.guardBuf = guardNone, nil
+	admitNow := f.httpPlan != nil || f.sizing // Envoy buffered the body; admission waits for it
 	var err error
 	switch {
 	case f.httpPlan != nil:
 		body, err = f.relocateJSON(body)
-		rewritten = true
+		collected = true
 	case f.grpcRW != nil:
 		body, err = f.relocateGRPCBody(body)
-		rewritten = true
+		collected = true
 	}
 	if err != nil {
 		return f.relocationFailed(dcb, err)
 	}
 	var changed bool
 	if kind == guardGRPC {
-		body, changed, err = filter.RewriteGRPCPriority(body, f.grpcEnc, f.maxGuardMessage(), filter.LLMv1PriorityField, f.guardMode)
+		body, changed, err = filter.RewriteGRPCPriority(body, f.grpcEnc, limit-5, filter.LLMv1PriorityField, f.guardMode)
 	} else {
 		body, changed, err = filter.RewriteJSONPriority(body, f.guardMode)
 	}
@@ -105,19 +140,19 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 		if errors.Is(err, filter.ErrPriorityTooLarge) {
 			r.http, r.grpc = 413, grpcResourceExhausted
 		}
-		f.finishOnPanic() // releases nothing yet held; ends the observer's use
+		f.finishOnPanic() // releases an admission made from the headers
 		return f.priorityRefused(dcb, r)
 	}
 	if changed {
 		f.m.priorityStripped.Increment(1)
 	}
-	if changed || rewritten {
+	if changed || collected {
 		if err := b.Set(body); err != nil {
 			return f.relocationFailed(dcb, err)
 		}
-		if _, ok := h.Get("content-length"); ok {
-			h.Set("content-length", strconv.Itoa(len(body)))
-		}
+	}
+	if !admitNow {
+		return api.Continue
 	}
 	if f.sizing {
 		f.readBody(body)
@@ -126,28 +161,18 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 	return f.admit()
 }
 
-// maxGuardMessage is the decompressed size bound for llm.v1 messages:
-// the relocation section's max_message, which bounds the same messages
-// when a prompt is relocated.
-func (f *streamFilter) maxGuardMessage() int {
-	if f.cfg.Mesh != nil && f.cfg.Mesh.Relocation.MaxMessage > 0 {
-		return f.cfg.Mesh.Relocation.MaxMessage
-	}
-	return maxGuardMessage
-}
-
 func (f *streamFilter) priorityRefused(cb api.FilterProcessCallbacks, r localReply) api.StatusType {
 	f.m.priorityRefused.Increment(1)
 	return f.reply(cb, r)
 }
 
-// errGuardTrailers: Envoy would hand the buffered body on before the
-// priority check if request trailers followed it.
+// errGuardTrailers: the body collected so far would be lost (Envoy has
+// forgotten it) or handed on unchecked.
 var errGuardTrailers = errors.New("request trailers cannot follow a body checked for a client-set priority")
 
-// guardTrailers refuses request trailers while the guard buffers the body.
+// guardTrailers refuses request trailers while the guard holds the body.
 func (f *streamFilter) guardTrailers() api.StatusType {
-	f.guard, f.reqH = guardNone, nil
+	f.guard, f.guardBuf = guardNone, nil
 	f.finishOnPanic()
 	return f.priorityRefused(f.cb.DecoderFilterCallbacks(), localReply{http: 400, grpc: grpcInvalidArgument,
 		body: errGuardTrailers.Error(), details: "llmesh_priority_body"})

@@ -47,10 +47,22 @@ func topLevel(t testing.TB, body []byte) map[string]json.RawMessage {
 	return m
 }
 
-// TestEnginePriorityGuardJSON: from an untrusted peer the body is buffered
-// across chunks, every top-level priority is removed (nested ones stay),
-// content-length follows the new length, and admission happens after the
-// rewrite; a trusted marker or a body without priority passes unchanged.
+// compact drops JSON white space: stripping blanks members in place.
+func compact(t testing.TB, b []byte) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		t.Fatalf("not JSON: %v: %q", err, b)
+	}
+	return out.String()
+}
+
+// TestEnginePriorityGuardJSON: from an untrusted peer the request is
+// admitted from its headers, the filter collects the body across chunks
+// (Envoy forgets them: StopNoBuffer) and forwards it with the last one,
+// every top-level priority blanked out (nested ones stay) at the same
+// length, so content-length stands; a trusted marker or a body without
+// priority passes unchanged.
 func TestEnginePriorityGuardJSON(t *testing.T) {
 	h := newHarness(t, `{"mesh": `+guardMesh("")+`}`, true)
 	for _, tc := range []struct {
@@ -72,24 +84,24 @@ func TestEnginePriorityGuardJSON(t *testing.T) {
 			s := h.stream(filtertest.Options{})
 			hdr := sseRequest(append([]string{"content-length", "99"}, tc.headers...)...)
 			trusted := len(tc.headers) > 0 && tc.headers[0] == "x-mesh-trusted"
+			r := s.DecodeHeaders(hdr, false)
+			wantStatus(t, "DecodeHeaders", r, api.Continue)
+			if !r.Async {
+				t.Error("admission should happen from the headers (held phase)")
+			}
 			if trusted {
-				wantStatus(t, "DecodeHeaders", s.DecodeHeaders(hdr, false), api.Continue)
 				wantStatus(t, "DecodeData", s.DecodeData([]byte(tc.body), true), api.Continue)
 			} else {
-				wantStatus(t, "DecodeHeaders", s.DecodeHeaders(hdr, false), api.StopAndBuffer)
-				wantStatus(t, "DecodeData 1", s.DecodeData([]byte(tc.body[:7]), false), api.StopAndBuffer)
-				r := s.DecodeData([]byte(tc.body[7:]), true)
-				wantStatus(t, "DecodeData 2", r, api.Continue)
-				if !r.Async {
-					t.Error("admission should follow the rewrite (held data phase)")
-				}
+				wantStatus(t, "DecodeData 1", s.DecodeData([]byte(tc.body[:7]), false), api.StopNoBuffer)
+				wantStatus(t, "DecodeData 2", s.DecodeData([]byte(tc.body[7:]), true), api.Continue)
 			}
-			want(t, "upstream body", string(s.Upstream()), tc.want)
-			wantCL := "99"
-			if tc.want != tc.body {
-				wantCL = strconv.Itoa(len(tc.want))
+			up := s.Upstream()
+			want(t, "upstream length", len(up), len(tc.body))
+			want(t, "upstream body", compact(t, up), compact(t, []byte(tc.want)))
+			if tc.want == tc.body {
+				want(t, "upstream bytes", string(up), tc.body)
 			}
-			want(t, "content-length", hdr.Peek("content-length"), wantCL)
+			want(t, "content-length", hdr.Peek("content-length"), "99")
 			stripped := uint64(0)
 			if tc.want != tc.body {
 				stripped = 1
@@ -124,13 +136,15 @@ func gzipFrame(t testing.TB, msg []byte) []byte {
 // TestEnginePriorityGuardRefusals: bodies the guard cannot read with
 // certainty never reach upstream: invalid JSON (400, naming the byte), a
 // compressed JSON body (415, in DecodeHeaders), request trailers after a
-// buffered body (400); each counts in llmesh.priority_refused, and nothing
-// stays admitted.
+// collected body (400), llm.v1 messages in an unknown encoding or too large
+// once decompressed, bodies past relocation.max_body (413); each counts in
+// llmesh.priority_refused, and the admission made from the headers is
+// released.
 func TestEnginePriorityGuardRefusals(t *testing.T) {
 	h := newHarness(t, `{"mesh": `+guardMesh("")+`}`, true)
 	t.Run("invalid JSON", func(t *testing.T) {
 		s := h.stream(filtertest.Options{})
-		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.StopAndBuffer)
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.Continue)
 		wantStatus(t, "DecodeData", s.DecodeData([]byte(`{"model":"m","priority":NaN}`), true), api.LocalReply)
 		r := s.Reply()
 		want(t, "code", r.Code, 400)
@@ -152,7 +166,8 @@ func TestEnginePriorityGuardRefusals(t *testing.T) {
 	})
 	t.Run("trailers", func(t *testing.T) {
 		s := h.stream(filtertest.Options{})
-		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.StopAndBuffer)
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.Continue)
+		wantStatus(t, "DecodeData", s.DecodeData([]byte(`{"priority":-1`), false), api.StopNoBuffer)
 		wantStatus(t, "DecodeTrailers", s.DecodeTrailers(filtertest.NewHeaders("x-t", "1")), api.LocalReply)
 		want(t, "code", s.Reply().Code, 400)
 		s.Complete()
@@ -160,7 +175,7 @@ func TestEnginePriorityGuardRefusals(t *testing.T) {
 	})
 	t.Run("gRPC in an unreadable encoding", func(t *testing.T) {
 		s := h.stream(filtertest.Options{})
-		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(grpcRequest("grpc-encoding", "snappy"), false), api.StopAndBuffer)
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(grpcRequest("grpc-encoding", "snappy"), false), api.Continue)
 		wantStatus(t, "DecodeData", s.DecodeData([]byte{1, 0, 0, 0, 2, 0x30, 0x01}, true), api.LocalReply)
 		r := s.Reply()
 		want(t, "grpc status", r.GRPCStatus, 3)
@@ -173,7 +188,7 @@ func TestEnginePriorityGuardRefusals(t *testing.T) {
 	t.Run("gRPC message beyond max_message once decompressed", func(t *testing.T) {
 		hs := newHarness(t, `{"mesh": `+guardMesh(`, "relocation": {"max_message": 1024}`)+`}`, false)
 		s := hs.stream(filtertest.Options{})
-		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(grpcRequest("grpc-encoding", "gzip"), false), api.StopAndBuffer)
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(grpcRequest("grpc-encoding", "gzip"), false), api.Continue)
 		msg, err := proto.Marshal(&llmv1.GenerateRequest{Prompt: strings.Repeat("x", 4096)})
 		if err != nil {
 			t.Fatal(err)
@@ -183,21 +198,44 @@ func TestEnginePriorityGuardRefusals(t *testing.T) {
 		s.Complete()
 		noViolations(t, s)
 	})
+	t.Run("body past relocation.max_body", func(t *testing.T) {
+		hs := newHarness(t, `{"mesh": `+guardMesh(`, "relocation": {"max_body": 64}`)+`}`, false)
+		s := hs.stream(filtertest.Options{})
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.Continue)
+		chunk := []byte(`{"prompt":"` + strings.Repeat("x", 30))
+		wantStatus(t, "DecodeData 1", s.DecodeData(chunk, false), api.StopNoBuffer)
+		wantStatus(t, "DecodeData 2", s.DecodeData(chunk, false), api.LocalReply)
+		r := s.Reply()
+		want(t, "code", r.Code, 413)
+		if !strings.Contains(r.Body, "exceeds relocation.max_body = 64 bytes") {
+			t.Errorf("reply %q", r.Body)
+		}
+		if len(s.Upstream()) != 0 {
+			t.Errorf("upstream got %q", s.Upstream())
+		}
+		s.Complete()
+		noViolations(t, s)
+	})
 	want(t, StatPriorityRefused, h.counter(StatPriorityRefused), 4)
 	want(t, "inflight", h.gauge(GaugeInflight), 0)
 	want(t, "queued", h.gauge(GaugeQueued), 0)
 }
 
-// TestEnginePriorityGuardGRPC: an untrusted llm.v1 request is buffered and
-// its priority removed, after a prompt was relocated from metadata into
-// it; vLLM's VllmEngine (no priority field) streams through unbuffered.
+// TestEnginePriorityGuardGRPC: an untrusted llm.v1 request is collected by
+// the filter and its priority removed, after a prompt was relocated from
+// metadata into it; content-length, which no longer holds, is removed;
+// vLLM's VllmEngine (no priority field) streams through untouched.
 func TestEnginePriorityGuardGRPC(t *testing.T) {
 	h := newHarness(t, `{"mesh": `+guardMesh(relocationMesh)+`}`, true)
 	prompt := strings.Repeat("a prompt in metadata ", 4)
 	req := grpcFrame(t, &llmv1.GenerateRequest{Model: "m", MaxTokens: 5, Priority: -100})
 	s := h.stream(filtertest.Options{})
-	wantStatus(t, "DecodeHeaders", s.DecodeHeaders(grpcRequest("x-llmesh-prompt", prompt), false), api.StopAndBuffer)
-	wantStatus(t, "DecodeData 1", s.DecodeData(req[:4], false), api.StopAndBuffer)
+	hdr := grpcRequest("x-llmesh-prompt", prompt, "content-length", strconv.Itoa(len(req)))
+	wantStatus(t, "DecodeHeaders", s.DecodeHeaders(hdr, false), api.Continue)
+	if _, ok := hdr.Snapshot()["content-length"]; ok {
+		t.Error("content-length forwarded for a message that changes")
+	}
+	wantStatus(t, "DecodeData 1", s.DecodeData(req[:4], false), api.StopNoBuffer)
 	wantStatus(t, "DecodeData 2", s.DecodeData(req[4:], true), api.Continue)
 	up := s.Upstream()
 	var got llmv1.GenerateRequest
@@ -215,6 +253,7 @@ func TestEnginePriorityGuardGRPC(t *testing.T) {
 	s = h.stream(filtertest.Options{})
 	vllm := filtertest.RequestHeaders("POST", "/vllm.grpc.engine.VllmEngine/Generate", "content-type", "application/grpc")
 	wantStatus(t, "VllmEngine DecodeHeaders", s.DecodeHeaders(vllm, false), api.Continue)
+	wantStatus(t, "VllmEngine DecodeData", s.DecodeData([]byte{0, 0, 0, 0, 2, 0x30, 0x01}, false), api.Continue)
 	s.Complete()
 	noViolations(t, s)
 }
@@ -226,7 +265,7 @@ func TestEnginePriorityAfterRelocation(t *testing.T) {
 	s := h.stream(filtertest.Options{})
 	wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest("x-prio", "-100"), false), api.StopAndBuffer)
 	wantStatus(t, "DecodeData", s.DecodeData([]byte(`{"model":"m","prompt":"hi"}`), true), api.Continue)
-	want(t, "upstream body", string(s.Upstream()), `{"model":"m","prompt":"hi"}`)
+	want(t, "upstream body", compact(t, s.Upstream()), `{"model":"m","prompt":"hi"}`)
 	want(t, StatRelocated, h.counter(StatRelocated), 1)
 	s.Complete()
 	noViolations(t, s)
@@ -351,24 +390,31 @@ func jsonBool(b bool) string {
 	return "false"
 }
 
-// FuzzGuardedBody: arbitrary JSON bodies from an untrusted peer never
-// panic or break an SDK rule; either the body is refused with 400 before
-// anything goes upstream, or what goes upstream has no top-level priority
-// and is exactly the core's rewrite.
+// FuzzGuardedBody: arbitrary JSON bodies from an untrusted peer, in two
+// chunks cut anywhere, never panic or break an SDK rule; either the body is
+// refused with 400 before anything goes upstream, or what goes upstream is
+// exactly the core's rewrite (no top-level priority, same length).
 func FuzzGuardedBody(f *testing.F) {
-	for _, s := range []string{
+	for i, s := range []string{
 		`{"model":"m","priority":-100}`, `{"priority":1,"priority":2}`, `{"a":{"priority":1}}`, `[1]`, ``,
 		`{"priority":NaN}`, `{"priorit\u0079":3}`, "\xef\xbb\xbf{\"priority\":1}",
 	} {
-		f.Add([]byte(s))
+		f.Add([]byte(s), uint16(i*3))
 	}
 	h := newHarness(f, `{"mesh": `+guardMesh("")+`}`, false)
-	f.Fuzz(func(t *testing.T, body []byte) {
+	f.Fuzz(func(t *testing.T, body []byte, cut uint16) {
 		s := h.stream(filtertest.Options{})
-		if r := s.DecodeHeaders(sseRequest(), false); r.Status != api.StopAndBuffer {
+		if r := s.DecodeHeaders(sseRequest(), false); r.Status != api.Continue {
 			t.Fatalf("DecodeHeaders: %+v", r)
 		}
-		r := s.DecodeData(body, true)
+		last := body
+		if int(cut) < len(body) {
+			if r := s.DecodeData(body[:cut], false); r.Status != api.StopNoBuffer {
+				t.Fatalf("DecodeData 1: %+v", r)
+			}
+			last = body[cut:]
+		}
+		r := s.DecodeData(last, true)
 		want, _, err := filter.RewriteJSONPriority(body, filter.EnginePriority{Mode: filter.PriorityStrip})
 		switch {
 		case err != nil:

@@ -51,11 +51,11 @@ type streamFilter struct {
 	grpcRW     *relocate.GRPCRewriter
 	relocOut   []byte
 	decoding   bool      // the request is being buffered for relocation
-	guard      guardKind // the body is being buffered for the priority guard
+	guard      guardKind // the body is held for the engine priority guard
 	guardMode  filter.EnginePriority
+	guardBuf   []byte // the body collected so far (not buffered by Envoy)
 	grpcEnc    string
-	reqH       api.RequestHeaderMap // kept from DecodeHeaders for the guarded DecodeData
-	sizing     bool                 // the JSON body is being buffered to read model and sizes
+	sizing     bool // the JSON body is being buffered to read model and sizes
 	reqHV      headers
 	peer       netip.Addr
 	model      string
@@ -206,9 +206,9 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 			return st
 		}
 	}
-	if wantBody || f.guard != guardNone {
+	if wantBody {
 		// The header map stays valid until the buffered DecodeData.
-		f.sizing, f.reqHV = wantBody, hv
+		f.sizing, f.reqHV = true, hv
 		return api.StopAndBuffer
 	}
 	return f.admit()
