@@ -140,19 +140,62 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 	// covered: the balance after e leaves no request short; requests of
 	// other than the most urgent priority must also leave the reserve.
 	reserve := p.reserve()
-	covered := func(e *entry, s, t int) bool {
-		need := 0
+	needSlots := func(e *entry) int {
 		if e.Priority != m.top {
-			need = reserve
+			return reserve
 		}
-		return s >= need && (p.MaxInflightTokens == 0 || t >= 0)
+		return 0
 	}
-	w := newWalker(m, p)
+	covered := func(e *entry, s, t int) bool {
+		return s >= needSlots(e) && (p.MaxInflightTokens == 0 || t >= 0)
+	}
+	w := newWalker(now, m, p)
 	slotWait := time.Duration(-1) // computed when first needed
-	// hopeless: the lowest priority value for which victims could not be
-	// found; requests of that priority or less urgent cannot do better
-	// (their victims are a subset, their shortfall at least as large).
+	// A class is settled when nothing behind in it needs a look: one of its
+	// requests was not at risk (calm: with the observed prefill estimate,
+	// the same for every request, the ones behind it arrived later and
+	// become at risk later; their wake-up is later too), or no victims
+	// could cover a request of its priority or a more urgent one (hopeless:
+	// less urgent requests have fewer victims and a shortfall at least as
+	// large). Settled requests still take their place in the balance; once
+	// every class is settled the walk ends.
+	calm := make([]bool, len(p.queues))
 	hopeless, anyHopeless := 0, false
+	isSettled := func(ci int) bool {
+		return calm[ci] || (anyHopeless && m.classes[ci].Priority >= hopeless)
+	}
+	allSettled := func() bool {
+		for ci := range calm {
+			if !isSettled(ci) {
+				return false
+			}
+		}
+		return true
+	}
+	// worstShort is the least urgent class priority among the requests
+	// walked so far that the balance does not cover: a slot freed for a
+	// later request goes to them first, so a victim must be less urgent
+	// than they are too (preempting to swap equals is pure waste).
+	worstShort, anyShort := 0, false
+	short := func(e *entry) {
+		if !anyShort || e.Priority > worstShort {
+			worstShort, anyShort = e.Priority, true
+		}
+	}
+	// Upper bounds on what any victim search can find: when the requests
+	// short of a slot already outnumber every possible victim, or one of
+	// them is as little urgent as the least urgent possible victim, no
+	// request further on can be covered.
+	nVictims, worstVictim := 0, 0
+	for _, r := range p.running {
+		if !r.preempting && r.class.Preemptible && r.preempts < p.Preemption.MaxPerRequest && r.Priority > m.top {
+			nVictims++
+			worstVictim = max(worstVictim, r.Priority)
+		}
+	}
+	if nVictims == 0 {
+		return
+	}
 	for walked := 0; walked < p.limit; walked++ {
 		e := w.next(now)
 		if e == nil {
@@ -163,7 +206,11 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 		if covered(e, slots, toks) {
 			continue
 		}
-		if anyHopeless && e.Priority >= hopeless {
+		if slots+nVictims < needSlots(e) || (anyShort && worstShort >= worstVictim) {
+			return
+		}
+		if isSettled(e.class.index) {
+			short(e)
 			continue
 		}
 		if slotWait < 0 {
@@ -174,15 +221,29 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			if !at.IsZero() {
 				d.wakeAt(at)
 			}
+			short(e)
+			if m.cfg.PrefillPredictor == nil || e.class.TTFT <= 0 {
+				calm[e.class.index] = true
+				if allSettled() {
+					return
+				}
+			}
 			continue
 		}
-		victims, allowed, wake := m.victims(now, p, e)
+		above := e.Priority
+		if anyShort {
+			above = max(above, worstShort)
+		}
+		victims, allowed, wake := m.victims(now, p, above)
 		if !wake.IsZero() {
 			d.wakeAt(wake)
 		}
 		s, t := slots, toks
-		n := 0
-		for n < min(allowed, len(victims)) && !covered(e, s, t) {
+		n, most := 0, min(allowed, len(victims))
+		if !m.feasible(p, slots+most-needSlots(e), toks, victims) {
+			most = 0 // even every permitted victim would not do: skip the selection
+		}
+		for n < most && !covered(e, s, t) {
 			// Selection, not a full sort: usually one victim is enough.
 			best := n
 			for i := n + 1; i < len(victims); i++ {
@@ -196,8 +257,12 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			n++
 		}
 		if !covered(e, s, t) {
+			short(e)
 			if !anyHopeless || e.Priority < hopeless {
 				hopeless, anyHopeless = e.Priority, true
+			}
+			if allSettled() {
+				return
 			}
 			continue
 		}
@@ -211,22 +276,44 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			d.Preempted = append(d.Preempted, v.ticket)
 		}
 		slots, toks = s, t
-		slotWait = -1 // the victims no longer count
+		nVictims -= n
+		slotWait = -1    // the victims no longer count
+		anyShort = false // everything walked so far is covered now
+		// The slot wait grew: requests found calm against the old one may
+		// be at risk now.
+		clear(calm)
 	}
 }
 
-// victims lists the in-flight requests that may be preempted for e
-// (unordered; victimOrder ranks them: no first token → fewest tokens →
+// feasible reports whether preempting victims could cover a request whose
+// slot balance with every permitted victim gone would be slots and whose
+// token balance now is toks.
+func (m *Machine) feasible(p *pool, slots, toks int, victims []*entry) bool {
+	if slots < 0 {
+		return false
+	}
+	if p.MaxInflightTokens == 0 {
+		return true
+	}
+	for _, v := range victims {
+		toks += v.cost
+	}
+	return toks >= 0
+}
+
+// victims lists the in-flight requests that may be preempted to free a slot
+// for requests no more urgent than priority above, that is those of a
+// strictly less urgent class (unordered; victimOrder ranks them: no first token → fewest tokens →
 // lowest priority → most recently admitted) and how many of them
 // MinLowerInflight allows (preempting k needs at least MinLowerInflight
 // lower-priority requests in flight before each one). wake is when a
 // request now protected by MinRunTime becomes eligible.
-func (m *Machine) victims(now time.Time, p *pool, e *entry) ([]*entry, int, time.Time) {
+func (m *Machine) victims(now time.Time, p *pool, above int) ([]*entry, int, time.Time) {
 	var vs []*entry
 	var wake time.Time
 	lower := 0
 	for _, r := range p.running {
-		if r.preempting || r.Priority <= e.Priority {
+		if r.preempting || r.Priority <= above {
 			continue
 		}
 		lower++
@@ -262,41 +349,50 @@ func victimOrder(a, b *entry) int {
 }
 
 // walker yields a pool's waiting requests in policy order without
-// disturbing the queues.
+// disturbing the queues. It keeps each class's current head, aged once, so
+// a step costs one comparison per class.
 type walker struct {
-	m   *Machine
-	p   *pool
-	pos []int
+	m    *Machine
+	p    *pool
+	pos  []int
+	head []*entry // each class's current head; nil when exhausted
 }
 
-func newWalker(m *Machine, p *pool) *walker {
-	w := &walker{m: m, p: p, pos: make([]int, len(p.queues))}
-	for i := range p.queues {
-		p.queues[i].front()
-		w.pos[i] = p.queues[i].head
+func newWalker(now time.Time, m *Machine, p *pool) *walker {
+	w := &walker{m: m, p: p, pos: make([]int, len(p.queues)), head: make([]*entry, len(p.queues))}
+	for ci := range p.queues {
+		p.queues[ci].front()
+		w.pos[ci] = p.queues[ci].head
+		w.advance(now, ci)
 	}
 	return w
+}
+
+// advance makes class ci's head its first live entry at or after pos.
+func (w *walker) advance(now time.Time, ci int) {
+	q := &w.p.queues[ci]
+	for w.pos[ci] < len(q.items) && q.items[w.pos[ci]].removed {
+		w.pos[ci]++
+	}
+	w.head[ci] = nil
+	if w.pos[ci] < len(q.items) {
+		e := q.items[w.pos[ci]]
+		w.m.age(now, w.p, e)
+		w.head[ci] = e
+	}
 }
 
 func (w *walker) next(now time.Time) *entry {
 	var b *entry
 	bi := -1
-	for ci := range w.p.queues {
-		q := &w.p.queues[ci]
-		for w.pos[ci] < len(q.items) && q.items[w.pos[ci]].removed {
-			w.pos[ci]++
-		}
-		if w.pos[ci] >= len(q.items) {
-			continue
-		}
-		e := q.items[w.pos[ci]]
-		w.m.age(now, w.p, e)
-		if b == nil || w.p.Policy.Less(&e.Entry, &b.Entry) {
+	for ci, e := range w.head {
+		if e != nil && (b == nil || w.p.Policy.Less(&e.Entry, &b.Entry)) {
 			b, bi = e, ci
 		}
 	}
 	if b != nil {
 		w.pos[bi]++
+		w.advance(now, bi)
 	}
 	return b
 }

@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -154,30 +155,64 @@ func TestNonPreemptivePolicyNeverPreempts(t *testing.T) {
 	}
 }
 
-// An aged low-priority request at the head of the walk that no victim can
-// help (victims must be strictly less urgent than it) must not block
-// preemption for an at-risk urgent request behind it. Both need a slot, so
-// two victims go.
-func TestPreemptWalkPastHopelessHead(t *testing.T) {
+// An aged low-priority request at the head of the walk takes the first
+// freed slot, so making room for an at-risk urgent request behind it would
+// mean preempting a request of the aged one's own class to admit it: a swap
+// of equals that only wastes work. Neither is preempted for, and the walk
+// settles at once (it used to stop there too, but for the wrong reason:
+// it stopped at any head that could not preempt).
+func TestPreemptNoSwapForAgedHead(t *testing.T) {
 	pc := preemptivePool(2, rails)
 	pc.Aging = time.Second
 	m := newMachine(t, pc)
-	b := fillBatch(t, m, 2)
-	old := arrive(t, m, at(0), scheduler.Request{Class: "batch", MaxTokens: 100})
+	fillBatch(t, m, 2)
+	arrive(t, m, at(0), scheduler.Request{Class: "batch", MaxTokens: 100})
 	m.Step(at(0))
 	// At 11 s the old batch request has aged 11 levels (effective priority
 	// -1), ahead of the interactive class (0), and it is past its own
 	// objective.
-	i := arrive(t, m, at(11_000), scheduler.Request{Class: "interactive", MaxTokens: 10})
-	d := m.Step(at(11_000))
-	if len(d.Preempted) != 2 {
-		t.Fatalf("preempted %v, want both batch requests (one slot for the aged head, one for the interactive)", d.Preempted)
+	arrive(t, m, at(11_000), scheduler.Request{Class: "interactive", MaxTokens: 10})
+	if d := m.Step(at(11_000)); len(d.Preempted) != 0 {
+		t.Fatalf("preempted %v to make room behind an aged batch request", d.Preempted)
 	}
-	m.Finish(at(11_001), b[0], scheduler.Preempted)
-	m.Finish(at(11_001), b[1], scheduler.Preempted)
-	if d = m.Step(at(11_001)); !cmp.Equal(d.Admitted, []scheduler.Ticket{old, i}) {
-		t.Fatalf("admitted %v, want the aged head %d then the interactive %d", d.Admitted, old, i)
+}
+
+// With three classes the walk goes past a head no victim can help: an
+// aged standard request (its victims would be batch) is ahead of an
+// interactive one; both are covered by preempting two batch requests.
+func TestPreemptWalkPastAgedHead(t *testing.T) {
+	classes := []scheduler.ClassConfig{
+		{Name: "interactive", Priority: 0, TTFT: 200 * time.Millisecond, TPOT: 30 * time.Millisecond},
+		{Name: "standard", Priority: 5, TTFT: 10 * time.Second, TPOT: 50 * time.Millisecond, Preemptible: true},
+		{Name: "batch", Priority: 10, TTFT: 5 * time.Second, TPOT: 100 * time.Millisecond, Preemptible: true},
 	}
+	pc := preemptivePool(3, rails)
+	pc.Aging = time.Second
+	m := newMachine(t, pc, classes...)
+	st := arrive(t, m, at(0), scheduler.Request{Class: "standard", MaxTokens: 100})
+	m.Step(at(0))
+	b := fillBatch(t, m, 2)
+	old := arrive(t, m, at(0), scheduler.Request{Class: "standard", MaxTokens: 100})
+	m.Step(at(0))
+	// At 6 s the waiting standard request has aged to priority -1, ahead
+	// of the interactive class, and with the 5 s the running standard
+	// request still needs it would pass its 10 s objective.
+	i := arrive(t, m, at(6_000), scheduler.Request{Class: "interactive", MaxTokens: 10})
+	d := m.Step(at(6_000))
+	if !cmp.Equal(sortTickets(d.Preempted), sortTickets(b)) {
+		t.Fatalf("preempted %v, want both batch requests %v (not the running standard %d)", d.Preempted, b, st)
+	}
+	m.Finish(at(6_001), b[0], scheduler.Preempted)
+	m.Finish(at(6_001), b[1], scheduler.Preempted)
+	if d = m.Step(at(6_001)); !cmp.Equal(d.Admitted, []scheduler.Ticket{old, i}) {
+		t.Fatalf("admitted %v, want the aged standard %d then the interactive %d", d.Admitted, old, i)
+	}
+}
+
+func sortTickets(ts []scheduler.Ticket) []scheduler.Ticket {
+	out := slices.Clone(ts)
+	slices.Sort(out)
+	return out
 }
 
 // A request that is not at risk does not end the walk: one behind it with a

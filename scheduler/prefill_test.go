@@ -105,7 +105,6 @@ func TestSchedulerPrefillBoundReleasesOnFirstToken(t *testing.T) {
 	}
 }
 
-
 func TestReserveUrgent(t *testing.T) {
 	m := newMachine(t, scheduler.PoolConfig{MaxInflight: 4, ReserveUrgent: 2, Policy: priority.New()})
 	var batch []scheduler.Ticket

@@ -52,7 +52,7 @@ func TestConformance(t *testing.T) {
 			t.Run("FIFOWithinClass", func(t *testing.T) { fifoWithinClass(t, p) })
 			t.Run("AgingBound", func(t *testing.T) { agingBound(t, p) })
 			t.Run("Random", func(t *testing.T) { randomEvents(t, p, 100_000, 0, 0) })
-			t.Run("RandomAdmissionBounds", func(t *testing.T) { randomEvents(t, p, 30_000, 2000, 2) })
+			t.Run("RandomAdmissionBounds", func(t *testing.T) { randomEvents(t, p, 20_000, 2000, 2) })
 		})
 	}
 }
