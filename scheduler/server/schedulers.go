@@ -78,6 +78,7 @@ type runtime struct {
 	live    int                  // leases handed out and not released
 	waiting map[*waiter]struct{} // Admit calls inside sched.Admit
 	retired bool
+	folded  bool // its counters are in slot.past
 }
 
 // NewSchedulers builds one scheduler per pool of cfg on clk (nil: the real
@@ -201,7 +202,7 @@ func (s *Schedulers) update(cfg scheduler.Config) ([]string, error) {
 		}
 		stop = append(stop, s.retireLocked(sl))
 		sl.cur = nil
-		if len(sl.retired) == 0 {
+		if len(sl.retired) == 0 && s.slots[name] == sl {
 			delete(s.slots, name)
 		}
 	}
@@ -237,18 +238,35 @@ func (s *Schedulers) retireLocked(sl *slot) *scheduler.Scheduler {
 	rt := sl.cur
 	rt.retired = true
 	sl.carried += rt.live
-	if rt.live > 0 {
-		sl.retired = append(sl.retired, rt)
-	} else {
-		s.foldLocked(rt)
-	}
+	sl.retired = append(sl.retired, rt)
+	s.maybeFoldLocked(rt)
 	return rt.sched
 }
 
-// foldLocked adds a drained runtime's counters to its slot's past.
+// maybeFoldLocked folds a retired runtime once nothing refers to it any
+// more: no lease, no Admit call inside it (one may still come back with a
+// lease).
+func (s *Schedulers) maybeFoldLocked(rt *runtime) {
+	if rt.retired && rt.live == 0 && len(rt.waiting) == 0 {
+		s.foldLocked(rt)
+	}
+}
+
+// foldLocked adds a drained runtime's counters to its slot's past, once,
+// and forgets it (and its slot, when the pool is gone and nothing else
+// drains).
 func (s *Schedulers) foldLocked(rt *runtime) {
+	if rt.folded {
+		return
+	}
+	rt.folded = true
+	sl := rt.slot
 	for _, ps := range rt.sched.Stats() {
-		addCounters(&rt.slot.past, ps.Counters)
+		addCounters(&sl.past, ps.Counters)
+	}
+	sl.retired = slices.DeleteFunc(sl.retired, func(r *runtime) bool { return r == rt })
+	if sl.cur == nil && len(sl.retired) == 0 && s.slots[sl.name] == sl {
+		delete(s.slots, sl.name)
 	}
 }
 
@@ -316,12 +334,12 @@ func (s *Schedulers) Admit(ctx context.Context, req scheduler.Request) (schedule
 		}
 		if rt == last {
 			// Closed but still current: only Close does that.
-			s.leave(rt, w)
+			s.leave(rt, w, nil)
 			return nil, scheduler.ErrClosed
 		}
 		last = rt
 		l, err := rt.sched.Admit(ctx, req)
-		turn := s.leave(rt, w)
+		turn := s.leave(rt, w, l)
 		if errors.Is(err, scheduler.ErrClosed) {
 			// Replaced while waiting: queue again on the successor.
 			if turn != nil {
@@ -337,17 +355,6 @@ func (s *Schedulers) Admit(ctx context.Context, req scheduler.Request) (schedule
 		if err != nil {
 			return nil, err
 		}
-		s.mu.Lock()
-		rt.live++
-		if rt.retired {
-			// Admitted just before the replacement counted its leases.
-			rt.slot.carried++
-			if rt.live == 1 {
-				rt.slot.retired = append(rt.slot.retired, rt)
-			}
-			s.applyLocked(rt.slot)
-		}
-		s.mu.Unlock()
 		return &trackedLease{Lease: l, s: s, rt: rt}, nil
 	}
 }
@@ -371,16 +378,9 @@ func (l *trackedLease) Release(o scheduler.Outcome) {
 		if !rt.retired {
 			return
 		}
-		sl := rt.slot
-		sl.carried--
-		if rt.live == 0 {
-			sl.retired = slices.DeleteFunc(sl.retired, func(r *runtime) bool { return r == rt })
-			s.foldLocked(rt)
-			if sl.cur == nil && len(sl.retired) == 0 && s.slots[sl.name] == sl {
-				delete(s.slots, sl.name)
-			}
-		}
-		s.applyLocked(sl)
+		rt.slot.carried--
+		s.maybeFoldLocked(rt)
+		s.applyLocked(rt.slot)
 	})
 }
 

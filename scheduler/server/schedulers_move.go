@@ -51,12 +51,22 @@ func (s *Schedulers) enter(pool string, w *waiter) (rt *runtime, gate <-chan str
 	return sl.cur, nil, nil
 }
 
-// leave unregisters w from rt and returns its turn (nil unless rt was
-// replaced while w waited).
-func (s *Schedulers) leave(rt *runtime, w *waiter) chan struct{} {
+// leave unregisters w from rt, counts l (the lease rt granted, or nil)
+// against rt in the same step, so a replacement never misses it, and
+// returns w's turn (nil unless rt was replaced while w waited).
+func (s *Schedulers) leave(rt *runtime, w *waiter, l scheduler.Lease) chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(rt.waiting, w)
+	if l != nil {
+		rt.live++
+		if rt.retired {
+			// Admitted just before the replacement counted its leases.
+			rt.slot.carried++
+			s.applyLocked(rt.slot)
+		}
+	}
+	s.maybeFoldLocked(rt)
 	return w.turn
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -408,4 +409,66 @@ func TestSchedulersUpdateNoOvershoot(t *testing.T) {
 		t.Fatalf("in flight %d limit %d, want 1 and 1", st.InFlight, st.Limit)
 	}
 	r.l.Release(scheduler.Done)
+}
+
+// Admissions and releases racing with replacements: the in-flight count
+// never passes the largest capacity configured, nothing is lost, and
+// everything is released at the end (run with -race).
+func TestSchedulersUpdateUnderLoad(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := server.NewSchedulers(twoClasses(t, "fifo", 3), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var mu sync.Mutex
+	inflight, peak, admitted := 0, 0, 0
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			class := []string{"urgent", "batch"}[g%2]
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := s.Admit(ctx, scheduler.Request{Class: class})
+				if err != nil {
+					t.Errorf("admit: %v", err)
+					return
+				}
+				mu.Lock()
+				inflight++
+				admitted++
+				peak = max(peak, inflight)
+				mu.Unlock()
+				time.Sleep(100 * time.Microsecond)
+				mu.Lock()
+				inflight--
+				mu.Unlock()
+				l.Release(scheduler.Done)
+			}
+		}()
+	}
+	policies := []string{"fifo", "priority", "edf", "preemptive"}
+	for i := range 40 {
+		if err := s.Update(twoClasses(t, policies[i%len(policies)], 2+i%3)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if peak > 4 {
+		t.Errorf("peak in flight %d, past the largest capacity configured (4)", peak)
+	}
+	st := s.Stats()[0]
+	if st.InFlight != 0 || st.Admitted != uint64(admitted) || st.Done != uint64(admitted) {
+		t.Errorf("after the load: in flight %d, admitted %d, done %d; want 0, %d, %d", st.InFlight, st.Admitted, st.Done, admitted, admitted)
+	}
 }
