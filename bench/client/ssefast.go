@@ -2,7 +2,6 @@ package client
 
 import (
 	"bytes"
-	"encoding/json"
 	"strconv"
 
 	"github.com/llmesh/llmesh/bench/result"
@@ -33,7 +32,7 @@ type fastFields struct {
 func fastEvent(data []byte) (f fastFields, ok bool) {
 	f.usage = -1
 	data = bytes.Trim(data, " \t\r\n")
-	if len(data) == 0 || data[0] != '{' || !json.Valid(data) {
+	if len(data) == 0 || data[0] != '{' || !validJSON(data) {
 		return f, false
 	}
 	var buf [8]frame
@@ -186,7 +185,7 @@ func fieldIndex(fields [][]byte, k []byte) int {
 	return -1
 }
 
-// plainInt parses a JSON integer literal (-?[0-9]+, as json.Valid has
+// plainInt parses a JSON integer literal (-?[0-9]+, as validJSON has
 // already checked) at the start of v; false for anything else (null,
 // fractions, exponents, out of int64's range), which the decoder treats
 // differently.
