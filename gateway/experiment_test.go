@@ -350,7 +350,7 @@ func poolIndex(t *testing.T, ms *server.MeshScheduler, pool string) int {
 // A reload switches the active arm and adds an arm; a request streaming
 // through the old arm meanwhile finishes untouched.
 func TestExperimentReloadSwitchesArms(t *testing.T) {
-	s := simtest.Start(t, simtest.WithTimeScale(20))
+	s := simtest.Start(t, simtest.WithTimeScale(10))
 	path := filepath.Join(t.TempDir(), "mesh.yaml")
 	writeMesh(t, path, expMeshFor(s, "    active: fifo\n"))
 	logs := &syncBuf{}
@@ -391,10 +391,44 @@ func TestExperimentReloadSwitchesArms(t *testing.T) {
 	if !strings.Contains(logs.String(), `pool=sim.arm-extra`) {
 		t.Errorf("log does not show the new arm's scheduler pool:\n%s", logs)
 	}
-	datas := <-long
-	if n := len(datas); n < 2 || datas[n-1] != "[DONE]" || !strings.Contains(datas[n-2], `"completion_tokens":200`) {
-		t.Errorf("the stream admitted before the reload did not finish whole: %d events, last %q", n, datas[max(0, n-2):])
+	whole := func(what string, tokens int, datas []string) {
+		t.Helper()
+		if n := len(datas); n < 2 || datas[n-1] != "[DONE]" || !strings.Contains(datas[n-2], fmt.Sprintf(`"completion_tokens":%d`, tokens)) {
+			t.Errorf("%s did not finish whole: %d events, last %q", what, n, datas[max(0, n-2):])
+		}
 	}
+	whole("the stream admitted before the reload", 200, <-long)
+
+	// Removing the arm that serves a stream lets the stream finish. It
+	// lasts seconds: the reload lands while it runs.
+	body = strings.Replace(body, `"max_tokens":200`, `"max_tokens":1000`, 1)
+	res2 := post(t, ctx, data+"/v1/completions", body) //nolint:bodyclose // closed by the reader below and at return
+	defer res2.Body.Close()
+	if got := res2.Header.Get(ArmHeader); got != "extra" {
+		t.Fatalf("second long stream on arm %q", got)
+	}
+	go func() {
+		datas, _ := readSSE(t, res2)
+		long <- datas
+	}()
+	writeMesh(t, path, expMeshFor(s, "    active: prio\n"))
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		arm, _ := complete(t, ctx, data, s.Model, 2, nil)
+		if arm == "prio" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reload never dropped the arm; last %q; log:\n%s", arm, logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-long:
+		t.Fatal("the long stream ended before the reload took effect; the test proves nothing")
+	default:
+	}
+	whole("the stream on the removed arm", 1000, <-long)
 }
 
 // ConfigFromMesh gives every arm a pool of its own on the pool's upstream,
