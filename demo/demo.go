@@ -56,6 +56,8 @@ type Options struct {
 	// MaxInflight caps the gateway's admissions to the engine (the limit
 	// learned from the engine's /metrics stays below it); default 64.
 	MaxInflight int
+	// Bounds are the admission bounds of both arms' pools; zero: off.
+	Bounds Bounds
 	// Load sets the arrival rate to Load × the workload's saturation rate
 	// on the simulated engine, measured in virtual time before the runs
 	// (bench/simulate.Saturation); default DefaultLoad. Negative keeps the
@@ -275,7 +277,7 @@ func startStack(ctx context.Context, o Options, w *workload.Workload, policy str
 		_ = simSrv.Serve(ctx, httpLn, grpcLn)
 	}()
 
-	mesh, err := meshYAML(w, httpLn.Addr().String(), policy, o.MaxInflight)
+	mesh, err := meshYAML(w, httpLn.Addr().String(), policy, o.MaxInflight, o.Bounds)
 	if err != nil {
 		stop()
 		return "", nil, err
@@ -317,7 +319,7 @@ type controlPlane struct {
 }
 
 func startControl(ctx context.Context, o Options, w *workload.Workload, logger *slog.Logger) (*controlPlane, error) {
-	mesh, err := meshYAML(w, "127.0.0.1:8000", o.B, o.MaxInflight)
+	mesh, err := meshYAML(w, "127.0.0.1:8000", o.B, o.MaxInflight, o.Bounds)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +65,7 @@ func TestRunQuickAB(t *testing.T) {
 	defer cancel()
 	res, err := demo.Run(ctx, demo.Options{
 		OutDir: out, Quick: true, Workload: tinyWorkload(t), Repeats: 1, Duration: time.Second, Load: 0.3,
+		Bounds: demo.Bounds{MaxPrefillTokens: 2048, ReserveUrgent: 2},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +99,10 @@ func TestRunQuickAB(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(out, name)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	mesh, err := os.ReadFile(filepath.Join(out, "mesh-preemptive.yaml"))
+	if err != nil || !strings.Contains(string(mesh), "max_prefill_tokens: 2048") || !strings.Contains(string(mesh), "reserve_urgent: 2") {
+		t.Errorf("mesh-preemptive.yaml lacks the admission bounds (%v):\n%s", err, mesh)
 	}
 	for _, f := range res.Files {
 		if _, err := os.Stat(f); err != nil {

@@ -15,6 +15,7 @@ type meshParams struct {
 	Engine      string // host:port of the simulated engine's HTTP listener
 	Policy      string
 	MaxInflight int
+	Bounds      Bounds
 	Classes     []meshClass
 	Default     string
 }
@@ -53,6 +54,12 @@ pools:
     scheduler:
       policy: {{.Policy}}
       aging: 60s
+{{- if .Bounds.MaxPrefillTokens}}
+      max_prefill_tokens: {{.Bounds.MaxPrefillTokens}}
+{{- end}}
+{{- if .Bounds.ReserveUrgent}}
+      reserve_urgent: {{.Bounds.ReserveUrgent}}
+{{- end}}
       preemption:
         min_lower_inflight: 1
         min_run_time: 20ms
@@ -77,9 +84,17 @@ admin:
   address: 127.0.0.1:0
 `))
 
+// Bounds are the scheduler's admission bounds (mesh config
+// scheduler.max_prefill_tokens and scheduler.reserve_urgent); zero fields
+// leave them off.
+type Bounds struct {
+	MaxPrefillTokens int
+	ReserveUrgent    int
+}
+
 // meshYAML renders and validates the demo's mesh config for one arm.
-func meshYAML(w *workload.Workload, engine, policy string, maxInflight int) ([]byte, error) {
-	p := meshParams{Engine: engine, Policy: policy, MaxInflight: maxInflight}
+func meshYAML(w *workload.Workload, engine, policy string, maxInflight int, b Bounds) ([]byte, error) {
+	p := meshParams{Engine: engine, Policy: policy, MaxInflight: maxInflight, Bounds: b}
 	best := 0
 	for i, c := range w.Spec.Classes {
 		if c.Priority < w.Spec.Classes[best].Priority {

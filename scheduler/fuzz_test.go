@@ -27,7 +27,8 @@ func FuzzMachine(f *testing.F) {
 		classes[0].MaxQueue, classes[1].MaxWait = 4, time.Duration(data[1])*time.Millisecond
 		pc := scheduler.PoolConfig{Name: "p", MaxInflight: 1 + int(data[0]%4), MaxInflightTokens: int(data[1]) * 8,
 			Policy: policies[int(data[0]/4)%len(policies)], BatchWindow: time.Duration(data[0]%3) * time.Millisecond,
-			Aging: time.Duration(data[1]%5) * time.Millisecond, Preemption: scheduler.PreemptionConfig{MaxPerRequest: int(data[0] % 3)}}
+			Aging: time.Duration(data[1]%5) * time.Millisecond, Preemption: scheduler.PreemptionConfig{MaxPerRequest: int(data[0] % 3)},
+			MaxPrefillTokens: int(data[1]%4) * 100, ReserveUrgent: int(data[1] / 64)}
 		m, err := scheduler.NewMachine(scheduler.Config{Pools: []scheduler.PoolConfig{pc}, Classes: classes})
 		if err != nil {
 			t.Fatal(err)
@@ -84,7 +85,7 @@ func FuzzMachine(f *testing.F) {
 			m.Finish(now, tk, scheduler.Done)
 		}
 		m.Step(now)
-		if s := m.Stats()[0]; s.InFlight != 0 || s.InFlightTokens != 0 || s.Preempting != 0 {
+		if s := m.Stats()[0]; s.InFlight != 0 || s.InFlightTokens != 0 || s.PrefillTokens != 0 || s.Preempting != 0 {
 			t.Fatalf("leak after drain: %+v", s)
 		}
 	})

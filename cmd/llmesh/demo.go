@@ -34,6 +34,8 @@ Flags:`)
 	a := fs.String("a", "fifo", "policy of arm A (the baseline)")
 	b := fs.String("b", "preemptive", "policy of arm B (the candidate)")
 	maxInflight := fs.Int("max-inflight", 64, "upper bound of the gateway's admissions to the engine")
+	prefill := fs.Int("max-prefill-tokens", 0, "both arms' pools: most prompt tokens admitted but not yet prefilled for every class but the most urgent (0: no bound)")
+	reserve := fs.Int("reserve-urgent", 0, "both arms' pools: slots only the most urgent class may take (0: none)")
 	load := fs.Float64("load", demo.DefaultLoad, "arrival rate as a multiple of the workload's saturation rate on the simulated engine (measured first in virtual time); negative: the workload's own rate")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -54,11 +56,18 @@ Flags:`)
 	if *load == 0 {
 		errs = append(errs, fmt.Errorf("--load: must not be 0"))
 	}
+	if *prefill < 0 {
+		errs = append(errs, fmt.Errorf("--max-prefill-tokens: %d must not be negative", *prefill))
+	}
+	if *reserve < 0 || *reserve >= *maxInflight {
+		errs = append(errs, fmt.Errorf("--reserve-urgent: %d must be in [0, --max-inflight)", *reserve))
+	}
 	if *maxInflight < 1 {
 		errs = append(errs, fmt.Errorf("--max-inflight: %d must be at least 1", *maxInflight))
 	}
 	o := demo.Options{OutDir: *out, Quick: *quick, Repeats: *repeats, Duration: *dur, A: *a, B: *b,
-		MaxInflight: *maxInflight, Load: *load, Stdout: stdout, Stderr: stderr}
+		MaxInflight: *maxInflight, Load: *load, Stdout: stdout, Stderr: stderr,
+		Bounds: demo.Bounds{MaxPrefillTokens: *prefill, ReserveUrgent: *reserve}}
 	if *wl != "" {
 		w, err := workload.LoadFile(*wl)
 		if err != nil {
