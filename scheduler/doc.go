@@ -39,5 +39,7 @@
 // mutex. The only goroutines are the clock's timer callbacks (tick), which
 // take the mutex, step the machine and re-arm the timer; Close stops the
 // timer. Lease methods take the same mutex, so Release is idempotent and a
-// lease is released exactly once.
+// lease is released exactly once; Progress steps the machine under it when
+// a first token frees max_prefill_tokens budget, so held requests are
+// admitted at once.
 package scheduler
