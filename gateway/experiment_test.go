@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -484,5 +485,67 @@ classes:`, 1)))
 	cfg.Pools = cfg.Pools[:2]
 	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), `routes[0].experiment: arm "prio" needs pool "sim.arm-prio"`) {
 		t.Errorf("missing arm pool: %v", err)
+	}
+}
+
+// With a shared scheduler service, the gateway admits arm traffic under
+// the arm pool's name, which the service serves from the same mesh file.
+func TestExperimentThroughSchedulerService(t *testing.T) {
+	s := simtest.Start(t, simtest.WithTimeScale(50))
+	svc, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcAdmin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := expMeshFor(s, "") + "scheduler_service: {address: \"" + svc.Addr().String() + "\", failure_mode: fail_closed}\n"
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	writeMesh(t, path, src)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Run(ctx, svc, server.Options{ConfigPath: path, Admin: svcAdmin, Ready: func(net.Addr) { close(ready) }})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("scheduler service: %v", err)
+		}
+	}()
+	<-ready
+	data, _ := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Logger: quietLog()})
+	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer rcancel()
+	for _, arm := range []string{"prio", "prio", "fifo"} {
+		if got, code := complete(t, rctx, data, s.Model, 2, map[string]string{"x-arm": arm}); got != arm || code != 200 {
+			t.Fatalf("x-arm: %s went to %q (%d)", arm, got, code)
+		}
+	}
+	// The releases reach the service over the admission streams after the
+	// responses ended: poll.
+	wants := []string{
+		`llmesh_scheduler_events_total{event="done",pool="sim.arm-prio"} 2`,
+		`llmesh_scheduler_events_total{event="done",pool="sim.arm-fifo"} 1`,
+		`llmesh_scheduler_events_total{event="arrived",pool="sim"} 0`,
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, body := get(t, "http://"+svcAdmin.Addr().String()+"/metrics")
+		missing := ""
+		for _, want := range wants {
+			if !strings.Contains(body, want) {
+				missing = want
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service metrics lack %s:\n%s", missing, metricLines(body, "events_total"))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
