@@ -74,6 +74,12 @@ func Run(ctx context.Context, rc RunConfig) error {
 		return err
 	}
 	defer h.close()
+	if h.mesh != nil {
+		// Capacity watchers run until ctx ends or h.close.
+		if err := h.mesh.Start(ctx); err != nil {
+			return err
+		}
+	}
 
 	ln, err := net.Listen("tcp", h.listen)
 	if err != nil {
@@ -111,13 +117,6 @@ func Run(ctx context.Context, rc RunConfig) error {
 		}
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		goRun(func() error { return serveUntil(ctx, srv, aln, time.Second, nil) })
-	}
-	if h.mesh != nil {
-		// Capacity watchers run until ctx ends or h.close.
-		if err := h.mesh.Start(ctx); err != nil {
-			cancel()
-			errc <- err
-		}
 	}
 	if h.watcher != nil {
 		goRun(func() error { return h.watcher.Run(ctx) })

@@ -53,6 +53,9 @@ func NewMeshScheduler(c *config.Config, clk clock.Clock) (*MeshScheduler, error)
 	if err != nil {
 		return nil, err
 	}
+	if _, err := capacityWatchers(c, nil, clk); err != nil {
+		return nil, err
+	}
 	s, err := NewSchedulers(sc, clk)
 	if err != nil {
 		return nil, err
@@ -106,7 +109,7 @@ func (m *MeshScheduler) Apply(c *config.Config) ([]string, error) {
 		return nil, err
 	}
 	// Check the watchers' settings before touching anything.
-	if _, err := capacityWatchers(c, m.Schedulers, m.clk); err != nil {
+	if _, err := capacityWatchers(c, nil, m.clk); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
@@ -169,8 +172,9 @@ func learnedPools(c *config.Config) map[string]bool {
 	return out
 }
 
-// capacityWatchers builds c's capacity watchers on s. A pool's learned
-// limit also applies to its experiment arms' pools: they share the engine.
+// capacityWatchers builds c's capacity watchers on s (nil: only to check
+// their settings). A pool's learned limit also applies to its experiment
+// arms' pools: they share the engine.
 func capacityWatchers(c *config.Config, s *Schedulers, clk clock.Clock) ([]*capacity.Watcher, error) {
 	ws, err := capacity.FromMesh(c, armFanout{s: s, c: c}, clk, nil)
 	if err != nil {
