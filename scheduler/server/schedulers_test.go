@@ -14,6 +14,8 @@ import (
 	"github.com/llmesh/llmesh/scheduler/server"
 )
 
+var policyLookup = policy.Lookup
+
 func pol(t *testing.T, name string) scheduler.Policy {
 	t.Helper()
 	p, err := policy.Lookup(name)
