@@ -549,3 +549,43 @@ func TestExperimentThroughSchedulerService(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The example mesh files build in the gateway, arms included.
+func TestExampleMeshesBuildArms(t *testing.T) {
+	for _, name := range []string{"mesh.yaml", "mesh-shared-scheduler.yaml"} {
+		t.Run(name, func(t *testing.T) {
+			mesh, err := config.LoadFile(filepath.Join("..", "examples", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := checkMesh(mesh, ""); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := ConfigFromMesh(mesh, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms, err := server.NewMeshScheduler(mesh, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ms.Close()
+			have := map[string]bool{}
+			for _, p := range ms.Pools() {
+				have[p] = true
+			}
+			for _, p := range cfg.Pools {
+				if !have[p.Name] {
+					t.Errorf("gateway pool %q has no scheduler pool", p.Name)
+				}
+			}
+			for _, e := range mesh.Experiments {
+				for _, a := range e.Arms {
+					if !have[config.ArmPoolName(e.Pool.Name, a.Name)] {
+						t.Errorf("experiment %s arm %s has no pool", e.Name, a.Name)
+					}
+				}
+			}
+		})
+	}
+}
