@@ -33,9 +33,25 @@ type engineClock struct {
 	lateSum  time.Duration
 }
 
+// maxStep bounds a modelled step; a longer timer (the loop's idle timer,
+// created once and stopped) is not a step.
+const maxStep = time.Minute
+
+// NewTimer and the returned timer's Reset each start a step of modelled
+// duration d: the engine loop makes one timer per step or reuses one.
 func (c *engineClock) NewTimer(d time.Duration) clock.Timer {
+	c.step(d)
+	return stepTimer{c.Real.NewTimer(d), c}
+}
+
+// step records a step of modelled duration d starting now.
+func (c *engineClock) step(d time.Duration) {
+	if d >= maxStep {
+		return
+	}
 	now := time.Now()
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if !c.deadline.IsZero() {
 		if late := now.Sub(c.deadline); late >= 0 && late < idleGap {
 			c.late = append(c.late, late)
@@ -45,8 +61,17 @@ func (c *engineClock) NewTimer(d time.Duration) clock.Timer {
 	c.deadline = now.Add(d)
 	c.steps++
 	c.model += d
-	c.mu.Unlock()
-	return c.Real.NewTimer(d)
+}
+
+// stepTimer is a wall-clock timer whose Reset starts a step.
+type stepTimer struct {
+	clock.Timer
+	c *engineClock
+}
+
+func (t stepTimer) Reset(d time.Duration) bool {
+	t.c.step(d)
+	return t.Timer.Reset(d)
 }
 
 // EngineTiming is how the simulated engine of one run kept to its model.
