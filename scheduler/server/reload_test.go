@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/server"
@@ -169,4 +171,19 @@ func TestRunReloadsConfigFile(t *testing.T) {
 	}
 	second.Release(scheduler.Done)
 	r.l.Release(scheduler.Done)
+
+	// An experiment added by a reload brings its arm pools.
+	arm := config.ArmPoolName("gpu", "edf")
+	if _, err := c.Admit(actx, scheduler.Request{Pool: arm}); !errors.Is(err, scheduler.ErrRejected) {
+		t.Fatalf("arm pool before the experiment exists: %v", err)
+	}
+	writeFile(t, path, reloadMesh("2", "fifo")+"experiments:\n  - {name: ab, pool: gpu, arms: [{name: edf, scheduler: {policy: edf}}]}\n")
+	poll(t, "the arm pool", func() bool {
+		return strings.Contains(metrics(t, a), `llmesh_scheduler_limit{pool="`+arm+`"} 2`)
+	})
+	l3, err := c.Admit(actx, scheduler.Request{Pool: arm})
+	if err != nil {
+		t.Fatalf("admit to the new arm pool: %v", err)
+	}
+	l3.Release(scheduler.Done)
 }
