@@ -259,6 +259,7 @@ func (s *strictJSON) members(open int) (segs []segment, closeAt int, hit bool, e
 		return nil, i, false, nil
 	}
 	from := open + 1
+	segs = make([]segment, 0, 16)
 	for {
 		i = s.ws(i)
 		if i >= len(s.b) || s.b[i] != '"' {
@@ -369,7 +370,8 @@ func isHex4(b []byte) bool {
 // value validates one JSON value starting at b[i] and returns the index
 // after it. Containers are tracked on an explicit stack.
 func (s *strictJSON) value(i int) (int, error) {
-	var stack []byte // '{' or '[' per open container
+	var buf [64]byte
+	stack := buf[:0] // '{' or '[' per open container; on the stack while shallow
 	for {
 		// Expect a value at i.
 		i = s.ws(i)
