@@ -129,18 +129,22 @@ func (s *Schedulers) update(cfg scheduler.Config) ([]string, error) {
 	s.mu.Lock()
 	classesSame := slices.Equal(s.classes, cfg.Classes) && s.defCls == cfg.DefaultClass
 	closed := s.closed
-	var keep []bool
+	var keep, replace []bool
 	for _, p := range cfg.Pools {
 		sl := s.slots[p.Name]
-		keep = append(keep, classesSame && sl != nil && sl.cur != nil && samePool(sl.cfg, p))
+		running := sl != nil && sl.cur != nil
+		keep = append(keep, classesSame && running && samePool(sl.cfg, p))
+		replace = append(replace, running)
 	}
 	s.mu.Unlock()
 	if closed {
 		return nil, scheduler.ErrClosed
 	}
 	// Build outside the lock (and before changing anything) so that an
-	// error leaves the running set as it was.
+	// error leaves the running set as it was; replacements get their
+	// placeholder here too, as admitting it takes the new scheduler's lock.
 	fresh := make([]*scheduler.Scheduler, len(cfg.Pools))
+	holds := make([]scheduler.Lease, len(cfg.Pools))
 	for i, p := range cfg.Pools {
 		if keep[i] {
 			continue
@@ -151,6 +155,9 @@ func (s *Schedulers) update(cfg scheduler.Config) ([]string, error) {
 			return nil, fmt.Errorf("pools[%d]: %w", i, err)
 		}
 		fresh[i] = sc
+		if replace[i] {
+			holds[i] = placeholder(sc, p, cfg)
+		}
 	}
 
 	s.mu.Lock()
@@ -177,7 +184,7 @@ func (s *Schedulers) update(cfg scheduler.Config) ([]string, error) {
 			s.slots[p.Name] = sl
 		}
 		if sl.cur != nil {
-			mv, ok, old := s.prepareLocked(sl, fresh[i], p, cfg)
+			mv, ok, old := s.prepareLocked(sl, fresh[i], holds[i])
 			if ok {
 				moves = append(moves, mv)
 			}

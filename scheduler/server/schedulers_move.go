@@ -82,8 +82,38 @@ type move struct {
 // skipped as soon as its Admit returns).
 const moveWait = 2 * time.Second
 
+// placeholder admits one placeholder request to sc, fresh and empty, at
+// limit 1, or returns nil where there is none: with a batch window (nothing
+// is admitted before the next tick anyway), or if sc does not admit it at
+// once. It is in the most urgent class, so it is never a preemption victim.
+func placeholder(sc *scheduler.Scheduler, p scheduler.PoolConfig, cfg scheduler.Config) scheduler.Lease {
+	if p.BatchWindow > 0 {
+		return nil
+	}
+	urgent := cfg.Classes[0]
+	for _, c := range cfg.Classes[1:] {
+		if c.Priority < urgent.Priority {
+			urgent = c
+		}
+	}
+	if err := sc.SetLimit(p.Name, 1); err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), placeholderWait)
+	defer cancel()
+	hold, err := sc.Admit(ctx, scheduler.Request{Pool: p.Name, Class: urgent.Name, Requeue: true})
+	if err != nil {
+		return nil
+	}
+	return hold
+}
+
+// placeholderWait bounds the placeholder's admission, which an empty
+// scheduler grants at once.
+const placeholderWait = time.Second
+
 // prepareLocked readies sc, the scheduler replacing sl.cur, before it
-// becomes current. s.mu is held.
+// becomes current; hold is its placeholder (or nil). s.mu is held.
 //
 // Waiting requests must arrive at sc one at a time, oldest first: a
 // scheduler's queue keeps each class in the order requests arrived in it.
@@ -91,41 +121,23 @@ const moveWait = 2 * time.Second
 // requests for the pool wait behind them (enter's gate). Meanwhile sc must
 // admit none of them (it would admit whoever came first), and afterwards
 // the old leases must count against its limit even when they fill it all
-// (a limit cannot go below 1). With continuous admission one placeholder
-// lease at limit 1 does both: sc is empty, so it is admitted at once; it
-// is in the most urgent class, so it is never a preemption victim; and
-// applyLocked releases it once the pool has a free slot. With a batch
-// window nothing is admitted before the next tick anyway, and there is no
-// placeholder. ok is false when nothing waits.
-func (s *Schedulers) prepareLocked(sl *slot, sc *scheduler.Scheduler, p scheduler.PoolConfig, cfg scheduler.Config) (mv move, ok bool, stale scheduler.Lease) {
+// (a limit cannot go below 1). The placeholder, taking sc's one slot, does
+// both; applyLocked releases it once the pool has a free slot and nothing
+// is moving. ok is false when nothing waits; stale is the replaced
+// scheduler's own placeholder, for the caller to release once that
+// scheduler is closed (before, it would admit a waiter into the freed
+// slot).
+func (s *Schedulers) prepareLocked(sl *slot, sc *scheduler.Scheduler, hold scheduler.Lease) (mv move, ok bool, stale scheduler.Lease) {
 	if sl.hold != nil {
-		// The replaced scheduler's placeholder, released by the caller
-		// once that scheduler is closed (before, it would admit a waiter
-		// into the freed slot); sc gets its own.
 		stale = sl.hold
 		sl.hold = nil
 		sl.holdsDone++
 	}
-	limit := p.MaxInflight
-	if sl.learned > 0 {
-		limit = min(limit, sl.learned)
+	if hold != nil {
+		sl.hold = hold
+		sl.holds++
 	}
-	waiting := len(sl.cur.waiting) > 0
-	if p.BatchWindow == 0 && (waiting || sl.carried+sl.cur.live >= limit) {
-		urgent := cfg.Classes[0]
-		for _, c := range cfg.Classes[1:] {
-			if c.Priority < urgent.Priority {
-				urgent = c
-			}
-		}
-		if err := sc.SetLimit(p.Name, 1); err == nil {
-			if hold, err := sc.Admit(context.Background(), scheduler.Request{Pool: p.Name, Class: urgent.Name, Requeue: true}); err == nil {
-				sl.hold = hold
-				sl.holds++
-			}
-		}
-	}
-	if !waiting {
+	if len(sl.cur.waiting) == 0 {
 		return move{}, false, stale
 	}
 	mv = move{sl: sl, sched: sc}
