@@ -60,9 +60,9 @@ type slot struct {
 	retired []*runtime
 	carried int           // leases of retired runtimes not yet released
 	moved   chan struct{} // non-nil while waiting requests move to cur; closed after
-	// hold is a placeholder lease on cur standing for the leases of
-	// retired runtimes while they fill the whole capacity (a scheduler's
-	// limit cannot go below 1); nil otherwise.
+	// hold is a placeholder lease taking cur's one slot while waiting
+	// requests move to it, or while the leases of retired runtimes fill the
+	// whole capacity (a scheduler's limit cannot go below 1); nil otherwise.
 	hold scheduler.Lease
 	// holds and holdsDone count placeholders admitted and released, left
 	// out of the counters.
