@@ -339,12 +339,20 @@ func (e *eventReader) Read(p []byte) (int, error) {
 // BenchmarkStreamPerChunk is the gateway's own work per streamed chunk,
 // without sockets: read into the proxy's buffer, framing check, clock,
 // idle bookkeeping, observation. One op is one chunk.
-func BenchmarkStreamPerChunk(b *testing.B) {
+func BenchmarkStreamPerChunk(b *testing.B) { benchStreamPerChunk(b, context.Background()) }
+
+// BenchmarkStreamPerChunkGeneral is BenchmarkStreamPerChunk with the
+// observer on the general JSON scan (the path before the SSE fast path).
+func BenchmarkStreamPerChunkGeneral(b *testing.B) {
+	benchStreamPerChunk(b, context.WithValue(context.Background(), generalScanKey{}, true))
+}
+
+func benchStreamPerChunk(b *testing.B, ctx context.Context) {
 	g, err := New(Config{Pools: []Pool{{Name: "p", Upstream: "127.0.0.1:1"}}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	req, _ := http.NewRequest(http.MethodPost, "http://gw/v1/chat/completions", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://gw/v1/chat/completions", nil)
 	x := &exchange{g: g, rt: g.cfg.Load(), pool: g.cfg.Load().httpPool}
 	x.obs = g.newMeter(x, req)
 	res := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
