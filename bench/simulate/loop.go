@@ -81,6 +81,7 @@ type loop struct {
 	finished  int
 	onFinish  func(v *vreq) // optional
 	recordAll bool          // keep every token time (ITL statistics)
+	late      bool          // Options.LateHandoff
 	reqs      []vreq        // the run's requests, for the TTFT breakdown
 }
 
@@ -99,7 +100,7 @@ func newLoop(w *workload.Workload, pol scheduler.Policy, o Options) (*loop, erro
 		eng: eng, classes: w.Classes,
 		byTicket: map[scheduler.Ticket]*vreq{}, byEng: map[uint64]*vreq{},
 		rule: capacity.Rule{Max: o.MaxInflight}, interval: o.MetricsInterval,
-		limit: o.MaxInflight, recordAll: true,
+		limit: o.MaxInflight, recordAll: true, late: o.LateHandoff,
 	}
 	l.c.limitMin = o.MaxInflight
 	for _, c := range w.Classes {
@@ -341,6 +342,17 @@ const maxSameTime = 1_000_000
 // arrival and no engine step before the run is declared stuck.
 const maxIdle = time.Hour
 
+// startStep starts the engine's next step at now.
+func (l *loop) startStep() error {
+	r := l.eng.Step(l.now)
+	if len(r.Events) == 0 || r.Duration <= 0 {
+		return fmt.Errorf("simulate: engine made no progress at %v with %d running, %d waiting", l.now.Sub(epoch), l.eng.Running(), l.eng.Waiting())
+	}
+	l.events = append(l.events[:0], r.Events...)
+	l.stepStart, l.stepEnd, l.stepping = r.Start, r.End(), true
+	return nil
+}
+
 // run feeds items (sorted by At) through the machine and the engine until
 // every one has ended.
 func (l *loop) run(items []workload.Item) ([]result.Record, error) {
@@ -395,9 +407,10 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 			same, last = 0, next
 		}
 		l.now = next
+		ended := false
 		if l.stepping && !l.stepEnd.After(l.now) {
 			l.stepEnded()
-			active = l.now
+			active, ended = l.now, true
 		}
 		for arrived < len(items) && !reqs[arrived].at.After(l.now) {
 			l.arrive(&reqs[arrived], false)
@@ -411,14 +424,19 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 			l.tick()
 			nextTick = nextTick.Add(l.interval)
 		}
+		if ended && l.late && !l.eng.Idle() {
+			// The engine goes on with its next step as soon as it has
+			// published this one's tokens; what the host admits in
+			// reaction to them reaches it for the step after.
+			if err := l.startStep(); err != nil {
+				return nil, err
+			}
+		}
 		l.decide()
 		if !l.stepping && !l.eng.Idle() {
-			r := l.eng.Step(l.now)
-			if len(r.Events) == 0 || r.Duration <= 0 {
-				return nil, fmt.Errorf("simulate: engine made no progress at %v with %d running, %d waiting", l.now.Sub(epoch), l.eng.Running(), l.eng.Waiting())
+			if err := l.startStep(); err != nil {
+				return nil, err
 			}
-			l.events = append(l.events[:0], r.Events...)
-			l.stepStart, l.stepEnd, l.stepping = r.Start, r.End(), true
 		}
 	}
 	l.c.end = l.now

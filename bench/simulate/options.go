@@ -55,6 +55,13 @@ type Options struct {
 	// (the pool's reserve_urgent); 0 means none. Like MaxPrefillTokens it
 	// is not applied when measuring saturation.
 	ReserveUrgent int
+	// LateHandoff makes the engine start its next step as soon as a step's
+	// tokens are out, as a real engine loop does, so that what the host
+	// admits in reaction to them (a first token freeing prefill budget, a
+	// finish freeing a slot) reaches the step after. By default such
+	// admissions join the very next step, which is optimistic when work is
+	// handed over one request at a time (a small MaxPrefillTokens).
+	LateHandoff bool
 	// MetricsInterval is how often the pool's limit is re-derived from the
 	// engine's load (running, waiting, KV usage) with scheduler/capacity's
 	// rule, as the hosts do from the engine's /metrics; 0 means

@@ -177,6 +177,28 @@ func TestAdmissionBounds(t *testing.T) {
 	}
 }
 
+// With the late handoff a request admitted because a first token freed
+// prefill budget reaches the engine a step later: handing batch prefill
+// over one request at a time makes each batch request wait for the step
+// the engine started without it, which the instant model does not see.
+func TestLateHandoff(t *testing.T) {
+	w := testWorkload(t)
+	wait := func(late bool) Quantiles {
+		o := testOptions()
+		o.MaxPrefillTokens, o.LateHandoff = 1, late
+		res, err := Evaluate(w, []string{"priority"}, []float64{1.3}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Runs[0].Sim.Breakdown["batch"].EngineWaitMs
+	}
+	instant, late := wait(false), wait(true)
+	t.Logf("batch engine wait: instant handoff p50 %.1f ms p90 %.1f; late p50 %.1f p90 %.1f", instant.P50, instant.P90, late.P50, late.P90)
+	if late.P50 <= instant.P50 {
+		t.Errorf("late handoff did not delay the serial batch prefill: p50 %.1f vs %.1f ms", late.P50, instant.P50)
+	}
+}
+
 func mustPolicy(t *testing.T, name string) scheduler.Policy {
 	t.Helper()
 	p, err := policy.Lookup(name)

@@ -35,6 +35,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		inflight  = fs.Int("max-inflight", simulate.DefaultMaxInflight, "pool capacity (max_inflight)")
 		prefill   = fs.Int("max-prefill-tokens", 0, "pool: most prompt tokens admitted but not yet prefilled, for every class but the most urgent (0: no bound)")
 		reserve   = fs.Int("reserve-urgent", 0, "pool: slots only the most urgent class may take (0: none)")
+		late      = fs.Bool("late-handoff", false, "admissions in reaction to a step's tokens reach the engine's step after next, as with a real engine loop (default: the next step, optimistic)")
 		interval  = fs.Duration("metrics-interval", simulate.DefaultMetricsInterval, "re-derive the pool limit from the engine's load this often (0: static capacity)")
 		maxSeqs   = fs.Int("max-num-seqs", 256, "engine: most running sequences")
 		maxBatch  = fs.Int("max-num-batched-tokens", 8192, "engine: most tokens per step")
@@ -91,7 +92,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	o := simulate.Options{
 		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
 		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep},
-		MetricsInterval: *interval, MaxPrefillTokens: *prefill, ReserveUrgent: *reserve,
+		MetricsInterval: *interval, MaxPrefillTokens: *prefill, ReserveUrgent: *reserve, LateHandoff: *late,
 		Preemption: scheduler.PreemptionConfig{MinLowerInflight: 1, MinRunTime: *minRun, MaxPerRequest: *maxPer, Target: *target},
 	}
 	if *interval == 0 {
