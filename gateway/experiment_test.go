@@ -145,6 +145,7 @@ func TestExperimentWeightsHeadersAndMetrics(t *testing.T) {
 	if fifo+prio != n {
 		t.Fatalf("responses by arm and status: %v, want %d answered 200 by fifo or prio", counts, n)
 	}
+	t.Logf("weights 3:1, seed 7: fifo %d, prio %d of %d", fifo, prio, n)
 	if fifo < 120 || fifo > 180 {
 		t.Errorf("fifo took %d of %d requests, want 150 ± 30 (weights 3:1)", fifo, n)
 	}
