@@ -474,3 +474,45 @@ func TestSchedulersUpdateUnderLoad(t *testing.T) {
 		t.Errorf("after the load: in flight %d, admitted %d, done %d; want 0, %d, %d", st.InFlight, st.Admitted, st.Done, admitted, admitted)
 	}
 }
+
+// With a batching window there is no placeholder (admission waits for the
+// window's tick anyway); waiting requests still move over and are admitted.
+func TestSchedulersUpdateBatchWindow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := func(window time.Duration, n int) scheduler.Config {
+		c := twoClasses(t, "fifo", n)
+		c.Pools[0].BatchWindow = window
+		return c
+	}
+	s, err := server.NewSchedulers(cfg(5*time.Millisecond, 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	held, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan admitResult, 3)
+	for i := range 3 {
+		admitAsync(ctx, s, fmt.Sprint(i), scheduler.Request{Class: "batch"}, ch)
+		waitQueued(t, s, "gpu", i+1)
+	}
+	if err := s.Update(cfg(10*time.Millisecond, 2)); err != nil {
+		t.Fatal(err)
+	}
+	first := next(t, ch) // capacity 2 less the held lease
+	if first.err != nil || first.name != "0" {
+		t.Fatalf("first after reload: %s %v, want 0", first.name, first.err)
+	}
+	held.Release(scheduler.Done)
+	first.l.Release(scheduler.Done)
+	for range 2 {
+		r := next(t, ch)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		r.l.Release(scheduler.Done)
+	}
+}
