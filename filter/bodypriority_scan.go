@@ -1,0 +1,311 @@
+package filter
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// The strict JSON scanner behind RewriteJSONPriority: RFC 8259 only, so
+// that nothing it accepts can be read differently by another parser.
+
+// segment is one object member with the white space around it: the bytes
+// between the separators ('{' or ',' before it, ',' or '}' after it).
+type segment struct {
+	from, to int
+	priority bool
+}
+
+// strictJSON validates JSON without building values; it never recurses, so
+// nesting depth costs one byte per level (on the heap past 64 levels).
+type strictJSON struct{ b []byte }
+
+func (s *strictJSON) fail(i int, format string, args ...any) error {
+	return fmt.Errorf("%w: invalid JSON at byte %d: %s", ErrPriorityBody, i, fmt.Sprintf(format, args...))
+}
+
+func (s *strictJSON) ws(i int) int {
+	for i < len(s.b) {
+		switch s.b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// end checks that only white space follows the top-level value.
+func (s *strictJSON) end(i int) error {
+	if j := s.ws(i); j != len(s.b) {
+		return s.fail(j, "data after the top-level value")
+	}
+	return nil
+}
+
+// members walks the top-level object opened at b[open] and returns its
+// segments, the index of its closing brace, and whether any member is a
+// priority.
+func (s *strictJSON) members(open int) (segs []segment, closeAt int, hit bool, err error) {
+	i := s.ws(open + 1)
+	if i < len(s.b) && s.b[i] == '}' {
+		return nil, i, false, nil
+	}
+	from := open + 1
+	segs = make([]segment, 0, 16)
+	for {
+		i = s.ws(i)
+		if i >= len(s.b) || s.b[i] != '"' {
+			return nil, 0, false, s.fail(i, "expected a member name")
+		}
+		kend, escaped, err := s.str(i)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		isPrio := keyIs(s.b[i:kend], escaped, priorityKey)
+		i = s.ws(kend)
+		if i >= len(s.b) || s.b[i] != ':' {
+			return nil, 0, false, s.fail(i, "expected ':' after a member name")
+		}
+		if i, err = s.value(s.ws(i + 1)); err != nil {
+			return nil, 0, false, err
+		}
+		i = s.ws(i)
+		if i >= len(s.b) {
+			return nil, 0, false, s.fail(i, "unterminated object")
+		}
+		segs = append(segs, segment{from: from, to: i, priority: isPrio})
+		hit = hit || isPrio
+		switch s.b[i] {
+		case ',':
+			i++
+			from = i
+		case '}':
+			return segs, i, hit, nil
+		default:
+			return nil, 0, false, s.fail(i, "expected ',' or '}' after a member")
+		}
+	}
+}
+
+// keyIs compares a quoted member name with name after unescaping.
+func keyIs(quoted []byte, escaped bool, name string) bool {
+	if !escaped {
+		return string(quoted[1:len(quoted)-1]) == name
+	}
+	var k string
+	if json.Unmarshal(quoted, &k) != nil {
+		return false
+	}
+	return k == name
+}
+
+// str validates the string starting at b[i] == '"' and returns the index
+// after its closing quote and whether it contains escapes.
+func (s *strictJSON) str(i int) (end int, escaped bool, err error) {
+	start := i
+	i++
+	for i < len(s.b) {
+		// Most string bytes need no attention: skip them in a tight loop.
+		for i < len(s.b) && plainStringByte[s.b[i]] {
+			i++
+		}
+		if i >= len(s.b) {
+			break
+		}
+		c := s.b[i]
+		switch {
+		case c == '"':
+			return i + 1, escaped, nil
+		case c == '\\':
+			escaped = true
+			if i+1 >= len(s.b) {
+				return 0, false, s.fail(i, "unterminated escape")
+			}
+			switch s.b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(s.b) || !isHex4(s.b[i+2:i+6]) {
+					return 0, false, s.fail(i, `\u must be followed by four hex digits`)
+				}
+				i += 6
+			default:
+				return 0, false, s.fail(i, "invalid escape \\%c", s.b[i+1])
+			}
+		case c < 0x20:
+			return 0, false, s.fail(i, "control character 0x%02x in a string", c)
+		default:
+			i++
+		}
+	}
+	return 0, false, s.fail(start, "unterminated string")
+}
+
+// plainStringByte marks the bytes a JSON string may hold without further
+// checks: everything but '"', '\\' and control characters.
+var plainStringByte = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+func isHex4(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// value validates one JSON value starting at b[i] and returns the index
+// after it. Containers are tracked on an explicit stack.
+func (s *strictJSON) value(i int) (int, error) {
+	var buf [64]byte
+	stack := buf[:0] // '{' or '[' per open container; on the stack while shallow
+	for {
+		// Expect a value at i.
+		i = s.ws(i)
+		if i >= len(s.b) {
+			return 0, s.fail(i, "unexpected end of input, expected a value")
+		}
+		switch c := s.b[i]; {
+		case c == '{' || c == '[':
+			stack = append(stack, c)
+			i = s.ws(i + 1)
+			if i < len(s.b) && (c == '{' && s.b[i] == '}' || c == '[' && s.b[i] == ']') {
+				stack = stack[:len(stack)-1]
+				i++
+				break
+			}
+			if c == '{' {
+				var err error
+				if i, err = s.key(i); err != nil {
+					return 0, err
+				}
+			}
+			continue
+		case c == '"':
+			end, _, err := s.str(i)
+			if err != nil {
+				return 0, err
+			}
+			i = end
+		case c == '-' || '0' <= c && c <= '9':
+			end, err := s.number(i)
+			if err != nil {
+				return 0, err
+			}
+			i = end
+		case c == 't':
+			if !bytes.HasPrefix(s.b[i:], []byte("true")) {
+				return 0, s.fail(i, "invalid literal")
+			}
+			i += 4
+		case c == 'f':
+			if !bytes.HasPrefix(s.b[i:], []byte("false")) {
+				return 0, s.fail(i, "invalid literal")
+			}
+			i += 5
+		case c == 'n':
+			if !bytes.HasPrefix(s.b[i:], []byte("null")) {
+				return 0, s.fail(i, "invalid literal")
+			}
+			i += 4
+		default:
+			return 0, s.fail(i, "unexpected character %q", c)
+		}
+		// A value ended at i: close containers or move to the next element.
+		for {
+			if len(stack) == 0 {
+				return i, nil
+			}
+			i = s.ws(i)
+			if i >= len(s.b) {
+				return 0, s.fail(i, "unterminated %s", containerName(stack[len(stack)-1]))
+			}
+			top := stack[len(stack)-1]
+			c := s.b[i]
+			if c == ',' {
+				i++
+				if top == '{' {
+					var err error
+					if i, err = s.key(s.ws(i)); err != nil {
+						return 0, err
+					}
+				}
+				break
+			}
+			if top == '{' && c == '}' || top == '[' && c == ']' {
+				stack = stack[:len(stack)-1]
+				i++
+				continue
+			}
+			return 0, s.fail(i, "expected ',' or the end of the %s", containerName(top))
+		}
+	}
+}
+
+// key validates `"name" :` at b[i] and returns the index after the colon.
+func (s *strictJSON) key(i int) (int, error) {
+	if i >= len(s.b) || s.b[i] != '"' {
+		return 0, s.fail(i, "expected a member name")
+	}
+	end, _, err := s.str(i)
+	if err != nil {
+		return 0, err
+	}
+	i = s.ws(end)
+	if i >= len(s.b) || s.b[i] != ':' {
+		return 0, s.fail(i, "expected ':' after a member name")
+	}
+	return i + 1, nil
+}
+
+func containerName(c byte) string {
+	if c == '{' {
+		return "object"
+	}
+	return "array"
+}
+
+// number validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
+func (s *strictJSON) number(i int) (int, error) {
+	start := i
+	if s.b[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		n := 0
+		for i < len(s.b) && '0' <= s.b[i] && s.b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	switch {
+	case i < len(s.b) && s.b[i] == '0':
+		i++
+	case digits() == 0:
+		return 0, s.fail(start, "invalid number")
+	}
+	if i < len(s.b) && s.b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return 0, s.fail(start, "invalid number")
+		}
+	}
+	if i < len(s.b) && (s.b[i] == 'e' || s.b[i] == 'E') {
+		i++
+		if i < len(s.b) && (s.b[i] == '+' || s.b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return 0, s.fail(start, "invalid number")
+		}
+	}
+	return i, nil
+}
