@@ -116,8 +116,8 @@ type run struct {
 // sits in this P's run-next slot, and a thread asleep in a system call keeps
 // its P until the runtime's monitor takes it away (20 µs at best, and then
 // on another thread that the kernel must first schedule), so without the
-// yield each request started only after the sleep for the next one, which
-// at 2,000 requests/s is most of the gap between them.
+// yield a request could start only when that happened or when the sleep
+// for the next one ended.
 func (r *run) waitUntil(ctx context.Context, timer clock.Timer, at time.Duration) bool {
 	yielded := false
 	for {
