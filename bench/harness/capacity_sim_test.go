@@ -23,6 +23,7 @@ import (
 //
 //	taskset -c 0,1 go test -run '^$' -bench CapacitySim -benchtime 1x ./bench/harness/
 func BenchmarkCapacitySim(b *testing.B) {
+	defer TuneGC()() // as the bench commands run
 	for _, tc := range []struct {
 		name     string
 		rate     float64
@@ -136,18 +137,21 @@ func processCPU() time.Duration {
 // hardly depends on what else runs on the host: 8 clients in a closed loop
 // send 2,000 requests (16-token prompts, 8 or 128 output tokens) to a sim at
 // 10× real time, whose steps (0.7–6 ms) are far apart compared with the
-// work per chunk, so every token goes out in its own chunk.
+// work per chunk, so every token goes out in its own chunk. (400 requests
+// of 128 tokens, to keep the run short.)
 //
 //	go test -run '^$' -bench RequestCPU -benchtime 1x ./bench/harness/
 func BenchmarkRequestCPU(b *testing.B) {
+	defer TuneGC()() // as the bench commands run
 	for _, tc := range []struct {
 		name     string
 		tokens   int
+		requests int
 		protocol string
 	}{
-		{"sse/tokens=8", 8, workload.ProtocolCompletions},
-		{"sse/tokens=128", 128, workload.ProtocolCompletions},
-		{"grpc/tokens=8", 8, workload.ProtocolGRPC},
+		{"sse/tokens=8", 8, 2000, workload.ProtocolCompletions},
+		{"sse/tokens=128", 128, 400, workload.ProtocolCompletions},
+		{"grpc/tokens=8", 8, 2000, workload.ProtocolGRPC},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			s := simtest.Start(b, simtest.WithTimeScale(10))
@@ -158,9 +162,9 @@ func BenchmarkRequestCPU(b *testing.B) {
 			spec, err := workload.Parse([]byte(fmt.Sprintf(`
 protocol: %s
 model: %q
-requests: 2000
+requests: %d
 arrival: {process: closed, concurrency: 8}
-classes: [{name: a, send_priority: false, prompt_tokens: {value: 16}, output_tokens: {value: %d}}]`, tc.protocol, s.Model, tc.tokens)))
+classes: [{name: a, send_priority: false, prompt_tokens: {value: 16}, output_tokens: {value: %d}}]`, tc.protocol, s.Model, tc.requests, tc.tokens)))
 			if err != nil {
 				b.Fatal(err)
 			}

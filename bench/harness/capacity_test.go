@@ -17,6 +17,7 @@ import (
 //
 //	go test -run '^$' -bench Capacity -benchtime 1x ./bench/harness/
 func BenchmarkCapacity(b *testing.B) {
+	defer TuneGC()() // as the bench commands run
 	for _, tc := range []struct {
 		name      string
 		rate      float64

@@ -47,6 +47,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	for _, c := range benchCommands {
 		if c.name == args[0] {
+			defer harness.TuneGC()()
 			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
