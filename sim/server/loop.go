@@ -135,10 +135,23 @@ func (l *loop) run(ctx context.Context) {
 	t := l.clk.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
+	// due is when the step just published should have ended on the timing
+	// model (zero after the engine idled). A GPU starts its next step the
+	// moment the last one ends, but this loop learns of the end from a
+	// timer that fires late on a busy host (a millisecond or more); timing
+	// each step from its late start would add every wake-up delay to the
+	// engine's pace, and a run at nominal load 1.0 would really be
+	// overloaded. Back-to-back steps are therefore timed from the previous
+	// step's due time. The credit is at most half the step, so every step
+	// still takes at least half its modelled time: a long stall of the
+	// process is not replayed as a burst of instant steps, and each step's
+	// tokens still go out in a chunk of their own when readers keep up.
+	var due time.Time
 	for {
 		l.drain()
 		l.metrics.gauges(l.engine)
 		if l.engine.Idle() {
+			due = time.Time{}
 			select {
 			case <-ctx.Done():
 				return
@@ -146,13 +159,15 @@ func (l *loop) run(ctx context.Context) {
 				continue
 			}
 		}
-		r := l.engine.Step(l.clk.Now())
+		now := l.clk.Now()
+		r := l.engine.Step(now)
 		// Gauges show the batch being computed while the step runs, so a
 		// client that got tokens of a step reads a state at least that new.
 		l.metrics.gauges(l.engine)
 		if r.Duration <= 0 {
 			// Nothing could be scheduled (should not happen with work
 			// queued); wait for a change rather than spin.
+			due = time.Time{}
 			select {
 			case <-ctx.Done():
 				return
@@ -160,7 +175,15 @@ func (l *loop) run(ctx context.Context) {
 			}
 			continue
 		}
-		t.Reset(r.Duration)
+		start := now
+		if !due.IsZero() && due.Before(now) {
+			start = due
+			if floor := now.Add(-r.Duration / 2); start.Before(floor) {
+				start = floor
+			}
+		}
+		due = start.Add(r.Duration)
+		t.Reset(due.Sub(now))
 		select {
 		case <-ctx.Done():
 			return
