@@ -188,15 +188,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	engine := map[string][]EngineTiming{}
 	arm := func(policy string) ab.Target {
 		return ab.Func{Label: policy, Start: func(ctx context.Context) (string, func(), error) {
-			ec := &engineClock{}
-			url, stop, err := startStack(ctx, o, w, policy, ec, logger)
+			url, pace, stop, err := startStack(ctx, o, w, policy, logger)
 			if err != nil {
 				return "", nil, err
 			}
 			return url, func() {
 				stop()
 				mu.Lock()
-				engine[policy] = append(engine[policy], ec.timing())
+				engine[policy] = append(engine[policy], engineTiming(pace()))
 				mu.Unlock()
 			}, nil
 		}}
@@ -247,29 +246,30 @@ func (o *Options) shaped() *workload.Workload {
 }
 
 // startStack brings up one arm: a fresh simulated engine and a gateway
-// scheduling with policy in front of it. The returned stop shuts both down.
-func startStack(ctx context.Context, o Options, w *workload.Workload, policy string, clk *engineClock, logger *slog.Logger) (string, func(), error) {
+// scheduling with policy in front of it. It returns the gateway's URL, the
+// engine's pace so far, and stop, which shuts both down.
+func startStack(ctx context.Context, o Options, w *workload.Workload, policy string, logger *slog.Logger) (string, func() server.Pace, func(), error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	stop := func() {
 		cancel()
 		wg.Wait()
 	}
-	simSrv, err := server.New(server.Config{Profile: w.Spec.Profile, ServedModelName: w.Spec.Model, Seed: uint64(w.Spec.Seed), Logger: logger, Clock: clk})
+	simSrv, err := server.New(server.Config{Profile: w.Spec.Profile, ServedModelName: w.Spec.Model, Seed: uint64(w.Spec.Seed), Logger: logger})
 	if err != nil {
 		cancel()
-		return "", nil, fmt.Errorf("simulated engine: %w", err)
+		return "", nil, nil, fmt.Errorf("simulated engine: %w", err)
 	}
 	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		cancel()
-		return "", nil, fmt.Errorf("simulated engine listener: %w", err)
+		return "", nil, nil, fmt.Errorf("simulated engine listener: %w", err)
 	}
 	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		httpLn.Close()
 		cancel()
-		return "", nil, fmt.Errorf("simulated engine gRPC listener: %w", err)
+		return "", nil, nil, fmt.Errorf("simulated engine gRPC listener: %w", err)
 	}
 	wg.Add(1)
 	go func() {
@@ -280,12 +280,12 @@ func startStack(ctx context.Context, o Options, w *workload.Workload, policy str
 	mesh, err := meshYAML(w, httpLn.Addr().String(), policy, o.MaxInflight, o.Bounds)
 	if err != nil {
 		stop()
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	path := filepath.Join(o.OutDir, "mesh-"+policy+".yaml")
 	if err := os.WriteFile(path, mesh, 0o644); err != nil {
 		stop()
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	ready := make(chan net.Addr, 1)
 	errc := make(chan error, 1)
@@ -302,13 +302,13 @@ func startStack(ctx context.Context, o Options, w *workload.Workload, policy str
 	}()
 	select {
 	case addr := <-ready:
-		return "http://" + addr.String(), stop, nil
+		return "http://" + addr.String(), simSrv.Pace, stop, nil
 	case err := <-errc:
 		stop()
-		return "", nil, fmt.Errorf("gateway (%s): %w", policy, err)
+		return "", nil, nil, fmt.Errorf("gateway (%s): %w", policy, err)
 	case <-ctx.Done():
 		stop()
-		return "", nil, ctx.Err()
+		return "", nil, nil, ctx.Err()
 	}
 }
 

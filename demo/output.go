@@ -138,8 +138,8 @@ func printSummary(w io.Writer, o Options, res *ab.Result, engine map[string][]En
 	fmt.Fprintln(w)
 	for _, arm := range []string{res.A, res.B} {
 		for i, t := range engine[arm] {
-			fmt.Fprintf(w, "engine %s run %d: %d steps, %.1f s modelled; %d back-to-back steps started late by p50 %.2f ms, p99 %.2f ms: %.1f%% slower than the model\n",
-				arm, i+1, t.Steps, t.Model.Seconds(), t.BackToBack, ms(t.OverrunP50), ms(t.OverrunP99), 100*t.Slowdown())
+			fmt.Fprintf(w, "engine %s run %d: %d steps, %.1f s modelled; %d back-to-back steps woke late by p50 %.2f ms, p99 %.2f ms; fell behind the model by %.1f ms (%.2f%%)\n",
+				arm, i+1, t.Steps, t.Model.Seconds(), t.BackToBack, ms(t.LateP50), ms(t.LateP99), ms(t.Drift), 100*t.Slowdown())
 		}
 	}
 }

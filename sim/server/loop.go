@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/sim"
 )
@@ -65,6 +67,65 @@ type loop struct {
 	kick   chan struct{} // cap 1: work arrived
 
 	live map[uint64]*stream // run goroutine only
+
+	paceMu sync.Mutex // guards pace; the run goroutine writes it
+	pace   paceStats
+}
+
+// Pace is how the engine loop kept to the timing model: a real GPU starts
+// a step the moment the last one ends; this loop learns of the end from a
+// timer, which fires late on a busy host.
+type Pace struct {
+	// Steps is the number of engine steps; Modelled the sum of their
+	// modelled durations.
+	Steps    int
+	Modelled time.Duration
+	// BackToBack counts steps that followed the previous one without the
+	// engine idling; LateP50 and LateP99 are how late the loop woke up
+	// for them (past the previous step's due time).
+	BackToBack       int
+	LateP50, LateP99 time.Duration
+	// Drift is how far the back-to-back steps fell behind the model in
+	// total: wake-up delays beyond the credit of half a step the loop
+	// gives them. Drift / Modelled is the share by which the engine ran
+	// slower than modelled.
+	Drift time.Duration
+}
+
+type paceStats struct {
+	steps, backToBack int
+	modelled, drift   time.Duration
+	late              *hdrhistogram.Histogram // µs
+}
+
+// record accounts one step of modelled duration d; for a back-to-back step
+// late is the wake-up delay and drift the part of it not credited.
+func (l *loop) record(d time.Duration, backToBack bool, late, drift time.Duration) {
+	l.paceMu.Lock()
+	defer l.paceMu.Unlock()
+	p := &l.pace
+	p.steps++
+	p.modelled += d
+	if !backToBack {
+		return
+	}
+	if p.late == nil {
+		p.late = hdrhistogram.New(1, 60_000_000, 2)
+	}
+	p.backToBack++
+	p.drift += drift
+	_ = p.late.RecordValue(max(1, late.Microseconds()))
+}
+
+func (l *loop) snapshotPace() Pace {
+	l.paceMu.Lock()
+	defer l.paceMu.Unlock()
+	p := Pace{Steps: l.pace.steps, Modelled: l.pace.modelled, BackToBack: l.pace.backToBack, Drift: l.pace.drift}
+	if h := l.pace.late; h != nil && h.TotalCount() > 0 {
+		p.LateP50 = time.Duration(h.ValueAtQuantile(50)) * time.Microsecond
+		p.LateP99 = time.Duration(h.ValueAtQuantile(99)) * time.Microsecond
+	}
+	return p
 }
 
 func newLoop(clk clock.Clock, e *sim.Engine, m *metrics) *loop {
@@ -175,12 +236,17 @@ func (l *loop) run(ctx context.Context) {
 			}
 			continue
 		}
-		start := now
-		if !due.IsZero() && due.Before(now) {
+		start, backToBack := now, !due.IsZero()
+		if backToBack && due.Before(now) {
 			start = due
 			if floor := now.Add(-r.Duration / 2); start.Before(floor) {
 				start = floor
 			}
+		}
+		if backToBack {
+			l.record(r.Duration, true, max(0, now.Sub(due)), max(0, start.Sub(due)))
+		} else {
+			l.record(r.Duration, false, 0, 0)
 		}
 		due = start.Add(r.Duration)
 		t.Reset(due.Sub(now))

@@ -116,6 +116,10 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// Pace reports how the engine loop has kept to the timing model so far.
+// Safe to call while the server runs.
+func (s *Server) Pace() Pace { return s.loop.snapshotPace() }
+
 // Config is the server's configuration with defaults filled in.
 func (s *Server) Config() Config { return s.cfg }
 
