@@ -3,6 +3,10 @@ package harness
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -47,12 +51,12 @@ func BenchmarkCapacitySim(b *testing.B) {
 			}
 			w := capacityWorkload(b, tc.protocol, s.Model, tc.rate, tc.tokens)
 			for i := 0; i < b.N; i++ {
-				cpu0 := processCPU()
+				u0 := usage()
 				rep, recs, err := Run(context.Background(), Options{Workload: w, Target: target})
 				if err != nil {
 					b.Fatal(err)
 				}
-				reportCapacity(b, rep, recs, processCPU()-cpu0)
+				reportCapacity(b, rep, recs, usage().sub(u0))
 			}
 		})
 	}
@@ -81,10 +85,19 @@ classes: [{name: a, send_priority: false, prompt_tokens: {value: 16}, output_tok
 }
 
 // reportCapacity reports the sustained request and chunk rates, the
-// schedule lag and the CPU time per request (the whole process: harness
+// schedule lag, the CPU time per request (the whole process: harness
 // and target; warm-up requests included in the divisor as in the CPU
-// time) of one capacity run, and logs them on one line.
-func reportCapacity(b *testing.B, rep *result.Report, recs []result.Record, cpu time.Duration) {
+// time), the kernel's preemptions of the process's threads per second and
+// the time they waited for a core per second of one capacity run, and logs
+// them on one line.
+//
+// The last two are there because preemptions, not the harness's own work,
+// bound the p99 lag of long streams: a thread that the kernel takes off
+// a core while it holds one of the runtime's Ps stalls that P's goroutines
+// (and the goroutine it was about to run next) for up to a kernel time
+// slice of several milliseconds. See docs/bench.md.
+func reportCapacity(b *testing.B, rep *result.Report, recs []result.Record, u rusage) {
+	cpu := u.cpu
 	for _, r := range recs {
 		if r.Status != result.StatusOK {
 			b.Errorf("request %d: %s: %s", r.Index, r.Status, r.Error)
@@ -121,16 +134,73 @@ func reportCapacity(b *testing.B, rep *result.Report, recs []result.Record, cpu 
 	b.ReportMetric(completed, "completed-frac")
 	b.ReportMetric(rep.P99TTFTMs, "ttft-p99-ms")
 	b.ReportMetric(cpuPerReq, "cpu-us/req")
-	b.Logf("sustained %.0f req/s, %.0f chunks/s, schedule lag p50 %.3f ms p99 %.3f ms (valid %v), completed %.4f, CPU %.0f µs/request",
-		rep.AchievedRPS, chunkRate, rep.ScheduleLagMs.P50, rep.ScheduleLagMs.P99, rep.Valid, completed, cpuPerReq)
+	preempts := 0.0
+	if u.wall > 0 {
+		preempts = float64(u.involuntary) / u.wall.Seconds()
+	}
+	waitMsPerS := 0.0
+	if u.wall > 0 {
+		waitMsPerS = float64(u.runqWait.Milliseconds()) / u.wall.Seconds()
+	}
+	b.ReportMetric(preempts, "preempt/s")
+	b.ReportMetric(waitMsPerS, "runq-wait-ms/s")
+	b.Logf("sustained %.0f req/s, %.0f chunks/s, schedule lag p50 %.3f ms p99 %.3f ms (valid %v), completed %.4f, CPU %.0f µs/request, threads preempted %.0f/s and waiting for a core %.0f ms/s",
+		rep.AchievedRPS, chunkRate, rep.ScheduleLagMs.P50, rep.ScheduleLagMs.P99, rep.Valid, completed, cpuPerReq, preempts, waitMsPerS)
+}
+
+// rusage is what the process used up to a moment, or between two.
+type rusage struct {
+	wall time.Duration // monotonic time since the first call (only meaningful as a difference)
+	cpu  time.Duration // user+system CPU time of all threads
+	// involuntary counts the times the kernel took one of the process's
+	// threads off a core while it could still run (ru_nivcsw).
+	involuntary int64
+	// runqWait is the time the process's threads spent runnable but
+	// waiting for a core (the kernel's run_delay, summed over the threads
+	// alive at the moment; Linux only, zero elsewhere).
+	runqWait time.Duration
+}
+
+var usageEpoch = time.Now()
+
+// usage is what this process has used so far.
+func usage() rusage {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return rusage{
+		wall:        time.Since(usageEpoch),
+		cpu:         time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		involuntary: int64(ru.Nivcsw), //nolint:unconvert // int32 on some platforms
+		runqWait:    runqWait(),
+	}
+}
+
+// runqWait sums the run_delay field of /proc/self/task/*/schedstat.
+func runqWait() time.Duration {
+	paths, _ := filepath.Glob("/proc/self/task/*/schedstat")
+	var sum time.Duration
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			continue
+		}
+		if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
+}
+
+func (u rusage) sub(v rusage) rusage {
+	return rusage{wall: u.wall - v.wall, cpu: u.cpu - v.cpu, involuntary: u.involuntary - v.involuntary, runqWait: u.runqWait - v.runqWait}
 }
 
 // processCPU is the user+system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+func processCPU() time.Duration { return usage().cpu }
 
 // BenchmarkRequestCPU measures the CPU time (harness and sim together, the
 // whole process) per request and per chunk, which unlike the schedule lag

@@ -45,12 +45,12 @@ func BenchmarkCapacity(b *testing.B) {
 			}
 			w := capacityWorkload(b, tc.protocol, "", tc.rate, tc.tokens)
 			for i := 0; i < b.N; i++ {
-				cpu0 := processCPU()
+				u0 := usage()
 				rep, recs, err := Run(context.Background(), Options{Workload: w, Target: target})
 				if err != nil {
 					b.Fatal(err)
 				}
-				reportCapacity(b, rep, recs, processCPU()-cpu0)
+				reportCapacity(b, rep, recs, usage().sub(u0))
 			}
 		})
 	}
