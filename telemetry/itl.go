@@ -2,8 +2,8 @@ package telemetry
 
 import (
 	"context"
+	"math"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -23,6 +23,10 @@ import (
 // cumulative, buckets upper-inclusive, with count, sum, min and max.
 type itlHistogram struct {
 	bounds []float64
+	// limits[i] is the longest gap whose Seconds() is ≤ bounds[i]: a gap
+	// falls in the first bucket whose limit it does not exceed, the
+	// SDK's rule on the float value, decided on the integer one.
+	limits []time.Duration
 	start  time.Time
 
 	mu     sync.Mutex
@@ -39,26 +43,62 @@ type itlPoint struct {
 }
 
 func newITLHistogram(bounds []float64) *itlHistogram {
-	return &itlHistogram{bounds: slices.Clone(bounds), start: time.Now(), points: map[attribute.Distinct]*itlPoint{}}
+	h := &itlHistogram{bounds: slices.Clone(bounds), start: time.Now(), points: map[attribute.Distinct]*itlPoint{}}
+	for _, b := range h.bounds {
+		h.limits = append(h.limits, durationLimit(b))
+	}
+	return h
 }
 
-// record adds one request's gaps under set.
-func (h *itlHistogram) record(set attribute.Set, gaps []time.Duration) {
+// durationLimit is the longest duration d with d.Seconds() ≤ b (Seconds
+// is monotonic in d, so every shorter one qualifies too). Bounds are
+// seconds, from a millisecond to minutes: far inside int64 nanoseconds.
+func durationLimit(b float64) time.Duration {
+	d := time.Duration(math.Floor(b * float64(time.Second)))
+	for d.Seconds() > b {
+		d--
+	}
+	for (d + 1).Seconds() <= b {
+		d++
+	}
+	return d
+}
+
+// bucket is the index of the first limit ≥ g, len(limits) when none is.
+func bucket(limits []time.Duration, g time.Duration) int {
+	lo, hi := 0, len(limits)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if limits[mid] < g {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// record adds one request's gaps under s's label set. The point is
+// looked up once per series and kept in it.
+func (h *itlHistogram) record(s *series, gaps []time.Duration) {
 	if len(gaps) == 0 {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	p := h.points[set.Equivalent()]
+	p := s.itl
 	if p == nil {
-		p = &itlPoint{set: set, counts: make([]uint64, len(h.bounds)+1)}
-		h.points[set.Equivalent()] = p
-		h.order = append(h.order, p)
+		p = h.points[s.set.Equivalent()]
+		if p == nil {
+			p = &itlPoint{set: s.set, counts: make([]uint64, len(h.bounds)+1)}
+			h.points[s.set.Equivalent()] = p
+			h.order = append(h.order, p)
+		}
+		s.itl = p
 	}
 	for _, g := range gaps {
 		v := g.Seconds()
-		// The SDK's rule: the first bucket whose upper bound is ≥ v.
-		p.counts[sort.SearchFloat64s(h.bounds, v)]++
+		p.counts[bucket(h.limits, g)]++
 		if p.count == 0 || v < p.min {
 			p.min = v
 		}

@@ -2,6 +2,8 @@ package telemetry
 
 import (
 	"context"
+	"math"
+	"sort"
 	"testing"
 	"time"
 
@@ -84,5 +86,27 @@ func BenchmarkRecordLong(b *testing.B) {
 				tc.rec.Record(obs, "interactive", "llama")
 			}
 		})
+	}
+}
+
+// TestBucketMatchesFloatSearch checks the integer bucket search against
+// the SDK's rule on the float value (the first bound ≥ the gap's
+// seconds) at and around every bound and on a spread of other gaps.
+func TestBucketMatchesFloatSearch(t *testing.T) {
+	h := newITLHistogram(BucketsTPOT)
+	var gaps []time.Duration
+	for _, l := range h.limits {
+		for d := -3; d <= 3; d++ {
+			gaps = append(gaps, l+time.Duration(d))
+		}
+	}
+	for g := time.Duration(0); g < 4*time.Second; g = g*5/4 + 7 {
+		gaps = append(gaps, g)
+	}
+	gaps = append(gaps, -time.Millisecond, time.Duration(math.MaxInt64))
+	for _, g := range gaps {
+		if got, want := bucket(h.limits, g), sort.SearchFloat64s(h.bounds, g.Seconds()); got != want {
+			t.Errorf("gap %d ns (%v s): bucket %d, float search %d", int64(g), g.Seconds(), got, want)
+		}
 	}
 }

@@ -95,7 +95,7 @@ type Recorder struct {
 
 	mu     sync.Mutex
 	models map[string]struct{}
-	sets   map[labelKey]attribute.Set
+	series map[labelKey]*series
 }
 
 type labelKey struct{ class, model string }
@@ -123,7 +123,7 @@ func newRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts Recorder
 		slos:      map[string]filter.Class{},
 		maxModels: opts.MaxModels,
 		models:    map[string]struct{}{},
-		sets:      map[labelKey]attribute.Set{},
+		series:    map[labelKey]*series{},
 	}
 	if r.maxModels <= 0 {
 		r.maxModels = DefaultMaxModels
@@ -168,11 +168,14 @@ func newRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts Recorder
 	return r, nil
 }
 
-// labels returns the (cached) attribute set for class and model, folding
-// models beyond the cap into OtherModel.
-func (r *Recorder) labels(class, model string) attribute.Set {
+// labels returns the cached series of class and model, folding models
+// beyond the cap into OtherModel.
+func (r *Recorder) labels(class, model string) *series {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if s := r.series[labelKey{class, model}]; s != nil {
+		return s // model is known (or is OtherModel itself)
+	}
 	if _, ok := r.models[model]; !ok {
 		if len(r.models) >= r.maxModels {
 			model = OtherModel
@@ -181,10 +184,10 @@ func (r *Recorder) labels(class, model string) attribute.Set {
 		}
 	}
 	k := labelKey{class, model}
-	s, ok := r.sets[k]
-	if !ok {
-		s = attribute.NewSet(AttrClass.String(class), AttrModel.String(model))
-		r.sets[k] = s
+	s := r.series[k]
+	if s == nil {
+		s = newSeries(class, model, r.slos[class])
+		r.series[k] = s
 	}
 	return s
 }
@@ -216,70 +219,62 @@ func JudgeSLO(obs *filter.Observation, c filter.Class) SLOResult {
 }
 
 // Record records one finished request's metrics under class and model.
+// Every attribute set it records under is built once per (class, model)
+// and kept (see series): building and hashing a set per measurement was
+// most of a request's recording cost.
 func (r *Recorder) Record(obs filter.Observation, class, model string) {
 	ctx := context.Background()
-	set := r.labels(class, model)
-	model = modelOf(set)
-	attrs := metric.WithAttributeSet(set)
+	s := r.labels(class, model)
 	if !obs.Admitted.IsZero() {
-		r.queue.Record(ctx, obs.QueueTime.Seconds(), attrs)
+		r.queue.Record(ctx, obs.QueueTime.Seconds(), s.base...)
 	}
 	if obs.HasTTFT {
-		r.ttft.Record(ctx, obs.TTFT.Seconds(), attrs)
+		r.ttft.Record(ctx, obs.TTFT.Seconds(), s.base...)
 		if !obs.UpstreamSent.IsZero() {
-			r.upTTFT.Record(ctx, obs.UpstreamTTFT.Seconds(), attrs)
+			r.upTTFT.Record(ctx, obs.UpstreamTTFT.Seconds(), s.base...)
 		}
-		r.steps.Record(ctx, int64(obs.DecodeSteps), attrs)
+		r.steps.Record(ctx, int64(obs.DecodeSteps), s.base...)
 	}
 	if obs.HasTPOT {
-		r.tpot.Record(ctx, obs.TPOT.Seconds(), attrs)
+		r.tpot.Record(ctx, obs.TPOT.Seconds(), s.base...)
 	}
 	if r.itlAgg != nil {
-		r.itlAgg.record(set, obs.ITL.Samples)
+		r.itlAgg.record(s, obs.ITL.Samples)
 	} else {
 		for _, gap := range obs.ITL.Samples {
-			r.itl.Record(ctx, gap.Seconds(), attrs)
+			r.itl.Record(ctx, gap.Seconds(), s.base...)
 		}
 	}
 	if obs.PromptTokens > 0 {
-		r.tokens.Record(ctx, int64(obs.PromptTokens), metric.WithAttributes(AttrClass.String(class), AttrModel.String(model), AttrTokenType.String("input")))
+		r.tokens.Record(ctx, int64(obs.PromptTokens), s.input...)
 	}
 	if obs.OutputTokens > 0 || obs.OK() {
-		r.tokens.Record(ctx, int64(obs.OutputTokens), metric.WithAttributes(AttrClass.String(class), AttrModel.String(model), AttrTokenType.String("output")))
+		r.tokens.Record(ctx, int64(obs.OutputTokens), s.output...)
 	}
-	slo := JudgeSLO(&obs, r.slos[class])
-	errType := obs.ErrorKind.String()
+	slo := JudgeSLO(&obs, s.slo)
+	kind := errorIndex(obs.ErrorKind)
 	if obs.E2E > 0 {
-		if errType != "" {
-			r.duration.Record(ctx, obs.E2E.Seconds(), metric.WithAttributes(AttrClass.String(class), AttrModel.String(model), AttrErrorType.String(errType)))
-		} else {
-			r.duration.Record(ctx, obs.E2E.Seconds(), attrs)
-		}
+		r.duration.Record(ctx, obs.E2E.Seconds(), s.duration[kind]...)
 	}
-	outcome := errType
-	if outcome == "" {
-		outcome = "ok"
+	met := 0
+	if slo.Met {
+		met = 1
 	}
-	r.requests.Add(ctx, 1, metric.WithAttributes(AttrClass.String(class), AttrModel.String(model),
-		attribute.String("llmesh.outcome", outcome), AttrSLOMet.Bool(slo.Met)))
-	for _, v := range [...]struct {
-		hit  bool
-		name string
-	}{{slo.TTFTMissed, "ttft"}, {slo.TPOTMissed, "tpot"}, {slo.Failed, "failed"}} {
-		if v.hit {
-			r.violations.Add(ctx, 1, metric.WithAttributes(AttrClass.String(class), AttrModel.String(model), AttrSLO.String(v.name)))
-		}
+	r.requests.Add(ctx, 1, s.requests[kind][met]...)
+	if slo.TTFTMissed {
+		r.violations.Add(ctx, 1, s.violations[sloTTFT]...)
 	}
-}
-
-func modelOf(s attribute.Set) string {
-	v, _ := s.Value(AttrModel)
-	return v.AsString()
+	if slo.TPOTMissed {
+		r.violations.Add(ctx, 1, s.violations[sloTPOT]...)
+	}
+	if slo.Failed {
+		r.violations.Add(ctx, 1, s.violations[sloFailed]...)
+	}
 }
 
 // Preempted counts one preemption of a request of class and model.
 func (r *Recorder) Preempted(class, model string) {
-	r.preemptions.Add(context.Background(), 1, metric.WithAttributeSet(r.labels(class, model)))
+	r.preemptions.Add(context.Background(), 1, r.labels(class, model).baseAdd...)
 }
 
 // Relocated counts one relocated prompt of n bytes; protocol is "grpc" or
