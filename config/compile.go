@@ -1,7 +1,9 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"regexp"
@@ -317,7 +319,9 @@ func (b *builder) pools(m *Mesh) {
 			MaxInflight:       src.Capacity.MaxInflight,
 			MaxInflightTokens: src.Capacity.MaxInflightTokens,
 			Scheduler:         b.scheduler(join(p, "scheduler"), src.Scheduler),
+			EnginePriority:    cmp.Or(src.EnginePriority, EnginePriorityStrip),
 		}
+		b.enginePriority(join(p, "engine_priority"), src.EnginePriority, m.Classes)
 		if src.Protocol != ProtocolOpenAI && src.Protocol != ProtocolGRPC {
 			b.c.add(join(p, "protocol"), 0, "%q must be %q or %q", src.Protocol, ProtocolOpenAI, ProtocolGRPC)
 		}
@@ -353,6 +357,24 @@ func (b *builder) pools(m *Mesh) {
 			b.cfg.pools[src.Name] = pool
 		}
 		b.cfg.Pools = append(b.cfg.Pools, pool)
+	}
+}
+
+// enginePriority checks a pool's engine_priority. With "class" every
+// class's priority is written into requests, so it must fit the engine's
+// field (llm.v1 GenerateRequest.priority is an int32).
+func (b *builder) enginePriority(path, v string, classes []ClassSpec) {
+	switch v {
+	case "", EnginePriorityStrip:
+	case EnginePriorityClass:
+		for i, c := range classes {
+			if c.Priority < math.MinInt32 || c.Priority > math.MaxInt32 {
+				b.c.add(path, 0, "%q writes class priorities into an int32 engine field; classes[%d].priority = %d is out of range",
+					v, i, c.Priority)
+			}
+		}
+	default:
+		b.c.add(path, 0, "%q must be %q or %q", v, EnginePriorityStrip, EnginePriorityClass)
 	}
 }
 

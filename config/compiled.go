@@ -142,6 +142,16 @@ type Pool struct {
 	Scheduler SchedulerConfig
 	// Experiment is the experiment on this pool, or nil.
 	Experiment *Experiment
+	// EnginePriority is EnginePriorityStrip or EnginePriorityClass: what
+	// hosts write into the engine priority of a request whose source is
+	// not trusted for priority (PoolSpec.EnginePriority).
+	EnginePriority string
+}
+
+// ClassEnginePriority reports whether requests to p carry their class's
+// priority to the engine (engine_priority: class).
+func (p *Pool) ClassEnginePriority() bool {
+	return p != nil && p.EnginePriority == EnginePriorityClass
 }
 
 // MetricsSource is an engine /metrics scrape.

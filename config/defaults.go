@@ -32,6 +32,8 @@ const (
 	CompressedRefuse        = "refuse"
 	ProtocolOpenAI          = "openai"
 	ProtocolGRPC            = "grpc"
+	EnginePriorityStrip     = "strip"
+	EnginePriorityClass     = "class"
 	FailOpen                = "fail_open"
 	FailClosed              = "fail_closed"
 )
@@ -75,6 +77,9 @@ func ApplyDefaults(m *Mesh) {
 		p := &m.Pools[i]
 		if p.ConnectTimeout == "" {
 			p.ConnectTimeout = DefaultConnectTimeout
+		}
+		if p.EnginePriority == "" {
+			p.EnginePriority = EnginePriorityStrip
 		}
 		if p.Capacity.MaxInflight == 0 {
 			p.Capacity.MaxInflight = DefaultMaxInflight

@@ -23,6 +23,7 @@ func FuzzLoad(f *testing.F) {
 		"a: &a [*a]",
 		"experiments: [{name: e, pool: p, arms: [{name: a, weight: 1}], active: a}]",
 		"relocation: {grpc: [{metadata: x, field: 3}], http: [{header: x}]}",
+		"pools: [{name: p, protocol: grpc, endpoints: ['h:1'], engine_priority: class}]\nclasses: [{name: a, priority: 3000000000}]",
 		"classification: {priority_header: {name: x, trusted_sources: ['::1', 10.0.0.0/8]}}",
 		`{"pools": [{"name": "p", "protocol": "openai", "endpoints": ["[::1]:80"]}]}`,
 	} {

@@ -81,6 +81,15 @@ type PoolSpec struct {
 	Capacity CapacitySpec `yaml:"capacity,omitempty"`
 	// Scheduler is the pool's scheduling policy and parameters.
 	Scheduler SchedulerSpec `yaml:"scheduler,omitempty"`
+	// EnginePriority is what the hosts write into the engine priority of a
+	// request from a source not trusted for priority (OpenAI body
+	// "priority", llm.v1 GenerateRequest.priority): "strip" removes it, so
+	// the engine applies its default (safe with every engine); "class"
+	// replaces it with the priority of the request's class, for engines
+	// that order their own waiting queue by it (vLLM --scheduling-policy
+	// priority). A trusted source's value passes either way. Default
+	// "strip".
+	EnginePriority string `yaml:"engine_priority,omitempty"`
 }
 
 // CapacitySpec bounds the pool's in-flight work.
