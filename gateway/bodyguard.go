@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -24,6 +25,11 @@ import (
 // 413 / RESOURCE_EXHAUSTED past max_request_bytes once decompressed) and
 // ok is false: the response has been written. Bodies of other content
 // types and other gRPC methods pass as they are.
+//
+// For a pool with ClassPriority, untrusted requests get their class's
+// priority written instead (filter.PrioritySet): the class is decided here
+// as the handler decides it, from the route and the body's model, so that
+// an engine scheduling by priority orders its queue by the mesh's classes.
 func (g *Gateway) guardPriority(w http.ResponseWriter, r *http.Request, rt *compiled, body []byte, grpcReq bool) (out []byte, ok bool) {
 	if len(body) == 0 {
 		return body, true
@@ -38,6 +44,9 @@ func (g *Gateway) guardPriority(w http.ResponseWriter, r *http.Request, rt *comp
 	p := g.classifier.Load().BodyPriority(peer.Addr().Unmap(), r.Header)
 	if p.Mode == filter.PriorityKeep {
 		return body, true
+	}
+	if pool, routeClass, ok := rt.guardRoute(r.URL.Path, r.Header.Get, grpcReq); ok && pool.ClassPriority {
+		p = filter.EnginePriority{Mode: filter.PrioritySet, Value: g.classPriority(r, routeClass, body, grpcReq)}
 	}
 	var err error
 	if grpcReq {
@@ -60,4 +69,48 @@ func (g *Gateway) guardPriority(w http.ResponseWriter, r *http.Request, rt *comp
 	}
 	g.fail(w, grpcReq, http.StatusBadRequest, "bad_request", codes.InvalidArgument, err.Error(), 0)
 	return nil, false
+}
+
+// guardRoute is match without the experiment draw: the pool the route
+// names (an experiment's arm pools follow it) and the route's class.
+func (c *compiled) guardRoute(path string, header func(string) string, isGRPC bool) (pool *compiledPool, class string, ok bool) {
+	for _, r := range c.routes {
+		if (!r.AnyProtocol && r.GRPC != isGRPC) || !strings.HasPrefix(path, r.PathPrefix) {
+			continue
+		}
+		if headersMatch(r.Headers, header) {
+			return c.pools[r.Pool], r.Class, true
+		}
+	}
+	if isGRPC {
+		return c.grpcPool, "", c.grpcPool != nil
+	}
+	return c.httpPool, "", c.httpPool != nil
+}
+
+func headersMatch(want map[string]string, header func(string) string) bool {
+	for k, v := range want {
+		if header(k) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// classPriority is the priority of the class the handler will give the
+// request (the default class when the classifier knows no other); 0, the
+// engine's default, without a classifier.
+func (g *Gateway) classPriority(r *http.Request, routeClass string, body []byte, grpcReq bool) int32 {
+	c := g.classifier.Load()
+	if c == nil {
+		return 0
+	}
+	name := g.classify(r, routeClass, parseRequestMeta(r.URL.Path, body, grpcReq).model)
+	cl, ok := c.Class(name)
+	if !ok {
+		cl = c.Default()
+	}
+	// The mesh config keeps class priorities within int32 for such pools;
+	// a hand-built classifier is clamped.
+	return int32(min(max(cl.Priority, math.MinInt32), math.MaxInt32))
 }

@@ -34,6 +34,13 @@ type Pool struct {
 	// upstream. By default the gateway asks for identity: a gzipped stream
 	// could only be counted, not observed (no TTFT, tokens or usage).
 	PassAcceptEncoding bool
+	// ClassPriority writes the request's class priority into the engine
+	// priority of its body (OpenAI "priority", llm.v1
+	// GenerateRequest.priority) unless the source is trusted for priority,
+	// for engines that schedule by it (config engine_priority: class);
+	// false removes the client's value instead. An experiment's arm pools
+	// follow the pool its route names.
+	ClassPriority bool
 	// Experiment and Arm name the experiment arm this pool carries (see
 	// Route.Experiment); both are empty for an ordinary pool. Requests
 	// routed to an arm pool answer with the ArmHeader response header, and

@@ -41,7 +41,7 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 			proto = GRPC
 		}
 		up := "http://" + net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))
-		cfg.Pools = append(cfg.Pools, Pool{Name: p.Name, Protocol: proto, Upstream: up})
+		cfg.Pools = append(cfg.Pools, Pool{Name: p.Name, Protocol: proto, Upstream: up, ClassPriority: p.ClassEnginePriority()})
 		if e := p.Experiment; e != nil {
 			// Each arm is a pool of its own, as control builds it for
 			// Envoy: same upstream and capacity, the arm's scheduler.
@@ -50,7 +50,8 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 				if c.Pool(name) != nil {
 					return Config{}, fmt.Errorf("experiments: %q arm %q needs pool name %q, which is already taken", e.Name, a.Name, name)
 				}
-				cfg.Pools = append(cfg.Pools, Pool{Name: name, Protocol: proto, Upstream: up, Experiment: e.Name, Arm: a.Name})
+				cfg.Pools = append(cfg.Pools, Pool{Name: name, Protocol: proto, Upstream: up, Experiment: e.Name, Arm: a.Name,
+					ClassPriority: p.ClassEnginePriority()})
 			}
 		}
 	}
