@@ -3,6 +3,7 @@ package envoy
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
@@ -28,6 +29,12 @@ import (
 // rewritten with the last chunk. Stripping keeps a JSON body's length, so
 // its headers go upstream untouched; an llm.v1 request loses its
 // content-length, if it had one, in DecodeHeaders.
+//
+// For a pool with engine_priority: class the guard writes the request's
+// class priority instead (filter.PrioritySet), the class as decided once
+// the body is read (classification rules may match its model). That
+// changes the body's length, so a JSON request also loses its
+// content-length in DecodeHeaders and Envoy frames what it forwards.
 
 // guardKind says which body a request's guard rewrites.
 type guardKind uint8
@@ -61,11 +68,17 @@ func (f *streamFilter) planPriorityGuard(h api.RequestHeaderMap, hv headers, ct 
 		f.guard = guardNone
 		return false, 0
 	}
+	if f.pool.ClassEnginePriority() {
+		f.guardMode.Mode = filter.PrioritySet // the value once the class is final
+	}
 	if f.guard == guardJSON {
 		if ce, _ := h.Get("content-encoding"); strings.TrimSpace(ce) != "" && !strings.EqualFold(strings.TrimSpace(ce), "identity") {
 			f.guard = guardNone
 			return true, f.priorityRefused(f.cb.DecoderFilterCallbacks(), localReply{http: 415, grpc: grpcInvalidArgument,
 				body: "content-encoding " + ce + ": a compressed JSON body cannot be checked for a client-set priority", details: "llmesh_priority_body"})
+		}
+		if f.guardMode.Mode == filter.PrioritySet {
+			h.Del("content-length") // the body grows or shrinks
 		}
 		return false, 0
 	}
@@ -129,11 +142,18 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 	if err != nil {
 		return f.relocationFailed(dcb, err)
 	}
+	if f.sizing {
+		f.readBody(body) // the model may decide the class, and so the priority
+	}
+	mode := f.guardMode
+	if mode.Mode == filter.PrioritySet {
+		mode.Value = classPriority(f.class)
+	}
 	var changed bool
 	if kind == guardGRPC {
-		body, changed, err = filter.RewriteGRPCPriority(body, f.grpcEnc, limit-5, filter.LLMv1PriorityField, f.guardMode)
+		body, changed, err = filter.RewriteGRPCPriority(body, f.grpcEnc, limit-5, filter.LLMv1PriorityField, mode)
 	} else {
-		body, changed, err = filter.RewriteJSONPriority(body, f.guardMode)
+		body, changed, err = filter.RewriteJSONPriority(body, mode)
 	}
 	if err != nil {
 		r := localReply{http: 400, grpc: grpcInvalidArgument, body: err.Error(), details: "llmesh_priority_body"}
@@ -144,7 +164,11 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 		return f.priorityRefused(dcb, r)
 	}
 	if changed {
-		f.m.priorityStripped.Increment(1)
+		if mode.Mode == filter.PrioritySet {
+			f.m.prioritySet.Increment(1)
+		} else {
+			f.m.priorityStripped.Increment(1)
+		}
 	}
 	if changed || collected {
 		if err := b.Set(body); err != nil {
@@ -154,11 +178,14 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 	if !admitNow {
 		return api.Continue
 	}
-	if f.sizing {
-		f.readBody(body)
-	}
 	f.reqHV = headers{}
 	return f.admit()
+}
+
+// classPriority is the engine priority written for class c. The mesh
+// config keeps class priorities within int32 for pools that write them.
+func classPriority(c filter.Class) int32 {
+	return int32(min(max(c.Priority, math.MinInt32), math.MaxInt32))
 }
 
 func (f *streamFilter) priorityRefused(cb api.FilterProcessCallbacks, r localReply) api.StatusType {

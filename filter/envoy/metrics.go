@@ -24,17 +24,19 @@ const (
 )
 
 // Engine priority guard stats: request bodies whose client-set engine
-// priority was removed (untrusted source), and those refused because they
-// could not be checked.
+// priority was removed (untrusted source), those given their class's
+// priority (a pool with engine_priority: class), and those refused because
+// they could not be checked.
 const (
 	StatPriorityStripped = "llmesh.priority_stripped"
+	StatPrioritySet      = "llmesh.priority_set"
 	StatPriorityRefused  = "llmesh.priority_refused"
 )
 
 type metrics struct {
 	requests, admitted, queueFull, rejected, unavailable, cancelledQueued,
 	preempted, relocated, relocationErrors, observeErrors, panics,
-	routeConfigErrors, completed, failed, priorityStripped, priorityRefused api.CounterMetric
+	routeConfigErrors, completed, failed, priorityStripped, prioritySet, priorityRefused api.CounterMetric
 	queued, inflight api.GaugeMetric
 }
 
@@ -56,6 +58,7 @@ func defineMetrics(cb api.ConfigCallbacks) *metrics {
 		completed:         c(StatCompleted),
 		failed:            c(StatFailed),
 		priorityStripped:  c(StatPriorityStripped),
+		prioritySet:       c(StatPrioritySet),
 		priorityRefused:   c(StatPriorityRefused),
 		queued:            cb.DefineGaugeMetric(GaugeQueued),
 		inflight:          cb.DefineGaugeMetric(GaugeInflight),

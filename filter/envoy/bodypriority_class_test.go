@@ -1,0 +1,137 @@
+package envoy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/sim"
+	"github.com/llmesh/llmesh/sim/simtest"
+)
+
+// classMesh: one pool with engine_priority: class; classes gold -5 and
+// bulk 7 (the default); the fake's peer is not trusted for priority, the
+// marker x-mesh-trusted: s3cret makes a request trusted. rules, when not
+// empty, is a classification rules array.
+func classMesh(protocol, rules string) string {
+	return `{
+	"pools": [{"name": "sim", "protocol": "` + protocol + `", "endpoints": ["127.0.0.1:9"], "capacity": {"max_inflight": 4},
+	           "engine_priority": "class"}],
+	"classes": [{"name": "gold", "priority": -5}, {"name": "bulk", "priority": 7}],
+	"default_class": "bulk",
+	"classification": {"rules": ` + rules + `, "priority_header": {"name": "x-llmesh-class", "trusted_sources": ["10.0.0.0/8"],
+	                   "trusted_marker": {"header": "x-mesh-trusted", "value": "s3cret"}}}
+}`
+}
+
+// TestEnginePriorityClassThroughSim: for a pool with engine_priority:
+// class, the adapter writes the request's class priority into what the
+// real sim (scheduling by priority) receives, replacing or adding the
+// top-level "priority" of an untrusted request, streaming and not; the
+// class is the one decided after the body is read when a rule matches the
+// model; the body's length changes, so the request loses its
+// content-length; a trusted request passes byte for byte.
+func TestEnginePriorityClassThroughSim(t *testing.T) {
+	s := simtest.Start(t, simtest.WithEngine(sim.Config{Policy: sim.Priority}))
+	c := &http.Client{Timeout: time.Minute}
+	defer c.CloseIdleConnections()
+	eng := startRecordingEngine(t, s.HTTPURL, false)
+	byHeaders := newHarness(t, `{"mesh": `+classMesh("openai", "[]")+`}`, true)
+	byModel := newHarness(t, `{"mesh": `+classMesh("openai", `[{"model": "`+s.Model+`", "class": "gold"}]`)+`}`, true)
+	var set uint64
+	for _, tc := range []struct {
+		name    string
+		h       *harness
+		headers []string
+		sent    string // the client's priority member, "" for none
+		want    string // the engine's top-level priority, "" for the body as sent
+		class   string
+	}{
+		{"untrusted, class from headers", byHeaders, []string{"x-llmesh-class", "gold"}, `,"priority":-100,"priorit\u0079":-200`, "7", "bulk"},
+		{"untrusted, no priority", byHeaders, nil, "", "7", "bulk"},
+		{"untrusted, class from the model", byModel, nil, `,"priority":-100`, "-5", "gold"},
+		{"trusted marker", byHeaders, []string{"x-mesh-trusted", "s3cret", "x-llmesh-class", "gold"}, `,"priority":-100`, "", "gold"},
+	} {
+		for _, stream := range []bool{false, true} {
+			body := `{"model":"` + s.Model + `","prompt":"hi","max_tokens":4,"stream":` + jsonBool(stream) + tc.sent + `}`
+			reqH := sseRequest(append([]string{"content-length", strconv.Itoa(len(body))}, tc.headers...)...)
+			st := proxy(t, tc.h, c, eng.URL+"/v1/completions", reqH, []byte(body))
+			got := eng.take()
+			if len(got) != 1 {
+				t.Fatalf("%s stream=%v: engine received %d requests", tc.name, stream, len(got))
+			}
+			_, hasLen := reqH.Snapshot()["content-length"]
+			md := st.Metadata(MetadataNamespace)
+			want(t, tc.name+" class", md["class"], tc.class)
+			want(t, tc.name+" output_tokens", md["output_tokens"], 4)
+			if _, bad := md["error"]; bad {
+				t.Errorf("%s stream=%v: error = %v", tc.name, stream, md["error"])
+			}
+			if tc.want == "" {
+				if string(got[0]) != body || !hasLen {
+					t.Errorf("%s stream=%v: trusted body changed (content-length kept: %v):\nsent %s\ngot  %s", tc.name, stream, hasLen, body, got[0])
+				}
+				continue
+			}
+			set++
+			m := topLevel(t, got[0])
+			if string(m["priority"]) != tc.want || string(m["prompt"]) != `"hi"` || string(m["max_tokens"]) != "4" {
+				t.Errorf("%s stream=%v: engine received %s, want priority %s", tc.name, stream, got[0], tc.want)
+			}
+			var dup map[string]any
+			if err := json.Unmarshal(got[0], &dup); err != nil || len(dup) != len(m) {
+				t.Errorf("%s stream=%v: %s", tc.name, stream, got[0])
+			}
+			if hasLen {
+				t.Errorf("%s stream=%v: content-length %v kept on a rewritten body", tc.name, stream, reqH.Snapshot()["content-length"])
+			}
+		}
+	}
+	want(t, StatPrioritySet, byHeaders.counter(StatPrioritySet)+byModel.counter(StatPrioritySet), set)
+	want(t, StatPriorityStripped, byHeaders.counter(StatPriorityStripped)+byModel.counter(StatPriorityStripped), 0)
+}
+
+// TestEnginePriorityClassGRPC: an untrusted llm.v1 request reaches the sim
+// with its class's priority (set or not by the client); a trusted one with
+// the client's.
+func TestEnginePriorityClassGRPC(t *testing.T) {
+	s := simtest.Start(t, simtest.WithEngine(sim.Config{Policy: sim.Priority}))
+	h := newHarness(t, `{"mesh": `+classMesh("grpc", "[]")+`}`, true)
+	eng := startRecordingEngine(t, "http://"+s.GRPCAddr, true)
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Protocols: &protos}}
+	defer c.CloseIdleConnections()
+	for _, tc := range []struct {
+		name       string
+		headers    []string
+		sent, want int32
+	}{
+		{"untrusted", []string{"x-llmesh-class", "gold"}, -100, 7},
+		{"untrusted, no priority", nil, 0, 7},
+		{"trusted marker", []string{"x-mesh-trusted", "s3cret"}, 3, 3},
+	} {
+		req := grpcFrame(t, &llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 6, Priority: tc.sent,
+			Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
+		st := proxy(t, h, c, eng.URL+filter.LLMv1GenerateMethod, grpcRequest(tc.headers...), req)
+		got := eng.take()
+		if len(got) != 1 || len(got[0]) < 5 {
+			t.Fatalf("%s: engine received %d requests", tc.name, len(got))
+		}
+		var r llmv1.GenerateRequest
+		if err := proto.Unmarshal(got[0][5:], &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.GetPriority() != tc.want || r.GetPrompt() != "hi" || r.GetMaxTokens() != 6 {
+			t.Errorf("%s: engine received %v, want priority %d", tc.name, &r, tc.want)
+		}
+		want(t, tc.name+" output_tokens", st.Metadata(MetadataNamespace)["output_tokens"], 6)
+	}
+	want(t, StatPrioritySet, h.counter(StatPrioritySet), 2)
+}
