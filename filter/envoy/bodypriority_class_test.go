@@ -1,16 +1,20 @@
 package envoy
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/filter/filtertest"
 	"github.com/llmesh/llmesh/sim"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
@@ -134,4 +138,53 @@ func TestEnginePriorityClassGRPC(t *testing.T) {
 		want(t, tc.name+" output_tokens", st.Metadata(MetadataNamespace)["output_tokens"], 6)
 	}
 	want(t, StatPrioritySet, h.counter(StatPrioritySet), 2)
+}
+
+// FuzzGuardedBodyClass: arbitrary JSON bodies from an untrusted peer to a
+// pool with engine_priority: class, in two chunks cut anywhere, never
+// panic or break an SDK rule; either the body is refused with 400 before
+// anything goes upstream, or what goes upstream is exactly the core's
+// rewrite with the default class's priority.
+func FuzzGuardedBodyClass(f *testing.F) {
+	for i, s := range []string{
+		`{"model":"m","priority":-100}`, `{"priority":1,"priority":2}`, `{"a":{"priority":1}}`, `{}`, `[1]`, ``,
+		`{"priority":NaN}`, `{"priorit\u0079":3}`, "\xef\xbb\xbf{\"priority\":1}", ` { "a" : 1 } `,
+	} {
+		f.Add([]byte(s), uint16(i*3))
+	}
+	h := newHarness(f, `{"mesh": `+classMesh("openai", "[]")+`}`, false)
+	f.Fuzz(func(t *testing.T, body []byte, cut uint16) {
+		s := h.stream(filtertest.Options{})
+		reqH := sseRequest("content-length", strconv.Itoa(len(body)))
+		if r := s.DecodeHeaders(reqH, false); r.Status != api.Continue {
+			t.Fatalf("DecodeHeaders: %+v", r)
+		}
+		if _, ok := reqH.Snapshot()["content-length"]; ok {
+			t.Fatal("content-length kept for a body that will be rewritten")
+		}
+		last := body
+		if int(cut) < len(body) {
+			if r := s.DecodeData(body[:cut], false); r.Status != api.StopNoBuffer {
+				t.Fatalf("DecodeData 1: %+v", r)
+			}
+			last = body[cut:]
+		}
+		r := s.DecodeData(last, true)
+		want, _, err := filter.RewriteJSONPriority(body, filter.EnginePriority{Mode: filter.PrioritySet, Value: 7})
+		switch {
+		case err != nil:
+			if r.Status != api.LocalReply || s.Reply() == nil || s.Reply().Code != 400 || !errors.Is(err, filter.ErrPriorityBody) {
+				t.Fatalf("refused body: %+v", r)
+			}
+			if len(s.Upstream()) != 0 {
+				t.Fatal("a refused body went upstream")
+			}
+		case r.Status != api.Continue:
+			t.Fatalf("DecodeData: %+v", r)
+		case !bytes.Equal(s.Upstream(), want):
+			t.Fatalf("upstream %q, want %q", s.Upstream(), want)
+		}
+		s.Complete()
+		noViolations(t, s)
+	})
 }
