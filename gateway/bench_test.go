@@ -10,12 +10,17 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/llmesh/llmesh/sim/simtest"
 	"github.com/llmesh/llmesh/telemetry"
@@ -89,17 +94,62 @@ func generalScanGateway(tb testing.TB, upstream string) string {
 
 // telemetryGateway starts a gateway that records every request into
 // OpenTelemetry metrics with the Prometheus exporter, as `llmesh gateway`
-// does.
-func telemetryGateway(tb testing.TB, upstream string) string {
+// does. The returned timer holds how long each request's recording took.
+func telemetryGateway(tb testing.TB, upstream string) (string, *recordTimer) {
 	tb.Helper()
 	tele, err := telemetry.New(context.Background(), telemetry.Options{Prometheus: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = tele.Shutdown(context.Background()) })
-	_, gw := startGateway(tb, Config{Pools: []Pool{{Name: "p", Upstream: upstream}}},
-		WithRecorder(TelemetryRecorder(tele.Recorder)))
-	return gw
+	rt := &recordTimer{next: TelemetryRecorder(tele.Recorder)}
+	_, gw := startGateway(tb, Config{Pools: []Pool{{Name: "p", Upstream: upstream}}}, WithRecorder(rt))
+	return gw, rt
+}
+
+// recordTimer times each Record of next in CPU time of the calling
+// thread: the telemetry cost of one request measured where the gateway
+// pays it, between requests whose streaming has evicted the recorder's
+// state from the CPU caches. (Wall time would also count the next
+// request's work on the other core's goroutines.)
+type recordTimer struct {
+	next Recorder
+	mu   sync.Mutex
+	took []time.Duration
+}
+
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	return time.Duration(ts.Nano())
+}
+
+func (t *recordTimer) Record(r Record) {
+	runtime.LockOSThread() // the two clock reads on one thread
+	start := threadCPU()
+	t.next.Record(r)
+	d := threadCPU() - start
+	runtime.UnlockOSThread()
+	t.mu.Lock()
+	t.took = append(t.took, d)
+	t.mu.Unlock()
+}
+
+func (t *recordTimer) reset() {
+	t.mu.Lock()
+	t.took = t.took[:0]
+	t.mu.Unlock()
+}
+
+// median is the median recording time so far.
+func (t *recordTimer) median() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.took) == 0 {
+		return 0
+	}
+	p50, _ := percentiles(slices.Clone(t.took))
+	return p50
 }
 
 // BenchmarkProxyCPUPerChunk streams 256-chunk SSE responses directly, via
@@ -119,7 +169,7 @@ func BenchmarkProxyCPUPerChunk(b *testing.B) {
 	plain := plainProxy(b, up.URL)
 	_, gw := startGateway(b, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}})
 	general := generalScanGateway(b, up.URL)
-	tele := telemetryGateway(b, up.URL)
+	tele, timer := telemetryGateway(b, up.URL)
 	names := []string{"direct", "plain", "gateway", "gateway-general", "gateway-telemetry"}
 	paths := []string{up.URL, plain, gw, general, tele}
 	for _, p := range paths { // warm connections
@@ -129,6 +179,10 @@ func BenchmarkProxyCPUPerChunk(b *testing.B) {
 	// over[j] holds, per round, path j's CPU minus the direct path's in
 	// the same round: what the proxy cost on that round's 256 chunks.
 	var over [5][]time.Duration
+	// teleOver holds, per round, the telemetry arm's CPU minus the
+	// gateway arm's: what recording cost, paired within the round.
+	var teleOver []time.Duration
+	timer.reset()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		var round [5]time.Duration
@@ -142,8 +196,17 @@ func BenchmarkProxyCPUPerChunk(b *testing.B) {
 		for j := 1; j < len(paths); j++ {
 			over[j] = append(over[j], round[j]-round[0])
 		}
+		teleOver = append(teleOver, round[4]-round[2])
 	}
 	b.StopTimer()
+	// Telemetry's own cost per chunk, two ways: the median paired
+	// difference of the two gateway arms' CPU, and the median thread CPU
+	// time of the Record call itself (per request, and spread over its
+	// chunks).
+	teleMed, _ := percentiles(teleOver)
+	b.ReportMetric(float64(teleMed)/chunks, "telemetry-minus-gateway-cpu-ns/chunk")
+	b.ReportMetric(float64(timer.median())/float64(time.Microsecond), "record-us/request")
+	b.ReportMetric(float64(timer.median())/chunks, "record-ns/chunk")
 	per := func(d time.Duration) float64 { return float64(d) / float64(b.N*chunks) }
 	for j, name := range names {
 		b.ReportMetric(per(cpu[j]), name+"-cpu-ns/chunk")

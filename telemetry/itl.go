@@ -96,18 +96,26 @@ func (h *itlHistogram) record(s *series, gaps []time.Duration) {
 		}
 		s.itl = p
 	}
+	// A request's gaps are alike, so the previous gap's bucket is tried
+	// before a search. Min and max are taken on the durations and
+	// converted once: Seconds is monotonic, so that is the same value.
+	lo, hi := gaps[0], gaps[0]
+	b := bucket(h.limits, gaps[0])
 	for _, g := range gaps {
-		v := g.Seconds()
-		p.counts[bucket(h.limits, g)]++
-		if p.count == 0 || v < p.min {
-			p.min = v
+		if !(b < len(h.limits) && g <= h.limits[b] && (b == 0 || g > h.limits[b-1])) {
+			b = bucket(h.limits, g)
 		}
-		if p.count == 0 || v > p.max {
-			p.max = v
-		}
-		p.count++
-		p.sum += v
+		p.counts[b]++
+		p.sum += g.Seconds()
+		lo, hi = min(lo, g), max(hi, g)
 	}
+	if vlo := lo.Seconds(); p.count == 0 || vlo < p.min {
+		p.min = vlo
+	}
+	if vhi := hi.Seconds(); p.count == 0 || vhi > p.max {
+		p.max = vhi
+	}
+	p.count += uint64(len(gaps))
 }
 
 // Produce implements sdkmetric.Producer: the histogram so far, one data

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"math"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -104,9 +105,25 @@ func TestBucketMatchesFloatSearch(t *testing.T) {
 		gaps = append(gaps, g)
 	}
 	gaps = append(gaps, -time.Millisecond, time.Duration(math.MaxInt64))
+	want := make([]uint64, len(h.bounds)+1)
 	for _, g := range gaps {
-		if got, want := bucket(h.limits, g), sort.SearchFloat64s(h.bounds, g.Seconds()); got != want {
-			t.Errorf("gap %d ns (%v s): bucket %d, float search %d", int64(g), g.Seconds(), got, want)
+		w := sort.SearchFloat64s(h.bounds, g.Seconds())
+		want[w]++
+		if got := bucket(h.limits, g); got != w {
+			t.Errorf("gap %d ns (%v s): bucket %d, float search %d", int64(g), g.Seconds(), got, w)
 		}
+	}
+	// The same gaps as one request in ascending and one in descending
+	// order, through record's previous-bucket shortcut.
+	s := newSeries("c", "m", filter.Class{})
+	h.record(s, gaps)
+	desc := slices.Clone(gaps)
+	slices.Reverse(desc)
+	h.record(s, desc)
+	for i := range want {
+		want[i] *= 2
+	}
+	if !slices.Equal(s.itl.counts, want) {
+		t.Errorf("recorded counts %v, want %v", s.itl.counts, want)
 	}
 }
