@@ -78,9 +78,6 @@ func ApplyDefaults(m *Mesh) {
 		if p.ConnectTimeout == "" {
 			p.ConnectTimeout = DefaultConnectTimeout
 		}
-		if p.EnginePriority == "" {
-			p.EnginePriority = EnginePriorityStrip
-		}
 		if p.Capacity.MaxInflight == 0 {
 			p.Capacity.MaxInflight = DefaultMaxInflight
 		}

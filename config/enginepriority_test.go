@@ -24,9 +24,6 @@ default_class: bulk
 		if p.EnginePriority != want || p.ClassEnginePriority() != (want == "class") {
 			t.Errorf("pool %s: EnginePriority %q (class %v), want %q", name, p.EnginePriority, p.ClassEnginePriority(), want)
 		}
-		if src := cfg.Source.Pools[slices.IndexFunc(cfg.Source.Pools, func(s config.PoolSpec) bool { return s.Name == name })]; src.EnginePriority != want {
-			t.Errorf("pool %s: defaulted source %q, want %q", name, src.EnginePriority, want)
-		}
 	}
 	var nilPool *config.Pool
 	if nilPool.ClassEnginePriority() {

@@ -87,8 +87,9 @@ type PoolSpec struct {
 	// the engine applies its default (safe with every engine); "class"
 	// replaces it with the priority of the request's class, for engines
 	// that order their own waiting queue by it (vLLM --scheduling-policy
-	// priority). A trusted source's value passes either way. Default
-	// "strip".
+	// priority). A trusted source's value passes either way. Empty means
+	// "strip" (left empty by ApplyDefaults, so that configs written before
+	// the field existed serialize as they did).
 	EnginePriority string `yaml:"engine_priority,omitempty"`
 }
 
