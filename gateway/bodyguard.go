@@ -27,10 +27,10 @@ import (
 // types and other gRPC methods pass as they are.
 //
 // For a pool with ClassPriority, untrusted requests get their class's
-// priority written instead (filter.PrioritySet): the class is decided here
-// as the handler decides it, from the route and the body's model, so that
-// an engine scheduling by priority orders its queue by the mesh's classes.
-func (g *Gateway) guardPriority(w http.ResponseWriter, r *http.Request, rt *compiled, body []byte, grpcReq bool) (out []byte, ok bool) {
+// priority written instead (filter.PrioritySet): class is the one the
+// handler decided from the route and the body's model, so that an engine
+// scheduling by priority orders its queue by the mesh's classes.
+func (g *Gateway) guardPriority(w http.ResponseWriter, r *http.Request, rt *compiled, pool *compiledPool, class string, body []byte, grpcReq bool) (out []byte, ok bool) {
 	if len(body) == 0 {
 		return body, true
 	}
@@ -45,8 +45,8 @@ func (g *Gateway) guardPriority(w http.ResponseWriter, r *http.Request, rt *comp
 	if p.Mode == filter.PriorityKeep {
 		return body, true
 	}
-	if pool, routeClass, ok := rt.guardRoute(r.URL.Path, r.Header.Get, grpcReq); ok && pool.ClassPriority {
-		p = filter.EnginePriority{Mode: filter.PrioritySet, Value: g.classPriority(r, routeClass, body, grpcReq)}
+	if pool.ClassPriority {
+		p = filter.EnginePriority{Mode: filter.PrioritySet, Value: g.classPriority(class)}
 	}
 	var err error
 	if grpcReq {
@@ -71,42 +71,15 @@ func (g *Gateway) guardPriority(w http.ResponseWriter, r *http.Request, rt *comp
 	return nil, false
 }
 
-// guardRoute is match without the experiment draw: the pool the route
-// names (an experiment's arm pools follow it) and the route's class.
-func (c *compiled) guardRoute(path string, header func(string) string, isGRPC bool) (pool *compiledPool, class string, ok bool) {
-	for _, r := range c.routes {
-		if (!r.AnyProtocol && r.GRPC != isGRPC) || !strings.HasPrefix(path, r.PathPrefix) {
-			continue
-		}
-		if headersMatch(r.Headers, header) {
-			return c.pools[r.Pool], r.Class, true
-		}
-	}
-	if isGRPC {
-		return c.grpcPool, "", c.grpcPool != nil
-	}
-	return c.httpPool, "", c.httpPool != nil
-}
-
-func headersMatch(want map[string]string, header func(string) string) bool {
-	for k, v := range want {
-		if header(k) != v {
-			return false
-		}
-	}
-	return true
-}
-
-// classPriority is the priority of the class the handler will give the
-// request (the default class when the classifier knows no other); 0, the
-// engine's default, without a classifier.
-func (g *Gateway) classPriority(r *http.Request, routeClass string, body []byte, grpcReq bool) int32 {
+// classPriority is the priority of class (the default class when the
+// classifier knows no other); 0, the engine's default, without a
+// classifier.
+func (g *Gateway) classPriority(class string) int32 {
 	c := g.classifier.Load()
 	if c == nil {
 		return 0
 	}
-	name := g.classify(r, routeClass, parseRequestMeta(r.URL.Path, body, grpcReq).model)
-	cl, ok := c.Class(name)
+	cl, ok := c.Class(class)
 	if !ok {
 		cl = c.Default()
 	}

@@ -74,15 +74,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"reading request body: "+err.Error(), 0)
 		return
 	}
-	if body, ok = g.guardPriority(w, r, rt, body, grpcReq); !ok {
-		return
-	}
-	x := &exchange{g: g, rt: rt, pool: pool, grpc: grpcReq, body: body, recv: recv}
+	x := &exchange{g: g, rt: rt, pool: pool, grpc: grpcReq, recv: recv}
 	x.meta = parseRequestMeta(r.URL.Path, body, grpcReq)
 	x.class = g.classify(r, routeClass, x.meta.model)
 	if x.class == "" {
 		x.class = rt.cfg.DefaultClass
 	}
+	if x.body, ok = g.guardPriority(w, r, rt, pool, x.class, body, grpcReq); !ok {
+		return
+	}
+	body = x.body
 	x.obs = g.newMeter(x, r)
 	x.sreq = scheduler.Request{
 		ID:           requestID(r),
