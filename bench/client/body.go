@@ -12,9 +12,15 @@ import (
 // CPU per request at thousands of requests per second.
 // TestAppendBodyMatchesJSON holds it to the map it replaces.
 func appendBody(b []byte, req *Request, chat bool) []byte {
-	b = append(b, `{"model":`...)
-	b = appendJSONString(b, req.Model)
-	b = append(b, `,"max_tokens":`...)
+	// An empty model is left out: the server then uses the one it serves
+	// (vLLM, the sim), rather than looking up a model called "".
+	b = append(b, '{')
+	if req.Model != "" {
+		b = append(b, `"model":`...)
+		b = appendJSONString(b, req.Model)
+		b = append(b, ',')
+	}
+	b = append(b, `"max_tokens":`...)
 	b = strconv.AppendInt(b, int64(req.MaxTokens), 10)
 	b = append(b, `,"ignore_eos":true,"stream":`...)
 	b = strconv.AppendBool(b, req.Stream)

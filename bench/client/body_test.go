@@ -11,7 +11,10 @@ import (
 // referenceBody is the request body as a map marshalled by encoding/json:
 // what appendBody must be equivalent to.
 func referenceBody(req *Request, chat bool) []byte {
-	m := map[string]any{"model": req.Model, "max_tokens": req.MaxTokens, "ignore_eos": true, "stream": req.Stream}
+	m := map[string]any{"max_tokens": req.MaxTokens, "ignore_eos": true, "stream": req.Stream}
+	if req.Model != "" {
+		m["model"] = req.Model
+	}
 	if req.Stream {
 		m["stream_options"] = map[string]any{"include_usage": true}
 	}

@@ -64,6 +64,16 @@ func Run(ctx context.Context, o Options) (*result.Report, []result.Record, error
 		return nil, nil, err
 	}
 	defer c.Close()
+	if o.Workload.Spec.Model == "" {
+		// No model given: use the one the target serves. If it cannot be
+		// asked, requests go without a model and the run reports whatever
+		// the target answers to them.
+		if m, err := client.ServedModel(ctx, o.Workload.Spec.Protocol, o.Target); err == nil && m != "" {
+			w := *o.Workload
+			w.Spec.Model = m
+			o.Workload = &w
+		}
+	}
 
 	var (
 		sink    func(*result.Record)

@@ -23,6 +23,7 @@ func sample(t *testing.T) *result.Report {
 	t.Helper()
 	s, err := workload.Parse([]byte(`
 name: golden
+model: llmesh-sim
 requests: 600
 arrival: {process: poisson, rate: 50}
 classes:

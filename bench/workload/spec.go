@@ -55,7 +55,9 @@ type Spec struct {
 	// Profile names the engine profile the workload is meant for (for example
 	// llama3-8b-h200); it is carried into reports and used by the simulator.
 	Profile string `yaml:"profile"`
-	// Model is sent as the request's model; default "llmesh-sim".
+	// Model is sent as the request's model. Empty: the model an
+	// OpenAI-compatible target lists first at /v1/models, else none (the
+	// server uses the one it serves).
 	Model string `yaml:"model"`
 	// Protocol is one of openai-completions (default), openai-chat,
 	// grpc-llm-v1, grpc-vllm.
@@ -235,9 +237,6 @@ func LoadFile(path string) (*Workload, error) {
 func (s *Spec) Default() {
 	if s.Name == "" {
 		s.Name = "workload"
-	}
-	if s.Model == "" {
-		s.Model = "llmesh-sim"
 	}
 	if s.Protocol == "" {
 		s.Protocol = ProtocolCompletions
