@@ -18,6 +18,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmesh/llmesh/config"
 )
@@ -42,6 +43,7 @@ type Options struct {
 	// Readers are extra metric readers (for example a ManualReader in tests).
 	Readers []sdkmetric.Reader
 	// SpanProcessors are extra span processors (for example a SpanRecorder).
+	// With neither these nor OTLPEndpoint the Recorder makes no spans.
 	SpanProcessors []sdktrace.SpanProcessor
 	// Recorder configures the Provider's Recorder.
 	Recorder RecorderOptions
@@ -141,7 +143,16 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	p.MeterProvider = sdkmetric.NewMeterProvider(mopts...)
 	p.TracerProvider = sdktrace.NewTracerProvider(topts...)
-	rec, err := newRecorder(p.MeterProvider, p.TracerProvider, opts.Recorder, itl)
+	// Without OTLP or span processors no span the Recorder makes could be
+	// exported: it gets no tracer, so that Trace costs nothing (spans
+	// built for the SDK with no processor cost about as much as recording
+	// the request's metrics). Span processors for its spans are passed in
+	// Options.SpanProcessors, not registered on TracerProvider afterwards.
+	var rtp trace.TracerProvider
+	if opts.OTLPEndpoint != "" || len(opts.SpanProcessors) > 0 {
+		rtp = p.TracerProvider
+	}
+	rec, err := newRecorder(p.MeterProvider, rtp, opts.Recorder, itl)
 	if err != nil {
 		_ = p.Shutdown(ctx)
 		return nil, err

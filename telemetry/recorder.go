@@ -89,6 +89,10 @@ type Recorder struct {
 	requests, preemptions, violations metric.Int64Counter
 	relocations, relocated            metric.Int64Counter
 	tracer                            trace.Tracer
+	// noTrace is set when no span can reach an exporter (a no-op tracer
+	// provider): Trace then returns at once instead of building spans
+	// that every request would pay for and nothing would see.
+	noTrace bool
 
 	slos      map[string]filter.Class
 	maxModels int
@@ -113,12 +117,17 @@ func newRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts Recorder
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
+	noTrace := tp == nil
+	if _, ok := tp.(tracenoop.TracerProvider); ok {
+		noTrace = true
+	}
 	if tp == nil {
 		tp = tracenoop.NewTracerProvider()
 	}
 	m := mp.Meter(scopeName)
 	r := &Recorder{
 		tracer:    tp.Tracer(scopeName),
+		noTrace:   noTrace,
 		itlAgg:    itl,
 		slos:      map[string]filter.Class{},
 		maxModels: opts.MaxModels,

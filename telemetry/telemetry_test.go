@@ -386,3 +386,37 @@ func TestPointerRecorder(t *testing.T) {
 		t.Errorf("%d spans, want 4", n)
 	}
 }
+
+// TestTraceOffCostsNothing: a Provider with no OTLP and no span processors
+// (and a Recorder on no tracer provider) makes no spans, so Trace returns
+// an invalid context without allocating; with a span processor the same
+// call makes the spans.
+func TestTraceOffCostsNothing(t *testing.T) {
+	obs := observe(t)
+	p, err := New(context.Background(), Options{Prometheus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	bare, err := NewRecorder(nil, nil, RecorderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]*Recorder{"provider": p.Recorder, "nil providers": bare} {
+		if sc := r.Trace(context.Background(), obs, "c", "m"); sc.IsValid() {
+			t.Errorf("%s: Trace without a span processor returned a valid span context %v", name, sc)
+		}
+		if n := testing.AllocsPerRun(100, func() { r.Trace(context.Background(), obs, "c", "m") }); n != 0 {
+			t.Errorf("%s: Trace without a span processor allocates %v times", name, n)
+		}
+	}
+	sr := tracetest.NewSpanRecorder()
+	traced, err := New(context.Background(), Options{Prometheus: true, SpanProcessors: []sdktrace.SpanProcessor{sr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = traced.Shutdown(context.Background()) }()
+	if sc := traced.Recorder.Trace(context.Background(), obs, "c", "m"); !sc.IsValid() || len(sr.Ended()) != 4 {
+		t.Errorf("with a span processor: span context valid %v, %d spans ended, want 4", sc.IsValid(), len(sr.Ended()))
+	}
+}

@@ -24,9 +24,14 @@ const (
 // to End with children queue (Received → Admitted), prefill (Admitted →
 // first token, or End without one) and decode (first token → End). ctx may
 // carry a remote parent (an incoming traceparent). It returns the request
-// span's context (invalid when tracing is a no-op). obs should be finished;
-// an unfinished one ends at its last event.
+// span's context (invalid when tracing is a no-op, which costs nothing:
+// a nil or no-op tracer provider, or a Provider without OTLP and span
+// processors). obs should be finished; an unfinished one ends at its last
+// event.
 func (r *Recorder) Trace(ctx context.Context, obs filter.Observation, class, model string) trace.SpanContext {
+	if r.noTrace {
+		return trace.SpanContext{}
+	}
 	start := obs.Received
 	end := obs.End
 	if end.IsZero() {
