@@ -420,3 +420,18 @@ func TestTraceOffCostsNothing(t *testing.T) {
 		t.Errorf("with a span processor: span context valid %v, %d spans ended, want 4", sc.IsValid(), len(sr.Ended()))
 	}
 }
+
+// BenchmarkTraceOff is Trace on a Provider with no OTLP and no span
+// processors, as the Envoy host calls it through PointerRecorder.
+func BenchmarkTraceOff(b *testing.B) {
+	p, err := New(context.Background(), Options{Prometheus: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown(context.Background()) }()
+	obs := observe(&testing.T{})
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Recorder.Trace(context.Background(), obs, "c", "m")
+	}
+}
