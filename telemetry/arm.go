@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -35,7 +36,26 @@ type ArmRecorder struct {
 	requests          metric.Int64Counter
 	ttft, tpot, queue metric.Float64Histogram
 	slos              map[string]filter.Class
+
+	mu     sync.Mutex
+	series map[armKey]*armSeries
 }
+
+type armKey struct{ class, experiment, arm string }
+
+// armSeries is series for the per-arm instruments: the attribute sets of
+// one (experiment, arm, class), built once.
+type armSeries struct {
+	base []metric.RecordOption
+	// requests[k][met] adds llmesh.outcome (error kind k) and
+	// llmesh.slo.met.
+	requests [][2][]metric.AddOption
+}
+
+// maxArmSeries bounds the cached label sets. Experiment, arm and class
+// come from the mesh config, so real meshes stay far below it; past it
+// the sets are built per call, which records the same series.
+const maxArmSeries = 4096
 
 // NewArmRecorder creates the per-arm instruments on mp (nil: a no-op
 // provider); opts.Classes give the SLOs that llmesh.slo.met is judged
@@ -45,7 +65,7 @@ func NewArmRecorder(mp metric.MeterProvider, opts RecorderOptions) (*ArmRecorder
 		mp = noop.NewMeterProvider()
 	}
 	m := mp.Meter("github.com/llmesh/llmesh/telemetry")
-	r := &ArmRecorder{slos: map[string]filter.Class{}}
+	r := &ArmRecorder{slos: map[string]filter.Class{}, series: map[armKey]*armSeries{}}
 	for _, c := range opts.Classes {
 		r.slos[c.Name] = c
 	}
@@ -70,21 +90,53 @@ func NewArmRecorder(mp metric.MeterProvider, opts RecorderOptions) (*ArmRecorder
 // Record records one finished request that experiment's arm served.
 func (r *ArmRecorder) Record(obs filter.Observation, class, experiment, arm string) {
 	ctx := context.Background()
-	attrs := metric.WithAttributes(AttrExperiment.String(experiment), AttrArm.String(arm), AttrClass.String(class))
+	s := r.labels(class, experiment, arm)
 	if !obs.Admitted.IsZero() {
-		r.queue.Record(ctx, obs.QueueTime.Seconds(), attrs)
+		r.queue.Record(ctx, obs.QueueTime.Seconds(), s.base...)
 	}
 	if obs.HasTTFT {
-		r.ttft.Record(ctx, obs.TTFT.Seconds(), attrs)
+		r.ttft.Record(ctx, obs.TTFT.Seconds(), s.base...)
 	}
 	if obs.HasTPOT {
-		r.tpot.Record(ctx, obs.TPOT.Seconds(), attrs)
+		r.tpot.Record(ctx, obs.TPOT.Seconds(), s.base...)
 	}
-	outcome := obs.ErrorKind.String()
-	if outcome == "" {
-		outcome = "ok"
+	met := 0
+	if JudgeSLO(&obs, r.slos[class]).Met {
+		met = 1
 	}
-	slo := JudgeSLO(&obs, r.slos[class])
-	r.requests.Add(ctx, 1, metric.WithAttributes(AttrExperiment.String(experiment), AttrArm.String(arm),
-		AttrClass.String(class), attribute.String("llmesh.outcome", outcome), AttrSLOMet.Bool(slo.Met)))
+	r.requests.Add(ctx, 1, s.requests[errorIndex(obs.ErrorKind)][met]...)
+}
+
+// labels returns the cached sets of (class, experiment, arm), or freshly
+// built ones once maxArmSeries are cached.
+func (r *ArmRecorder) labels(class, experiment, arm string) *armSeries {
+	k := armKey{class, experiment, arm}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.series[k]
+	if s == nil {
+		s = newArmSeries(k)
+		if len(r.series) < maxArmSeries {
+			r.series[k] = s
+		}
+	}
+	return s
+}
+
+func newArmSeries(k armKey) *armSeries {
+	e, a, c := AttrExperiment.String(k.experiment), AttrArm.String(k.arm), AttrClass.String(k.class)
+	set := func(kvs ...attribute.KeyValue) metric.MeasurementOption {
+		return metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{e, a, c}, kvs...)...))
+	}
+	s := &armSeries{base: []metric.RecordOption{set()}, requests: make([][2][]metric.AddOption, errorKinds)}
+	for i := range errorKinds {
+		outcome := errorName(i)
+		if outcome == "" {
+			outcome = "ok"
+		}
+		for met := range 2 {
+			s.requests[i][met] = []metric.AddOption{set(attribute.String("llmesh.outcome", outcome), AttrSLOMet.Bool(met == 1))}
+		}
+	}
+	return s
 }

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +201,89 @@ func BenchmarkRecordGateway(b *testing.B) {
 				tc.record(obs, "default", "m")
 			}
 		})
+	}
+}
+
+// armRecordPerCall is ArmRecorder.Record as it was before its sets were
+// cached: the reference for TestArmSeriesMatchPerCallSets.
+func armRecordPerCall(r *ArmRecorder, obs filter.Observation, class, experiment, arm string) {
+	ctx := context.Background()
+	attrs := metric.WithAttributes(AttrExperiment.String(experiment), AttrArm.String(arm), AttrClass.String(class))
+	if !obs.Admitted.IsZero() {
+		r.queue.Record(ctx, obs.QueueTime.Seconds(), attrs)
+	}
+	if obs.HasTTFT {
+		r.ttft.Record(ctx, obs.TTFT.Seconds(), attrs)
+	}
+	if obs.HasTPOT {
+		r.tpot.Record(ctx, obs.TPOT.Seconds(), attrs)
+	}
+	outcome := obs.ErrorKind.String()
+	if outcome == "" {
+		outcome = "ok"
+	}
+	slo := JudgeSLO(&obs, r.slos[class])
+	r.requests.Add(ctx, 1, metric.WithAttributes(AttrExperiment.String(experiment), AttrArm.String(arm),
+		AttrClass.String(class), attribute.String("llmesh.outcome", outcome), AttrSLOMet.Bool(slo.Met)))
+}
+
+// TestArmSeriesMatchPerCallSets is TestSeriesMatchPerCallSets for the
+// per-arm instruments, including label sets past the cache's bound.
+func TestArmSeriesMatchPerCallSets(t *testing.T) {
+	var provs [2]*Provider
+	var arms [2]*ArmRecorder
+	for i := range provs {
+		p, err := New(context.Background(), Options{Prometheus: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = p.Shutdown(context.Background()) }()
+		a, err := NewArmRecorder(p.MeterProvider, RecorderOptions{Classes: classes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		provs[i], arms[i] = p, a
+	}
+	cached, perCall := arms[0], arms[1]
+	base := observe(t)
+	run := func(experiments ...string) {
+		for kind := range errorKinds + 1 {
+			for _, class := range []string{"interactive", "batch", "unlisted"} {
+				for _, exp := range experiments {
+					for _, arm := range []string{"a", "b"} {
+						for _, ttft := range []time.Duration{5 * time.Millisecond, 5 * time.Second} {
+							obs := base
+							obs.ErrorKind = filter.ErrorKind(kind)
+							obs.TTFT = ttft
+							if kind%3 == 1 {
+								obs.Admitted, obs.HasTTFT, obs.HasTPOT = time.Time{}, false, false
+							}
+							cached.Record(obs, class, exp, arm)
+							armRecordPerCall(perCall, obs, class, exp, arm)
+						}
+					}
+				}
+			}
+		}
+	}
+	run("e1", "e2")
+	// Fill the cache to its bound: later sets are built per call.
+	cached.mu.Lock()
+	for i := len(cached.series); i < maxArmSeries; i++ {
+		cached.series[armKey{class: "filler", arm: strconv.Itoa(i)}] = &armSeries{}
+	}
+	cached.mu.Unlock()
+	run("e1", "e3")
+	if n := len(cached.series); n != maxArmSeries {
+		t.Errorf("%d cached arm series, want the bound %d", n, maxArmSeries)
+	}
+	want, got := scrapeText(t, provs[1]), scrapeText(t, provs[0])
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("cached arm series differ from per-call sets (-per-call +cached):\n%s", diff)
+	}
+	for _, s := range []string{`llmesh_experiment="e3"`, `llmesh_outcome="unknown"`, `llmesh_slo_met="true"`, "llmesh_arm_queue_duration_seconds_bucket"} {
+		if !strings.Contains(got, s) {
+			t.Errorf("scrape lacks %s", s)
+		}
 	}
 }
