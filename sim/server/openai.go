@@ -235,12 +235,23 @@ func (s *Server) streamOpenAI(ctx context.Context, w http.ResponseWriter, g genR
 	}
 	var lastText string
 	res, err := s.generate(ctx, g, func(ids []uint32, done bool) error {
+		// One event per token, even when several steps' tokens are pending
+		// because this handler fell behind the engine: clients that count
+		// token-bearing events (the gateway's observer, and its
+		// continuation of a preempted stream) then count exactly. They go
+		// out in one write. (vLLM's V1 API server merges such tokens into
+		// one delta instead; docs/gateway.md says what that costs.)
 		if done {
-			// Held back until the result (and its truth) is known.
-			lastText = sim.Detokenize(ids)
+			// The last token is held back until the result (and its
+			// truth) is known.
+			ids, lastText = ids[:len(ids)-1], sim.Detokenize(ids[len(ids)-1:])
+		}
+		for i := range ids {
+			enc.chunk(sim.Detokenize(ids[i:i+1]), false, false, nil)
+		}
+		if len(ids) == 0 {
 			return nil
 		}
-		enc.chunk(sim.Detokenize(ids), false, false, nil)
 		return flush()
 	})
 	switch {
