@@ -3,8 +3,6 @@ package control
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -13,10 +11,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/internal/adminapi"
 )
-
-// maxAdminBody bounds admin request bodies.
-const maxAdminBody = 4 << 10
 
 // AdminHandler serves the admin API:
 //
@@ -35,17 +31,17 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /version", s.handleVersion)
 	mux.HandleFunc("GET /config", s.handleConfig)
 	mux.HandleFunc("GET /nodes", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"version": s.Version(), "nodes": s.Nodes()})
+		adminapi.WriteJSON(w, http.StatusOK, map[string]any{"version": s.Version(), "nodes": s.Nodes()})
 	})
 	mux.HandleFunc("GET /experiments", s.handleExperiments)
 	mux.HandleFunc("POST /experiments/{name}/active", s.handleSetArm)
 	mux.HandleFunc("DELETE /experiments/{name}/active", func(w http.ResponseWriter, r *http.Request) {
 		v, err := s.ClearActiveArm(r.PathValue("name"))
 		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			adminapi.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"version": v})
+		adminapi.WriteJSON(w, http.StatusOK, map[string]string{"version": v})
 	})
 	return mux
 }
@@ -69,7 +65,7 @@ func (s *Server) handleVersion(w http.ResponseWriter, _ *http.Request) {
 		vi.LastErrorAt = &t
 	}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, vi)
+	adminapi.WriteJSON(w, http.StatusOK, vi)
 }
 
 func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
@@ -139,46 +135,19 @@ func (s *Server) handleExperiments(w http.ResponseWriter, _ *http.Request) {
 		out = append(out, ei)
 	}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"version": v, "experiments": out})
+	adminapi.WriteJSON(w, http.StatusOK, map[string]any{"version": v, "experiments": out})
 }
 
 func (s *Server) handleSetArm(w http.ResponseWriter, r *http.Request) {
-	arm, err := armFromRequest(r)
+	arm, err := adminapi.ArmFromRequest(r)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
 	v, err := s.SetActiveArm(r.PathValue("name"), arm)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"version": v})
-}
-
-// armFromRequest reads the arm from ?arm= or a JSON body {"arm": "..."}.
-func armFromRequest(r *http.Request) (string, error) {
-	if q := r.URL.Query(); q.Has("arm") {
-		return q.Get("arm"), nil
-	}
-	var body struct {
-		Arm *string `json:"arm"`
-	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxAdminBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		return "", errors.New(`body must be {"arm": "<name>"} (or use ?arm=<name>): ` + err.Error())
-	}
-	if body.Arm == nil {
-		return "", errors.New(`arm: required ({"arm": "<name>"}; "" splits traffic again)`)
-	}
-	return *body.Arm, nil
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v) //nolint:errcheck // client gone
+	adminapi.WriteJSON(w, http.StatusOK, map[string]string{"version": v})
 }

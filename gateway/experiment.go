@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -12,6 +9,7 @@ import (
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/internal/adminapi"
 )
 
 // Experiments keeps the mesh config a gateway runs: the file's config with
@@ -159,9 +157,6 @@ func (e *Experiments) List() (version string, out []ExperimentInfo) {
 	return strconv.Itoa(e.seq), out
 }
 
-// maxAdminBody bounds an admin request body.
-const maxAdminBody = 4 << 10
-
 // Register adds the admin endpoints, with the paths and bodies of `llmesh
 // control`'s:
 //
@@ -173,54 +168,27 @@ const maxAdminBody = 4 << 10
 func (e *Experiments) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /experiments", func(w http.ResponseWriter, _ *http.Request) {
 		v, list := e.List()
-		writeJSON(w, http.StatusOK, map[string]any{"version": v, "experiments": list})
+		adminapi.WriteJSON(w, http.StatusOK, map[string]any{"version": v, "experiments": list})
 	})
 	mux.HandleFunc("POST /experiments/{name}/active", func(w http.ResponseWriter, r *http.Request) {
-		arm, err := armFromRequest(r)
+		arm, err := adminapi.ArmFromRequest(r)
 		if err == nil {
 			var v string
 			if v, err = e.SetActiveArm(r.PathValue("name"), arm); err == nil {
-				writeJSON(w, http.StatusOK, map[string]string{"version": v})
+				adminapi.WriteJSON(w, http.StatusOK, map[string]string{"version": v})
 				return
 			}
 		}
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 	})
 	mux.HandleFunc("DELETE /experiments/{name}/active", func(w http.ResponseWriter, r *http.Request) {
 		v, err := e.ClearActiveArm(r.PathValue("name"))
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"version": v})
+		adminapi.WriteJSON(w, http.StatusOK, map[string]string{"version": v})
 	})
-}
-
-// armFromRequest reads the arm from ?arm= or a JSON body {"arm": "..."}.
-func armFromRequest(r *http.Request) (string, error) {
-	if q := r.URL.Query(); q.Has("arm") {
-		return q.Get("arm"), nil
-	}
-	var body struct {
-		Arm *string `json:"arm"`
-	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxAdminBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		return "", errors.New(`body must be {"arm": "<name>"} (or use ?arm=<name>): ` + err.Error())
-	}
-	if body.Arm == nil {
-		return "", errors.New(`arm: required ({"arm": "<name>"}; "" splits traffic again)`)
-	}
-	return *body.Arm, nil
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v) // the client is gone
 }
 
 // checkMesh reports whether the gateway part of c (listener, pools, arm

@@ -1,4 +1,4 @@
-package gateway
+package adminapi
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 
 // FuzzArmFromRequest: any admin body or query gives an arm or an error
 // that says what the body must be, never a panic; an accepted body really
-// named that arm.
+// named that arm, and a query's arm wins over the body.
 func FuzzArmFromRequest(f *testing.F) {
 	for _, seed := range []struct{ query, body string }{
 		{"", `{"arm":"prio"}`},
@@ -18,10 +18,14 @@ func FuzzArmFromRequest(f *testing.F) {
 		{"arm=fifo", ``},
 		{"", `{}`},
 		{"", `{"am":"x"}`},
+		{"", `{"arm": 1}`},
+		{"", `{"arm": "a", "x": 1}`},
 		{"", `{"arm":"a"}{"arm":"b"}`},
 		{"", `[`},
+		{"", ``},
 		{"", `{"arm":null}`},
 		{"arm=", `{"arm":"ignored"}`},
+		{"arm=%zz", ``},
 		{"", strings.Repeat(" ", 5000) + `{"arm":"far"}`},
 	} {
 		f.Add(seed.query, seed.body)
@@ -29,7 +33,7 @@ func FuzzArmFromRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, query, body string) {
 		r := httptest.NewRequest("POST", "/experiments/ab/active", strings.NewReader(body))
 		r.URL.RawQuery = query
-		arm, err := armFromRequest(r)
+		arm, err := ArmFromRequest(r)
 		if err != nil {
 			if msg := err.Error(); !strings.HasPrefix(msg, "body must be") && !strings.HasPrefix(msg, "arm: required") {
 				t.Fatalf("error %q says neither what the body must be nor what is missing", msg)
@@ -49,4 +53,12 @@ func FuzzArmFromRequest(f *testing.F) {
 			t.Fatalf("body %q accepted as arm %q, but its first JSON value says %v (%v)", body, arm, first.Arm, err)
 		}
 	})
+}
+
+func TestWriteJSON(t *testing.T) {
+	w := httptest.NewRecorder()
+	WriteJSON(w, 400, map[string]string{"error": "x"})
+	if w.Code != 400 || w.Header().Get("Content-Type") != "application/json" || !strings.Contains(w.Body.String(), `"error": "x"`) {
+		t.Fatalf("got %d %q %q", w.Code, w.Header().Get("Content-Type"), w.Body.String())
+	}
 }

@@ -1,0 +1,45 @@
+// Package adminapi holds the pieces of the admin HTTP API that the xDS
+// control plane and the embedded gateway both serve, so that switching an
+// experiment's active arm reads and answers the same on either host:
+// POST /experiments/{name}/active with {"arm": "<name>"} or ?arm=<name>.
+package adminapi
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+)
+
+// MaxBody bounds an admin request body.
+const MaxBody = 4 << 10
+
+// ArmFromRequest reads the arm from ?arm= or a JSON body {"arm": "..."}
+// (at most MaxBody bytes, no other fields). "" is a valid arm: it splits
+// traffic again.
+func ArmFromRequest(r *http.Request) (string, error) {
+	if q := r.URL.Query(); q.Has("arm") {
+		return q.Get("arm"), nil
+	}
+	var body struct {
+		Arm *string `json:"arm"`
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, MaxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return "", errors.New(`body must be {"arm": "<name>"} (or use ?arm=<name>): ` + err.Error())
+	}
+	if body.Arm == nil {
+		return "", errors.New(`arm: required ({"arm": "<name>"}; "" splits traffic again)`)
+	}
+	return *body.Arm, nil
+}
+
+// WriteJSON answers with code and v as indented JSON.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client is gone
+}
