@@ -110,30 +110,11 @@ func redacted(m *config.Mesh) *config.Mesh {
 const redactedValue = "REDACTED"
 
 // ExperimentInfo is one entry of GET /experiments.
-type ExperimentInfo struct {
-	Name   string   `json:"name"`
-	Pool   string   `json:"pool"`
-	Arms   []string `json:"arms"`
-	Active string   `json:"active,omitempty"`
-	// Switched is true when the active arm was set through the admin API.
-	Switched bool `json:"switched"`
-}
+type ExperimentInfo = adminapi.ExperimentInfo
 
 func (s *Server) handleExperiments(w http.ResponseWriter, _ *http.Request) {
 	s.mu.Lock()
-	cfg, v := s.cfg, s.version
-	out := make([]ExperimentInfo, 0, len(cfg.Experiments))
-	for _, e := range cfg.Experiments {
-		ei := ExperimentInfo{Name: e.Name, Pool: e.Pool.Name}
-		for _, a := range e.Arms {
-			ei.Arms = append(ei.Arms, a.Name)
-		}
-		if e.Active != nil {
-			ei.Active = e.Active.Name
-		}
-		_, ei.Switched = s.overrides[e.Name]
-		out = append(out, ei)
-	}
+	out, v := adminapi.Experiments(s.cfg, s.overrides), s.version
 	s.mu.Unlock()
 	adminapi.WriteJSON(w, http.StatusOK, map[string]any{"version": v, "experiments": out})
 }

@@ -129,32 +129,13 @@ func (e *Experiments) ClearActiveArm(exp string) (string, error) {
 
 // ExperimentInfo is one entry of GET /experiments (the shape `llmesh
 // control` serves).
-type ExperimentInfo struct {
-	Name   string   `json:"name"`
-	Pool   string   `json:"pool"`
-	Arms   []string `json:"arms"`
-	Active string   `json:"active,omitempty"`
-	// Switched is true when the active arm was set through the admin API.
-	Switched bool `json:"switched"`
-}
+type ExperimentInfo = adminapi.ExperimentInfo
 
 // List describes every experiment of the effective config.
 func (e *Experiments) List() (version string, out []ExperimentInfo) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out = make([]ExperimentInfo, 0, len(e.cur.Experiments))
-	for _, x := range e.cur.Experiments {
-		ei := ExperimentInfo{Name: x.Name, Pool: x.Pool.Name}
-		for _, a := range x.Arms {
-			ei.Arms = append(ei.Arms, a.Name)
-		}
-		if x.Active != nil {
-			ei.Active = x.Active.Name
-		}
-		_, ei.Switched = e.overrides[x.Name]
-		out = append(out, ei)
-	}
-	return strconv.Itoa(e.seq), out
+	return strconv.Itoa(e.seq), adminapi.Experiments(e.cur, e.overrides)
 }
 
 // Register adds the admin endpoints, with the paths and bodies of `llmesh

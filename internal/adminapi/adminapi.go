@@ -9,6 +9,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+
+	"github.com/llmesh/llmesh/config"
 )
 
 // MaxBody bounds an admin request body.
@@ -42,4 +44,33 @@ func WriteJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v) // the client is gone
+}
+
+// ExperimentInfo is one entry of GET /experiments.
+type ExperimentInfo struct {
+	Name   string   `json:"name"`
+	Pool   string   `json:"pool"`
+	Arms   []string `json:"arms"`
+	Active string   `json:"active,omitempty"`
+	// Switched is true when the active arm was set through the admin API.
+	Switched bool `json:"switched"`
+}
+
+// Experiments describes every experiment of cfg (the effective config,
+// switches applied); switched names the experiments whose active arm was
+// set through the admin API.
+func Experiments(cfg *config.Config, switched map[string]string) []ExperimentInfo {
+	out := make([]ExperimentInfo, 0, len(cfg.Experiments))
+	for _, x := range cfg.Experiments {
+		ei := ExperimentInfo{Name: x.Name, Pool: x.Pool.Name}
+		for _, a := range x.Arms {
+			ei.Arms = append(ei.Arms, a.Name)
+		}
+		if x.Active != nil {
+			ei.Active = x.Active.Name
+		}
+		_, ei.Switched = switched[x.Name]
+		out = append(out, ei)
+	}
+	return out
 }
