@@ -1,9 +1,9 @@
 package client
 
 import (
-	"encoding/json"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/llmesh/llmesh/internal/jsonenc"
 )
 
 // appendBody appends the JSON body of an OpenAI request to b. It writes
@@ -17,7 +17,7 @@ func appendBody(b []byte, req *Request, chat bool) []byte {
 	b = append(b, '{')
 	if req.Model != "" {
 		b = append(b, `"model":`...)
-		b = appendJSONString(b, req.Model)
+		b = jsonenc.AppendString(b, req.Model)
 		b = append(b, ',')
 	}
 	b = append(b, `"max_tokens":`...)
@@ -55,24 +55,5 @@ func appendPrompt(b []byte, seed, n int) []byte {
 			b = append(b, words[(i*7+seed)&15]...)
 		}
 	}
-	return append(b, '"')
-}
-
-// appendJSONString appends s as a JSON string exactly as encoding/json
-// writes it: printable ASCII other than the characters it escapes goes
-// through as is; anything else takes encoding/json's own path.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, err := json.Marshal(s)
-			if err != nil { // cannot happen for a string
-				return append(b, `""`...)
-			}
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
 	return append(b, '"')
 }

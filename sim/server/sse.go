@@ -1,9 +1,9 @@
 package server
 
 import (
-	"encoding/json"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/llmesh/llmesh/internal/jsonenc"
 )
 
 // sseEncoder writes one streamed response's SSE events by appending bytes
@@ -22,13 +22,13 @@ type sseEncoder struct {
 func newSSEEncoder(o *openAIOut) *sseEncoder {
 	e := &sseEncoder{chat: o.req.chat, buf: make([]byte, 0, 512)}
 	h := append(make([]byte, 0, 128), `{"id":`...)
-	h = appendJSONString(h, o.id)
+	h = jsonenc.AppendString(h, o.id)
 	h = append(h, `,"object":`...)
-	h = appendJSONString(h, o.object(true))
+	h = jsonenc.AppendString(h, o.object(true))
 	h = append(h, `,"created":`...)
 	h = strconv.AppendInt(h, o.created, 10)
 	h = append(h, `,"model":`...)
-	h = appendJSONString(h, o.s.cfg.ServedModelName)
+	h = jsonenc.AppendString(h, o.s.cfg.ServedModelName)
 	e.head = append(h, `,"choices":`...)
 	return e
 }
@@ -45,14 +45,14 @@ func (e *sseEncoder) chunk(text string, role, last bool, truth *engineTruth) {
 	b = append(b, `[{"index":0,`...)
 	if e.chat {
 		b = append(b, `"delta":{"content":`...)
-		b = appendJSONString(b, text)
+		b = jsonenc.AppendString(b, text)
 		if role {
 			b = append(b, `,"role":"assistant"`...)
 		}
 		b = append(b, '}')
 	} else {
 		b = append(b, `"text":`...)
-		b = appendJSONString(b, text)
+		b = jsonenc.AppendString(b, text)
 	}
 	b = append(b, `,"logprobs":null,"finish_reason":`...)
 	if last {
@@ -99,23 +99,4 @@ func appendTruth(b []byte, t *engineTruth) []byte {
 	b = append(b, `,"preemptions":`...)
 	b = strconv.AppendInt(b, int64(t.Preemptions), 10)
 	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string exactly as encoding/json
-// writes it: printable ASCII other than the characters it escapes goes
-// through as is; anything else takes encoding/json's own path.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, err := json.Marshal(s)
-			if err != nil { // cannot happen for a string
-				return append(b, `""`...)
-			}
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -106,22 +105,6 @@ func TestSSEEncoderMatchesJSON(t *testing.T) {
 			}
 		}
 	}
-}
-
-// FuzzAppendJSONString holds the string encoder to encoding/json's bytes.
-func FuzzAppendJSONString(f *testing.F) {
-	for _, s := range []string{"", " the of", `"\`, "<>&", "\x00\n\t", "é", "\u2028\u2029", "\xff\xfe", "a\x7fb"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want, err := json.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := appendJSONString([]byte("x"), s); !bytes.Equal(got[1:], want) || got[0] != 'x' {
-			t.Fatalf("appendJSONString(%q) = %s, want %s", s, got[1:], want)
-		}
-	})
 }
 
 // BenchmarkSSEEvent compares the cost of one streamed token event written
