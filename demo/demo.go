@@ -29,7 +29,7 @@ import (
 	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/bench/workloads"
 	"github.com/llmesh/llmesh/control"
-	"github.com/llmesh/llmesh/gateway"
+	"github.com/llmesh/llmesh/internal/stack"
 	"github.com/llmesh/llmesh/sim/server"
 )
 
@@ -249,67 +249,18 @@ func (o *Options) shaped() *workload.Workload {
 // scheduling with policy in front of it. It returns the gateway's URL, the
 // engine's pace so far, and stop, which shuts both down.
 func startStack(ctx context.Context, o Options, w *workload.Workload, policy string, logger *slog.Logger) (string, func() server.Pace, func(), error) {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	stop := func() {
-		cancel()
-		wg.Wait()
-	}
-	simSrv, err := server.New(server.Config{Profile: w.Spec.Profile, ServedModelName: w.Spec.Model, Seed: uint64(w.Spec.Seed), Logger: logger})
+	st, err := stack.Start(ctx, stack.Config{
+		Sim: server.Config{Profile: w.Spec.Profile, ServedModelName: w.Spec.Model, Seed: uint64(w.Spec.Seed), Logger: logger},
+		Mesh: func(simHTTP, _ string) ([]byte, error) {
+			return meshYAML(w, simHTTP, policy, o.MaxInflight, o.Bounds)
+		},
+		MeshPath: filepath.Join(o.OutDir, "mesh-"+policy+".yaml"),
+		Logger:   logger,
+	})
 	if err != nil {
-		cancel()
-		return "", nil, nil, fmt.Errorf("simulated engine: %w", err)
+		return "", nil, nil, fmt.Errorf("%s: %w", policy, err)
 	}
-	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		cancel()
-		return "", nil, nil, fmt.Errorf("simulated engine listener: %w", err)
-	}
-	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		httpLn.Close()
-		cancel()
-		return "", nil, nil, fmt.Errorf("simulated engine gRPC listener: %w", err)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = simSrv.Serve(ctx, httpLn, grpcLn)
-	}()
-
-	mesh, err := meshYAML(w, httpLn.Addr().String(), policy, o.MaxInflight, o.Bounds)
-	if err != nil {
-		stop()
-		return "", nil, nil, err
-	}
-	path := filepath.Join(o.OutDir, "mesh-"+policy+".yaml")
-	if err := os.WriteFile(path, mesh, 0o644); err != nil {
-		stop()
-		return "", nil, nil, err
-	}
-	ready := make(chan net.Addr, 1)
-	errc := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		errc <- gateway.Run(ctx, gateway.RunConfig{
-			ConfigPath: path,
-			Listen:     "127.0.0.1:0",
-			Admin:      "127.0.0.1:0",
-			Logger:     logger,
-			Ready:      func(data, _ net.Addr) { ready <- data },
-		})
-	}()
-	select {
-	case addr := <-ready:
-		return "http://" + addr.String(), simSrv.Pace, stop, nil
-	case err := <-errc:
-		stop()
-		return "", nil, nil, fmt.Errorf("gateway (%s): %w", policy, err)
-	case <-ctx.Done():
-		stop()
-		return "", nil, nil, ctx.Err()
-	}
+	return "http://" + st.Addr, st.Sim.Pace, st.Stop, nil
 }
 
 type controlPlane struct {

@@ -7,17 +7,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/llmesh/llmesh/bench/ab"
 	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/gateway"
+	"github.com/llmesh/llmesh/internal/stack"
 	"github.com/llmesh/llmesh/sim/server"
 )
 
@@ -87,66 +85,25 @@ func resolveMesh(mesh []byte, httpAddr, grpcAddr string) []byte {
 // gateway's host:port (which the OpenAI and gRPC clients both accept) and a
 // stop function that shuts both down and waits for them.
 func (a *embeddedArm) start(ctx context.Context) (string, func(), error) {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
 	dir, err := os.MkdirTemp("", "llmesh-ab-*")
 	if err != nil {
-		cancel()
 		return "", nil, fmt.Errorf("%s: %w", a.label, err)
 	}
-	stop := func() {
-		cancel()
-		wg.Wait()
+	st, err := stack.Start(ctx, stack.Config{
+		Sim: a.sim,
+		Mesh: func(simHTTP, simGRPC string) ([]byte, error) {
+			return resolveMesh(a.mesh, simHTTP, simGRPC), nil
+		},
+		MeshPath: filepath.Join(dir, "mesh.yaml"),
+		Drain:    2 * time.Second, // a run's requests have ended by the time it is released
+		Logger:   a.log,
+	})
+	if err != nil {
 		_ = os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("%s: %s: %w", a.label, a.path, err)
 	}
-	fail := func(err error) (string, func(), error) {
-		stop()
-		return "", nil, fmt.Errorf("%s: %w", a.label, err)
-	}
-	srv, err := server.New(a.sim)
-	if err != nil {
-		return fail(fmt.Errorf("simulated engine: %w", err))
-	}
-	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fail(fmt.Errorf("simulated engine listener: %w", err))
-	}
-	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		httpLn.Close()
-		return fail(fmt.Errorf("simulated engine gRPC listener: %w", err))
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := srv.Serve(ctx, httpLn, grpcLn); err != nil {
-			a.log.Error("simulated engine stopped", "arm", a.label, "err", err)
-		}
-	}()
-	path := filepath.Join(dir, "mesh.yaml")
-	if err := os.WriteFile(path, resolveMesh(a.mesh, httpLn.Addr().String(), grpcLn.Addr().String()), 0o600); err != nil {
-		return fail(err)
-	}
-	ready := make(chan net.Addr, 1)
-	errc := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		errc <- gateway.Run(ctx, gateway.RunConfig{
-			ConfigPath: path,
-			Listen:     "127.0.0.1:0",
-			Admin:      "127.0.0.1:0",
-			Drain:      2 * time.Second, // a run's requests have ended by the time it is released
-			Logger:     a.log,
-			Ready:      func(data, _ net.Addr) { ready <- data },
-		})
-	}()
-	select {
-	case addr := <-ready:
-		return addr.String(), stop, nil
-	case err := <-errc:
-		return fail(fmt.Errorf("gateway with %s: %w", a.path, err))
-	case <-ctx.Done():
-		return fail(ctx.Err())
-	}
+	return st.Addr, func() {
+		st.Stop()
+		_ = os.RemoveAll(dir)
+	}, nil
 }
