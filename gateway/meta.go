@@ -7,6 +7,7 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
+	"github.com/llmesh/llmesh/filter"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -34,29 +35,6 @@ type requestMeta struct {
 	includeUsage bool
 }
 
-// openAIRequest holds the fields of an OpenAI request the gateway reads.
-type openAIRequest struct {
-	Model               string          `json:"model"`
-	Stream              bool            `json:"stream"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Prompt              json.RawMessage `json:"prompt"`
-	Messages            []struct {
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
-	N             *int            `json:"n"`
-	BestOf        *int            `json:"best_of"`
-	Echo          bool            `json:"echo"`
-	Logprobs      json.RawMessage `json:"logprobs"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-}
-
-// charsPerToken sizes prompts whose token count the gateway cannot know
-// without the model's tokenizer; the scheduler only needs an estimate.
-const charsPerToken = 4
-
 func parseRequestMeta(path string, body []byte, grpcReq bool) requestMeta {
 	if grpcReq {
 		return parseGRPCMeta(path, body)
@@ -70,24 +48,16 @@ func parseRequestMeta(path string, body []byte, grpcReq bool) requestMeta {
 	default:
 		return m
 	}
-	var req openAIRequest
+	var req filter.OpenAIRequest
 	if json.Unmarshal(body, &req) != nil {
 		m.kind = apiOther
 		return m
 	}
 	m.model = req.Model
 	m.stream = req.Stream
-	if req.MaxTokens != nil {
-		m.maxTokens = *req.MaxTokens
-	} else if req.MaxCompletionTokens != nil {
-		m.maxTokens = *req.MaxCompletionTokens
-	}
+	m.maxTokens = req.OutputLimit()
 	m.includeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	chars := len(req.Prompt)
-	for _, msg := range req.Messages {
-		chars += len(msg.Content)
-	}
-	m.promptTokens = (chars + charsPerToken - 1) / charsPerToken
+	m.promptTokens = req.PromptTokens()
 	single := (req.N == nil || *req.N == 1) && (req.BestOf == nil || *req.BestOf <= 1)
 	plain := !req.Echo && (len(req.Logprobs) == 0 || string(req.Logprobs) == "null" || string(req.Logprobs) == "false")
 	switch m.kind {
@@ -120,7 +90,7 @@ func parseGRPCMeta(path string, body []byte) requestMeta {
 		m.model = req.GetModel()
 		m.maxTokens = int(req.GetMaxTokens())
 		if p := req.GetPrompt(); p != "" {
-			m.promptTokens = (len(p) + charsPerToken - 1) / charsPerToken
+			m.promptTokens = filter.EstimateTokens(len(p))
 		} else {
 			m.promptTokens = len(req.GetPromptTokenIds())
 		}
@@ -131,7 +101,7 @@ func parseGRPCMeta(path string, body []byte) requestMeta {
 		}
 		m.maxTokens = int(req.GetSamplingParams().GetMaxTokens())
 		if t := req.GetText(); t != "" {
-			m.promptTokens = (len(t) + charsPerToken - 1) / charsPerToken
+			m.promptTokens = filter.EstimateTokens(len(t))
 		} else {
 			m.promptTokens = len(req.GetTokenized().GetInputIds())
 		}

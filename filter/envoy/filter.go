@@ -229,32 +229,17 @@ func (f *streamFilter) readBody(body []byte) {
 	f.sizing = false
 	hv := f.reqHV
 	f.reqHV = headers{}
-	var req struct {
-		Model               string          `json:"model"`
-		MaxTokens           *int            `json:"max_tokens"`
-		MaxCompletionTokens *int            `json:"max_completion_tokens"`
-		Prompt              json.RawMessage `json:"prompt"`
-		Messages            []struct {
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
-	}
+	var req filter.OpenAIRequest
 	if json.Unmarshal(body, &req) != nil {
 		return
 	}
 	f.model = req.Model
-	switch {
-	case req.MaxTokens != nil:
-		f.maxToks = max(0, *req.MaxTokens)
-	case req.MaxCompletionTokens != nil:
-		f.maxToks = max(0, *req.MaxCompletionTokens)
-	}
-	chars := len(req.Prompt)
-	for _, m := range req.Messages {
-		chars += len(m.Content)
+	if req.MaxTokens != nil || req.MaxCompletionTokens != nil {
+		f.maxToks = max(0, req.OutputLimit())
 	}
 	// Without the model's tokenizer, an estimate is what the scheduler
 	// needs.
-	f.promptToks = (chars + relocate.BytesPerToken - 1) / relocate.BytesPerToken
+	f.promptToks = req.PromptTokens()
 	if f.model != "" && hv.h != nil {
 		f.classify(hv)
 	}
