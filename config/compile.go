@@ -88,6 +88,26 @@ func (c *Config) WithActiveArm(exp, arm string) (*Config, error) {
 	return Compile(&m)
 }
 
+// WithActiveArms applies active-arm switches (experiment → arm, as
+// WithActiveArm) to c. A switch whose experiment or arm c does not have is
+// skipped and returned in lapsed with the reason, so that a changed file
+// does not fail on a switch made for the old one.
+func (c *Config) WithActiveArms(switches map[string]string) (next *Config, lapsed map[string]error) {
+	next = c
+	for exp, arm := range switches {
+		n, err := next.WithActiveArm(exp, arm)
+		if err != nil {
+			if lapsed == nil {
+				lapsed = map[string]error{}
+			}
+			lapsed[exp] = err
+			continue
+		}
+		next = n
+	}
+	return next, lapsed
+}
+
 type builder struct {
 	c   collector
 	cfg *Config

@@ -399,6 +399,15 @@ experiments:
 	if _, err := cfg.WithActiveArm("zz", "a"); err == nil {
 		t.Error("unknown experiment accepted")
 	}
+	// Several switches: the valid one applies, the stale ones lapse with
+	// their reasons.
+	many, lapsed := cfg.WithActiveArms(map[string]string{"ab": "c", "zz": "a"})
+	if many.Experiment("ab").Active == nil || many.Experiment("ab").Active.Name != "c" || len(lapsed) != 1 || lapsed["zz"] == nil {
+		t.Errorf("WithActiveArms: active %v, lapsed %v", many.Experiment("ab").Active, lapsed)
+	}
+	if same, lapsed := cfg.WithActiveArms(nil); same != cfg || lapsed != nil {
+		t.Errorf("WithActiveArms(nil) = %p, %v; want the config itself", same, lapsed)
+	}
 }
 
 func TestArmOverlaysPoolScheduler(t *testing.T) {

@@ -130,17 +130,12 @@ func (s *Server) reject(err error) {
 func (s *Server) publish(fileCfg *config.Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cfg := fileCfg
-	for exp, arm := range s.overrides {
-		next, err := cfg.WithActiveArm(exp, arm)
-		if err != nil {
-			// The file no longer has this experiment or arm: the switch
-			// lapses rather than blocking every later change.
-			s.log.Warn("dropping the active-arm switch", "experiment", exp, "arm", arm, "error", err)
-			delete(s.overrides, exp)
-			continue
-		}
-		cfg = next
+	cfg, lapsed := fileCfg.WithActiveArms(s.overrides)
+	for exp, err := range lapsed {
+		// The file no longer has this experiment or arm: the switch lapses
+		// rather than blocking every later change.
+		s.log.Warn("dropping the active-arm switch", "experiment", exp, "arm", s.overrides[exp], "error", err)
+		delete(s.overrides, exp)
 	}
 	return s.install(cfg)
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -61,17 +62,16 @@ func (e *Experiments) Config() *config.Config {
 func (e *Experiments) FileChanged(c *config.Config) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	next := c
+	next, lapsed := c.WithActiveArms(e.overrides)
 	keep := map[string]string{}
 	for exp, arm := range e.overrides {
-		n, err := next.WithActiveArm(exp, arm)
-		if err != nil {
+		if err := lapsed[exp]; err != nil {
 			// The file no longer has this experiment or arm: the switch
 			// lapses rather than blocking every later change.
 			e.log.Warn("dropping the active-arm switch", "experiment", exp, "arm", arm, "err", err)
 			continue
 		}
-		next, keep[exp] = n, arm
+		keep[exp] = arm
 	}
 	if err := e.apply(next, true); err != nil {
 		return err
@@ -109,15 +109,9 @@ func (e *Experiments) ClearActiveArm(exp string) (string, error) {
 	if _, ok := e.overrides[exp]; !ok {
 		return strconv.Itoa(e.seq), nil
 	}
-	next := e.file
-	for x, arm := range e.overrides {
-		if x == exp {
-			continue
-		}
-		if n, err := next.WithActiveArm(x, arm); err == nil {
-			next = n
-		}
-	}
+	others := maps.Clone(e.overrides)
+	delete(others, exp)
+	next, _ := e.file.WithActiveArms(others)
 	if err := e.apply(next, false); err != nil {
 		return "", err
 	}
