@@ -163,8 +163,21 @@ func (t *recordTimer) median() time.Duration {
 // Everything runs in this process, so the per-path numbers include the
 // client and upstream; the difference to the direct path is what each
 // proxy costs.
-func BenchmarkProxyCPUPerChunk(b *testing.B) {
-	const chunks = 256
+func BenchmarkProxyCPUPerChunk(b *testing.B) { benchProxyCPU(b, 256, "chunk") }
+
+// BenchmarkProxyCPUPerRequest is BenchmarkProxyCPUPerChunk with one-token
+// responses: what each path costs per request (connection reuse, request
+// parsing, classification, the observer's setup and finish, recording),
+// which the per-chunk numbers spread over 256 chunks.
+func BenchmarkProxyCPUPerRequest(b *testing.B) { benchProxyCPU(b, 1, "request") }
+
+// benchProxyCPU runs the interleaved arms with chunks-event responses and
+// reports CPU per unit: per chunk, or per request.
+func benchProxyCPU(b *testing.B, chunks int, unit string) {
+	div := chunks
+	if unit == "request" {
+		div = 1
+	}
 	up := httptest.NewServer(burstUpstream(chunks))
 	defer up.Close()
 	plain := plainProxy(b, up.URL)
@@ -178,7 +191,7 @@ func BenchmarkProxyCPUPerChunk(b *testing.B) {
 	}
 	var cpu [5]time.Duration
 	// over[j] holds, per round, path j's CPU minus the direct path's in
-	// the same round: what the proxy cost on that round's 256 chunks.
+	// the same round: what the proxy cost on that round's response.
 	var over [5][]time.Duration
 	// teleOver holds, per round, the telemetry arm's CPU minus the
 	// gateway arm's: what recording cost, paired within the round.
@@ -209,12 +222,14 @@ func BenchmarkProxyCPUPerChunk(b *testing.B) {
 	// time of the Record call itself (per request, and spread over its
 	// chunks).
 	teleMed, _ := percentiles(teleOver)
-	b.ReportMetric(float64(teleMed)/chunks, "telemetry-minus-gateway-cpu-ns/chunk")
+	b.ReportMetric(float64(teleMed)/float64(div), "telemetry-minus-gateway-cpu-ns/"+unit)
 	b.ReportMetric(float64(timer.median())/float64(time.Microsecond), "record-us/request")
-	b.ReportMetric(float64(timer.median())/chunks, "record-ns/chunk")
-	per := func(d time.Duration) float64 { return float64(d) / float64(b.N*chunks) }
+	if unit == "chunk" {
+		b.ReportMetric(float64(timer.median())/float64(chunks), "record-ns/chunk")
+	}
+	per := func(d time.Duration) float64 { return float64(d) / float64(b.N*div) }
 	for j, name := range names {
-		b.ReportMetric(per(cpu[j]), name+"-cpu-ns/chunk")
+		b.ReportMetric(per(cpu[j]), name+"-cpu-ns/"+unit)
 	}
 	if extra := per(cpu[1] - cpu[0]); extra > 0 {
 		b.ReportMetric(per(cpu[2]-cpu[0])/extra, "gateway/plain-proxy-cpu")
