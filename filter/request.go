@@ -1,27 +1,61 @@
 package filter
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // OpenAIRequest holds the fields of an OpenAI completions or chat request
 // that the hosts read before admission: what the scheduler needs (model,
 // size) and what decides whether a preempted stream can be continued. Both
-// hosts decode a buffered body into it once.
+// hosts decode a buffered body into it once, with ParseOpenAIRequest.
 type OpenAIRequest struct {
 	Model               string          `json:"model"`
 	Stream              bool            `json:"stream"`
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Prompt              json.RawMessage `json:"prompt"`
-	Messages            []struct {
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
-	N             *int            `json:"n"`
-	BestOf        *int            `json:"best_of"`
-	Echo          bool            `json:"echo"`
-	Logprobs      json.RawMessage `json:"logprobs"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
+	Messages            []OpenAIMessage `json:"messages"`
+	N                   *int            `json:"n"`
+	BestOf              *int            `json:"best_of"`
+	Echo                bool            `json:"echo"`
+	Logprobs            json.RawMessage `json:"logprobs"`
+	// StreamOptions is nil when the request has none (or null).
+	StreamOptions *OpenAIStreamOptions `json:"stream_options"`
+}
+
+// OpenAIMessage is one element of a chat request's messages: only its
+// content is read, as sent (a string or an array of parts), for sizing.
+type OpenAIMessage struct {
+	Content json.RawMessage `json:"content"`
+}
+
+// OpenAIStreamOptions is a request's stream_options.
+type OpenAIStreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// ParseOpenAIRequest decodes an OpenAI request body. The result and whether
+// it fails are exactly those of json.Unmarshal into a zero OpenAIRequest
+// (FuzzParseOpenAIRequest holds the two together), but the common shape of
+// a request is decoded in one validating pass without reflection, which
+// would otherwise cost the hosts more per request than everything else they
+// do before admission. Anything unusual (a key that is escaped, not ASCII
+// or differs from a field's name only in case is handled; a value of a
+// type the field cannot hold, a number that is not a plain integer, a
+// repeated messages or stream_options, invalid JSON) is left to
+// encoding/json, so that the corners are encoding/json's own. The returned
+// raw messages are copies: the request keeps no reference to body.
+func ParseOpenAIRequest(body []byte) (OpenAIRequest, error) {
+	var r OpenAIRequest
+	if parseOpenAIFast(body, &r) {
+		return r, nil
+	}
+	r = OpenAIRequest{}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return r, fmt.Errorf("OpenAI request body: %w", err)
+	}
+	return r, nil
 }
 
 // BytesPerToken sizes prompts whose token count a host cannot know without

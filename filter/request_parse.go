@@ -1,0 +1,455 @@
+package filter
+
+import (
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// The fast path of ParseOpenAIRequest: one validating pass over the common
+// shape of a request. It reports false, and leaves the body to
+// encoding/json, whenever the outcome would depend on a corner of
+// encoding/json it does not reproduce; it never reports success for a body
+// json.Unmarshal would refuse.
+
+// reqField is the OpenAIRequest field a top-level key sets.
+type reqField uint8
+
+const (
+	reqOther reqField = iota // ignored (still validated)
+	reqModel
+	reqStream
+	reqMaxTokens
+	reqMaxCompletionTokens
+	reqPrompt
+	reqMessages
+	reqN
+	reqBestOf
+	reqEcho
+	reqLogprobs
+	reqStreamOptions
+	reqUnsure // encoding/json's own matching must decide
+	reqFields
+)
+
+// topField matches a top-level key (the bytes between the quotes, free of
+// escapes) as encoding/json does: exactly, else ignoring case. For ASCII
+// keys that is ASCII case folding; other keys may fold onto a field name
+// (U+212A KELVIN SIGN folds to k), so they are left unsure.
+func topField(key []byte) reqField {
+	for _, c := range key {
+		if c >= utf8.RuneSelf {
+			return reqUnsure
+		}
+	}
+	switch len(key) {
+	case 1:
+		if foldIs(key, "n") {
+			return reqN
+		}
+	case 4:
+		if foldIs(key, "echo") {
+			return reqEcho
+		}
+	case 5:
+		if foldIs(key, "model") {
+			return reqModel
+		}
+	case 6:
+		switch {
+		case foldIs(key, "stream"):
+			return reqStream
+		case foldIs(key, "prompt"):
+			return reqPrompt
+		}
+	case 7:
+		if foldIs(key, "best_of") {
+			return reqBestOf
+		}
+	case 8:
+		switch {
+		case foldIs(key, "messages"):
+			return reqMessages
+		case foldIs(key, "logprobs"):
+			return reqLogprobs
+		}
+	case 10:
+		if foldIs(key, "max_tokens") {
+			return reqMaxTokens
+		}
+	case 14:
+		if foldIs(key, "stream_options") {
+			return reqStreamOptions
+		}
+	case 21:
+		if foldIs(key, "max_completion_tokens") {
+			return reqMaxCompletionTokens
+		}
+	}
+	return reqOther
+}
+
+// foldIs reports whether the ASCII key is name (lower case) up to case.
+func foldIs(key []byte, name string) bool {
+	if len(key) != len(name) {
+		return false
+	}
+	for i, c := range key {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != name[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// nestedField matches a key of a message or of stream_options against the
+// one field read there: 1 if it is that field, 0 if not, -1 if unsure.
+func nestedField(key []byte, name string) int {
+	for _, c := range key {
+		if c >= utf8.RuneSelf {
+			return -1
+		}
+	}
+	if foldIs(key, name) {
+		return 1
+	}
+	return 0
+}
+
+// span is a raw value in the body, b[from:to]; empty when unset.
+type span struct{ from, to int }
+
+// reqParser holds what the fast path has read so far. Raw values are kept
+// as spans and copied into one allocation at the end.
+type reqParser struct {
+	b        []byte
+	prompt   span
+	logprobs span
+	contents []span // per message; empty for a message without content
+	seen     [reqFields]bool
+	isArray  bool // messages was an array (possibly empty), not null
+	small    [8]span
+}
+
+// parseOpenAIFast decodes body into the zero request r and reports whether
+// it could; r is unspecified when it reports false.
+func parseOpenAIFast(body []byte, r *OpenAIRequest) bool {
+	p := reqParser{b: body}
+	p.contents = p.small[:0]
+	b := body
+	i := jsSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false // null and type errors are encoding/json's
+	}
+	i = jsSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		i++
+	} else {
+		for {
+			key, after, ok := p.key(i)
+			if !ok {
+				return false
+			}
+			f := topField(key)
+			if f == reqUnsure {
+				return false
+			}
+			if i, ok = p.field(f, r, jsSpace(b, after)); !ok {
+				return false
+			}
+			i = jsSpace(b, i)
+			if i >= len(b) {
+				return false
+			}
+			if b[i] == ',' {
+				i = jsSpace(b, i+1)
+				continue
+			}
+			if b[i] != '}' {
+				return false
+			}
+			i++
+			break
+		}
+	}
+	if jsSpace(b, i) != len(b) {
+		return false
+	}
+	p.finish(r)
+	return true
+}
+
+// key reads `"name" :` at b[i] and returns the name's bytes and the index
+// after the colon. An escaped name is not handled.
+func (p *reqParser) key(i int) (key []byte, after int, ok bool) {
+	b := p.b
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	end, escaped, ok := jsString(b, i)
+	if !ok || escaped {
+		return nil, 0, false
+	}
+	key = b[i+1 : end-1]
+	i = jsSpace(b, end)
+	if i >= len(b) || b[i] != ':' {
+		return nil, 0, false
+	}
+	return key, i + 1, true
+}
+
+// field decodes the value at b[i] into field f and returns the index after
+// it.
+func (p *reqParser) field(f reqField, r *OpenAIRequest, i int) (int, bool) {
+	if f == reqMessages || f == reqStreamOptions {
+		// A repeated one decodes into what the first left (slice
+		// elements, the pointed-to struct): encoding/json's business.
+		if p.seen[f] {
+			return 0, false
+		}
+		p.seen[f] = true
+	}
+	switch f {
+	case reqModel:
+		return p.str(i, &r.Model)
+	case reqStream:
+		return p.bool(i, &r.Stream)
+	case reqEcho:
+		return p.bool(i, &r.Echo)
+	case reqMaxTokens:
+		return p.int(i, &r.MaxTokens)
+	case reqMaxCompletionTokens:
+		return p.int(i, &r.MaxCompletionTokens)
+	case reqN:
+		return p.int(i, &r.N)
+	case reqBestOf:
+		return p.int(i, &r.BestOf)
+	case reqPrompt:
+		return p.raw(i, &p.prompt)
+	case reqLogprobs:
+		return p.raw(i, &p.logprobs)
+	case reqMessages:
+		return p.messages(i)
+	case reqStreamOptions:
+		return p.streamOptions(i, r)
+	}
+	return jsValue(p.b, i)
+}
+
+// raw records the value at b[i] as sp.
+func (p *reqParser) raw(i int, sp *span) (int, bool) {
+	end, ok := jsValue(p.b, i)
+	if ok {
+		*sp = span{i, end}
+	}
+	return end, ok
+}
+
+// str decodes a string; null leaves dst as it was.
+func (p *reqParser) str(i int, dst *string) (int, bool) {
+	b := p.b
+	if i < len(b) && b[i] == 'n' {
+		return jsLiteral(b, i, "null")
+	}
+	if i >= len(b) || b[i] != '"' {
+		return 0, false
+	}
+	end, escaped, ok := jsString(b, i)
+	if !ok {
+		return 0, false
+	}
+	if s := b[i+1 : end-1]; !escaped && utf8.Valid(s) {
+		*dst = string(s)
+		return end, true
+	}
+	// Escapes and invalid UTF-8 (each bad byte becomes U+FFFD): rare
+	// enough in a model name to let encoding/json unquote this one string.
+	var s string
+	if json.Unmarshal(b[i:end], &s) != nil {
+		return 0, false
+	}
+	*dst = s
+	return end, true
+}
+
+// bool decodes true or false; null leaves dst as it was.
+func (p *reqParser) bool(i int, dst *bool) (int, bool) {
+	b := p.b
+	if i >= len(b) {
+		return 0, false
+	}
+	switch b[i] {
+	case 't':
+		*dst = true
+		return jsLiteral(b, i, "true")
+	case 'f':
+		*dst = false
+		return jsLiteral(b, i, "false")
+	case 'n':
+		return jsLiteral(b, i, "null")
+	}
+	return 0, false
+}
+
+// int decodes an integer of at most 18 digits (anything longer might not
+// fit and is left to encoding/json); null sets dst to nil.
+func (p *reqParser) int(i int, dst **int) (int, bool) {
+	b := p.b
+	if i < len(b) && b[i] == 'n' {
+		*dst = nil
+		return jsLiteral(b, i, "null")
+	}
+	end, ok := jsNumber(b, i)
+	if !ok {
+		return 0, false
+	}
+	neg := b[i] == '-'
+	j := i
+	if neg {
+		j++
+	}
+	if end-j > 18 {
+		return 0, false
+	}
+	v := 0
+	for ; j < end; j++ {
+		c := b[j]
+		if c < '0' || c > '9' {
+			return 0, false // a fraction or exponent: an error for an int
+		}
+		v = v*10 + int(c-'0')
+	}
+	if neg {
+		v = -v
+	}
+	*dst = &v
+	return end, true
+}
+
+// messages decodes null or an array of objects (or nulls, which leave
+// their element empty).
+func (p *reqParser) messages(i int) (int, bool) {
+	b := p.b
+	if i < len(b) && b[i] == 'n' {
+		return jsLiteral(b, i, "null")
+	}
+	if i >= len(b) || b[i] != '[' {
+		return 0, false
+	}
+	p.isArray = true
+	i = jsSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1, true
+	}
+	for {
+		var content span
+		var ok bool
+		switch {
+		case i < len(b) && b[i] == '{':
+			if i, ok = p.object(i, "content", func(j int) (int, bool) { return p.raw(j, &content) }); !ok {
+				return 0, false
+			}
+		case i < len(b) && b[i] == 'n':
+			if i, ok = jsLiteral(b, i, "null"); !ok {
+				return 0, false
+			}
+		default:
+			return 0, false
+		}
+		p.contents = append(p.contents, content)
+		i = jsSpace(b, i)
+		if i >= len(b) {
+			return 0, false
+		}
+		switch b[i] {
+		case ',':
+			i = jsSpace(b, i+1)
+		case ']':
+			return i + 1, true
+		default:
+			return 0, false
+		}
+	}
+}
+
+// streamOptions decodes null or an object.
+func (p *reqParser) streamOptions(i int, r *OpenAIRequest) (int, bool) {
+	b := p.b
+	if i < len(b) && b[i] == 'n' {
+		r.StreamOptions = nil
+		return jsLiteral(b, i, "null")
+	}
+	if i >= len(b) || b[i] != '{' {
+		return 0, false
+	}
+	r.StreamOptions = &OpenAIStreamOptions{}
+	return p.object(i, "include_usage", func(j int) (int, bool) { return p.bool(j, &r.StreamOptions.IncludeUsage) })
+}
+
+// object walks the object at b[i] == '{', handing the value of each member
+// named name (up to case) to set and validating the others.
+func (p *reqParser) object(i int, name string, set func(int) (int, bool)) (int, bool) {
+	b := p.b
+	i = jsSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		key, after, ok := p.key(i)
+		if !ok {
+			return 0, false
+		}
+		i = jsSpace(b, after)
+		switch nestedField(key, name) {
+		case 1:
+			i, ok = set(i)
+		case 0:
+			i, ok = jsValue(b, i)
+		default:
+			return 0, false
+		}
+		if !ok {
+			return 0, false
+		}
+		i = jsSpace(b, i)
+		if i >= len(b) {
+			return 0, false
+		}
+		switch b[i] {
+		case ',':
+			i = jsSpace(b, i+1)
+		case '}':
+			return i + 1, true
+		default:
+			return 0, false
+		}
+	}
+}
+
+// finish copies the raw values into one allocation and builds the
+// messages.
+func (p *reqParser) finish(r *OpenAIRequest) {
+	n := p.prompt.to - p.prompt.from + p.logprobs.to - p.logprobs.from
+	for _, c := range p.contents {
+		n += c.to - c.from
+	}
+	buf := make([]byte, 0, n)
+	take := func(sp span) json.RawMessage {
+		if sp.to == sp.from {
+			return nil
+		}
+		from := len(buf)
+		buf = append(buf, p.b[sp.from:sp.to]...)
+		return buf[from:len(buf):len(buf)]
+	}
+	r.Prompt = take(p.prompt)
+	r.Logprobs = take(p.logprobs)
+	if p.isArray {
+		r.Messages = make([]OpenAIMessage, len(p.contents))
+		for k, c := range p.contents {
+			r.Messages[k].Content = take(c)
+		}
+	}
+}
