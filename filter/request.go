@@ -51,11 +51,12 @@ func ParseOpenAIRequest(body []byte) (OpenAIRequest, error) {
 	if parseOpenAIFast(body, &r) {
 		return r, nil
 	}
-	r = OpenAIRequest{}
-	if err := json.Unmarshal(body, &r); err != nil {
-		return r, fmt.Errorf("OpenAI request body: %w", err)
+	// A fresh value: the fast path may have set fields before it gave up.
+	var slow OpenAIRequest
+	if err := json.Unmarshal(body, &slow); err != nil {
+		return slow, fmt.Errorf("OpenAI request body: %w", err)
 	}
-	return r, nil
+	return slow, nil
 }
 
 // BytesPerToken sizes prompts whose token count a host cannot know without

@@ -36,6 +36,30 @@ const (
 // keys that is ASCII case folding; other keys may fold onto a field name
 // (U+212A KELVIN SIGN folds to k), so they are left unsure.
 func topField(key []byte) reqField {
+	switch string(key) { // the exact names, as sent by every client
+	case "model":
+		return reqModel
+	case "messages":
+		return reqMessages
+	case "stream":
+		return reqStream
+	case "max_tokens":
+		return reqMaxTokens
+	case "prompt":
+		return reqPrompt
+	case "stream_options":
+		return reqStreamOptions
+	case "max_completion_tokens":
+		return reqMaxCompletionTokens
+	case "n":
+		return reqN
+	case "best_of":
+		return reqBestOf
+	case "echo":
+		return reqEcho
+	case "logprobs":
+		return reqLogprobs
+	}
 	for _, c := range key {
 		if c >= utf8.RuneSelf {
 			return reqUnsure
@@ -107,6 +131,9 @@ func foldIs(key []byte, name string) bool {
 // nestedField matches a key of a message or of stream_options against the
 // one field read there: 1 if it is that field, 0 if not, -1 if unsure.
 func nestedField(key []byte, name string) int {
+	if string(key) == name {
+		return 1
+	}
 	for _, c := range key {
 		if c >= utf8.RuneSelf {
 			return -1
@@ -122,22 +149,60 @@ func nestedField(key []byte, name string) int {
 type span struct{ from, to int }
 
 // reqParser holds what the fast path has read so far. Raw values are kept
-// as spans and copied into one allocation at the end.
+// as spans and copied into one allocation at the end; the integers and
+// stream_options share another. Nothing in it points into itself, so that
+// it stays on the stack.
 type reqParser struct {
 	b        []byte
 	prompt   span
 	logprobs span
-	contents []span // per message; empty for a message without content
-	seen     [reqFields]bool
-	isArray  bool // messages was an array (possibly empty), not null
-	small    [8]span
+	// contents has one span per message, empty for one without content:
+	// the first len(small) in small, the rest in more.
+	small   [8]span
+	more    []span
+	nmsg    int
+	seen    [reqFields]bool
+	isArray bool // messages was an array (possibly empty), not null
+	cur     span // the content of the message being read
+	block   *reqBlock
+}
+
+// reqBlock holds the values the request points to, in one allocation.
+type reqBlock struct {
+	ints [4]int // max_tokens, max_completion_tokens, n, best_of
+	opts OpenAIStreamOptions
+}
+
+// blk returns the request's block, allocating it on first use.
+func (p *reqParser) blk() *reqBlock {
+	if p.block == nil {
+		p.block = new(reqBlock)
+	}
+	return p.block
+}
+
+// content returns message k's span.
+func (p *reqParser) content(k int) span {
+	if k < len(p.small) {
+		return p.small[k]
+	}
+	return p.more[k-len(p.small)]
+}
+
+// addContent appends a message's span.
+func (p *reqParser) addContent(sp span) {
+	if p.nmsg < len(p.small) {
+		p.small[p.nmsg] = sp
+	} else {
+		p.more = append(p.more, sp)
+	}
+	p.nmsg++
 }
 
 // parseOpenAIFast decodes body into the zero request r and reports whether
 // it could; r is unspecified when it reports false.
 func parseOpenAIFast(body []byte, r *OpenAIRequest) bool {
 	p := reqParser{b: body}
-	p.contents = p.small[:0]
 	b := body
 	i := jsSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
@@ -219,13 +284,13 @@ func (p *reqParser) field(f reqField, r *OpenAIRequest, i int) (int, bool) {
 	case reqEcho:
 		return p.bool(i, &r.Echo)
 	case reqMaxTokens:
-		return p.int(i, &r.MaxTokens)
+		return p.int(i, &r.MaxTokens, 0)
 	case reqMaxCompletionTokens:
-		return p.int(i, &r.MaxCompletionTokens)
+		return p.int(i, &r.MaxCompletionTokens, 1)
 	case reqN:
-		return p.int(i, &r.N)
+		return p.int(i, &r.N, 2)
 	case reqBestOf:
-		return p.int(i, &r.BestOf)
+		return p.int(i, &r.BestOf, 3)
 	case reqPrompt:
 		return p.raw(i, &p.prompt)
 	case reqLogprobs:
@@ -294,8 +359,9 @@ func (p *reqParser) bool(i int, dst *bool) (int, bool) {
 }
 
 // int decodes an integer of at most 18 digits (anything longer might not
-// fit and is left to encoding/json); null sets dst to nil.
-func (p *reqParser) int(i int, dst **int) (int, bool) {
+// fit and is left to encoding/json) into the block's slot; null sets dst
+// to nil.
+func (p *reqParser) int(i int, dst **int, slot int) (int, bool) {
 	b := p.b
 	if i < len(b) && b[i] == 'n' {
 		*dst = nil
@@ -324,7 +390,9 @@ func (p *reqParser) int(i int, dst **int) (int, bool) {
 	if neg {
 		v = -v
 	}
-	*dst = &v
+	bl := p.blk()
+	bl.ints[slot] = v
+	*dst = &bl.ints[slot]
 	return end, true
 }
 
@@ -348,9 +416,11 @@ func (p *reqParser) messages(i int) (int, bool) {
 		var ok bool
 		switch {
 		case i < len(b) && b[i] == '{':
-			if i, ok = p.object(i, "content", func(j int) (int, bool) { return p.raw(j, &content) }); !ok {
+			p.cur = span{}
+			if i, ok = p.object(i, memberContent); !ok {
 				return 0, false
 			}
+			content = p.cur
 		case i < len(b) && b[i] == 'n':
 			if i, ok = jsLiteral(b, i, "null"); !ok {
 				return 0, false
@@ -358,7 +428,7 @@ func (p *reqParser) messages(i int) (int, bool) {
 		default:
 			return 0, false
 		}
-		p.contents = append(p.contents, content)
+		p.addContent(content)
 		i = jsSpace(b, i)
 		if i >= len(b) {
 			return 0, false
@@ -384,13 +454,25 @@ func (p *reqParser) streamOptions(i int, r *OpenAIRequest) (int, bool) {
 	if i >= len(b) || b[i] != '{' {
 		return 0, false
 	}
-	r.StreamOptions = &OpenAIStreamOptions{}
-	return p.object(i, "include_usage", func(j int) (int, bool) { return p.bool(j, &r.StreamOptions.IncludeUsage) })
+	r.StreamOptions = &p.blk().opts
+	return p.object(i, memberIncludeUsage)
 }
 
-// object walks the object at b[i] == '{', handing the value of each member
-// named name (up to case) to set and validating the others.
-func (p *reqParser) object(i int, name string, set func(int) (int, bool)) (int, bool) {
+// member is the one member read from a nested object.
+type member uint8
+
+const (
+	memberContent      member = iota // a message's content, into cur
+	memberIncludeUsage               // stream_options' include_usage
+)
+
+// object walks the object at b[i] == '{', decoding each occurrence of the
+// member m (up to case) and validating the others.
+func (p *reqParser) object(i int, m member) (int, bool) {
+	name := "content"
+	if m == memberIncludeUsage {
+		name = "include_usage"
+	}
 	b := p.b
 	i = jsSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
@@ -404,7 +486,11 @@ func (p *reqParser) object(i int, name string, set func(int) (int, bool)) (int, 
 		i = jsSpace(b, after)
 		switch nestedField(key, name) {
 		case 1:
-			i, ok = set(i)
+			if m == memberContent {
+				i, ok = p.raw(i, &p.cur)
+			} else {
+				i, ok = p.bool(i, &p.blk().opts.IncludeUsage)
+			}
 		case 0:
 			i, ok = jsValue(b, i)
 		default:
@@ -432,7 +518,8 @@ func (p *reqParser) object(i int, name string, set func(int) (int, bool)) (int, 
 // messages.
 func (p *reqParser) finish(r *OpenAIRequest) {
 	n := p.prompt.to - p.prompt.from + p.logprobs.to - p.logprobs.from
-	for _, c := range p.contents {
+	for k := range p.nmsg {
+		c := p.content(k)
 		n += c.to - c.from
 	}
 	buf := make([]byte, 0, n)
@@ -447,9 +534,9 @@ func (p *reqParser) finish(r *OpenAIRequest) {
 	r.Prompt = take(p.prompt)
 	r.Logprobs = take(p.logprobs)
 	if p.isArray {
-		r.Messages = make([]OpenAIMessage, len(p.contents))
-		for k, c := range p.contents {
-			r.Messages[k].Content = take(c)
+		r.Messages = make([]OpenAIMessage, p.nmsg)
+		for k := range r.Messages {
+			r.Messages[k].Content = take(p.content(k))
 		}
 	}
 }
