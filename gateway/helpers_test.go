@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(benchProxyEnv) != "" { // a proxy for BenchmarkProxyProcessCPU
+		os.Exit(benchProxyMain())
+	}
 	goleak.VerifyTestMain(m)
 }
 
