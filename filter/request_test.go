@@ -3,6 +3,7 @@ package filter
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -172,13 +173,13 @@ func checkParseOpenAIRequest(t *testing.T, body []byte) {
 	if wantErr != nil && !errors.Is(err, wantErr) && err.Error() != "OpenAI request body: "+wantErr.Error() {
 		t.Errorf("ParseOpenAIRequest(%q) error %q, want it to wrap %q", body, err, wantErr)
 	}
+	if reflect.DeepEqual(want, got) {
+		return // DeepEqual also tells a nil slice from an empty one
+	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("ParseOpenAIRequest(%q) differs from json.Unmarshal (-want +got):\n%s", body, diff)
 	}
-	// cmp treats nil and empty slices alike; encoding/json does not.
-	if (want.Messages == nil) != (got.Messages == nil) {
-		t.Fatalf("ParseOpenAIRequest(%q): Messages nil %v, json.Unmarshal nil %v", body, got.Messages == nil, want.Messages == nil)
-	}
+	t.Fatalf("ParseOpenAIRequest(%q) = %#v, json.Unmarshal %#v (a nil slice and an empty one)", body, got, want)
 }
 
 // FuzzParseOpenAIRequest is the differential test: on any input,

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"strings"
 
 	"github.com/llmesh/llmesh/api/llmv1"
@@ -48,8 +47,8 @@ func parseRequestMeta(path string, body []byte, grpcReq bool) requestMeta {
 	default:
 		return m
 	}
-	var req filter.OpenAIRequest
-	if json.Unmarshal(body, &req) != nil {
+	req, err := filter.ParseOpenAIRequest(body)
+	if err != nil {
 		m.kind = apiOther
 		return m
 	}

@@ -2,7 +2,6 @@ package envoy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -229,8 +228,8 @@ func (f *streamFilter) readBody(body []byte) {
 	f.sizing = false
 	hv := f.reqHV
 	f.reqHV = headers{}
-	var req filter.OpenAIRequest
-	if json.Unmarshal(body, &req) != nil {
+	req, err := filter.ParseOpenAIRequest(body)
+	if err != nil {
 		return
 	}
 	f.model = req.Model
