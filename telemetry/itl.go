@@ -1,58 +1,22 @@
 package telemetry
 
 import (
-	"context"
 	"math"
-	"slices"
-	"sync"
 	"time"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// itlHistogram is llmesh.inter_chunk.duration aggregated by the Recorder
-// itself and handed to the Provider's readers as a Producer. A request
-// brings one gap per token-bearing chunk, hundreds per request; through
-// the SDK instrument each gap is a Record call that re-resolves the
-// attribute set (about 0.4 µs each on the development machine), which
-// made recording the ITL of a request cost more than proxying its
-// chunks. Here a request's gaps are added under one lock with a bucket
-// search each. The result is the SDK's explicit-bucket histogram exactly:
-// cumulative, buckets upper-inclusive, with count, sum, min and max.
-type itlHistogram struct {
-	bounds []float64
-	// limits[i] is the longest gap whose Seconds() is ≤ bounds[i]: a gap
-	// falls in the first bucket whose limit it does not exceed, the
-	// SDK's rule on the float value, decided on the integer one.
-	limits []time.Duration
-	start  time.Time
-
-	mu     sync.Mutex
-	points map[attribute.Distinct]*itlPoint
-	order  []*itlPoint // first-seen order, for a stable output
-}
-
-type itlPoint struct {
-	set      attribute.Set
-	counts   []uint64 // len(bounds)+1
-	count    uint64
-	sum      float64
-	min, max float64
-}
-
-func newITLHistogram(bounds []float64) *itlHistogram {
-	h := &itlHistogram{bounds: slices.Clone(bounds), start: time.Now(), points: map[attribute.Distinct]*itlPoint{}}
-	for _, b := range h.bounds {
-		h.limits = append(h.limits, durationLimit(b))
-	}
-	return h
-}
+// The inter-chunk histogram gets one gap per token-bearing chunk,
+// hundreds per request: through the SDK instrument each was a Record call
+// that re-resolved the attribute set (about 0.4 µs each on the
+// development machine), more than proxying the chunk. The aggregation
+// adds a request's gaps under its one lock with an integer bucket search
+// each, which gives the SDK's explicit-bucket histogram exactly.
 
 // durationLimit is the longest duration d with d.Seconds() ≤ b (Seconds
 // is monotonic in d, so every shorter one qualifies too). Bounds are
 // seconds, from a millisecond to minutes: far inside int64 nanoseconds.
+// A gap falls in the first bucket whose limit it does not exceed: the
+// SDK's rule on the float value, decided on the integer one.
 func durationLimit(b float64) time.Duration {
 	d := time.Duration(math.Floor(b * float64(time.Second)))
 	for d.Seconds() > b {
@@ -78,37 +42,98 @@ func bucket(limits []time.Duration, g time.Duration) int {
 	return lo
 }
 
-// record adds one request's gaps under s's label set. The point is
-// looked up once per series and kept in it.
-func (h *itlHistogram) record(s *series, gaps []time.Duration) {
-	if len(gaps) == 0 {
-		return
+// gapIndex finds a gap's bucket with one table lookup and at most one
+// comparison instead of a binary search, whose branches a request's
+// varying gaps mispredict: that search was half of what recording a
+// 256-chunk request cost. The gaps from 0 to the last limit are cut into
+// cells of 2^shift ns, no wider than the closest two limits are apart,
+// so a cell holds at most one bucket edge: cells[c] is the bucket of the
+// cell's first gap and a gap is in that bucket or the next.
+type gapIndex struct {
+	limits []time.Duration
+	shift  uint
+	cells  []uint8 // nil: no table fits maxGapCells; search instead
+}
+
+// maxGapCells bounds the table (one byte per cell).
+const maxGapCells = 1 << 13
+
+func newGapIndex(limits []time.Duration) gapIndex {
+	x := gapIndex{limits: limits}
+	if len(limits) == 0 || len(limits) > 255 || limits[0] < 0 {
+		return x
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	p := s.itl
-	if p == nil {
-		p = h.points[s.set.Equivalent()]
-		if p == nil {
-			p = &itlPoint{set: s.set, counts: make([]uint64, len(h.bounds)+1)}
-			h.points[s.set.Equivalent()] = p
-			h.order = append(h.order, p)
+	spacing := limits[len(limits)-1] + 1
+	for i := 1; i < len(limits); i++ {
+		spacing = min(spacing, limits[i]-limits[i-1])
+	}
+	for x.shift < 62 && time.Duration(1)<<(x.shift+1) <= spacing {
+		x.shift++
+	}
+	n := uint64(limits[len(limits)-1])>>x.shift + 1
+	if spacing <= 0 || n > maxGapCells {
+		return x
+	}
+	x.cells = make([]uint8, n)
+	for c := range x.cells {
+		x.cells[c] = uint8(bucket(limits, time.Duration(uint64(c)<<x.shift)))
+	}
+	return x
+}
+
+// bucket is bucket(x.limits, g).
+func (x *gapIndex) bucket(g time.Duration) int {
+	if c := uint64(g) >> x.shift; c < uint64(len(x.cells)) {
+		b := int(x.cells[c])
+		if g > x.limits[b] {
+			b++
 		}
-		s.itl = p
+		return b
 	}
-	// A request's gaps are alike, so the previous gap's bucket is tried
-	// before a search. Min and max are taken on the durations and
-	// converted once: Seconds is monotonic, so that is the same value.
+	return bucket(x.limits, g)
+}
+
+// observeGaps adds one request's gaps (non-empty) to p, whose bounds x
+// indexes. The sums are added gap by gap, in order, as
+// the SDK would, so that they are the same floats; they are kept in
+// registers across the loop (through memory each add waited on the
+// previous one's store), every reader's, used or not.
+func observeGaps(p *histPoint[float64], x *gapIndex, gaps []time.Duration) {
+	// Min and max are taken on the durations and converted once: Seconds
+	// is monotonic, so that is the same value.
 	lo, hi := gaps[0], gaps[0]
-	b := bucket(h.limits, gaps[0])
+	f0, i0, f1, i1 := p.sums[0].f, p.sums[0].i, p.sums[1].f, p.sums[1].i
+	// Locals, so that the stores into counts need not reload them.
+	counts, cells, limits, shift := p.counts, x.cells, x.limits, x.shift
 	for _, g := range gaps {
-		if !(b < len(h.limits) && g <= h.limits[b] && (b == 0 || g > h.limits[b-1])) {
-			b = bucket(h.limits, g)
+		var b int
+		if c := uint64(g) >> shift; c < uint64(len(cells)) {
+			b = int(cells[c])
+			if g > limits[b] {
+				b++
+			}
+		} else {
+			b = bucket(limits, g)
 		}
-		p.counts[b]++
-		p.sum += g.Seconds()
+		counts[b]++
+		// sdkSum.add of g.Seconds() for both readers. A gap under a
+		// second is float64(g)/1e9 (Seconds adds that to 0 seconds),
+		// never whole unless 0, which adds nothing either way: this
+		// saves the division into seconds and nanoseconds.
+		if g > 0 && g < time.Second {
+			v := float64(g) / 1e9
+			f0 += v
+			f1 += v
+		} else if v := g.Seconds(); float64(int64(v)) == v {
+			i0 += int64(v)
+			i1 += int64(v)
+		} else {
+			f0 += v
+			f1 += v
+		}
 		lo, hi = min(lo, g), max(hi, g)
 	}
+	p.sums[0], p.sums[1] = sdkSum[float64]{f0, i0}, sdkSum[float64]{f1, i1}
 	if vlo := lo.Seconds(); p.count == 0 || vlo < p.min {
 		p.min = vlo
 	}
@@ -116,41 +141,4 @@ func (h *itlHistogram) record(s *series, gaps []time.Duration) {
 		p.max = vhi
 	}
 	p.count += uint64(len(gaps))
-}
-
-// Produce implements sdkmetric.Producer: the histogram so far, one data
-// point per label set; nothing before the first gap.
-func (h *itlHistogram) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
-	now := time.Now()
-	h.mu.Lock()
-	dps := make([]metricdata.HistogramDataPoint[float64], 0, len(h.order))
-	for _, p := range h.order {
-		dps = append(dps, metricdata.HistogramDataPoint[float64]{
-			Attributes:   p.set,
-			StartTime:    h.start,
-			Time:         now,
-			Count:        p.count,
-			Bounds:       slices.Clone(h.bounds),
-			BucketCounts: slices.Clone(p.counts),
-			Min:          metricdata.NewExtrema(p.min),
-			Max:          metricdata.NewExtrema(p.max),
-			Sum:          p.sum,
-		})
-	}
-	h.mu.Unlock()
-	if len(dps) == 0 {
-		return nil, nil
-	}
-	return []metricdata.ScopeMetrics{{
-		Scope: instrumentation.Scope{Name: scopeName},
-		Metrics: []metricdata.Metrics{{
-			Name:        MetricInterChunk,
-			Description: descInterChunk,
-			Unit:        "s",
-			Data: metricdata.Histogram[float64]{
-				Temporality: metricdata.CumulativeTemporality,
-				DataPoints:  dps,
-			},
-		}},
-	}}, nil
 }

@@ -3,33 +3,79 @@ package telemetry
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
 	"github.com/llmesh/llmesh/filter"
 )
 
+// aggPair is a Recorder on SDK instruments and one on the aggregation,
+// each with two manual readers (as a Provider with Prometheus and OTLP
+// has two), for recording the same requests into both.
+type aggPair struct {
+	sdk, agg               *Recorder
+	sdkReaders, aggReaders [maxReaders]*sdkmetric.ManualReader
+}
+
+func newAggPair(t *testing.T, opts RecorderOptions) aggPair {
+	t.Helper()
+	var p aggPair
+	var err error
+	a := newAggregation(maxReaders)
+	var sdkOpts, aggOpts []sdkmetric.Option
+	for r := range maxReaders {
+		p.sdkReaders[r] = sdkmetric.NewManualReader()
+		p.aggReaders[r] = sdkmetric.NewManualReader(sdkmetric.WithProducer(a.producer(r)))
+		sdkOpts = append(sdkOpts, sdkmetric.WithReader(p.sdkReaders[r]))
+		aggOpts = append(aggOpts, sdkmetric.WithReader(p.aggReaders[r]))
+	}
+	p.sdk, err = NewRecorder(sdkmetric.NewMeterProvider(sdkOpts...), nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.agg, err = newRecorder(sdkmetric.NewMeterProvider(aggOpts...), nil, opts, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (p aggPair) record(obs filter.Observation, class, model string) {
+	p.sdk.Record(obs, class, model)
+	p.agg.Record(obs, class, model)
+}
+
+// check collects reader r of both sides and requires the same metrics,
+// data point for data point (timestamps aside); it returns the number
+// of metrics.
+func (p aggPair) check(t *testing.T, r int) int {
+	t.Helper()
+	want, got := collect(t, p.sdkReaders[r]), collect(t, p.aggReaders[r])
+	for name, w := range want {
+		metricdatatest.AssertEqual(t, w, got[name], metricdatatest.IgnoreTimestamp())
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("aggregation produced %s, the SDK did not", name)
+		}
+	}
+	return len(want)
+}
+
 // TestITLHistogramMatchesSDK records the same requests through the SDK
 // instrument and through the Recorder's own aggregation and checks that
-// readers see the same histogram: buckets (gaps on and around bounds),
-// count, sum, min, max and labels.
+// readers see the same inter-chunk histogram: buckets (gaps on and around
+// bounds), count, sum, min, max and labels.
 func TestITLHistogramMatchesSDK(t *testing.T) {
-	sdkReader := sdkmetric.NewManualReader()
-	sdkRec, err := NewRecorder(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkReader)), nil, RecorderOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agg := newITLHistogram(BucketsTPOT)
-	aggReader := sdkmetric.NewManualReader(sdkmetric.WithProducer(agg))
-	aggRec, err := newRecorder(sdkmetric.NewMeterProvider(sdkmetric.WithReader(aggReader)), nil, RecorderOptions{}, agg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newAggPair(t, RecorderOptions{})
 	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 	reqs := []struct {
 		class, model string
@@ -41,23 +87,136 @@ func TestITLHistogramMatchesSDK(t *testing.T) {
 		{"a", "n", nil},
 	}
 	for _, r := range reqs {
-		obs := filter.Observation{ITL: filter.ITLSummary{Samples: r.gaps}}
-		sdkRec.Record(obs, r.class, r.model)
-		aggRec.Record(obs, r.class, r.model)
+		p.record(filter.Observation{ITL: filter.ITLSummary{Samples: r.gaps}}, r.class, r.model)
 	}
-	want := collect(t, sdkReader)[MetricInterChunk]
-	got := collect(t, aggReader)[MetricInterChunk]
-	if got.Name == "" {
+	if got := collect(t, p.aggReaders[1])[MetricInterChunk]; got.Name == "" {
 		t.Fatal("no inter-chunk histogram from the aggregation")
 	}
-	metricdatatest.AssertEqual(t, want, got, metricdatatest.IgnoreTimestamp())
+	p.check(t, 0)
+}
+
+// randomObservation is a request with every field the Recorder reads
+// drawn at random: values on, beside and between bucket bounds, zero and
+// absent values, every error kind and one beyond the named ones.
+func randomObservation(rng *rand.Rand) filter.Observation {
+	dur := func(bounds []float64) time.Duration {
+		switch rng.IntN(4) {
+		case 0: // on or beside a bound
+			return durationLimit(bounds[rng.IntN(len(bounds))]) + time.Duration(rng.IntN(3)-1)
+		case 1:
+			return 0
+		default:
+			return time.Duration(rng.Int64N(int64(2 * bounds[len(bounds)-1] * float64(time.Second))))
+		}
+	}
+	count := func(bounds []float64) int {
+		if rng.IntN(3) == 0 {
+			return int(bounds[rng.IntN(len(bounds))]) + rng.IntN(3) - 1
+		}
+		return rng.IntN(5000)
+	}
+	var obs filter.Observation
+	obs.Received = at(0)
+	if rng.IntN(4) > 0 {
+		obs.Admitted, obs.QueueTime = at(1), dur(BucketsQueue)
+	}
+	if rng.IntN(4) > 0 {
+		obs.UpstreamSent = at(2)
+	}
+	obs.HasTTFT = rng.IntN(5) > 0
+	obs.TTFT, obs.UpstreamTTFT = dur(BucketsTTFT), dur(BucketsTTFT)
+	obs.DecodeSteps = count(BucketsSteps)
+	obs.HasTPOT = rng.IntN(5) > 0
+	obs.TPOT = dur(BucketsTPOT)
+	obs.PromptTokens, obs.OutputTokens = max(0, count(BucketsTokens)), max(0, count(BucketsTokens))
+	if rng.IntN(5) == 0 {
+		obs.E2E = 0
+	} else {
+		obs.E2E = dur(BucketsDuration)
+	}
+	if rng.IntN(2) == 0 {
+		obs.ErrorKind = filter.ErrorKind(rng.IntN(errorKinds + 1))
+	}
+	if n := rng.IntN(24); n > 0 && rng.IntN(4) > 0 {
+		obs.ITL.Samples = make([]time.Duration, n)
+		for i := range obs.ITL.Samples {
+			obs.ITL.Samples[i] = dur(BucketsTPOT)
+		}
+	}
+	return obs
+}
+
+// TestAggregationMatchesSDK records the same random requests, preemptions
+// and relocations through the SDK instruments and through the Recorder's
+// aggregation, over classes with and without SLOs and more models than
+// the cap, and requires every collected metric to be the same: names,
+// descriptions, units, temporality, monotonicity, attribute sets, bucket
+// counts, count, sum, min and max. One reader collects often, the other
+// rarely: a float sum depends on when its reader collected.
+func TestAggregationMatchesSDK(t *testing.T) {
+	p := newAggPair(t, RecorderOptions{Classes: classes, MaxModels: 3})
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 1500 {
+		if i%251 == 0 {
+			p.check(t, 0)
+		}
+		if i%700 == 0 {
+			p.check(t, 1)
+		}
+		class := []string{"interactive", "batch", "unlisted"}[rng.IntN(3)]
+		model := "m" + strconv.Itoa(rng.IntN(6))
+		p.record(randomObservation(rng), class, model)
+		if rng.IntN(10) == 0 {
+			p.sdk.Preempted(class, model)
+			p.agg.Preempted(class, model)
+		}
+		if rng.IntN(20) == 0 {
+			proto, n := []string{"grpc", "http"}[rng.IntN(2)], rng.Int64N(1<<20)
+			p.sdk.Relocated(proto, n)
+			p.agg.Relocated(proto, n)
+		}
+	}
+	for r := range maxReaders {
+		if n := p.check(t, r); n != 13 {
+			t.Errorf("reader %d: %d metrics collected, want all 13", r, n)
+		}
+	}
+}
+
+// TestAggregationCardinalityLimit sets the SDK's cardinality limit low
+// and records more attribute sets than it admits: the aggregation must
+// count the surplus in the same overflow points as the SDK.
+func TestAggregationCardinalityLimit(t *testing.T) {
+	for _, limit := range []string{"1", "5", "-1"} {
+		t.Run(limit, func(t *testing.T) {
+			t.Setenv("OTEL_GO_X_CARDINALITY_LIMIT", limit)
+			p := newAggPair(t, RecorderOptions{Classes: classes})
+			rng := rand.New(rand.NewPCG(3, 4))
+			for i := range 200 {
+				class, model := "c"+strconv.Itoa(i%7), "m"+strconv.Itoa(i%5)
+				p.record(randomObservation(rng), class, model)
+				p.sdk.Preempted(class, model)
+				p.agg.Preempted(class, model)
+			}
+			p.check(t, 0)
+			if limit == "5" {
+				found := false
+				for _, dp := range collect(t, p.aggReaders[1])[MetricRequests].Data.(metricdata.Sum[int64]).DataPoints {
+					found = found || dp.Attributes.Equals(&overflowSet)
+				}
+				if !found {
+					t.Error("no overflow point in llmesh.requests")
+				}
+			}
+		})
+	}
 }
 
 // BenchmarkRecordLong records a 256-token request (255 gaps) into all
 // instruments with the Prometheus exporter attached, as the gateway does.
-// sdk-itl records through a second Recorder on the same provider whose
-// gaps go through the SDK instrument (the path before the Recorder
-// aggregated them), for A/B in one run.
+// sdk records through a second Recorder on the same provider whose
+// measurements go through the SDK instruments (the path before the
+// Recorder aggregated them), for A/B in one run.
 func BenchmarkRecordLong(b *testing.B) {
 	obs := filter.Observation{Received: at(0), Admitted: at(1), UpstreamSent: at(2), FirstToken: at(50), End: at(2600),
 		HasTTFT: true, TTFT: 50 * time.Millisecond, HasTPOT: true, TPOT: 10 * time.Millisecond, OutputTokens: 256,
@@ -70,8 +229,8 @@ func BenchmarkRecordLong(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = p.Shutdown(context.Background()) }()
-	if p.Recorder.itlAgg == nil {
-		b.Fatal("the Prometheus-only provider does not aggregate the gaps")
+	if p.Recorder.agg == nil {
+		b.Fatal("the Prometheus-only provider does not aggregate")
 	}
 	sdkRec, err := NewRecorder(p.MeterProvider, p.TracerProvider, RecorderOptions{Classes: classes})
 	if err != nil {
@@ -80,7 +239,7 @@ func BenchmarkRecordLong(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		rec  *Recorder
-	}{{"aggregated", p.Recorder}, {"sdk-itl", sdkRec}} {
+	}{{"aggregated", p.Recorder}, {"sdk", sdkRec}} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -92,38 +251,105 @@ func BenchmarkRecordLong(b *testing.B) {
 
 // TestBucketMatchesFloatSearch checks the integer bucket search against
 // the SDK's rule on the float value (the first bound ≥ the gap's
-// seconds) at and around every bound and on a spread of other gaps.
+// seconds) at and around every bound and on a spread of other gaps, and
+// searchBound against sort.SearchFloat64s.
 func TestBucketMatchesFloatSearch(t *testing.T) {
-	h := newITLHistogram(BucketsTPOT)
+	a := newAggregation(1)
+	bounds := a.insts[iITL].bounds
 	var gaps []time.Duration
-	for _, l := range h.limits {
+	for _, l := range a.itl.limits {
 		for d := -3; d <= 3; d++ {
 			gaps = append(gaps, l+time.Duration(d))
 		}
+	}
+	if len(a.itl.cells) == 0 {
+		t.Fatal("no gap index table for the inter-chunk bounds")
+	}
+	for c := range len(a.itl.cells) + 1 {
+		edge := time.Duration(c) << a.itl.shift
+		gaps = append(gaps, edge-1, edge)
 	}
 	for g := time.Duration(0); g < 4*time.Second; g = g*5/4 + 7 {
 		gaps = append(gaps, g)
 	}
 	gaps = append(gaps, -time.Millisecond, time.Duration(math.MaxInt64))
-	want := make([]uint64, len(h.bounds)+1)
+	want := make([]uint64, len(bounds)+1)
 	for _, g := range gaps {
-		w := sort.SearchFloat64s(h.bounds, g.Seconds())
+		w := sort.SearchFloat64s(bounds, g.Seconds())
 		want[w]++
-		if got := bucket(h.limits, g); got != w {
+		if got := bucket(a.itl.limits, g); got != w {
 			t.Errorf("gap %d ns (%v s): bucket %d, float search %d", int64(g), g.Seconds(), got, w)
+		}
+		if got := a.itl.bucket(g); got != w {
+			t.Errorf("gap %d ns (%v s): gap index %d, float search %d", int64(g), g.Seconds(), got, w)
+		}
+		if got := searchBound(bounds, g.Seconds()); got != w {
+			t.Errorf("searchBound(%v) = %d, sort.SearchFloat64s %d", g.Seconds(), got, w)
+		}
+	}
+	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -0.0} {
+		if got, w := searchBound(bounds, v), sort.SearchFloat64s(bounds, v); got != w {
+			t.Errorf("searchBound(%v) = %d, sort.SearchFloat64s %d", v, got, w)
 		}
 	}
 	// The same gaps as one request in ascending and one in descending
-	// order, through record's previous-bucket shortcut.
-	s := newSeries("c", "m", filter.Class{})
-	h.record(s, gaps)
+	// order, through observeGaps.
+	s := newSeries("c", "m", filter.Class{}, false, true)
+	a.record(s, &filter.Observation{ITL: filter.ITLSummary{Samples: gaps}}, 0, SLOResult{})
 	desc := slices.Clone(gaps)
 	slices.Reverse(desc)
-	h.record(s, desc)
+	a.record(s, &filter.Observation{ITL: filter.ITLSummary{Samples: desc}}, 0, SLOResult{})
 	for i := range want {
 		want[i] *= 2
 	}
-	if !slices.Equal(s.itl.counts, want) {
-		t.Errorf("recorded counts %v, want %v", s.itl.counts, want)
+	if !slices.Equal(s.pts.itl.counts, want) {
+		t.Errorf("recorded counts %v, want %v", s.pts.itl.counts, want)
+	}
+}
+
+// TestGapIndexShapes checks the gap index on bounds that get no table
+// (too many cells, too many bounds, a negative bound) and on bounds a
+// nanosecond apart, against the binary search, at and around every
+// limit and cell edge.
+func TestGapIndexShapes(t *testing.T) {
+	many := make([]time.Duration, 300)
+	for i := range many {
+		many[i] = time.Duration(i+1) * time.Millisecond
+	}
+	for _, tc := range []struct {
+		name   string
+		limits []time.Duration
+		table  bool
+	}{
+		{"wide", []time.Duration{time.Millisecond, time.Hour}, true},
+		{"huge", []time.Duration{time.Millisecond, 2 * time.Millisecond, time.Hour}, false},
+		{"many", many, false},
+		{"negative", []time.Duration{-5, 10, 20}, false},
+		{"adjacent", []time.Duration{0, 1, 2, 3, 100, 101}, true},
+		{"one", []time.Duration{7}, true},
+		{"tpot", newAggregation(1).itl.limits, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newGapIndex(tc.limits)
+			if (x.cells != nil) != tc.table {
+				t.Fatalf("table %v, want %v", x.cells != nil, tc.table)
+			}
+			var gaps []time.Duration
+			for _, l := range tc.limits {
+				for d := -2; d <= 2; d++ {
+					gaps = append(gaps, l+time.Duration(d))
+				}
+			}
+			for c := range len(x.cells) + 1 {
+				edge := time.Duration(c) << x.shift
+				gaps = append(gaps, edge-1, edge, edge+1)
+			}
+			gaps = append(gaps, math.MinInt64, -1, 0, math.MaxInt64)
+			for _, g := range gaps {
+				if got, want := x.bucket(g), bucket(tc.limits, g); got != want {
+					t.Errorf("gap %d: index %d, search %d", int64(g), got, want)
+				}
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,9 +14,11 @@ import (
 	"github.com/prometheus/otlptranslator"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -83,13 +86,48 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
 	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	p := &Provider{}
-	// The inter-chunk histogram is aggregated by the Recorder and produced
-	// to the readers made here (see itlHistogram). Readers a caller brings
-	// cannot be given a producer after they are made, so with any of those
-	// it stays an SDK instrument and every reader sees it.
-	var itl *itlHistogram
-	if len(opts.Readers) == 0 && (opts.Prometheus || opts.OTLPEndpoint != "") {
-		itl = newITLHistogram(BucketsTPOT)
+	// The Recorder's per-request instruments are aggregated by the
+	// Recorder and produced to the readers made here (see aggregation),
+	// when those readers would get the same from the SDK: readers a caller
+	// brings cannot be given a producer after they are made, an exemplar
+	// filter that keeps exemplars without a span would make the SDK's
+	// output differ, and so would an OTLP exporter configured (through
+	// its environment) for delta temporality or other histograms. Then
+	// they stay SDK instruments and every reader sees them.
+	aggregate := len(opts.Readers) == 0 && (opts.Prometheus || opts.OTLPEndpoint != "") && !sdkKeepsExemplars()
+	var (
+		mexp *otlpmetricgrpc.Exporter
+		texp *otlptrace.Exporter
+	)
+	if opts.OTLPEndpoint != "" {
+		mo := []otlpmetricgrpc.Option{otlpmetricgrpc.WithEndpoint(opts.OTLPEndpoint)}
+		to := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(opts.OTLPEndpoint)}
+		if opts.OTLPInsecure {
+			mo = append(mo, otlpmetricgrpc.WithInsecure())
+			to = append(to, otlptracegrpc.WithInsecure())
+		}
+		var err error
+		mexp, err = otlpmetricgrpc.New(ctx, mo...)
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: otlp metric exporter for %q: %w", opts.OTLPEndpoint, err)
+		}
+		texp, err = otlptracegrpc.New(ctx, to...)
+		if err != nil {
+			_ = mexp.Shutdown(ctx)
+			return nil, fmt.Errorf("telemetry: otlp trace exporter for %q: %w", opts.OTLPEndpoint, err)
+		}
+		aggregate = aggregate && defaultAggregation(mexp)
+	}
+	var agg *aggregation
+	if aggregate {
+		readers := 0
+		if opts.Prometheus {
+			readers++
+		}
+		if mexp != nil {
+			readers++
+		}
+		agg = newAggregation(readers)
 	}
 	if opts.Prometheus {
 		p.registry = prometheus.NewRegistry()
@@ -99,38 +137,27 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 			promexporter.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
 			promexporter.WithoutScopeInfo(),
 		}
-		if itl != nil {
-			popts = append(popts, promexporter.WithProducer(itl))
+		if agg != nil {
+			popts = append(popts, promexporter.WithProducer(agg.producer(0)))
 		}
 		exp, err := promexporter.New(popts...)
 		if err != nil {
+			if mexp != nil {
+				_ = mexp.Shutdown(ctx)
+				_ = texp.Shutdown(ctx)
+			}
 			return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 		}
 		mopts = append(mopts, sdkmetric.WithReader(exp))
 	}
-	if opts.OTLPEndpoint != "" {
+	if mexp != nil {
 		interval := opts.OTLPInterval
 		if interval <= 0 {
 			interval = DefaultOTLPInterval
 		}
-		mo := []otlpmetricgrpc.Option{otlpmetricgrpc.WithEndpoint(opts.OTLPEndpoint)}
-		to := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(opts.OTLPEndpoint)}
-		if opts.OTLPInsecure {
-			mo = append(mo, otlpmetricgrpc.WithInsecure())
-			to = append(to, otlptracegrpc.WithInsecure())
-		}
-		mexp, err := otlpmetricgrpc.New(ctx, mo...)
-		if err != nil {
-			return nil, fmt.Errorf("telemetry: otlp metric exporter for %q: %w", opts.OTLPEndpoint, err)
-		}
-		texp, err := otlptracegrpc.New(ctx, to...)
-		if err != nil {
-			_ = mexp.Shutdown(ctx)
-			return nil, fmt.Errorf("telemetry: otlp trace exporter for %q: %w", opts.OTLPEndpoint, err)
-		}
 		ropts := []sdkmetric.PeriodicReaderOption{sdkmetric.WithInterval(interval)}
-		if itl != nil {
-			ropts = append(ropts, sdkmetric.WithProducer(itl))
+		if agg != nil {
+			ropts = append(ropts, sdkmetric.WithProducer(agg.producer(agg.readers-1)))
 		}
 		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp, ropts...)))
 		topts = append(topts, sdktrace.WithBatcher(texp))
@@ -152,13 +179,25 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if opts.OTLPEndpoint != "" || len(opts.SpanProcessors) > 0 {
 		rtp = p.TracerProvider
 	}
-	rec, err := newRecorder(p.MeterProvider, rtp, opts.Recorder, itl)
+	rec, err := newRecorder(p.MeterProvider, rtp, opts.Recorder, agg)
 	if err != nil {
 		_ = p.Shutdown(ctx)
 		return nil, err
 	}
 	p.Recorder = rec
 	return p, nil
+}
+
+// defaultAggregation reports whether exp takes the SDK's default
+// aggregation and cumulative temporality for histograms and counters,
+// which is what the Recorder's aggregation produces.
+func defaultAggregation(exp sdkmetric.Exporter) bool {
+	for _, k := range []sdkmetric.InstrumentKind{sdkmetric.InstrumentKindHistogram, sdkmetric.InstrumentKindCounter} {
+		if exp.Temporality(k) != metricdata.CumulativeTemporality || !reflect.DeepEqual(exp.Aggregation(k), sdkmetric.DefaultAggregationSelector(k)) {
+			return false
+		}
+	}
+	return true
 }
 
 // PrometheusHandler serves the metrics in the Prometheus text format; it

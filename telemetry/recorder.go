@@ -82,13 +82,16 @@ type RecorderOptions struct {
 // finished request and the counters as events happen. Safe for concurrent
 // use.
 type Recorder struct {
+	// agg, when set, aggregates every per-request instrument in place of
+	// the SDK instruments below (see aggregation); the Provider makes it a
+	// Producer of its readers. Relocations stay on the SDK: they are
+	// counted per relocated prompt, not per request.
+	agg                                      *aggregation
 	ttft, upTTFT, tpot, duration, queue, itl metric.Float64Histogram
-	// itlAgg, when set, replaces the itl instrument (see itlHistogram).
-	itlAgg                            *itlHistogram
-	tokens, steps                     metric.Int64Histogram
-	requests, preemptions, violations metric.Int64Counter
-	relocations, relocated            metric.Int64Counter
-	tracer                            trace.Tracer
+	tokens, steps                            metric.Int64Histogram
+	requests, preemptions, violations        metric.Int64Counter
+	relocations, relocated                   metric.Int64Counter
+	tracer                                   trace.Tracer
 	// noTrace is set when no span can reach an exporter (a no-op tracer
 	// provider): Trace then returns at once instead of building spans
 	// that every request would pay for and nothing would see.
@@ -110,10 +113,10 @@ func NewRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts Recorder
 	return newRecorder(mp, tp, opts, nil)
 }
 
-// newRecorder is NewRecorder; a non-nil itl takes the inter-chunk gaps
-// instead of an instrument on mp (the caller makes it a Producer of mp's
-// readers).
-func newRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts RecorderOptions, itl *itlHistogram) (*Recorder, error) {
+// newRecorder is NewRecorder; a non-nil agg takes the per-request
+// measurements instead of instruments on mp (the caller makes it a
+// Producer of mp's readers).
+func newRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts RecorderOptions, agg *aggregation) (*Recorder, error) {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
@@ -128,7 +131,7 @@ func newRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts Recorder
 	r := &Recorder{
 		tracer:    tp.Tracer(scopeName),
 		noTrace:   noTrace,
-		itlAgg:    itl,
+		agg:       agg,
 		slos:      map[string]filter.Class{},
 		maxModels: opts.MaxModels,
 		models:    map[string]struct{}{},
@@ -141,34 +144,30 @@ func newRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts Recorder
 		r.slos[c.Name] = c
 	}
 	var errs []error
-	fh := func(name, desc, unit string, b []float64) metric.Float64Histogram {
-		h, err := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit(unit), metric.WithExplicitBucketBoundaries(b...))
-		errs = append(errs, err)
-		return h
-	}
-	ih := func(name, desc, unit string, b []float64) metric.Int64Histogram {
-		h, err := m.Int64Histogram(name, metric.WithDescription(desc), metric.WithUnit(unit), metric.WithExplicitBucketBoundaries(b...))
-		errs = append(errs, err)
-		return h
-	}
 	ic := func(name, desc, unit string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
 		errs = append(errs, err)
 		return c
 	}
-	r.ttft = fh(MetricTTFT, "Time from request received by the proxy to the first output token (includes queue time).", "s", BucketsTTFT)
-	r.upTTFT = fh(MetricUpstreamTTFT, "Time from request sent upstream to the first output token.", "s", BucketsTTFT)
-	r.tpot = fh(MetricTPOT, "Per request (E2E - TTFT) / (output tokens - 1).", "s", BucketsTPOT)
-	r.duration = fh(MetricDuration, "Time from request received to the end of the response.", "s", BucketsDuration)
-	r.queue = fh(MetricQueue, "Time from request received to scheduler admission.", "s", BucketsQueue)
-	if itl == nil {
-		r.itl = fh(MetricInterChunk, descInterChunk, "s", BucketsTPOT)
+	if agg == nil {
+		insts := instruments()
+		fh := func(i int) metric.Float64Histogram {
+			d := insts[i]
+			h, err := m.Float64Histogram(d.name, metric.WithDescription(d.desc), metric.WithUnit(d.unit), metric.WithExplicitBucketBoundaries(d.bounds...))
+			errs = append(errs, err)
+			return h
+		}
+		ih := func(i int) metric.Int64Histogram {
+			d := insts[i]
+			h, err := m.Int64Histogram(d.name, metric.WithDescription(d.desc), metric.WithUnit(d.unit), metric.WithExplicitBucketBoundaries(d.bounds...))
+			errs = append(errs, err)
+			return h
+		}
+		c := func(i int) metric.Int64Counter { return ic(insts[i].name, insts[i].desc, insts[i].unit) }
+		r.ttft, r.upTTFT, r.tpot, r.duration, r.queue, r.itl = fh(iTTFT), fh(iUpTTFT), fh(iTPOT), fh(iDuration), fh(iQueue), fh(iITL)
+		r.tokens, r.steps = ih(iTokens), ih(iSteps)
+		r.requests, r.preemptions, r.violations = c(iRequests), c(iPreemptions), c(iViolations)
 	}
-	r.tokens = ih(MetricTokenUsage, "Tokens per request, by gen_ai.token.type (input, output).", "{token}", BucketsTokens)
-	r.steps = ih(MetricDecodeSteps, "Token-bearing chunks after the first, per request.", "{step}", BucketsSteps)
-	r.requests = ic(MetricRequests, "Finished requests by outcome and SLO attainment.", "{request}")
-	r.preemptions = ic(MetricPreemptions, "Requests stopped to make room for higher-priority work.", "{preemption}")
-	r.violations = ic(MetricSLOViolations, "Requests that missed an SLO, by llmesh.slo (ttft, tpot, failed).", "{request}")
 	r.relocations = ic(MetricRelocations, "Prompts relocated from metadata or headers into the body.", "{relocation}")
 	r.relocated = ic(MetricRelocated, "Bytes relocated from metadata or headers into the body.", "By")
 	if err := errors.Join(errs...); err != nil {
@@ -195,7 +194,7 @@ func (r *Recorder) labels(class, model string) *series {
 	k := labelKey{class, model}
 	s := r.series[k]
 	if s == nil {
-		s = newSeries(class, model, r.slos[class])
+		s = newSeries(class, model, r.slos[class], r.agg == nil, r.agg != nil)
 		r.series[k] = s
 	}
 	return s
@@ -230,10 +229,17 @@ func JudgeSLO(obs *filter.Observation, c filter.Class) SLOResult {
 // Record records one finished request's metrics under class and model.
 // Every attribute set it records under is built once per (class, model)
 // and kept (see series): building and hashing a set per measurement was
-// most of a request's recording cost.
+// most of a request's recording cost. In a Provider's Recorder the
+// measurements go to the Recorder's own aggregation (see aggregation).
 func (r *Recorder) Record(obs filter.Observation, class, model string) {
-	ctx := context.Background()
 	s := r.labels(class, model)
+	slo := JudgeSLO(&obs, s.slo)
+	kind := errorIndex(obs.ErrorKind)
+	if r.agg != nil {
+		r.agg.record(s, &obs, kind, slo)
+		return
+	}
+	ctx := context.Background()
 	if !obs.Admitted.IsZero() {
 		r.queue.Record(ctx, obs.QueueTime.Seconds(), s.base...)
 	}
@@ -247,12 +253,8 @@ func (r *Recorder) Record(obs filter.Observation, class, model string) {
 	if obs.HasTPOT {
 		r.tpot.Record(ctx, obs.TPOT.Seconds(), s.base...)
 	}
-	if r.itlAgg != nil {
-		r.itlAgg.record(s, obs.ITL.Samples)
-	} else {
-		for _, gap := range obs.ITL.Samples {
-			r.itl.Record(ctx, gap.Seconds(), s.base...)
-		}
+	for _, gap := range obs.ITL.Samples {
+		r.itl.Record(ctx, gap.Seconds(), s.base...)
 	}
 	if obs.PromptTokens > 0 {
 		r.tokens.Record(ctx, int64(obs.PromptTokens), s.input...)
@@ -260,8 +262,6 @@ func (r *Recorder) Record(obs filter.Observation, class, model string) {
 	if obs.OutputTokens > 0 || obs.OK() {
 		r.tokens.Record(ctx, int64(obs.OutputTokens), s.output...)
 	}
-	slo := JudgeSLO(&obs, s.slo)
-	kind := errorIndex(obs.ErrorKind)
 	if obs.E2E > 0 {
 		r.duration.Record(ctx, obs.E2E.Seconds(), s.duration[kind]...)
 	}
@@ -283,7 +283,12 @@ func (r *Recorder) Record(obs filter.Observation, class, model string) {
 
 // Preempted counts one preemption of a request of class and model.
 func (r *Recorder) Preempted(class, model string) {
-	r.preemptions.Add(context.Background(), 1, r.labels(class, model).baseAdd...)
+	s := r.labels(class, model)
+	if r.agg != nil {
+		r.agg.preempted(s)
+		return
+	}
+	r.preemptions.Add(context.Background(), 1, s.baseAdd...)
 }
 
 // Relocated counts one relocated prompt of n bytes; protocol is "grpc" or

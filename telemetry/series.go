@@ -8,36 +8,60 @@ import (
 )
 
 // series holds, for one (class, model) label pair, every attribute set
-// the Recorder records under, each wrapped as a measurement option once.
-// Building a set per measurement (sorting, deduplicating and hashing its
-// attributes, then allocating it) was most of what recording a request
-// cost; the sets a request can need are few and known in advance: the
-// outcome is one of the observer's error kinds and SLO attainment a bool.
-// A series is immutable once made, except itl, which the itlHistogram
-// guards with its own lock.
+// the Recorder records under. Building a set per measurement (sorting,
+// deduplicating and hashing its attributes, then allocating it) was most
+// of what recording a request cost through the SDK; the sets a request
+// can need are few and known in advance: the outcome is one of the
+// observer's error kinds and SLO attainment a bool. A series is immutable
+// once made, except pts, which the aggregation guards with its lock.
 type series struct {
-	set attribute.Set // class, model
-	slo filter.Class
-	// base is set as a measurement option: every instrument labelled by
-	// class and model alone. The options are kept as the variadic slices
-	// the instruments take, so that passing them allocates nothing.
-	base []metric.RecordOption
-	// baseAdd is base for counters.
+	set  attribute.Set // class, model
+	slo  filter.Class
+	sets seriesSets
+
+	// The SDK path's measurement options (nil in an aggregating
+	// Recorder), kept as the variadic slices the instruments take, so
+	// that passing them allocates nothing. base is set: every instrument
+	// labelled by class and model alone; baseAdd is base for counters.
+	base    []metric.RecordOption
 	baseAdd []metric.AddOption
-	// input and output add gen_ai.token.type to base.
+	// input and output are sets.input and sets.output.
 	input, output []metric.RecordOption
-	// duration[k] is base for a success, base plus error.type for error
-	// kind k (errorIndex).
-	duration [][]metric.RecordOption
-	// requests[k][met] adds llmesh.outcome (error kind k, "ok" for none)
-	// and llmesh.slo.met.
-	requests [][2][]metric.AddOption
-	// violations adds llmesh.slo, indexed by sloTTFT, sloTPOT, sloFailed.
+	// duration, requests and violations are sets' of the same names.
+	duration   [][]metric.RecordOption
+	requests   [][2][]metric.AddOption
 	violations [3][]metric.AddOption
 
-	// itl is this series' inter-chunk histogram point, made at its first
-	// gap; guarded by the itlHistogram's lock.
-	itl *itlPoint
+	// pts are this series' data points in the aggregation, each made at
+	// its first measurement; guarded by the aggregation's lock.
+	pts seriesPoints
+}
+
+// seriesSets are a series' attribute sets beyond class and model.
+type seriesSets struct {
+	// input and output add gen_ai.token.type.
+	input, output attribute.Set
+	// duration[k] is the class/model set for a success, plus error.type
+	// for error kind k (errorIndex).
+	duration []attribute.Set
+	// requests[k][met] adds llmesh.outcome (error kind k, "ok" for none)
+	// and llmesh.slo.met.
+	requests [][2]attribute.Set
+	// violations adds llmesh.slo, indexed by sloTTFT, sloTPOT, sloFailed.
+	violations [3]attribute.Set
+}
+
+// seriesPoints are a series' points in the aggregation, laid out like
+// seriesSets; nil until the first measurement under the set (a point
+// past the cardinality limit is the instrument's shared overflow point).
+type seriesPoints struct {
+	queue, ttft, upTTFT, tpot, itl *histPoint[float64]
+	steps                          *histPoint[int64]
+	tokens                         [2]*histPoint[int64] // input, output
+	duration                       []*histPoint[float64]
+	requests                       [][2]*sumPoint
+	violations                     [3]*sumPoint
+	preemptions                    *sumPoint
 }
 
 // Indexes of series.violations.
@@ -75,36 +99,60 @@ func errorName(i int) string {
 	return filter.ErrorKind(i).String()
 }
 
-func newSeries(class, model string, slo filter.Class) *series {
+// newSeries builds the series of class and model; sdk adds the SDK
+// path's measurement options, agg the aggregation's point slots.
+func newSeries(class, model string, slo filter.Class, sdk, agg bool) *series {
 	c, m := AttrClass.String(class), AttrModel.String(model)
-	set := func(kvs ...attribute.KeyValue) metric.MeasurementOption {
-		return metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{c, m}, kvs...)...))
+	set := func(kvs ...attribute.KeyValue) attribute.Set {
+		return attribute.NewSet(append([]attribute.KeyValue{c, m}, kvs...)...)
 	}
-	rec := func(kvs ...attribute.KeyValue) []metric.RecordOption { return []metric.RecordOption{set(kvs...)} }
-	add := func(kvs ...attribute.KeyValue) []metric.AddOption { return []metric.AddOption{set(kvs...)} }
 	s := &series{
-		set:        attribute.NewSet(c, m),
-		slo:        slo,
-		base:       rec(),
-		baseAdd:    add(),
-		input:      rec(AttrTokenType.String("input")),
-		output:     rec(AttrTokenType.String("output")),
-		duration:   make([][]metric.RecordOption, errorKinds),
-		requests:   make([][2][]metric.AddOption, errorKinds),
-		violations: [3][]metric.AddOption{add(AttrSLO.String("ttft")), add(AttrSLO.String("tpot")), add(AttrSLO.String("failed"))},
+		set: set(),
+		slo: slo,
+		sets: seriesSets{
+			input:      set(AttrTokenType.String("input")),
+			output:     set(AttrTokenType.String("output")),
+			duration:   make([]attribute.Set, errorKinds),
+			requests:   make([][2]attribute.Set, errorKinds),
+			violations: [3]attribute.Set{set(AttrSLO.String("ttft")), set(AttrSLO.String("tpot")), set(AttrSLO.String("failed"))},
+		},
 	}
 	for i := range errorKinds {
 		name := errorName(i)
 		outcome := name
 		if name == "" {
 			outcome = "ok"
-			s.duration[i] = s.base
+			s.sets.duration[i] = s.set
 		} else {
-			s.duration[i] = rec(AttrErrorType.String(name))
+			s.sets.duration[i] = set(AttrErrorType.String(name))
 		}
 		for met := range 2 {
-			s.requests[i][met] = add(attribute.String("llmesh.outcome", outcome), AttrSLOMet.Bool(met == 1))
+			s.sets.requests[i][met] = set(attribute.String("llmesh.outcome", outcome), AttrSLOMet.Bool(met == 1))
 		}
+	}
+	if agg {
+		s.pts.duration = make([]*histPoint[float64], errorKinds)
+		s.pts.requests = make([][2]*sumPoint, errorKinds)
+	}
+	if !sdk {
+		return s
+	}
+	rec := func(set attribute.Set) []metric.RecordOption {
+		return []metric.RecordOption{metric.WithAttributeSet(set)}
+	}
+	add := func(set attribute.Set) []metric.AddOption { return []metric.AddOption{metric.WithAttributeSet(set)} }
+	s.base, s.baseAdd = rec(s.set), add(s.set)
+	s.input, s.output = rec(s.sets.input), rec(s.sets.output)
+	s.duration = make([][]metric.RecordOption, errorKinds)
+	s.requests = make([][2][]metric.AddOption, errorKinds)
+	for i := range errorKinds {
+		s.duration[i] = rec(s.sets.duration[i])
+		for met := range 2 {
+			s.requests[i][met] = add(s.sets.requests[i][met])
+		}
+	}
+	for i, v := range s.sets.violations {
+		s.violations[i] = add(v)
 	}
 	return s
 }

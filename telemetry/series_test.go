@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,13 +12,15 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/llmesh/llmesh/filter"
 )
 
 // recordPerCall is Record as it was before the series cache: every
-// measurement's attribute set built at the call. It is the reference the
-// cached sets are checked against, and the baseline of BenchmarkRecordGateway.
+// measurement's attribute set built at the call, on a Recorder with SDK
+// instruments. It is the reference the cached sets and the aggregation
+// are checked against, and the baseline of BenchmarkRecordGateway.
 func recordPerCall(r *Recorder, obs filter.Observation, class, model string) {
 	ctx := context.Background()
 	s := r.labels(class, model)
@@ -38,12 +41,8 @@ func recordPerCall(r *Recorder, obs filter.Observation, class, model string) {
 	if obs.HasTPOT {
 		r.tpot.Record(ctx, obs.TPOT.Seconds(), attrs)
 	}
-	if r.itlAgg != nil {
-		r.itlAgg.record(s, obs.ITL.Samples)
-	} else {
-		for _, gap := range obs.ITL.Samples {
-			r.itl.Record(ctx, gap.Seconds(), attrs)
-		}
+	for _, gap := range obs.ITL.Samples {
+		r.itl.Record(ctx, gap.Seconds(), attrs)
 	}
 	if obs.PromptTokens > 0 {
 		r.tokens.Record(ctx, int64(obs.PromptTokens), metric.WithAttributes(AttrClass.String(class), AttrModel.String(model), AttrTokenType.String("input")))
@@ -98,22 +97,25 @@ func scrapeText(t *testing.T, p *Provider) string {
 
 // TestSeriesMatchPerCallSets records the same requests, covering every
 // error kind (and one beyond the named ones), SLO met and missed, classes
-// with and without SLOs and models past the cardinality cap, once through
-// Record and once through the per-call attribute sets Record used to
-// build, into two Prometheus-exporting providers: the scrapes must be
-// identical.
+// with and without SLOs and models past the cardinality cap, three ways
+// into three Prometheus-exporting providers: through the per-call
+// attribute sets Record used to build, through Record on SDK instruments
+// with the cached sets (a Provider with a reader of the caller's), and
+// through Record into the aggregation (the Provider as hosts make it).
+// The scrapes must be identical.
 func TestSeriesMatchPerCallSets(t *testing.T) {
-	opts := Options{Prometheus: true, Recorder: RecorderOptions{Classes: classes, MaxModels: 3}}
-	cached, err := New(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
+	provider := func(readers ...sdkmetric.Reader) *Provider {
+		p, err := New(context.Background(), Options{Prometheus: true, Readers: readers, Recorder: RecorderOptions{Classes: classes, MaxModels: 3}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+		return p
 	}
-	defer func() { _ = cached.Shutdown(context.Background()) }()
-	perCall, err := New(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
+	perCall, cached, aggregated := provider(sdkmetric.NewManualReader()), provider(sdkmetric.NewManualReader()), provider()
+	if perCall.Recorder.agg != nil || cached.Recorder.agg != nil || aggregated.Recorder.agg == nil {
+		t.Fatal("providers with readers of the caller's must use SDK instruments, one without the aggregation")
 	}
-	defer func() { _ = perCall.Shutdown(context.Background()) }()
 
 	base := observe(t)
 	n := 0
@@ -133,18 +135,23 @@ func TestSeriesMatchPerCallSets(t *testing.T) {
 						obs.HasTTFT, obs.HasTPOT, obs.OutputTokens = false, false, 0
 						obs.ITL.Samples = nil
 					}
-					cached.Recorder.Record(obs, class, model)
 					recordPerCall(perCall.Recorder, obs, class, model)
-					cached.Recorder.Preempted(class, model)
 					perCall.Recorder.Preempted(class, model)
+					for _, p := range []*Provider{cached, aggregated} {
+						p.Recorder.Record(obs, class, model)
+						p.Recorder.Preempted(class, model)
+					}
 					n++
 				}
 			}
 		}
 	}
-	want, got := scrapeText(t, perCall), scrapeText(t, cached)
-	if diff := cmp.Diff(want, got); diff != "" {
+	want, got := scrapeText(t, perCall), scrapeText(t, aggregated)
+	if diff := cmp.Diff(want, scrapeText(t, cached)); diff != "" {
 		t.Errorf("cached series differ from per-call sets (-per-call +cached):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("aggregation differs from per-call sets (-per-call +aggregated):\n%s", diff)
 	}
 	for _, s := range []string{`error_type="unknown"`, `llmesh_outcome="ok"`, `llmesh_slo_met="true"`, `llmesh_slo="ttft"`,
 		`gen_ai_request_model="other"`, `llmesh_class="unlisted"`, "llmesh_inter_chunk_duration_seconds_bucket"} {
@@ -157,8 +164,10 @@ func TestSeriesMatchPerCallSets(t *testing.T) {
 // BenchmarkRecordGateway is one request's recording as the gateway's
 // deployment does it (Provider with the Prometheus exporter, no SLO
 // classes, TelemetryRecorder's Record call) for a 256-token stream:
-// "cached" is Record, "per-call" the attribute sets built per measurement
-// as before the series cache. Run with -count N to alternate the two.
+// "aggregated" is Record; "sdk" is Record on SDK instruments (a second
+// Recorder on the same provider, as a Recorder from NewRecorder records).
+// Besides ns/op each reports cpu-ns/op, the benchmark thread's CPU time
+// per request. Run with -count N to alternate them.
 func BenchmarkRecordGateway(b *testing.B) {
 	obs := filter.Observation{Received: at(0), Admitted: at(1), UpstreamSent: at(2), FirstToken: at(50), End: at(2600),
 		HasTTFT: true, TTFT: 50 * time.Millisecond, UpstreamTTFT: 48 * time.Millisecond, HasTPOT: true, TPOT: 10 * time.Millisecond,
@@ -172,34 +181,56 @@ func BenchmarkRecordGateway(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = p.Shutdown(context.Background()) }()
+	if p.Recorder.agg == nil {
+		b.Fatal("the gateway's provider does not aggregate")
+	}
+	sdkRec, err := NewRecorder(p.MeterProvider, nil, RecorderOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		record func(filter.Observation, string, string)
 	}{
-		{"per-call", func(o filter.Observation, c, m string) { recordPerCall(p.Recorder, o, c, m) }},
-		{"cached", p.Recorder.Record},
+		{"sdk", sdkRec.Record},
+		{"aggregated", p.Recorder.Record},
+		// none records nothing: the cold variant's floor (the two clock
+		// reads and the call).
+		{"none", func(filter.Observation, string, string) {}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			b.ReportAllocs()
+			start := threadCPU()
 			for b.Loop() {
 				tc.record(obs, "default", "m")
 			}
+			b.ReportMetric(float64(threadCPU()-start)/float64(b.N), "cpu-ns/op")
 		})
 		// cold: the core's private caches are flushed (by writing a
 		// buffer larger than L2) before every request, as streaming the
-		// request's chunks does in the gateway. The flush is outside the
+		// request's chunks does in the gateway; cpu-ns/op is the thread
+		// CPU time of the Record calls alone, as the gateway's
+		// BenchmarkProxyCPUPerChunk takes it. The flush is outside the
 		// timer but not free: run with -benchtime 2000x or so.
 		b.Run(tc.name+"-cold", func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			flush := make([]byte, 8<<20)
 			b.ReportAllocs()
+			var cpu time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				for j := 0; j < len(flush); j += 64 {
 					flush[j]++
 				}
 				b.StartTimer()
+				start := threadCPU()
 				tc.record(obs, "default", "m")
+				cpu += threadCPU() - start
 			}
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
