@@ -146,9 +146,28 @@ func sdkKeepsExemplars() bool {
 // maxReaders).
 func newAggregation(readers int) *aggregation {
 	a := &aggregation{insts: instruments(), limit: cardinalityLimit(), start: time.Now(), readers: min(max(readers, 1), maxReaders)}
+	// Every instrument's bounds in one array, instruments with the same
+	// bounds sharing theirs: a request's bucket searches then touch few
+	// cache lines, close together.
+	n := 0
+	for _, inst := range a.insts {
+		n += len(inst.bounds)
+	}
+	all := make([]float64, 0, n)
 	for i := range a.insts {
-		a.insts[i].bounds = slices.Clone(a.insts[i].bounds)
-		slices.Sort(a.insts[i].bounds) // as the SDK does
+		b := slices.Clone(a.insts[i].bounds)
+		slices.Sort(b) // as the SDK does
+		a.insts[i].bounds = nil
+		for j := range i {
+			if slices.Equal(a.insts[j].bounds, b) && len(b) > 0 {
+				a.insts[i].bounds = a.insts[j].bounds
+				break
+			}
+		}
+		if a.insts[i].bounds == nil && len(b) > 0 {
+			all = append(all, b...)
+			a.insts[i].bounds = all[len(all)-len(b) : len(all) : len(all)]
+		}
 	}
 	var limits []time.Duration
 	for _, b := range a.insts[iITL].bounds {
@@ -160,8 +179,9 @@ func newAggregation(readers int) *aggregation {
 
 // histPoint is one cumulative explicit-bucket histogram data point.
 type histPoint[N int64 | float64] struct {
-	bounds   []float64
+	// What a measurement touches comes first.
 	counts   []uint64 // len(bounds)+1; the last is above every bound
+	bounds   []float64
 	count    uint64
 	min, max N
 	// sums[r] is the sum as reader r's SDK pipeline would hold it.
@@ -250,57 +270,82 @@ type sumPoint struct {
 }
 
 // floatPoint is *slot, registering a point for set under instrument i
-// first when there is none yet. Callers hold a.mu.
-func (a *aggregation) floatPoint(slot **histPoint[float64], i int, set attribute.Set) *histPoint[float64] {
+// first when there is none yet: own, where the series has room for it,
+// else a new one. Callers hold a.mu.
+func (a *aggregation) floatPoint(slot **histPoint[float64], own *histPoint[float64], i int, set attribute.Set) *histPoint[float64] {
 	if p := *slot; p != nil {
 		return p
 	}
-	*slot = register(a, i, &a.floatPts[i], set, func(set attribute.Set) *histPoint[float64] {
-		b := a.insts[i].bounds
-		return &histPoint[float64]{bounds: b, counts: make([]uint64, len(b)+1), set: set, start: time.Now()}
+	return a.addFloat(slot, own, i, set)
+}
+
+func (a *aggregation) addFloat(slot **histPoint[float64], own *histPoint[float64], i int, set attribute.Set) *histPoint[float64] {
+	*slot = register(a, i, &a.floatPts[i], own, set, func(p *histPoint[float64]) {
+		if p.counts == nil {
+			p.bounds = a.insts[i].bounds
+			p.counts = make([]uint64, len(p.bounds)+1)
+		}
 	})
 	return *slot
 }
 
 // intPoint is floatPoint for the int64 histograms.
-func (a *aggregation) intPoint(slot **histPoint[int64], i int, set attribute.Set) *histPoint[int64] {
+func (a *aggregation) intPoint(slot **histPoint[int64], own *histPoint[int64], i int, set attribute.Set) *histPoint[int64] {
 	if p := *slot; p != nil {
 		return p
 	}
-	*slot = register(a, i, &a.intPts[i], set, func(set attribute.Set) *histPoint[int64] {
-		b := a.insts[i].bounds
-		return &histPoint[int64]{bounds: b, counts: make([]uint64, len(b)+1), set: set, start: time.Now()}
+	return a.addInt(slot, own, i, set)
+}
+
+func (a *aggregation) addInt(slot **histPoint[int64], own *histPoint[int64], i int, set attribute.Set) *histPoint[int64] {
+	*slot = register(a, i, &a.intPts[i], own, set, func(p *histPoint[int64]) {
+		if p.counts == nil {
+			p.bounds = a.insts[i].bounds
+			p.counts = make([]uint64, len(p.bounds)+1)
+		}
 	})
 	return *slot
 }
 
 // sumPoint is floatPoint for the counters.
-func (a *aggregation) sumPoint(slot **sumPoint, i int, set attribute.Set) *sumPoint {
+func (a *aggregation) sumPoint(slot **sumPoint, own *sumPoint, i int, set attribute.Set) *sumPoint {
 	if p := *slot; p != nil {
 		return p
 	}
-	*slot = register(a, i, &a.sumPts[i], set, func(set attribute.Set) *sumPoint {
-		return &sumPoint{set: set, start: time.Now()}
-	})
+	*slot = register(a, i, &a.sumPts[i], own, set, func(*sumPoint) {})
 	return *slot
 }
 
 // register adds instrument i's point for set to pts, or, past the
 // cardinality limit, returns its overflow point (made at the first set
-// past it), as the SDK's limited map does. A series asks once per set and
-// keeps the answer, so a set is never counted twice.
-func register[P any](a *aggregation, i int, pts *[]*P, set attribute.Set, mk func(attribute.Set) *P) *P {
+// past it), as the SDK's limited map does. The point is own when that is
+// not nil (and no overflow), else a new one; prepare gives a new point,
+// or own, what it lacks. A series asks once per set and keeps the answer,
+// so a set is never counted twice.
+func register[P any, PT interface {
+	*P
+	init(attribute.Set)
+}](a *aggregation, i int, pts *[]PT, own PT, set attribute.Set, prepare func(PT)) PT {
 	if a.overflow[i] {
 		return (*pts)[len(*pts)-1]
 	}
 	if a.limit > 0 && len(*pts) >= a.limit-1 {
 		a.overflow[i] = true
-		set = overflowSet
+		set, own = overflowSet, nil
 	}
-	p := mk(set)
+	p := own
+	if p == nil {
+		p = new(P)
+	}
+	p.init(set)
+	prepare(p)
 	*pts = append(*pts, p)
 	return p
 }
+
+func (p *histPoint[N]) init(set attribute.Set) { p.set, p.start = set, time.Now() }
+
+func (p *sumPoint) init(set attribute.Set) { p.set, p.start = set, time.Now() }
 
 // record adds one finished request's measurements under series s; kind
 // is its errorIndex and slo its judgement.
@@ -309,50 +354,50 @@ func (a *aggregation) record(s *series, obs *filter.Observation, kind int, slo S
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !obs.Admitted.IsZero() {
-		a.floatPoint(&pt.queue, iQueue, s.set).observe(obs.QueueTime.Seconds())
+		a.floatPoint(&pt.queue, &pt.own.queue, iQueue, s.set).observe(obs.QueueTime.Seconds())
 	}
 	if obs.HasTTFT {
-		a.floatPoint(&pt.ttft, iTTFT, s.set).observe(obs.TTFT.Seconds())
+		a.floatPoint(&pt.ttft, &pt.own.ttft, iTTFT, s.set).observe(obs.TTFT.Seconds())
 		if !obs.UpstreamSent.IsZero() {
-			a.floatPoint(&pt.upTTFT, iUpTTFT, s.set).observe(obs.UpstreamTTFT.Seconds())
+			a.floatPoint(&pt.upTTFT, &pt.own.upTTFT, iUpTTFT, s.set).observe(obs.UpstreamTTFT.Seconds())
 		}
-		a.intPoint(&pt.steps, iSteps, s.set).observe(int64(obs.DecodeSteps))
+		a.intPoint(&pt.steps, &pt.own.steps, iSteps, s.set).observe(int64(obs.DecodeSteps))
 	}
 	if obs.HasTPOT {
-		a.floatPoint(&pt.tpot, iTPOT, s.set).observe(obs.TPOT.Seconds())
+		a.floatPoint(&pt.tpot, &pt.own.tpot, iTPOT, s.set).observe(obs.TPOT.Seconds())
 	}
 	if len(obs.ITL.Samples) > 0 {
-		observeGaps(a.floatPoint(&pt.itl, iITL, s.set), &a.itl, obs.ITL.Samples)
+		observeGaps(a.floatPoint(&pt.itl, &pt.own.itl, iITL, s.set), &a.itl, obs.ITL.Samples)
 	}
 	if obs.PromptTokens > 0 {
-		a.intPoint(&pt.tokens[0], iTokens, s.sets.input).observe(int64(obs.PromptTokens))
+		a.intPoint(&pt.tokens[0], &pt.own.tokens[0], iTokens, s.sets.input).observe(int64(obs.PromptTokens))
 	}
 	if obs.OutputTokens > 0 || obs.OK() {
-		a.intPoint(&pt.tokens[1], iTokens, s.sets.output).observe(int64(obs.OutputTokens))
+		a.intPoint(&pt.tokens[1], &pt.own.tokens[1], iTokens, s.sets.output).observe(int64(obs.OutputTokens))
 	}
 	if obs.E2E > 0 {
-		a.floatPoint(&pt.duration[kind], iDuration, s.sets.duration[kind]).observe(obs.E2E.Seconds())
+		a.floatPoint(&pt.duration[kind], pt.own.durationOf(kind), iDuration, s.sets.duration[kind]).observe(obs.E2E.Seconds())
 	}
 	met := 0
 	if slo.Met {
 		met = 1
 	}
-	a.sumPoint(&pt.requests[kind][met], iRequests, s.sets.requests[kind][met]).value++
+	a.sumPoint(&pt.requests[kind][met], pt.own.requestsOf(kind, met), iRequests, s.sets.requests[kind][met]).value++
 	if slo.TTFTMissed {
-		a.sumPoint(&pt.violations[sloTTFT], iViolations, s.sets.violations[sloTTFT]).value++
+		a.sumPoint(&pt.violations[sloTTFT], &pt.own.violations[sloTTFT], iViolations, s.sets.violations[sloTTFT]).value++
 	}
 	if slo.TPOTMissed {
-		a.sumPoint(&pt.violations[sloTPOT], iViolations, s.sets.violations[sloTPOT]).value++
+		a.sumPoint(&pt.violations[sloTPOT], &pt.own.violations[sloTPOT], iViolations, s.sets.violations[sloTPOT]).value++
 	}
 	if slo.Failed {
-		a.sumPoint(&pt.violations[sloFailed], iViolations, s.sets.violations[sloFailed]).value++
+		a.sumPoint(&pt.violations[sloFailed], &pt.own.violations[sloFailed], iViolations, s.sets.violations[sloFailed]).value++
 	}
 }
 
 // preempted counts one preemption under series s.
 func (a *aggregation) preempted(s *series) {
 	a.mu.Lock()
-	a.sumPoint(&s.pts.preemptions, iPreemptions, s.set).value++
+	a.sumPoint(&s.pts.preemptions, &s.pts.own.preemptions, iPreemptions, s.set).value++
 	a.mu.Unlock()
 }
 

@@ -94,16 +94,12 @@ func (x *gapIndex) bucket(g time.Duration) int {
 }
 
 // observeGaps adds one request's gaps (non-empty) to p, whose bounds x
-// indexes. The sums are added gap by gap, in order, as
-// the SDK would, so that they are the same floats; they are kept in
-// registers across the loop (through memory each add waited on the
-// previous one's store), every reader's, used or not.
+// indexes. It makes two passes over the gaps (they are in L1 by the
+// second), so that neither loop has more live values than registers: one
+// spilling loop cost twice the instructions. The sums are added gap by
+// gap, in order, as the SDK would, so that they are the same floats, for
+// every reader, used or not.
 func observeGaps(p *histPoint[float64], x *gapIndex, gaps []time.Duration) {
-	// Min and max are taken on the durations and converted once: Seconds
-	// is monotonic, so that is the same value.
-	lo, hi := gaps[0], gaps[0]
-	f0, i0, f1, i1 := p.sums[0].f, p.sums[0].i, p.sums[1].f, p.sums[1].i
-	// Locals, so that the stores into counts need not reload them.
 	counts, cells, limits, shift := p.counts, x.cells, x.limits, x.shift
 	for _, g := range gaps {
 		var b int
@@ -116,24 +112,29 @@ func observeGaps(p *histPoint[float64], x *gapIndex, gaps []time.Duration) {
 			b = bucket(limits, g)
 		}
 		counts[b]++
-		// sdkSum.add of g.Seconds() for both readers. A gap under a
-		// second is float64(g)/1e9 (Seconds adds that to 0 seconds),
-		// never whole unless 0, which adds nothing either way: this
-		// saves the division into seconds and nanoseconds.
+	}
+	// Min and max are taken on the durations and converted once: Seconds
+	// is monotonic, so that is the same value.
+	lo, hi := gaps[0], gaps[0]
+	f0, f1 := p.sums[0].f, p.sums[1].f
+	for _, g := range gaps {
+		// sdkSum.add of g.Seconds(). A gap under a second is
+		// float64(g)/1e9 (Seconds adds that to 0 seconds) and not
+		// whole: this saves the division into seconds and nanoseconds.
 		if g > 0 && g < time.Second {
 			v := float64(g) / 1e9
 			f0 += v
 			f1 += v
-		} else if v := g.Seconds(); float64(int64(v)) == v {
-			i0 += int64(v)
-			i1 += int64(v)
 		} else {
-			f0 += v
-			f1 += v
+			p.sums[0].f, p.sums[1].f = f0, f1
+			v := g.Seconds()
+			p.sums[0].add(v)
+			p.sums[1].add(v)
+			f0, f1 = p.sums[0].f, p.sums[1].f
 		}
 		lo, hi = min(lo, g), max(hi, g)
 	}
-	p.sums[0], p.sums[1] = sdkSum[float64]{f0, i0}, sdkSum[float64]{f1, i1}
+	p.sums[0].f, p.sums[1].f = f0, f1
 	if vlo := lo.Seconds(); p.count == 0 || vlo < p.min {
 		p.min = vlo
 	}

@@ -294,7 +294,7 @@ func TestBucketMatchesFloatSearch(t *testing.T) {
 	}
 	// The same gaps as one request in ascending and one in descending
 	// order, through observeGaps.
-	s := newSeries("c", "m", filter.Class{}, false, true)
+	s := newSeries("c", "m", filter.Class{}, false, a)
 	a.record(s, &filter.Observation{ITL: filter.ITLSummary{Samples: gaps}}, 0, SLOResult{})
 	desc := slices.Clone(gaps)
 	slices.Reverse(desc)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -100,6 +101,13 @@ type Recorder struct {
 	slos      map[string]filter.Class
 	maxModels int
 
+	// last is the series the previous request was recorded under, tried
+	// before the map: a host's requests mostly share their class and
+	// model, and comparing two short strings touches less memory than
+	// hashing them and probing the map under mu, which is what recording
+	// costs once streaming has evicted it from the caches.
+	last atomic.Pointer[series]
+
 	mu     sync.Mutex
 	models map[string]struct{}
 	series map[labelKey]*series
@@ -179,6 +187,18 @@ func newRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts Recorder
 // labels returns the cached series of class and model, folding models
 // beyond the cap into OtherModel.
 func (r *Recorder) labels(class, model string) *series {
+	if s := r.last.Load(); s != nil && s.model == model && s.class == class {
+		return s
+	}
+	s := r.lookup(class, model)
+	if s.model == model { // not folded into OtherModel
+		r.last.Store(s)
+	}
+	return s
+}
+
+// lookup is labels without the last-series shortcut.
+func (r *Recorder) lookup(class, model string) *series {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s := r.series[labelKey{class, model}]; s != nil {
@@ -194,7 +214,7 @@ func (r *Recorder) labels(class, model string) *series {
 	k := labelKey{class, model}
 	s := r.series[k]
 	if s == nil {
-		s = newSeries(class, model, r.slos[class], r.agg == nil, r.agg != nil)
+		s = newSeries(class, model, r.slos[class], r.agg == nil, r.agg)
 		r.series[k] = s
 	}
 	return s

@@ -15,8 +15,16 @@ import (
 // observer's error kinds and SLO attainment a bool. A series is immutable
 // once made, except pts, which the aggregation guards with its lock.
 type series struct {
+	// What recording a request reads comes first, so that it shares
+	// cache lines: the key (Recorder.last compares it), the SLO, then
+	// the aggregation's points.
+	class, model string
+	slo          filter.Class
+	// pts are this series' data points in the aggregation, each made at
+	// its first measurement; guarded by the aggregation's lock.
+	pts seriesPoints
+
 	set  attribute.Set // class, model
-	slo  filter.Class
 	sets seriesSets
 
 	// The SDK path's measurement options (nil in an aggregating
@@ -31,10 +39,6 @@ type series struct {
 	duration   [][]metric.RecordOption
 	requests   [][2][]metric.AddOption
 	violations [3][]metric.AddOption
-
-	// pts are this series' data points in the aggregation, each made at
-	// its first measurement; guarded by the aggregation's lock.
-	pts seriesPoints
 }
 
 // seriesSets are a series' attribute sets beyond class and model.
@@ -62,6 +66,72 @@ type seriesPoints struct {
 	requests                       [][2]*sumPoint
 	violations                     [3]*sumPoint
 	preemptions                    *sumPoint
+	// own holds the points a successful request records into, in the
+	// series itself, their bucket counts in one array made with it: a
+	// request's recording then touches a few adjacent cache lines
+	// instead of a dozen scattered objects, which is what it costs once
+	// the streaming of the response has evicted them.
+	own ownPoints
+}
+
+// ownPoints are the points seriesPoints keep in place.
+type ownPoints struct {
+	queue, ttft, upTTFT, tpot, itl, durationOK histPoint[float64]
+	steps                                      histPoint[int64]
+	tokens                                     [2]histPoint[int64]
+	requestsOK                                 [2]sumPoint
+	violations                                 [3]sumPoint
+	preemptions                                sumPoint
+}
+
+// durationOf is the in-place duration point of error kind k, nil for
+// failures (they get points of their own when they come).
+func (o *ownPoints) durationOf(k int) *histPoint[float64] {
+	if k == 0 {
+		return &o.durationOK
+	}
+	return nil
+}
+
+// requestsOf is durationOf for the requests counter.
+func (o *ownPoints) requestsOf(k, met int) *sumPoint {
+	if k == 0 {
+		return &o.requestsOK[met]
+	}
+	return nil
+}
+
+// prepare gives the in-place histogram points their bounds and bucket
+// counts, one array for all.
+func (o *ownPoints) prepare(a *aggregation) {
+	fs := []struct {
+		p *histPoint[float64]
+		i int
+	}{{&o.queue, iQueue}, {&o.ttft, iTTFT}, {&o.upTTFT, iUpTTFT}, {&o.tpot, iTPOT}, {&o.itl, iITL}, {&o.durationOK, iDuration}}
+	is := []struct {
+		p *histPoint[int64]
+		i int
+	}{{&o.steps, iSteps}, {&o.tokens[0], iTokens}, {&o.tokens[1], iTokens}}
+	n := 0
+	for _, f := range fs {
+		n += len(a.insts[f.i].bounds) + 1
+	}
+	for _, f := range is {
+		n += len(a.insts[f.i].bounds) + 1
+	}
+	slab := make([]uint64, n)
+	take := func(i int) ([]float64, []uint64) {
+		b := a.insts[i].bounds
+		c := slab[: len(b)+1 : len(b)+1]
+		slab = slab[len(b)+1:]
+		return b, c
+	}
+	for _, f := range fs {
+		f.p.bounds, f.p.counts = take(f.i)
+	}
+	for _, f := range is {
+		f.p.bounds, f.p.counts = take(f.i)
+	}
 }
 
 // Indexes of series.violations.
@@ -100,15 +170,17 @@ func errorName(i int) string {
 }
 
 // newSeries builds the series of class and model; sdk adds the SDK
-// path's measurement options, agg the aggregation's point slots.
-func newSeries(class, model string, slo filter.Class, sdk, agg bool) *series {
+// path's measurement options, a non-nil agg the aggregation's points.
+func newSeries(class, model string, slo filter.Class, sdk bool, agg *aggregation) *series {
 	c, m := AttrClass.String(class), AttrModel.String(model)
 	set := func(kvs ...attribute.KeyValue) attribute.Set {
 		return attribute.NewSet(append([]attribute.KeyValue{c, m}, kvs...)...)
 	}
 	s := &series{
-		set: set(),
-		slo: slo,
+		class: class,
+		model: model,
+		set:   set(),
+		slo:   slo,
 		sets: seriesSets{
 			input:      set(AttrTokenType.String("input")),
 			output:     set(AttrTokenType.String("output")),
@@ -130,9 +202,10 @@ func newSeries(class, model string, slo filter.Class, sdk, agg bool) *series {
 			s.sets.requests[i][met] = set(attribute.String("llmesh.outcome", outcome), AttrSLOMet.Bool(met == 1))
 		}
 	}
-	if agg {
+	if agg != nil {
 		s.pts.duration = make([]*histPoint[float64], errorKinds)
 		s.pts.requests = make([][2]*sumPoint, errorKinds)
+		s.pts.own.prepare(agg)
 	}
 	if !sdk {
 		return s
