@@ -100,11 +100,13 @@ func TestITLHistogramMatchesSDK(t *testing.T) {
 // absent values, every error kind and one beyond the named ones.
 func randomObservation(rng *rand.Rand) filter.Observation {
 	dur := func(bounds []float64) time.Duration {
-		switch rng.IntN(4) {
+		switch rng.IntN(5) {
 		case 0: // on or beside a bound
 			return durationLimit(bounds[rng.IntN(len(bounds))]) + time.Duration(rng.IntN(3)-1)
 		case 1:
 			return 0
+		case 2: // whole seconds: the SDK sums those apart from the rest
+			return time.Duration(1+rng.IntN(3)) * time.Second
 		default:
 			return time.Duration(rng.Int64N(int64(2 * bounds[len(bounds)-1] * float64(time.Second))))
 		}
