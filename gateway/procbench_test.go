@@ -80,7 +80,7 @@ func benchProxyMain() int {
 			if err != nil {
 				return fail(err)
 			}
-			defer tele.Shutdown(context.Background())
+			defer func() { _ = tele.Shutdown(context.Background()) }()
 			opts = append(opts, WithRecorder(TelemetryRecorder(tele.Recorder)))
 		}
 		g, err := New(Config{Pools: []Pool{{Name: "p", Upstream: upstream}}}, opts...)
