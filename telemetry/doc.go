@@ -10,8 +10,14 @@
 // and their exporters; the OTLP periodic reader and batch span processor run
 // goroutines that the OpenTelemetry SDK owns and that stop in
 // Provider.Shutdown. A Recorder is safe for concurrent use by every request
-// of a host; its mutable state is the attribute cache behind a mutex and,
-// in a Provider's Recorder, the inter-chunk histogram behind its own mutex,
-// which request goroutines add to and the readers' Produce calls (the
-// Prometheus scrape handler, the OTLP periodic reader) copy out.
+// of a host. Its series (one per class and model, with the attribute sets)
+// are made under the Recorder's mutex and change after only in their
+// references to data points (see below); the series of the last request
+// is kept in an atomic pointer. In a Provider's
+// Recorder the per-request measurements go to the Recorder's aggregation,
+// whose one mutex guards every data point and the series' references to
+// them: request goroutines add to them under it, and the readers' Produce
+// calls (the Prometheus scrape handler, the OTLP periodic reader), each
+// through its own producer, copy them out under it. The package starts no
+// goroutine of its own.
 package telemetry

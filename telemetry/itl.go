@@ -101,18 +101,30 @@ func (x *gapIndex) bucket(g time.Duration) int {
 // every reader, used or not.
 func observeGaps(p *histPoint[float64], x *gapIndex, gaps []time.Duration) {
 	counts, cells, limits, shift := p.counts, x.cells, x.limits, x.shift
+	// Consecutive gaps mostly share a bucket: they are counted in a
+	// register and added when the bucket changes, not incremented in
+	// memory one by one (each increment waited for the previous one's
+	// store).
+	cur, run := 0, uint64(0)
 	for _, g := range gaps {
 		var b int
 		if c := uint64(g) >> shift; c < uint64(len(cells)) {
+			// b+1 when g > limits[b], without a branch (one that gaps
+			// near a bucket edge would mispredict): the difference's
+			// sign bit. Both are within the table's few seconds, so
+			// the difference cannot overflow.
 			b = int(cells[c])
-			if g > limits[b] {
-				b++
-			}
+			b += int(uint64(limits[b]-g) >> 63)
 		} else {
 			b = bucket(limits, g)
 		}
-		counts[b]++
+		if b != cur {
+			counts[cur] += run
+			cur, run = b, 0
+		}
+		run++
 	}
+	counts[cur] += run
 	// Min and max are taken on the durations and converted once: Seconds
 	// is monotonic, so that is the same value.
 	lo, hi := gaps[0], gaps[0]
@@ -120,8 +132,15 @@ func observeGaps(p *histPoint[float64], x *gapIndex, gaps []time.Duration) {
 	for _, g := range gaps {
 		// sdkSum.add of g.Seconds(). A gap under a second is
 		// float64(g)/1e9 (Seconds adds that to 0 seconds) and not
-		// whole: this saves the division into seconds and nanoseconds.
-		if g > 0 && g < time.Second {
+		// whole, which saves the division into seconds and
+		// nanoseconds. A gap of 0 is whole and adds 0 to the integer:
+		// nothing, and adding 0.0 to the float changes nothing either
+		// (it is never -0: values are added to +0 and a sum that
+		// cancels rounds to +0), so zero gaps, which come mixed with
+		// others when several chunks arrive in one read, take the same
+		// path: a branch between them mispredicted about every other
+		// gap.
+		if uint64(g) < uint64(time.Second) {
 			v := float64(g) / 1e9
 			f0 += v
 			f1 += v

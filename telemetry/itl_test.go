@@ -85,6 +85,9 @@ func TestITLHistogramMatchesSDK(t *testing.T) {
 		{"b", "m", []time.Duration{ms(25), ms(2500)}},
 		{"a", "m", []time.Duration{ms(7.5), ms(49.9)}},
 		{"a", "n", nil},
+		// Zeros mixed with others (several chunks in one read), and
+		// gaps that went backwards (a host clock stepped).
+		{"b", "m", []time.Duration{0, ms(0.02), 0, 0, ms(0.05), 0, -ms(3), 0, ms(2), -time.Second, 0, 2 * time.Second}},
 	}
 	for _, r := range reqs {
 		p.record(filter.Observation{ITL: filter.ITLSummary{Samples: r.gaps}}, r.class, r.model)
@@ -289,7 +292,7 @@ func TestBucketMatchesFloatSearch(t *testing.T) {
 			t.Errorf("searchBound(%v) = %d, sort.SearchFloat64s %d", g.Seconds(), got, w)
 		}
 	}
-	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -0.0} {
+	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), math.Copysign(0, -1)} {
 		if got, w := searchBound(bounds, v), sort.SearchFloat64s(bounds, v); got != w {
 			t.Errorf("searchBound(%v) = %d, sort.SearchFloat64s %d", v, got, w)
 		}
@@ -351,6 +354,43 @@ func TestGapIndexShapes(t *testing.T) {
 				if got, want := x.bucket(g), bucket(tc.limits, g); got != want {
 					t.Errorf("gap %d: index %d, search %d", int64(g), got, want)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkObserveGaps is the inter-chunk part of recording a 256-chunk
+// request, per request, for two shapes of gaps: "decode", 5–24 ms as an
+// engine's decode steps bring them, and "burst", half of them 0 and the
+// others up to 90 µs, as a stream arriving faster than it is read brings
+// them (several chunks per read share a timestamp; the upstream of
+// BenchmarkProxyCPUPerChunk gives about that). Each shape cycles through
+// 64 requests of random gaps, so that the branch predictor cannot learn
+// one request's pattern.
+func BenchmarkObserveGaps(b *testing.B) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	var decode, burst [64][]time.Duration
+	for r := range decode {
+		decode[r], burst[r] = make([]time.Duration, 255), make([]time.Duration, 255)
+		for i := range decode[r] {
+			decode[r][i] = 5*time.Millisecond + time.Duration(rng.IntN(20_000_000))
+			if rng.IntN(2) == 0 {
+				burst[r][i] = time.Duration(rng.IntN(90_000))
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		reqs *[64][]time.Duration
+	}{{"decode", &decode}, {"burst", &burst}} {
+		b.Run(tc.name, func(b *testing.B) {
+			a := newAggregation(1)
+			s := newSeries("c", "m", filter.Class{}, false, a)
+			p := a.floatPoint(&s.pts.itl, &s.pts.own.itl, iITL, s.set)
+			i := 0
+			for b.Loop() {
+				observeGaps(p, &a.itl, tc.reqs[i%len(tc.reqs)])
+				i++
 			}
 		})
 	}

@@ -69,7 +69,9 @@ type Provider struct {
 	// create their own instruments from them.
 	MeterProvider  *sdkmetric.MeterProvider
 	TracerProvider *sdktrace.TracerProvider
-	// Recorder records Observations into MeterProvider and TracerProvider.
+	// Recorder records Observations into MeterProvider and TracerProvider
+	// (its per-request metrics through its own aggregation, which the
+	// Provider's readers collect; see New).
 	Recorder *Recorder
 
 	registry *prometheus.Registry

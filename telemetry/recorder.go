@@ -116,7 +116,9 @@ type Recorder struct {
 type labelKey struct{ class, model string }
 
 // NewRecorder creates the instruments on mp and the tracer on tp; nil
-// providers mean no-op ones.
+// providers mean no-op ones. Its measurements go through the SDK
+// instruments, which every reader of mp sees; a Provider's Recorder
+// aggregates them itself instead (cheaper, the same output).
 func NewRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts RecorderOptions) (*Recorder, error) {
 	return newRecorder(mp, tp, opts, nil)
 }
