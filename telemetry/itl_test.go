@@ -395,3 +395,72 @@ func BenchmarkObserveGaps(b *testing.B) {
 		})
 	}
 }
+
+// FuzzGapIndex checks the gap index and observeGaps against the plain
+// rules on fuzzer-chosen bounds and gaps: each gap's bucket is the binary
+// search's, the counts are the per-gap buckets', and the sums, min and
+// max are what sdkSum.add of each gap's Seconds, in order, makes.
+func FuzzGapIndex(f *testing.F) {
+	f.Add([]byte{1, 2, 3}, []byte{0, 0, 0, 0, 0, 0, 0, 1, 255, 255, 255, 255, 255, 255, 255, 127})
+	f.Add([]byte{10, 10, 200}, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
+	f.Fuzz(func(t *testing.T, spacing, raw []byte) {
+		// Bounds from the spacing bytes: increasing, in ms-ish steps of
+		// varied scale (so that some get a table and some do not).
+		var bounds []float64
+		v := 0.0
+		for i, s := range spacing {
+			if i >= 40 {
+				break
+			}
+			v += float64(s) * math.Pow(10, float64(i%7)-6)
+			if len(bounds) == 0 || v > bounds[len(bounds)-1] {
+				bounds = append(bounds, v)
+			}
+		}
+		var limits []time.Duration
+		for _, b := range bounds {
+			limits = append(limits, durationLimit(b))
+		}
+		x := newGapIndex(limits)
+		var gaps []time.Duration
+		for i := 0; i+8 <= len(raw) && len(gaps) < 300; i += 8 {
+			g := time.Duration(int64(uint64(raw[i]) | uint64(raw[i+1])<<8 | uint64(raw[i+2])<<16 | uint64(raw[i+3])<<24 |
+				uint64(raw[i+4])<<32 | uint64(raw[i+5])<<40 | uint64(raw[i+6])<<48 | uint64(raw[i+7])<<56))
+			if raw[i]%3 == 0 { // keep many within the table's range
+				g %= 3 * time.Second
+			}
+			gaps = append(gaps, g)
+		}
+		p := &histPoint[float64]{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+		p.sums[1] = sdkSum[float64]{f: 0.25, i: 3} // a reader that collected before
+		want := *p
+		want.counts = make([]uint64, len(bounds)+1)
+		for _, g := range gaps {
+			b := bucket(limits, g)
+			if got := x.bucket(g); got != b {
+				t.Fatalf("bounds %v gap %d: index %d, search %d", bounds, int64(g), got, b)
+			}
+			if w := sort.SearchFloat64s(bounds, g.Seconds()); w != b {
+				t.Fatalf("bounds %v gap %d: integer bucket %d, float search %d", bounds, int64(g), b, w)
+			}
+			want.counts[b]++
+			want.sums[0].add(g.Seconds())
+			want.sums[1].add(g.Seconds())
+			if s := g.Seconds(); want.count == 0 || s < want.min {
+				want.min = s
+			}
+			if s := g.Seconds(); want.count == 0 || s > want.max {
+				want.max = s
+			}
+			want.count++
+		}
+		if len(gaps) == 0 {
+			return
+		}
+		observeGaps(p, &x, gaps)
+		if !slices.Equal(p.counts, want.counts) || p.sums != want.sums || p.count != want.count || p.min != want.min || p.max != want.max {
+			t.Fatalf("bounds %v gaps %v:\nobserveGaps %+v\nper gap     %+v", bounds, gaps, *p, want)
+		}
+	})
+}
