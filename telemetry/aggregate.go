@@ -278,17 +278,7 @@ func (a *aggregation) floatPoint(slot **histPoint[float64], own *histPoint[float
 	if p := *slot; p != nil {
 		return p
 	}
-	return a.addFloat(slot, own, i, set)
-}
-
-func (a *aggregation) addFloat(slot **histPoint[float64], own *histPoint[float64], i int, set attribute.Set) *histPoint[float64] {
-	*slot = register(a, i, &a.floatPts[i], own, set, func(p *histPoint[float64]) {
-		if p.counts == nil {
-			p.bounds = a.insts[i].bounds
-			p.counts = make([]uint64, len(p.bounds)+1)
-		}
-	})
-	return *slot
+	return addHist(a, &a.floatPts[i], slot, own, i, set)
 }
 
 // intPoint is floatPoint for the int64 histograms.
@@ -296,11 +286,13 @@ func (a *aggregation) intPoint(slot **histPoint[int64], own *histPoint[int64], i
 	if p := *slot; p != nil {
 		return p
 	}
-	return a.addInt(slot, own, i, set)
+	return addHist(a, &a.intPts[i], slot, own, i, set)
 }
 
-func (a *aggregation) addInt(slot **histPoint[int64], own *histPoint[int64], i int, set attribute.Set) *histPoint[int64] {
-	*slot = register(a, i, &a.intPts[i], own, set, func(p *histPoint[int64]) {
+// addHist registers the point of floatPoint or intPoint in pts, with
+// instrument i's bounds.
+func addHist[N int64 | float64](a *aggregation, pts *[]*histPoint[N], slot **histPoint[N], own *histPoint[N], i int, set attribute.Set) *histPoint[N] {
+	*slot = register(a, i, pts, own, set, func(p *histPoint[N]) {
 		if p.counts == nil {
 			p.bounds = a.insts[i].bounds
 			p.counts = make([]uint64, len(p.bounds)+1)
