@@ -3,7 +3,6 @@ package telemetry
 import (
 	"context"
 	"math/rand/v2"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,28 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	colmetric "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
-	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/grpc"
 )
-
-// startCollector starts a loopback OTLP/gRPC collector for the test and
-// returns its address.
-func startCollector(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &collector{metrics: map[string]bool{}, spans: map[string]bool{}}
-	srv := grpc.NewServer()
-	colmetric.RegisterMetricsServiceServer(srv, c)
-	coltrace.RegisterTraceServiceServer(srv, &traceServer{c: c})
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = srv.Serve(ln) })
-	t.Cleanup(func() { srv.Stop(); wg.Wait() })
-	return ln.Addr().String()
-}
 
 func newProvider(t *testing.T, opts Options) *Provider {
 	t.Helper()
@@ -54,7 +32,7 @@ func newProvider(t *testing.T, opts Options) *Provider {
 // span, an OTLP exporter with cumulative temporality and explicit
 // buckets).
 func TestProviderAggregatesOnlyWhenExact(t *testing.T) {
-	addr := startCollector(t)
+	_, addr := startCollector(t)
 	for _, tc := range []struct {
 		name    string
 		env     map[string]string
@@ -98,7 +76,7 @@ func TestProviderAggregatesOnlyWhenExact(t *testing.T) {
 // OTLP between scrapes: a reader's collections must not change what
 // another sees, so the scrapes stay identical.
 func TestAggregationReadersIndependent(t *testing.T) {
-	addr := startCollector(t)
+	_, addr := startCollector(t)
 	opts := Options{Prometheus: true, OTLPEndpoint: addr, OTLPInsecure: true, OTLPInterval: time.Hour, Recorder: RecorderOptions{Classes: classes}}
 	agg := newProvider(t, opts)
 	opts.Readers = []sdkmetric.Reader{sdkmetric.NewManualReader()}

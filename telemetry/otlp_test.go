@@ -60,7 +60,10 @@ func (t *traceServer) Export(_ context.Context, req *coltrace.ExportTraceService
 	return &coltrace.ExportTraceServiceResponse{}, nil
 }
 
-func TestOTLPExport(t *testing.T) {
+// startCollector starts a loopback OTLP/gRPC collector for the test and
+// returns it and its address.
+func startCollector(t *testing.T) (*collector, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -71,11 +74,15 @@ func TestOTLPExport(t *testing.T) {
 	coltrace.RegisterTraceServiceServer(srv, &traceServer{c: c})
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(ln) })
-	defer func() { srv.Stop(); wg.Wait() }()
+	t.Cleanup(func() { srv.Stop(); wg.Wait() })
+	return c, ln.Addr().String()
+}
 
+func TestOTLPExport(t *testing.T) {
+	c, addr := startCollector(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := New(ctx, Options{ServiceName: "gw-test", OTLPEndpoint: ln.Addr().String(), OTLPInsecure: true, OTLPInterval: time.Hour})
+	p, err := New(ctx, Options{ServiceName: "gw-test", OTLPEndpoint: addr, OTLPInsecure: true, OTLPInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
