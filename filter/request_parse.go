@@ -3,7 +3,14 @@ package filter
 import (
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/llmesh/llmesh/internal/jsonscan"
 )
+
+// skipDepth bounds the nesting of a value the fast path skips; deeper
+// values (encoding/json allows jsonscan.MaxDepth levels) are left to
+// encoding/json to accept or refuse.
+const skipDepth = 1000
 
 // The fast path of ParseOpenAIRequest: one validating pass over the common
 // shape of a request. It reports false, and leaves the body to
@@ -204,11 +211,11 @@ func (p *reqParser) addContent(sp span) {
 func parseOpenAIFast(body []byte, r *OpenAIRequest) bool {
 	p := reqParser{b: body}
 	b := body
-	i := jsSpace(b, 0)
+	i := jsonscan.Space(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false // null and type errors are encoding/json's
 	}
-	i = jsSpace(b, i+1)
+	i = jsonscan.Space(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		i++
 	} else {
@@ -221,15 +228,15 @@ func parseOpenAIFast(body []byte, r *OpenAIRequest) bool {
 			if f == reqUnsure {
 				return false
 			}
-			if i, ok = p.field(f, r, jsSpace(b, after)); !ok {
+			if i, ok = p.field(f, r, jsonscan.Space(b, after)); !ok {
 				return false
 			}
-			i = jsSpace(b, i)
+			i = jsonscan.Space(b, i)
 			if i >= len(b) {
 				return false
 			}
 			if b[i] == ',' {
-				i = jsSpace(b, i+1)
+				i = jsonscan.Space(b, i+1)
 				continue
 			}
 			if b[i] != '}' {
@@ -239,7 +246,7 @@ func parseOpenAIFast(body []byte, r *OpenAIRequest) bool {
 			break
 		}
 	}
-	if jsSpace(b, i) != len(b) {
+	if jsonscan.Space(b, i) != len(b) {
 		return false
 	}
 	p.finish(r)
@@ -253,12 +260,12 @@ func (p *reqParser) key(i int) (key []byte, after int, ok bool) {
 	if i >= len(b) || b[i] != '"' {
 		return nil, 0, false
 	}
-	end, escaped, ok := jsString(b, i)
+	end, escaped, ok := jsonscan.String(b, i)
 	if !ok || escaped {
 		return nil, 0, false
 	}
 	key = b[i+1 : end-1]
-	i = jsSpace(b, end)
+	i = jsonscan.Space(b, end)
 	if i >= len(b) || b[i] != ':' {
 		return nil, 0, false
 	}
@@ -300,12 +307,12 @@ func (p *reqParser) field(f reqField, r *OpenAIRequest, i int) (int, bool) {
 	case reqStreamOptions:
 		return p.streamOptions(i, r)
 	}
-	return jsValue(p.b, i)
+	return jsonscan.Value(p.b, i, skipDepth)
 }
 
 // raw records the value at b[i] as sp.
 func (p *reqParser) raw(i int, sp *span) (int, bool) {
-	end, ok := jsValue(p.b, i)
+	end, ok := jsonscan.Value(p.b, i, skipDepth)
 	if ok {
 		*sp = span{i, end}
 	}
@@ -316,12 +323,12 @@ func (p *reqParser) raw(i int, sp *span) (int, bool) {
 func (p *reqParser) str(i int, dst *string) (int, bool) {
 	b := p.b
 	if i < len(b) && b[i] == 'n' {
-		return jsLiteral(b, i, "null")
+		return jsonscan.Literal(b, i, "null")
 	}
 	if i >= len(b) || b[i] != '"' {
 		return 0, false
 	}
-	end, escaped, ok := jsString(b, i)
+	end, escaped, ok := jsonscan.String(b, i)
 	if !ok {
 		return 0, false
 	}
@@ -348,12 +355,12 @@ func (p *reqParser) bool(i int, dst *bool) (int, bool) {
 	switch b[i] {
 	case 't':
 		*dst = true
-		return jsLiteral(b, i, "true")
+		return jsonscan.Literal(b, i, "true")
 	case 'f':
 		*dst = false
-		return jsLiteral(b, i, "false")
+		return jsonscan.Literal(b, i, "false")
 	case 'n':
-		return jsLiteral(b, i, "null")
+		return jsonscan.Literal(b, i, "null")
 	}
 	return 0, false
 }
@@ -365,9 +372,9 @@ func (p *reqParser) int(i int, dst **int, slot int) (int, bool) {
 	b := p.b
 	if i < len(b) && b[i] == 'n' {
 		*dst = nil
-		return jsLiteral(b, i, "null")
+		return jsonscan.Literal(b, i, "null")
 	}
-	end, ok := jsNumber(b, i)
+	end, ok := jsonscan.Number(b, i)
 	if !ok {
 		return 0, false
 	}
@@ -401,13 +408,13 @@ func (p *reqParser) int(i int, dst **int, slot int) (int, bool) {
 func (p *reqParser) messages(i int) (int, bool) {
 	b := p.b
 	if i < len(b) && b[i] == 'n' {
-		return jsLiteral(b, i, "null")
+		return jsonscan.Literal(b, i, "null")
 	}
 	if i >= len(b) || b[i] != '[' {
 		return 0, false
 	}
 	p.isArray = true
-	i = jsSpace(b, i+1)
+	i = jsonscan.Space(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return i + 1, true
 	}
@@ -422,20 +429,20 @@ func (p *reqParser) messages(i int) (int, bool) {
 			}
 			content = p.cur
 		case i < len(b) && b[i] == 'n':
-			if i, ok = jsLiteral(b, i, "null"); !ok {
+			if i, ok = jsonscan.Literal(b, i, "null"); !ok {
 				return 0, false
 			}
 		default:
 			return 0, false
 		}
 		p.addContent(content)
-		i = jsSpace(b, i)
+		i = jsonscan.Space(b, i)
 		if i >= len(b) {
 			return 0, false
 		}
 		switch b[i] {
 		case ',':
-			i = jsSpace(b, i+1)
+			i = jsonscan.Space(b, i+1)
 		case ']':
 			return i + 1, true
 		default:
@@ -449,7 +456,7 @@ func (p *reqParser) streamOptions(i int, r *OpenAIRequest) (int, bool) {
 	b := p.b
 	if i < len(b) && b[i] == 'n' {
 		r.StreamOptions = nil
-		return jsLiteral(b, i, "null")
+		return jsonscan.Literal(b, i, "null")
 	}
 	if i >= len(b) || b[i] != '{' {
 		return 0, false
@@ -474,7 +481,7 @@ func (p *reqParser) object(i int, m member) (int, bool) {
 		name = "include_usage"
 	}
 	b := p.b
-	i = jsSpace(b, i+1)
+	i = jsonscan.Space(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i + 1, true
 	}
@@ -483,7 +490,7 @@ func (p *reqParser) object(i int, m member) (int, bool) {
 		if !ok {
 			return 0, false
 		}
-		i = jsSpace(b, after)
+		i = jsonscan.Space(b, after)
 		switch nestedField(key, name) {
 		case 1:
 			if m == memberContent {
@@ -492,20 +499,20 @@ func (p *reqParser) object(i int, m member) (int, bool) {
 				i, ok = p.bool(i, &p.blk().opts.IncludeUsage)
 			}
 		case 0:
-			i, ok = jsValue(b, i)
+			i, ok = jsonscan.Value(b, i, skipDepth)
 		default:
 			return 0, false
 		}
 		if !ok {
 			return 0, false
 		}
-		i = jsSpace(b, i)
+		i = jsonscan.Space(b, i)
 		if i >= len(b) {
 			return 0, false
 		}
 		switch b[i] {
 		case ',':
-			i = jsSpace(b, i+1)
+			i = jsonscan.Space(b, i+1)
 		case '}':
 			return i + 1, true
 		default:

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/internal/jsonscan"
 )
 
 // fastFields is what fastEvent read from an event.
@@ -32,7 +33,7 @@ type fastFields struct {
 func fastEvent(data []byte) (f fastFields, ok bool) {
 	f.usage = -1
 	data = bytes.Trim(data, " \t\r\n")
-	if len(data) == 0 || data[0] != '{' || !validJSON(data) {
+	if len(data) == 0 || data[0] != '{' || !jsonscan.Valid(data) {
 		return f, false
 	}
 	var buf [8]frame
@@ -185,7 +186,7 @@ func fieldIndex(fields [][]byte, k []byte) int {
 	return -1
 }
 
-// plainInt parses a JSON integer literal (-?[0-9]+, as validJSON has
+// plainInt parses a JSON integer literal (-?[0-9]+, as jsonscan.Valid has
 // already checked) at the start of v; false for anything else (null,
 // fractions, exponents, out of int64's range), which the decoder treats
 // differently.

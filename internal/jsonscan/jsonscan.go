@@ -1,29 +1,30 @@
-package filter
+// Package jsonscan validates and skips JSON in one pass, accepting exactly
+// what encoding/json's scanner accepts (RFC 8259 grammar; like
+// encoding/json it does not check UTF-8), without building anything and
+// without recursion. Hot paths use it where json.Valid's function call per
+// byte, or a decode, would cost more than the work around it: the request
+// sizing of both hosts (filter.ParseOpenAIRequest) and the benchmark
+// client's SSE fast path.
+package jsonscan
 
 import (
 	"encoding/binary"
 	"math/bits"
 )
 
-// A validating JSON skipper for ParseOpenAIRequest: it accepts only what
-// encoding/json's own scanner accepts (RFC 8259 grammar; like encoding/json
-// it does not check UTF-8), so that a body the fast path decodes is one
-// json.Unmarshal would decode too. It builds nothing and never recurses.
+// MaxDepth is encoding/json's nesting limit: json.Valid refuses a value
+// with more levels of containers, empty ones included.
+const MaxDepth = 10000
 
-// jsMaxDepth bounds the nesting a skipped value may have. encoding/json
-// allows 10000 levels; deeper values (or anything this close to its limit)
-// are left to encoding/json to accept or refuse.
-const jsMaxDepth = 1000
-
-// Word-at-a-time constants: jsOnes has 0x01 in every byte, jsHighs 0x80.
+// Word-at-a-time constants: ones has 0x01 in every byte, highs 0x80.
 const (
-	jsOnes  = 0x0101010101010101
-	jsHighs = 0x8080808080808080
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
 )
 
-// jsSpace returns the index of the first byte at or after i that is not
+// Space returns the index of the first byte at or after i that is not
 // JSON white space.
-func jsSpace(b []byte, i int) int {
+func Space(b []byte, i int) int {
 	for i < len(b) {
 		switch b[i] {
 		case ' ', '\t', '\n', '\r':
@@ -35,37 +36,37 @@ func jsSpace(b []byte, i int) int {
 	return i
 }
 
-// jsPlain marks the bytes a JSON string holds without further checks:
+// plain marks the bytes a JSON string holds without further checks:
 // all but '"', '\\' and control characters.
-var jsPlain = func() (t [256]bool) {
+var plain = func() (t [256]bool) {
 	for c := 0x20; c < 256; c++ {
 		t[c] = c != '"' && c != '\\'
 	}
 	return t
 }()
 
-// jsString validates the string whose opening quote is b[i] and returns
+// String validates the string whose opening quote is b[i] and returns
 // the index after its closing quote and whether it holds escapes. Prompts
 // are most of a request's bytes, so plain runs are skipped eight bytes at
 // a time.
-func jsString(b []byte, i int) (end int, escaped, ok bool) {
+func String(b []byte, i int) (end int, escaped, ok bool) {
 	i++
 	for {
 		for i+8 <= len(b) {
 			w := binary.LittleEndian.Uint64(b[i:])
-			q := w ^ ('"' * jsOnes)
-			s := w ^ ('\\' * jsOnes)
+			q := w ^ ('"' * ones)
+			s := w ^ ('\\' * ones)
 			// A byte's high bit is set here if it is below 0x20, a quote
 			// or a backslash; false positives only above a true one, so
 			// the lowest set bit marks the first byte that needs a look.
-			m := ((w - 0x20*jsOnes) | (q - jsOnes) | (s - jsOnes)) &^ w & jsHighs
+			m := ((w - 0x20*ones) | (q - ones) | (s - ones)) &^ w & highs
 			if m != 0 {
 				i += bits.TrailingZeros64(m) >> 3
 				break
 			}
 			i += 8
 		}
-		for i < len(b) && jsPlain[b[i]] {
+		for i < len(b) && plain[b[i]] {
 			i++
 		}
 		if i >= len(b) {
@@ -83,7 +84,7 @@ func jsString(b []byte, i int) (end int, escaped, ok bool) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if i+6 > len(b) || !jsHex4(b[i+2:i+6]) {
+				if i+6 > len(b) || !hex4(b[i+2:i+6]) {
 					return 0, false, false
 				}
 				i += 6
@@ -96,7 +97,7 @@ func jsString(b []byte, i int) (end int, escaped, ok bool) {
 	}
 }
 
-func jsHex4(b []byte) bool {
+func hex4(b []byte) bool {
 	for _, c := range b {
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
 			return false
@@ -105,9 +106,9 @@ func jsHex4(b []byte) bool {
 	return true
 }
 
-// jsNumber validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at
+// Number validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at
 // b[i] and returns the index after it.
-func jsNumber(b []byte, i int) (int, bool) {
+func Number(b []byte, i int) (int, bool) {
 	if i < len(b) && b[i] == '-' {
 		i++
 	}
@@ -115,12 +116,12 @@ func jsNumber(b []byte, i int) (int, bool) {
 	case i < len(b) && b[i] == '0':
 		i++
 	case i < len(b) && '1' <= b[i] && b[i] <= '9':
-		i = jsDigits(b, i+1)
+		i = digits(b, i+1)
 	default:
 		return 0, false
 	}
 	if i < len(b) && b[i] == '.' {
-		j := jsDigits(b, i+1)
+		j := digits(b, i+1)
 		if j == i+1 {
 			return 0, false
 		}
@@ -131,7 +132,7 @@ func jsNumber(b []byte, i int) (int, bool) {
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		j := jsDigits(b, i)
+		j := digits(b, i)
 		if j == i {
 			return 0, false
 		}
@@ -140,66 +141,68 @@ func jsNumber(b []byte, i int) (int, bool) {
 	return i, true
 }
 
-func jsDigits(b []byte, i int) int {
+func digits(b []byte, i int) int {
 	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
 		i++
 	}
 	return i
 }
 
-// jsLiteral checks that lit (true, false or null) is at b[i] and returns
+// Literal checks that lit (true, false or null) is at b[i] and returns
 // the index after it.
-func jsLiteral(b []byte, i int, lit string) (int, bool) {
+func Literal(b []byte, i int, lit string) (int, bool) {
 	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
 		return 0, false
 	}
 	return i + len(lit), true
 }
 
-// jsScalar validates a string, number or literal at b[i].
-func jsScalar(b []byte, i int) (int, bool) {
+// Scalar validates a string, number or literal at b[i].
+func Scalar(b []byte, i int) (int, bool) {
 	if i >= len(b) {
 		return 0, false
 	}
 	switch c := b[i]; {
 	case c == '"':
-		end, _, ok := jsString(b, i)
+		end, _, ok := String(b, i)
 		return end, ok
 	case c == '-' || '0' <= c && c <= '9':
-		return jsNumber(b, i)
+		return Number(b, i)
 	case c == 't':
-		return jsLiteral(b, i, "true")
+		return Literal(b, i, "true")
 	case c == 'f':
-		return jsLiteral(b, i, "false")
+		return Literal(b, i, "false")
 	case c == 'n':
-		return jsLiteral(b, i, "null")
+		return Literal(b, i, "null")
 	}
 	return 0, false
 }
 
-// jsKey validates `"name" :` at b[i] (after white space) and returns the
+// Key validates `"name" :` at b[i] (after white space) and returns the
 // index after the colon.
-func jsKey(b []byte, i int) (int, bool) {
-	i = jsSpace(b, i)
+func Key(b []byte, i int) (int, bool) {
+	i = Space(b, i)
 	if i >= len(b) || b[i] != '"' {
 		return 0, false
 	}
-	end, _, ok := jsString(b, i)
+	end, _, ok := String(b, i)
 	if !ok {
 		return 0, false
 	}
-	i = jsSpace(b, end)
+	i = Space(b, end)
 	if i >= len(b) || b[i] != ':' {
 		return 0, false
 	}
 	return i + 1, true
 }
 
-// jsValue validates one JSON value starting at b[i] (white space already
-// skipped) and returns the index after it.
-func jsValue(b []byte, i int) (int, bool) {
+// Value validates one JSON value starting at b[i] (white space already
+// skipped) nested at most maxDepth containers deep, and returns the index
+// after it. With MaxDepth it accepts what json.Valid accepts; a caller that
+// leaves deep values to encoding/json passes less.
+func Value(b []byte, i, maxDepth int) (int, bool) {
 	if i < len(b) && b[i] != '{' && b[i] != '[' {
-		return jsScalar(b, i)
+		return Scalar(b, i)
 	}
 	// One bit per open container, set for objects: no recursion, and no
 	// allocation for the first 256 levels.
@@ -209,25 +212,25 @@ func jsValue(b []byte, i int) (int, bool) {
 	var ok bool
 	for {
 		// A value starts at i.
-		i = jsSpace(b, i)
+		i = Space(b, i)
 		if i >= len(b) {
 			return 0, false
 		}
 		if c := b[i]; c == '{' || c == '[' {
+			if depth == maxDepth { // an empty container counts too
+				return 0, false
+			}
 			obj := c == '{'
-			i = jsSpace(b, i+1)
+			i = Space(b, i+1)
 			if i < len(b) && (obj && b[i] == '}' || !obj && b[i] == ']') {
 				i++
 			} else {
-				if depth == jsMaxDepth {
-					return 0, false
-				}
 				if depth>>6 == len(stack) {
 					stack = append(stack, 0)
 				}
 				if obj {
 					stack[depth>>6] |= 1 << (depth & 63)
-					if i, ok = jsKey(b, i); !ok {
+					if i, ok = Key(b, i); !ok {
 						return 0, false
 					}
 				} else {
@@ -236,7 +239,7 @@ func jsValue(b []byte, i int) (int, bool) {
 				depth++
 				continue
 			}
-		} else if i, ok = jsScalar(b, i); !ok {
+		} else if i, ok = Scalar(b, i); !ok {
 			return 0, false
 		}
 		// A value ended at i: close containers until one goes on.
@@ -244,14 +247,14 @@ func jsValue(b []byte, i int) (int, bool) {
 			if depth == 0 {
 				return i, true
 			}
-			i = jsSpace(b, i)
+			i = Space(b, i)
 			if i >= len(b) {
 				return 0, false
 			}
 			obj := stack[(depth-1)>>6]&(1<<((depth-1)&63)) != 0
 			if b[i] == ',' {
 				if obj {
-					if i, ok = jsKey(b, i+1); !ok {
+					if i, ok = Key(b, i+1); !ok {
 						return 0, false
 					}
 				} else {
@@ -267,4 +270,11 @@ func jsValue(b []byte, i int) (int, bool) {
 			return 0, false
 		}
 	}
+}
+
+// Valid reports whether b is one JSON value with optional white space
+// around it, exactly as json.Valid does.
+func Valid(b []byte) bool {
+	end, ok := Value(b, Space(b, 0), MaxDepth)
+	return ok && Space(b, end) == len(b)
 }
