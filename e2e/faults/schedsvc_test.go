@@ -157,8 +157,11 @@ func TestSchedulerServiceRestartUnderLoad(t *testing.T) {
 				p := svc.pool()
 				return p.Counters.Done >= 20, fmt.Sprintf("%+v", p.Counters)
 			})
-			svc.stop()
+			// The phase moves first: a request refused while the service
+			// shuts down may be answered before stop returns, and would
+			// otherwise count as refused while the service was up.
 			phase.Store(&during)
+			svc.stop()
 			poll.Until(t, "old service released everything", func() (bool, string) { return idle(svc.pool()) })
 			poll.Until(t, "requests answered while the service is down", func() (bool, string) {
 				n := during.ok.Load() + during.unavailable.Load()
