@@ -273,6 +273,35 @@ func benchProxyCPU(b *testing.B, chunks int, unit string) {
 	}
 }
 
+// BenchmarkProxyCPUAlone streams 256-chunk SSE responses through one path
+// per sub-benchmark (direct, plain ReverseProxy, gateway) and reports the
+// process's CPU per chunk: the paths of BenchmarkProxyCPUPerChunk run
+// apart, which shows how much a path moves the client's and upstream's
+// CPU (the direct path can use more than a proxied one).
+func BenchmarkProxyCPUAlone(b *testing.B) {
+	const chunks = 256
+	for _, path := range []string{"direct", "plain", "gateway"} {
+		b.Run(path, func(b *testing.B) {
+			up := httptest.NewServer(burstUpstream(chunks))
+			defer up.Close()
+			base := up.URL
+			switch path {
+			case "plain":
+				base = plainProxy(b, up.URL)
+			case "gateway":
+				_, base = startGateway(b, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}})
+			}
+			streamOnce(b, base)
+			b.ResetTimer()
+			c0 := cpuTime()
+			for i := 0; i < b.N; i++ {
+				streamOnce(b, base)
+			}
+			b.ReportMetric(float64(cpuTime()-c0)/float64(b.N*chunks), "cpu-ns/chunk")
+		})
+	}
+}
+
 // firstChunkUpstream answers with one token event at once and then holds
 // the stream open briefly, like an engine with a zero-length prefill.
 func firstChunkUpstream(w http.ResponseWriter, r *http.Request) {
