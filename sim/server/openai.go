@@ -209,6 +209,7 @@ func (o *openAIOut) usage(r *result) usage {
 // usage chunk that follows it. The final chunk, the usage chunk and
 // [DONE] are ready at the same moment and go out in one write.
 func (s *Server) streamOpenAI(ctx context.Context, w http.ResponseWriter, g genRequest, o *openAIOut) {
+	g.perToken = true // one event per token, below
 	fl, _ := w.(http.Flusher)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")

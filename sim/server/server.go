@@ -206,6 +206,9 @@ type genRequest struct {
 	priority  int
 	seed      uint64
 	fault     Fault
+	// perToken: the protocol writes one chunk per token (OpenAI SSE), not
+	// one per emitted batch (gRPC), which a drop fault counts by.
+	perToken bool
 }
 
 // requestError is a client error with the parameter it concerns; HTTP maps
@@ -287,15 +290,26 @@ func (s *Server) generate(ctx context.Context, req genRequest, emit func(ids []u
 		}
 		if n := snap.output - len(res.ids); n > 0 {
 			from := len(res.ids)
+			if req.perToken && req.fault.DropAfter > 0 {
+				// A batch of several tokens (the handler fell behind the
+				// engine) is several chunks: the drop still comes after
+				// exactly DropAfter of them, unless the stream ends there.
+				n = min(n, req.fault.DropAfter-chunks)
+			}
 			for range n {
 				res.ids = append(res.ids, gen.Next())
 			}
-			if err := emit(res.ids[from:], snap.done); err != nil {
+			last := snap.done && len(res.ids) == snap.output
+			if err := emit(res.ids[from:], last); err != nil {
 				s.loop.abort(st.id)
 				return res, err
 			}
-			chunks++
-			if req.fault.DropAfter > 0 && chunks >= req.fault.DropAfter && !snap.done {
+			if req.perToken {
+				chunks += n
+			} else {
+				chunks++
+			}
+			if req.fault.DropAfter > 0 && chunks >= req.fault.DropAfter && !last {
 				s.loop.abort(st.id)
 				return res, errDropped
 			}
