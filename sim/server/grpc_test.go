@@ -175,7 +175,10 @@ func TestGRPCVllmEngine(t *testing.T) {
 		if done == nil || len(done.OutputIds) != 5 || done.FinishReason != "length" || done.CompletionTokens != 5 || done.PromptTokens != 5 {
 			t.Fatalf("stream=%v: complete %v", stream, done)
 		}
-		if stream && (chunks != 5 || sim.Detokenize(chunkIDs) != sim.Detokenize(done.OutputIds)) {
+		// One chunk per engine step; a handler that falls behind the
+		// (time-scaled) engine sends the steps it missed as one chunk, so
+		// 5 tokens come in 1 to 5 chunks, each counting every id so far.
+		if stream && (chunks < 1 || chunks > 5 || sim.Detokenize(chunkIDs) != sim.Detokenize(done.OutputIds)) {
 			t.Errorf("stream: %d chunks with %v, complete %v", chunks, chunkIDs, done.OutputIds)
 		}
 		if !stream && chunks != 0 {
