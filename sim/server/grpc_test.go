@@ -78,7 +78,9 @@ func TestGRPCGeneration(t *testing.T) {
 			final = r
 		}
 	}
-	if len(ids) != 6 || msgs != 6 || sim.Detokenize(ids) != text.String() {
+	// One message per engine step, the steps a lagging handler missed in
+	// one: 6 tokens in 1 to 6 messages.
+	if len(ids) != 6 || msgs < 1 || msgs > 6 || sim.Detokenize(ids) != text.String() {
 		t.Errorf("%d messages, ids %v, text %q", msgs, ids, text.String())
 	}
 	if final == nil || final.FinishReason != "length" || final.Usage.GetCompletionTokens() != 6 || final.Usage.GetPromptTokens() != 4 {
