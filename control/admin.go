@@ -33,16 +33,8 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("GET /nodes", func(w http.ResponseWriter, _ *http.Request) {
 		adminapi.WriteJSON(w, http.StatusOK, map[string]any{"version": s.Version(), "nodes": s.Nodes()})
 	})
-	mux.HandleFunc("GET /experiments", s.handleExperiments)
-	mux.HandleFunc("POST /experiments/{name}/active", s.handleSetArm)
-	mux.HandleFunc("DELETE /experiments/{name}/active", func(w http.ResponseWriter, r *http.Request) {
-		v, err := s.ClearActiveArm(r.PathValue("name"))
-		if err != nil {
-			adminapi.WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-			return
-		}
-		adminapi.WriteJSON(w, http.StatusOK, map[string]string{"version": v})
-	})
+	// A failed DELETE is a failure to publish, not the client's doing.
+	adminapi.RegisterExperiments(mux, s, http.StatusInternalServerError)
 	return mux
 }
 
@@ -112,23 +104,10 @@ const redactedValue = "REDACTED"
 // ExperimentInfo is one entry of GET /experiments.
 type ExperimentInfo = adminapi.ExperimentInfo
 
-func (s *Server) handleExperiments(w http.ResponseWriter, _ *http.Request) {
+// ExperimentList describes every experiment of the served config
+// (adminapi.ArmSwitcher).
+func (s *Server) ExperimentList() (version string, list []adminapi.ExperimentInfo) {
 	s.mu.Lock()
-	out, v := adminapi.Experiments(s.cfg, s.overrides), s.version
-	s.mu.Unlock()
-	adminapi.WriteJSON(w, http.StatusOK, map[string]any{"version": v, "experiments": out})
-}
-
-func (s *Server) handleSetArm(w http.ResponseWriter, r *http.Request) {
-	arm, err := adminapi.ArmFromRequest(r)
-	if err != nil {
-		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-		return
-	}
-	v, err := s.SetActiveArm(r.PathValue("name"), arm)
-	if err != nil {
-		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-		return
-	}
-	adminapi.WriteJSON(w, http.StatusOK, map[string]string{"version": v})
+	defer s.mu.Unlock()
+	return s.version, adminapi.Experiments(s.cfg, s.overrides)
 }

@@ -125,45 +125,18 @@ func (e *Experiments) ClearActiveArm(exp string) (string, error) {
 // control` serves).
 type ExperimentInfo = adminapi.ExperimentInfo
 
-// List describes every experiment of the effective config.
-func (e *Experiments) List() (version string, out []ExperimentInfo) {
+// ExperimentList describes every experiment of the effective config.
+func (e *Experiments) ExperimentList() (version string, out []ExperimentInfo) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return strconv.Itoa(e.seq), adminapi.Experiments(e.cur, e.overrides)
 }
 
 // Register adds the admin endpoints, with the paths and bodies of `llmesh
-// control`'s:
-//
-//	GET    /experiments                  {"version", "experiments": [ExperimentInfo]}
-//	POST   /experiments/{name}/active    body {"arm": "x"} or ?arm=x; "" splits again → {"version"}
-//	DELETE /experiments/{name}/active    the file's active field applies again → {"version"}
-//
-// Errors answer 400 with {"error": "..."}.
+// control`'s (adminapi.RegisterExperiments). Errors answer 400 with
+// {"error": "..."}.
 func (e *Experiments) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /experiments", func(w http.ResponseWriter, _ *http.Request) {
-		v, list := e.List()
-		adminapi.WriteJSON(w, http.StatusOK, map[string]any{"version": v, "experiments": list})
-	})
-	mux.HandleFunc("POST /experiments/{name}/active", func(w http.ResponseWriter, r *http.Request) {
-		arm, err := adminapi.ArmFromRequest(r)
-		if err == nil {
-			var v string
-			if v, err = e.SetActiveArm(r.PathValue("name"), arm); err == nil {
-				adminapi.WriteJSON(w, http.StatusOK, map[string]string{"version": v})
-				return
-			}
-		}
-		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-	})
-	mux.HandleFunc("DELETE /experiments/{name}/active", func(w http.ResponseWriter, r *http.Request) {
-		v, err := e.ClearActiveArm(r.PathValue("name"))
-		if err != nil {
-			adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-			return
-		}
-		adminapi.WriteJSON(w, http.StatusOK, map[string]string{"version": v})
-	})
+	adminapi.RegisterExperiments(mux, e, http.StatusBadRequest)
 }
 
 // checkMesh reports whether the gateway part of c (listener, pools, arm

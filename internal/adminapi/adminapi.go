@@ -1,7 +1,7 @@
-// Package adminapi holds the pieces of the admin HTTP API that the xDS
-// control plane and the embedded gateway both serve, so that switching an
-// experiment's active arm reads and answers the same on either host:
-// POST /experiments/{name}/active with {"arm": "<name>"} or ?arm=<name>.
+// Package adminapi holds the admin HTTP API's experiment endpoints, which
+// the xDS control plane and the embedded gateway both serve
+// (RegisterExperiments), so that listing experiments and switching an
+// active arm read and answer the same on either host.
 package adminapi
 
 import (
@@ -73,4 +73,51 @@ func Experiments(cfg *config.Config, switched map[string]string) []ExperimentInf
 		out = append(out, ei)
 	}
 	return out
+}
+
+// ArmSwitcher is a host of the experiment endpoints: the control plane or
+// the gateway.
+type ArmSwitcher interface {
+	// ExperimentList returns the config version and every experiment.
+	ExperimentList() (version string, list []ExperimentInfo)
+	// SetActiveArm makes arm take all of exp's traffic ("" splits again)
+	// and returns the new version.
+	SetActiveArm(exp, arm string) (version string, err error)
+	// ClearActiveArm drops exp's switch and returns the new version.
+	ClearActiveArm(exp string) (version string, err error)
+}
+
+// RegisterExperiments serves s's experiments on mux:
+//
+//	GET    /experiments                  {"version", "experiments": [ExperimentInfo]}
+//	POST   /experiments/{name}/active    body {"arm": "x"} or ?arm=x; "" splits again → {"version"}
+//	DELETE /experiments/{name}/active    the file's active field applies again → {"version"}
+//
+// A bad body or a switch s refuses answers 400 with {"error": "..."}; a
+// DELETE that s fails to apply answers clearFailed (the host says whether
+// that is the client's doing).
+func RegisterExperiments(mux *http.ServeMux, s ArmSwitcher, clearFailed int) {
+	mux.HandleFunc("GET /experiments", func(w http.ResponseWriter, _ *http.Request) {
+		v, list := s.ExperimentList()
+		WriteJSON(w, http.StatusOK, map[string]any{"version": v, "experiments": list})
+	})
+	mux.HandleFunc("POST /experiments/{name}/active", func(w http.ResponseWriter, r *http.Request) {
+		arm, err := ArmFromRequest(r)
+		if err == nil {
+			var v string
+			if v, err = s.SetActiveArm(r.PathValue("name"), arm); err == nil {
+				WriteJSON(w, http.StatusOK, map[string]string{"version": v})
+				return
+			}
+		}
+		WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+	})
+	mux.HandleFunc("DELETE /experiments/{name}/active", func(w http.ResponseWriter, r *http.Request) {
+		v, err := s.ClearActiveArm(r.PathValue("name"))
+		if err != nil {
+			WriteJSON(w, clearFailed, map[string]string{"error": err.Error()})
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]string{"version": v})
+	})
 }
