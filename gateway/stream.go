@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
 	"google.golang.org/grpc/codes"
 )
@@ -53,7 +52,6 @@ type stream struct {
 	out     *http.Response // what ReverseProxy sees
 	framing framing
 
-	clk      clock.Clock
 	t0       time.Time // response headers; see now
 	first    []byte    // primed bytes not yet emitted
 	firstAt  time.Time
@@ -87,8 +85,7 @@ func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Req
 	if x.lease != nil && x.preemptible && x.meta.spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK {
 		s.splice = newSplicer(x.meta.kind)
 	}
-	s.clk = x.g.clock
-	s.t0 = s.clk.Now()
+	s.t0 = x.g.clock.Now()
 	x.obs.responseHeaders(res, s.t0)
 	return s
 }
@@ -98,7 +95,7 @@ func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Req
 // read per chunk instead of two), and the result is the same instant on
 // the timeline every duration is measured on. Its wall-clock part follows
 // the response headers' reading rather than a wall clock stepped since.
-func (s *stream) now() time.Time { return s.t0.Add(s.clk.Since(s.t0)) }
+func (s *stream) now() time.Time { return s.t0.Add(s.x.g.clock.Since(s.t0)) }
 
 func (s *stream) response() *http.Response { return s.out }
 
