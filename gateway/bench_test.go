@@ -32,12 +32,20 @@ import (
 const benchChunk = `data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"llama3-8b","choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}` + "\n\n"
 
 // burstUpstream streams chunks events as fast as it can, flushing each.
-func burstUpstream(chunks int) http.HandlerFunc {
+func burstUpstream(chunks int) http.HandlerFunc { return pacedUpstream(chunks, 0) }
+
+// pacedUpstream streams chunks events gap apart, flushing each, as an
+// engine decoding one request does (per-request token gaps are
+// milliseconds); a zero gap sends them as fast as it can.
+func pacedUpstream(chunks int, gap time.Duration) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		f := w.(http.Flusher)
 		for i := 0; i < chunks; i++ {
+			if i > 0 && gap > 0 {
+				time.Sleep(gap)
+			}
 			_, _ = io.WriteString(w, benchChunk)
 			f.Flush()
 		}

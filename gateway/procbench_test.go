@@ -163,24 +163,6 @@ func (p *proxyProc) cpu(tb testing.TB) time.Duration {
 	return time.Duration(ns)
 }
 
-// pacedUpstream streams chunks events gap apart, as an engine decoding
-// one request does (per-request token gaps are milliseconds).
-func pacedUpstream(chunks int, gap time.Duration) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		f := w.(http.Flusher)
-		for i := 0; i < chunks; i++ {
-			if i > 0 {
-				time.Sleep(gap)
-			}
-			_, _ = io.WriteString(w, benchChunk)
-			f.Flush()
-		}
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
-	}
-}
-
 // BenchmarkProxyProcessCPU reports each proxy process's CPU per streamed
 // chunk, and the gateway's over the plain ReverseProxy's, with the arms in
 // a fresh random order every round:
