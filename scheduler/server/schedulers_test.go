@@ -26,6 +26,17 @@ func pol(t *testing.T, name string) scheduler.Policy {
 }
 
 // twoClasses is a config with one pool and an urgent and a batch class.
+// newSchedulers builds cfg's pools, closed when the test ends.
+func newSchedulers(t *testing.T, cfg scheduler.Config) *server.Schedulers {
+	t.Helper()
+	s, err := server.NewSchedulers(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 func twoClasses(t *testing.T, policyName string, maxInflight int) scheduler.Config {
 	return scheduler.Config{
 		Pools: []scheduler.PoolConfig{{Name: "gpu", MaxInflight: maxInflight, Policy: pol(t, policyName)}},
@@ -98,11 +109,7 @@ func noResult(t *testing.T, ch <-chan admitResult) {
 func TestSchedulersUpdateKeepsLeasesAndWaiters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := server.NewSchedulers(twoClasses(t, "fifo", 1), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSchedulers(t, twoClasses(t, "fifo", 1))
 	held, err := s.Admit(ctx, scheduler.Request{ID: "a", Class: "batch"})
 	if err != nil {
 		t.Fatal(err)
@@ -149,11 +156,7 @@ func TestSchedulersUpdateUnchangedKeepsQueue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := twoClasses(t, "priority", 1)
-	s, err := server.NewSchedulers(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSchedulers(t, cfg)
 	held, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
 	if err != nil {
 		t.Fatal(err)
@@ -181,11 +184,7 @@ func TestSchedulersUpdateUnchangedKeepsQueue(t *testing.T) {
 func TestSchedulersUpdatePolicyReordersWaiting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := server.NewSchedulers(twoClasses(t, "fifo", 1), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSchedulers(t, twoClasses(t, "fifo", 1))
 	held, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
 	if err != nil {
 		t.Fatal(err)
@@ -222,11 +221,7 @@ func TestSchedulersUpdateRemovesPool(t *testing.T) {
 	defer cancel()
 	cfg := twoClasses(t, "fifo", 1)
 	cfg.Pools = append(cfg.Pools, scheduler.PoolConfig{Name: "cpu", MaxInflight: 1, Policy: pol(t, "fifo")})
-	s, err := server.NewSchedulers(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSchedulers(t, cfg)
 	held, err := s.Admit(ctx, scheduler.Request{Pool: "cpu"})
 	if err != nil {
 		t.Fatal(err)
@@ -254,11 +249,7 @@ func TestSchedulersUpdateRemovesPool(t *testing.T) {
 func TestSchedulersUpdateInvalidKeepsRunning(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := server.NewSchedulers(twoClasses(t, "fifo", 1), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSchedulers(t, twoClasses(t, "fifo", 1))
 	bad := twoClasses(t, "fifo", 0)
 	if err := s.Update(bad); err == nil || !strings.Contains(err.Error(), "pools[0].max_inflight") {
 		t.Fatalf("Update(invalid) = %v, want an error naming pools[0].max_inflight", err)
@@ -276,11 +267,7 @@ func TestSchedulersUpdateInvalidKeepsRunning(t *testing.T) {
 // A learned capacity survives a rebuild of the pool's scheduler, and
 // ForgetLimit restores the static one.
 func TestSchedulersLearnedLimitSurvivesUpdate(t *testing.T) {
-	s, err := server.NewSchedulers(twoClasses(t, "fifo", 8), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSchedulers(t, twoClasses(t, "fifo", 8))
 	if err := s.SetLimit("gpu", 3); err != nil {
 		t.Fatal(err)
 	}
@@ -335,11 +322,7 @@ func TestSchedulersClose(t *testing.T) {
 func TestSchedulersUpdateKeepsQueueOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := server.NewSchedulers(twoClasses(t, "fifo", 1), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSchedulers(t, twoClasses(t, "fifo", 1))
 	held, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
 	if err != nil {
 		t.Fatal(err)
@@ -378,11 +361,7 @@ func TestSchedulersUpdateKeepsQueueOrder(t *testing.T) {
 func TestSchedulersUpdateNoOvershoot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := server.NewSchedulers(twoClasses(t, "fifo", 2), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSchedulers(t, twoClasses(t, "fifo", 2))
 	var held []scheduler.Lease
 	for range 2 {
 		l, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
@@ -419,11 +398,7 @@ func TestSchedulersUpdateNoOvershoot(t *testing.T) {
 func TestSchedulersUpdateUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := server.NewSchedulers(twoClasses(t, "fifo", 3), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSchedulers(t, twoClasses(t, "fifo", 3))
 	var mu sync.Mutex
 	inflight, peak, admitted := 0, 0, 0
 	var wg sync.WaitGroup
@@ -485,11 +460,7 @@ func TestSchedulersUpdateBatchWindow(t *testing.T) {
 		c.Pools[0].BatchWindow = window
 		return c
 	}
-	s, err := server.NewSchedulers(cfg(5*time.Millisecond, 1), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSchedulers(t, cfg(5*time.Millisecond, 1))
 	held, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
 	if err != nil {
 		t.Fatal(err)
