@@ -2,19 +2,13 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
-
-	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/sim"
@@ -149,39 +143,7 @@ func TestBodyPriorityClassGRPC(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g.SetClassifier(classPriorityClassifier(t, tc.trusted))
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			ctx = metadata.AppendToOutgoingContext(ctx, tc.md...)
-			st, err := client.Generate(ctx, &llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 4, Priority: tc.sent,
-				Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tokens := 0
-			for {
-				r, err := st.Recv()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				tokens += len(r.GetTokenIds())
-			}
-			if tokens != 4 {
-				t.Errorf("%d tokens, want 4", tokens)
-			}
-			bodies := eng.take(filter.LLMv1GenerateMethod)
-			if len(bodies) != 1 || len(bodies[0]) < 5 {
-				t.Fatalf("engine received %d requests", len(bodies))
-			}
-			var got llmv1.GenerateRequest
-			if err := proto.Unmarshal(bodies[0][5:], &got); err != nil {
-				t.Fatal(err)
-			}
-			if got.GetPriority() != tc.want || got.GetPrompt() != "hi" || got.GetMaxTokens() != 4 {
-				t.Errorf("engine received %v, want priority %d", &got, tc.want)
-			}
+			generateFour(t, client, eng, s.Model, tc.sent, tc.want, tc.md...)
 		})
 	}
 }

@@ -230,39 +230,7 @@ func TestBodyPrioritySpoofingGRPC(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g.SetClassifier(guardClassifier(t, tc.trusted))
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			ctx = metadata.AppendToOutgoingContext(ctx, tc.md...)
-			st, err := client.Generate(ctx, &llmv1.GenerateRequest{Model: sim.Model, Prompt: "hi", MaxTokens: 4, Priority: -100,
-				Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tokens := 0
-			for {
-				r, err := st.Recv()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				tokens += len(r.GetTokenIds())
-			}
-			if tokens != 4 {
-				t.Errorf("%d tokens, want 4", tokens)
-			}
-			bodies := eng.take(filter.LLMv1GenerateMethod)
-			if len(bodies) != 1 || len(bodies[0]) < 5 {
-				t.Fatalf("engine received %d requests", len(bodies))
-			}
-			var got llmv1.GenerateRequest
-			if err := proto.Unmarshal(bodies[0][5:], &got); err != nil {
-				t.Fatal(err)
-			}
-			if got.GetPriority() != tc.want || got.GetPrompt() != "hi" || got.GetMaxTokens() != 4 {
-				t.Errorf("engine received %v, want priority %d", &got, tc.want)
-			}
+			generateFour(t, client, eng, sim.Model, -100, tc.want, tc.md...)
 		})
 	}
 }
@@ -387,5 +355,45 @@ func TestBodyPriorityAfterRelocation(t *testing.T) {
 	b := eng.take("/v1/completions")
 	if len(b) != 1 || bytes.Contains(b[0], []byte("priority")) || bytes.Contains(b[0], []byte("-100")) {
 		t.Fatalf("engine received %q", b)
+	}
+}
+
+// generateFour streams a 4-token llm.v1 Generate with priority sent and
+// metadata md through client, and checks that the engine behind eng
+// received the request once, with priority want and the rest unchanged.
+func generateFour(t *testing.T, client llmv1.GenerationClient, eng *recordingEngine, model string, sent, want int32, md ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, md...)
+	st, err := client.Generate(ctx, &llmv1.GenerateRequest{Model: model, Prompt: "hi", MaxTokens: 4, Priority: sent,
+		Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := 0
+	for {
+		r, err := st.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens += len(r.GetTokenIds())
+	}
+	if tokens != 4 {
+		t.Errorf("%d tokens, want 4", tokens)
+	}
+	bodies := eng.take(filter.LLMv1GenerateMethod)
+	if len(bodies) != 1 || len(bodies[0]) < 5 {
+		t.Fatalf("engine received %d requests", len(bodies))
+	}
+	var got llmv1.GenerateRequest
+	if err := proto.Unmarshal(bodies[0][5:], &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.GetPriority() != want || got.GetPrompt() != "hi" || got.GetMaxTokens() != 4 {
+		t.Errorf("engine received %v, want priority %d", &got, want)
 	}
 }
