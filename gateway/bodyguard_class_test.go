@@ -40,7 +40,7 @@ func classPriorityClassifier(t *testing.T, trusted string) *filter.Classifier {
 // streaming and not, completions and chat.
 func TestBodyPriorityClassHTTP(t *testing.T) {
 	s := simtest.Start(t, simtest.WithEngine(sim.Config{Policy: sim.Priority}))
-	eng := startRecordingEngine(t, s.HTTPURL, false)
+	eng := simtest.StartRecorder(t, s.HTTPURL, false)
 	g, gw := startGateway(t, Config{
 		Pools:  []Pool{{Name: "sim", Upstream: eng.URL, ClassPriority: true}},
 		Routes: []Route{{PathPrefix: "/v1/chat/", Pool: "sim", Class: "gold"}, {Pool: "sim"}},
@@ -87,7 +87,7 @@ func TestBodyPriorityClassHTTP(t *testing.T) {
 					if !stream && !bytes.Contains(got, []byte(`"completion_tokens":3`)) {
 						t.Fatalf("not 3 tokens: %s", got)
 					}
-					bodies := eng.take(path)
+					bodies := eng.Take(path)
 					if len(bodies) != 1 {
 						t.Fatalf("engine received %d requests", len(bodies))
 					}
@@ -128,7 +128,7 @@ func TestBodyPriorityClassHTTP(t *testing.T) {
 // sent from a trusted one.
 func TestBodyPriorityClassGRPC(t *testing.T) {
 	s := simtest.Start(t, simtest.WithEngine(sim.Config{Policy: sim.Priority}))
-	eng := startRecordingEngine(t, "http://"+s.GRPCAddr, true)
+	eng := simtest.StartRecorder(t, "http://"+s.GRPCAddr, true)
 	g, gw := startGateway(t, Config{Pools: []Pool{{Name: "sim", Protocol: GRPC, Upstream: eng.URL, ClassPriority: true}}})
 	client := grpcClient(t, gw)
 	for _, tc := range []struct {

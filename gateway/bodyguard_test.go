@@ -5,13 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
-	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,72 +20,6 @@ import (
 	"github.com/llmesh/llmesh/filter/relocate/relocatehttp"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
-
-// recordingEngine sits in front of the real sim on loopback and keeps every
-// request body it forwards: what the engine actually received.
-type recordingEngine struct {
-	URL string // base URL (HTTP/1.1 and h2c)
-
-	mu     sync.Mutex
-	bodies map[string][][]byte // by path
-}
-
-func startRecordingEngine(t *testing.T, target string, h2c bool) *recordingEngine {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
-	tr := &http.Transport{}
-	if h2c {
-		var p http.Protocols
-		p.SetUnencryptedHTTP2(true)
-		tr.Protocols = &p
-	}
-	rp.Transport = tr
-	rec := &recordingEngine{bodies: map[string][][]byte{}}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		rec.mu.Lock()
-		rec.bodies[r.URL.Path] = append(rec.bodies[r.URL.Path], b)
-		rec.mu.Unlock()
-		r.Body = io.NopCloser(bytes.NewReader(b))
-		r.ContentLength = int64(len(b))
-		rp.ServeHTTP(w, r)
-	})}
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Protocols = &p
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = srv.Close()
-		<-done
-		tr.CloseIdleConnections()
-	})
-	rec.URL = "http://" + ln.Addr().String()
-	return rec
-}
-
-// take returns and forgets the bodies received on path.
-func (e *recordingEngine) take(path string) [][]byte {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	b := e.bodies[path]
-	delete(e.bodies, path)
-	return b
-}
 
 func guardClassifier(t *testing.T, trusted string) *filter.Classifier {
 	t.Helper()
@@ -119,7 +49,7 @@ const (
 // completions and chat alike, through the gateway to the real sim.
 func TestBodyPrioritySpoofingHTTP(t *testing.T) {
 	sim := simtest.Start(t)
-	eng := startRecordingEngine(t, sim.HTTPURL, false)
+	eng := simtest.StartRecorder(t, sim.HTTPURL, false)
 	g, gw := startGateway(t, Config{Pools: []Pool{{Name: "sim", Upstream: eng.URL}}})
 	for _, tc := range []struct {
 		name, trusted string
@@ -162,7 +92,7 @@ func TestBodyPrioritySpoofingHTTP(t *testing.T) {
 					if stream && !bytes.Contains(got, []byte("data: [DONE]")) {
 						t.Fatalf("stream did not finish: %s", got)
 					}
-					bodies := eng.take(path)
+					bodies := eng.Take(path)
 					if len(bodies) != 1 {
 						t.Fatalf("engine received %d requests", len(bodies))
 					}
@@ -215,7 +145,7 @@ func doJSON(t *testing.T, url string, body []byte, headers ...string) *http.Resp
 // sent; the gRPC stream completes either way.
 func TestBodyPrioritySpoofingGRPC(t *testing.T) {
 	sim := simtest.Start(t)
-	eng := startRecordingEngine(t, "http://"+sim.GRPCAddr, true)
+	eng := simtest.StartRecorder(t, "http://"+sim.GRPCAddr, true)
 	g, gw := startGateway(t, Config{Pools: []Pool{{Name: "sim", Protocol: GRPC, Upstream: eng.URL}}})
 	client := grpcClient(t, gw)
 	for _, tc := range []struct {
@@ -241,7 +171,7 @@ func TestBodyPrioritySpoofingGRPC(t *testing.T) {
 // other gRPC methods pass untouched.
 func TestBodyPriorityUnreadableRefused(t *testing.T) {
 	sim := simtest.Start(t)
-	eng := startRecordingEngine(t, sim.HTTPURL, false)
+	eng := simtest.StartRecorder(t, sim.HTTPURL, false)
 	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "sim", Upstream: eng.URL}}},
 		WithClassifier(guardClassifier(t, trustOthers)))
 	for _, tc := range []struct {
@@ -261,7 +191,7 @@ func TestBodyPriorityUnreadableRefused(t *testing.T) {
 			if res.StatusCode != tc.status || !strings.Contains(string(got), tc.msg) {
 				t.Fatalf("status %d %s, want %d containing %q", res.StatusCode, got, tc.status, tc.msg)
 			}
-			if n := len(eng.take("/v1/completions")); n != 0 {
+			if n := len(eng.Take("/v1/completions")); n != 0 {
 				t.Fatalf("engine received %d requests", n)
 			}
 		})
@@ -278,7 +208,7 @@ func TestBodyPriorityUnreadableRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	res.Body.Close()
-	if b := eng.take("/v1/completions"); len(b) != 1 || string(b[0]) != `{"priority":NaN}` {
+	if b := eng.Take("/v1/completions"); len(b) != 1 || string(b[0]) != `{"priority":NaN}` {
 		t.Fatalf("engine received %q", b)
 	}
 }
@@ -288,7 +218,7 @@ func TestBodyPriorityUnreadableRefused(t *testing.T) {
 // INVALID_ARGUMENT before the engine sees them.
 func TestBodyPriorityGRPCRefusals(t *testing.T) {
 	sim := simtest.Start(t)
-	eng := startRecordingEngine(t, "http://"+sim.GRPCAddr, true)
+	eng := simtest.StartRecorder(t, "http://"+sim.GRPCAddr, true)
 	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "sim", Protocol: GRPC, Upstream: eng.URL}}},
 		WithClassifier(guardClassifier(t, trustOthers)))
 	var protos http.Protocols
@@ -326,7 +256,7 @@ func TestBodyPriorityGRPCRefusals(t *testing.T) {
 			if code != "3" || !strings.Contains(msg, tc.msg) {
 				t.Fatalf("grpc-status %s %q, want 3 containing %q", code, msg, tc.msg)
 			}
-			if n := len(eng.take(filter.LLMv1GenerateMethod)); n != 0 {
+			if n := len(eng.Take(filter.LLMv1GenerateMethod)); n != 0 {
 				t.Fatalf("engine received %d requests", n)
 			}
 		})
@@ -338,7 +268,7 @@ func TestBodyPriorityGRPCRefusals(t *testing.T) {
 // runs on the relocated body (the sim would refuse the string value).
 func TestBodyPriorityAfterRelocation(t *testing.T) {
 	sim := simtest.Start(t)
-	eng := startRecordingEngine(t, sim.HTTPURL, false)
+	eng := simtest.StartRecorder(t, sim.HTTPURL, false)
 	rel, err := relocate.Compile(relocate.Config{HTTP: []relocate.HTTPRule{{Header: "x-prio", Field: "priority", Threshold: relocate.Threshold{Bytes: 1}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -352,7 +282,7 @@ func TestBodyPriorityAfterRelocation(t *testing.T) {
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", res.StatusCode, got)
 	}
-	b := eng.take("/v1/completions")
+	b := eng.Take("/v1/completions")
 	if len(b) != 1 || bytes.Contains(b[0], []byte("priority")) || bytes.Contains(b[0], []byte("-100")) {
 		t.Fatalf("engine received %q", b)
 	}
@@ -361,7 +291,7 @@ func TestBodyPriorityAfterRelocation(t *testing.T) {
 // generateFour streams a 4-token llm.v1 Generate with priority sent and
 // metadata md through client, and checks that the engine behind eng
 // received the request once, with priority want and the rest unchanged.
-func generateFour(t *testing.T, client llmv1.GenerationClient, eng *recordingEngine, model string, sent, want int32, md ...string) {
+func generateFour(t *testing.T, client llmv1.GenerationClient, eng *simtest.Recorder, model string, sent, want int32, md ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -385,7 +315,7 @@ func generateFour(t *testing.T, client llmv1.GenerationClient, eng *recordingEng
 	if tokens != 4 {
 		t.Errorf("%d tokens, want 4", tokens)
 	}
-	bodies := eng.take(filter.LLMv1GenerateMethod)
+	bodies := eng.Take(filter.LLMv1GenerateMethod)
 	if len(bodies) != 1 || len(bodies[0]) < 5 {
 		t.Fatalf("engine received %d requests", len(bodies))
 	}

@@ -45,7 +45,7 @@ func TestEnginePriorityClassThroughSim(t *testing.T) {
 	s := simtest.Start(t, simtest.WithEngine(sim.Config{Policy: sim.Priority}))
 	c := &http.Client{Timeout: time.Minute}
 	defer c.CloseIdleConnections()
-	eng := startRecordingEngine(t, s.HTTPURL, false)
+	eng := simtest.StartRecorder(t, s.HTTPURL, false)
 	byHeaders := newHarness(t, `{"mesh": `+classMesh("openai", "[]")+`}`, true)
 	byModel := newHarness(t, `{"mesh": `+classMesh("openai", `[{"model": "`+s.Model+`", "class": "gold"}]`)+`}`, true)
 	var set uint64
@@ -66,7 +66,7 @@ func TestEnginePriorityClassThroughSim(t *testing.T) {
 			body := `{"model":"` + s.Model + `","prompt":"hi","max_tokens":4,"stream":` + jsonBool(stream) + tc.sent + `}`
 			reqH := sseRequest(append([]string{"content-length", strconv.Itoa(len(body))}, tc.headers...)...)
 			st := proxy(t, tc.h, c, eng.URL+"/v1/completions", reqH, []byte(body))
-			got := eng.take()
+			got := eng.TakeAll()
 			if len(got) != 1 {
 				t.Fatalf("%s stream=%v: engine received %d requests", tc.name, stream, len(got))
 			}
@@ -107,7 +107,7 @@ func TestEnginePriorityClassThroughSim(t *testing.T) {
 func TestEnginePriorityClassGRPC(t *testing.T) {
 	s := simtest.Start(t, simtest.WithEngine(sim.Config{Policy: sim.Priority}))
 	h := newHarness(t, `{"mesh": `+classMesh("grpc", "[]")+`}`, true)
-	eng := startRecordingEngine(t, "http://"+s.GRPCAddr, true)
+	eng := simtest.StartRecorder(t, "http://"+s.GRPCAddr, true)
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Protocols: &protos}}
@@ -124,7 +124,7 @@ func TestEnginePriorityClassGRPC(t *testing.T) {
 		req := grpcFrame(t, &llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 6, Priority: tc.sent,
 			Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
 		st := proxy(t, h, c, eng.URL+filter.LLMv1GenerateMethod, grpcRequest(tc.headers...), req)
-		got := eng.take()
+		got := eng.TakeAll()
 		if len(got) != 1 || len(got[0]) < 5 {
 			t.Fatalf("%s: engine received %d requests", tc.name, len(got))
 		}

@@ -6,14 +6,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -271,70 +266,6 @@ func TestEnginePriorityAfterRelocation(t *testing.T) {
 	noViolations(t, s)
 }
 
-// recordingEngine sits in front of the real sim and keeps every request
-// body it forwards: what the engine actually received.
-type recordingEngine struct {
-	URL    string
-	mu     sync.Mutex
-	bodies [][]byte
-}
-
-func startRecordingEngine(t *testing.T, target string, h2c bool) *recordingEngine {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
-	tr := &http.Transport{}
-	if h2c {
-		var p http.Protocols
-		p.SetUnencryptedHTTP2(true)
-		tr.Protocols = &p
-	}
-	rp.Transport = tr
-	rec := &recordingEngine{}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		rec.mu.Lock()
-		rec.bodies = append(rec.bodies, b)
-		rec.mu.Unlock()
-		r.Body = io.NopCloser(bytes.NewReader(b))
-		r.ContentLength = int64(len(b))
-		rp.ServeHTTP(w, r)
-	})}
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv.Protocols = &p
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = srv.Close()
-		<-done
-		tr.CloseIdleConnections()
-	})
-	rec.URL = "http://" + ln.Addr().String()
-	return rec
-}
-
-func (e *recordingEngine) take() [][]byte {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	b := e.bodies
-	e.bodies = nil
-	return b
-}
-
 // TestEnginePrioritySpoofingThroughSim: untrusted requests through the
 // adapter to the real sim, streaming and non-streaming OpenAI and llm.v1:
 // the engine receives no client priority, and the requests complete.
@@ -343,11 +274,11 @@ func TestEnginePrioritySpoofingThroughSim(t *testing.T) {
 	h := newHarness(t, `{"mesh": `+guardMesh("")+`}`, true)
 	c := &http.Client{Timeout: time.Minute}
 	defer c.CloseIdleConnections()
-	eng := startRecordingEngine(t, sim.HTTPURL, false)
+	eng := simtest.StartRecorder(t, sim.HTTPURL, false)
 	for _, stream := range []bool{false, true} {
 		body := `{"model":"` + sim.Model + `","prompt":"hi","max_tokens":4,"priority":-100,"stream":` + jsonBool(stream) + `}`
 		s := proxy(t, h, c, eng.URL+"/v1/completions", sseRequest(), []byte(body))
-		got := eng.take()
+		got := eng.TakeAll()
 		if len(got) != 1 {
 			t.Fatalf("engine received %d requests", len(got))
 		}
@@ -361,7 +292,7 @@ func TestEnginePrioritySpoofingThroughSim(t *testing.T) {
 		}
 	}
 
-	geng := startRecordingEngine(t, "http://"+sim.GRPCAddr, true)
+	geng := simtest.StartRecorder(t, "http://"+sim.GRPCAddr, true)
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	gc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Protocols: &protos}}
@@ -369,7 +300,7 @@ func TestEnginePrioritySpoofingThroughSim(t *testing.T) {
 	req := grpcFrame(t, &llmv1.GenerateRequest{Model: sim.Model, Prompt: "hi", MaxTokens: 6, Priority: -100,
 		Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
 	s := proxy(t, h, gc, geng.URL+filter.LLMv1GenerateMethod, grpcRequest(), req)
-	got := geng.take()
+	got := geng.TakeAll()
 	if len(got) != 1 || len(got[0]) < 5 {
 		t.Fatalf("engine received %d requests", len(got))
 	}

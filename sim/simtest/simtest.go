@@ -7,6 +7,8 @@
 //
 // Both listeners take random 127.0.0.1 ports. Start returns once /health
 // answers; the server stops, and its goroutines end, in t.Cleanup.
+// StartRecorder puts a proxy in front that keeps every request body the
+// engine receives.
 package simtest
 
 import (
