@@ -101,21 +101,9 @@ func (o *Options) defaults() error {
 		o.Stderr = io.Discard
 	}
 	if o.Workload == nil {
-		data, err := workloads.FS.ReadFile(workloads.Standard)
+		w, err := workloads.LoadStandard()
 		if err != nil {
 			return err
-		}
-		spec, err := workload.Parse(data)
-		if err != nil {
-			return fmt.Errorf("standard workload: %w", err)
-		}
-		spec.Default()
-		if err := spec.Validate(); err != nil {
-			return fmt.Errorf("standard workload: %w", err)
-		}
-		w, err := workload.Compile(spec, workload.CompileOptions{})
-		if err != nil {
-			return fmt.Errorf("standard workload: %w", err)
 		}
 		o.Workload = w
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/bench/workloads"
 	"github.com/llmesh/llmesh/config"
 )
@@ -18,16 +17,7 @@ import (
 // demo runs with the standard workload, so the two A/B paths compare the
 // same thing: the scheduling parts of the loaded configs are equal.
 func TestBenchMeshFilesMatchDemo(t *testing.T) {
-	data, err := workloads.FS.ReadFile("mixed-priority.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := workload.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Default()
-	w, err := workload.Compile(s, workload.CompileOptions{})
+	w, err := workloads.LoadStandard()
 	if err != nil {
 		t.Fatal(err)
 	}

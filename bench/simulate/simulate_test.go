@@ -439,16 +439,7 @@ func BenchmarkEvaluate(b *testing.B) {
 // BenchmarkSaturationStandard is what llmesh demo pays to measure the
 // standard workload's saturation rate with the demo's pool.
 func BenchmarkSaturationStandard(b *testing.B) {
-	data, err := workloads.FS.ReadFile(workloads.Standard)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := workload.Parse(data)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s.Default()
-	w, err := workload.Compile(s, workload.CompileOptions{})
+	w, err := workloads.LoadStandard()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -218,19 +218,34 @@ func LoadFile(path string) (*Workload, error) {
 		base := path[strings.LastIndexAny(path, `/\`)+1:]
 		s.Name = strings.TrimSuffix(strings.TrimSuffix(base, ".yaml"), ".yml")
 	}
-	s.Default()
-	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
 	dir := "."
 	if i := strings.LastIndexAny(path, `/\`); i >= 0 {
 		dir = path[:i]
 	}
-	w, err := Compile(s, CompileOptions{BaseDir: dir})
+	w, err := s.build(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return w, nil
+}
+
+// Load parses, defaults, validates and compiles a workload from YAML;
+// relative trace paths resolve against dir.
+func Load(data []byte, dir string) (*Workload, error) {
+	s, err := Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	return s.build(dir)
+}
+
+// build defaults, validates and compiles s.
+func (s *Spec) build(dir string) (*Workload, error) {
+	s.Default()
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return Compile(s, CompileOptions{BaseDir: dir})
 }
 
 // Default fills unset fields with their defaults.

@@ -134,17 +134,9 @@ func parseLoads(s string) ([]float64, error) {
 func simWorkload(file, traceFile string) (*workload.Workload, error) {
 	var w *workload.Workload
 	if file == "" {
-		data, err := workloads.FS.ReadFile(workloads.Standard)
-		if err != nil {
+		var err error
+		if w, err = workloads.LoadStandard(); err != nil {
 			return nil, err
-		}
-		s, err := workload.Parse(data)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", workloads.Standard, err)
-		}
-		s.Default()
-		if w, err = workload.Compile(s, workload.CompileOptions{}); err != nil {
-			return nil, fmt.Errorf("%s: %w", workloads.Standard, err)
 		}
 	} else {
 		var err error
