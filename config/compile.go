@@ -61,12 +61,6 @@ func Compile(m *Mesh) (*Config, error) {
 	return b.cfg, nil
 }
 
-// Validate reports the problems Compile would, without keeping the result.
-func Validate(m *Mesh) error {
-	_, err := Compile(m)
-	return err
-}
-
 // WithActiveArm returns a new config in which experiment exp sends all
 // traffic to arm (arm "" clears the switch, restoring header/weight
 // selection). c is not modified.

@@ -75,14 +75,16 @@ func Load(data []byte) (*Config, error) {
 
 // LoadFile reads and loads the config at path.
 func LoadFile(path string) (*Config, error) {
-	data, err := readFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	return Load(data)
 }
 
-func readFile(path string) ([]byte, error) {
+// ReadFile reads a config file, refusing one over MaxFileSize (the size is
+// checked by Load, which reads one byte more than the limit).
+func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/config/watch"
 )
 
 // Options configure a Server. ConfigPath is required.
@@ -44,7 +45,7 @@ type Options struct {
 	// wall clock.
 	Clock clock.Clock
 	// Debounce is the file watcher's quiet period; 0 is
-	// config.DefaultDebounce.
+	// watch.DefaultDebounce.
 	Debounce time.Duration
 }
 
@@ -54,7 +55,7 @@ type Options struct {
 type Server struct {
 	opts    Options
 	log     *slog.Logger
-	watcher *config.Watcher
+	watcher *watch.Watcher
 	cache   cache.SnapshotCache
 	nodes   *nodeTracker
 
@@ -96,7 +97,7 @@ func New(opts Options) (*Server, error) {
 		nodes:     newNodeTracker(opts.Clock, log),
 		overrides: map[string]string{},
 	}
-	w, err := config.NewWatcher(opts.ConfigPath, config.WatchOptions{
+	w, err := watch.New(opts.ConfigPath, watch.Options{
 		Debounce: opts.Debounce,
 		Clock:    opts.Clock,
 		OnChange: func(c *config.Config) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/config/watch"
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
 	"github.com/llmesh/llmesh/filter/relocate/relocatehttp"
@@ -147,7 +148,7 @@ type host struct {
 	exps    *Experiments          // mesh mode
 	client  *client.Client
 	tele    *telemetry.Provider
-	watcher *config.Watcher
+	watcher *watch.Watcher
 	listen  string
 	admin   string
 }
@@ -180,7 +181,7 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 	if rc.ConfigPath != "" {
 		// OnChange runs on the watcher's goroutine, which Run starts after
 		// h.gw and h.exps are set.
-		w, err := config.NewWatcher(rc.ConfigPath, config.WatchOptions{
+		w, err := watch.New(rc.ConfigPath, watch.Options{
 			OnChange: func(c *config.Config) {
 				if err := h.exps.FileChanged(c); err != nil {
 					log.Error("config reload rejected; keeping the running config", "err", err)

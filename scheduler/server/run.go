@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/config/watch"
 )
 
 // Options configure Run.
@@ -56,11 +57,11 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	var lw logWriter
 	lw.w = o.Log
 	var (
-		watcher *config.Watcher
+		watcher *watch.Watcher
 		sched   *MeshScheduler
 	)
 	if o.ConfigPath != "" {
-		w, err := config.NewWatcher(o.ConfigPath, config.WatchOptions{
+		w, err := watch.New(o.ConfigPath, watch.Options{
 			Clock: o.Clock,
 			// sched is set before the watcher's goroutine starts.
 			OnChange: func(c *config.Config) { reload(sched, c, &lw) },

@@ -1,4 +1,4 @@
-package config_test
+package watch_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/config/watch"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type watchHarness struct {
 	t    *testing.T
 	path string
-	w    *config.Watcher
+	w    *watch.Watcher
 
 	mu      sync.Mutex
 	changes int
@@ -34,7 +35,7 @@ func startWatcher(t *testing.T, initial string) *watchHarness {
 	if err := os.WriteFile(h.path, []byte(initial), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w, err := config.NewWatcher(h.path, config.WatchOptions{
+	w, err := watch.New(h.path, watch.Options{
 		Debounce: 20 * time.Millisecond,
 		OnChange: func(*config.Config) { h.mu.Lock(); h.changes++; h.mu.Unlock() },
 		OnError:  func(err error) { h.mu.Lock(); h.errs = append(h.errs, err); h.mu.Unlock() },
@@ -90,6 +91,18 @@ func (h *watchHarness) counts() (int, []error) {
 	defer h.mu.Unlock()
 	return h.changes, append([]error(nil), h.errs...)
 }
+
+// minimal is the smallest valid mesh (the same as config's tests use).
+const minimal = `
+listeners:
+  - name: main
+    address: 127.0.0.1:8080
+    routes: [{pool: sim}]
+pools:
+  - name: sim
+    protocol: openai
+    endpoints: [127.0.0.1:8000]
+`
 
 func withInflight(n string) string {
 	return strings.Replace(minimal, "endpoints: [127.0.0.1:8000]", "endpoints: [127.0.0.1:8000]\n    capacity: {max_inflight: "+n+"}", 1)
@@ -161,7 +174,7 @@ func TestWatcherUnchangedContentIsNoChange(t *testing.T) {
 	if err := os.WriteFile(path, []byte(minimal), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w, err := config.NewWatcher(path, config.WatchOptions{})
+	w, err := watch.New(path, watch.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +197,7 @@ func TestNewWatcherRejectsInvalidFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("classes: [{name: a, slo: {ttft: -5ms}}]"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := config.NewWatcher(path, config.WatchOptions{})
+	_, err := watch.New(path, watch.Options{})
 	if err == nil || !strings.Contains(err.Error(), `classes[0].slo.ttft: "-5ms" must be positive`) {
 		t.Fatalf("err = %v", err)
 	}
@@ -235,7 +248,7 @@ func TestWatcherFollowsConfigMapSwap(t *testing.T) {
 	if err := os.Symlink("..data/mesh.yaml", path); err != nil {
 		t.Fatal(err)
 	}
-	w, err := config.NewWatcher(path, config.WatchOptions{Debounce: 10 * time.Millisecond})
+	w, err := watch.New(path, watch.Options{Debounce: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,15 @@
-package config
+// Package watch keeps a mesh config file loaded and reloads it when it
+// changes. It is apart from package config so that what links only the
+// schema (the Envoy filter's .so) does not link fsnotify.
+//
+// Concurrency: a Watcher owns the current *config.Config in an
+// atomic.Pointer: the goroutine running Watcher.Run (started and stopped by
+// the caller through its context) is the only one that starts reloads from
+// file events; Reload may also be called from any goroutine and is
+// serialised by the watcher's mutex, which also guards the hash of the last
+// loaded bytes. OnChange and OnError run on the goroutine that performed the
+// reload.
+package watch
 
 import (
 	"bytes"
@@ -13,6 +24,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/config"
 )
 
 // DefaultDebounce is the quiet period a Watcher waits after the last file
@@ -20,8 +32,8 @@ import (
 // reload.
 const DefaultDebounce = 100 * time.Millisecond
 
-// WatchOptions tune a Watcher. The zero value is usable.
-type WatchOptions struct {
+// Options tune a Watcher. The zero value is usable.
+type Options struct {
 	// Debounce is the quiet period after the last event; 0 means
 	// DefaultDebounce.
 	Debounce time.Duration
@@ -30,7 +42,7 @@ type WatchOptions struct {
 	// OnChange is called after a changed, valid config was swapped in, from
 	// the goroutine that ran the reload (Run's, or Reload's caller). nil:
 	// nobody is told; Config still returns the new one.
-	OnChange func(*Config)
+	OnChange func(*config.Config)
 	// OnError is called when a change could not be loaded (unreadable file
 	// or invalid config; the error is Errors for config problems). The last
 	// good config stays current. nil: the error is dropped.
@@ -41,16 +53,16 @@ type WatchOptions struct {
 // changes. Config is safe from any goroutine.
 type Watcher struct {
 	path string
-	opts WatchOptions
-	cur  atomic.Pointer[Config]
+	opts Options
+	cur  atomic.Pointer[config.Config]
 
 	mu       sync.Mutex // serialises reloads; guards lastHash
 	lastHash [sha256.Size]byte
 }
 
-// NewWatcher loads path and returns a watcher holding it. An invalid initial
+// New loads path and returns a watcher holding it. An invalid initial
 // file is an error: there is no last good config to keep.
-func NewWatcher(path string, opts WatchOptions) (*Watcher, error) {
+func New(path string, opts Options) (*Watcher, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -62,11 +74,11 @@ func NewWatcher(path string, opts WatchOptions) (*Watcher, error) {
 		opts.Clock = clock.Real{}
 	}
 	w := &Watcher{path: abs, opts: opts}
-	data, err := readFile(abs)
+	data, err := config.ReadFile(abs)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := Load(data)
+	cfg, err := config.Load(data)
 	if err != nil {
 		return nil, fmt.Errorf("config %s:\n%w", path, err)
 	}
@@ -79,7 +91,7 @@ func NewWatcher(path string, opts WatchOptions) (*Watcher, error) {
 func (w *Watcher) Path() string { return w.path }
 
 // Config returns the current (last good) config; never nil.
-func (w *Watcher) Config() *Config { return w.cur.Load() }
+func (w *Watcher) Config() *config.Config { return w.cur.Load() }
 
 // Reload reads the file now. It returns whether a new config was swapped in;
 // an unchanged file is not a change. On error the last good config stays,
@@ -87,7 +99,7 @@ func (w *Watcher) Config() *Config { return w.cur.Load() }
 func (w *Watcher) Reload() (bool, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	data, err := readFile(w.path)
+	data, err := config.ReadFile(w.path)
 	if err != nil {
 		w.report(err)
 		return false, err
@@ -103,7 +115,7 @@ func (w *Watcher) Reload() (bool, error) {
 	if h == w.lastHash {
 		return false, nil
 	}
-	cfg, err := Load(data)
+	cfg, err := config.Load(data)
 	if err != nil {
 		err = fmt.Errorf("config %s (keeping the last good config):\n%w", w.path, err)
 		w.report(err)
@@ -137,7 +149,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err := fw.Add(dir); err != nil {
 		return fmt.Errorf("config: watch %s: %w", dir, err)
 	}
-	// A change between NewWatcher's read and the watch starting would be
+	// A change between New's read and the watch starting would be
 	// missed; one reload closes that gap (unchanged content is a no-op).
 	w.Reload() //nolint:errcheck // reported through OnError
 
