@@ -14,7 +14,7 @@ import (
 	"github.com/llmesh/llmesh/config/watch"
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
-	"github.com/llmesh/llmesh/filter/relocate/relocatehttp"
+	"github.com/llmesh/llmesh/gateway/relocatehttp"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/policy"
