@@ -670,12 +670,10 @@ struct Run {
     return true;
   }
 
-  bool wait(Stream* s, const std::string& cond, int timeout_ms, std::string* err) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    for (;;) {
-      bool ok = false;
-      bool known = true;
-      s->dispatcher().run([&] {
+  bool check(Stream* s, const std::string& cond, bool* ok_out, std::string* err) {
+    bool ok = false;
+    bool known = true;
+    s->dispatcher().run([&] {
         if (cond == "upstream") {
           ok = s->upstreamStarted();
         } else if (cond == "upstream_end") {
@@ -692,8 +690,19 @@ struct Run {
           known = false;
         }
       });
-      if (!known) {
-        *err = "unknown wait condition " + cond;
+    if (!known) {
+      *err = "unknown wait condition " + cond;
+      return false;
+    }
+    *ok_out = ok;
+    return true;
+  }
+
+  bool wait(Stream* s, const std::string& cond, int timeout_ms, std::string* err) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      bool ok = false;
+      if (!check(s, cond, &ok, err)) {
         return false;
       }
       if (ok) {
@@ -788,6 +797,33 @@ struct Run {
       }
       int ms = t.size() > 3 ? std::stoi(t[3]) : 5000;
       return wait(s, plain(t[2]), ms, err);
+    }
+    if (cmd == "until" && t.size() >= 4) {
+      // until S COND CMD…: repeat CMD (1 ms apart) until S meets COND.
+      Stream* s = stream(plain(t[1]), err);
+      if (s == nullptr) {
+        return false;
+      }
+      Line inner{l.no, std::vector<std::string>(t.begin() + 3, t.end()), ""};
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      for (;;) {
+        bool ok = false;
+        if (!check(s, plain(t[2]), &ok, err)) {
+          return false;
+        }
+        if (ok) {
+          return true;
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+          std::lock_guard<std::mutex> lk(rec_mu);
+          failures.push_back("until " + s->name() + " " + plain(t[2]) + ": timed out after 10 s");
+          return true;
+        }
+        if (!exec(inner, err)) {
+          return false;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
     }
     bool up = cmd == "up";
     size_t base = up ? 1 : 0;
