@@ -44,22 +44,17 @@ type streamFilter struct {
 	received time.Time
 
 	// Worker-thread state.
-	obs       *filter.Observer
-	httpPlan  *relocate.HTTPPlan
-	grpcPlan  *relocate.GRPCPlan
-	grpcRW    *relocate.GRPCRewriter
-	relocOut  []byte
-	decoding  bool      // the request is being buffered for relocation
-	guard     guardKind // the body is held for the engine priority guard
-	guardMode filter.EnginePriority
-	guardBuf  []byte // the body collected so far (not buffered by Envoy)
-	grpcEnc   string
-	sizing    bool // the JSON body is being buffered to read model and sizes
-	// sizeBuf holds a body being read for its size that Envoy handed over
-	// before its end (it does so when request trailers follow): the bytes
-	// stay in the filter (StopNoBuffer) until admission, because Envoy
-	// would otherwise inject them, and continue the held headers, at once.
-	sizeBuf    []byte
+	obs        *filter.Observer
+	httpPlan   *relocate.HTTPPlan
+	grpcPlan   *relocate.GRPCPlan
+	grpcRW     *relocate.GRPCRewriter
+	relocOut   []byte
+	decoding   bool      // the request is being buffered for relocation
+	guard      guardKind // the body is held for the engine priority guard
+	guardMode  filter.EnginePriority
+	guardBuf   []byte // the body collected so far (not buffered by Envoy)
+	grpcEnc    string
+	sizing     bool // the JSON body is being buffered to read model and sizes
 	reqHV      headers
 	peer       netip.Addr
 	model      string
@@ -70,6 +65,12 @@ type streamFilter struct {
 	completed  bool // OnStreamComplete ran
 	tokensSent int  // last progress reported to the lease
 	preemptCh  <-chan struct{}
+
+	// sizeBuf holds a body being read for its size that Envoy handed over
+	// before its end (it does so when request trailers follow): the bytes
+	// stay in the filter (StopNoBuffer) until admission, because Envoy
+	// would otherwise inject them, and continue the held headers, at once.
+	sizeBuf []byte
 
 	// lease is set by the admission goroutine before it continues the
 	// request; encode callbacks read it.
