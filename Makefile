@@ -28,12 +28,31 @@ test: e2e-deps ## Run the whole test suite: vet, unit and race tests, fuzz seeds
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) filter-check
+	$(MAKE) filter-host
 
 .PHONY: filter-check
-filter-check: filter ## Build the .so and check it exports the golang filter's nine entry points.
-	@n=$$(nm -D llmesh-filter.so | grep -c ' T envoyGoFilter'); \
-	if [ "$$n" -ne 9 ]; then echo "llmesh-filter.so exports $$n envoyGoFilter* symbols, want 9"; nm -D llmesh-filter.so | grep envoyGoFilter; exit 1; fi; \
-	echo "llmesh-filter.so: $$n envoyGoFilter* entry points exported"
+filter-check: filter ## Build the .so and check it exports the golang filter's ten entry points (what Envoy's dso.cc looks up).
+	@want="envoyGoFilterNewHttpPluginConfig envoyGoFilterMergeHttpPluginConfig envoyGoFilterDestroyHttpPluginConfig envoyGoFilterOnHttpHeader envoyGoFilterOnHttpData envoyGoFilterOnHttpLog envoyGoFilterOnHttpStreamComplete envoyGoFilterOnHttpDestroy envoyGoRequestSemaDec envoyGoFilterCleanUp"; \
+	n=0; missing=""; for s in $$want; do \
+		if nm -D --defined-only llmesh-filter.so | grep -q " T $$s\$$"; then n=$$((n+1)); else missing="$$missing $$s"; fi; done; \
+	if [ -n "$$missing" ]; then echo "llmesh-filter.so lacks entry points:$$missing"; exit 1; fi; \
+	echo "llmesh-filter.so: $$n of 10 entry points exported, $$(nm -D --undefined-only llmesh-filter.so | grep -c ' U envoyGo') host functions imported"
+
+ENVOY_API = $(shell $(GO) list -m -f '{{.Dir}}' github.com/envoyproxy/envoy)/contrib/golang/common/go/api
+CXX ?= g++
+
+$(BIN)/envoyhost: $(wildcard filter/envoyhost/host/*)
+	@mkdir -p $(BIN)
+	$(CXX) -std=c++17 -O1 -g -Wall -pthread -rdynamic -I$(ENVOY_API) -o $@ $(filter %.cc,$^) -ldl
+
+.PHONY: filter-host
+filter-host: filter $(BIN)/envoyhost ## Run every Envoy host scenario (filter/envoyhost) against llmesh-filter.so, one line each.
+	@out=$$(mktemp); rc=0; \
+	LLMESH_FILTER_SO=$(CURDIR)/llmesh-filter.so LLMESH_ENVOYHOST=$(BIN)/envoyhost \
+		$(GO) test -count=1 -v -run '^TestScenarios$$' ./filter/envoyhost/ > $$out 2>&1 || rc=$$?; \
+	sed -n -E 's%^    --- (PASS|FAIL|SKIP): TestScenarios/([^ ]*) (.*)%\1 \2 \3%p' $$out; \
+	echo "filter-host: $$(grep -c '^    --- PASS' $$out) of $$(grep -c '^    --- ' $$out) scenarios pass"; \
+	if [ $$rc -ne 0 ] || grep -q '^--- SKIP' $$out; then cat $$out; fi; rm -f $$out; exit $$rc
 
 .PHONY: test-e2e
 test-e2e: e2e-deps ## Run only the end-to-end tests (real processes on loopback).

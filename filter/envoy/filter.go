@@ -66,6 +66,12 @@ type streamFilter struct {
 	tokensSent int  // last progress reported to the lease
 	preemptCh  <-chan struct{}
 
+	// sizeBuf holds a body being read for its size that Envoy handed over
+	// before its end (it does so when request trailers follow): the bytes
+	// stay in the filter (StopNoBuffer) until admission, because Envoy
+	// would otherwise inject them, and continue the held headers, at once.
+	sizeBuf []byte
+
 	// lease is set by the admission goroutine before it continues the
 	// request; encode callbacks read it.
 	lease atomic.Pointer[leaseBox]
@@ -364,9 +370,18 @@ func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status 
 		return f.relocateBody(b, endStream)
 	case f.sizing:
 		if !endStream {
-			return api.StopAndBuffer
+			f.sizeBuf = append(f.sizeBuf, b.Bytes()...)
+			return api.StopNoBuffer
 		}
-		f.readBody(b.Bytes())
+		body := b.Bytes()
+		if f.sizeBuf != nil {
+			body = append(f.sizeBuf, body...)
+			f.sizeBuf = nil
+			if err := b.Set(body); err != nil {
+				return f.relocationFailed(f.cb.DecoderFilterCallbacks(), err)
+			}
+		}
+		f.readBody(body)
 		return f.admit()
 	}
 	return api.Continue
@@ -385,8 +400,15 @@ func (f *streamFilter) DecodeTrailers(api.RequestTrailerMap) (status api.StatusT
 		return f.relocationFailed(f.cb.DecoderFilterCallbacks(), errTrailers)
 	}
 	if f.sizing {
-		// The body went on unread: admit without model and sizes.
-		f.sizing, f.reqHV = false, headers{}
+		// Envoy handed the body over before the trailers and the filter
+		// kept it: read it, give it back to Envoy to send before the
+		// trailers once the request continues, and admit.
+		body := f.sizeBuf
+		f.sizeBuf = nil
+		f.readBody(body)
+		if len(body) > 0 {
+			f.cb.DecoderFilterCallbacks().AddData(body, false)
+		}
 		return f.admit()
 	}
 	return api.Continue

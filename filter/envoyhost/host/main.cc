@@ -1,0 +1,1077 @@
+// envoyhost runs one scenario file against llmesh-filter.so and prints what
+// happened as JSON: every event upstream and downstream with a global
+// sequence number, local replies, dynamic metadata, Envoy stats, C API
+// statuses, violations and the objects Go finalized.
+//
+//   envoyhost [-v] [-o out.json] llmesh-filter.so scenario.txt
+//
+// Exit status: 0 when the scenario ran without violations or failed waits,
+// 1 otherwise, 2 for a usage or scenario error.
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "host.h"
+
+namespace envoyhost {
+
+extern std::atomic<int64_t> requests_created, requests_freed, configs_created, configs_freed;
+
+namespace {
+
+std::mutex rec_mu;
+std::vector<std::string> violations;
+std::vector<std::string> failures;
+std::vector<std::pair<int, std::string>> logs;
+std::map<int, int64_t> capi_statuses;
+std::atomic<uint64_t> seq{0};
+bool verbose = false;
+uint32_t log_level = 3; // warn
+
+} // namespace
+
+void violation(const std::string& what) {
+  std::lock_guard<std::mutex> l(rec_mu);
+  violations.push_back(what);
+  if (verbose) {
+    fprintf(stderr, "VIOLATION: %s\n", what.c_str());
+  }
+}
+
+void countStatus(CAPIStatus st) {
+  std::lock_guard<std::mutex> l(rec_mu);
+  capi_statuses[int(st)]++;
+}
+
+uint64_t nextSeq() { return ++seq; }
+
+} // namespace envoyhost
+
+extern "C" {
+
+void envoyGoFilterLog(uint32_t level, void* message_data, int message_len) {
+  using namespace envoyhost;
+  std::string m(static_cast<const char*>(message_data), static_cast<size_t>(message_len));
+  std::lock_guard<std::mutex> l(rec_mu);
+  logs.emplace_back(int(level), m);
+  if (verbose) {
+    fprintf(stderr, "log[%u]: %s\n", level, m.c_str());
+  }
+}
+
+uint32_t envoyGoFilterLogLevel() { return envoyhost::log_level; }
+
+} // extern "C"
+
+namespace envoyhost {
+namespace {
+
+// ---- JSON -> google.protobuf.Struct, and Value bytes -> JSON ---------------
+
+void varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void lenField(std::string& out, int field, const std::string& b) {
+  varint(out, (uint64_t(field) << 3) | 2);
+  varint(out, b.size());
+  out += b;
+}
+
+struct JsonParser {
+  const std::string& s;
+  size_t i{0};
+  std::string err;
+  void ws() {
+    while (i < s.size() && isspace(static_cast<unsigned char>(s[i]))) {
+      i++;
+    }
+  }
+  bool fail(const std::string& m) {
+    if (err.empty()) {
+      err = m + " at offset " + std::to_string(i);
+    }
+    return false;
+  }
+  bool str(std::string& out) {
+    if (i >= s.size() || s[i] != '"') {
+      return fail("want a string");
+    }
+    i++;
+    while (i < s.size() && s[i] != '"') {
+      char c = s[i++];
+      if (c == '\\' && i < s.size()) {
+        char e = s[i++];
+        switch (e) {
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 'u': {
+          if (i + 4 > s.size()) {
+            return fail("bad \\u escape");
+          }
+          unsigned cp = std::stoul(s.substr(i, 4), nullptr, 16);
+          i += 4;
+          if (cp < 0x80) {
+            out.push_back(static_cast<char>(cp));
+          } else if (cp < 0x800) {
+            out.push_back(static_cast<char>(0xc0 | (cp >> 6)));
+            out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+          } else {
+            out.push_back(static_cast<char>(0xe0 | (cp >> 12)));
+            out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+            out.push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+          }
+          break;
+        }
+        default:
+          out.push_back(e);
+        }
+      } else {
+        out.push_back(c);
+      }
+    }
+    if (i >= s.size()) {
+      return fail("unterminated string");
+    }
+    i++;
+    return true;
+  }
+  // value encodes one JSON value as google.protobuf.Value.
+  bool value(std::string& out) {
+    ws();
+    if (i >= s.size()) {
+      return fail("unexpected end");
+    }
+    char c = s[i];
+    if (c == '{') {
+      std::string st;
+      if (!object(st)) {
+        return false;
+      }
+      lenField(out, 5, st);
+      return true;
+    }
+    if (c == '[') {
+      i++;
+      std::string lv;
+      ws();
+      if (i < s.size() && s[i] == ']') {
+        i++;
+        lenField(out, 6, lv);
+        return true;
+      }
+      for (;;) {
+        std::string v;
+        if (!value(v)) {
+          return false;
+        }
+        lenField(lv, 1, v);
+        ws();
+        if (i < s.size() && s[i] == ',') {
+          i++;
+          continue;
+        }
+        if (i < s.size() && s[i] == ']') {
+          i++;
+          break;
+        }
+        return fail("want , or ]");
+      }
+      lenField(out, 6, lv);
+      return true;
+    }
+    if (c == '"') {
+      std::string v;
+      if (!str(v)) {
+        return false;
+      }
+      lenField(out, 3, v);
+      return true;
+    }
+    if (s.compare(i, 4, "true") == 0 || s.compare(i, 5, "false") == 0) {
+      bool b = s[i] == 't';
+      i += b ? 4 : 5;
+      varint(out, (4 << 3) | 0);
+      varint(out, b ? 1 : 0);
+      return true;
+    }
+    if (s.compare(i, 4, "null") == 0) {
+      i += 4;
+      varint(out, (1 << 3) | 0);
+      varint(out, 0);
+      return true;
+    }
+    size_t end = i;
+    while (end < s.size() && (isdigit(static_cast<unsigned char>(s[end])) || s[end] == '-' ||
+                              s[end] == '+' || s[end] == '.' || s[end] == 'e' || s[end] == 'E')) {
+      end++;
+    }
+    if (end == i) {
+      return fail("bad value");
+    }
+    double d = std::strtod(s.substr(i, end - i).c_str(), nullptr);
+    i = end;
+    varint(out, (2 << 3) | 1);
+    uint64_t bits;
+    memcpy(&bits, &d, 8);
+    for (int k = 0; k < 8; k++) {
+      out.push_back(static_cast<char>(bits >> (8 * k)));
+    }
+    return true;
+  }
+  // object encodes a JSON object as google.protobuf.Struct.
+  bool object(std::string& out) {
+    ws();
+    if (i >= s.size() || s[i] != '{') {
+      return fail("want {");
+    }
+    i++;
+    ws();
+    if (i < s.size() && s[i] == '}') {
+      i++;
+      return true;
+    }
+    for (;;) {
+      ws();
+      std::string k, v;
+      if (!str(k)) {
+        return false;
+      }
+      ws();
+      if (i >= s.size() || s[i] != ':') {
+        return fail("want :");
+      }
+      i++;
+      if (!value(v)) {
+        return false;
+      }
+      std::string entry;
+      lenField(entry, 1, k);
+      lenField(entry, 2, v);
+      lenField(out, 1, entry);
+      ws();
+      if (i < s.size() && s[i] == ',') {
+        i++;
+        continue;
+      }
+      if (i < s.size() && s[i] == '}') {
+        i++;
+        return true;
+      }
+      return fail("want , or }");
+    }
+  }
+};
+
+bool configAny(const std::string& json, std::string* out, std::string* err) {
+  JsonParser p{json, 0, ""};
+  std::string st;
+  if (!p.object(st)) {
+    *err = p.err;
+    return false;
+  }
+  p.ws();
+  if (p.i != json.size()) {
+    *err = "trailing text after the config object";
+    return false;
+  }
+  out->clear();
+  lenField(*out, 1, "type.googleapis.com/google.protobuf.Struct");
+  lenField(*out, 2, st);
+  return true;
+}
+
+std::string jsonStr(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+    case '"':
+      o += "\\\"";
+      break;
+    case '\\':
+      o += "\\\\";
+      break;
+    case '\n':
+      o += "\\n";
+      break;
+    case '\r':
+      o += "\\r";
+      break;
+    case '\t':
+      o += "\\t";
+      break;
+    default:
+      if (c < 0x20 || c >= 0x7f) {
+        char b[8];
+        snprintf(b, sizeof b, "\\u%04x", c);
+        o += b;
+      } else {
+        o.push_back(static_cast<char>(c));
+      }
+    }
+  }
+  return o + "\"";
+}
+
+struct Reader {
+  const std::string& b;
+  size_t i{0};
+  bool ok{true};
+  uint64_t var() {
+    uint64_t v = 0;
+    int sh = 0;
+    while (i < b.size()) {
+      uint8_t c = static_cast<uint8_t>(b[i++]);
+      v |= uint64_t(c & 0x7f) << sh;
+      if (!(c & 0x80)) {
+        return v;
+      }
+      sh += 7;
+    }
+    ok = false;
+    return 0;
+  }
+  std::string bytes() {
+    uint64_t n = var();
+    if (i + n > b.size()) {
+      ok = false;
+      return "";
+    }
+    std::string s = b.substr(i, n);
+    i += n;
+    return s;
+  }
+};
+
+std::string valueJSON(const std::string& v);
+
+std::string structJSON(const std::string& st) {
+  Reader r{st};
+  std::string o = "{";
+  bool first = true;
+  while (r.ok && r.i < st.size()) {
+    uint64_t tag = r.var();
+    if ((tag >> 3) != 1 || (tag & 7) != 2) {
+      return "\"<bad struct>\"";
+    }
+    std::string entry = r.bytes();
+    Reader e{entry};
+    std::string k, val;
+    while (e.ok && e.i < entry.size()) {
+      uint64_t t = e.var();
+      std::string f = e.bytes();
+      if ((t >> 3) == 1) {
+        k = f;
+      } else {
+        val = f;
+      }
+    }
+    o += (first ? "" : ",") + jsonStr(k) + ":" + valueJSON(val);
+    first = false;
+  }
+  return o + "}";
+}
+
+std::string valueJSON(const std::string& v) {
+  Reader r{v};
+  if (v.empty()) {
+    return "null";
+  }
+  uint64_t tag = r.var();
+  switch (tag >> 3) {
+  case 1:
+    return "null";
+  case 2: {
+    if (r.i + 8 > v.size()) {
+      return "\"<bad number>\"";
+    }
+    uint64_t bits = 0;
+    for (int k = 0; k < 8; k++) {
+      bits |= uint64_t(static_cast<uint8_t>(v[r.i + k])) << (8 * k);
+    }
+    double d;
+    memcpy(&d, &bits, 8);
+    char b[64];
+    snprintf(b, sizeof b, "%.17g", d);
+    return b;
+  }
+  case 3:
+    return jsonStr(r.bytes());
+  case 4:
+    return r.var() ? "true" : "false";
+  case 5:
+    return structJSON(r.bytes());
+  case 6: {
+    std::string lv = r.bytes();
+    Reader l{lv};
+    std::string o = "[";
+    bool first = true;
+    while (l.ok && l.i < lv.size()) {
+      l.var();
+      o += (first ? "" : ",") + valueJSON(l.bytes());
+      first = false;
+    }
+    return o + "]";
+  }
+  }
+  return "\"<bad value>\"";
+}
+
+// ---- scenario -------------------------------------------------------------
+
+struct Line {
+  int no;
+  std::vector<std::string> tok;
+  std::string block; // the text of a <<END block
+};
+
+bool unquote(const std::string& in, size_t& i, std::string& out, std::string* err) {
+  i++; // opening quote
+  while (i < in.size() && in[i] != '"') {
+    char c = in[i++];
+    if (c != '\\') {
+      out.push_back(c);
+      continue;
+    }
+    if (i >= in.size()) {
+      break;
+    }
+    char e = in[i++];
+    switch (e) {
+    case 'n':
+      out.push_back('\n');
+      break;
+    case 'r':
+      out.push_back('\r');
+      break;
+    case 't':
+      out.push_back('\t');
+      break;
+    case '0':
+      out.push_back('\0');
+      break;
+    case 'x': {
+      if (i + 2 > in.size()) {
+        *err = "bad \\x escape";
+        return false;
+      }
+      out.push_back(static_cast<char>(std::stoi(in.substr(i, 2), nullptr, 16)));
+      i += 2;
+      break;
+    }
+    default:
+      out.push_back(e);
+    }
+  }
+  if (i >= in.size()) {
+    *err = "unterminated string";
+    return false;
+  }
+  i++;
+  return true;
+}
+
+bool tokenize(const std::string& line, std::vector<std::string>& tok, std::string* err) {
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && isspace(static_cast<unsigned char>(line[i]))) {
+      i++;
+    }
+    if (i >= line.size() || line[i] == '#') {
+      break;
+    }
+    std::string t;
+    if (line[i] == '"') {
+      // a quoted token keeps a leading marker so that "end" stays data
+      t = "\x01";
+      if (!unquote(line, i, t, err)) {
+        return false;
+      }
+    } else {
+      while (i < line.size() && !isspace(static_cast<unsigned char>(line[i]))) {
+        t.push_back(line[i++]);
+      }
+    }
+    tok.push_back(t);
+  }
+  return true;
+}
+
+bool parseScenario(const std::string& text, std::vector<Line>& out, std::string* err) {
+  std::istringstream in(text);
+  std::string line;
+  int no = 0;
+  while (std::getline(in, line)) {
+    no++;
+    Line l{no, {}, ""};
+    if (!tokenize(line, l.tok, err)) {
+      *err = "line " + std::to_string(no) + ": " + *err;
+      return false;
+    }
+    if (l.tok.empty()) {
+      continue;
+    }
+    const std::string& last = l.tok.back();
+    if (last.rfind("<<", 0) == 0) {
+      std::string marker = last.substr(2);
+      l.tok.pop_back();
+      std::string b;
+      bool closed = false;
+      while (std::getline(in, line)) {
+        no++;
+        if (line == marker) {
+          closed = true;
+          break;
+        }
+        b += line + "\n";
+      }
+      if (!closed) {
+        *err = "line " + std::to_string(l.no) + ": block not closed by " + marker;
+        return false;
+      }
+      l.block = b;
+    }
+    out.push_back(std::move(l));
+  }
+  return true;
+}
+
+std::string plain(const std::string& t) { return !t.empty() && t[0] == '\x01' ? t.substr(1) : t; }
+
+bool hexBytes(const std::string& h, std::string& out) {
+  if (h.size() % 2 != 0) {
+    return false;
+  }
+  for (size_t i = 0; i < h.size(); i += 2) {
+    out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
+  }
+  return true;
+}
+
+// dataTokens concatenates "quoted", hex:… and grpc:… (a framed message).
+bool dataTokens(const std::vector<std::string>& tok, size_t from, std::string& out,
+                std::string* err) {
+  for (size_t i = from; i < tok.size(); i++) {
+    const std::string& t = tok[i];
+    if (!t.empty() && t[0] == '\x01') {
+      out += t.substr(1);
+    } else if (t.rfind("hex:", 0) == 0) {
+      if (!hexBytes(t.substr(4), out)) {
+        *err = "bad hex " + t;
+        return false;
+      }
+    } else if (t.rfind("grpc:", 0) == 0) {
+      std::string m;
+      if (!hexBytes(t.substr(5), m)) {
+        *err = "bad hex " + t;
+        return false;
+      }
+      out.push_back(0);
+      uint32_t n = static_cast<uint32_t>(m.size());
+      for (int k = 3; k >= 0; k--) {
+        out.push_back(static_cast<char>(n >> (8 * k)));
+      }
+      out += m;
+    } else {
+      *err = "data token " + t + " is not \"quoted\", hex: or grpc:";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool headerTokens(const std::vector<std::string>& tok, size_t from, HeaderMap& h,
+                  std::string* err) {
+  if ((tok.size() - from) % 2 != 0) {
+    *err = "headers want name value pairs";
+    return false;
+  }
+  for (size_t i = from; i < tok.size(); i += 2) {
+    h.add(lower(plain(tok[i])), plain(tok[i + 1]));
+  }
+  return true;
+}
+
+std::string nowRFC3339() {
+  auto now = std::chrono::system_clock::now();
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+  time_t secs = static_cast<time_t>(us / 1000000);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char b[64];
+  strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%S", &tm);
+  char o[96];
+  snprintf(o, sizeof o, "%s.%06lld+00:00", b, static_cast<long long>(us % 1000000));
+  return o;
+}
+
+struct Run {
+  std::string so;
+  std::string plugin{"llmesh"};
+  uint32_t concurrency{1};
+  uint64_t buffer_limit{1 << 20};
+  std::vector<std::unique_ptr<Dispatcher>> workers;
+  std::shared_ptr<FilterConfig> config;
+  std::vector<std::string> config_errors;
+  std::map<std::string, std::unique_ptr<Stream>> streams;
+  std::vector<std::string> order;
+
+  Stream* stream(const std::string& n, std::string* err) {
+    auto it = streams.find(n);
+    if (it == streams.end()) {
+      *err = "unknown stream " + n;
+      return nullptr;
+    }
+    return it->second.get();
+  }
+
+  bool ensureWorkers() {
+    if (!workers.empty()) {
+      return true;
+    }
+    for (uint32_t i = 0; i < concurrency; i++) {
+      workers.push_back(std::make_unique<Dispatcher>(i));
+    }
+    return true;
+  }
+
+  // setConfig parses a filter config on the main thread, as Envoy does.
+  bool setConfig(const std::string& json, std::string* err) {
+    ensureWorkers();
+    std::string any;
+    if (!configAny(json, &any, err)) {
+      *err = "config: " + *err;
+      return false;
+    }
+    auto c = std::make_shared<FilterConfig>(plugin, any, concurrency);
+    if (!c->newGoPluginConfig()) {
+      config_errors.push_back("config rejected by the plugin");
+      // Envoy refuses the listener update and keeps the old config.
+      return true;
+    }
+    config = c;
+    return true;
+  }
+
+  bool check(Stream* s, const std::string& cond, bool* ok_out, std::string* err) {
+    bool ok = false;
+    bool known = true;
+    s->dispatcher().run([&] {
+        if (cond == "upstream") {
+          ok = s->upstreamStarted();
+        } else if (cond == "upstream_end") {
+          ok = s->upstreamEnded();
+        } else if (cond == "downstream") {
+          ok = s->downstreamStarted();
+        } else if (cond == "ended") {
+          ok = s->ended();
+        } else if (cond == "held") {
+          ok = !s->ended() && !s->goIdle();
+        } else if (cond == "idle") {
+          ok = s->goIdle();
+        } else {
+          known = false;
+        }
+      });
+    if (!known) {
+      *err = "unknown wait condition " + cond;
+      return false;
+    }
+    *ok_out = ok;
+    return true;
+  }
+
+  bool wait(Stream* s, const std::string& cond, int timeout_ms, std::string* err) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      bool ok = false;
+      if (!check(s, cond, &ok, err)) {
+        return false;
+      }
+      if (ok) {
+        return true;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::lock_guard<std::mutex> l(rec_mu);
+        failures.push_back("wait " + s->name() + " " + cond + ": timed out after " +
+                           std::to_string(timeout_ms) + " ms");
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  bool exec(const Line& l, std::string* err) {
+    const auto& t = l.tok;
+    const std::string cmd = plain(t[0]);
+    if (cmd == "expect") {
+      return true; // read by the Go test
+    }
+    if (cmd == "plugin" && t.size() == 2) {
+      plugin = plain(t[1]);
+      return true;
+    }
+    if (cmd == "concurrency" && t.size() == 2) {
+      if (!workers.empty()) {
+        *err = "concurrency must come before the first config";
+        return false;
+      }
+      concurrency = static_cast<uint32_t>(std::stoul(t[1]));
+      return true;
+    }
+    if (cmd == "buffer_limit" && t.size() == 2) {
+      buffer_limit = std::stoull(t[1]);
+      return true;
+    }
+    if (cmd == "log_level" && t.size() == 2) {
+      log_level = static_cast<uint32_t>(std::stoul(t[1]));
+      return true;
+    }
+    if (cmd == "config" || cmd == "reload") {
+      std::string json = l.block;
+      for (size_t i = 1; i < t.size(); i++) {
+        json += (i > 1 ? " " : "") + plain(t[i]);
+      }
+      return setConfig(json, err);
+    }
+    if (cmd == "stream" && t.size() >= 2) {
+      if (!config) {
+        *err = "stream before a config";
+        return false;
+      }
+      std::string name = plain(t[1]);
+      if (streams.count(name)) {
+        *err = "stream " + name + " exists";
+        return false;
+      }
+      uint32_t w = 0;
+      std::string peer;
+      for (size_t i = 2; i < t.size(); i++) {
+        if (t[i].rfind("worker=", 0) == 0) {
+          w = static_cast<uint32_t>(std::stoul(t[i].substr(7)));
+        } else if (t[i].rfind("peer=", 0) == 0) {
+          peer = t[i].substr(5);
+        } else {
+          *err = "stream: unknown option " + t[i];
+          return false;
+        }
+      }
+      if (w >= workers.size()) {
+        *err = "stream: worker " + std::to_string(w) + " >= concurrency";
+        return false;
+      }
+      Dispatcher& d = *workers[w];
+      std::unique_ptr<Stream> s;
+      d.run([&] {
+        s = std::make_unique<Stream>(name, d, config, buffer_limit);
+        s->start_time = nowRFC3339();
+        if (!peer.empty()) {
+          s->peer = peer;
+        }
+      });
+      streams[name] = std::move(s);
+      order.push_back(name);
+      return true;
+    }
+    if (cmd == "wait" && t.size() >= 3) {
+      Stream* s = stream(plain(t[1]), err);
+      if (s == nullptr) {
+        return false;
+      }
+      int ms = t.size() > 3 ? std::stoi(t[3]) : 5000;
+      return wait(s, plain(t[2]), ms, err);
+    }
+    if (cmd == "until" && t.size() >= 4) {
+      // until S COND CMD…: repeat CMD (1 ms apart) until S meets COND.
+      Stream* s = stream(plain(t[1]), err);
+      if (s == nullptr) {
+        return false;
+      }
+      Line inner{l.no, std::vector<std::string>(t.begin() + 3, t.end()), ""};
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      for (;;) {
+        bool ok = false;
+        if (!check(s, plain(t[2]), &ok, err)) {
+          return false;
+        }
+        if (ok) {
+          return true;
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+          std::lock_guard<std::mutex> lk(rec_mu);
+          failures.push_back("until " + s->name() + " " + plain(t[2]) + ": timed out after 10 s");
+          return true;
+        }
+        if (!exec(inner, err)) {
+          return false;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    bool up = cmd == "up";
+    size_t base = up ? 1 : 0;
+    if (t.size() < base + 2) {
+      *err = "unknown command " + cmd;
+      return false;
+    }
+    Stream* s = stream(plain(t[base]), err);
+    if (s == nullptr) {
+      return false;
+    }
+    std::string what = plain(t[base + 1]);
+    size_t arg = base + 2;
+    bool end = false;
+    if (arg < t.size() && t[arg] == "end") {
+      end = true;
+      arg++;
+    }
+    if (what == "headers" || what == "trailers") {
+      HeaderMap h;
+      if (!headerTokens(t, arg, h, err)) {
+        return false;
+      }
+      s->dispatcher().run([&] {
+        if (what == "headers") {
+          up ? s->upstreamHeaders(h, end) : s->clientHeaders(h, end);
+        } else {
+          up ? s->upstreamTrailers(h) : s->clientTrailers(h);
+        }
+      });
+      return true;
+    }
+    if (what == "data") {
+      std::string d;
+      if (!dataTokens(t, arg, d, err)) {
+        return false;
+      }
+      s->dispatcher().run([&] { up ? s->upstreamData(d, end) : s->clientData(d, end); });
+      return true;
+    }
+    if (what == "reset") {
+      s->dispatcher().run([&] { up ? s->upstreamReset() : s->clientReset(); });
+      return true;
+    }
+    *err = "unknown stream action " + what;
+    return false;
+  }
+
+  void finish() {
+    // End every stream still open, as Envoy does on shutdown, then drop the
+    // config and let Go finalize what it holds.
+    for (auto& n : order) {
+      Stream* s = streams[n].get();
+      s->dispatcher().run([&] {
+        if (!s->ended()) {
+          s->end_reason = "open at the end of the scenario";
+        }
+      });
+    }
+    config.reset();
+    for (auto& w : workers) {
+      w->run([] {});
+    }
+    dso.cleanUp();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (std::chrono::steady_clock::now() < deadline &&
+           (requests_freed.load() < requests_created.load() ||
+            configs_freed.load() < configs_created.load())) {
+      for (auto& w : workers) {
+        w->run([] {});
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  std::string report() {
+    std::ostringstream o;
+    o << "{\n \"streams\": {";
+    bool firstS = true;
+    for (auto& n : order) {
+      Stream* s = streams[n].get();
+      std::string body;
+      s->dispatcher().run([&] {
+        std::ostringstream so;
+        so << (firstS ? "\n  " : ",\n  ") << jsonStr(n) << ": {\"ended\": " << (s->ended() ? "true" : "false")
+           << ", \"end_reason\": " << jsonStr(s->end_reason)
+           << ", \"completed\": " << (s->completed ? "true" : "false")
+           << ", \"destroyed\": " << s->destroy_calls << ", \"destroy_state\": " << jsonStr(s->dec_state)
+           << ", \"override_host\": " << jsonStr(s->override_host)
+           << ", \"watermarks\": " << (s->dec_watermark_ + s->enc_watermark_) << ", \"metadata\": {";
+        bool fm = true;
+        for (auto& ns : s->metadata) {
+          so << (fm ? "" : ", ") << jsonStr(ns.first) << ": {";
+          bool fk = true;
+          for (auto& kv : ns.second) {
+            so << (fk ? "" : ", ") << jsonStr(kv.first) << ": " << valueJSON(kv.second);
+            fk = false;
+          }
+          so << "}";
+          fm = false;
+        }
+        so << "}, \"events\": [";
+        bool fe = true;
+        for (auto& e : s->events) {
+          so << (fe ? "\n   " : ",\n   ") << "{\"seq\": " << e.seq << ", \"side\": " << jsonStr(e.side)
+             << ", \"kind\": " << jsonStr(e.kind) << ", \"end\": " << (e.end ? "true" : "false");
+          if (!e.headers.e.empty()) {
+            so << ", \"headers\": [";
+            bool fh = true;
+            for (auto& kv : e.headers.e) {
+              so << (fh ? "" : ", ") << "[" << jsonStr(kv.first) << ", " << jsonStr(kv.second) << "]";
+              fh = false;
+            }
+            so << "]";
+          }
+          if (!e.data.empty()) {
+            so << ", \"data\": " << jsonStr(e.data);
+          }
+          if (e.code != 0) {
+            so << ", \"code\": " << e.code;
+          }
+          if (!e.details.empty()) {
+            so << ", \"details\": " << jsonStr(e.details);
+          }
+          so << "}";
+          fe = false;
+        }
+        so << "]}";
+        body = so.str();
+      });
+      o << body;
+      firstS = false;
+    }
+    o << "\n },\n \"stats\": {";
+    {
+      std::lock_guard<std::mutex> l(stats.mu);
+      bool f = true;
+      for (auto& kv : stats.counters) {
+        o << (f ? "" : ", ") << jsonStr(kv.first) << ": " << kv.second;
+        f = false;
+      }
+      o << "},\n \"gauges\": {";
+      f = true;
+      for (auto& kv : stats.gauges) {
+        o << (f ? "" : ", ") << jsonStr(kv.first) << ": " << kv.second;
+        f = false;
+      }
+    }
+    std::lock_guard<std::mutex> l(rec_mu);
+    auto list = [&o](const std::vector<std::string>& v) {
+      o << "[";
+      for (size_t i = 0; i < v.size(); i++) {
+        o << (i ? ", " : "") << jsonStr(v[i]);
+      }
+      o << "]";
+    };
+    o << "},\n \"violations\": ";
+    list(violations);
+    o << ",\n \"failures\": ";
+    list(failures);
+    o << ",\n \"config_errors\": ";
+    list(config_errors);
+    o << ",\n \"capi\": {";
+    const char* names[] = {"OK",         "FilterIsGone",         "FilterIsDestroy",
+                           "NotInGo",    "InvalidPhase",         "ValueNotFound",
+                           "Yield",      "InternalFailure",      "SerializationFailure",
+                           "InvalidScene", "InvalidIPAddress"};
+    bool f = true;
+    for (auto& kv : capi_statuses) {
+      int idx = -kv.first;
+      o << (f ? "" : ", ") << jsonStr(idx >= 0 && idx <= 10 ? names[idx] : "unknown") << ": "
+        << kv.second;
+      f = false;
+    }
+    o << "},\n \"logs\": [";
+    for (size_t i = 0; i < logs.size(); i++) {
+      o << (i ? ",\n  " : "\n  ") << "{\"level\": " << logs[i].first << ", \"msg\": " << jsonStr(logs[i].second)
+        << "}";
+    }
+    o << "],\n \"objects\": {\"requests_created\": " << requests_created.load()
+      << ", \"requests_freed\": " << requests_freed.load()
+      << ", \"configs_created\": " << configs_created.load()
+      << ", \"configs_freed\": " << configs_freed.load() << "}\n}\n";
+    return o.str();
+  }
+};
+
+} // namespace
+} // namespace envoyhost
+
+int main(int argc, char** argv) {
+  using namespace envoyhost;
+  std::string out_path;
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    if (a == "-v") {
+      verbose = true;
+    } else if (a == "-o" && i + 1 < argc) {
+      out_path = argv[++i];
+    } else {
+      args.push_back(a);
+    }
+  }
+  if (args.size() != 2) {
+    fprintf(stderr, "usage: envoyhost [-v] [-o out.json] llmesh-filter.so scenario.txt\n");
+    return 2;
+  }
+  std::ifstream in(args[1]);
+  if (!in) {
+    fprintf(stderr, "envoyhost: cannot read %s\n", args[1].c_str());
+    return 2;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::vector<Line> lines;
+  std::string err;
+  if (!parseScenario(ss.str(), lines, &err)) {
+    fprintf(stderr, "envoyhost: %s: %s\n", args[1].c_str(), err.c_str());
+    return 2;
+  }
+  if (!dso.load(args[0], &err)) {
+    fprintf(stderr, "envoyhost: load %s: %s\n", args[0].c_str(), err.c_str());
+    return 2;
+  }
+  Run run;
+  run.so = args[0];
+  for (auto& l : lines) {
+    if (!run.exec(l, &err)) {
+      fprintf(stderr, "envoyhost: %s:%d: %s\n", args[1].c_str(), l.no, err.c_str());
+      fflush(stderr);
+      _exit(2);
+    }
+  }
+  run.finish();
+  std::string rep = run.report();
+  if (out_path.empty()) {
+    fwrite(rep.data(), 1, rep.size(), stdout);
+  } else {
+    std::ofstream o(out_path);
+    o << rep;
+  }
+  fflush(stdout);
+  bool bad;
+  {
+    std::lock_guard<std::mutex> l(rec_mu);
+    bad = !violations.empty() || !failures.empty();
+  }
+  // Go's threads are still running: leave without static destructors.
+  _exit(bad ? 1 : 0);
+}

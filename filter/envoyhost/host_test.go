@@ -1,0 +1,323 @@
+package envoyhost
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// The binaries under test: LLMESH_FILTER_SO and LLMESH_ENVOYHOST name
+// prebuilt ones (make filter-host builds them once); otherwise the test
+// builds both, the host into a cache directory keyed by its sources.
+var (
+	buildOnce           sync.Once
+	soPath, hostPath    string
+	buildErr, buildSkip error
+)
+
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// envoyModuleDir is where the Go module cache holds the SDK's sources.
+func envoyModuleDir() (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/envoyproxy/envoy")
+	cmd.Dir = moduleRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m github.com/envoyproxy/envoy: %v", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func build(t *testing.T) (so, host string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		soPath, hostPath = os.Getenv("LLMESH_FILTER_SO"), os.Getenv("LLMESH_ENVOYHOST")
+		if soPath == "" {
+			soPath, buildErr = buildSO()
+			if buildErr != nil {
+				return
+			}
+		}
+		if hostPath == "" {
+			hostPath, buildErr = buildHost()
+		}
+	})
+	if buildSkip != nil {
+		t.Skip(buildSkip)
+	}
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return soPath, hostPath
+}
+
+func buildSO() (string, error) {
+	dir, err := os.MkdirTemp("", "llmesh-filter-so-")
+	if err != nil {
+		return "", err
+	}
+	so := filepath.Join(dir, "llmesh-filter.so")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", so, "./cmd/llmesh-filter")
+	cmd.Dir = moduleRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-Wno-deprecated-declarations")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building llmesh-filter.so: %v\n%s", err, out)
+	}
+	return so, nil
+}
+
+// hostSources are the host's C++ files.
+func hostSources() ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(moduleRoot(), "filter", "envoyhost", "host", "*"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+func buildHost() (string, error) {
+	cxx := os.Getenv("CXX")
+	if cxx == "" {
+		cxx = "g++"
+	}
+	if _, err := exec.LookPath(cxx); err != nil {
+		buildSkip = fmt.Errorf("no C++ compiler (%s) on PATH: the Envoy host scenarios cannot run", cxx)
+		return "", buildSkip
+	}
+	mod, err := envoyModuleDir()
+	if err != nil {
+		return "", err
+	}
+	files, err := hostSources()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	var ccs []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\n%d\n", filepath.Base(f), len(b))
+		h.Write(b)
+		if strings.HasSuffix(f, ".cc") {
+			ccs = append(ccs, f)
+		}
+	}
+	api := filepath.Join(mod, "contrib", "golang", "common", "go", "api")
+	fmt.Fprintf(h, "%s\n", api)
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "llmesh-envoyhost", hex.EncodeToString(h.Sum(nil))[:16])
+	bin := filepath.Join(dir, "envoyhost")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp := bin + fmt.Sprintf(".%d", os.Getpid())
+	args := append([]string{"-std=c++17", "-O1", "-g", "-Wall", "-pthread", "-rdynamic", "-I" + api, "-o", tmp}, ccs...)
+	args = append(args, "-ldl")
+	if out, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the host: %s %s: %v\n%s", cxx, strings.Join(args, " "), err, out)
+	}
+	return bin, os.Rename(tmp, bin)
+}
+
+// report is the host's JSON output.
+type report struct {
+	Streams      map[string]streamReport `json:"streams"`
+	Stats        map[string]int64        `json:"stats"`
+	Gauges       map[string]int64        `json:"gauges"`
+	Violations   []string                `json:"violations"`
+	Failures     []string                `json:"failures"`
+	ConfigErrors []string                `json:"config_errors"`
+	CAPI         map[string]int64        `json:"capi"`
+	Logs         []struct {
+		Level int    `json:"level"`
+		Msg   string `json:"msg"`
+	} `json:"logs"`
+	Objects struct {
+		RequestsCreated int64 `json:"requests_created"`
+		RequestsFreed   int64 `json:"requests_freed"`
+		ConfigsCreated  int64 `json:"configs_created"`
+		ConfigsFreed    int64 `json:"configs_freed"`
+	} `json:"objects"`
+}
+
+type streamReport struct {
+	Ended        bool                              `json:"ended"`
+	EndReason    string                            `json:"end_reason"`
+	Completed    bool                              `json:"completed"`
+	Destroyed    int                               `json:"destroyed"`
+	DestroyState string                            `json:"destroy_state"`
+	OverrideHost string                            `json:"override_host"`
+	Metadata     map[string]map[string]interface{} `json:"metadata"`
+	Events       []event                           `json:"events"`
+}
+
+type event struct {
+	Seq     uint64      `json:"seq"`
+	Side    string      `json:"side"`
+	Kind    string      `json:"kind"`
+	End     bool        `json:"end"`
+	Headers [][2]string `json:"headers"`
+	Data    string      `json:"data"`
+	Code    int         `json:"code"`
+	Details string      `json:"details"`
+}
+
+// bytesOf undoes the host's JSON escaping of raw bytes (\u00XX).
+func bytesOf(s string) string {
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		b = append(b, byte(r))
+	}
+	return string(b)
+}
+
+// runHost runs one scenario in its own process.
+func runHost(t *testing.T, so, host, scenario string) (*report, []byte) {
+	t.Helper()
+	cmd := exec.Command(host, so, scenario)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
+		t.Fatalf("%s %s %s: %v\n%s", host, so, scenario, err, stderr.Bytes())
+	}
+	var r report
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("host output is not its JSON report: %v\n%s\n%s", err, stdout.Bytes(), stderr.Bytes())
+	}
+	return &r, stdout.Bytes()
+}
+
+// TestScenarios runs every scenario under testdata/scenarios through the
+// real .so and checks its expect lines, and for every scenario that the
+// host saw no violation, no failed wait and every request and config
+// finalized by Go.
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "scenarios", "*.txt"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	so, host := build(t)
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".txt")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exps, err := parseExpects(string(src))
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			r, raw := runHost(t, so, host, f)
+			var problems []string
+			for _, e := range exps {
+				if p := e.check(r); p != "" {
+					problems = append(problems, fmt.Sprintf("line %d: %s: %s", e.line, e.text, p))
+				}
+			}
+			problems = append(problems, baseline(r, exps)...)
+			if len(problems) > 0 {
+				t.Errorf("%s:\n  %s\nreport:\n%s", f, strings.Join(problems, "\n  "), raw)
+			}
+		})
+	}
+}
+
+// baseline is what every scenario must satisfy unless it says otherwise.
+func baseline(r *report, exps []expect) []string {
+	allow := map[string]bool{}
+	for _, e := range exps {
+		if e.op == "allow" {
+			allow[e.args[0]] = true
+		}
+	}
+	var p []string
+	for _, v := range r.Violations {
+		p = append(p, "violation: "+v)
+	}
+	for _, f := range r.Failures {
+		p = append(p, "failed: "+f)
+	}
+	if !allow["config_errors"] {
+		for _, c := range r.ConfigErrors {
+			p = append(p, "config error: "+c)
+		}
+	}
+	if n := r.Objects.RequestsCreated - r.Objects.RequestsFreed; n != 0 && !allow["leak"] {
+		p = append(p, fmt.Sprintf("%d of %d requests were never finalized", n, r.Objects.RequestsCreated))
+	}
+	for _, l := range r.Logs {
+		if l.Level >= 4 && !allow["error_logs"] && !strings.Contains(l.Msg, "not supported yet") {
+			p = append(p, "error log: "+l.Msg)
+		}
+	}
+	if !allow["panics"] {
+		if n := r.Stats["golang.panic_error"]; n > 0 {
+			p = append(p, fmt.Sprintf("the SDK recovered %d panics", n))
+		}
+		if n := r.Stats["llmesh.panics"]; n > 0 {
+			p = append(p, fmt.Sprintf("llmesh.panics = %d", n))
+		}
+	}
+	return p
+}
+
+// TestPortedSources fails when an Envoy version bump changes the C++ the
+// host ports: the host must then be read against the new files.
+func TestPortedSources(t *testing.T) {
+	mod, err := envoyModuleDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", "ported.sha256"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changed []string
+	for _, line := range strings.Split(strings.TrimSpace(string(want)), "\n") {
+		sum, path, ok := strings.Cut(line, "  ")
+		if !ok {
+			t.Fatalf("ported.sha256: bad line %q", line)
+		}
+		b, err := os.ReadFile(filepath.Join(mod, path))
+		if err != nil {
+			changed = append(changed, path+" (missing)")
+			continue
+		}
+		got := sha256.Sum256(b)
+		if hex.EncodeToString(got[:]) != sum {
+			changed = append(changed, path)
+		}
+	}
+	if len(changed) > 0 {
+		t.Errorf("the Envoy sources the host ports changed in %s; re-read them against filter/envoyhost/host, "+
+			"then update filter/envoyhost/testdata/ported.sha256:\n  %s", mod, strings.Join(changed, "\n  "))
+	}
+}
