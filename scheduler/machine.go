@@ -111,6 +111,7 @@ type pool struct {
 	nextBatch  time.Time
 	prefill    ewma
 	tpot       ewma
+	obs        observed // cost.go, tune.go
 	counts     Counters
 }
 
@@ -290,6 +291,7 @@ func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
 		e.firstToken = true
 		e.firstAt = now
 		e.pool.prefill.observe(now.Sub(e.admitted))
+		e.pool.obs.firstToken(e.req.PromptTokens, now.Sub(e.admitted))
 		e.pool.prefilling -= e.req.PromptTokens
 		freed = e.pool.MaxPrefillTokens > 0 && e.req.PromptTokens > 0
 	}

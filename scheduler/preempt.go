@@ -238,27 +238,38 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 		if !wake.IsZero() {
 			d.wakeAt(wake)
 		}
+		// The cost rules (cost.go): only victims that do not finish within
+		// a step and whose recompute is less than the gain, cheapest first,
+		// together costing less than the gain.
+		gain := m.gain(now, p, e, slotWait)
+		cands := m.worthIt(now, p, victims, gain)
 		s, t := slots, toks
-		n, most := 0, min(allowed, len(victims))
-		if !m.feasible(p, slots+most-needSlots(e), toks, victims) {
+		n, most := 0, min(allowed, len(cands))
+		if !m.feasibleCands(p, slots+most-needSlots(e), toks, cands) {
 			most = 0 // even every permitted victim would not do: skip the selection
 		}
+		var spent time.Duration
 		for n < most && !covered(e, s, t) {
 			// Selection, not a full sort: usually one victim is enough.
 			best := n
-			for i := n + 1; i < len(victims); i++ {
-				if victimOrder(victims[i], victims[best]) < 0 {
+			for i := n + 1; i < len(cands); i++ {
+				if costOrder(cands[i], cands[best]) < 0 {
 					best = i
 				}
 			}
-			victims[n], victims[best] = victims[best], victims[n]
+			cands[n], cands[best] = cands[best], cands[n]
+			if spent += cands[n].recompute; spent >= gain {
+				break // the victims would cost more than waiting
+			}
 			s++
-			t += victims[n].cost
+			t += cands[n].cost
 			n++
 		}
 		if !covered(e, s, t) {
 			short(e)
-			if !anyHopeless || e.Priority < hopeless {
+			if len(cands) == len(victims) && (!anyHopeless || e.Priority < hopeless) {
+				// Only a shortfall of victims settles the less urgent
+				// classes; a cost refusal depends on this request's gain.
 				hopeless, anyHopeless = e.Priority, true
 			}
 			if allSettled() {
@@ -266,7 +277,8 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			}
 			continue
 		}
-		for _, v := range victims[:n] {
+		for _, c := range cands[:n] {
+			v := c.entry
 			v.preempting = true
 			p.preempting++
 			p.counts.Preempted++
@@ -297,6 +309,20 @@ func (m *Machine) feasible(p *pool, slots, toks int, victims []*entry) bool {
 	}
 	for _, v := range victims {
 		toks += v.cost
+	}
+	return toks >= 0
+}
+
+// feasibleCands is feasible over candidates.
+func (m *Machine) feasibleCands(p *pool, slots, toks int, cs []candidate) bool {
+	if slots < 0 {
+		return false
+	}
+	if p.MaxInflightTokens == 0 {
+		return true
+	}
+	for _, c := range cs {
+		toks += c.cost
 	}
 	return toks >= 0
 }

@@ -58,6 +58,14 @@ type Config struct {
 	MaxModelLen int
 	// Policy orders the waiting queue (default FCFS).
 	Policy Policy
+	// LongPrefillTokenThreshold caps the prefill chunk one sequence gets in
+	// one step, as vLLM's --long-prefill-token-threshold does in its V1
+	// scheduler: for running and waiting sequences alike, the tokens still
+	// to compute are cut to the threshold before the step's token budget is
+	// applied, so one long prompt cannot fill a step and the sequences after
+	// it (an urgent prompt, the decodes) share the step. 0 means no cap
+	// (vLLM's default with one partial prefill at a time).
+	LongPrefillTokenThreshold int
 }
 
 // Errors Add returns.
@@ -206,6 +214,9 @@ func NewEngine(p *Profile, cfg Config) (*Engine, error) {
 	}
 	if cfg.MaxNumBatchedTokens < 1 {
 		errs = append(errs, fmt.Errorf("max_num_batched_tokens: %d must be at least 1", cfg.MaxNumBatchedTokens))
+	}
+	if cfg.LongPrefillTokenThreshold < 0 {
+		errs = append(errs, fmt.Errorf("long_prefill_token_threshold: %d must not be negative", cfg.LongPrefillTokenThreshold))
 	}
 	if cfg.KVCacheTokens < BlockSize {
 		errs = append(errs, fmt.Errorf("kv_cache_tokens: %d must be at least one block (%d)", cfg.KVCacheTokens, BlockSize))
@@ -364,7 +375,7 @@ func (e *Engine) Step(now time.Time) *StepResult {
 	preempted := false
 	for i := 0; i < len(e.running) && budget > 0; {
 		q := e.running[i]
-		n := min(q.tokens()-q.computed, budget)
+		n := min(e.chunk(q), budget)
 		ok := true
 		for !e.allocate(q, n) {
 			v := e.victim()
@@ -394,7 +405,7 @@ func (e *Engine) Step(now time.Time) *StepResult {
 	if !preempted {
 		for budget > 0 && len(e.running) < e.cfg.MaxNumSeqs && e.waiting.len() > 0 {
 			q := e.waiting.peek()
-			n := min(q.tokens()-q.computed, budget)
+			n := min(e.chunk(q), budget)
 			if !e.allocate(q, n) {
 				break
 			}
@@ -427,6 +438,16 @@ func (e *Engine) Step(now time.Time) *StepResult {
 		e.running = e.running[:j]
 	}
 	return r
+}
+
+// chunk is how many tokens q asks for in a step before the step's budget:
+// what it has left to compute, cut to LongPrefillTokenThreshold.
+func (e *Engine) chunk(q *seq) int {
+	n := q.tokens() - q.computed
+	if t := e.cfg.LongPrefillTokenThreshold; t > 0 && n > t {
+		n = t
+	}
+	return n
 }
 
 func (e *Engine) removeRunning(i int) {

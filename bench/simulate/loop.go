@@ -150,6 +150,9 @@ func (l *loop) predictPrefill(_ string, prompt int) time.Duration {
 		ctx = int(l.eng.KVUsage() * float64(cfg.KVCacheTokens) / float64(batch))
 	}
 	budget := max(1, cfg.MaxNumBatchedTokens-batch)
+	if t := cfg.LongPrefillTokenThreshold; t > 0 {
+		budget = min(budget, t)
+	}
 	var d time.Duration
 	for done := 0; done < max(1, prompt); done += budget {
 		var s sim.StepShape

@@ -24,6 +24,9 @@ type Comparison struct {
 	// UrgentRatio is UrgentP99TTFT over the same policy's value at the
 	// lowest load evaluated (0 when only one load was run).
 	UrgentRatio float64 `json:"urgent_p99_ttft_ratio"`
+	// FloorRatio is UrgentP99TTFT over the admission floor at this load
+	// (Result.Floor; 0 when not measured).
+	FloorRatio float64 `json:"urgent_p99_ttft_floor_ratio"`
 	// OtherGoodputRPS sums the goodput of every other class;
 	// OtherGoodputRel relates it to the best non-preemptive policy's at
 	// this load (0 when none ran).
@@ -85,6 +88,9 @@ func (r *Result) Compare() []Comparison {
 				c.UrgentRatio = c.UrgentP99TTFT / base.TTFTMs.P99
 			}
 		}
+		if f := r.Floor[loadKey(run.Load)]; f != nil && f.UrgentP99TTFT > 0 {
+			c.FloorRatio = c.UrgentP99TTFT / f.UrgentP99TTFT
+		}
 		if b, ok := bestNP[run.Load]; ok {
 			if b.goodput > 0 {
 				c.OtherGoodputRel = others[i].goodput / b.goodput
@@ -121,8 +127,11 @@ func WriteJSON(w io.Writer, r *Result) error {
 // of `llmesh bench run` (unless brief), and the comparison table.
 func WriteText(w io.Writer, r *Result, brief bool) error {
 	ew := &errWriter{w: w}
-	fmt.Fprintf(ew, "workload %s on %s (max_num_seqs %d, max_num_batched_tokens %d, kv %d tokens, %s); pool max_inflight %d",
-		r.Workload, r.Profile, r.Engine.MaxNumSeqs, r.Engine.MaxNumBatchedTokens, r.Engine.KVCacheTokens, r.Engine.Policy, r.Pool.MaxInflight)
+	fmt.Fprintf(ew, "workload %s on %s (max_num_seqs %d, max_num_batched_tokens %d, ", r.Workload, r.Profile, r.Engine.MaxNumSeqs, r.Engine.MaxNumBatchedTokens)
+	if r.Engine.LongPrefillTokenThreshold > 0 {
+		fmt.Fprintf(ew, "long_prefill_token_threshold %d, ", r.Engine.LongPrefillTokenThreshold)
+	}
+	fmt.Fprintf(ew, "kv %d tokens, %s); pool max_inflight %d", r.Engine.KVCacheTokens, r.Engine.Policy, r.Pool.MaxInflight)
 	if r.Pool.MetricsIntervalMs > 0 {
 		fmt.Fprintf(ew, ", limit from engine load every %gms", r.Pool.MetricsIntervalMs)
 	}
@@ -142,9 +151,14 @@ func WriteText(w io.Writer, r *Result, brief bool) error {
 	cmp := r.Compare()
 	if len(cmp) > 0 {
 		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "load\tpolicy\t%s p99 TTFT ms\tvs lowest load\tother goodput req/s\tvs best non-preemptive\tother tok/s vs best\trecomputed/output\trecomputed/computed\tpreemptions\tqueue p99\tadmit→1st token p99\t\n", cmp[0].UrgentClass)
+		fmt.Fprintf(tw, "load\tpolicy\t%s p99 TTFT ms\tvs lowest load\t× floor\tother goodput req/s\tvs best non-preemptive\tother tok/s vs best\trecomputed/output\trecomputed/computed\tpreemptions\tqueue p99\tadmit→1st token p99\t\n", cmp[0].UrgentClass)
+		lastLoad := math.NaN()
 		for _, c := range cmp {
-			fmt.Fprintf(tw, "%.3g\t%s\t%.1f\t%s\t%.2f\t%s\t%s\t%.2f%%\t%.2f%%\t%d\t%.1f\t%.1f\t\n", c.Load, c.Policy, c.UrgentP99TTFT, ratio(c.UrgentRatio, "x"),
+			if f := r.Floor[loadKey(c.Load)]; f != nil && c.Load != lastLoad {
+				fmt.Fprintf(tw, "%.3g\t(floor)\t%.1f\t\t1.00x\t\t\t\t\t\t\t%.1f\t\t\n", c.Load, f.UrgentP99TTFT, f.UrgentQueueP99)
+			}
+			lastLoad = c.Load
+			fmt.Fprintf(tw, "%.3g\t%s\t%.1f\t%s\t%s\t%.2f\t%s\t%s\t%.2f%%\t%.2f%%\t%d\t%.1f\t%.1f\t\n", c.Load, c.Policy, c.UrgentP99TTFT, ratio(c.UrgentRatio, "x"), ratio(c.FloorRatio, "x"),
 				c.OtherGoodputRPS, ratio(c.OtherGoodputRel, "%"), ratio(c.OtherTokensRel, "%"), 100*c.RecomputedOfOutput, 100*c.RecomputedOfComputed, c.Preemptions, c.UrgentQueueP99, c.UrgentUpstreamP99)
 		}
 		if err := tw.Flush(); err != nil {

@@ -26,6 +26,9 @@ type Result struct {
 	Pool       PoolInfo       `json:"pool"`
 	Saturation SaturationInfo `json:"saturation"`
 	Runs       []*Run         `json:"runs"`
+	// Floor is the admission floor per load (keyed by loadKey): what the
+	// most extreme admission gives the most urgent class on this engine.
+	Floor map[string]*Floor `json:"floor"`
 }
 
 // EngineInfo is the engine model's configuration with defaults filled in.
@@ -34,6 +37,9 @@ type EngineInfo struct {
 	MaxNumBatchedTokens int    `json:"max_num_batched_tokens"`
 	KVCacheTokens       int    `json:"kv_cache_tokens"`
 	Policy              string `json:"policy"`
+	// LongPrefillTokenThreshold is vLLM's per-sequence prefill chunk cap;
+	// 0: none.
+	LongPrefillTokenThreshold int `json:"long_prefill_token_threshold,omitempty"`
 }
 
 // PoolInfo is the simulated host's pool configuration.
@@ -142,16 +148,19 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 		loads = []float64{natural / sat.RPS}
 	}
 	type job struct {
-		pol  scheduler.Policy
-		load float64
+		pol   scheduler.Policy // nil: the floor run
+		load  float64
+		floor int // index into floors
 	}
 	var jobs []job
-	for _, l := range loads {
+	floors := make([]*Floor, len(loads))
+	for i, l := range loads {
 		for _, p := range pols {
-			jobs = append(jobs, job{p, l})
+			jobs = append(jobs, job{pol: p, load: l})
 		}
+		jobs = append(jobs, job{load: l, floor: i})
 	}
-	res.Runs = make([]*Run, len(jobs))
+	runs := make([]*Run, len(jobs))
 	runErrs := make([]error, len(jobs))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -162,7 +171,11 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 			for i := range next {
 				j := jobs[i]
 				sw := w.ScaleRate(j.load * sat.RPS / natural)
-				res.Runs[i], runErrs[i] = simulate(sw, j.pol, j.load, o)
+				if j.pol == nil {
+					floors[j.floor], runErrs[i] = floorRun(sw, j.load, o)
+					continue
+				}
+				runs[i], runErrs[i] = simulate(sw, j.pol, j.load, o)
 			}
 		}()
 	}
@@ -173,6 +186,15 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 	wg.Wait()
 	if err := errors.Join(runErrs...); err != nil {
 		return nil, err
+	}
+	for _, r := range runs {
+		if r != nil {
+			res.Runs = append(res.Runs, r)
+		}
+	}
+	res.Floor = map[string]*Floor{}
+	for i, l := range loads {
+		res.Floor[loadKey(l)] = floors[i]
 	}
 	return res, nil
 }
@@ -303,7 +325,8 @@ func (r *Result) fillEngine(o Options) error {
 		return fmt.Errorf("engine: %w", err)
 	}
 	c := e.Config()
-	r.Engine = EngineInfo{MaxNumSeqs: c.MaxNumSeqs, MaxNumBatchedTokens: c.MaxNumBatchedTokens, KVCacheTokens: c.KVCacheTokens, Policy: c.Policy.String()}
+	r.Engine = EngineInfo{MaxNumSeqs: c.MaxNumSeqs, MaxNumBatchedTokens: c.MaxNumBatchedTokens, KVCacheTokens: c.KVCacheTokens, Policy: c.Policy.String(),
+		LongPrefillTokenThreshold: c.LongPrefillTokenThreshold}
 	return nil
 }
 

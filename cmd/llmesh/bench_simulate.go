@@ -39,6 +39,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		interval  = fs.Duration("metrics-interval", simulate.DefaultMetricsInterval, "re-derive the pool limit from the engine's load this often (0: static capacity)")
 		maxSeqs   = fs.Int("max-num-seqs", 256, "engine: most running sequences")
 		maxBatch  = fs.Int("max-num-batched-tokens", 8192, "engine: most tokens per step")
+		longPre   = fs.Int("long-prefill-token-threshold", 0, "engine: most prefill tokens of one sequence per step, as vLLM's --long-prefill-token-threshold (0: no cap)")
 		engPolicy = fs.String("engine-policy", "fcfs", "engine: waiting-queue order, fcfs or priority (the request's class priority)")
 		predictor = fs.String("predictor", simulate.PredictObserved, "prefill prediction for preemption: observed or timing")
 		target    = fs.Float64("target", 1, "preemption target: share of the TTFT objective a predicted TTFT may reach, in (0, 1]")
@@ -75,6 +76,9 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if *reserve < 0 || *reserve >= *inflight {
 		errs = append(errs, fmt.Errorf("--reserve-urgent: %d must be in [0, --max-inflight)", *reserve))
 	}
+	if *longPre < 0 {
+		errs = append(errs, fmt.Errorf("--long-prefill-token-threshold: %d must not be negative", *longPre))
+	}
 	if *interval < 0 {
 		errs = append(errs, fmt.Errorf("--metrics-interval: %v must not be negative", *interval))
 	}
@@ -91,7 +95,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	}
 	o := simulate.Options{
 		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
-		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep},
+		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep, LongPrefillTokenThreshold: *longPre},
 		MetricsInterval: *interval, MaxPrefillTokens: *prefill, ReserveUrgent: *reserve, LateHandoff: *late,
 		Preemption: scheduler.PreemptionConfig{MinLowerInflight: 1, MinRunTime: *minRun, MaxPerRequest: *maxPer, Target: *target},
 	}

@@ -1,0 +1,142 @@
+package scheduler
+
+import "time"
+
+// Cost-aware preemption. A preemption is worth making only when what the
+// urgent request gains is more than what the victim loses:
+//
+//   - The urgent request w, short of a slot, would wait `wait` (the soonest
+//     natural finish) and is late by wait − slack, where slack is what its
+//     TTFT budget leaves after the time it has waited and its predicted
+//     prefill. Preempting gives it a slot now, so the gain is the lateness
+//     avoided: wait − max(0, slack). When waiting is within the objective
+//     (slack ≥ wait) there is no gain and nothing is preempted (atRisk).
+//   - A victim v loses its sunk work: the engine must compute its prompt
+//     (and its generated tokens) again. Its recompute time is its sunk
+//     tokens times the pool's observed prefill time per prompt token. A
+//     victim is eligible only while its recompute is less than the gain,
+//     and the victims chosen for one request must together cost less.
+//   - A request predicted to finish within the wait that a preemption
+//     itself takes (the abort lands at the end of the engine step in
+//     flight: one step, the pool's observed time per output token) frees
+//     its slot by itself as soon; it is never a victim.
+//
+// Among eligible victims the cheapest recompute goes first, then the one
+// farthest from finishing, then the design's order (no first token yet →
+// fewest generated tokens → lowest priority → most recently admitted).
+// Without prompt sizes (PromptTokens 0) every recompute is zero and the
+// rules reduce to the design's victim order.
+
+// observed is what a pool has learned about its engine beyond the moving
+// averages in pool: prefill time per prompt token, from the first tokens
+// it saw.
+type observed struct {
+	prefillTime   ewma // admit → first token, of requests with a known prompt size
+	prefillPrompt ewma // their prompt tokens (as a Duration count)
+}
+
+// firstToken records that a request with prompt prompt tokens, admitted
+// took ago, produced its first token.
+func (o *observed) firstToken(prompt int, took time.Duration) {
+	if prompt <= 0 || took < 0 {
+		return
+	}
+	o.prefillTime.observe(took)
+	o.prefillPrompt.observe(time.Duration(prompt))
+}
+
+// perToken is the observed prefill time per prompt token; 0 before any
+// observation (recompute then counts as free, as before).
+func (o *observed) perToken() time.Duration {
+	if !o.prefillPrompt.known || o.prefillPrompt.v <= 0 {
+		return 0
+	}
+	return time.Duration(o.prefillTime.v / o.prefillPrompt.v)
+}
+
+// sunk estimates the tokens the engine holds for running request r: prompt
+// and generated tokens once it produced a token, else the share of its
+// prompt that its time since admission covers at the observed prefill
+// speed (all of it once that time is past).
+func (m *Machine) sunk(now time.Time, p *pool, r *entry) int {
+	if r.firstToken {
+		return r.req.PromptTokens + r.tokens
+	}
+	pt := p.obs.perToken()
+	if pt <= 0 || r.req.PromptTokens == 0 {
+		return 0
+	}
+	return min(r.req.PromptTokens, int(now.Sub(r.admitted)/pt))
+}
+
+// recompute is the engine time preempting r throws away.
+func (m *Machine) recompute(now time.Time, p *pool, r *entry) time.Duration {
+	s := m.sunk(now, p, r)
+	pt := p.obs.perToken()
+	if s == 0 || pt <= 0 {
+		return 0
+	}
+	if pt > forever/time.Duration(s) {
+		return forever
+	}
+	return time.Duration(s) * pt
+}
+
+// gain is the lateness the urgent request w avoids when a slot is freed for
+// it now instead of after wait.
+func (m *Machine) gain(now time.Time, p *pool, w *entry, wait time.Duration) time.Duration {
+	slack := m.budget(p, w) - now.Sub(w.Arrival) - m.prefillFor(p, w.req.PromptTokens)
+	return wait - max(0, slack)
+}
+
+// budget is w's TTFT objective scaled by the pool's preemption target.
+func (m *Machine) budget(p *pool, w *entry) time.Duration {
+	b := w.class.TTFT
+	if t := p.Preemption.Target; t > 0 && t < 1 {
+		b = time.Duration(float64(b) * t)
+	}
+	return b
+}
+
+// candidate is a possible victim with its costs, computed once per walk step.
+type candidate struct {
+	*entry
+	recompute time.Duration
+	remaining time.Duration
+}
+
+// worthIt filters victims to those the cost rules allow for a request that
+// gains gain, and returns them with their costs.
+func (m *Machine) worthIt(now time.Time, p *pool, vs []*entry, gain time.Duration) []candidate {
+	out := make([]candidate, 0, len(vs))
+	for _, v := range vs {
+		c := candidate{entry: v, recompute: m.recompute(now, p, v), remaining: m.remaining(now, p, v)}
+		step := v.class.TPOT
+		if p.tpot.known {
+			step = p.tpot.value()
+		}
+		if c.remaining <= step || c.recompute >= gain {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// costOrder ranks candidates: cheapest recompute, then farthest from
+// finishing, then the design's victim order.
+func costOrder(a, b candidate) int {
+	switch {
+	case a.recompute != b.recompute:
+		if a.recompute < b.recompute {
+			return -1
+		}
+		return 1
+	case a.remaining != b.remaining:
+		if a.remaining > b.remaining {
+			return -1
+		}
+		return 1
+	}
+	return victimOrder(a.entry, b.entry)
+}
