@@ -322,6 +322,12 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 			return nil, fmt.Errorf("scheduler: %w", err)
 		}
 		h.sched = s
+		if reg := tele.Registry(); reg != nil && (mesh == nil || mesh.SchedulerService == nil) {
+			// The pools' limit, in-flight and queue gauges next to the
+			// request metrics (docs/slo.md reads them); with a shared
+			// service, that service exports them.
+			reg.MustRegister(server.NewCollector(s.Stats))
+		}
 		var adm scheduler.Admitter = s
 		if mesh != nil && mesh.SchedulerService != nil {
 			// The shared service orders requests across gateways; the

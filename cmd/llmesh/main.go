@@ -33,6 +33,7 @@ var commands = []command{
 	{"gateway", "embedded gateway: measure, relocate and schedule LLM traffic to engines", runGateway},
 	{"scheduler", "shared scheduler service: scheduler serve --listen ADDR --config mesh.yaml", runScheduler},
 	{"sim", "simulated LLM engine (OpenAI HTTP + gRPC), calibrated to H200 timings", runSim},
+	{"slo", "Prometheus rules and Grafana dashboard from the mesh config: slo rules|dashboard --config mesh.yaml", runSLO},
 }
 
 // exitCode is an error that carries a process exit status.
