@@ -339,12 +339,9 @@ func (b *builder) pools(m *Mesh) {
 		if src.Protocol != ProtocolOpenAI && src.Protocol != ProtocolGRPC {
 			b.c.add(join(p, "protocol"), 0, "%q must be %q or %q", src.Protocol, ProtocolOpenAI, ProtocolGRPC)
 		}
-		if len(src.Endpoints) == 0 {
-			b.c.add(join(p, "endpoints"), 0, "at least one endpoint is required")
-		}
-		for j, e := range src.Endpoints {
-			host, port := b.hostPort(index(join(p, "endpoints"), j), e, false)
-			pool.Endpoints = append(pool.Endpoints, Endpoint{Host: host, Port: port})
+		b.endpoints(p, src, pool)
+		if src.AffinityHeader != "" {
+			pool.AffinityHeader = b.header(join(p, "affinity_header"), src.AffinityHeader)
 		}
 		b.intRange(join(p, "capacity.max_inflight"), src.Capacity.MaxInflight, 1, maxInflight)
 		b.intRange(join(p, "capacity.max_inflight_tokens"), src.Capacity.MaxInflightTokens, 0, 1<<40)
@@ -355,6 +352,14 @@ func (b *builder) pools(m *Mesh) {
 				b.c.add(join(mp, "url"), 0, "%q must be an http(s) URL", mt.URL)
 			}
 			ms := &MetricsSource{URL: mt.URL, Interval: b.duration(join(mp, "interval"), mt.Interval, true)}
+			ms.StaleAfter = b.duration(join(mp, "stale_after"), mt.StaleAfter, false)
+			if mt.StaleAfter == "" {
+				ms.StaleAfter = 3 * ms.Interval
+			}
+			pool.Metrics = ms
+		} else if mt.URLTemplate != "" {
+			mp := join(p, "capacity.metrics")
+			ms := &MetricsSource{Interval: b.duration(join(mp, "interval"), mt.Interval, true)}
 			ms.StaleAfter = b.duration(join(mp, "stale_after"), mt.StaleAfter, false)
 			if mt.StaleAfter == "" {
 				ms.StaleAfter = 3 * ms.Interval

@@ -124,6 +124,11 @@ type Protocol string
 type Endpoint struct {
 	Host string
 	Port int
+	// MaxInflight is the endpoint's own limit; 0 means the pool's share.
+	MaxInflight int
+	// MetricsURL is the endpoint's own /metrics (metrics_url or the pool's
+	// url_template); empty means none.
+	MetricsURL string
 }
 
 // Pool is a compiled pool.
@@ -146,6 +151,9 @@ type Pool struct {
 	// hosts write into the engine priority of a request whose source is
 	// not trusted for priority (PoolSpec.EnginePriority).
 	EnginePriority string
+	// AffinityHeader is the lower-cased request header whose value is the
+	// scheduler's affinity key; empty means none.
+	AffinityHeader string
 }
 
 // ClassEnginePriority reports whether requests to p carry their class's

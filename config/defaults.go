@@ -81,7 +81,7 @@ func ApplyDefaults(m *Mesh) {
 		if p.Capacity.MaxInflight == 0 {
 			p.Capacity.MaxInflight = DefaultMaxInflight
 		}
-		if p.Capacity.Metrics.URL != "" && p.Capacity.Metrics.Interval == "" {
+		if (p.Capacity.Metrics.URL != "" || p.Capacity.Metrics.URLTemplate != "") && p.Capacity.Metrics.Interval == "" {
 			p.Capacity.Metrics.Interval = DefaultMetricsInterval
 		}
 		s := &p.Scheduler

@@ -26,6 +26,8 @@ func FuzzLoad(f *testing.F) {
 		"pools: [{name: p, protocol: grpc, endpoints: ['h:1'], engine_priority: class}]\nclasses: [{name: a, priority: 3000000000}]",
 		"classification: {priority_header: {name: x, trusted_sources: ['::1', 10.0.0.0/8]}}",
 		`{"pools": [{"name": "p", "protocol": "openai", "endpoints": ["[::1]:80"]}]}`,
+		"pools: [{name: p, protocol: openai, affinity_header: x-session, endpoints: [h:1, {address: 'h:2', max_inflight: 3, metrics_url: 'http://h:2/m'}], capacity: {metrics: {url_template: 'http://{endpoint}/metrics'}}}]",
+		"pools: [{name: p, protocol: openai, endpoints: [{max_inflight: -1}, {address: [x]}, 7]}]",
 	} {
 		f.Add([]byte(s))
 	}

@@ -130,6 +130,9 @@ func (s *strict) check(n *yaml.Node, t reflect.Type, path *pathSeg) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if t == endpointSpecType && n.Kind == yaml.ScalarNode {
+		t = reflect.TypeOf("") // the address-only form
+	}
 	switch t.Kind() {
 	case reflect.Struct:
 		s.checkStruct(n, t, path)

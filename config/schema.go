@@ -73,8 +73,9 @@ type PoolSpec struct {
 	Name string `yaml:"name"`
 	// Protocol is "openai" (HTTP/1.1, SSE) or "grpc" (HTTP/2).
 	Protocol string `yaml:"protocol"`
-	// Endpoints are host:port addresses of the engine replicas.
-	Endpoints []string `yaml:"endpoints"`
+	// Endpoints are the engine replicas: host:port, or a mapping with
+	// per-endpoint settings (EndpointSpec).
+	Endpoints []EndpointSpec `yaml:"endpoints"`
 	// ConnectTimeout for upstream connections; default "5s".
 	ConnectTimeout string `yaml:"connect_timeout,omitempty"`
 	// Capacity bounds what is in flight to the pool.
@@ -91,6 +92,11 @@ type PoolSpec struct {
 	// "strip" (left empty by ApplyDefaults, so that configs written before
 	// the field existed serialize as they did).
 	EnginePriority string `yaml:"engine_priority,omitempty"`
+	// AffinityHeader names a request header (a session id, a prompt-prefix
+	// hash) whose value keeps requests on the same endpoint while it has
+	// room, so a conversation stays where its KV cache is; empty means
+	// none (the least loaded endpoint).
+	AffinityHeader string `yaml:"affinity_header,omitempty"`
 }
 
 // CapacitySpec bounds the pool's in-flight work.
@@ -112,6 +118,11 @@ type MetricsSpec struct {
 	Interval string `yaml:"interval,omitempty"`
 	// StaleAfter: older samples are ignored; default three intervals.
 	StaleAfter string `yaml:"stale_after,omitempty"`
+	// URLTemplate learns each endpoint's limit and load from its own
+	// engine: {endpoint} is replaced by the endpoint's host:port
+	// ("http://{endpoint}/metrics"). An endpoint's metrics_url overrides
+	// it. Exclusive with URL.
+	URLTemplate string `yaml:"url_template,omitempty"`
 }
 
 // SchedulerSpec is a scheduling policy and its parameters. In an experiment arm

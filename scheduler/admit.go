@@ -32,6 +32,11 @@ type Request struct {
 	// Requeue marks a request that was preempted before it sent anything and
 	// now waits again: it goes to the front of its class.
 	Requeue bool
+	// Affinity, when set, keeps requests with the same key on the same
+	// endpoint of the pool while it has room (a session or prompt-prefix
+	// hash, so a conversation stays where its KV cache is); empty means the
+	// least loaded endpoint (endpoint.go).
+	Affinity string
 }
 
 // Progress is what a host reports about an admitted request as its stream
@@ -84,6 +89,22 @@ type Lease interface {
 	Release(o Outcome)
 	// QueueTime is how long the request waited before admission.
 	QueueTime() time.Duration
+}
+
+// Routed is implemented by leases bound to one endpoint of their pool.
+type Routed interface {
+	// Endpoint is the endpoint's name (its host:port), or "" when the pool
+	// has one unnamed endpoint: the host's configured upstream.
+	Endpoint() string
+}
+
+// EndpointOf returns the endpoint a lease is bound to; "" (the host's
+// configured upstream) for a lease that is not Routed.
+func EndpointOf(l Lease) string {
+	if r, ok := l.(Routed); ok {
+		return r.Endpoint()
+	}
+	return ""
 }
 
 // Admitter is what hosts call. Implemented by the in-process scheduler and by

@@ -67,6 +67,9 @@ type PoolConfig struct {
 	Aging time.Duration
 	// Preemption holds the guard rails used when Policy.Preempts().
 	Preemption PreemptionConfig
+	// Endpoints are the pool's engine replicas (endpoint.go); empty means
+	// one unnamed endpoint with the pool's MaxInflight, the host's upstream.
+	Endpoints []EndpointConfig
 }
 
 // PreemptionConfig holds the preemption guard rails (DESIGN.md).
@@ -166,6 +169,7 @@ func (c *Config) Validate() error {
 		if p.Preemption.MaxPerRequest < 0 {
 			bad("%s.preemption.max_per_request: %d must not be negative", path, p.Preemption.MaxPerRequest)
 		}
+		validateEndpoints(path, p.Endpoints, bad)
 	}
 	seen = map[string]bool{}
 	for i, cl := range c.Classes {

@@ -53,6 +53,8 @@ type entry struct {
 	preempts   int // preemptions before this admission (by Request.ID)
 	preempting bool
 	runIdx     int
+	ep         *endpoint // where it runs, once admitted
+	target     *endpoint // where preemption made room for it; nil: none
 }
 
 type class struct {
@@ -113,6 +115,7 @@ type pool struct {
 	tpot       ewma
 	obs        observed // cost.go, tune.go
 	counts     Counters
+	endpoints  []*endpoint
 }
 
 // Machine is the scheduler's pure state machine. It owns no goroutines and
@@ -180,6 +183,7 @@ func NewMachine(cfg Config) (*Machine, error) {
 			index:      i,
 			limit:      pc.MaxInflight,
 			queues:     make([]queue, len(m.classes)),
+			endpoints:  newEndpoints(pc),
 		}
 		m.pools = append(m.pools, p)
 		m.poolByName[pc.Name] = p
@@ -328,12 +332,14 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 	p.running[len(p.running)-1] = nil
 	p.running = p.running[:len(p.running)-1]
 	p.inflight--
+	e.ep.inflight--
 	p.tokens -= e.cost
 	if !e.firstToken {
 		p.prefilling -= e.req.PromptTokens
 	}
 	if e.preempting {
 		p.preempting--
+		e.ep.preempting--
 	}
 	switch o {
 	case Done:
@@ -491,6 +497,13 @@ func (m *Machine) admit(now time.Time, p *pool, d *Decisions) {
 		if e == nil || !m.fits(p, e) {
 			break
 		}
+		ep := m.pick(p, e)
+		if ep == nil {
+			break
+		}
+		e.ep = ep
+		ep.inflight++
+		ep.admitted++
 		p.queues[e.class.index].remove(e)
 		e.state = running
 		e.admitted = now

@@ -49,7 +49,12 @@ func PoolFromMesh(p *config.Pool, sc config.SchedulerConfig, lookup func(name st
 	if err != nil {
 		return PoolConfig{}, fmt.Errorf("policy: %w", err)
 	}
+	var eps []EndpointConfig
+	for _, e := range p.Endpoints {
+		eps = append(eps, EndpointConfig{Name: e.Address(), MaxInflight: e.MaxInflight})
+	}
 	return PoolConfig{
+		Endpoints:         eps,
 		Name:              p.Name,
 		MaxInflight:       p.MaxInflight,
 		MaxInflightTokens: p.MaxInflightTokens,

@@ -127,7 +127,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 	if p.Preemption.MaxPerRequest == 0 || p.waiting() == 0 {
 		return
 	}
-	slots := p.limit - p.inflight + p.preempting
+	slots := p.slotBalance()
 	toks := 0
 	if p.MaxInflightTokens > 0 {
 		toks = p.MaxInflightTokens - p.tokens
@@ -235,6 +235,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			above = max(above, worstShort)
 		}
 		victims, allowed, wake := m.victims(now, p, above)
+		victims = m.endpointVictims(p, e, victims)
 		if !wake.IsZero() {
 			d.wakeAt(wake)
 		}
@@ -281,6 +282,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 			v := c.entry
 			v.preempting = true
 			p.preempting++
+			v.ep.preempting++
 			p.counts.Preempted++
 			if v.req.ID != "" {
 				m.preempted[p.Name+"\x00"+v.req.ID] = preemptRecord{count: v.preempts + 1, at: now}

@@ -102,7 +102,7 @@ func (s *Scheduler) stepLocked(now time.Time) {
 		w := s.waiters[t]
 		delete(s.waiters, t)
 		e := s.m.entries[t]
-		l := &lease{s: s, t: t, preempt: make(chan struct{}), queue: now.Sub(e.Arrival)}
+		l := &lease{s: s, t: t, preempt: make(chan struct{}), queue: now.Sub(e.Arrival), endpoint: e.ep.Name}
 		s.leases[t] = l
 		w.ch <- admitResult{l: l}
 	}
@@ -175,6 +175,36 @@ func (s *Scheduler) SetLimit(pool string, n int) error {
 	return nil
 }
 
+// SetEndpointLimit changes one endpoint's limit; see
+// Machine.SetEndpointLimit.
+func (s *Scheduler) SetEndpointLimit(pool, endpoint string, n int) error {
+	return s.endpointChange(func() error { return s.m.SetEndpointLimit(pool, endpoint, n) })
+}
+
+// SetEndpointHealth drains an endpoint or brings it back; see
+// Machine.SetEndpointHealth.
+func (s *Scheduler) SetEndpointHealth(pool, endpoint string, healthy bool) error {
+	return s.endpointChange(func() error { return s.m.SetEndpointHealth(pool, endpoint, healthy) })
+}
+
+// SetEndpointLoad records an endpoint's own load report; see
+// Machine.SetEndpointLoad.
+func (s *Scheduler) SetEndpointLoad(pool, endpoint string, l EndpointLoad) error {
+	return s.endpointChange(func() error { return s.m.SetEndpointLoad(pool, endpoint, l) })
+}
+
+func (s *Scheduler) endpointChange(f func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := f(); err != nil {
+		return err
+	}
+	if !s.closed {
+		s.stepLocked(s.clk.Now())
+	}
+	return nil
+}
+
 // Stats returns a snapshot of every pool.
 func (s *Scheduler) Stats() []PoolStats {
 	s.mu.Lock()
@@ -210,10 +240,16 @@ type lease struct {
 	t        Ticket
 	preempt  chan struct{}
 	queue    time.Duration
+	endpoint string
 	released bool // guarded by s.mu
 }
 
-var _ Lease = (*lease)(nil)
+var (
+	_ Lease  = (*lease)(nil)
+	_ Routed = (*lease)(nil)
+)
+
+func (l *lease) Endpoint() string { return l.endpoint }
 
 func (l *lease) Preempt() <-chan struct{} { return l.preempt }
 

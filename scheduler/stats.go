@@ -37,6 +37,8 @@ type PoolStats struct {
 	// predictions; zero until observed.
 	PrefillEstimate time.Duration
 	TPOTEstimate    time.Duration
+	// Endpoints are the pool's endpoints, in configuration order.
+	Endpoints []EndpointStats
 	Counters
 }
 
@@ -56,6 +58,7 @@ func (m *Machine) Stats() []PoolStats {
 			PrefillEstimate: p.prefill.value(),
 			TPOTEstimate:    p.tpot.value(),
 			Counters:        p.counts,
+			Endpoints:       p.endpointStats(),
 		}
 		for ci := range p.queues {
 			ps.Queued[m.classes[ci].Name] = p.queues[ci].live

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 
@@ -107,7 +108,7 @@ func samePool(a, b scheduler.PoolConfig) bool {
 		return false
 	}
 	a.Policy, b.Policy = nil, nil
-	return a == b
+	return reflect.DeepEqual(a, b)
 }
 
 // Update applies cfg: pools that are new or whose settings changed get a

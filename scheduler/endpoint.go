@@ -1,0 +1,302 @@
+package scheduler
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+)
+
+// Endpoints: a pool is served by one or more engine replicas. Each has its
+// own admission limit, its own in-flight count and its own health; an
+// admission is bound to one endpoint, and the host sends the request there.
+//
+// Admission into a pool needs room at the pool level (max_inflight,
+// max_inflight_tokens, max_prefill_tokens, reserve_urgent: as without
+// endpoints) and on one endpoint that is not drained; the picker chooses
+// that endpoint:
+//
+//  1. The endpoint preemption freed for this request (its target), when it
+//     has room: the victim's slot goes to the request it was preempted for.
+//  2. With an affinity key (Request.Affinity), the endpoint with room that
+//     ranks first for the key by rendezvous hashing (the highest FNV-1a hash
+//     of key and endpoint name): a conversation stays on the replica that
+//     holds its KV cache while that replica has room, and moves to the next
+//     in its own stable order when it does not.
+//  3. Otherwise the endpoint with room and the lowest load score
+//
+//     score = (max(in flight, engine running) + engine waiting) / limit + KV usage
+//
+//     where in flight is what this scheduler admitted there, and engine
+//     running, engine waiting and KV usage (0..1) are the endpoint's own
+//     report (SetEndpointLoad, from its /metrics; zero when unknown). Ties
+//     go to fewer in flight, then to configuration order.
+//
+// Preemption frees capacity on the endpoint the urgent request will use:
+// when every endpoint that is not drained is full, the victims are taken
+// from one endpoint only, the one whose cheapest victim (in victim order)
+// is cheapest, and the urgent request is then admitted there. Victims on a
+// drained endpoint, or on one over its (lowered) limit where one victim
+// does not make room, are never chosen.
+
+// EndpointConfig is one engine replica of a pool.
+type EndpointConfig struct {
+	// Name identifies the endpoint within its pool; hosts route by it (it
+	// is the replica's host:port).
+	Name string
+	// MaxInflight is the endpoint's static limit; 0 means the pool's
+	// MaxInflight divided evenly among its endpoints (rounded up), so a
+	// pool's capacity stays what its max_inflight says.
+	MaxInflight int
+}
+
+// EndpointLoad is what an endpoint reports about itself (from its
+// /metrics); the picker's score uses it.
+type EndpointLoad struct {
+	// Running and Waiting are the engine's own counts of running and
+	// waiting sequences (vllm:num_requests_running, ..._waiting).
+	Running, Waiting int
+	// KVUsage is the share of the KV cache in use, 0..1.
+	KVUsage float64
+}
+
+type endpoint struct {
+	EndpointConfig
+	index      int
+	max        int // static limit
+	limit      int // current limit, in [1, max]
+	inflight   int
+	preempting int
+	drained    bool
+	load       EndpointLoad
+	admitted   uint64
+}
+
+func newEndpoints(pc PoolConfig) []*endpoint {
+	cfgs := pc.Endpoints
+	if len(cfgs) == 0 {
+		cfgs = []EndpointConfig{{MaxInflight: pc.MaxInflight}}
+	}
+	share := (pc.MaxInflight + len(cfgs) - 1) / len(cfgs)
+	eps := make([]*endpoint, len(cfgs))
+	for i, c := range cfgs {
+		n := c.MaxInflight
+		if n == 0 {
+			n = max(1, share)
+		}
+		eps[i] = &endpoint{EndpointConfig: c, index: i, max: n, limit: n}
+	}
+	return eps
+}
+
+func (ep *endpoint) room() bool { return !ep.drained && ep.inflight < ep.limit }
+
+// score is the picker's load score; lower is better.
+func (ep *endpoint) score() float64 {
+	kv := ep.load.KVUsage
+	if kv != kv || kv < 0 {
+		kv = 0
+	}
+	return float64(max(ep.inflight, ep.load.Running)+max(0, ep.load.Waiting))/float64(ep.limit) + min(kv, 1)
+}
+
+// pick chooses the endpoint for waiting request e (see the rules above),
+// or nil when no endpoint has room.
+func (m *Machine) pick(p *pool, e *entry) *endpoint {
+	if t := e.target; t != nil && t.room() {
+		return t
+	}
+	if e.req.Affinity != "" {
+		var best *endpoint
+		var bestH uint64
+		for _, ep := range p.endpoints {
+			if h := affinityHash(e.req.Affinity, ep.Name); ep.room() && (best == nil || h > bestH) {
+				best, bestH = ep, h
+			}
+		}
+		return best
+	}
+	var best *endpoint
+	bestS := math.Inf(1)
+	for _, ep := range p.endpoints {
+		if !ep.room() {
+			continue
+		}
+		s := ep.score()
+		if best == nil || s < bestS || (s == bestS && ep.inflight < best.inflight) {
+			best, bestS = ep, s
+		}
+	}
+	return best
+}
+
+func affinityHash(key, endpoint string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	h.Write([]byte{0})
+	h.Write([]byte(endpoint))
+	// FNV's high bits mix poorly for short inputs; finish with a
+	// multiply-xorshift so that the ranking is not biased by name length.
+	x := h.Sum64()
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	return x
+}
+
+// slotBalance is how many more requests could be admitted into p (free or
+// being freed by preemption), counting only endpoints that are not drained:
+// the pool's own free slots, bounded by the endpoints' free slots.
+func (p *pool) slotBalance() int {
+	free := 0
+	for _, ep := range p.endpoints {
+		if !ep.drained {
+			free += max(0, ep.limit-ep.inflight+ep.preempting)
+		}
+	}
+	return min(p.limit-p.inflight+p.preempting, free)
+}
+
+// endpointVictims restricts the candidate victims for waiting request e to
+// the endpoint e will use, and records that endpoint as e's target. With
+// one endpoint, or when an endpoint that is not drained has room (only the
+// pool's own bound is short, so any victim makes room and e goes where
+// there is room), the candidates stay as they are.
+func (m *Machine) endpointVictims(p *pool, e *entry, victims []*entry) []*entry {
+	if len(p.endpoints) == 1 {
+		e.target = p.endpoints[0]
+		return victims
+	}
+	for _, ep := range p.endpoints {
+		if !ep.drained && ep.inflight-ep.preempting < ep.limit {
+			e.target = nil
+			return victims
+		}
+	}
+	// Each endpoint's cheapest victim; the endpoint with the cheapest one
+	// wins (one victim is what a single request needs on a full endpoint).
+	cheapest := make([]*entry, len(p.endpoints))
+	for _, v := range victims {
+		// One victim must make room: an endpoint over its (lowered) limit
+		// needs more than one and is left out.
+		ep := v.ep
+		if ep.drained || ep.inflight-ep.preempting != ep.limit {
+			continue
+		}
+		if cheapest[ep.index] == nil || victimOrder(v, cheapest[ep.index]) < 0 {
+			cheapest[ep.index] = v
+		}
+	}
+	var target *endpoint
+	for i, v := range cheapest {
+		if v != nil && (target == nil || victimOrder(v, cheapest[target.index]) < 0) {
+			target = p.endpoints[i]
+		}
+	}
+	e.target = target
+	if target == nil {
+		return victims[:0]
+	}
+	out := victims[:0]
+	for _, v := range victims {
+		if v.ep == target {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (m *Machine) endpoint(poolName, name string) (*pool, *endpoint, error) {
+	p := m.poolByName[poolName]
+	if p == nil {
+		return nil, nil, fmt.Errorf("scheduler: unknown pool %q", poolName)
+	}
+	for _, ep := range p.endpoints {
+		if ep.Name == name {
+			return p, ep, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("scheduler: pool %q has no endpoint %q", poolName, name)
+}
+
+// SetEndpointLimit changes one endpoint's admission limit (capacity learned
+// from that engine); it is clamped to [1, its static MaxInflight]. As with
+// SetLimit, lowering it preempts nothing.
+func (m *Machine) SetEndpointLimit(poolName, name string, n int) error {
+	_, ep, err := m.endpoint(poolName, name)
+	if err != nil {
+		return err
+	}
+	ep.limit = max(1, min(n, ep.max))
+	return nil
+}
+
+// SetEndpointHealth drains an endpoint (healthy false: nothing new is
+// admitted there; what runs there goes on) or brings it back.
+func (m *Machine) SetEndpointHealth(poolName, name string, healthy bool) error {
+	_, ep, err := m.endpoint(poolName, name)
+	if err != nil {
+		return err
+	}
+	ep.drained = !healthy
+	return nil
+}
+
+// SetEndpointLoad records an endpoint's own report of its load, which the
+// picker's score uses.
+func (m *Machine) SetEndpointLoad(poolName, name string, l EndpointLoad) error {
+	_, ep, err := m.endpoint(poolName, name)
+	if err != nil {
+		return err
+	}
+	ep.load = l
+	return nil
+}
+
+// EndpointOf returns the endpoint a running ticket is bound to, and false
+// for a ticket that is not running.
+func (m *Machine) EndpointOf(t Ticket) (string, bool) {
+	e := m.entries[t]
+	if e == nil || e.state != running {
+		return "", false
+	}
+	return e.ep.Name, true
+}
+
+// EndpointStats is a snapshot of one endpoint.
+type EndpointStats struct {
+	Name        string
+	Limit       int
+	MaxInflight int
+	InFlight    int
+	Preempting  int
+	Drained     bool
+	Load        EndpointLoad
+	// Admitted counts admissions bound to this endpoint.
+	Admitted uint64
+}
+
+func (p *pool) endpointStats() []EndpointStats {
+	out := make([]EndpointStats, len(p.endpoints))
+	for i, ep := range p.endpoints {
+		out[i] = EndpointStats{Name: ep.Name, Limit: ep.limit, MaxInflight: ep.max, InFlight: ep.inflight,
+			Preempting: ep.preempting, Drained: ep.drained, Load: ep.load, Admitted: ep.admitted}
+	}
+	return out
+}
+
+// validateEndpoints checks a pool's endpoints; path is the pool's.
+func validateEndpoints(path string, eps []EndpointConfig, bad func(string, ...any)) {
+	seen := map[string]bool{}
+	for j, ep := range eps {
+		switch {
+		case ep.Name == "" && len(eps) > 1:
+			bad("%s.endpoints[%d].name: must not be empty in a pool of several endpoints", path, j)
+		case seen[ep.Name]:
+			bad("%s.endpoints[%d].name: duplicate endpoint %q", path, j, ep.Name)
+		}
+		seen[ep.Name] = true
+		if ep.MaxInflight < 0 {
+			bad("%s.endpoints[%d].max_inflight: %d must not be negative", path, j, ep.MaxInflight)
+		}
+	}
+}
