@@ -30,6 +30,7 @@ const (
 	MetricTPOT        = "gen_ai_server_time_per_output_token_seconds"
 	MetricQueue       = "llmesh_queue_duration_seconds"
 	MetricDuration    = "gen_ai_server_request_duration_seconds"
+	MetricITL         = "llmesh_inter_chunk_duration_seconds"
 	MetricTokens      = "gen_ai_client_token_usage"
 	MetricLimit       = "llmesh_scheduler_limit"
 	MetricInflight    = "llmesh_scheduler_inflight"
