@@ -44,7 +44,7 @@ pools:
   - name: engine
     protocol: openai
     endpoints: [%s]
-    capacity: {max_inflight: 8}
+    capacity: {max_inflight: 4}
     scheduler:
       policy: preemptive
       preemption: {min_lower_inflight: 1, min_run_time: 20ms, max_per_request: 3}
@@ -71,7 +71,7 @@ func startSLOStack(t *testing.T) *sloStack {
 	s := &sloStack{}
 	// A few engine failures make sure both classes have SLO misses of a
 	// known cause (failed) besides whatever TTFT misses the queueing gives.
-	s.Sim = startSim(t, "sim", "--fault-rate", "0.1", "--fault-kinds", "500", "--seed", "7")
+	s.Sim = startSim(t, "sim", "--fault-rate", "0.1", "--fault-kinds", "500", "--seed", "7", "--time-scale", "2")
 	dir := t.TempDir()
 	s.Mesh = filepath.Join(dir, "mesh.yaml")
 	if err := os.WriteFile(s.Mesh, []byte(fmt.Sprintf(sloMesh, strings.TrimPrefix(s.Sim.URL, "http://"))), 0o644); err != nil {
@@ -116,10 +116,12 @@ scrape_configs:
 		return ok && v == 2
 	}, s.Prom, s.Gateway.Proc, s.Sim.Proc)
 
-	// The standard workload, shortened: 40 requests at 5 req/s, no warm-up
+	// The standard workload, shortened: 40 requests at 10 req/s against a
+	// sim running twice as fast as real time (the same overload in half the
+	// time), no warm-up
 	// (the report counts every request the gateway saw).
 	s.Bench = runBench(t, s.Gateway.URL(), "--workload", "../bench/workloads/mixed-priority.yaml",
-		"--requests", "40", "--rate", "5", "--duration", "1m", "--warmup", "0s", "--seed", "3")
+		"--requests", "40", "--rate", "10", "--duration", "1m", "--warmup", "0s", "--seed", "3")
 	total := 0
 	for _, c := range s.Bench.Report.Classes {
 		total += c.Requests

@@ -174,6 +174,8 @@ func TestPromtoolRules(t *testing.T) {
 		return out.String()
 	}
 	t.Log(run("check", "rules", "../deploy/prometheus/llmesh-rules.yaml"))
+	// The example Prometheus config, with the rules it loads.
+	t.Log(run("check", "config", "../deploy/prometheus/prometheus.yml"))
 
 	dir := t.TempDir()
 	rules, _, err := GenerateRules(load(t, "testdata/mesh.yaml"), "slo/testdata/mesh.yaml", Options{})
