@@ -261,10 +261,9 @@ func Rules(cfg *config.Config, o Options) (*RuleFile, []Skipped) {
 			},
 		})
 	}
-	return &RuleFile{Groups: []Group{
-		{Name: "llmesh-slo-recording", Rules: rec},
-		{Name: "llmesh-slo-alerts", Rules: alerts},
-	}}, skipped
+	// One group: its rules run in order at each evaluation, so the alerts
+	// read the ratios recorded the same instant, not the previous ones.
+	return &RuleFile{Groups: []Group{{Name: "llmesh-slo", Rules: append(rec, alerts...)}}}, skipped
 }
 
 // Marshal writes f as YAML, with header lines as comments on top.

@@ -65,7 +65,7 @@ func TestBurnRateAlerts(t *testing.T) {
 	f, skipped := Rules(load(t, "testdata/mesh.yaml"), Options{})
 	type alert struct{ class, long, short, expr string }
 	var got []alert
-	for _, r := range f.Groups[1].Rules {
+	for _, r := range f.Groups[0].Rules {
 		if r.Alert == AlertBurn {
 			got = append(got, alert{r.Labels[LabelClass], r.Labels["long_window"], r.Labels["short_window"], r.Expr})
 		}
@@ -92,7 +92,7 @@ func TestBurnRateAlerts(t *testing.T) {
 func TestSchedulerAlertOnlyWithService(t *testing.T) {
 	has := func(cfg *config.Config, job string) string {
 		f, _ := Rules(cfg, Options{SchedulerJob: job})
-		for _, r := range f.Groups[1].Rules {
+		for _, r := range f.Groups[0].Rules {
 			if r.Alert == AlertSchedulerDown {
 				return r.Expr
 			}
@@ -115,7 +115,9 @@ func TestDashboardReadsRecordedSeries(t *testing.T) {
 	f, _ := Rules(cfg, Options{})
 	recorded := map[string]bool{}
 	for _, r := range f.Groups[0].Rules {
-		recorded[r.Record] = true
+		if r.Record != "" {
+			recorded[r.Record] = true
+		}
 	}
 	d := BuildDashboard(cfg)
 	name := regexp.MustCompile(`[a-z_]+:[a-z_]+:[a-z0-9_]+`)
