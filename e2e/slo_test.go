@@ -212,8 +212,8 @@ func checkReport(t *testing.T, s *sloStack) {
 			t.Errorf("markdown report lacks %q:\n%s", want, md)
 		}
 	}
-	if h, _ := os.ReadFile(htmlPath); !strings.Contains(string(h), "interactive") {
-		t.Errorf("HTML report lacks the classes")
+	if h, _ := os.ReadFile(htmlPath); !strings.Contains(string(h), "interactive error budget remaining") {
+		t.Errorf("HTML report lacks the classes' error budgets")
 	}
 
 	byClass := map[string][]result.Record{}

@@ -114,6 +114,15 @@ func TestBuildGolden(t *testing.T) {
 	if i.BudgetRemaining == nil || *i.BudgetRemaining < -1.0000001 || *i.BudgetRemaining > -0.9999999 {
 		t.Errorf("interactive budget remaining %v, want -1", i.BudgetRemaining)
 	}
+	var html bytes.Buffer
+	if err := report.Render(&html, rep, "html"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"interactive error budget remaining: -100.0%", "interactive worst hours: 2026-12-01T10:00:00Z 80.0% of 5"} {
+		if !strings.Contains(html.String(), want) {
+			t.Errorf("HTML report lacks %q", want)
+		}
+	}
 	for _, f := range []string{"table", "markdown", "json"} {
 		var buf bytes.Buffer
 		if err := report.Render(&buf, rep, f); err != nil {
