@@ -59,8 +59,8 @@ test-e2e: e2e-deps ## Run only the end-to-end tests (real processes on loopback)
 	$(GO) test -count=1 -timeout 15m -v ./e2e/...
 
 .PHONY: e2e-deps
-e2e-deps: ## Install what the e2e tests need when missing (Debian's prometheus).
-	@command -v prometheus >/dev/null 2>&1 || { \
+e2e-deps: ## Install what the e2e tests need when missing (Debian's prometheus, which ships promtool).
+	@{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || { \
 		echo "installing Debian package prometheus for the e2e tests"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null 2>&1 \
 		|| echo "could not install prometheus: the Prometheus e2e test will be skipped"; }

@@ -3,14 +3,20 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/llmesh/llmesh/bench/report"
+	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/telemetry"
 )
 
 // sloStack is a sim behind a gateway, scraped by a real Prometheus that
@@ -38,7 +44,7 @@ pools:
   - name: engine
     protocol: openai
     endpoints: [%s]
-    capacity: {max_inflight: 8}
+    capacity: {max_inflight: 4}
     scheduler:
       policy: preemptive
       preemption: {min_lower_inflight: 1, min_run_time: 20ms, max_per_request: 3}
@@ -65,7 +71,7 @@ func startSLOStack(t *testing.T) *sloStack {
 	s := &sloStack{}
 	// A few engine failures make sure both classes have SLO misses of a
 	// known cause (failed) besides whatever TTFT misses the queueing gives.
-	s.Sim = startSim(t, "sim", "--fault-rate", "0.1", "--fault-kinds", "500", "--seed", "7")
+	s.Sim = startSim(t, "sim", "--fault-rate", "0.1", "--fault-kinds", "500", "--seed", "7", "--time-scale", "2")
 	dir := t.TempDir()
 	s.Mesh = filepath.Join(dir, "mesh.yaml")
 	if err := os.WriteFile(s.Mesh, []byte(fmt.Sprintf(sloMesh, strings.TrimPrefix(s.Sim.URL, "http://"))), 0o644); err != nil {
@@ -110,10 +116,12 @@ scrape_configs:
 		return ok && v == 2
 	}, s.Prom, s.Gateway.Proc, s.Sim.Proc)
 
-	// The standard workload, shortened: 40 requests at 5 req/s, no warm-up
+	// The standard workload, shortened: 40 requests at 10 req/s against a
+	// sim running twice as fast as real time (the same overload in half the
+	// time), no warm-up
 	// (the report counts every request the gateway saw).
 	s.Bench = runBench(t, s.Gateway.URL(), "--workload", "../bench/workloads/mixed-priority.yaml",
-		"--requests", "40", "--rate", "5", "--duration", "1m", "--warmup", "0s", "--seed", "3")
+		"--requests", "40", "--rate", "10", "--duration", "1m", "--warmup", "0s", "--seed", "3")
 	total := 0
 	for _, c := range s.Bench.Report.Classes {
 		total += c.Requests
@@ -157,6 +165,143 @@ func promSeries(base, query string) (int, error) {
 func TestSLOLive(t *testing.T) {
 	s := startSLOStack(t)
 	t.Run("dashboard", func(t *testing.T) { checkDashboard(t, s) })
+	t.Run("report", func(t *testing.T) { checkReport(t, s) })
+}
+
+// Loopback delivery between the proxy and the bench on a loaded machine:
+// the proxy's TTFT of a request is shorter than the client's by the time
+// the request and its first token spend between them, its TPOT differs by
+// that over the output tokens. Requests this close to an SLO may be judged
+// differently by the two.
+const (
+	proxyClientTTFT = 50 * time.Millisecond
+	proxyClientTPOT = time.Millisecond
+)
+
+// checkReport runs `llmesh report slo` over the run and compares it with
+// what the bench measured for the same requests: request and failure
+// counts equal; SLO-good counts equal except for requests within the
+// proxy/client delivery time of an SLO; each TTFT and TPOT percentile in
+// the histogram bucket that holds the bench's sample of that rank (the
+// histogram's resolution), widened by the same delivery time.
+func checkReport(t *testing.T, s *sloStack) {
+	dir := t.TempDir()
+	jsonPath, mdPath, htmlPath := filepath.Join(dir, "slo.json"), filepath.Join(dir, "slo.md"), filepath.Join(dir, "slo.html")
+	args := []string{"report", "slo", "--prometheus", s.PromURL, "--config", s.Mesh, "--window", "30m",
+		"--json", jsonPath, "--markdown", mdPath, "--html", htmlPath}
+	out, err := exec.Command(llmesh(t), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("llmesh %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("llmesh report slo:\n%s", out)
+	f, err := os.Open(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := report.ReadJSON(f) // the bench's reader
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Live == nil || rep.Live.Prometheus != s.PromURL {
+		t.Fatalf("live section %+v", rep.Live)
+	}
+	md, _ := os.ReadFile(mdPath)
+	for _, want := range []string{"error budget remaining", "worst hours", "| interactive |", "| batch |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("markdown report lacks %q:\n%s", want, md)
+		}
+	}
+	if h, _ := os.ReadFile(htmlPath); !strings.Contains(string(h), "interactive error budget remaining") {
+		t.Errorf("HTML report lacks the classes' error budgets")
+	}
+
+	byClass := map[string][]result.Record{}
+	for _, r := range s.Bench.Records {
+		byClass[r.Class] = append(byClass[r.Class], r)
+	}
+	for name, b := range s.Bench.Report.Classes {
+		l := rep.Classes[name]
+		if l == nil {
+			t.Errorf("class %s missing from the live report", name)
+			continue
+		}
+		if l.Requests != b.Requests || l.Failed != b.Failed {
+			t.Errorf("%s: live %d requests, %d failed; bench %d, %d", name, l.Requests, l.Failed, b.Requests, b.Failed)
+		}
+		ttftSLO, tpotSLO := time.Duration(b.SLOTTFTMs*1e6), time.Duration(b.SLOTPOTMs*1e6)
+		near := 0
+		var ttfts, tpots []time.Duration
+		for _, r := range byClass[name] {
+			if d, ok := r.TTFT(); ok && r.Status == result.StatusOK {
+				ttfts = append(ttfts, d)
+				if (d - ttftSLO).Abs() <= proxyClientTTFT {
+					near++
+				}
+			}
+			if d, ok := r.TPOT(); ok && r.Status == result.StatusOK {
+				tpots = append(tpots, d)
+				if (d - tpotSLO).Abs() <= proxyClientTPOT {
+					near++
+				}
+			}
+		}
+		liveGood := math.Round(l.SLOAttainment * float64(l.Requests))
+		benchGood := math.Round(b.SLOAttainment * float64(b.Requests))
+		t.Logf("%s: %d requests, %d failed; SLO met: live %.0f, bench %.0f (%d near an SLO); attainment live %.4f bench %.4f; budget left %v; preemptions %d",
+			name, l.Requests, l.Failed, liveGood, benchGood, near, l.SLOAttainment, b.SLOAttainment, deref(l.BudgetRemaining), l.Preemptions)
+		if math.Abs(liveGood-benchGood) > float64(near) {
+			t.Errorf("%s: %v requests met the SLO at the proxy, %v at the bench; only %d were within the delivery time of an SLO", name, liveGood, benchGood, near)
+		}
+		for _, m := range []struct {
+			what    string
+			samples []time.Duration
+			live    result.Percentiles
+			bounds  []float64
+			slack   time.Duration
+		}{
+			{"TTFT", ttfts, l.TTFTMs, telemetry.BucketsTTFT, proxyClientTTFT},
+			{"TPOT", tpots, l.TPOTMs, telemetry.BucketsTPOT, proxyClientTPOT},
+		} {
+			if m.live.N != len(m.samples) {
+				t.Errorf("%s %s: the histogram counted %d, the bench %d", name, m.what, m.live.N, len(m.samples))
+				continue
+			}
+			sort.Slice(m.samples, func(i, j int) bool { return m.samples[i] < m.samples[j] })
+			for _, q := range []struct {
+				q  float64
+				ms float64
+			}{{0.5, m.live.P50}, {0.9, m.live.P90}, {0.99, m.live.P99}} {
+				// histogram_quantile finds the bucket whose cumulative
+				// count first reaches q·n: the one holding sample ⌈q·n⌉.
+				k := int(math.Ceil(q.q * float64(len(m.samples))))
+				x := m.samples[k-1]
+				lo, hi := bucket(m.bounds, q.ms/1000)
+				t.Logf("%s %s p%g: live %.2f ms in bucket (%g, %g] s; bench sample %d of %d: %v", name, m.what, 100*q.q, q.ms, lo, hi, k, len(m.samples), x)
+				if x.Seconds() < lo-m.slack.Seconds() || x.Seconds() > hi+m.slack.Seconds() {
+					t.Errorf("%s %s p%g: bench sample %v outside the live estimate's bucket (%g, %g] s", name, m.what, 100*q.q, x, lo, hi)
+				}
+			}
+		}
+	}
+}
+
+// bucket returns the histogram bucket (lo, hi] holding v.
+func bucket(bounds []float64, v float64) (lo, hi float64) {
+	for _, b := range bounds {
+		if v <= b {
+			return lo, b
+		}
+		lo = b
+	}
+	return lo, math.Inf(1)
+}
+
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 // checkDashboard runs every query of every panel of the generated

@@ -30,6 +30,7 @@ const (
 	MetricTPOT        = "gen_ai_server_time_per_output_token_seconds"
 	MetricQueue       = "llmesh_queue_duration_seconds"
 	MetricDuration    = "gen_ai_server_request_duration_seconds"
+	MetricITL         = "llmesh_inter_chunk_duration_seconds"
 	MetricTokens      = "gen_ai_client_token_usage"
 	MetricLimit       = "llmesh_scheduler_limit"
 	MetricInflight    = "llmesh_scheduler_inflight"
@@ -260,10 +261,9 @@ func Rules(cfg *config.Config, o Options) (*RuleFile, []Skipped) {
 			},
 		})
 	}
-	return &RuleFile{Groups: []Group{
-		{Name: "llmesh-slo-recording", Rules: rec},
-		{Name: "llmesh-slo-alerts", Rules: alerts},
-	}}, skipped
+	// One group: its rules run in order at each evaluation, so the alerts
+	// read the ratios recorded the same instant, not the previous ones.
+	return &RuleFile{Groups: []Group{{Name: "llmesh-slo", Rules: append(rec, alerts...)}}}, skipped
 }
 
 // Marshal writes f as YAML, with header lines as comments on top.

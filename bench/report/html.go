@@ -163,6 +163,9 @@ func HTML(w io.Writer, rep *result.Report) error {
 		if es := earlyStopping(rep.Classes[n]); es != "" {
 			notes = append(notes, n+" early stopping (99% confidence): "+es)
 		}
+		for _, l := range liveLines(rep.Classes[n]) {
+			notes = append(notes, n+" "+l)
+		}
 	}
 	rows = append(rows, row("all", rep.Overall, true))
 	if rep.Engine != nil {

@@ -30,6 +30,12 @@ func Markdown(w io.Writer, rep *result.Report) error {
 			fmt.Fprintf(ew, "; early stopping: %s", es)
 		}
 		fmt.Fprintln(ew)
+		for _, l := range liveLines(c) {
+			fmt.Fprintf(ew, "- **%s** %s\n", mdEscape(n), mdEscape(l))
+		}
+	}
+	if rep.Live != nil {
+		fmt.Fprintf(ew, "- note: %s\n", mdEscape(rep.Live.Note))
 	}
 	if rep.Engine != nil {
 		fmt.Fprintf(ew, "- engine agreement: client − engine TTFT p50 %s ms, p99 %s ms over %d requests\n", trim(rep.Engine.DeltaMs.P50), trim(rep.Engine.DeltaMs.P99), rep.Engine.N)

@@ -100,6 +100,9 @@ func orDash(s string) string {
 
 // Validity is the verdict line on whether the run can be trusted.
 func Validity(rep *result.Report) string {
+	if l := rep.Live; l != nil {
+		return fmt.Sprintf("live traffic from %s to %s (Prometheus %s, config %s)", l.Start, l.End, l.Prometheus, orDash(l.Config))
+	}
 	if rep.Valid {
 		return fmt.Sprintf("valid (schedule lag p99 %.3f ms)", rep.ScheduleLagMs.P99)
 	}
@@ -181,6 +184,26 @@ func gpuLines(rep *result.Report) []string {
 	return out
 }
 
+// liveLines are the lines only live reports (llmesh report slo) have:
+// error budget, queue time and the worst hours.
+func liveLines(c *result.ClassReport) []string {
+	var out []string
+	if c.BudgetRemaining != nil {
+		out = append(out, fmt.Sprintf("error budget remaining: %.1f%% (of %.1f%% of requests allowed to miss)", 100**c.BudgetRemaining, 100*(1-c.AttainmentTarget)))
+	}
+	if q := c.QueueMs; q != nil {
+		out = append(out, fmt.Sprintf("queue: p50 %s ms, p90 %s ms, p99 %s ms, mean %s ms; preemptions %d", trim(q.P50), trim(q.P90), trim(q.P99), trim(q.Mean), c.Preemptions))
+	}
+	if len(c.WorstHours) > 0 {
+		var parts []string
+		for _, h := range c.WorstHours {
+			parts = append(parts, fmt.Sprintf("%s %.1f%% of %.0f", h.Start, 100*h.Attainment, h.Requests))
+		}
+		out = append(out, "worst hours: "+strings.Join(parts, "; "))
+	}
+	return out
+}
+
 // Table writes the terminal summary.
 func Table(w io.Writer, rep *result.Report) error {
 	ew := &errWriter{w: w}
@@ -202,6 +225,12 @@ func Table(w io.Writer, rep *result.Report) error {
 		if es := earlyStopping(c); es != "" {
 			fmt.Fprintf(ew, "%s early stopping (99%% confidence): %s\n", n, es)
 		}
+		for _, l := range liveLines(c) {
+			fmt.Fprintf(ew, "%s %s\n", n, l)
+		}
+	}
+	if rep.Live != nil {
+		fmt.Fprintf(ew, "note: %s\n", rep.Live.Note)
 	}
 	if rep.Engine != nil {
 		fmt.Fprintf(ew, "engine agreement: client TTFT − engine TTFT over %d requests: p50 %s ms, p99 %s ms, max %s ms (%d negative)\n",

@@ -108,6 +108,10 @@ type Report struct {
 	// Engine compares client TTFT with the engine's own timestamps when
 	// the target reported them.
 	Engine *EngineAgreement `json:"engine_agreement,omitempty"`
+
+	// Live is set on reports of a live mesh's traffic read from Prometheus
+	// (`llmesh report slo`); nil on bench runs.
+	Live *Live `json:"live,omitempty"`
 }
 
 // Lag is a schedule-lag summary in milliseconds.
@@ -161,6 +165,16 @@ type ClassReport struct {
 	Preemptions   int         `json:"preemptions,omitempty"`
 	// TTFTCDF is the TTFT distribution as (ms, quantile) points for charts.
 	TTFTCDF [][2]float64 `json:"ttft_cdf,omitempty"`
+
+	// QueueMs is the queue time (arrival → admission); set on live reports.
+	QueueMs *Percentiles `json:"queue_ms,omitempty"`
+	// BudgetRemaining is the share of the error budget (1 −
+	// attainment_target) left after the window's misses: 1 untouched, 0
+	// spent, negative overspent. Set on live reports.
+	BudgetRemaining *float64 `json:"budget_remaining,omitempty"`
+	// WorstHours are the hours of the window with the lowest attainment,
+	// worst first; set on live reports.
+	WorstHours []Interval `json:"worst_hours,omitempty"`
 }
 
 // Violations break down SLO misses; a request is counted once, under its
@@ -243,4 +257,25 @@ type EngineAgreement struct {
 	// Note explains a disagreement the numbers alone do not (an engine
 	// clock running at another rate).
 	Note string `json:"note,omitempty"`
+}
+
+// Live says where a live report's numbers come from.
+type Live struct {
+	// Prometheus is the server's base URL; Config the mesh config the
+	// classes and SLOs came from.
+	Prometheus string `json:"prometheus"`
+	Config     string `json:"config"`
+	// Start and End bound the window (RFC 3339); WindowS is its length.
+	Start   string  `json:"start"`
+	End     string  `json:"end"`
+	WindowS float64 `json:"window_s"`
+	// Note states how exact the counts and percentiles are.
+	Note string `json:"note"`
+}
+
+// Interval is one stretch of a live report's window.
+type Interval struct {
+	Start      string  `json:"start"`
+	Requests   float64 `json:"requests"`
+	Attainment float64 `json:"attainment"`
 }

@@ -31,6 +31,7 @@ var commands = []command{
 	{"bench", "benchmark harness: run, ab, sweep, report", runBench},
 	{"control", "xDS control plane for Envoy: control --config mesh.yaml --xds ADDR --admin ADDR", runControl},
 	{"gateway", "embedded gateway: measure, relocate and schedule LLM traffic to engines", runGateway},
+	{"report", "live SLO report from Prometheus: report slo --prometheus URL --config mesh.yaml --window 24h", runReport},
 	{"scheduler", "shared scheduler service: scheduler serve --listen ADDR --config mesh.yaml", runScheduler},
 	{"sim", "simulated LLM engine (OpenAI HTTP + gRPC), calibrated to H200 timings", runSim},
 	{"slo", "Prometheus rules and Grafana dashboard from the mesh config: slo rules|dashboard --config mesh.yaml", runSLO},
