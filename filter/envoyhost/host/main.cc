@@ -790,6 +790,31 @@ struct Run {
       order.push_back(name);
       return true;
     }
+    if (cmd == "wait_stat" && t.size() >= 3) {
+      // wait_stat NAME VALUE [ms]: poll an Envoy counter or gauge.
+      std::string name = plain(t[1]);
+      int64_t want = std::stoll(t[2]);
+      int ms = t.size() > 3 ? std::stoi(t[3]) : 5000;
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+      for (;;) {
+        {
+          std::lock_guard<std::mutex> sl(stats.mu);
+          auto c = stats.counters.find(name);
+          auto g = stats.gauges.find(name);
+          if ((c != stats.counters.end() && c->second == want) ||
+              (g != stats.gauges.end() && g->second == want)) {
+            return true;
+          }
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+          std::lock_guard<std::mutex> lk(rec_mu);
+          failures.push_back("wait_stat " + name + " " + t[2] + ": timed out after " +
+                             std::to_string(ms) + " ms");
+          return true;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
     if (cmd == "wait" && t.size() >= 3) {
       Stream* s = stream(plain(t[1]), err);
       if (s == nullptr) {
