@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,11 +127,10 @@ func (r *statRegistry) add(s *statSet) {
 func (r *statRegistry) remove(s *statSet) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i, x := range r.sets {
-		if x == s {
-			r.sets = append(r.sets[:i], r.sets[i+1:]...)
-			return
-		}
+	if i := slices.Index(r.sets, s); i >= 0 {
+		// slices.Delete clears the freed slot: a set left in the backing
+		// array would keep the SDK's config object from being finalized.
+		r.sets = slices.Delete(r.sets, i, i+1)
 	}
 }
 

@@ -273,6 +273,9 @@ func baseline(r *report, exps []expect) []string {
 	if n := r.Objects.RequestsCreated - r.Objects.RequestsFreed; n != 0 && !allow["leak"] {
 		p = append(p, fmt.Sprintf("%d of %d requests were never finalized", n, r.Objects.RequestsCreated))
 	}
+	if n := r.Objects.ConfigsCreated - r.Objects.ConfigsFreed; n != 0 && !allow["leak"] {
+		p = append(p, fmt.Sprintf("%d of %d filter configs were never finalized by Go", n, r.Objects.ConfigsCreated))
+	}
 	for _, l := range r.Logs {
 		if l.Level >= 4 && !allow["error_logs"] && !strings.Contains(l.Msg, "not supported yet") {
 			p = append(p, "error log: "+l.Msg)
