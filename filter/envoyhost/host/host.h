@@ -436,6 +436,7 @@ private:
     bool has_trailers{false};
     bool aborted{false};
   };
+  bool afterCallback(Side& side);
   void commonContinue(bool encoding);
   void toUpstreamHeaders(bool end);
   void toUpstreamData(Buffer& b, bool end);
@@ -457,6 +458,8 @@ private:
   bool resp_headers_set_{false};
   Side dec_, enc_;
   int call_state_{0}; // nonzero while a filter callback runs
+  std::unique_ptr<LocalReply> prepared_;
+  std::string pending_end_;
   bool up_started_{false}, up_end_{false};
   bool down_started_{false}, down_end_{false};
   bool ended_{false};

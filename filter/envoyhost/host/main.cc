@@ -912,16 +912,18 @@ struct Run {
     for (auto& w : workers) {
       w->run([] {});
     }
-    dso.cleanUp();
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-    while (std::chrono::steady_clock::now() < deadline &&
-           (requests_freed.load() < requests_created.load() ||
-            configs_freed.load() < configs_created.load())) {
+    // envoyGoFilterCleanUp runs a GC and waits for its finalizers; an
+    // object reachable only from another finalized one needs another.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    do {
+      dso.cleanUp();
       for (auto& w : workers) {
         w->run([] {});
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    } while (std::chrono::steady_clock::now() < deadline &&
+             (requests_freed.load() < requests_created.load() ||
+              configs_freed.load() < configs_created.load()) &&
+             (std::this_thread::sleep_for(std::chrono::milliseconds(20)), true));
   }
 
   std::string report() {
