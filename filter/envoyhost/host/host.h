@@ -425,6 +425,7 @@ public:
   bool completed{false};
   std::string end_reason;
   int dec_watermark_{0}, enc_watermark_{0};
+  bool quiet{false}; // bench: record no events
 
 private:
   friend class Filter;

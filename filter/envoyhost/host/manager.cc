@@ -288,6 +288,9 @@ bool Stream::goIdle() const {
 }
 
 Event& Stream::record(const std::string& side, const std::string& kind, bool end) {
+  if (quiet) {
+    events.clear(); // keep only the latest, for the caller to fill in
+  }
   Event e;
   e.seq = nextSeq();
   e.side = side;
@@ -729,7 +732,9 @@ void Stream::toUpstreamData(Buffer& b, bool end) {
   }
   up_end_ = end;
   Event& e = record("upstream", "data", end);
-  e.data = b.d;
+  if (!quiet) {
+    e.data = b.d;
+  }
   b.d.clear();
 }
 
@@ -766,7 +771,9 @@ void Stream::toDownstreamData(Buffer& b, bool end) {
     violation("response data sent downstream after end of stream");
   }
   Event& e = record("downstream", "data", end);
-  e.data = b.d;
+  if (!quiet) {
+    e.data = b.d;
+  }
   b.d.clear();
   if (end) {
     down_end_ = true;
