@@ -45,6 +45,9 @@ $(BIN)/envoyhost: $(wildcard filter/envoyhost/host/*)
 	@mkdir -p $(BIN)
 	$(CXX) -std=c++17 -O1 -g -Wall -pthread -rdynamic -I$(ENVOY_API) -o $@ $(filter %.cc,$^) -ldl
 
+.PHONY: envoyhost
+envoyhost: $(BIN)/envoyhost ## Build the Envoy test host (bin/envoyhost) that runs llmesh-filter.so through the real SDK.
+
 .PHONY: filter-host
 filter-host: filter $(BIN)/envoyhost ## Run every Envoy host scenario (filter/envoyhost) against llmesh-filter.so, one line each.
 	@out=$$(mktemp); rc=0; \
