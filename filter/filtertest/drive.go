@@ -256,8 +256,41 @@ func (s *Stream) data(p *process, name string, data []byte, end bool, call func(
 		})
 }
 
-// DecodeTrailers delivers request trailers.
+// DecodeTrailers delivers request trailers. A body Envoy buffered (after
+// StopAndBuffer) is handed to DecodeData first, without endStream, as
+// Envoy's doTrailer does; a filter that answers StopAndBuffer again is a
+// violation, because Envoy then sends that body on, and with it the held
+// request headers, before DecodeTrailers.
 func (s *Stream) DecodeTrailers(h *HeaderMap) Result {
+	s.mu.Lock()
+	body := s.dec.buffered
+	if s.dec.buffering && len(body) > 0 {
+		s.dec.buffered, s.dec.buffering = nil, false
+	} else {
+		body = nil
+	}
+	s.mu.Unlock()
+	if body != nil {
+		b := NewBuffer(body)
+		r := s.begin(&s.dec, "DecodeData", func(ph *phase) { b.phase = ph },
+			func() api.StatusType { return s.filter.DecodeData(b, false) },
+			func(st api.StatusType) {
+				switch st {
+				case api.Continue:
+				case api.StopAndBuffer, api.StopAndBufferWatermark:
+					s.violate("DecodeData before request trailers answered " + statusName(st) +
+						": Envoy injects the buffered body now, which continues the held request headers (doTrailer)")
+				default:
+					return
+				}
+				s.mu.Lock()
+				s.upstream = append(s.upstream, b.b...)
+				s.mu.Unlock()
+			}).Wait()
+		if r.Status != api.Continue && r.Status != api.StopNoBuffer && r.Status != api.StopAndBuffer && r.Status != api.StopAndBufferWatermark {
+			return r
+		}
+	}
 	return s.begin(&s.dec, "DecodeTrailers", func(ph *phase) { h.phase = ph },
 		func() api.StatusType { return s.filter.DecodeTrailers(h) }, nil).Wait()
 }
