@@ -185,8 +185,9 @@ func (s *Stream) DecodeHeaders(h *HeaderMap, endStream bool) Result {
 }
 
 // DecodeData delivers one request body chunk. After StopAndBuffer Envoy
-// keeps the data and calls the filter again with everything buffered when
-// the body ends; the fake does the same.
+// keeps the data and calls the filter again with what was buffered since
+// when the body ends (a chunk the filter answered StopAndBuffer for is not
+// handed back, only sent on); the fake does the same.
 func (s *Stream) DecodeData(data []byte, endStream bool) Result {
 	return s.data(&s.dec, "DecodeData", data, endStream, func(b *Buffer, end bool) api.StatusType {
 		return s.filter.DecodeData(b, end)
@@ -248,10 +249,15 @@ func (s *Stream) data(p *process, name string, data []byte, end bool, call func(
 			defer s.mu.Unlock()
 			switch st {
 			case api.Continue:
+				*sink = append(*sink, p.kept...)
 				*sink = append(*sink, b.b...)
+				p.kept = nil
 			case api.StopAndBuffer, api.StopAndBufferWatermark:
+				// Envoy keeps this chunk and goes on with it when the
+				// filter continues, but does not hand it to the filter
+				// again: the next call gets only the data that followed.
 				p.buffering = true
-				p.buffered = append([]byte(nil), b.b...)
+				p.kept = append(p.kept, b.b...)
 			}
 		})
 }
