@@ -45,10 +45,15 @@ $(BIN)/envoyhost: $(wildcard filter/envoyhost/host/*)
 	@mkdir -p $(BIN)
 	$(CXX) -std=c++17 -O1 -g -Wall -pthread -rdynamic -I$(ENVOY_API) -o $@ $(filter %.cc,$^) -ldl
 
+.PHONY: envoyhost
+envoyhost: $(BIN)/envoyhost ## Build the Envoy test host (bin/envoyhost) that runs llmesh-filter.so through the real SDK.
+
+# filter-host lets the test build the host (cached by its sources under the
+# user cache directory, so go test ./... and this target compile it once).
 .PHONY: filter-host
-filter-host: filter $(BIN)/envoyhost ## Run every Envoy host scenario (filter/envoyhost) against llmesh-filter.so, one line each.
+filter-host: filter ## Run every Envoy host scenario (filter/envoyhost) against llmesh-filter.so, one line each.
 	@out=$$(mktemp); rc=0; \
-	LLMESH_FILTER_SO=$(CURDIR)/llmesh-filter.so LLMESH_ENVOYHOST=$(BIN)/envoyhost \
+	LLMESH_FILTER_SO=$(CURDIR)/llmesh-filter.so \
 		$(GO) test -count=1 -v -run '^TestScenarios$$' ./filter/envoyhost/ > $$out 2>&1 || rc=$$?; \
 	sed -n -E 's%^    --- (PASS|FAIL|SKIP): TestScenarios/([^ ]*) (.*)%\1 \2 \3%p' $$out; \
 	echo "filter-host: $$(grep -c '^    --- PASS' $$out) of $$(grep -c '^    --- ' $$out) scenarios pass"; \

@@ -117,3 +117,25 @@ func FuzzRequestBody(f *testing.F) {
 		}
 	})
 }
+
+// TestTrailersAfterBufferedBody: request trailers after a JSON body read
+// before admission, as Envoy delivers them (the buffered body first, to
+// DecodeData without endStream, then the trailers): the body stays in the
+// filter until admission and is read for the model, and a body being
+// relocated is refused with nothing sent on. Answering StopAndBuffer there
+// let Envoy send the request upstream unadmitted (see filter/envoyhost).
+func TestTrailersAfterBufferedBody(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+bodyMesh+`}`, true)
+	s := h.stream(filtertest.Options{})
+	body := `{"model":"big-model","prompt":"hi","max_tokens":10}`
+	wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.StopAndBuffer)
+	wantStatus(t, "DecodeData", s.DecodeData([]byte(body), false), api.StopAndBuffer)
+	wantStatus(t, "DecodeTrailers", s.DecodeTrailers(filtertest.NewHeaders("x-t", "1")), api.Continue)
+	want(t, "upstream before admission", string(s.Upstream()), "")
+	if got := s.AddedData(); len(got) != 1 || string(got[0]) != body {
+		t.Errorf("AddData before admission = %q, want the body once", got)
+	}
+	s.Complete()
+	want(t, "class", s.Metadata(MetadataNamespace)["class"], "batch")
+	noViolations(t, s)
+}

@@ -78,8 +78,18 @@ type FilterConfig struct {
 	needBody bool
 }
 
-// Destroy is called by the SDK when Envoy drops this config.
-func (c *FilterConfig) Destroy() {}
+// Destroy is called by the SDK when Envoy drops this config. Its stats
+// stop taking updates (the SDK would panic on them); goroutines that
+// outlive their stream update the newest live config's stats instead.
+func (c *FilterConfig) Destroy() {
+	if c.metrics != nil {
+		c.metrics.requests.set.drop()
+	}
+}
+
+// Destroy of a merged per-route config leaves the filter-level config,
+// which Envoy still holds, alone.
+func (m *merged) Destroy() {}
 
 // routeConfig is a per-route config: names from parseRoute, resolved
 // against the filter-level config by Merge.

@@ -66,10 +66,11 @@ type streamFilter struct {
 	tokensSent int  // last progress reported to the lease
 	preemptCh  <-chan struct{}
 
-	// sizeBuf holds a body being read for its size that Envoy handed over
-	// before its end (it does so when request trailers follow): the bytes
-	// stay in the filter (StopNoBuffer) until admission, because Envoy
-	// would otherwise inject them, and continue the held headers, at once.
+	// sizeBuf holds a JSON body read before admission (for its size, or
+	// to relocate a prompt into it) that Envoy handed over before its end
+	// (it does so when request trailers follow): the bytes stay in the
+	// filter (StopNoBuffer), because Envoy would otherwise inject them,
+	// and continue the held headers, at once.
 	sizeBuf []byte
 
 	// lease is set by the admission goroutine before it continues the

@@ -1,6 +1,13 @@
 package envoy
 
-import "github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+)
 
 // Envoy stat names the filter defines at Parse (counters and gauges only:
 // the SDK has no histograms; those go through Env.Recorder).
@@ -36,13 +43,117 @@ const (
 type metrics struct {
 	requests, admitted, queueFull, rejected, unavailable, cancelledQueued,
 	preempted, relocated, relocationErrors, observeErrors, panics,
-	routeConfigErrors, completed, failed, priorityStripped, prioritySet, priorityRefused api.CounterMetric
-	queued, inflight api.GaugeMetric
+	routeConfigErrors, completed, failed, priorityStripped, prioritySet, priorityRefused stat
+	queued, inflight stat
 }
 
-func defineMetrics(cb api.ConfigCallbacks) *metrics {
-	c := cb.DefineCounterMetric
-	return &metrics{
+// stat is one Envoy counter or gauge of one config. An update made after
+// Envoy dropped that config (an admission goroutine outliving its stream,
+// see statSet) goes to the same stat of the newest live config instead:
+// Envoy keeps one stat per name, whichever config defined it. Without a
+// live config it is counted in LostStatUpdates.
+type stat struct {
+	set *statSet
+	i   int
+}
+
+// Increment adds n (a gauge may go down).
+func (s stat) Increment(n int64) {
+	for set := s.set; set != nil; set = set.reg.live() {
+		if set.increment(s.i, n) {
+			return
+		}
+	}
+	lostStatUpdates.Add(1)
+}
+
+// LostStatUpdates counts the stat updates made when no config was live;
+// the SDK would have panicked on them (CAPIFilterIsGone).
+func LostStatUpdates() uint64 { return lostStatUpdates.Load() }
+
+var lostStatUpdates atomic.Uint64
+
+// statSet is the stats one config defined, in defineMetrics' order. Once
+// Envoy drops the config (Destroy), the SDK answers every update through
+// it with a panic: the set is marked dropped first and updates move on.
+type statSet struct {
+	reg     *statRegistry
+	dropped atomic.Bool
+	m       []api.CounterMetric // counters and gauges share Increment
+}
+
+// increment reports false when the set is dropped, also when the SDK found
+// the config gone before Destroy ran (it panics with errRequestFinished).
+func (s *statSet) increment(i int, n int64) (ok bool) {
+	if s.dropped.Load() {
+		return false
+	}
+	defer func() {
+		if e := recover(); e != nil {
+			if !isConfigGone(e) {
+				panic(e)
+			}
+			s.drop()
+			ok = false
+		}
+	}()
+	s.m[i].Increment(n)
+	return true
+}
+
+func (s *statSet) drop() {
+	s.dropped.Store(true)
+	s.reg.remove(s)
+}
+
+// isConfigGone tells the SDK's panic for a config Envoy freed.
+func isConfigGone(e interface{}) bool {
+	msg, ok := e.(string)
+	return ok && strings.Contains(msg, "request has been finished")
+}
+
+// statRegistry knows the live stat sets of one Plugin, newest last.
+type statRegistry struct {
+	mu   sync.Mutex
+	sets []*statSet
+}
+
+func (r *statRegistry) add(s *statSet) {
+	r.mu.Lock()
+	r.sets = append(r.sets, s)
+	r.mu.Unlock()
+}
+
+func (r *statRegistry) remove(s *statSet) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i := slices.Index(r.sets, s); i >= 0 {
+		// slices.Delete clears the freed slot: a set left in the backing
+		// array would keep the SDK's config object from being finalized.
+		r.sets = slices.Delete(r.sets, i, i+1)
+	}
+}
+
+func (r *statRegistry) live() *statSet {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.sets) == 0 {
+		return nil
+	}
+	return r.sets[len(r.sets)-1]
+}
+
+func defineMetrics(reg *statRegistry, cb api.ConfigCallbacks) *metrics {
+	set := &statSet{reg: reg}
+	c := func(name string) stat {
+		set.m = append(set.m, cb.DefineCounterMetric(name))
+		return stat{set: set, i: len(set.m) - 1}
+	}
+	g := func(name string) stat {
+		set.m = append(set.m, cb.DefineGaugeMetric(name))
+		return stat{set: set, i: len(set.m) - 1}
+	}
+	m := &metrics{
 		requests:          c(StatRequests),
 		admitted:          c(StatAdmitted),
 		queueFull:         c(StatQueueFull),
@@ -60,7 +171,9 @@ func defineMetrics(cb api.ConfigCallbacks) *metrics {
 		priorityStripped:  c(StatPriorityStripped),
 		prioritySet:       c(StatPrioritySet),
 		priorityRefused:   c(StatPriorityRefused),
-		queued:            cb.DefineGaugeMetric(GaugeQueued),
-		inflight:          cb.DefineGaugeMetric(GaugeInflight),
+		queued:            g(GaugeQueued),
+		inflight:          g(GaugeInflight),
 	}
+	reg.add(set)
+	return m
 }

@@ -50,7 +50,8 @@ type Env struct {
 //	p := envoy.New(env)
 //	http.RegisterHttpFilterFactoryAndConfigParser(envoy.Name, p.Factory, p)
 type Plugin struct {
-	env Env
+	env   Env
+	stats statRegistry
 }
 
 var _ api.StreamFilterConfigParser = (*Plugin)(nil)
@@ -76,7 +77,7 @@ func (p *Plugin) Parse(a *anypb.Any, callbacks api.ConfigCallbackHandler) (inter
 	if err != nil {
 		return nil, err
 	}
-	fc.metrics = defineMetrics(callbacks)
+	fc.metrics = defineMetrics(&p.stats, callbacks)
 	fc.rt = &runtime{env: &p.env}
 	if len(fc.Mesh.Relocation.GRPC)+len(fc.Mesh.Relocation.HTTP) > 0 {
 		r, err := relocate.FromConfig(fc.Mesh.Relocation)

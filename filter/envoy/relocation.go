@@ -81,11 +81,20 @@ func (f *streamFilter) relocateBody(b api.BufferInstance, endStream bool) api.St
 	dcb := f.cb.DecoderFilterCallbacks()
 	if f.httpPlan != nil {
 		// Buffered: Envoy calls once with the whole body and endStream
-		// (DecodeHeaders returned StopAndBuffer); keep buffering otherwise.
+		// (DecodeHeaders returned StopAndBuffer). Without endStream it is
+		// handing the body over before request trailers: keep it here, as
+		// StopAndBuffer would let Envoy send it on, and the held headers
+		// with it, before DecodeTrailers refuses the request.
 		if !endStream {
-			return api.StopAndBuffer
+			f.sizeBuf = append(f.sizeBuf, b.Bytes()...)
+			return api.StopNoBuffer
 		}
-		body, err := f.relocateJSON(b.Bytes())
+		in := b.Bytes()
+		if f.sizeBuf != nil {
+			in = append(f.sizeBuf, in...)
+			f.sizeBuf = nil
+		}
+		body, err := f.relocateJSON(in)
 		if err != nil {
 			return f.relocationFailed(dcb, err)
 		}

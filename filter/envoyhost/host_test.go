@@ -42,7 +42,9 @@ func envoyModuleDir() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-func build(t *testing.T) (so, host string) {
+func buildForBench(b *testing.B) (so, host string) { return build(b) }
+
+func build(t testing.TB) (so, host string) {
 	t.Helper()
 	buildOnce.Do(func() {
 		soPath, hostPath = os.Getenv("LLMESH_FILTER_SO"), os.Getenv("LLMESH_ENVOYHOST")
@@ -273,6 +275,9 @@ func baseline(r *report, exps []expect) []string {
 	if n := r.Objects.RequestsCreated - r.Objects.RequestsFreed; n != 0 && !allow["leak"] {
 		p = append(p, fmt.Sprintf("%d of %d requests were never finalized", n, r.Objects.RequestsCreated))
 	}
+	if n := r.Objects.ConfigsCreated - r.Objects.ConfigsFreed; n != 0 && !allow["leak"] {
+		p = append(p, fmt.Sprintf("%d of %d filter configs were never finalized by Go", n, r.Objects.ConfigsCreated))
+	}
 	for _, l := range r.Logs {
 		if l.Level >= 4 && !allow["error_logs"] && !strings.Contains(l.Msg, "not supported yet") {
 			p = append(p, "error log: "+l.Msg)
@@ -319,5 +324,53 @@ func TestPortedSources(t *testing.T) {
 	if len(changed) > 0 {
 		t.Errorf("the Envoy sources the host ports changed in %s; re-read them against filter/envoyhost/host, "+
 			"then update filter/envoyhost/testdata/ported.sha256:\n  %s", mod, strings.Join(changed, "\n  "))
+	}
+}
+
+// BenchmarkThroughHost reports what the host measured for
+// testdata/bench/*.txt: the worker thread's CPU time per response chunk
+// (EncodeData through the SDK shim and two cgo crossings: the call into Go
+// and the buffer copy back) and per request (every callback of one
+// request on the worker, and the whole process's CPU including the
+// admission goroutine, the scheduler and GC). Each run is one host
+// process; b.N is not used.
+func BenchmarkThroughHost(b *testing.B) {
+	benchOut := map[string][]byte{}
+	for _, kind := range []string{"sse", "grpc"} {
+		b.Run(kind, func(b *testing.B) {
+			out, ok := benchOut[kind]
+			if !ok {
+				// One host run per kind, however often the framework
+				// calls this with a larger b.N.
+				so, host := buildForBench(b)
+				var err error
+				out, err = exec.Command(host, so, filepath.Join("testdata", "bench", kind+".txt")).Output()
+				if err != nil {
+					b.Fatalf("%s: %v\n%s", host, err, out)
+				}
+				benchOut[kind] = out
+			}
+			var r struct {
+				Bench []struct {
+					Requests       int   `json:"requests"`
+					ChunkCPU       int64 `json:"chunk_worker_cpu_ns"`
+					ChunkWall      int64 `json:"chunk_wall_ns"`
+					RequestCPU     int64 `json:"request_worker_cpu_ns"`
+					RequestProcess int64 `json:"request_process_cpu_ns"`
+				} `json:"bench"`
+				Violations []string `json:"violations"`
+			}
+			if err := json.Unmarshal(out, &r); err != nil || len(r.Bench) == 0 {
+				b.Fatalf("no bench report: %v\n%s", err, out)
+			}
+			if len(r.Violations) > 0 {
+				b.Fatalf("violations: %v", r.Violations)
+			}
+			last := r.Bench[len(r.Bench)-1] // the first run warms up
+			b.ReportMetric(float64(last.ChunkCPU), "cpu-ns/chunk")
+			b.ReportMetric(float64(last.ChunkWall), "wall-ns/chunk")
+			b.ReportMetric(float64(last.RequestCPU), "worker-cpu-ns/request")
+			b.ReportMetric(float64(last.RequestProcess), "process-cpu-ns/request")
+		})
 	}
 }

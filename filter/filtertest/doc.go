@@ -17,7 +17,15 @@
 //   - after api.Running exactly one Continue or SendLocalReply ends the
 //     phase; a second one, or one after OnDestroy, panics like the SDK
 //     ("golang filter has been destroyed");
-//   - dynamic metadata values must be accepted by structpb.NewValue.
+//   - dynamic metadata values must be accepted by structpb.NewValue;
+//   - request trailers after a buffered body: the body goes to DecodeData
+//     first without endStream (Envoy's doTrailer), and StopAndBuffer there
+//     is a violation, since Envoy then sends the held request on.
+//
+// Where it still differs from Envoy (filter/envoyhost runs the real SDK
+// for these): a local reply does not run through the filter's own encode
+// callbacks, it ends the stream; stream info, properties and stats are
+// simplified; there is one goroutine per test stream, not a worker thread.
 //
 // Ownership: a Stream is driven by one test goroutine (the "Envoy worker");
 // the filter under test may call the process callbacks (Continue,

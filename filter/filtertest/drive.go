@@ -185,8 +185,9 @@ func (s *Stream) DecodeHeaders(h *HeaderMap, endStream bool) Result {
 }
 
 // DecodeData delivers one request body chunk. After StopAndBuffer Envoy
-// keeps the data and calls the filter again with everything buffered when
-// the body ends; the fake does the same.
+// keeps the data and calls the filter again with what was buffered since
+// when the body ends (a chunk the filter answered StopAndBuffer for is not
+// handed back, only sent on); the fake does the same.
 func (s *Stream) DecodeData(data []byte, endStream bool) Result {
 	return s.data(&s.dec, "DecodeData", data, endStream, func(b *Buffer, end bool) api.StatusType {
 		return s.filter.DecodeData(b, end)
@@ -248,16 +249,54 @@ func (s *Stream) data(p *process, name string, data []byte, end bool, call func(
 			defer s.mu.Unlock()
 			switch st {
 			case api.Continue:
+				*sink = append(*sink, p.kept...)
 				*sink = append(*sink, b.b...)
+				p.kept = nil
 			case api.StopAndBuffer, api.StopAndBufferWatermark:
+				// Envoy keeps this chunk and goes on with it when the
+				// filter continues, but does not hand it to the filter
+				// again: the next call gets only the data that followed.
 				p.buffering = true
-				p.buffered = append([]byte(nil), b.b...)
+				p.kept = append(p.kept, b.b...)
 			}
 		})
 }
 
-// DecodeTrailers delivers request trailers.
+// DecodeTrailers delivers request trailers. A body Envoy buffered (after
+// StopAndBuffer) is handed to DecodeData first, without endStream, as
+// Envoy's doTrailer does; a filter that answers StopAndBuffer again is a
+// violation, because Envoy then sends that body on, and with it the held
+// request headers, before DecodeTrailers.
 func (s *Stream) DecodeTrailers(h *HeaderMap) Result {
+	s.mu.Lock()
+	body := s.dec.buffered
+	if s.dec.buffering && len(body) > 0 {
+		s.dec.buffered, s.dec.buffering = nil, false
+	} else {
+		body = nil
+	}
+	s.mu.Unlock()
+	if body != nil {
+		b := NewBuffer(body)
+		r := s.begin(&s.dec, "DecodeData", func(ph *phase) { b.phase = ph },
+			func() api.StatusType { return s.filter.DecodeData(b, false) },
+			func(st api.StatusType) {
+				switch st {
+				case api.Continue:
+				case api.StopAndBuffer, api.StopAndBufferWatermark:
+					s.violate("DecodeData before request trailers answered " + statusName(st) +
+						": Envoy injects the buffered body now, which continues the held request headers (doTrailer)")
+				default:
+					return
+				}
+				s.mu.Lock()
+				s.upstream = append(s.upstream, b.b...)
+				s.mu.Unlock()
+			}).Wait()
+		if r.Status != api.Continue && r.Status != api.StopNoBuffer && r.Status != api.StopAndBuffer && r.Status != api.StopAndBufferWatermark {
+			return r
+		}
+	}
 	return s.begin(&s.dec, "DecodeTrailers", func(ph *phase) { h.phase = ph },
 		func() api.StatusType { return s.filter.DecodeTrailers(h) }, nil).Wait()
 }

@@ -209,6 +209,9 @@ type process struct {
 	keep      *phase
 	buffering bool
 	buffered  []byte
+	// kept is data the filter answered StopAndBuffer for: sent on when
+	// it continues, never handed to it again.
+	kept []byte
 }
 
 var (

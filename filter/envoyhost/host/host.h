@@ -425,6 +425,7 @@ public:
   bool completed{false};
   std::string end_reason;
   int dec_watermark_{0}, enc_watermark_{0};
+  bool quiet{false}; // bench: record no events
 
 private:
   friend class Filter;
@@ -436,6 +437,7 @@ private:
     bool has_trailers{false};
     bool aborted{false};
   };
+  bool afterCallback(Side& side);
   void commonContinue(bool encoding);
   void toUpstreamHeaders(bool end);
   void toUpstreamData(Buffer& b, bool end);
@@ -457,6 +459,8 @@ private:
   bool resp_headers_set_{false};
   Side dec_, enc_;
   int call_state_{0}; // nonzero while a filter callback runs
+  std::unique_ptr<LocalReply> prepared_;
+  std::string pending_end_;
   bool up_started_{false}, up_end_{false};
   bool down_started_{false}, down_end_{false};
   bool ended_{false};

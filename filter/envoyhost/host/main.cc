@@ -718,6 +718,97 @@ struct Run {
     }
   }
 
+  // bench N CHUNKS sse|grpc runs N requests one after another on worker 0,
+  // each answered with CHUNKS token-bearing chunks, and records the CPU
+  // time of the worker thread in the response callbacks (the SDK shim, the
+  // cgo calls and the adapter run on it) and of the whole process.
+  std::string bench_json;
+  bool bench(int n, int chunks, const std::string& kind, std::string* err) {
+    if (!config) {
+      *err = "bench before a config";
+      return false;
+    }
+    bool grpc = kind == "grpc";
+    if (!grpc && kind != "sse") {
+      *err = "bench wants sse or grpc";
+      return false;
+    }
+    HeaderMap req;
+    req.add(":method", "POST");
+    req.add(":path", grpc ? "/llm.v1.Generation/Generate" : "/v1/completions");
+    req.add("content-type", grpc ? "application/grpc" : "application/json");
+    HeaderMap resp;
+    resp.add(":status", "200");
+    resp.add("content-type", grpc ? "application/grpc" : "text/event-stream");
+    std::string chunk =
+        grpc ? std::string("\x00\x00\x00\x00\x06\x0a\x01\x05\x12\x01\x61", 11)
+             : "data: {\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,"
+               "\"text\":\"a\",\"finish_reason\":null}]}\n\n";
+    Dispatcher& d = *workers[0];
+    auto tcpu = [] {
+      struct timespec ts;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+    };
+    auto pcpu = [] {
+      struct timespec ts;
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+      return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+    };
+    auto wall = [] {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    };
+    int64_t chunk_cpu = 0, chunk_wall = 0, req_cpu = 0;
+    int64_t p0 = pcpu(), w0 = wall();
+    for (int i = 0; i < n; i++) {
+      std::string name = "bench" + std::to_string(i);
+      std::unique_ptr<Stream> s;
+      int64_t c = 0;
+      d.run([&] {
+        int64_t t0 = tcpu();
+        s = std::make_unique<Stream>(name, d, config, buffer_limit);
+        s->quiet = true;
+        s->start_time = nowRFC3339();
+        s->clientHeaders(req, true);
+        c += tcpu() - t0;
+      });
+      std::string werr;
+      wait(s.get(), "upstream_end", 5000, &werr);
+      d.run([&] {
+        int64_t t0 = tcpu();
+        s->upstreamHeaders(resp, false);
+        int64_t t1 = tcpu(), wl = wall();
+        for (int k = 0; k < chunks; k++) {
+          s->upstreamData(chunk, false);
+        }
+        chunk_cpu += tcpu() - t1;
+        chunk_wall += wall() - wl;
+        if (grpc) {
+          HeaderMap tr;
+          tr.add("grpc-status", "0");
+          s->upstreamTrailers(tr);
+        } else {
+          s->upstreamData("data: [DONE]\n\n", true);
+        }
+        c += tcpu() - t0;
+      });
+      req_cpu += c;
+      d.run([&] { s.reset(); });
+    }
+    int64_t total = int64_t(n) * chunks;
+    std::ostringstream o;
+    o << "{\"kind\": " << jsonStr(kind) << ", \"requests\": " << n << ", \"chunks_per_request\": " << chunks
+      << ", \"chunk_worker_cpu_ns\": " << (total ? chunk_cpu / total : 0)
+      << ", \"chunk_wall_ns\": " << (total ? chunk_wall / total : 0)
+      << ", \"request_worker_cpu_ns\": " << req_cpu / n
+      << ", \"request_process_cpu_ns\": " << (pcpu() - p0) / n
+      << ", \"request_wall_ns\": " << (wall() - w0) / n << "}";
+    bench_json += (bench_json.empty() ? "" : ", ") + o.str();
+    return true;
+  }
+
   bool exec(const Line& l, std::string* err) {
     const auto& t = l.tok;
     const std::string cmd = plain(t[0]);
@@ -789,6 +880,34 @@ struct Run {
       streams[name] = std::move(s);
       order.push_back(name);
       return true;
+    }
+    if (cmd == "bench" && t.size() == 4) {
+      return bench(std::stoi(t[1]), std::stoi(t[2]), plain(t[3]), err);
+    }
+    if (cmd == "wait_stat" && t.size() >= 3) {
+      // wait_stat NAME VALUE [ms]: poll an Envoy counter or gauge.
+      std::string name = plain(t[1]);
+      int64_t want = std::stoll(t[2]);
+      int ms = t.size() > 3 ? std::stoi(t[3]) : 5000;
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+      for (;;) {
+        {
+          std::lock_guard<std::mutex> sl(stats.mu);
+          auto c = stats.counters.find(name);
+          auto g = stats.gauges.find(name);
+          if ((c != stats.counters.end() && c->second == want) ||
+              (g != stats.gauges.end() && g->second == want)) {
+            return true;
+          }
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+          std::lock_guard<std::mutex> lk(rec_mu);
+          failures.push_back("wait_stat " + name + " " + t[2] + ": timed out after " +
+                             std::to_string(ms) + " ms");
+          return true;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
     }
     if (cmd == "wait" && t.size() >= 3) {
       Stream* s = stream(plain(t[1]), err);
@@ -887,16 +1006,18 @@ struct Run {
     for (auto& w : workers) {
       w->run([] {});
     }
-    dso.cleanUp();
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-    while (std::chrono::steady_clock::now() < deadline &&
-           (requests_freed.load() < requests_created.load() ||
-            configs_freed.load() < configs_created.load())) {
+    // envoyGoFilterCleanUp runs a GC and waits for its finalizers; an
+    // object reachable only from another finalized one needs another.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    do {
+      dso.cleanUp();
       for (auto& w : workers) {
         w->run([] {});
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    } while (std::chrono::steady_clock::now() < deadline &&
+             (requests_freed.load() < requests_created.load() ||
+              configs_freed.load() < configs_created.load()) &&
+             (std::this_thread::sleep_for(std::chrono::milliseconds(20)), true));
   }
 
   std::string report() {
@@ -998,7 +1119,8 @@ struct Run {
         << kv.second;
       f = false;
     }
-    o << "},\n \"logs\": [";
+    o << "},\n \"bench\": [" << bench_json << "]";
+    o << ",\n \"logs\": [";
     for (size_t i = 0; i < logs.size(); i++) {
       o << (i ? ",\n  " : "\n  ") << "{\"level\": " << logs[i].first << ", \"msg\": " << jsonStr(logs[i].second)
         << "}";

@@ -288,6 +288,9 @@ bool Stream::goIdle() const {
 }
 
 Event& Stream::record(const std::string& side, const std::string& kind, bool end) {
+  if (quiet) {
+    events.clear(); // keep only the latest, for the caller to fill in
+  }
   Event e;
   e.seq = nextSeq();
   e.side = side;
@@ -308,6 +311,9 @@ void Stream::clientHeaders(HeaderMap h, bool end_stream) {
   call_state_ |= kDecoding;
   auto st = filter_->decodeHeaders(req_headers_, end_stream);
   call_state_ &= ~kDecoding;
+  if (afterCallback(dec_)) {
+    return;
+  }
   if (st == HeadersStatus::Continue) {
     dec_.headers_continued = true;
     toUpstreamHeaders(end_stream);
@@ -326,7 +332,7 @@ void Stream::clientData(const std::string& data, bool end_stream) {
   call_state_ |= kDecoding;
   auto st = filter_->decodeData(b, end_stream);
   call_state_ &= ~kDecoding;
-  if (ended_ || dec_.aborted) {
+  if (afterCallback(dec_)) {
     return;
   }
   if (st == DataStatus::Continue) {
@@ -362,7 +368,7 @@ void Stream::clientTrailers(HeaderMap t) {
   call_state_ |= kDecoding;
   auto st = filter_->decodeTrailers(req_trailers_);
   call_state_ &= ~kDecoding;
-  if (ended_ || dec_.aborted) {
+  if (afterCallback(dec_)) {
     return;
   }
   if (st == HeadersStatus::Continue) {
@@ -407,7 +413,7 @@ void Stream::filterEncodeHeaders(bool end_stream) {
   call_state_ |= kEncoding;
   auto st = filter_->encodeHeaders(resp_headers_, end_stream);
   call_state_ &= ~kEncoding;
-  if (ended_ || enc_.aborted) {
+  if (afterCallback(enc_)) {
     return;
   }
   if (st == HeadersStatus::Continue) {
@@ -435,7 +441,7 @@ void Stream::filterEncodeData(Buffer& b, bool end_stream) {
   call_state_ |= kEncoding;
   auto st = filter_->encodeData(b, end_stream);
   call_state_ &= ~kEncoding;
-  if (ended_ || enc_.aborted) {
+  if (afterCallback(enc_)) {
     return;
   }
   if (st == DataStatus::Continue) {
@@ -466,7 +472,7 @@ void Stream::upstreamTrailers(HeaderMap t) {
   call_state_ |= kEncoding;
   auto st = filter_->encodeTrailers(resp_trailers_);
   call_state_ &= ~kEncoding;
-  if (ended_ || enc_.aborted) {
+  if (afterCallback(enc_)) {
     return;
   }
   if (st == HeadersStatus::Continue) {
@@ -495,6 +501,24 @@ void Stream::upstreamReset() {
     return;
   }
   resetStream("upstream reset after response headers");
+}
+
+bool Stream::afterCallback(Side& side) {
+  if (call_state_ != 0) {
+    return ended_ || side.aborted; // a callback further up the stack finishes
+  }
+  if (prepared_) {
+    // A local reply sent during a decoder callback runs once it returned
+    // (prepareLocalReplyViaFilterChain / executeLocalReplyIfPrepared).
+    auto r = std::move(prepared_);
+    sendLocalReply(*r);
+  }
+  if (!pending_end_.empty()) {
+    auto why = pending_end_;
+    pending_end_.clear();
+    endStream(why);
+  }
+  return ended_ || side.aborted;
 }
 
 void Stream::commonContinue(bool encoding) {
@@ -599,6 +623,13 @@ void Stream::sendLocalReply(const LocalReply& r) {
   if (ended_) {
     return;
   }
+  if ((call_state_ & kDecoding) && !resp_headers_set_) {
+    if (!prepared_) {
+      prepared_ = std::make_unique<LocalReply>(r);
+    }
+    dec_.aborted = true;
+    return;
+  }
   Event& ev = record("filter", "local_reply", false);
   ev.code = r.code;
   ev.details = r.details;
@@ -701,7 +732,9 @@ void Stream::toUpstreamData(Buffer& b, bool end) {
   }
   up_end_ = end;
   Event& e = record("upstream", "data", end);
-  e.data = b.d;
+  if (!quiet) {
+    e.data = b.d;
+  }
   b.d.clear();
 }
 
@@ -738,7 +771,9 @@ void Stream::toDownstreamData(Buffer& b, bool end) {
     violation("response data sent downstream after end of stream");
   }
   Event& e = record("downstream", "data", end);
-  e.data = b.d;
+  if (!quiet) {
+    e.data = b.d;
+  }
   b.d.clear();
   if (end) {
     down_end_ = true;
@@ -770,6 +805,14 @@ void Stream::resetStream(const std::string& why) {
 
 void Stream::endStream(const std::string& why) {
   if (ended_) {
+    return;
+  }
+  if (call_state_ != 0) {
+    // The connection manager destroys a stream after the filter callback
+    // on the stack returned, never under it.
+    if (pending_end_.empty()) {
+      pending_end_ = why;
+    }
     return;
   }
   ended_ = true;
