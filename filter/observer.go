@@ -424,7 +424,8 @@ func (o *Observer) Observation() Observation {
 	if !ob.End.IsZero() && !ob.Received.IsZero() {
 		ob.E2E = nonNeg(ob.End.Sub(ob.Received))
 	}
-	if !ob.UsageReported {
+	ob.OutputTokensSource = outputSource(&ob)
+	if ob.OutputTokensSource == TokensFromStream {
 		ob.OutputTokens = ob.CountedTokens
 	}
 	if ob.HasTTFT && ob.E2E > 0 && ob.OutputTokens > 1 && ob.Protocol != ProtocolJSON {
@@ -439,6 +440,17 @@ func (o *Observer) Observation() Observation {
 		ob.TokenIDs = append([]uint32(nil), o.tokenIDs...)
 	}
 	return ob
+}
+
+// outputSource decides where OutputTokens comes from: the engine's usage
+// when it reported one, unless it reported 0 while the stream carried
+// tokens (a proto3 field the engine never set reads as 0: trusting it
+// would turn a streamed answer into no output and no TPOT).
+func outputSource(ob *Observation) TokenSource {
+	if ob.UsageReported && (ob.OutputTokens > 0 || ob.CountedTokens == 0) {
+		return TokensFromUsage
+	}
+	return TokensFromStream
 }
 
 func nonNeg(d time.Duration) time.Duration {
