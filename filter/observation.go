@@ -137,6 +137,10 @@ type ITLSummary struct {
 	// Samples holds the first Options.MaxITLSamples gaps in stream order; it
 	// is nil when samples are disabled. Observation returns a copy.
 	Samples []time.Duration
+	// Buckets counts every gap by Layout (Options.GapBuckets): they sum to
+	// Count. Both are nil without a layout. Observation returns a copy.
+	Buckets []uint64
+	Layout  *GapBuckets
 }
 
 // Mean is Sum/Count, or 0 without gaps.

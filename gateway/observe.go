@@ -33,6 +33,7 @@ func (g *Gateway) newMeter(x *exchange, r *http.Request) *meter {
 	opts := filter.Options{
 		KeepOutput:  x.meta.spliceable && g.admitter != nil,
 		GeneralScan: r.Context().Value(generalScanKey{}) != nil,
+		GapBuckets:  g.gapBuckets,
 	}
 	if x.grpc {
 		opts.GRPCMethod = r.URL.Path

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -277,6 +278,9 @@ func (r *Recorder) Record(obs filter.Observation, class, model string) {
 	}
 	for _, gap := range obs.ITL.Samples {
 		r.itl.Record(ctx, gap.Seconds(), s.base...)
+	}
+	if allGaps(&obs.ITL) {
+		extraGaps(&obs.ITL, func(gap time.Duration) { r.itl.Record(ctx, gap.Seconds(), s.base...) })
 	}
 	if obs.PromptTokens > 0 {
 		r.tokens.Record(ctx, int64(obs.PromptTokens), s.input...)

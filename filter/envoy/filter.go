@@ -182,8 +182,12 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	// ITL samples feed only the OpenTelemetry histogram; without a recorder
 	// the summary is enough. Pooled observers reuse the sample buffer.
 	opts := filter.Options{MaxITLSamples: -1}
-	if f.cfg.rt.recorder(f.cfg.Mesh) != nil {
+	if rec := f.cfg.rt.recorder(f.cfg.Mesh); rec != nil {
 		opts.MaxITLSamples = 0
+		// Every gap reaches the histogram, however long the stream.
+		if gb, ok := rec.(interface{ GapBuckets() *filter.GapBuckets }); ok {
+			opts.GapBuckets = gb.GapBuckets()
+		}
 	}
 	if f.grpc {
 		opts.GRPCMethod = f.path
