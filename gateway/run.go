@@ -298,7 +298,7 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 		}
 		opts = append(opts, WithRecorder(RecorderFunc(func(rec Record) {
 			// h.gw is set before the first request.
-			if exp, arm := h.gw.Arm(rec.Pool); arm != "" {
+			if exp, arm := h.gw.Arm(rec.Pool); arm != "" && !rec.Passthrough {
 				arms.Record(rec.Observation, rec.Class, exp, arm)
 			}
 		})))
@@ -380,6 +380,10 @@ func TelemetryRecorder(r *telemetry.Recorder) Recorder { return telemetryRecorde
 type telemetryRecorder struct{ r *telemetry.Recorder }
 
 func (t telemetryRecorder) Record(rec Record) {
+	if rec.Passthrough {
+		t.r.Passthrough(&rec.Observation)
+		return
+	}
 	t.r.Record(rec.Observation, rec.Class, rec.Model)
 	for i := 0; i < rec.Preemptions; i++ {
 		t.r.Preempted(rec.Class, rec.Model)

@@ -43,6 +43,10 @@ type streamFilter struct {
 	class    filter.Class
 	received time.Time
 
+	// passthrough: not a generation call on its route (filter.IsGeneration):
+	// proxied without admission and recorded apart. Set in DecodeHeaders.
+	passthrough bool
+
 	// Worker-thread state.
 	obs        *filter.Observer
 	httpPlan   *relocate.HTTPPlan
@@ -165,6 +169,13 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 		f.reqID = f.path + "@" + strconv.FormatInt(f.received.UnixNano(), 10)
 	}
 	hv := f.stripMarker(h)
+	var genPaths []string // the route's generation paths; nil: the defaults
+	if f.cfg.Listener != nil {
+		if r := f.cfg.Listener.Route(f.path, hv.Get); r != nil {
+			genPaths = r.Generation
+		}
+	}
+	f.passthrough = !filter.IsGeneration(genPaths, h.Method(), f.path)
 	if f.routeClass == "" && f.cfg.Listener != nil {
 		if r := f.cfg.Listener.Route(f.path, hv.Get); r != nil {
 			if r.Pool != nil && f.pool == f.cfg.Pool {
@@ -257,7 +268,8 @@ func (f *streamFilter) admit() api.StatusType {
 		api.LogErrorf("llmesh: scheduler unavailable: %v", err)
 		return f.reply(f.cb.DecoderFilterCallbacks(), replyFor(fmtErr(scheduler.ErrUnavailable, err)))
 	}
-	if adm == nil {
+	if adm == nil || f.passthrough {
+		// Not a generation call (model list, health…): never queued.
 		f.obs.MarkAdmitted(f.received)
 		return api.Continue
 	}

@@ -1,11 +1,14 @@
 package envoy
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/llmesh/llmesh/api/vllmpb"
 	"github.com/llmesh/llmesh/filter/filtertest"
@@ -56,4 +59,48 @@ func TestSimGRPCNoUsageThroughFilter(t *testing.T) {
 	if e, bad := md["error"]; bad {
 		t.Errorf("error = %v", e)
 	}
+}
+
+// counterSum adds up an OpenTelemetry counter's data points.
+func counterSum(t *testing.T, reader sdkmetric.Reader, name string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
+				for _, dp := range s.DataPoints {
+					n += dp.Value
+				}
+			}
+		}
+	}
+	return n
+}
+
+// TestNonGenerationNotAdmitted: with the pool's only slot taken, GET
+// /v1/models passes at once (no admission, so no queueing and no
+// preemption), and is recorded apart from generations.
+func TestNonGenerationNotAdmitted(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	h := newHarness(t, `{"mesh": `+testMesh("preemptive", "")+`}`, true, otelRecorder(reader))
+	a := h.stream(filtertest.Options{})
+	wantStatus(t, "generation", a.DecodeHeaders(sseRequest(), true), api.Continue)
+	m := h.stream(filtertest.Options{})
+	wantStatus(t, "GET /v1/models", m.DecodeHeaders(filtertest.RequestHeaders("GET", "/v1/models"), true), api.Continue)
+	rh := filtertest.ResponseHeaders(200)
+	rh.Set("content-type", "application/json")
+	wantStatus(t, "EncodeHeaders", m.EncodeHeaders(rh, false), api.Continue)
+	wantStatus(t, "EncodeData", m.EncodeData([]byte(`{"object":"list","data":[]}`), true), api.Continue)
+	m.Complete()
+	noViolations(t, m)
+	want(t, "generation metadata", m.Metadata(MetadataNamespace)["generation"], false)
+	want(t, StatAdmitted, h.counter(StatAdmitted), 1)
+	want(t, "passthrough count", counterSum(t, reader, telemetry.MetricPassthrough), int64(1))
+	want(t, "request duration count", histogramCount(t, reader, "gen_ai.server.request.duration"), uint64(0))
+	a.Complete()
+	noViolations(t, a)
 }
