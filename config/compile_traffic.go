@@ -37,6 +37,13 @@ func (b *builder) listenersOf(m *Mesh) {
 				PathPrefix: r.Match.PathPrefix,
 				Headers:    b.headers(join(rp, "match.headers"), r.Match.Headers),
 			}
+			for k, g := range r.Generation {
+				if !strings.HasPrefix(g, "/") || strings.ContainsAny(g, "?# \t") {
+					b.c.add(index(join(rp, "generation"), k), 0, "%q must be a request path starting with / (no query)", g)
+					continue
+				}
+				route.Generation = append(route.Generation, g)
+			}
 			if r.Pool == "" {
 				b.c.add(join(rp, "pool"), 0, "is required")
 			} else if route.Pool = b.cfg.pools[r.Pool]; route.Pool == nil {

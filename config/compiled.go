@@ -98,6 +98,9 @@ type Route struct {
 	Class *Class
 	// Experiment is nil when the route's traffic is not split.
 	Experiment *Experiment
+	// Generation is the route's generation paths (RouteSpec.Generation);
+	// nil: the hosts' defaults.
+	Generation []string
 }
 
 // Matches reports whether a request with this path and headers takes r.

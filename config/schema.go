@@ -57,6 +57,14 @@ type RouteSpec struct {
 	// Experiment, when set, names the experiment whose arms split this
 	// route's traffic. Defaults to the experiment on the route's pool, if any.
 	Experiment string `yaml:"experiment,omitempty"`
+	// Generation lists the request paths (HTTP paths, gRPC method paths
+	// such as /llm.v1.Generation/Generate) that are generation calls on
+	// this route: only those are scheduled and measured as generations;
+	// every other request is proxied without admission and recorded apart.
+	// Empty: /v1/completions, /v1/chat/completions and the llm.v1 and
+	// vLLM gRPC generation methods. Add /v1/embeddings here to schedule
+	// embeddings.
+	Generation []string `yaml:"generation,omitempty"`
 }
 
 // MatchSpec selects requests by path prefix and exact header values.

@@ -275,9 +275,11 @@ func vllmChunk(msg []byte, c *Chunk) error {
 
 // vllmComplete decodes GenerateComplete{output_ids=1, finish_reason=2,
 // prompt_tokens=3, completion_tokens=4}.
+//
+// Usage is reported only when a count is on the wire: proto3 omits a zero,
+// and an engine that leaves these fields unset must not read as "0 tokens".
 func vllmComplete(msg []byte, c *Chunk) error {
 	c.Cumulative = true
-	c.Usage = true
 	for len(msg) > 0 {
 		num, typ, n := protowire.ConsumeTag(msg)
 		if n < 0 {
@@ -308,6 +310,7 @@ func vllmComplete(msg []byte, c *Chunk) error {
 				c.PromptTokens = int(uint32(v))
 			} else {
 				c.CompletionTokens = int(uint32(v))
+				c.Usage = true
 			}
 			msg = msg[n:]
 			continue

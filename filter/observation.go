@@ -29,6 +29,25 @@ func (p Protocol) String() string {
 	return "unknown"
 }
 
+// TokenSource says where a token count came from.
+type TokenSource uint8
+
+const (
+	// TokensFromStream: counted from the stream (token ids, or one per
+	// non-empty text piece).
+	TokensFromStream TokenSource = iota
+	// TokensFromUsage: the engine's own usage report.
+	TokensFromUsage
+)
+
+// String is "stream" or "usage", usable as a label or a report field.
+func (s TokenSource) String() string {
+	if s == TokensFromUsage {
+		return "usage"
+	}
+	return "stream"
+}
+
 // ErrorKind classifies how a request went wrong, for metrics labels and for
 // hosts that branch on it. The zero value means no error.
 type ErrorKind uint8
@@ -118,6 +137,10 @@ type ITLSummary struct {
 	// Samples holds the first Options.MaxITLSamples gaps in stream order; it
 	// is nil when samples are disabled. Observation returns a copy.
 	Samples []time.Duration
+	// Buckets counts every gap by Layout (Options.GapBuckets): they sum to
+	// Count. Both are nil without a layout. Observation returns a copy.
+	Buckets []uint64
+	Layout  *GapBuckets
 }
 
 // Mean is Sum/Count, or 0 without gaps.
@@ -167,9 +190,12 @@ type Observation struct {
 	// ITL summarises the gaps between token-bearing chunks.
 	ITL ITLSummary
 
-	// OutputTokens is the final usage's completion tokens when UsageReported,
-	// else CountedTokens.
-	OutputTokens int
+	// OutputTokens is the final usage's completion tokens when the engine
+	// reported usage, else CountedTokens; counted tokens also win when the
+	// usage says 0 while the stream carried tokens. OutputTokensSource
+	// says which it is.
+	OutputTokens       int
+	OutputTokensSource TokenSource
 	// CountedTokens is what the stream itself showed: token ids where the
 	// protocol carries them, otherwise one per non-empty text piece.
 	CountedTokens int

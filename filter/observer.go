@@ -52,6 +52,10 @@ type Options struct {
 	// MaxITLSamples is how many gaps ITL.Samples keeps; 0 means
 	// DefaultMaxITLSamples, negative keeps none (the summary is always kept).
 	MaxITLSamples int
+	// GapBuckets, when set, makes the Observer count every inter-chunk gap
+	// into ITLSummary.Buckets by this layout (nil: no per-bucket counts;
+	// the summary's count, sum, min and max still cover every gap).
+	GapBuckets *GapBuckets
 	// KeepOutput keeps the generated text and token ids (Output,
 	// Observation.Text/TokenIDs), for continuing a preempted stream.
 	KeepOutput bool
@@ -78,6 +82,7 @@ type Observer struct {
 	stopped bool
 
 	samples  []time.Duration
+	buckets  []uint64 // per Options.GapBuckets; nil without
 	text     []byte
 	tokenIDs []uint32
 
@@ -142,6 +147,10 @@ func (o *Observer) Reset(opts Options) {
 	o.finished = false
 	o.stopped = false
 	o.samples = o.samples[:0]
+	o.buckets = o.buckets[:0]
+	if opts.GapBuckets != nil {
+		o.buckets = append(o.buckets, make([]uint64, opts.GapBuckets.Len())...)
+	}
 	o.text = o.text[:0]
 	o.tokenIDs = o.tokenIDs[:0]
 	o.sse.reset()
@@ -424,7 +433,8 @@ func (o *Observer) Observation() Observation {
 	if !ob.End.IsZero() && !ob.Received.IsZero() {
 		ob.E2E = nonNeg(ob.End.Sub(ob.Received))
 	}
-	if !ob.UsageReported {
+	ob.OutputTokensSource = outputSource(&ob)
+	if ob.OutputTokensSource == TokensFromStream {
 		ob.OutputTokens = ob.CountedTokens
 	}
 	if ob.HasTTFT && ob.E2E > 0 && ob.OutputTokens > 1 && ob.Protocol != ProtocolJSON {
@@ -434,11 +444,26 @@ func (o *Observer) Observation() Observation {
 	if o.opts.MaxITLSamples > 0 {
 		ob.ITL.Samples = append([]time.Duration(nil), o.samples...)
 	}
+	if o.opts.GapBuckets != nil {
+		ob.ITL.Layout = o.opts.GapBuckets
+		ob.ITL.Buckets = append([]uint64(nil), o.buckets...)
+	}
 	if o.opts.KeepOutput {
 		ob.Text = string(o.text)
 		ob.TokenIDs = append([]uint32(nil), o.tokenIDs...)
 	}
 	return ob
+}
+
+// outputSource decides where OutputTokens comes from: the engine's usage
+// when it reported one, unless it reported 0 while the stream carried
+// tokens (a proto3 field the engine never set reads as 0: trusting it
+// would turn a streamed answer into no output and no TPOT).
+func outputSource(ob *Observation) TokenSource {
+	if ob.UsageReported && (ob.OutputTokens > 0 || ob.CountedTokens == 0) {
+		return TokensFromUsage
+	}
+	return TokensFromStream
 }
 
 func nonNeg(d time.Duration) time.Duration {
@@ -466,6 +491,9 @@ func (o *Observer) tokenChunk(t time.Time, n int) {
 		s.Sum += gap
 		if len(o.samples) < o.opts.MaxITLSamples {
 			o.samples = append(o.samples, gap)
+		}
+		if o.opts.GapBuckets != nil {
+			o.buckets[o.opts.GapBuckets.Index(gap)]++
 		}
 	}
 	ob.LastToken = t

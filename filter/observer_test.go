@@ -66,7 +66,7 @@ func TestObserveSSEChat(t *testing.T) {
 		E2E: 180 * time.Millisecond, TPOT: 70 * time.Millisecond / 3, HasTTFT: true, HasTPOT: true,
 		TokenChunks: 3, DecodeSteps: 2, Chunks: 8,
 		ITL:          ITLSummary{Count: 2, Min: 10 * time.Millisecond, Max: 20 * time.Millisecond, Sum: 30 * time.Millisecond, Samples: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}},
-		OutputTokens: 4, CountedTokens: 3, PromptTokens: 7, UsageReported: true,
+		OutputTokens: 4, OutputTokensSource: TokensFromUsage, CountedTokens: 3, PromptTokens: 7, UsageReported: true,
 		FinishReason: "stop", Complete: true, ResponseBytes: int64(len(strings.Join(pieces, ""))), HTTPStatus: 200,
 		Engine: EngineTimes{Seen: true, Arrival: time.Unix(0, 1700000000030000000), FirstScheduled: time.Unix(0, 1700000000031000000),
 			FirstToken: time.Unix(0, 1700000000105000000), Finish: time.Unix(0, 1700000000160000000), Preemptions: 1},

@@ -16,6 +16,7 @@ import (
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
 	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/sim/server"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
@@ -171,5 +172,30 @@ func TestSimGRPC(t *testing.T) {
 	got = run(t, c, req, filter.Options{GRPCMethod: filter.MethodLLMV1})
 	if got.ErrorKind != filter.ErrorGRPCStatus || got.GRPCStatus == 0 {
 		t.Errorf("grpc fault: kind %v status %d %q", got.ErrorKind, got.GRPCStatus, got.Error)
+	}
+}
+
+// TestSimGRPCNoUsage: against an engine whose gRPC streams carry no usage
+// (the sim's grpc-no-usage quirk), output tokens are those the stream
+// carried, for both gRPC APIs.
+func TestSimGRPCNoUsage(t *testing.T) {
+	s := simtest.Start(t, simtest.WithConfig(func(c *server.Config) { c.Quirks = []string{string(server.QuirkGRPCNoUsage)} }))
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Protocols: &protos}}
+	defer c.CloseIdleConnections()
+
+	max := uint32(11)
+	req := grpcRequest(t, s.GRPCAddr, filter.MethodVLLM, grpcFrame(t, &vllmpb.GenerateRequest{RequestId: "r1",
+		Input: &vllmpb.GenerateRequest_Text{Text: "hello"}, Stream: true,
+		SamplingParams: &vllmpb.SamplingParams{MaxTokens: &max, IgnoreEos: true}}))
+	got := run(t, c, req, filter.Options{GRPCMethod: filter.MethodVLLM})
+	if !got.OK() || got.OutputTokens != 11 || got.OutputTokensSource != filter.TokensFromStream || !got.HasTPOT {
+		t.Errorf("vllm: output %d from %v, TPOT %v: %+v", got.OutputTokens, got.OutputTokensSource, got.HasTPOT, got)
+	}
+	req = grpcRequest(t, s.GRPCAddr, filter.MethodLLMV1, grpcFrame(t, &llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 9}))
+	got = run(t, c, req, filter.Options{GRPCMethod: filter.MethodLLMV1})
+	if !got.OK() || got.OutputTokens != 9 || got.OutputTokensSource != filter.TokensFromStream || got.UsageReported || !got.HasTPOT {
+		t.Errorf("llm.v1: output %d from %v: %+v", got.OutputTokens, got.OutputTokensSource, got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/filter"
 )
 
 // Protocol is how the gateway talks to a pool's upstream.
@@ -73,6 +74,11 @@ type Route struct {
 	// (active arm, else header match, else a weighted draw), which must be
 	// defined. nil sends every request to Pool.
 	Experiment *config.Experiment
+	// Generation lists the request paths that are generation calls on
+	// this route (scheduled and measured as generations); other requests
+	// are proxied without admission and recorded apart (Record.Passthrough).
+	// nil: filter.DefaultGenerationPaths.
+	Generation []string
 }
 
 // ArmHeader is the response header naming the experiment arm that served
@@ -141,6 +147,7 @@ type compiled struct {
 type compiledRoute struct {
 	Route
 	arms map[*config.Arm]*compiledPool
+	gen  *filter.Generations // nil: the defaults
 }
 
 // compile validates cfg, applies defaults and returns the runtime form.
@@ -186,7 +193,12 @@ func compile(cfg Config) (*compiled, error) {
 		if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
 			errs = append(errs, fmt.Errorf("routes[%d].path_prefix: %q must start with /", i, r.PathPrefix))
 		}
-		cr := compiledRoute{Route: r}
+		cr := compiledRoute{Route: r, gen: filter.NewGenerations(r.Generation)}
+		for k, p := range r.Generation {
+			if !strings.HasPrefix(p, "/") {
+				errs = append(errs, fmt.Errorf("routes[%d].generation[%d]: %q must start with /", i, k, p))
+			}
+		}
 		if e := r.Experiment; e != nil {
 			if len(e.Arms) == 0 {
 				errs = append(errs, fmt.Errorf("routes[%d].experiment: %q has no arms", i, e.Name))
@@ -247,7 +259,7 @@ func parseUpstream(s string) (*url.URL, error) {
 
 // match picks the route for a request; ok is false when nothing matches and
 // no default pool serves the request's protocol.
-func (c *compiled) match(path string, header func(string) string, isGRPC bool) (pool *compiledPool, class string, ok bool) {
+func (c *compiled) match(path string, header func(string) string, isGRPC bool) (pool *compiledPool, class string, gen *filter.Generations, ok bool) {
 	for _, r := range c.routes {
 		if !r.AnyProtocol && r.GRPC != isGRPC {
 			continue
@@ -264,13 +276,13 @@ func (c *compiled) match(path string, header func(string) string, isGRPC bool) (
 		}
 		if all {
 			if r.Experiment != nil {
-				return r.arms[r.Experiment.Pick(header, c.draw())], r.Class, true
+				return r.arms[r.Experiment.Pick(header, c.draw())], r.Class, r.gen, true
 			}
-			return c.pools[r.Pool], r.Class, true
+			return c.pools[r.Pool], r.Class, r.gen, true
 		}
 	}
 	if isGRPC {
-		return c.grpcPool, "", c.grpcPool != nil
+		return c.grpcPool, "", nil, c.grpcPool != nil
 	}
-	return c.httpPool, "", c.httpPool != nil
+	return c.httpPool, "", nil, c.httpPool != nil
 }

@@ -52,11 +52,17 @@ func WithClassifier(c *filter.Classifier) Option {
 	return func(g *Gateway) { g.classifier.Store(c) }
 }
 
-// WithRecorder adds a recorder of finished requests (nil is ignored).
+// WithRecorder adds a recorder of finished requests (nil is ignored). A
+// recorder with a GapBuckets() *filter.GapBuckets method (the first such)
+// gets every inter-chunk gap of a request counted by that layout
+// (filter.Options.GapBuckets), not only the bounded samples.
 func WithRecorder(r Recorder) Option {
 	return func(g *Gateway) {
 		if r != nil {
 			g.recorders = append(g.recorders, r)
+			if gb, ok := r.(interface{ GapBuckets() *filter.GapBuckets }); ok && g.gapBuckets == nil {
+				g.gapBuckets = gb.GapBuckets()
+			}
 		}
 	}
 }
@@ -118,6 +124,7 @@ type Gateway struct {
 	clock      clock.Clock
 	log        *slog.Logger
 	recorders  []Recorder
+	gapBuckets *filter.GapBuckets // from a recorder; nil: none
 	wrappers   []func(http.Handler) http.Handler
 	handler    http.Handler
 	armDraw    func() float64 // nil: compile's default

@@ -39,6 +39,9 @@ type exchange struct {
 
 	// preemptible: the lease may fire Preempt for this request.
 	preemptible bool
+	// passthrough: not a generation call (model list, health…): proxied
+	// without admission and recorded apart.
+	passthrough bool
 	preemptions int
 	// termErr is the gateway-side error that ended the response, if any.
 	termErr error
@@ -54,7 +57,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := g.cfg.Load()
 	recv := g.clock.Now()
 	grpcReq := isGRPC(r)
-	pool, routeClass, ok := rt.match(r.URL.Path, r.Header.Get, grpcReq)
+	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, grpcReq)
 	if !ok {
 		g.fail(w, grpcReq, http.StatusNotFound, "no_route", codes.Unimplemented,
 			fmt.Sprintf("no route for %s", r.URL.Path), 0)
@@ -74,7 +77,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"reading request body: "+err.Error(), 0)
 		return
 	}
-	x := &exchange{g: g, rt: rt, pool: pool, grpc: grpcReq, recv: recv}
+	x := &exchange{g: g, rt: rt, pool: pool, grpc: grpcReq, recv: recv, passthrough: !gen.Match(r.Method, r.URL.Path)}
 	x.meta = parseRequestMeta(r.URL.Path, body, grpcReq)
 	x.class = g.classify(r, routeClass, x.meta.model)
 	if x.class == "" {
@@ -94,7 +97,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Arrival:      recv,
 	}
 	defer x.finish()
-	if g.admitter != nil {
+	if g.admitter != nil && !x.passthrough {
 		lease, err := g.admitter.Admit(r.Context(), x.sreq)
 		if err != nil {
 			x.termErr = err

@@ -57,7 +57,7 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 	}
 	for _, r := range l.Routes {
 		route := Route{PathPrefix: r.PathPrefix, Headers: r.Headers, Pool: r.Pool.Name, GRPC: r.Pool.Protocol == "grpc",
-			Experiment: r.Experiment}
+			Experiment: r.Experiment, Generation: r.Generation}
 		if r.Class != nil {
 			route.Class = r.Class.Name
 		}

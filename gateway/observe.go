@@ -33,6 +33,7 @@ func (g *Gateway) newMeter(x *exchange, r *http.Request) *meter {
 	opts := filter.Options{
 		KeepOutput:  x.meta.spliceable && g.admitter != nil,
 		GeneralScan: r.Context().Value(generalScanKey{}) != nil,
+		GapBuckets:  g.gapBuckets,
 	}
 	if x.grpc {
 		opts.GRPCMethod = r.URL.Path
@@ -145,6 +146,7 @@ func (m *meter) end(x *exchange) {
 		Outcome:     x.outcome,
 		Preemptions: x.preemptions,
 		Err:         x.termErr,
+		Passthrough: x.passthrough,
 	})
 }
 
@@ -163,6 +165,10 @@ type Record struct {
 	// Err is the gateway-side error that ended the request (admission,
 	// upstream, preemption), nil when it completed.
 	Err error
+	// Passthrough marks a request that was not a generation call (the
+	// route's generation paths): it was proxied without admission, and
+	// recorders keep it out of generation metrics.
+	Passthrough bool
 }
 
 // classify picks the request's class: the classifier when configured, else

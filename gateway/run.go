@@ -299,7 +299,7 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 		}
 		opts = append(opts, WithRecorder(RecorderFunc(func(rec Record) {
 			// h.gw is set before the first request.
-			if exp, arm := h.gw.Arm(rec.Pool); arm != "" {
+			if exp, arm := h.gw.Arm(rec.Pool); arm != "" && !rec.Passthrough {
 				arms.Record(rec.Observation, rec.Class, exp, arm)
 			}
 		})))
@@ -381,11 +381,20 @@ func (h *host) applyMesh(c *config.Config, listener string, sched bool, log *slo
 
 // TelemetryRecorder records gateway Records as OpenTelemetry metrics and
 // traces.
-func TelemetryRecorder(r *telemetry.Recorder) Recorder {
-	return RecorderFunc(func(rec Record) {
-		r.Record(rec.Observation, rec.Class, rec.Model)
-		for i := 0; i < rec.Preemptions; i++ {
-			r.Preempted(rec.Class, rec.Model)
-		}
-	})
+// Its GapBuckets makes the gateway count every inter-chunk gap.
+func TelemetryRecorder(r *telemetry.Recorder) Recorder { return telemetryRecorder{r} }
+
+type telemetryRecorder struct{ r *telemetry.Recorder }
+
+func (t telemetryRecorder) Record(rec Record) {
+	if rec.Passthrough {
+		t.r.Passthrough(&rec.Observation)
+		return
+	}
+	t.r.Record(rec.Observation, rec.Class, rec.Model)
+	for i := 0; i < rec.Preemptions; i++ {
+		t.r.Preempted(rec.Class, rec.Model)
+	}
 }
+
+func (t telemetryRecorder) GapBuckets() *filter.GapBuckets { return t.r.GapBuckets() }

@@ -360,7 +360,9 @@ func (a *aggregation) record(s *series, obs *filter.Observation, kind int, slo S
 	if obs.HasTPOT {
 		a.floatPoint(&pt.tpot, &pt.own.tpot, iTPOT, s.set).observe(obs.TPOT.Seconds())
 	}
-	if len(obs.ITL.Samples) > 0 {
+	if allGaps(&obs.ITL) {
+		observeBuckets(a.floatPoint(&pt.itl, &pt.own.itl, iITL, s.set), &obs.ITL)
+	} else if len(obs.ITL.Samples) > 0 {
 		observeGaps(a.floatPoint(&pt.itl, &pt.own.itl, iITL, s.set), &a.itl, obs.ITL.Samples)
 	}
 	if obs.PromptTokens > 0 {

@@ -2,8 +2,84 @@ package telemetry
 
 import (
 	"math"
+	"slices"
 	"time"
+
+	"github.com/llmesh/llmesh/filter"
 )
+
+// interChunkBuckets is the inter-chunk histogram's layout as the filter
+// core counts it: hosts pass it as filter.Options.GapBuckets (through
+// Recorder.GapBuckets), so that every gap of a request reaches the
+// histogram, however long the stream.
+var interChunkBuckets = func() *filter.GapBuckets {
+	b := slices.Clone(BucketsTPOT)
+	slices.Sort(b)
+	limits := make([]time.Duration, len(b))
+	for i, v := range b {
+		limits[i] = durationLimit(v)
+	}
+	return filter.NewGapBuckets(limits)
+}()
+
+// InterChunkBuckets is the layout of llmesh.inter_chunk.duration for
+// filter.Options.GapBuckets.
+func InterChunkBuckets() *filter.GapBuckets { return interChunkBuckets }
+
+// GapBuckets is InterChunkBuckets: hosts that find this method on their
+// recorder set filter.Options.GapBuckets from it. Nil-safe.
+func (r *Recorder) GapBuckets() *filter.GapBuckets { return interChunkBuckets }
+
+// GapBuckets is InterChunkBuckets.
+func (p PointerRecorder) GapBuckets() *filter.GapBuckets { return interChunkBuckets }
+
+// allGaps reports whether the ITL summary's per-bucket counts have gaps
+// its samples do not: the request had more gaps than the host kept.
+func allGaps(s *filter.ITLSummary) bool {
+	return s.Layout == interChunkBuckets && len(s.Buckets) == interChunkBuckets.Len() && s.Count > len(s.Samples)
+}
+
+// observeBuckets adds one request's gaps to p from its per-bucket counts
+// (p's bounds are interChunkBuckets'): every gap is counted in its bucket,
+// and the sum is the request's exact sum of gaps added at once (the SDK
+// path would add them one by one, which can differ in the last bits).
+func observeBuckets(p *histPoint[float64], s *filter.ITLSummary) {
+	for i, n := range s.Buckets {
+		p.counts[i] += n
+	}
+	v := s.Sum.Seconds()
+	p.sums[0].add(v)
+	p.sums[1].add(v)
+	if lo := s.Min.Seconds(); p.count == 0 || lo < p.min {
+		p.min = lo
+	}
+	if hi := s.Max.Seconds(); p.count == 0 || hi > p.max {
+		p.max = hi
+	}
+	p.count += uint64(s.Count)
+}
+
+// extraGaps calls f for each gap the summary counted beyond its samples,
+// with a value in the gap's bucket (its upper limit; the maximum above the
+// last one), for the SDK instruments, which take one value per call.
+func extraGaps(s *filter.ITLSummary, f func(time.Duration)) {
+	extra := slices.Clone(s.Buckets)
+	for _, g := range s.Samples {
+		if i := interChunkBuckets.Index(g); extra[i] > 0 {
+			extra[i]--
+		}
+	}
+	limits := interChunkBuckets.Limits()
+	for i, n := range extra {
+		v := s.Max
+		if i < len(limits) {
+			v = min(limits[i], s.Max)
+		}
+		for range n {
+			f(v)
+		}
+	}
+}
 
 // The inter-chunk histogram gets one gap per token-bearing chunk,
 // hundreds per request: through the SDK instrument each was a Record call

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -30,6 +31,10 @@ const (
 	MetricSLOViolations = "llmesh.slo.violations"
 	MetricRelocations   = "llmesh.relocations"
 	MetricRelocated     = "llmesh.relocated.bytes"
+	// MetricPassthrough counts requests that are not generation calls
+	// (model lists, health, tokenize…): proxied without admission and kept
+	// out of every generation metric.
+	MetricPassthrough = "llmesh.passthrough.requests"
 )
 
 // scopeName is the instrumentation scope of the Recorder's instruments.
@@ -92,6 +97,7 @@ type Recorder struct {
 	tokens, steps                            metric.Int64Histogram
 	requests, preemptions, violations        metric.Int64Counter
 	relocations, relocated                   metric.Int64Counter
+	passthrough                              metric.Int64Counter
 	tracer                                   trace.Tracer
 	// noTrace is set when no span can reach an exporter (a no-op tracer
 	// provider): Trace then returns at once instead of building spans
@@ -180,6 +186,7 @@ func newRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts Recorder
 	}
 	r.relocations = ic(MetricRelocations, "Prompts relocated from metadata or headers into the body.", "{relocation}")
 	r.relocated = ic(MetricRelocated, "Bytes relocated from metadata or headers into the body.", "By")
+	r.passthrough = ic(MetricPassthrough, "Requests that are not generation calls, proxied without admission.", "{request}")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -278,6 +285,9 @@ func (r *Recorder) Record(obs filter.Observation, class, model string) {
 	for _, gap := range obs.ITL.Samples {
 		r.itl.Record(ctx, gap.Seconds(), s.base...)
 	}
+	if allGaps(&obs.ITL) {
+		extraGaps(&obs.ITL, func(gap time.Duration) { r.itl.Record(ctx, gap.Seconds(), s.base...) })
+	}
 	if obs.PromptTokens > 0 {
 		r.tokens.Record(ctx, int64(obs.PromptTokens), s.input...)
 	}
@@ -322,6 +332,16 @@ func (r *Recorder) Relocated(protocol string, n int64) {
 	r.relocated.Add(ctx, n, a)
 }
 
+// Passthrough counts one request that was not a generation call, by its
+// outcome ("ok" or the error kind): it is recorded here and nowhere else.
+func (r *Recorder) Passthrough(obs *filter.Observation) {
+	outcome := "ok"
+	if !obs.OK() {
+		outcome = obs.ErrorKind.String()
+	}
+	r.passthrough.Add(context.Background(), 1, metric.WithAttributes(attribute.String("llmesh.outcome", outcome)))
+}
+
 // PointerRecorder adapts a Recorder to hosts that hand observations over by
 // pointer (the Envoy adapter's Recorder interface). Each Record records the
 // metrics and the request's trace spans.
@@ -334,4 +354,13 @@ func (p PointerRecorder) Record(obs *filter.Observation, class, model string) {
 	}
 	p.R.Record(*obs, class, model)
 	p.R.Trace(context.Background(), *obs, class, model)
+}
+
+// Passthrough counts a request that was not a generation call (see
+// Recorder.Passthrough); a nil obs or Recorder is ignored.
+func (p PointerRecorder) Passthrough(obs *filter.Observation) {
+	if obs == nil || p.R == nil {
+		return
+	}
+	p.R.Passthrough(obs)
 }

@@ -140,6 +140,17 @@ func Prompt(seed, n int) string {
 	return b.String()
 }
 
+// setOutput records a finished response's output tokens: the engine's
+// usage (usage < 0: none reported) unless it said 0 while the stream
+// carried tokens, which is an engine that never filled the field.
+func setOutput(rec *result.Record, counted, usage int) {
+	if usage >= 0 && (usage > 0 || counted == 0) {
+		rec.OutputTokens, rec.OutputTokensSource = usage, result.SourceUsage
+		return
+	}
+	rec.OutputTokens, rec.OutputTokensSource = counted, result.SourceStream
+}
+
 // classify maps an HTTP status to a record status.
 func classifyHTTP(code int, retryAfter bool) result.Status {
 	switch {

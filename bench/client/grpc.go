@@ -77,6 +77,8 @@ func (c *grpcClient) Do(ctx context.Context, req *Request, rec *result.Record, n
 				return len(ch.TokenIds) > 0, -1, nil
 			}
 			if done := m.GetComplete(); done != nil {
+				// proto3: an unset completion_tokens reads as 0, which
+				// setOutput does not trust over streamed tokens.
 				return false, int(done.CompletionTokens), nil
 			}
 			return false, -1, nil
@@ -108,10 +110,7 @@ func (c *grpcClient) Do(ctx context.Context, req *Request, rec *result.Record, n
 		tok, final, err := recv()
 		t := now()
 		if errors.Is(err, io.EOF) {
-			rec.OutputTokens = counted
-			if usage >= 0 {
-				rec.OutputTokens = usage
-			}
+			setOutput(rec, counted, usage)
 			rec.DoneNS = t
 			rec.Status = result.StatusOK
 			rec.Engine = engineFromTrailer(trailer)

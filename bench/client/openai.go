@@ -143,7 +143,7 @@ func (c *openAI) readBody(ctx context.Context, body io.Reader, rec *result.Recor
 	}
 	rec.Engine = ch.Engine
 	if ch.Usage != nil {
-		rec.OutputTokens = ch.Usage.CompletionTokens
+		rec.OutputTokens, rec.OutputTokensSource = ch.Usage.CompletionTokens, result.SourceUsage
 	}
 	if ch.hasToken() || rec.OutputTokens > 0 {
 		rec.FirstTokenNS = t
@@ -198,10 +198,7 @@ func (c *openAI) readStream(ctx context.Context, body io.Reader, rec *result.Rec
 		}
 		data = bytes.TrimSpace(line[5:])
 		if bytes.Equal(data, []byte("[DONE]")) {
-			rec.OutputTokens = counted
-			if usage >= 0 {
-				rec.OutputTokens = usage
-			}
+			setOutput(rec, counted, usage)
 			rec.DoneNS = t
 			rec.Status = result.StatusOK
 			return

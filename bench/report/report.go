@@ -153,7 +153,22 @@ var header = []string{"class", "prio", "reqs", "failed", "ttft p50", "ttft p99",
 
 func violations(c *result.ClassReport) string {
 	v := c.Violations
-	return fmt.Sprintf("ttft %d, tpot %d, error %d, rejected %d, preempted %d", v.TTFT, v.TPOT, v.Error, v.Rejected, v.Preempted)
+	s := fmt.Sprintf("ttft %d, tpot %d, error %d, rejected %d, preempted %d", v.TTFT, v.TPOT, v.Error, v.Rejected, v.Preempted)
+	if v.TPOTUnknown > 0 {
+		s += fmt.Sprintf(", tpot unknown %d (counted as misses)", v.TPOTUnknown)
+	}
+	return s
+}
+
+// tokenSources says where output token counts came from, when the
+// engine's usage was not the only source.
+func tokenSources(rep *result.Report) string {
+	n := rep.OutputTokensSource[result.SourceStream]
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("output tokens: %d requests from the engine's usage, %d counted from the stream (the engine reported no usage, or 0)",
+		rep.OutputTokensSource[result.SourceUsage], n)
 }
 
 func earlyStopping(c *result.ClassReport) string {
@@ -238,6 +253,9 @@ func Table(w io.Writer, rep *result.Report) error {
 		if rep.Engine.Note != "" {
 			fmt.Fprintf(ew, "engine agreement note: %s\n", rep.Engine.Note)
 		}
+	}
+	if ts := tokenSources(rep); ts != "" {
+		fmt.Fprintln(ew, ts)
 	}
 	if rep.RecomputedTokensFraction > 0 {
 		fmt.Fprintf(ew, "recomputed tokens: %.2f%% of output\n", 100*rep.RecomputedTokensFraction)

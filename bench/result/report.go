@@ -112,6 +112,10 @@ type Report struct {
 	// Live is set on reports of a live mesh's traffic read from Prometheus
 	// (`llmesh report slo`); nil on bench runs.
 	Live *Live `json:"live,omitempty"`
+	// OutputTokensSource counts completed requests by where their output
+	// tokens came from ("usage": the engine's report, "stream": counted
+	// by the client because the engine reported none, or 0).
+	OutputTokensSource map[string]int `json:"output_tokens_source,omitempty"`
 }
 
 // Lag is a schedule-lag summary in milliseconds.
@@ -179,13 +183,17 @@ type ClassReport struct {
 
 // Violations break down SLO misses; a request is counted once, under its
 // first cause in this order: rejected, preempted, error (including dropped
-// and timeout), ttft, tpot.
+// and timeout), ttft, tpot (then tpot_unknown).
 type Violations struct {
-	TTFT      int `json:"ttft"`
-	TPOT      int `json:"tpot"`
-	Error     int `json:"error"`
-	Rejected  int `json:"rejected"`
-	Preempted int `json:"preempted"`
+	TTFT int `json:"ttft"`
+	TPOT int `json:"tpot"`
+	// TPOTUnknown counts requests of a class with a TPOT SLO whose TPOT
+	// could not be computed (no first token, or fewer than two output
+	// tokens though more were asked for): unknown is not met.
+	TPOTUnknown int `json:"tpot_unknown,omitempty"`
+	Error       int `json:"error"`
+	Rejected    int `json:"rejected"`
+	Preempted   int `json:"preempted"`
 }
 
 // EarlyStop is an MLPerf-style early-stopping check of a percentile claim:

@@ -38,6 +38,12 @@ const (
 	StatusCancelled Status = "cancelled"
 )
 
+// Where a Record's OutputTokens came from.
+const (
+	SourceUsage  = "usage"
+	SourceStream = "stream"
+)
+
 // Record is one request. Times are nanoseconds relative to the run's start
 // (the intended send time of the first item is 0).
 type Record struct {
@@ -48,8 +54,11 @@ type Record struct {
 	PromptTokens int `json:"prompt_tokens"`
 	MaxTokens    int `json:"max_tokens"`
 	// OutputTokens comes from the final usage when present, else counted
-	// from the stream.
-	OutputTokens int `json:"output_tokens"`
+	// from the stream; the counted tokens also win over a usage of 0 when
+	// the stream carried tokens (an engine that never set the field).
+	// OutputTokensSource says which: SourceUsage or SourceStream.
+	OutputTokens       int    `json:"output_tokens"`
+	OutputTokensSource string `json:"output_tokens_source,omitempty"`
 	// IntendedNS is when the arrival process wanted it sent, SentNS when it
 	// was (schedule lag is their difference; zero intended time for closed
 	// loops means "as soon as a slot frees").

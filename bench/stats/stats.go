@@ -159,9 +159,21 @@ func (c *class) add(r *result.Record) {
 		v.TTFT++
 	case c.tpotSLO > 0 && hasTPOT && tpot > c.tpotSLO:
 		v.TPOT++
+	case c.tpotSLO > 0 && !hasTPOT && !singleToken(r):
+		// A TPOT that cannot be computed is unknown, and unknown does not
+		// meet an SLO (an engine that reported no usage once passed every
+		// TPOT SLO this way).
+		v.TPOTUnknown++
 	default:
 		c.met++
 	}
+}
+
+// singleToken reports a request that asked for one output token and got
+// it: it has no time per output token to hold to an SLO.
+func singleToken(r *result.Record) bool {
+	_, hasTTFT := r.TTFT()
+	return hasTTFT && r.MaxTokens == 1 && r.OutputTokens == 1
 }
 
 func (c *class) finish(dur float64) {
@@ -257,6 +269,12 @@ func Summarize(recs []result.Record, m Meta) *result.Report {
 		rep.NumPrompts++
 		rep.TotalInputTokens += r.PromptTokens
 		if r.Status == result.StatusOK {
+			if r.OutputTokensSource != "" {
+				if rep.OutputTokensSource == nil {
+					rep.OutputTokensSource = map[string]int{}
+				}
+				rep.OutputTokensSource[r.OutputTokensSource]++
+			}
 			rep.Completed++
 			rep.TotalOutputTokens += r.OutputTokens
 			outTotal += r.OutputTokens

@@ -162,6 +162,7 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	faultRate := fs.Float64("fault-rate", 0, "share of requests that fail on purpose, in [0, 1]")
 	faultKinds := fs.String("fault-kinds", "429,500,503,invalid", "faults drawn at --fault-rate: 429, 500, 503, invalid, drop-after=N, stall=DURATION")
 	defMax := fs.Int("default-max-tokens", 16, "max_tokens of requests that give none")
+	quirks := fs.String("quirks", "", "comma-separated engine quirks to reproduce: "+strings.Join(server.KnownQuirks(), ", "))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -199,6 +200,9 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			kinds = append(kinds, k)
 		}
 	}
+	if _, err := server.ParseQuirks([]string{*quirks}); err != nil {
+		errs = append(errs, fmt.Errorf("--quirks: %w", err))
+	}
 	var srv *server.Server
 	if err := errors.Join(errs...); err == nil {
 		srv, err = server.New(server.Config{
@@ -206,6 +210,7 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			Engine:    sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxTokens, KVCacheTokens: *kvTokens, MaxModelLen: *maxLen, Policy: pol},
 			Clock:     clock.NewScaled(*scale),
 			FaultRate: *faultRate, FaultKinds: kinds, DefaultMaxTokens: *defMax,
+			Quirks: []string{*quirks},
 		})
 		if err != nil {
 			errs = append(errs, err)
@@ -231,6 +236,9 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintf(stdout, "llmesh sim: http on http://%s\n", hl.Addr())
 	if gl != nil {
 		fmt.Fprintf(stdout, "llmesh sim: grpc on %s\n", gl.Addr())
+	}
+	if strings.TrimSpace(*quirks) != "" {
+		fmt.Fprintf(stdout, "llmesh sim: quirks %s\n", *quirks)
 	}
 	return srv.Serve(ctx, hl, gl)
 }

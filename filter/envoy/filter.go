@@ -43,6 +43,10 @@ type streamFilter struct {
 	class    filter.Class
 	received time.Time
 
+	// passthrough: not a generation call on its route (filter.IsGeneration):
+	// proxied without admission and recorded apart. Set in DecodeHeaders.
+	passthrough bool
+
 	// Worker-thread state.
 	obs        *filter.Observer
 	httpPlan   *relocate.HTTPPlan
@@ -172,6 +176,13 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 		f.reqID = f.path + "@" + strconv.FormatInt(f.received.UnixNano(), 10)
 	}
 	hv := f.stripMarker(h)
+	var genPaths []string // the route's generation paths; nil: the defaults
+	if f.cfg.Listener != nil {
+		if r := f.cfg.Listener.Route(f.path, hv.Get); r != nil {
+			genPaths = r.Generation
+		}
+	}
+	f.passthrough = !filter.IsGeneration(genPaths, h.Method(), f.path)
 	if f.routeClass == "" && f.cfg.Listener != nil {
 		if r := f.cfg.Listener.Route(f.path, hv.Get); r != nil {
 			if r.Pool != nil && f.pool == f.cfg.Pool {
@@ -189,8 +200,12 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	// ITL samples feed only the OpenTelemetry histogram; without a recorder
 	// the summary is enough. Pooled observers reuse the sample buffer.
 	opts := filter.Options{MaxITLSamples: -1}
-	if f.cfg.rt.recorder(f.cfg.Mesh) != nil {
+	if rec := f.cfg.rt.recorder(f.cfg.Mesh); rec != nil {
 		opts.MaxITLSamples = 0
+		// Every gap reaches the histogram, however long the stream.
+		if gb, ok := rec.(interface{ GapBuckets() *filter.GapBuckets }); ok {
+			opts.GapBuckets = gb.GapBuckets()
+		}
 	}
 	if f.grpc {
 		opts.GRPCMethod = f.path
@@ -260,7 +275,8 @@ func (f *streamFilter) admit() api.StatusType {
 		api.LogErrorf("llmesh: scheduler unavailable: %v", err)
 		return f.reply(f.cb.DecoderFilterCallbacks(), replyFor(fmtErr(scheduler.ErrUnavailable, err)))
 	}
-	if adm == nil {
+	if adm == nil || f.passthrough {
+		// Not a generation call (model list, health…): never queued.
 		f.obs.MarkAdmitted(f.received)
 		return api.Continue
 	}

@@ -48,6 +48,13 @@ func (f *streamFilter) complete() {
 	}
 	f.setMetadata(&obs)
 	if r := f.cfg.rt.recorder(f.cfg.Mesh); r != nil {
+		if f.passthrough {
+			// Not a generation: counted apart, kept out of its metrics.
+			if p, ok := r.(interface{ Passthrough(*filter.Observation) }); ok {
+				p.Passthrough(&obs)
+			}
+			return
+		}
 		r.Record(&obs, f.class.Name, f.model)
 	}
 }
@@ -71,6 +78,9 @@ func (f *streamFilter) setMetadata(obs *filter.Observation) {
 	md.Set(MetadataNamespace, "decode_steps", float64(obs.DecodeSteps))
 	md.Set(MetadataNamespace, "output_tokens", float64(obs.OutputTokens))
 	md.Set(MetadataNamespace, "preempted", preempted)
+	if f.passthrough {
+		md.Set(MetadataNamespace, "generation", false)
+	}
 	if obs.ErrorKind != filter.ErrorNone {
 		md.Set(MetadataNamespace, "error", obs.ErrorKind.String())
 	}

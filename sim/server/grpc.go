@@ -141,10 +141,11 @@ func (g *generationService) Generate(req *llmv1.GenerateRequest, out grpc.Server
 	if err != nil {
 		return grpcError(ctx, err)
 	}
-	return out.Send(&llmv1.GenerateResponse{
-		TokenIds: last, Text: sim.Detokenize(last), FinishReason: "length",
-		Usage: &llmv1.Usage{PromptTokens: uint32(len(gr.prompt)), CompletionTokens: uint32(len(res.ids)), TotalTokens: uint32(len(gr.prompt) + len(res.ids))},
-	})
+	final := &llmv1.GenerateResponse{TokenIds: last, Text: sim.Detokenize(last), FinishReason: "length"}
+	if !s.quirks.Has(QuirkGRPCNoUsage) {
+		final.Usage = &llmv1.Usage{PromptTokens: uint32(len(gr.prompt)), CompletionTokens: uint32(len(res.ids)), TotalTokens: uint32(len(gr.prompt) + len(res.ids))}
+	}
+	return out.Send(final)
 }
 
 // vllmService serves vllm.grpc.engine.VllmEngine.
@@ -193,14 +194,17 @@ func (v *vllmService) Generate(req *vllmpb.GenerateRequest, out grpc.ServerStrea
 	}
 	prompt := uint32(len(gr.prompt))
 	total := uint32(0)
+	noUsage := s.quirks.Has(QuirkGRPCNoUsage)
 	res, err := s.generate(ctx, gr, func(ids []uint32, _ bool) error {
 		total += uint32(len(ids))
 		if !req.GetStream() {
 			return nil
 		}
-		return out.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: &vllmpb.GenerateStreamChunk{
-			TokenIds: ids, PromptTokens: prompt, CompletionTokens: total,
-		}}})
+		ch := &vllmpb.GenerateStreamChunk{TokenIds: ids, PromptTokens: prompt, CompletionTokens: total}
+		if noUsage {
+			ch.PromptTokens, ch.CompletionTokens = 0, 0
+		}
+		return out.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: ch}})
 	})
 	if res != nil {
 		out.SetTrailer(res.trailer())
@@ -208,7 +212,9 @@ func (v *vllmService) Generate(req *vllmpb.GenerateRequest, out grpc.ServerStrea
 	if err != nil {
 		return grpcError(ctx, err)
 	}
-	return out.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Complete{Complete: &vllmpb.GenerateComplete{
-		OutputIds: res.ids, FinishReason: "length", PromptTokens: prompt, CompletionTokens: uint32(len(res.ids)),
-	}}})
+	done := &vllmpb.GenerateComplete{OutputIds: res.ids, FinishReason: "length", PromptTokens: prompt, CompletionTokens: uint32(len(res.ids))}
+	if noUsage {
+		done.PromptTokens, done.CompletionTokens = 0, 0
+	}
+	return out.Send(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Complete{Complete: done}})
 }

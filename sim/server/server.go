@@ -43,6 +43,9 @@ type Config struct {
 	// DefaultMaxTokens applies when a request gives no max_tokens
 	// (default 16, as vLLM's completions endpoint).
 	DefaultMaxTokens int
+	// Quirks names engine quirks to reproduce (see ParseQuirks; nil:
+	// none, the sim behaves as vLLM does).
+	Quirks []string
 	// Logger gets request errors (nil: discarded).
 	Logger *slog.Logger
 }
@@ -56,6 +59,7 @@ type Server struct {
 	loop    *loop
 	metrics *metrics
 	faults  *injector
+	quirks  Quirks
 	log     *slog.Logger
 	nextID  atomic.Uint64 // engine sequence ids
 	respID  atomic.Uint64 // response ids
@@ -96,6 +100,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	quirks, err := ParseQuirks(cfg.Quirks)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("quirks: %w", err))
+	}
 	var eng *sim.Engine
 	if p != nil {
 		if cfg.ServedModelName == "" {
@@ -111,7 +119,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg.Engine = eng.Config()
 	m := newMetrics(cfg.ServedModelName)
-	s := &Server{cfg: cfg, profile: p, clk: cfg.Clock, metrics: m, faults: inj, log: cfg.Logger, created: cfg.Clock.Now().Unix()}
+	s := &Server{cfg: cfg, profile: p, clk: cfg.Clock, metrics: m, faults: inj, quirks: quirks, log: cfg.Logger, created: cfg.Clock.Now().Unix()}
 	s.loop = newLoop(cfg.Clock, eng, m)
 	return s, nil
 }

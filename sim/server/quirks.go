@@ -1,0 +1,82 @@
+package server
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Quirk names a behaviour of some real engine that the sim can reproduce,
+// so that hosts and the harness can be tested against it without that
+// engine. The zero Quirks has none: the sim then behaves as vLLM does.
+type Quirk string
+
+// Quirks the sim knows.
+const (
+	// QuirkGRPCNoUsage: gRPC streams end without usage (llm.v1: no usage
+	// on the last message; vLLM's engine API: no prompt or completion
+	// counts on any chunk nor on GenerateComplete, so they read as the
+	// proto3 zero), as engines that do not fill those fields do.
+	QuirkGRPCNoUsage Quirk = "grpc-no-usage"
+)
+
+// quirkDocs lists every known quirk with what it does; ParseQuirks accepts
+// exactly these.
+var quirkDocs = map[Quirk]string{
+	QuirkGRPCNoUsage: "gRPC streams carry no usage (counts read as 0)",
+}
+
+// KnownQuirks returns the quirk names ParseQuirks accepts, sorted.
+func KnownQuirks() []string {
+	names := make([]string, 0, len(quirkDocs))
+	for q := range quirkDocs {
+		names = append(names, string(q))
+	}
+	sort.Strings(names)
+	return names
+}
+
+// QuirkHelp is one line per quirk, for a command's usage text.
+func QuirkHelp() string {
+	var b strings.Builder
+	for _, n := range KnownQuirks() {
+		fmt.Fprintf(&b, "  %s: %s\n", n, quirkDocs[Quirk(n)])
+	}
+	return b.String()
+}
+
+// Quirks is a set of enabled quirks.
+type Quirks map[Quirk]bool
+
+// Has reports whether q is enabled (false on a nil set).
+func (s Quirks) Has(q Quirk) bool { return s[q] }
+
+// ParseQuirks reads quirk names (entries may themselves be comma-separated
+// lists; blanks are skipped). Every unknown name is reported, each naming
+// the quirk and the known ones.
+func ParseQuirks(names []string) (Quirks, error) {
+	var (
+		set     Quirks
+		unknown []string
+	)
+	for _, entry := range names {
+		for _, n := range strings.Split(entry, ",") {
+			n = strings.TrimSpace(n)
+			if n == "" {
+				continue
+			}
+			if _, ok := quirkDocs[Quirk(n)]; !ok {
+				unknown = append(unknown, fmt.Sprintf("%q", n))
+				continue
+			}
+			if set == nil {
+				set = Quirks{}
+			}
+			set[Quirk(n)] = true
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("quirk %s unknown (known: %s)", strings.Join(unknown, ", "), strings.Join(KnownQuirks(), ", "))
+	}
+	return set, nil
+}
