@@ -36,6 +36,7 @@ type observed struct {
 	// urgentArrivals and otherFinishes feed the derived reserve (tune.go).
 	urgentArrivals rate
 	otherFinishes  rate
+	otherPrompt    ewma // prompt tokens of the other classes' arrivals
 }
 
 // firstToken records that a request with prompt prompt tokens, admitted

@@ -250,7 +250,7 @@ func (m *Machine) Arrive(now time.Time, req Request) (Ticket, error) {
 		p.counts.Requeued++
 	} else {
 		q.pushBack(e)
-		p.obs.arrival(now, cl.Priority == m.top)
+		p.obs.arrival(now, cl.Priority == m.top, req.PromptTokens)
 	}
 	p.counts.Arrived++
 	return e.ticket, nil

@@ -23,8 +23,10 @@ import (
 //   - max_prefill_tokens: the prompt tokens of other classes admitted but not
 //     yet prefilled are what an urgent prompt shares its prefill steps with;
 //     they may take at most prefillShare of the urgent class's TTFT
-//     objective at the observed prefill time per prompt token (cost.go), in
-//     [minPrefillCap, maxPrefillCap]; 0 until a prefill was observed.
+//     objective at the observed prefill time per prompt token (cost.go), but
+//     never less than the other classes' mean prompt (a smaller bound
+//     serializes their prefill), in [minPrefillCap, maxPrefillCap]; 0 until
+//     a prefill was observed.
 //   - the preemption budget: preemption starts when an urgent request's
 //     predicted TTFT passes twice its predicted prefill (queueing no longer
 //     than the engine's own part), at least queueShare of the objective and
@@ -80,10 +82,12 @@ func (r *rate) perSecond() float64 {
 	return 1 / r.gap
 }
 
-// arrival records a new (not requeued) request of priority prio.
-func (o *observed) arrival(now time.Time, urgent bool) {
+// arrival records a new (not requeued) request.
+func (o *observed) arrival(now time.Time, urgent bool, prompt int) {
 	if urgent {
 		o.urgentArrivals.event(now)
+	} else if prompt > 0 {
+		o.otherPrompt.observe(time.Duration(prompt))
 	}
 }
 
@@ -159,7 +163,14 @@ func (m *Machine) prefillCap(p *pool) int {
 	if n := p.MaxPrefillTokens; n > 0 || !m.tuned(p) {
 		return n
 	}
-	return derivePrefillCap(m.urgentTTFT(), p.obs.perToken())
+	n := derivePrefillCap(m.urgentTTFT(), p.obs.perToken())
+	if n > 0 && p.obs.otherPrompt.known {
+		// Never below the other classes' mean prompt: a smaller bound
+		// serializes their prefill, which costs throughput where it is the
+		// bottleneck (long prompts).
+		n = max(n, min(maxPrefillCap, int(p.obs.otherPrompt.v)))
+	}
+	return n
 }
 
 // Bounds is what a pool's admission bounds are at the moment: static or

@@ -36,8 +36,9 @@ func TestDerivedBounds(t *testing.T) {
 	pc := preemptivePool(16, rails)
 	got := drive(pc)
 	// q = λ/(λ+μ) = 2/(2+8) = 0.2: q² = 0.04 ≤ 0.1, so one slot; the cap is
-	// 10% of the 200 ms objective at 50 µs per token = 400 tokens.
-	if want := (scheduler.Bounds{ReserveUrgent: 1, MaxPrefillTokens: 400, Derived: true}); got != want {
+	// 10% of the 200 ms objective at 50 µs per token = 400 tokens, raised
+	// to the other classes' mean prompt, 1000.
+	if want := (scheduler.Bounds{ReserveUrgent: 1, MaxPrefillTokens: 1000, Derived: true}); got != want {
 		t.Errorf("derived %+v, want %+v", got, want)
 	}
 	pc.ReserveUrgent, pc.MaxPrefillTokens = 3, 2048
