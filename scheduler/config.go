@@ -55,6 +55,13 @@ type PoolConfig struct {
 	// Aging does not open the reserve (it goes by class priority). 0 means
 	// no reserve.
 	ReserveUrgent int
+	// StaticBounds keeps MaxPrefillTokens and ReserveUrgent as given, 0
+	// meaning off. When false (the default) a pool whose policy preempts
+	// derives each bound left at 0, and its preemption budget, from what
+	// it observes (the urgent class's arrival rate, the other classes'
+	// finish rate, the prefill time per prompt token; scheduler/tune.go).
+	// Policies that do not preempt never derive bounds.
+	StaticBounds bool
 	// Policy orders waiting requests and says whether preemption is allowed;
 	// required.
 	Policy Policy

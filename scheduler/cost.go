@@ -33,6 +33,10 @@ import "time"
 type observed struct {
 	prefillTime   ewma // admit → first token, of requests with a known prompt size
 	prefillPrompt ewma // their prompt tokens (as a Duration count)
+	// urgentArrivals and otherFinishes feed the derived reserve (tune.go).
+	urgentArrivals rate
+	otherFinishes  rate
+	otherPrompt    ewma // prompt tokens of the other classes' arrivals
 }
 
 // firstToken records that a request with prompt prompt tokens, admitted
@@ -89,11 +93,16 @@ func (m *Machine) gain(now time.Time, p *pool, w *entry, wait time.Duration) tim
 	return wait - max(0, slack)
 }
 
-// budget is w's TTFT objective scaled by the pool's preemption target.
+// budget is w's TTFT objective scaled by the pool's preemption target,
+// and for a pool that derives its bounds, lowered to twice w's predicted
+// prefill (tune.go).
 func (m *Machine) budget(p *pool, w *entry) time.Duration {
 	b := w.class.TTFT
 	if t := p.Preemption.Target; t > 0 && t < 1 {
 		b = time.Duration(float64(b) * t)
+	}
+	if m.tuned(p) && w.Priority == m.top {
+		b = deriveBudget(b, m.prefillFor(p, w.req.PromptTokens))
 	}
 	return b
 }

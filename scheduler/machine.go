@@ -254,6 +254,7 @@ func (m *Machine) Arrive(now time.Time, req Request) (Ticket, error) {
 		p.counts.Requeued++
 	} else {
 		q.pushBack(e)
+		p.obs.arrival(now, cl.Priority == m.top, req.PromptTokens)
 	}
 	p.counts.Arrived++
 	return e.ticket, nil
@@ -297,7 +298,7 @@ func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
 		e.pool.prefill.observe(now.Sub(e.admitted))
 		e.pool.obs.firstToken(e.req.PromptTokens, now.Sub(e.admitted))
 		e.pool.prefilling -= e.req.PromptTokens
-		freed = e.pool.MaxPrefillTokens > 0 && e.req.PromptTokens > 0
+		freed = m.prefillCap(e.pool) > 0 && e.req.PromptTokens > 0
 	}
 	if pr.Tokens > e.tokens {
 		e.tokens = pr.Tokens
@@ -344,6 +345,7 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 	switch o {
 	case Done:
 		p.counts.Done++
+		p.obs.finished(now, e.Priority == m.top)
 	case Failed:
 		p.counts.Failed++
 	case Cancelled:
@@ -460,7 +462,7 @@ func (m *Machine) fits(p *pool, e *entry) bool {
 	if p.inflight >= p.limit {
 		return false
 	}
-	if e.Priority != m.top && p.inflight >= p.limit-p.reserve() {
+	if e.Priority != m.top && p.inflight >= p.limit-m.reserveFor(p) {
 		return false
 	}
 	if p.MaxInflightTokens > 0 && p.tokens+e.cost > p.MaxInflightTokens {
@@ -469,16 +471,12 @@ func (m *Machine) fits(p *pool, e *entry) bool {
 	return !m.prefillHeld(p, e)
 }
 
-// reserve is the number of slots of the current limit held for the most
-// urgent priority: ReserveUrgent, leaving other classes at least one.
-func (p *pool) reserve() int { return max(0, min(p.ReserveUrgent, p.limit-1)) }
-
 // prefillHeld reports whether the prefill bound keeps e waiting: e is not of
 // the most urgent priority, something is in prefill, and e's prompt would
 // take the outstanding prefill past MaxPrefillTokens.
 func (m *Machine) prefillHeld(p *pool, e *entry) bool {
-	return p.MaxPrefillTokens > 0 && e.Priority != m.top && p.prefilling > 0 &&
-		p.prefilling+e.req.PromptTokens > p.MaxPrefillTokens
+	n := m.prefillCap(p) // tune.go: static or derived
+	return n > 0 && e.Priority != m.top && p.prefilling > 0 && p.prefilling+e.req.PromptTokens > n
 }
 
 // admit releases waiting requests in policy order while they fit. The head

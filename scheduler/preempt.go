@@ -94,10 +94,7 @@ func (m *Machine) atRisk(now time.Time, p *pool, e *entry, slotWait time.Duratio
 	if e.class.TTFT <= 0 {
 		return false, time.Time{}
 	}
-	budget := e.class.TTFT
-	if t := p.Preemption.Target; t > 0 && t < 1 {
-		budget = time.Duration(float64(budget) * t)
-	}
+	budget := m.budget(p, e)
 	prefill := m.prefillFor(p, e.req.PromptTokens)
 	if now.Sub(e.Arrival)+slotWait+prefill > budget {
 		return true, time.Time{}
@@ -139,7 +136,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 	}
 	// covered: the balance after e leaves no request short; requests of
 	// other than the most urgent priority must also leave the reserve.
-	reserve := p.reserve()
+	reserve := m.reserveFor(p)
 	needSlots := func(e *entry) int {
 		if e.Priority != m.top {
 			return reserve

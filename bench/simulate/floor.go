@@ -36,6 +36,7 @@ func floorOptions(o Options) Options {
 	o.MaxInflight *= 2
 	o.MaxPrefillTokens = 1
 	o.MetricsInterval = -1
+	o.StaticBounds = true
 	return o
 }
 

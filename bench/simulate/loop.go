@@ -54,6 +54,29 @@ type counters struct {
 	steps            int64
 	limitMin         int // lowest pool limit the capacity rule set
 	end              time.Time
+	bounds           boundsSamples
+}
+
+// boundsSamples accumulates the pool's admission bounds in effect at each
+// metrics tick (derived ones move with the traffic).
+type boundsSamples struct {
+	n                  int
+	reserve, prefill   int64
+	reserveHist        map[int]int
+	prefillMin, prefMx int
+}
+
+func (b *boundsSamples) add(x scheduler.Bounds) {
+	if b.reserveHist == nil {
+		b.reserveHist = map[int]int{}
+		b.prefillMin = x.MaxPrefillTokens
+	}
+	b.n++
+	b.reserve += int64(x.ReserveUrgent)
+	b.prefill += int64(x.MaxPrefillTokens)
+	b.reserveHist[x.ReserveUrgent]++
+	b.prefillMin = min(b.prefillMin, x.MaxPrefillTokens)
+	b.prefMx = max(b.prefMx, x.MaxPrefillTokens)
 }
 
 // loop is one discrete-event run of the scheduler machine in front of the
@@ -127,7 +150,7 @@ func schedulerConfig(w *workload.Workload, pol scheduler.Policy, o Options) sche
 	}
 	cfg := scheduler.Config{Pools: []scheduler.PoolConfig{{
 		Name: poolName, MaxInflight: o.MaxInflight, MaxInflightTokens: o.MaxInflightTokens,
-		MaxPrefillTokens: o.MaxPrefillTokens, ReserveUrgent: o.ReserveUrgent,
+		MaxPrefillTokens: o.MaxPrefillTokens, ReserveUrgent: o.ReserveUrgent, StaticBounds: o.StaticBounds,
 		Policy: pol, Aging: o.Aging, Preemption: o.Preemption,
 	}}}
 	for i, c := range w.Classes {
@@ -305,6 +328,7 @@ func (l *loop) tick() {
 		Running: float64(l.eng.Running()), Waiting: float64(l.eng.Waiting()), KVUsage: l.eng.KVUsage(),
 		HasRunning: true, HasWaiting: true, HasKV: true,
 	}
+	l.c.bounds.add(l.m.Bounds(poolName))
 	next := l.rule.Next(l.limit, s)
 	if next != l.limit {
 		l.limit = next

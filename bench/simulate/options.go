@@ -55,6 +55,10 @@ type Options struct {
 	// (the pool's reserve_urgent); 0 means none. Like MaxPrefillTokens it
 	// is not applied when measuring saturation.
 	ReserveUrgent int
+	// StaticBounds keeps MaxPrefillTokens and ReserveUrgent as given (0:
+	// off) for preemptive policies too; by default those derive each bound
+	// left at 0 from what the pool observes (scheduler.PoolConfig.StaticBounds).
+	StaticBounds bool
 	// LateHandoff makes the engine start its next step as soon as a step's
 	// tokens are out, as a real engine loop does, so that what the host
 	// admits in reaction to them (a first token freeing prefill budget, a

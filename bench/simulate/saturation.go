@@ -72,7 +72,7 @@ func saturation(w *workload.Workload, o Options) (*SaturationInfo, error) {
 	}
 	// The reference is what the engine sustains unrestricted, so that load
 	// factors mean the same with and without the admission bounds.
-	o.MaxPrefillTokens, o.ReserveUrgent = 0, 0
+	o.MaxPrefillTokens, o.ReserveUrgent, o.StaticBounds = 0, 0, true
 	l, err := newLoop(&c, fifo.New(), o)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -44,10 +45,13 @@ type EngineInfo struct {
 
 // PoolInfo is the simulated host's pool configuration.
 type PoolInfo struct {
-	MaxInflight       int     `json:"max_inflight"`
-	MaxInflightTokens int     `json:"max_inflight_tokens,omitempty"`
-	MaxPrefillTokens  int     `json:"max_prefill_tokens,omitempty"`
-	ReserveUrgent     int     `json:"reserve_urgent,omitempty"`
+	MaxInflight       int `json:"max_inflight"`
+	MaxInflightTokens int `json:"max_inflight_tokens,omitempty"`
+	MaxPrefillTokens  int `json:"max_prefill_tokens,omitempty"`
+	ReserveUrgent     int `json:"reserve_urgent,omitempty"`
+	// Bounds is "derived" when preemptive policies derive the bounds left
+	// at 0 (the default), "static" with Options.StaticBounds.
+	Bounds            string  `json:"bounds"`
 	MetricsIntervalMs float64 `json:"metrics_interval_ms"` // 0: static capacity
 	AgingS            float64 `json:"aging_s"`
 	Predictor         string  `json:"predictor"`
@@ -92,9 +96,24 @@ type RunStats struct {
 	// Breakdown splits each class's TTFT (measured requests that completed,
 	// the ones whose TTFT the class report counts) into waiting in the scheduler and the engine's part.
 	Breakdown map[string]Breakdown `json:"ttft_breakdown"`
+	// Bounds are the pool's admission bounds in effect, sampled at every
+	// metrics tick (absent with static capacity).
+	Bounds *BoundsStats `json:"bounds,omitempty"`
 	// ITLOmitted is set when the run was too large to keep every token's
 	// time, so ITL statistics are empty.
 	ITLOmitted bool `json:"itl_omitted,omitempty"`
+}
+
+// BoundsStats summarize the admission bounds a run applied: derived ones
+// change with what the pool observes.
+type BoundsStats struct {
+	Samples           int     `json:"samples"`
+	ReserveUrgentMean float64 `json:"reserve_urgent_mean"`
+	// ReserveUrgentShare is the share of samples at each reserve.
+	ReserveUrgentShare   map[string]float64 `json:"reserve_urgent_share"`
+	MaxPrefillTokensMean float64            `json:"max_prefill_tokens_mean"`
+	MaxPrefillTokensMin  int                `json:"max_prefill_tokens_min"`
+	MaxPrefillTokensMax  int                `json:"max_prefill_tokens_max"`
 }
 
 // itlTokenBudget bounds the token times one run keeps for ITL statistics
@@ -250,6 +269,15 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		MinPoolLimit: c.limitMin, VirtualSeconds: c.end.Sub(epoch).Seconds(), Requests: len(items), ITLOmitted: !l.recordAll,
 	}}
 	run.Sim.Breakdown = breakdown(l.reqs, w)
+	if b := c.bounds; b.n > 0 {
+		bs := &BoundsStats{Samples: b.n, ReserveUrgentMean: float64(b.reserve) / float64(b.n),
+			MaxPrefillTokensMean: float64(b.prefill) / float64(b.n), MaxPrefillTokensMin: b.prefillMin, MaxPrefillTokensMax: b.prefMx,
+			ReserveUrgentShare: map[string]float64{}}
+		for r, n := range b.reserveHist {
+			bs.ReserveUrgentShare[strconv.Itoa(r)] = float64(n) / float64(b.n)
+		}
+		run.Sim.Bounds = bs
+	}
 	if c.computed > 0 {
 		run.Sim.RecomputedOfComputed = float64(c.recomputed) / float64(c.computed)
 	}
@@ -296,12 +324,15 @@ func naturalRate(w *workload.Workload) float64 {
 func poolInfo(w *workload.Workload, o Options) PoolInfo {
 	p := PoolInfo{
 		MaxInflight: o.MaxInflight, MaxInflightTokens: o.MaxInflightTokens, MaxPrefillTokens: o.MaxPrefillTokens,
-		ReserveUrgent: o.ReserveUrgent, AgingS: o.Aging.Seconds(), Predictor: o.Predictor,
+		ReserveUrgent: o.ReserveUrgent, AgingS: o.Aging.Seconds(), Predictor: o.Predictor, Bounds: "derived",
 		MinLowerInflight: o.Preemption.MinLowerInflight, MinRunTimeMs: ms(o.Preemption.MinRunTime),
 		MaxPerRequest: o.Preemption.MaxPerRequest, Target: o.Preemption.Target,
 	}
 	if p.Target == 0 {
 		p.Target = 1
+	}
+	if o.StaticBounds {
+		p.Bounds = "static"
 	}
 	if o.MetricsInterval > 0 {
 		p.MetricsIntervalMs = ms(o.MetricsInterval)

@@ -35,6 +35,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		inflight  = fs.Int("max-inflight", simulate.DefaultMaxInflight, "pool capacity (max_inflight)")
 		prefill   = fs.Int("max-prefill-tokens", 0, "pool: most prompt tokens admitted but not yet prefilled, for every class but the most urgent (0: no bound)")
 		reserve   = fs.Int("reserve-urgent", 0, "pool: slots only the most urgent class may take (0: none)")
+		static    = fs.Bool("static-bounds", false, "pool: keep --max-prefill-tokens and --reserve-urgent as given (0: off) for preemptive policies too, instead of deriving the ones left at 0 from observed traffic")
 		late      = fs.Bool("late-handoff", false, "admissions in reaction to a step's tokens reach the engine's step after next, as with a real engine loop (default: the next step, optimistic)")
 		interval  = fs.Duration("metrics-interval", simulate.DefaultMetricsInterval, "re-derive the pool limit from the engine's load this often (0: static capacity)")
 		maxSeqs   = fs.Int("max-num-seqs", 256, "engine: most running sequences")
@@ -96,7 +97,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	o := simulate.Options{
 		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
 		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep, LongPrefillTokenThreshold: *longPre},
-		MetricsInterval: *interval, MaxPrefillTokens: *prefill, ReserveUrgent: *reserve, LateHandoff: *late,
+		MetricsInterval: *interval, MaxPrefillTokens: *prefill, ReserveUrgent: *reserve, LateHandoff: *late, StaticBounds: *static,
 		Preemption: scheduler.PreemptionConfig{MinLowerInflight: 1, MinRunTime: *minRun, MaxPerRequest: *maxPer, Target: *target},
 	}
 	if *interval == 0 {

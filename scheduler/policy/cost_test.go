@@ -34,7 +34,8 @@ func ms(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 // returns the machine and their tickets.
 func costPool(t *testing.T, p scheduler.Policy, limit int, reqs ...[2]int) (*scheduler.Machine, []scheduler.Ticket) {
 	t.Helper()
-	m := machine(t, p, scheduler.PoolConfig{MaxInflight: limit, Preemption: costRails})
+	// Static bounds: the cost rules alone, against the objective itself.
+	m := machine(t, p, scheduler.PoolConfig{MaxInflight: limit, Preemption: costRails, StaticBounds: true})
 	var ts []scheduler.Ticket
 	for i, r := range reqs {
 		tk, err := m.Arrive(ms(0), scheduler.Request{ID: string(rune('a' + i)), Class: "batch", PromptTokens: r[0], MaxTokens: r[1]})

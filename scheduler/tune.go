@@ -1,0 +1,193 @@
+package scheduler
+
+import (
+	"math"
+	"time"
+)
+
+// Self-tuning admission bounds. A pool whose policy preempts and whose
+// config leaves a bound at 0 (and StaticBounds false) derives it from what
+// it observes, so that the default config keeps the most urgent class near
+// what the engine allows without hand tuning, and follows traffic when it
+// shifts:
+//
+//   - reserve_urgent: a reserved slot, once taken by an urgent request, is
+//     free again at the next finish of a less urgent request (the others are
+//     then admitted only below limit − reserve). So the reserve runs out only
+//     when more than R urgent requests arrive between two such finishes. With
+//     urgent arrivals at rate λ and other finishes at rate μ, the number of
+//     urgent arrivals before the next finish is geometric:
+//     P(N > r) = q^(r+1), q = λ/(λ+μ). R is the smallest r with
+//     q^(r+1) ≤ reserveMiss, at most an eighth of the limit; 0 until both
+//     rates are observed.
+//   - max_prefill_tokens: the prompt tokens of other classes admitted but not
+//     yet prefilled are what an urgent prompt shares its prefill steps with;
+//     they may take at most prefillShare of the urgent class's TTFT
+//     objective at the observed prefill time per prompt token (cost.go), but
+//     never less than the other classes' mean prompt (a smaller bound
+//     serializes their prefill), in [minPrefillCap, maxPrefillCap]; 0 until
+//     a prefill was observed.
+//   - the preemption budget: preemption starts when an urgent request's
+//     predicted TTFT passes twice its predicted prefill (queueing no longer
+//     than the engine's own part), at least queueShare of the objective and
+//     at most the objective times Preemption.Target. The cost rules
+//     (cost.go) keep what it preempts cheap.
+//
+// Static settings override: a bound set above 0 is used as given, and
+// StaticBounds keeps 0 meaning off.
+
+const (
+	reserveMiss   = 0.1 // share of urgent arrivals the reserve may leave to preemption
+	prefillShare  = 0.1
+	minPrefillCap = 256
+	maxPrefillCap = 8192
+	queueShare    = 0.5
+	rateAlpha     = 0.05 // rates move slower than the per-request estimates
+)
+
+// rate is an exponentially weighted moving average of the gaps between
+// events, read as events per second.
+type rate struct {
+	last  time.Time
+	gap   float64 // seconds
+	known bool
+	seen  bool
+}
+
+func (r *rate) event(now time.Time) {
+	if !r.seen {
+		r.last, r.seen = now, true
+		return
+	}
+	g := now.Sub(r.last).Seconds()
+	r.last = now
+	if g < 0 {
+		return
+	}
+	if !r.known {
+		r.gap, r.known = g, true
+		return
+	}
+	r.gap += rateAlpha * (g - r.gap)
+}
+
+// perSecond is the observed rate; 0 before two events.
+func (r *rate) perSecond() float64 {
+	if !r.known || r.gap <= 0 {
+		if r.known {
+			return math.Inf(1)
+		}
+		return 0
+	}
+	return 1 / r.gap
+}
+
+// arrival records a new (not requeued) request.
+func (o *observed) arrival(now time.Time, urgent bool, prompt int) {
+	if urgent {
+		o.urgentArrivals.event(now)
+	} else if prompt > 0 {
+		o.otherPrompt.observe(time.Duration(prompt))
+	}
+}
+
+// finished records a completed request that was not urgent.
+func (o *observed) finished(now time.Time, urgent bool) {
+	if !urgent {
+		o.otherFinishes.event(now)
+	}
+}
+
+// deriveReserve is the reserve for urgent arrivals at lambda per second and
+// other finishes at mu per second on a pool of limit slots.
+func deriveReserve(lambda, mu float64, limit int) int {
+	if !(lambda > 0) || !(mu > 0) || limit < 2 {
+		return 0
+	}
+	most := max(1, limit/8)
+	q := lambda / (lambda + mu)
+	if math.IsInf(lambda, 1) {
+		return most
+	}
+	r := 0
+	for r < most && math.Pow(q, float64(r+1)) > reserveMiss {
+		r++
+	}
+	return max(1, r)
+}
+
+// derivePrefillCap is the prefill bound for an urgent objective ttft at
+// perToken prefill time per prompt token.
+func derivePrefillCap(ttft, perToken time.Duration) int {
+	if ttft <= 0 || perToken <= 0 {
+		return 0
+	}
+	n := int(float64(ttft) * prefillShare / float64(perToken))
+	return min(maxPrefillCap, max(minPrefillCap, n))
+}
+
+// deriveBudget is the preemption budget of a request with objective ttft
+// (already scaled by the target) and predicted prefill.
+func deriveBudget(ttft, prefill time.Duration) time.Duration {
+	b := 2 * prefill
+	return min(ttft, max(b, time.Duration(float64(ttft)*queueShare)))
+}
+
+// tuned reports whether p derives its bounds.
+func (m *Machine) tuned(p *pool) bool { return !p.StaticBounds && p.Policy.Preempts() }
+
+// urgentTTFT is the TTFT objective of the pool's most urgent class (the
+// tightest among equals); 0 when none has one.
+func (m *Machine) urgentTTFT() time.Duration {
+	var t time.Duration
+	for _, c := range m.classes {
+		if c.Priority == m.top && c.TTFT > 0 && (t == 0 || c.TTFT < t) {
+			t = c.TTFT
+		}
+	}
+	return t
+}
+
+// reserveFor is the pool's reserve_urgent in effect: the static one, or
+// the derived one.
+func (m *Machine) reserveFor(p *pool) int {
+	r := p.ReserveUrgent
+	if r == 0 && m.tuned(p) {
+		r = deriveReserve(p.obs.urgentArrivals.perSecond(), p.obs.otherFinishes.perSecond(), p.limit)
+	}
+	return max(0, min(r, p.limit-1))
+}
+
+// prefillCap is the pool's max_prefill_tokens in effect (0: no bound).
+func (m *Machine) prefillCap(p *pool) int {
+	if n := p.MaxPrefillTokens; n > 0 || !m.tuned(p) {
+		return n
+	}
+	n := derivePrefillCap(m.urgentTTFT(), p.obs.perToken())
+	if n > 0 && p.obs.otherPrompt.known {
+		// Never below the other classes' mean prompt: a smaller bound
+		// serializes their prefill, which costs throughput where it is the
+		// bottleneck (long prompts).
+		n = max(n, min(maxPrefillCap, int(p.obs.otherPrompt.v)))
+	}
+	return n
+}
+
+// Bounds is what a pool's admission bounds are at the moment: static or
+// derived (Machine.Bounds).
+type Bounds struct {
+	ReserveUrgent    int
+	MaxPrefillTokens int
+	// Derived is true when the pool derives the bounds it was not given.
+	Derived bool
+}
+
+// Bounds returns the admission bounds pool poolName applies now; the zero
+// value for an unknown pool.
+func (m *Machine) Bounds(poolName string) Bounds {
+	p := m.poolByName[poolName]
+	if p == nil {
+		return Bounds{}
+	}
+	return Bounds{ReserveUrgent: m.reserveFor(p), MaxPrefillTokens: m.prefillCap(p), Derived: m.tuned(p)}
+}

@@ -1,0 +1,74 @@
+package scheduler_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/policy/priority"
+)
+
+// A preemptive pool with no bounds configured derives them from what it
+// observes: a reserve once urgent arrivals and other finishes have rates,
+// a prefill cap once a prefill was timed; StaticBounds and a policy that
+// does not preempt keep them off, and a static bound is used as given.
+func TestDerivedBounds(t *testing.T) {
+	drive := func(pc scheduler.PoolConfig) scheduler.Bounds {
+		t.Helper()
+		m := newMachine(t, pc)
+		now := at(0)
+		// Other classes finish every 100 ms, urgent requests arrive every
+		// 500 ms; each prompt of 1000 tokens takes 50 ms to its first token
+		// (50 µs per token).
+		for i := 0; i < 200; i++ {
+			class := "batch"
+			if i%5 == 0 {
+				class = "interactive"
+			}
+			tk := arrive(t, m, now, scheduler.Request{Class: class, PromptTokens: 1000, MaxTokens: 10})
+			m.Step(now)
+			m.Progress(now.Add(50*time.Millisecond), tk, scheduler.Progress{FirstToken: true, Tokens: 1})
+			m.Finish(now.Add(60*time.Millisecond), tk, scheduler.Done)
+			now = now.Add(100 * time.Millisecond)
+		}
+		return m.Bounds("p")
+	}
+	pc := preemptivePool(16, rails)
+	got := drive(pc)
+	// q = λ/(λ+μ) = 2/(2+8) = 0.2: q² = 0.04 ≤ 0.1, so one slot; the cap is
+	// 10% of the 200 ms objective at 50 µs per token = 400 tokens, raised
+	// to the other classes' mean prompt, 1000.
+	if want := (scheduler.Bounds{ReserveUrgent: 1, MaxPrefillTokens: 1000, Derived: true}); got != want {
+		t.Errorf("derived %+v, want %+v", got, want)
+	}
+	pc.ReserveUrgent, pc.MaxPrefillTokens = 3, 2048
+	if got, want := drive(pc), (scheduler.Bounds{ReserveUrgent: 3, MaxPrefillTokens: 2048, Derived: true}); got != want {
+		t.Errorf("static settings: %+v, want %+v", got, want)
+	}
+	pc = preemptivePool(16, rails)
+	pc.StaticBounds = true
+	if got := drive(pc); got != (scheduler.Bounds{}) {
+		t.Errorf("StaticBounds: %+v, want none", got)
+	}
+	pc = scheduler.PoolConfig{MaxInflight: 16, Policy: priority.New()}
+	if got := drive(pc); got != (scheduler.Bounds{}) {
+		t.Errorf("priority: %+v, want none", got)
+	}
+}
+
+// With no observations yet a preemptive pool has no derived bounds: the
+// first requests are admitted as before.
+func TestDerivedBoundsStartOff(t *testing.T) {
+	m := newMachine(t, preemptivePool(2, rails))
+	if b := m.Bounds("p"); b.ReserveUrgent != 0 || b.MaxPrefillTokens != 0 {
+		t.Fatalf("bounds before any traffic: %+v", b)
+	}
+	arrive(t, m, at(0), scheduler.Request{Class: "batch", PromptTokens: 100, MaxTokens: 10})
+	arrive(t, m, at(0), scheduler.Request{Class: "batch", PromptTokens: 100, MaxTokens: 10})
+	if d := m.Step(at(0)); len(d.Admitted) != 2 {
+		t.Fatalf("admitted %v, want both", d.Admitted)
+	}
+	if b := m.Bounds("nope"); b != (scheduler.Bounds{}) {
+		t.Errorf("unknown pool: %+v", b)
+	}
+}
