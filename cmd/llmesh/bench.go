@@ -136,7 +136,7 @@ func (wf *workloadFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&wf.q.Seed, "seed", 0, "random seed (default: the workload's, else 1)")
 	fs.DurationVar(&wf.q.TTFTSLO, "ttft-slo", 0, "TTFT SLO of the quick class")
 	fs.DurationVar(&wf.q.TPOTSLO, "tpot-slo", 0, "TPOT SLO of the quick class")
-	fs.DurationVar(&wf.maxLag, "max-lag", 0, "schedule-lag p99 above which the run is invalid (default: the workload's, else 1ms)")
+	fs.DurationVar(&wf.maxLag, "max-lag", 0, "absolute budget for the schedule-lag p99, replacing the relative one (schedule_lag_fraction of the smallest TTFT SLO, TTFT P50 or arrival gap); 0: relative")
 }
 
 // load builds the workload: the file with explicitly set flags overriding
