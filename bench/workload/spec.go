@@ -6,15 +6,15 @@
 package workload
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/llmesh/llmesh/config"
 )
 
 // Protocols the harness speaks.
@@ -197,14 +197,13 @@ func Parse(data []byte) (*Spec, error) {
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("workload: %d bytes exceeds the limit of %d", len(data), MaxFileBytes)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var s Spec
-	if err := dec.Decode(&s); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("workload: empty document")
-		}
+	found, err := config.DecodeStrict(data, &s)
+	if err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
+	}
+	if !found {
+		return nil, errors.New("workload: empty document")
 	}
 	return &s, nil
 }
