@@ -94,7 +94,7 @@ check: ## Fail when go mod tidy or gofmt would change the tree.
 .PHONY: results
 results: build ## Record the runs behind the README's headline table (virtual-time policy comparison + the full demo).
 	mkdir -p results
-	$(BIN)/llmesh bench simulate --loads 0.05,0.7,0.9,1.0,1.2 --duration 1800s --json > results/simulate.json
+	$(BIN)/llmesh bench simulate --loads 0.05,0.7,0.9,1.0,1.2 --duration 1800s --json results/simulate.json
 	$(BIN)/llmesh demo --out results/demo
 
 .PHONY: headline

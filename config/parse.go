@@ -29,39 +29,54 @@ func Parse(data []byte) (*Mesh, error) {
 	if len(data) > MaxFileSize {
 		return nil, Errors{{Msg: fmt.Sprintf("config is %d bytes, over the limit of %d", len(data), MaxFileSize)}}
 	}
+	m := &Mesh{}
+	if _, err := DecodeStrict(data, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// DecodeStrict decodes one YAML (or JSON) document into v, a pointer to a
+// struct with yaml tags, the way Parse decodes a mesh config: unknown
+// fields (with a did-you-mean), duplicate keys and values of the wrong type
+// are all reported at once as Errors naming their field path and line.
+// Fields whose type implements yaml.Unmarshaler are checked by decoding
+// them. It reports found=false, and leaves v alone, for an empty document.
+func DecodeStrict(data []byte, v any) (found bool, err error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return &Mesh{}, nil
+			return false, nil
 		}
-		return nil, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+		return false, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		return nil, Errors{{Line: extra.Line, Msg: "more than one YAML document"}}
+		return false, Errors{{Line: extra.Line, Msg: "more than one YAML document"}}
 	} else if !errors.Is(err, io.EOF) {
-		return nil, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+		return false, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode {
 		if len(root.Content) == 0 {
-			return &Mesh{}, nil
+			return false, nil
 		}
 		root = root.Content[0]
 	}
 	var c collector
 	s := &strict{c: &c}
-	s.check(root, reflect.TypeOf(Mesh{}), nil)
+	s.check(root, reflect.TypeOf(v), nil)
 	if err := c.err(); err != nil {
-		return nil, err
+		return true, err
 	}
-	m := &Mesh{}
-	if err := root.Decode(m); err != nil {
-		return nil, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+	if err := root.Decode(v); err != nil {
+		return true, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
 	}
-	return m, nil
+	return true, nil
 }
+
+var unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
 
 // Load parses, defaults, validates and compiles a mesh config.
 func Load(data []byte) (*Config, error) {
@@ -132,6 +147,15 @@ func (s *strict) check(n *yaml.Node, t reflect.Type, path *pathSeg) {
 	}
 	if t == endpointSpecType && n.Kind == yaml.ScalarNode {
 		t = reflect.TypeOf("") // the address-only form
+	}
+	// A type that decodes itself is checked by decoding it; EndpointSpec
+	// decodes itself only for its two forms, so its object form is walked
+	// field by field like any struct.
+	if t != endpointSpecType && reflect.PointerTo(t).Implements(unmarshalerType) {
+		if err := n.Decode(reflect.New(t).Interface()); err != nil {
+			s.c.add(path.String(), n.Line, "%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("line %d: ", n.Line)))
+		}
+		return
 	}
 	switch t.Kind() {
 	case reflect.Struct:

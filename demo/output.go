@@ -3,7 +3,6 @@ package demo
 import (
 	"bytes"
 	"fmt"
-	"html/template"
 	"io"
 	"os"
 	"path/filepath"
@@ -41,7 +40,7 @@ func writeOutputs(o Options, res *ab.Result) ([]string, error) {
 	if err := write("report.md", func(w io.Writer) error { return markdown(w, res) }); err != nil {
 		return files, err
 	}
-	if err := write("report.html", func(w io.Writer) error { return page(w, res) }); err != nil {
+	if err := write("report.html", func(w io.Writer) error { return ab.HTML(w, res) }); err != nil {
 		return files, err
 	}
 	return files, nil
@@ -81,50 +80,6 @@ func markdown(w io.Writer, res *ab.Result) error {
 		}
 	}
 	return nil
-}
-
-var pageTemplate = template.Must(template.New("page").Parse(`<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>llmesh demo: {{.A}} vs {{.B}}</title>
-<style>
-body{font-family:system-ui,sans-serif;margin:2rem;max-width:1200px}
-pre{background:#f6f8fa;padding:1rem;overflow-x:auto}
-iframe{width:100%;height:1400px;border:1px solid #ddd;margin-top:.5rem}
-</style></head><body>
-<h1>llmesh demo: {{.A}} vs {{.B}}</h1>
-<p>Workload <code>{{.Workload}}</code>, {{.Repeats}} interleaved A/B pair(s) through the embedded gateway to the simulated engine.</p>
-<h2>Comparison</h2>
-<pre>{{.Comparison}}</pre>
-{{range .Arms}}<h2>{{.Title}}</h2>
-<iframe title="{{.Title}}" srcdoc="{{.Doc}}"></iframe>
-{{end}}</body></html>
-`))
-
-type pageArm struct {
-	Title string
-	Doc   string
-}
-
-// page writes one self-contained HTML page: the comparison, then each arm's
-// full report (with its charts) inline.
-func page(w io.Writer, res *ab.Result) error {
-	var cmp bytes.Buffer
-	if err := ab.Table(&cmp, res); err != nil {
-		return err
-	}
-	data := struct {
-		A, B, Workload string
-		Repeats        int
-		Comparison     string
-		Arms           []pageArm
-	}{A: res.A, B: res.B, Workload: res.Workload, Repeats: res.Repeats, Comparison: cmp.String()}
-	for _, r := range lastRuns(res) {
-		var doc bytes.Buffer
-		if err := report.HTML(&doc, r.Report); err != nil {
-			return err
-		}
-		data.Arms = append(data.Arms, pageArm{Title: fmt.Sprintf("%s (run %d)", armLabel(res, r), r.Repeat+1), Doc: doc.String()})
-	}
-	return pageTemplate.Execute(w, data)
 }
 
 // printSummary prints each arm's per-class SLO table and the comparison.

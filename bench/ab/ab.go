@@ -154,7 +154,28 @@ func Compare(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.Classes = deltas(samples["A"], samples["B"], o.Workload, o.Resamples)
 	res.Verdict = verdict(res)
+	if !res.Valid {
+		res.Verdict = inconclusive(res)
+	}
 	return res, runErr
+}
+
+// Inconclusive starts the verdict of an A/B with an invalid run: the
+// harness's lateness could have moved a reported figure, so no verdict is
+// given (the deltas are still reported, for information).
+const Inconclusive = "Inconclusive"
+
+func inconclusive(res *Result) string {
+	n, first := 0, ""
+	for _, r := range res.Runs {
+		if r.Report != nil && !r.Report.Valid {
+			n++
+			if first == "" && len(r.Report.InvalidReasons) > 0 {
+				first = r.Report.InvalidReasons[0]
+			}
+		}
+	}
+	return fmt.Sprintf("%s: %d of %d runs invalid (%s): no verdict; the deltas are for information only", Inconclusive, n, len(res.Runs), first)
 }
 
 func validity(rep *result.Report) string {

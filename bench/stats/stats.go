@@ -7,7 +7,6 @@
 package stats
 
 import (
-	"fmt"
 	"math"
 	"sort"
 	"time"
@@ -337,9 +336,8 @@ func Summarize(recs []result.Record, m Meta) *result.Report {
 		rep.Valid = false
 		rep.InvalidReasons = append(rep.InvalidReasons, "no request completed")
 	}
-	if limit := ms(sp.MaxScheduleLagP99.D()); !w.Closed() && lp.P99 > limit {
-		rep.Valid = false
-		rep.InvalidReasons = append(rep.InvalidReasons, fmt.Sprintf("schedule lag p99 %.3f ms exceeds max_schedule_lag_p99 %.3f ms: the harness could not send on time", lp.P99, limit))
+	if !w.Closed() {
+		checkLag(sp, rep, lp.P99)
 	}
 	return rep
 }

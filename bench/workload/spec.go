@@ -6,15 +6,15 @@
 package workload
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/llmesh/llmesh/config"
 )
 
 // Protocols the harness speaks.
@@ -77,9 +77,15 @@ type Spec struct {
 	Classes []ClassSpec `yaml:"classes"`
 	// Stream asks for streamed responses; default true (TTFT needs it).
 	Stream *bool `yaml:"stream"`
-	// MaxScheduleLagP99 marks a run invalid when the p99 of (actual − intended
-	// send time) exceeds it; default 1ms.
+	// MaxScheduleLagP99, when set, is an absolute budget for the p99 of
+	// (actual − intended send time), replacing the relative one: above it
+	// a run is invalid. Zero (the default): the relative budget applies.
 	MaxScheduleLagP99 Duration `yaml:"max_schedule_lag_p99"`
+	// ScheduleLagFraction is the relative budget: a run is invalid when its
+	// schedule-lag p99 exceeds this fraction of the smallest of the mean
+	// arrival gap, the classes' TTFT SLOs and their measured TTFT P50s, the
+	// figures the lateness could move. Default DefaultScheduleLagFraction.
+	ScheduleLagFraction float64 `yaml:"schedule_lag_fraction"`
 	// Timeout bounds one request; default 5m.
 	Timeout Duration `yaml:"timeout"`
 }
@@ -191,14 +197,13 @@ func Parse(data []byte) (*Spec, error) {
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("workload: %d bytes exceeds the limit of %d", len(data), MaxFileBytes)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var s Spec
-	if err := dec.Decode(&s); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("workload: empty document")
-		}
+	found, err := config.DecodeStrict(data, &s)
+	if err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
+	}
+	if !found {
+		return nil, errors.New("workload: empty document")
 	}
 	return &s, nil
 }
@@ -263,8 +268,8 @@ func (s *Spec) Default() {
 		t := true
 		s.Stream = &t
 	}
-	if s.MaxScheduleLagP99 == 0 {
-		s.MaxScheduleLagP99 = Duration(time.Millisecond)
+	if s.ScheduleLagFraction == 0 {
+		s.ScheduleLagFraction = DefaultScheduleLagFraction
 	}
 	if s.Timeout == 0 {
 		s.Timeout = Duration(5 * time.Minute)
@@ -306,3 +311,8 @@ func (s *Spec) Default() {
 		}
 	}
 }
+
+// DefaultScheduleLagFraction is ScheduleLagFraction's default: the
+// harness may be late by a tenth of the smallest figure its lateness could
+// move before a run stops counting.
+const DefaultScheduleLagFraction = 0.1

@@ -47,8 +47,11 @@ func (s *Spec) Validate() error {
 	if s.Warmup.Requests < 0 || s.Warmup.Requests > MaxRequests {
 		bad("warmup.requests", s.Warmup.Requests, fmt.Sprintf("must be in [0, %d]", MaxRequests))
 	}
-	if s.MaxScheduleLagP99 <= 0 {
-		bad("max_schedule_lag_p99", s.MaxScheduleLagP99.D(), "must be positive")
+	if s.MaxScheduleLagP99 < 0 {
+		bad("max_schedule_lag_p99", s.MaxScheduleLagP99.D(), "must not be negative (0: no absolute cap)")
+	}
+	if !(s.ScheduleLagFraction > 0 && s.ScheduleLagFraction <= 1) {
+		bad("schedule_lag_fraction", s.ScheduleLagFraction, "must be in (0, 1]")
 	}
 	if s.Timeout <= 0 {
 		bad("timeout", s.Timeout.D(), "must be positive")

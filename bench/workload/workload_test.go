@@ -53,7 +53,10 @@ func TestValidationErrorsNameFields(t *testing.T) {
 		{`classes: [{name: a, headers: {"bad name": x}, prompt_tokens: {value: 1}, output_tokens: {value: 1}}]`, `classes[0].headers: "bad name" is not a valid header name`},
 		{`classes: []`, `classes: at least one class is needed`},
 		{`duration: soon`, `"soon" is not a duration`},
-		{`colour: blue`, `field colour not found`},
+		{`colour: blue`, `colour: unknown field (known: arrival, classes,`},
+		{`classes: [{name: a, shar: 1, prompt_tokens: {value: 1}, output_tokens: {value: 1}}]`, `classes[0].shar: unknown field (did you mean "share"?) (line 1)`},
+		{`arrival: {rate: fast}`, `arrival.rate: must be a number, got "fast"`},
+		{`timeout: 5`, `timeout: "5" is not a duration like "250ms" (line 1)`},
 	} {
 		y := tc.yaml
 		if !strings.Contains(y, "requests:") && !strings.Contains(y, "duration:") {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -37,33 +36,6 @@ func addBenchCommand(c command) bool {
 	}
 	benchCommands = append(benchCommands, c)
 	return true
-}
-
-// runBench dispatches `llmesh bench <sub>`.
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		benchUsage(stdout)
-		return nil
-	}
-	for _, c := range benchCommands {
-		if c.name == args[0] {
-			defer harness.TuneGC()()
-			return c.run(ctx, args[1:], stdout, stderr)
-		}
-	}
-	benchUsage(stderr)
-	return withExitCode(2, fmt.Errorf("bench: unknown subcommand %q", args[0]))
-}
-
-func benchUsage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: llmesh bench <subcommand> [flags]   (llmesh bench <subcommand> -h for its flags)")
-	fmt.Fprintln(w, "\nSubcommands:")
-	cs := append([]command(nil), benchCommands...)
-	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
-	for _, c := range cs {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintln(w, "\nExit codes: 0 ok, 1 error, 2 usage, 3 SLO gate failed (--slo-gate), 4 run invalid (schedule lag).")
 }
 
 var (
@@ -164,7 +136,7 @@ func (wf *workloadFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&wf.q.Seed, "seed", 0, "random seed (default: the workload's, else 1)")
 	fs.DurationVar(&wf.q.TTFTSLO, "ttft-slo", 0, "TTFT SLO of the quick class")
 	fs.DurationVar(&wf.q.TPOTSLO, "tpot-slo", 0, "TPOT SLO of the quick class")
-	fs.DurationVar(&wf.maxLag, "max-lag", 0, "schedule-lag p99 above which the run is invalid (default: the workload's, else 1ms)")
+	fs.DurationVar(&wf.maxLag, "max-lag", 0, "absolute budget for the schedule-lag p99, replacing the relative one (schedule_lag_fraction of the smallest TTFT SLO, TTFT P50 or arrival gap); 0: relative")
 }
 
 // load builds the workload: the file with explicitly set flags overriding

@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/llmesh/llmesh/bench/ab"
 	"github.com/llmesh/llmesh/bench/harness"
 	"github.com/llmesh/llmesh/bench/progress"
+	"github.com/llmesh/llmesh/bench/report"
 	"github.com/llmesh/llmesh/bench/sweep"
 	"github.com/llmesh/llmesh/bench/workload"
 )
@@ -69,8 +71,9 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		wf                 workloadFlags
 		a, b, aName, bName string
 		jsonOut, mdOut     string
+		htmlOut, format    string
 		repeats, resamples int
-		quiet              bool
+		quiet, sloGate     bool
 	)
 	wf.register(fs)
 	fs.StringVar(&a, "a", "", "baseline target: URL, host:port, or embedded:MESH-FILE to start a simulated engine and the gateway with that mesh config for every run (required)")
@@ -81,6 +84,9 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&resamples, "resamples", 1000, "bootstrap resamples")
 	fs.StringVar(&jsonOut, "json", "", "write the comparison (with every run's report) as JSON to `FILE` (- for stdout)")
 	fs.StringVar(&mdOut, "markdown", "", "write the comparison as Markdown to `FILE`")
+	fs.StringVar(&htmlOut, "html", "", "write the comparison and every run's report as one self-contained HTML page to `FILE`")
+	fs.StringVar(&format, "format", "table", "stdout format: table, json, markdown, html")
+	fs.BoolVar(&sloGate, "slo-gate", false, "exit 3 when a run of B misses a class's attainment target")
 	fs.BoolVar(&quiet, "quiet", false, "no live progress")
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(harness.ExitUsage, err)
@@ -100,6 +106,9 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
+	if !slices.Contains(report.Formats, format) {
+		errs = append(errs, fmt.Errorf("--format: %q must be one of %s", format, strings.Join(report.Formats, ", ")))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
@@ -111,17 +120,40 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if res == nil {
 		return runErr
 	}
+	renderers := map[string]func(io.Writer, *ab.Result) error{"table": ab.Table, "json": ab.WriteJSON, "markdown": ab.Markdown, "html": ab.HTML}
 	var outErrs []error
-	if jsonOut != "-" {
-		outErrs = append(outErrs, ab.Table(stdout, res))
+	if jsonOut != "-" && mdOut != "-" && htmlOut != "-" {
+		outErrs = append(outErrs, renderers[format](stdout, res))
 	}
-	if jsonOut != "" {
-		outErrs = append(outErrs, writeFile(jsonOut, stdout, func(w io.Writer) error { return ab.WriteJSON(w, res) }))
+	for _, f := range []struct{ path, format string }{{jsonOut, "json"}, {mdOut, "markdown"}, {htmlOut, "html"}} {
+		if f.path != "" {
+			outErrs = append(outErrs, writeFile(f.path, stdout, func(w io.Writer) error { return renderers[f.format](w, res) }))
+		}
 	}
-	if mdOut != "" {
-		outErrs = append(outErrs, writeFile(mdOut, stdout, func(w io.Writer) error { return ab.Markdown(w, res) }))
+	if err := errors.Join(runErr, errors.Join(outErrs...)); err != nil {
+		return err
 	}
-	return errors.Join(runErr, errors.Join(outErrs...))
+	return abExit(res, sloGate)
+}
+
+// abExit is the exit status of a finished A/B: 4 when it is inconclusive
+// (a run was invalid, so no verdict is given), else with --slo-gate 3 when
+// a run of the candidate missed a class's attainment target.
+func abExit(res *ab.Result, sloGate bool) error {
+	if !res.Valid {
+		return withExitCode(exitInvalid, errors.New(res.Verdict))
+	}
+	if !sloGate {
+		return nil
+	}
+	for _, r := range res.Runs {
+		if r.Arm == "B" {
+			if err := harness.Gate(r.Report); err != nil {
+				return gateExit(fmt.Errorf("B (%s) run %d: %w", res.B, r.Repeat+1, err))
+			}
+		}
+	}
+	return nil
 }
 
 func runBenchSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {

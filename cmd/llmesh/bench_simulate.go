@@ -30,7 +30,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		loads     = fs.String("loads", "", "comma-separated load factors, each × the measured saturation rate (default: the workload's own rate)")
 		duration  = fs.Duration("duration", 0, "measured duration per run, replacing the workload's (not with --trace)")
 		seed      = fs.Int64("seed", 0, "random seed (default: the workload's)")
-		jsonOut   = fs.Bool("json", false, "print one JSON object instead of tables")
+		jsonOut   = fs.String("json", "", "write the result as one JSON object to `FILE` (- for stdout, instead of the tables)")
 		brief     = fs.Bool("brief", false, "print only the saturation point and the comparison table")
 		inflight  = fs.Int("max-inflight", simulate.DefaultMaxInflight, "pool capacity (max_inflight)")
 		prefill   = fs.Int("max-prefill-tokens", 0, "pool: most prompt tokens admitted but not yet prefilled, for every class but the most urgent (0: no bound)")
@@ -43,7 +43,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		longPre   = fs.Int("long-prefill-token-threshold", 0, "engine: most prefill tokens of one sequence per step, as vLLM's --long-prefill-token-threshold (0: no cap)")
 		engPolicy = fs.String("engine-policy", "fcfs", "engine: waiting-queue order, fcfs or priority (the request's class priority)")
 		predictor = fs.String("predictor", simulate.PredictObserved, "prefill prediction for preemption: observed or timing")
-		target    = fs.Float64("target", 1, "preemption target: share of the TTFT objective a predicted TTFT may reach, in (0, 1]")
+		target    = fs.Float64("preempt-target", 1, "preemption target: share of the TTFT objective a predicted TTFT may reach, in (0, 1]")
 		minRun    = fs.Duration("min-run-time", simulate.DefaultMinRunTime, "preemption guard: minimum run time of a victim")
 		maxPer    = fs.Int("max-per-request", simulate.DefaultMaxPerRequest, "preemption guard: most preemptions of one request")
 		profile   = fs.String("profile", "", "engine profile (default: the workload's; known: "+strings.Join(sim.Profiles(), ", ")+")")
@@ -111,8 +111,10 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return withExitCode(2, err)
 	}
-	if *jsonOut {
-		return simulate.WriteJSON(stdout, res)
+	if *jsonOut != "" {
+		if err := writeFile(*jsonOut, stdout, func(w io.Writer) error { return simulate.WriteJSON(w, res) }); err != nil || *jsonOut == "-" {
+			return err
+		}
 	}
 	return simulate.WriteText(stdout, res, *brief)
 }

@@ -25,7 +25,7 @@ classes:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, err := benchMain(t, "simulate", "--workload", wf, "--policies", "fifo,preemptive", "--loads", "0.5,1.2", "--max-inflight", "16", "--json")
+	out, errOut, err := benchMain(t, "simulate", "--workload", wf, "--policies", "fifo,preemptive", "--loads", "0.5,1.2", "--max-inflight", "16", "--json", "-")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}

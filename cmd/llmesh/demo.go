@@ -78,6 +78,9 @@ Flags:`)
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(2, err)
 	}
-	_, err := demo.Run(ctx, o)
+	res, err := demo.Run(ctx, o)
+	if err == nil && res != nil && res.AB != nil && !res.AB.Valid {
+		return withExitCode(exitInvalid, errors.New(res.AB.Verdict))
+	}
 	return err
 }

@@ -1,7 +1,8 @@
 // Command llmesh is the single binary of llmesh: the demo, the embedded
 // gateway, the xDS control plane, the shared scheduler, the simulated engine
 // and the benchmark harness. Each subcommand lives in its own file of this
-// package and is listed once in commands below.
+// package and is listed once in commands below (bench subcommands join with
+// addBenchCommand); cli.go turns the list into the cobra command tree.
 package main
 
 import (
@@ -11,14 +12,16 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
-	"strings"
 	"syscall"
+
+	"github.com/llmesh/llmesh/bench/harness"
 )
 
-// command is one subcommand. run gets the arguments after the subcommand's
-// name and returns an error to print; errors wrapping exitCode set the
-// process exit status.
+// command is one subcommand. name is its path below llmesh: "demo", or
+// "sim predict" for a subcommand of sim (a parent that has no entry of its
+// own only groups its children). run gets the arguments after the name
+// (its flags, which it parses with its own flag.FlagSet) and returns an
+// error to print; errors wrapping exitCode set the process exit status.
 type command struct {
 	name    string
 	summary string
@@ -28,14 +31,30 @@ type command struct {
 // commands is the one registry of subcommands.
 var commands = []command{
 	{"demo", "the whole product on loopback: sim + gateway + control, fifo vs preemptive A/B, SLO report", runDemo},
-	{"bench", "benchmark harness: run, ab, sweep, report", runBench},
+	{"bench", "benchmark harness: run, ab, sweep, simulate, report", nil},
 	{"control", "xDS control plane for Envoy: control --config mesh.yaml --xds ADDR --admin ADDR", runControl},
 	{"gateway", "embedded gateway: measure, relocate and schedule LLM traffic to engines", runGateway},
-	{"report", "live SLO report from Prometheus: report slo --prometheus URL --config mesh.yaml --window 24h", runReport},
-	{"scheduler", "shared scheduler service: scheduler serve --listen ADDR --config mesh.yaml", runScheduler},
+	{"report", "reports of a live mesh", nil},
+	{"report slo", "live SLO report from Prometheus: --prometheus URL --config mesh.yaml --window 24h", runReportSLO},
+	{"scheduler", "shared scheduler service", nil},
+	{"scheduler serve", "serve the shared scheduler: --listen ADDR --config mesh.yaml", runSchedulerServe},
 	{"sim", "simulated LLM engine (OpenAI HTTP + gRPC), calibrated to H200 timings", runSim},
-	{"slo", "Prometheus rules and Grafana dashboard from the mesh config: slo rules|dashboard --config mesh.yaml", runSLO},
+	{"sim predict", "time of one prefill, decode or mixed step under a profile's timing model", runSimPredictCmd},
+	{"sim fit-report", "how well the timing model fits the H200 calibration data", runSimFitReportCmd},
+	{"slo", "Prometheus rules and Grafana dashboard generated from the mesh config's SLOs", nil},
+	{"slo rules", "recording rules and burn-rate alerts: --config mesh.yaml [--out FILE]", runSLORules},
+	{"slo dashboard", "Grafana dashboard, one row per class: --config mesh.yaml [--out FILE]", runSLODashboard},
+	{"version", "print the version, commit and Go version of this binary", runVersion},
 }
+
+// Exit codes of every command (docs/cli.md).
+const (
+	exitError    = 1                   // an error while running: I/O, a failed target, interrupted
+	exitUsage    = harness.ExitUsage   // 2: bad flags, arguments or input files (every problem listed at once)
+	exitSLO      = harness.ExitSLO     // 3: --slo-gate: a class missed its attainment target
+	exitInvalid  = harness.ExitInvalid // 4: the run is invalid (harness lag) or the A/B inconclusive: no verdict
+	exitCodeHelp = "Exit codes: 0 ok, 1 error, 2 usage (bad flags or input files), 3 SLO gate failed (--slo-gate), 4 invalid run or inconclusive A/B."
+)
 
 // exitCode is an error that carries a process exit status.
 type exitCode struct {
@@ -62,7 +81,7 @@ func main() {
 	if err == nil {
 		return
 	}
-	code := 1
+	code := exitError
 	var ec *exitCode
 	if errors.As(err, &ec) {
 		code = ec.code
@@ -73,37 +92,18 @@ func main() {
 	os.Exit(code)
 }
 
-// Main runs the subcommand named by args[0].
+// Main runs the command named by args.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(stdout)
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
 		return nil
 	}
-	seen := map[string]bool{}
-	for _, c := range commands {
-		if seen[c.name] {
-			panic("llmesh: duplicate command " + c.name)
-		}
-		seen[c.name] = true
+	var r ran
+	if errors.As(err, &r) {
+		return r.err
 	}
-	for _, c := range commands {
-		if c.name == args[0] {
-			return c.run(ctx, args[1:], stdout, stderr)
-		}
-	}
-	usage(stderr)
-	return withExitCode(2, fmt.Errorf("unknown command %q", args[0]))
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "llmesh — measure, relocate and schedule LLM traffic.")
-	fmt.Fprintln(w, "\nUsage: llmesh <command> [flags]   (llmesh <command> -h for its flags)")
-	fmt.Fprintln(w, "\nCommands:")
-	cs := append([]command(nil), commands...)
-	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
-	for _, c := range cs {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintln(w, strings.TrimSpace(`
-Start with: llmesh demo`))
+	// cobra's own: an unknown command or a flag of a group.
+	return withExitCode(exitUsage, fmt.Errorf("%w (llmesh --help lists the commands)", err))
 }

@@ -15,25 +15,8 @@ import (
 	"github.com/llmesh/llmesh/slo/live"
 )
 
-// runReport is `llmesh report slo`: the per-class SLO report of a live
+// runReportSLO is `llmesh report slo`: the per-class SLO report of a live
 // mesh from Prometheus, in the bench reports' shape.
-func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	usage := "usage: llmesh report slo --prometheus URL --config mesh.yaml [--window 24h] [--end TIME] [--json F] [--markdown F] [--html F]"
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, usage)
-		return withExitCode(2, nil)
-	}
-	switch args[0] {
-	case "slo":
-		return runReportSLO(ctx, args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprintln(stdout, usage)
-		return nil
-	}
-	fmt.Fprintln(stderr, usage)
-	return withExitCode(2, fmt.Errorf("report: unknown subcommand %q", args[0]))
-}
-
 func runReportSLO(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("report slo", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -14,9 +14,12 @@ import (
 func TestSchedulerFlags(t *testing.T) {
 	wantUsage(t, mainErr("scheduler", "serve", "--listen", "nonsense", "extra"),
 		"--config: required", `--listen: "nonsense"`, "unexpected arguments")
-	if err := mainErr("scheduler"); err == nil {
-		t.Error("scheduler without serve succeeded")
+	// A group without its subcommand shows its help; an unknown one is a
+	// usage error.
+	if err := mainErr("scheduler"); err != nil {
+		t.Errorf("scheduler: %v, want its help", err)
 	}
+	wantUsage(t, mainErr("scheduler", "run"), `unknown command "run"`)
 }
 
 var schedulerListeningRE = regexp.MustCompile(`scheduler service listening on (\S+)`)

@@ -37,7 +37,7 @@ func runSimPredict(args []string, stdout, stderr io.Writer) error {
 	prefill := fs.Int("prefill", 0, "prompt tokens of one prefill (may be combined with a decode batch: a mixed step)")
 	batch := fs.Int("decode-batch", 0, "sequences in one decode step")
 	ctxLen := fs.Int("context", 0, "context tokens of each decoding sequence")
-	asJSON := fs.Bool("json", false, "print one JSON object with a numeric ms field")
+	jsonOut := fs.String("json", "", "write one JSON object with a numeric ms field to `FILE` (- for stdout)")
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(2, nil)
 	}
@@ -75,7 +75,7 @@ func runSimPredict(args []string, stdout, stderr io.Writer) error {
 	}
 	d := p.Timing.Predict(*prefill, *batch, *ctxLen)
 	ms := float64(d.Nanoseconds()) / 1e6
-	if *asJSON {
+	if *jsonOut != "" {
 		out := map[string]any{"profile": p.Name, "ms": ms}
 		if *prefill > 0 {
 			out["prefill_tokens"] = *prefill
@@ -85,7 +85,7 @@ func runSimPredict(args []string, stdout, stderr io.Writer) error {
 			out["context"] = *ctxLen
 			out["decode_tok_s"] = float64(*batch) / (ms / 1e3)
 		}
-		return json.NewEncoder(stdout).Encode(out)
+		return writeFile(*jsonOut, stdout, func(w io.Writer) error { return json.NewEncoder(w).Encode(out) })
 	}
 	var parts []string
 	if *prefill > 0 {
@@ -102,7 +102,7 @@ func runSimFitReport(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim fit-report", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	verbose := fs.Bool("v", false, "list every calibration point with the model's prediction")
-	asJSON := fs.Bool("json", false, "print per-profile statistics as JSON")
+	jsonOut := fs.String("json", "", "write per-profile statistics as JSON to `FILE` (- for stdout)")
 	search := fs.Bool("search", false, "search the roofline shape on its grid again instead of using the built-in one")
 	check := fs.String("check", "", "score the model on the points of this calibration file instead (e.g. sim/calibration/holdout-h200.jsonl)")
 	if err := fs.Parse(args); err != nil {
@@ -133,8 +133,8 @@ func runSimFitReport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return json.NewEncoder(stdout).Encode(fit.Stats())
+	if *jsonOut != "" {
+		return writeFile(*jsonOut, stdout, func(w io.Writer) error { return json.NewEncoder(w).Encode(fit.Stats()) })
 	}
 	return fit.WriteReport(stdout, *verbose)
 }

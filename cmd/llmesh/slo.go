@@ -12,25 +12,17 @@ import (
 	"github.com/llmesh/llmesh/slo"
 )
 
-// runSLO is `llmesh slo rules|dashboard`: Prometheus rules and the Grafana
-// dashboard generated from the mesh config's classes.
-func runSLO(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	usage := "usage: llmesh slo rules|dashboard --config mesh.yaml [--out FILE]"
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, usage)
-		return withExitCode(2, nil)
-	}
-	switch args[0] {
-	case "rules":
-		return runSLOGenerate(args[0], args[1:], stdout, stderr)
-	case "dashboard":
-		return runSLOGenerate(args[0], args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		fmt.Fprintln(stdout, usage)
-		return nil
-	}
-	fmt.Fprintln(stderr, usage)
-	return withExitCode(2, fmt.Errorf("slo: unknown subcommand %q", args[0]))
+// llmesh slo rules|dashboard: Prometheus rules and the Grafana dashboard
+// generated from the mesh config's classes.
+
+// runSLORules is llmesh slo rules.
+func runSLORules(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	return runSLOGenerate("rules", args, stdout, stderr)
+}
+
+// runSLODashboard is llmesh slo dashboard.
+func runSLODashboard(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	return runSLOGenerate("dashboard", args, stdout, stderr)
 }
 
 func runSLOGenerate(what string, args []string, stdout, stderr io.Writer) error {

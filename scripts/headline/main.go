@@ -1,5 +1,5 @@
 // Command headline renders the README's headline results from recorded runs:
-// the virtual-time policy comparison (`llmesh bench simulate --json`) and the
+// the virtual-time policy comparison (`llmesh bench simulate --json FILE`) and the
 // real-time demo A/B (`llmesh demo`'s ab.json). It writes the table between
 // the README's headline markers, so the numbers there always come from files
 // a command produced, never from typing. `make headline` records and renders.
@@ -78,7 +78,7 @@ func main() {
 
 func run(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("headline", flag.ContinueOnError)
-	simPath := fs.String("simulate", "results/simulate.json", "output of llmesh bench simulate --json")
+	simPath := fs.String("simulate", "results/simulate.json", "output of llmesh bench simulate --json FILE")
 	abPath := fs.String("ab", "results/demo/ab.json", "ab.json written by llmesh demo")
 	readme := fs.String("readme", "", "README to update between the headline markers (empty: print)")
 	if err := fs.Parse(args); err != nil {
@@ -187,7 +187,7 @@ func renderAB(w io.Writer, a *abFile, path string) {
 		}
 	}
 	fmt.Fprintf(w, "\nVerdict: %s\n", strings.TrimPrefix(a.Verdict, "verdict: "))
-	fmt.Fprintf(w, "\nReproduce: `make headline` (runs `llmesh bench simulate --json` and `llmesh demo`, then this renderer).\n")
+	fmt.Fprintf(w, "\nReproduce: `make headline` (runs `llmesh bench simulate --json FILE` and `llmesh demo`, then this renderer).\n")
 }
 
 func num(v float64) string {
