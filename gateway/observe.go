@@ -145,6 +145,7 @@ func (m *meter) end(x *exchange) {
 		Outcome:     x.outcome,
 		Preemptions: x.preemptions,
 		Err:         x.termErr,
+		Endpoint:    x.endpoint,
 	})
 }
 
@@ -163,6 +164,9 @@ type Record struct {
 	// Err is the gateway-side error that ended the request (admission,
 	// upstream, preemption), nil when it completed.
 	Err error
+	// Endpoint is the pool endpoint (host:port) its last upstream attempt
+	// went to; "" when it went to the pool's upstream.
+	Endpoint string
 }
 
 // classify picks the request's class: the classifier when configured, else
