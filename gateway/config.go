@@ -48,6 +48,14 @@ type Pool struct {
 	// their Record's Pool names the arm pool.
 	Experiment string
 	Arm        string
+	// Endpoints are the pool's engine replicas (host:port). A request goes
+	// to the endpoint its scheduler lease is bound to (endpoint.go); empty,
+	// or a lease naming no listed endpoint, means Upstream.
+	Endpoints []string
+	// AffinityHeader names the request header whose value is the
+	// scheduler's affinity key (scheduler.Request.Affinity); empty means
+	// none.
+	AffinityHeader string
 }
 
 // Route sends matching requests to a pool in a class. Routes are tried in
@@ -129,7 +137,8 @@ const (
 // compiledPool is a validated pool with its parsed URL.
 type compiledPool struct {
 	Pool
-	url *url.URL
+	url       *url.URL
+	endpoints map[string]*url.URL // by address; nil without Endpoints
 }
 
 // compiled is the validated, defaulted form of Config that requests read
@@ -177,7 +186,9 @@ func compile(cfg Config) (*compiled, error) {
 			errs = append(errs, fmt.Errorf("%s.upstream: %w", path, err))
 			continue
 		}
-		cp := &compiledPool{Pool: p, url: u}
+		eps, epErrs := compileEndpoints(path, p)
+		errs = append(errs, epErrs...)
+		cp := &compiledPool{Pool: p, url: u, endpoints: eps}
 		c.pools[p.Name] = cp
 		if p.Protocol == GRPC && c.grpcPool == nil {
 			c.grpcPool = cp

@@ -45,6 +45,8 @@ type exchange struct {
 	preemptions int
 	// termErr is the gateway-side error that ended the response, if any.
 	termErr error
+	// endpoint is where the last upstream attempt went (routeToLease).
+	endpoint string
 
 	obs *meter
 }
@@ -95,6 +97,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		PromptTokens: x.meta.promptTokens,
 		MaxTokens:    x.meta.maxTokens,
 		Arrival:      recv,
+		Affinity:     pool.affinity(r.Header),
 	}
 	defer x.finish()
 	if g.admitter != nil && !x.passthrough {

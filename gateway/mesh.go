@@ -15,8 +15,8 @@ import (
 
 // ConfigFromMesh builds the gateway configuration of one listener of a
 // mesh config ("" means the first listener). A pool with several endpoints
-// is served by its first one: the embedded gateway fronts one engine per
-// pool (Envoy does endpoint balancing).
+// sends each request to the endpoint its scheduler lease is bound to; the
+// first endpoint is the upstream of requests without one (no scheduler).
 func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 	var l *config.Listener
 	switch {
@@ -41,7 +41,15 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 			proto = GRPC
 		}
 		up := "http://" + net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))
-		cfg.Pools = append(cfg.Pools, Pool{Name: p.Name, Protocol: proto, Upstream: up, ClassPriority: p.ClassEnginePriority()})
+		var eps []string // one endpoint is the upstream itself
+		for _, e := range p.Endpoints[1:] {
+			if eps == nil {
+				eps = []string{p.Endpoints[0].Address()}
+			}
+			eps = append(eps, e.Address())
+		}
+		cfg.Pools = append(cfg.Pools, Pool{Name: p.Name, Protocol: proto, Upstream: up, ClassPriority: p.ClassEnginePriority(),
+			Endpoints: eps, AffinityHeader: p.AffinityHeader})
 		if e := p.Experiment; e != nil {
 			// Each arm is a pool of its own, as control builds it for
 			// Envoy: same upstream and capacity, the arm's scheduler.
@@ -51,7 +59,7 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 					return Config{}, fmt.Errorf("experiments: %q arm %q needs pool name %q, which is already taken", e.Name, a.Name, name)
 				}
 				cfg.Pools = append(cfg.Pools, Pool{Name: name, Protocol: proto, Upstream: up, Experiment: e.Name, Arm: a.Name,
-					ClassPriority: p.ClassEnginePriority()})
+					ClassPriority: p.ClassEnginePriority(), Endpoints: eps, AffinityHeader: p.AffinityHeader})
 			}
 		}
 	}

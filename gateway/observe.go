@@ -147,6 +147,7 @@ func (m *meter) end(x *exchange) {
 		Preemptions: x.preemptions,
 		Err:         x.termErr,
 		Passthrough: x.passthrough,
+		Endpoint:    x.endpoint,
 	})
 }
 
@@ -169,6 +170,9 @@ type Record struct {
 	// route's generation paths): it was proxied without admission, and
 	// recorders keep it out of generation metrics.
 	Passthrough bool
+	// Endpoint is the pool endpoint (host:port) its last upstream attempt
+	// went to; "" when it went to the pool's upstream.
+	Endpoint string
 }
 
 // classify picks the request's class: the classifier when configured, else

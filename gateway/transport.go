@@ -172,6 +172,7 @@ func send(base http.RoundTripper, x *exchange, a *attempt, outreq *http.Request,
 	if len(body) == 0 {
 		req.Body = http.NoBody
 	}
+	x.routeToLease(req)
 	// Stamped as the last step before the send, so that upstream TTFT
 	// holds no gateway work of its own.
 	x.obs.upstreamSent(x.g.clock.Now())

@@ -42,6 +42,7 @@ type streamFilter struct {
 	reqID    string
 	class    filter.Class
 	received time.Time
+	affinity string // the pool's affinity header value, "" when none
 
 	// passthrough: not a generation call on its route (filter.IsGeneration):
 	// proxied without admission and recorded apart. Set in DecodeHeaders.
@@ -196,6 +197,9 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	peer, _ := netip.ParseAddrPort(f.cb.StreamInfo().DownstreamRemoteAddress())
 	f.peer = peer.Addr()
 	f.classify(hv)
+	if f.pool != nil && f.pool.AffinityHeader != "" {
+		f.affinity = hv.Get(f.pool.AffinityHeader)
+	}
 
 	// ITL samples feed only the OpenTelemetry histogram; without a recorder
 	// the summary is enough. Pooled observers reuse the sample buffer.
@@ -281,7 +285,7 @@ func (f *streamFilter) admit() api.StatusType {
 		return api.Continue
 	}
 	req := scheduler.Request{ID: f.reqID, Pool: f.pool.Name, Class: f.class.Name, Arrival: f.received,
-		PromptTokens: f.promptToks, MaxTokens: f.maxToks}
+		PromptTokens: f.promptToks, MaxTokens: f.maxToks, Affinity: f.affinity}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.mu.Lock()
 	f.holding = true
@@ -343,6 +347,7 @@ func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm 
 	}
 	f.m.admitted.Increment(1)
 	f.m.inflight.Increment(1)
+	f.routeToLease(dcb, lease)
 	ended = true
 	dcb.Continue(api.Continue)
 }

@@ -43,7 +43,8 @@ const (
 type metrics struct {
 	requests, admitted, queueFull, rejected, unavailable, cancelledQueued,
 	preempted, relocated, relocationErrors, observeErrors, panics,
-	routeConfigErrors, completed, failed, priorityStripped, prioritySet, priorityRefused stat
+	routeConfigErrors, completed, failed, priorityStripped, prioritySet, priorityRefused,
+	overrideFailed stat
 	queued, inflight stat
 }
 
@@ -171,6 +172,7 @@ func defineMetrics(reg *statRegistry, cb api.ConfigCallbacks) *metrics {
 		priorityStripped:  c(StatPriorityStripped),
 		prioritySet:       c(StatPrioritySet),
 		priorityRefused:   c(StatPriorityRefused),
+		overrideFailed:    c(StatOverrideFailed),
 		queued:            g(GaugeQueued),
 		inflight:          g(GaugeInflight),
 	}

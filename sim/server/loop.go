@@ -185,6 +185,7 @@ func (l *loop) drain() {
 		}
 		delete(l.live, id)
 	}
+	l.metrics.inSystem(len(l.live))
 }
 
 // run steps the engine on the clock until ctx ends, then fails every live

@@ -25,7 +25,9 @@ type metrics struct {
 	genT        prometheus.Counter
 	success     prometheus.Counter
 	abortedC    prometheus.Counter
+	peakG       prometheus.Gauge
 	lastPreempt int64 // engine total already counted; engine loop only
+	peak        int   // most requests the engine held at once; engine loop only
 }
 
 func newMetrics(model string) *metrics {
@@ -71,6 +73,7 @@ func newMetrics(model string) *metrics {
 		genT:        counter("vllm:generation_tokens_total", "Number of generation tokens processed.", nil),
 		success:     counter("vllm:request_success_total", "Count of successfully processed requests.", prometheus.Labels{"finished_reason": "length"}),
 		abortedC:    counter("llmesh_sim:requests_aborted_total", "Requests aborted by client disconnect or cancellation.", nil),
+		peakG:       gauge("llmesh_sim:requests_peak", "Most requests (running and waiting) the engine held at once since it started."),
 	}
 }
 
@@ -81,6 +84,14 @@ func (m *metrics) gauges(e *sim.Engine) {
 	if p := e.Preemptions(); p > m.lastPreempt {
 		m.preemptions.Add(float64(p - m.lastPreempt))
 		m.lastPreempt = p
+	}
+}
+
+// inSystem records how many requests the engine holds at a step's start.
+func (m *metrics) inSystem(n int) {
+	if n > m.peak {
+		m.peak = n
+		m.peakG.Set(float64(n))
 	}
 }
 

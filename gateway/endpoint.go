@@ -1,0 +1,67 @@
+package gateway
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// Endpoints: a pool may list its engine replicas (Pool.Endpoints). The
+// scheduler binds each admission to one of them (scheduler.EndpointOf) and
+// every upstream attempt of the request (the first, a requeue after
+// preemption, a continuation) goes to the endpoint of the lease it holds at
+// that moment, so a request requeued onto another replica follows its new
+// lease. The pool's transport keeps one connection pool per endpoint
+// address. A lease without an endpoint, or with one the pool does not list
+// (a shared scheduler configured differently), goes to Pool.Upstream.
+
+// compileEndpoints parses a pool's endpoint addresses; path is the pool's.
+func compileEndpoints(path string, p Pool) (map[string]*url.URL, []error) {
+	if len(p.Endpoints) == 0 {
+		return nil, nil
+	}
+	var errs []error
+	out := make(map[string]*url.URL, len(p.Endpoints))
+	for j, addr := range p.Endpoints {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host == "" || port == "" {
+			errs = append(errs, fmt.Errorf("%s.endpoints[%d]: %q must be host:port", path, j, addr))
+			continue
+		}
+		if _, dup := out[addr]; dup {
+			errs = append(errs, fmt.Errorf("%s.endpoints[%d]: duplicate endpoint %q", path, j, addr))
+			continue
+		}
+		out[addr] = &url.URL{Scheme: "http", Host: addr}
+	}
+	return out, errs
+}
+
+// affinity is the request's affinity key for the scheduler: the value of
+// the pool's affinity header, "" without one.
+func (p *compiledPool) affinity(h http.Header) string {
+	if p.AffinityHeader == "" {
+		return ""
+	}
+	return h.Get(p.AffinityHeader)
+}
+
+// routeToLease points req (a shallow copy about to be sent) at the
+// endpoint of the exchange's current lease.
+func (x *exchange) routeToLease(req *http.Request) {
+	if x.lease == nil || x.pool.endpoints == nil {
+		return
+	}
+	u := x.pool.endpoints[scheduler.EndpointOf(x.lease)]
+	if u == nil {
+		return
+	}
+	out := *req.URL
+	out.Scheme, out.Host = u.Scheme, u.Host
+	req.URL = &out
+	req.Host = u.Host
+	x.endpoint = u.Host
+}
