@@ -67,11 +67,24 @@ func build(t testing.TB) (so, host string) {
 	return soPath, hostPath
 }
 
+// soDir is the temporary directory of a .so the test built, removed by
+// TestMain.
+var soDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if soDir != "" {
+		os.RemoveAll(soDir)
+	}
+	os.Exit(code)
+}
+
 func buildSO() (string, error) {
 	dir, err := os.MkdirTemp("", "llmesh-filter-so-")
 	if err != nil {
 		return "", err
 	}
+	soDir = dir
 	so := filepath.Join(dir, "llmesh-filter.so")
 	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", so, "./cmd/llmesh-filter")
 	cmd.Dir = moduleRoot()
