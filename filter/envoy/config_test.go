@@ -42,7 +42,8 @@ func TestParseDefinesStats(t *testing.T) {
 	sort.Strings(gauges)
 	wantC := []string{StatAdmitted, StatCancelledQueued, StatCompleted, StatFailed, StatRouteConfigErrors,
 		StatObserveErrors, StatPanics, StatPreempted, StatQueueFull, StatRejected, StatRelocated,
-		StatRelocationErrors, StatRequests, StatUnavailable, StatPriorityStripped, StatPrioritySet, StatPriorityRefused}
+		StatRelocationErrors, StatRequests, StatUnavailable, StatPriorityStripped, StatPrioritySet, StatPriorityRefused,
+		StatOverrideFailed}
 	sort.Strings(wantC)
 	if d := cmp.Diff(wantC, counters); d != "" {
 		t.Errorf("counters (-want +got):\n%s", d)

@@ -42,6 +42,7 @@ type streamFilter struct {
 	reqID    string
 	class    filter.Class
 	received time.Time
+	affinity string // the pool's affinity header value, "" when none
 
 	// Worker-thread state.
 	obs        *filter.Observer
@@ -178,6 +179,9 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	peer, _ := netip.ParseAddrPort(f.cb.StreamInfo().DownstreamRemoteAddress())
 	f.peer = peer.Addr()
 	f.classify(hv)
+	if f.pool != nil && f.pool.AffinityHeader != "" {
+		f.affinity = hv.Get(f.pool.AffinityHeader)
+	}
 
 	// ITL samples feed only the OpenTelemetry histogram; without a recorder
 	// the summary is enough. Pooled observers reuse the sample buffer.
@@ -258,7 +262,7 @@ func (f *streamFilter) admit() api.StatusType {
 		return api.Continue
 	}
 	req := scheduler.Request{ID: f.reqID, Pool: f.pool.Name, Class: f.class.Name, Arrival: f.received,
-		PromptTokens: f.promptToks, MaxTokens: f.maxToks}
+		PromptTokens: f.promptToks, MaxTokens: f.maxToks, Affinity: f.affinity}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.mu.Lock()
 	f.holding = true
@@ -320,6 +324,7 @@ func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm 
 	}
 	f.m.admitted.Increment(1)
 	f.m.inflight.Increment(1)
+	f.routeToLease(dcb, lease)
 	ended = true
 	dcb.Continue(api.Continue)
 }

@@ -36,7 +36,8 @@ const (
 type metrics struct {
 	requests, admitted, queueFull, rejected, unavailable, cancelledQueued,
 	preempted, relocated, relocationErrors, observeErrors, panics,
-	routeConfigErrors, completed, failed, priorityStripped, prioritySet, priorityRefused api.CounterMetric
+	routeConfigErrors, completed, failed, priorityStripped, prioritySet, priorityRefused,
+	overrideFailed api.CounterMetric
 	queued, inflight api.GaugeMetric
 }
 
@@ -60,6 +61,7 @@ func defineMetrics(cb api.ConfigCallbacks) *metrics {
 		priorityStripped:  c(StatPriorityStripped),
 		prioritySet:       c(StatPrioritySet),
 		priorityRefused:   c(StatPriorityRefused),
+		overrideFailed:    c(StatOverrideFailed),
 		queued:            cb.DefineGaugeMetric(GaugeQueued),
 		inflight:          cb.DefineGaugeMetric(GaugeInflight),
 	}

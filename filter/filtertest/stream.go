@@ -2,6 +2,7 @@ package filtertest
 
 import (
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -89,6 +90,7 @@ type Stream struct {
 	addData     [][]byte
 	routeClears routeCounter
 	lateCalls   int
+	override    *Override
 }
 
 var _ api.FilterCallbackHandler = (*Stream)(nil)
@@ -218,7 +220,31 @@ var (
 
 type decoder struct{ *process }
 
-func (d decoder) SetUpstreamOverrideHost(host string, strict bool) error { return nil }
+// SetUpstreamOverrideHost records the override; like Envoy it refuses a
+// host that is not an IP address with a port.
+func (d decoder) SetUpstreamOverrideHost(host string, strict bool) error {
+	if _, err := netip.ParseAddrPort(host); err != nil {
+		return fmt.Errorf("filtertest: upstream override %q is not an IP address with a port", host)
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.override = &Override{Host: host, Strict: strict}
+	return nil
+}
+
+// Override is an upstream host override the filter set.
+type Override struct {
+	Host   string
+	Strict bool
+}
+
+// UpstreamOverride returns the last upstream host override, nil when none.
+func (s *Stream) UpstreamOverride() *Override {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.override
+}
 
 // DecoderFilterCallbacks returns the request-direction callbacks.
 func (s *Stream) DecoderFilterCallbacks() api.DecoderFilterCallbacks { return decoder{&s.dec} }
