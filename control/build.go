@@ -159,6 +159,7 @@ func buildCluster(name string, p *config.Pool) (*cluster.Cluster, *endpoint.Clus
 			MaxRequests:        wrapperspb.UInt32(uint32(max(1024, 2*p.MaxInflight))),
 		}}},
 	}
+	honourOverride(c, p)
 	if allIPs {
 		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_EDS}
 		c.EdsClusterConfig = &cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource()}
