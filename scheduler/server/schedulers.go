@@ -375,6 +375,9 @@ type trackedLease struct {
 	once sync.Once
 }
 
+// Endpoint implements scheduler.Routed.
+func (l *trackedLease) Endpoint() string { return scheduler.EndpointOf(l.Lease) }
+
 // Release implements scheduler.Lease.
 func (l *trackedLease) Release(o scheduler.Outcome) {
 	l.once.Do(func() {
