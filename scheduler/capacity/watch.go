@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/scheduler"
 )
 
 // Target is what the watcher adjusts; *scheduler.Scheduler implements it.
@@ -17,10 +18,23 @@ type Target interface {
 	SetLimit(pool string, n int) error
 }
 
+// EndpointTarget is what a watcher of one endpoint adjusts;
+// *scheduler.Scheduler implements it.
+type EndpointTarget interface {
+	SetEndpointLimit(pool, endpoint string, n int) error
+	SetEndpointHealth(pool, endpoint string, healthy bool) error
+	SetEndpointLoad(pool, endpoint string, l scheduler.EndpointLoad) error
+}
+
 // Config configures one pool's watcher.
 type Config struct {
 	// Pool is the pool name passed to Target.SetLimit; required.
 	Pool string
+	// Endpoint, when set, makes this the watcher of one endpoint of the
+	// pool: it sets that endpoint's limit, load and health (the target must
+	// be an EndpointTarget), and a failed scrape drains the endpoint until
+	// the next good one. Empty: the pool's limit (Target.SetLimit).
+	Endpoint string
 	// URL is the engine's Prometheus endpoint; required.
 	URL string
 	// Interval between scrapes; 0 means 1s.
@@ -53,6 +67,9 @@ type Status struct {
 	// failure.
 	Scrapes, Failures int
 	Err               error
+	// Drained is true while an endpoint watcher keeps its endpoint drained
+	// (the last scrape failed).
+	Drained bool
 }
 
 // Watcher scrapes one engine and keeps its pool's limit adapted. Run owns
@@ -83,6 +100,8 @@ func New(cfg Config, target Target, clk clock.Clock) (*Watcher, error) {
 	}
 	if target == nil {
 		errs = append(errs, errors.New("capacity: target must be set"))
+	} else if _, ok := target.(EndpointTarget); cfg.Endpoint != "" && !ok {
+		errs = append(errs, fmt.Errorf("capacity: target %T cannot set endpoint limits", target))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -139,7 +158,9 @@ func (w *Watcher) once(ctx context.Context) {
 		st.Stale = false
 		next = w.cfg.Rule.Next(next, s)
 	}
-	if next != st.Limit || st.Scrapes == 1 {
+	if w.cfg.Endpoint != "" {
+		w.endpoint(&st, s, err == nil, next)
+	} else if next != st.Limit || st.Scrapes == 1 {
 		if err := w.target.SetLimit(w.cfg.Pool, next); err != nil {
 			st.Err = err
 		}
@@ -175,6 +196,30 @@ func (w *Watcher) scrape(ctx context.Context) (Sample, error) {
 		return Sample{}, fmt.Errorf("capacity: scrape %s: %w", w.cfg.URL, err)
 	}
 	return s, nil
+}
+
+// endpoint applies a scrape to the watched endpoint: its limit, its load
+// report after a good scrape, and its health (drained after a failed
+// scrape, back after a good one).
+func (w *Watcher) endpoint(st *Status, s Sample, ok bool, next int) {
+	t := w.target.(EndpointTarget)
+	pool, ep := w.cfg.Pool, w.cfg.Endpoint
+	keep := func(err error) {
+		if err != nil {
+			st.Err = err
+		}
+	}
+	if next != st.Limit || st.Scrapes == 1 {
+		keep(t.SetEndpointLimit(pool, ep, next))
+		st.Limit = next
+	}
+	if ok {
+		keep(t.SetEndpointLoad(pool, ep, scheduler.EndpointLoad{Running: int(s.Running), Waiting: int(s.Waiting), KVUsage: s.KVUsage}))
+	}
+	if drained := !ok; drained != st.Drained || st.Scrapes == 1 {
+		keep(t.SetEndpointHealth(pool, ep, ok))
+		st.Drained = drained
+	}
 }
 
 // Status returns a copy of the watcher's state.

@@ -201,3 +201,29 @@ func (f armFanout) SetLimit(pool string, n int) error {
 	}
 	return err
 }
+
+func (f armFanout) SetEndpointLimit(pool, endpoint string, n int) error {
+	return f.each(pool, func(p string) error { return f.s.SetEndpointLimit(p, endpoint, n) })
+}
+
+func (f armFanout) SetEndpointHealth(pool, endpoint string, healthy bool) error {
+	return f.each(pool, func(p string) error { return f.s.SetEndpointHealth(p, endpoint, healthy) })
+}
+
+func (f armFanout) SetEndpointLoad(pool, endpoint string, l scheduler.EndpointLoad) error {
+	return f.each(pool, func(p string) error { return f.s.SetEndpointLoad(p, endpoint, l) })
+}
+
+// each calls set on pool and on its experiment's arm pools (they share the
+// engines); the first error wins.
+func (f armFanout) each(pool string, set func(pool string) error) error {
+	err := set(pool)
+	if p := f.c.Pool(pool); p != nil && p.Experiment != nil {
+		for _, a := range p.Experiment.Arms {
+			if aerr := set(config.ArmPoolName(pool, a.Name)); err == nil {
+				err = aerr
+			}
+		}
+	}
+	return err
+}
