@@ -2,9 +2,14 @@ package server_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
 	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/server"
 )
 
 // TestSchedulersLeaseEndpoint: a lease handed out through Schedulers (what
@@ -43,5 +48,43 @@ func TestSchedulersLeaseEndpoint(t *testing.T) {
 	}
 	if err := s.SetEndpointLimit("nope", "x", 1); err == nil {
 		t.Fatal("unknown pool accepted")
+	}
+}
+
+// TestCollectorEndpointGauges: the service exports each endpoint's limit,
+// in-flight count, drain state and admissions.
+func TestCollectorEndpointGauges(t *testing.T) {
+	cfg := twoClasses(t, "fifo", 4)
+	cfg.Pools[0].Endpoints = []scheduler.EndpointConfig{{Name: "10.0.0.1:1", MaxInflight: 3}, {Name: "10.0.0.2:1", MaxInflight: 1}}
+	s := newSchedulers(t, cfg)
+	l, err := s.Admit(context.Background(), scheduler.Request{Pool: "gpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(scheduler.Done)
+	if err := s.SetEndpointHealth("gpu", "10.0.0.2:1", false); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(server.NewCollector(s.Stats))
+	var b strings.Builder
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{
+		`llmesh_scheduler_endpoint_limit{endpoint="10.0.0.1:1",pool="gpu"} 3`,
+		`llmesh_scheduler_endpoint_inflight{endpoint="10.0.0.1:1",pool="gpu"} 1`,
+		`llmesh_scheduler_endpoint_drained{endpoint="10.0.0.2:1",pool="gpu"} 1`,
+		`llmesh_scheduler_endpoint_admitted_total{endpoint="10.0.0.1:1",pool="gpu"} 1`,
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("missing %s in:\n%s", want, b.String())
+		}
 	}
 }

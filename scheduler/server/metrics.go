@@ -19,6 +19,11 @@ import (
 //	llmesh_scheduler_events_total{pool,event}    arrived, requeued, admitted,
 //	    rejected, queue_full, cancelled, done, failed, preempted,
 //	    preempted_released
+//	llmesh_scheduler_endpoint_limit{pool,endpoint}     the endpoint's limit
+//	llmesh_scheduler_endpoint_inflight{pool,endpoint}  admitted to it
+//	llmesh_scheduler_endpoint_preempting{pool,endpoint}
+//	llmesh_scheduler_endpoint_drained{pool,endpoint}   1 while drained
+//	llmesh_scheduler_endpoint_admitted_total{pool,endpoint}
 type Collector struct {
 	stats func() []scheduler.PoolStats
 	descs map[string]*prometheus.Desc
@@ -40,6 +45,11 @@ func NewCollector(stats func() []scheduler.PoolStats) *Collector {
 		"prefill":         d("prefill_estimate_seconds", "Moving average of admit to first token time used for TTFT predictions."),
 		"tpot":            d("tpot_estimate_seconds", "Moving average of time per output token used for TTFT predictions."),
 		"events":          d("events_total", "Scheduler events by kind.", "event"),
+		"ep_limit":        d("endpoint_limit", "Current admission limit of the endpoint (static or learned from its engine).", "endpoint"),
+		"ep_inflight":     d("endpoint_inflight", "Admitted requests bound to the endpoint, not yet released.", "endpoint"),
+		"ep_preempting":   d("endpoint_preempting", "Requests on the endpoint asked to stop and not yet released.", "endpoint"),
+		"ep_drained":      d("endpoint_drained", "1 while the endpoint is drained (gets no new admissions).", "endpoint"),
+		"ep_admitted":     d("endpoint_admitted_total", "Admissions bound to the endpoint.", "endpoint"),
 	}}
 }
 
@@ -74,6 +84,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			{"preempted", p.Preempted}, {"preempted_released", p.PreemptedDone},
 		} {
 			ch <- prometheus.MustNewConstMetric(c.descs["events"], prometheus.CounterValue, float64(e.v), p.Name, e.name)
+		}
+		for _, e := range p.Endpoints {
+			if e.Name == "" {
+				continue // the pool's one unnamed endpoint: the pool gauges say it all
+			}
+			drained := 0.0
+			if e.Drained {
+				drained = 1
+			}
+			g("ep_limit", float64(e.Limit), p.Name, e.Name)
+			g("ep_inflight", float64(e.InFlight), p.Name, e.Name)
+			g("ep_preempting", float64(e.Preempting), p.Name, e.Name)
+			g("ep_drained", drained, p.Name, e.Name)
+			ch <- prometheus.MustNewConstMetric(c.descs["ep_admitted"], prometheus.CounterValue, float64(e.Admitted), p.Name, e.Name)
 		}
 	}
 }
