@@ -1,7 +1,5 @@
 package filter
 
-import "net/http"
-
 // DefaultGenerationPaths are the calls scheduled and measured as
 // generations when a route names none: OpenAI completions and chat
 // completions (POST), and the gRPC generation methods of llm.v1 and vLLM's
@@ -41,7 +39,7 @@ var defaultGenerations = func() map[string]bool {
 // are POSTs (a GET of a generation path is not one); gRPC calls are POSTs
 // by the protocol.
 func (g *Generations) Match(method, path string) bool {
-	if method != "" && method != http.MethodPost {
+	if method != "" && method != "POST" {
 		return false
 	}
 	if g == nil || g.paths == nil {
@@ -53,7 +51,7 @@ func (g *Generations) Match(method, path string) bool {
 // IsGeneration is Generations.Match over a plain list (empty: the
 // defaults), for hosts that keep the route's list as configured.
 func IsGeneration(paths []string, method, path string) bool {
-	if method != "" && method != http.MethodPost {
+	if method != "" && method != "POST" {
 		return false
 	}
 	if len(paths) == 0 {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -174,5 +175,59 @@ pools:
 	}
 	if p.Upstream != "http://127.0.0.1:8001" || p.AffinityHeader != "x-session-id" {
 		t.Errorf("pool %+v", p)
+	}
+}
+
+// routedAdmitter binds the i-th admission of its inner admitter to
+// endpoint eps[i % len(eps)].
+type routedAdmitter struct {
+	inner *ctlAdmitter
+	eps   []string
+	n     atomic.Int32
+}
+
+type routedLease struct {
+	scheduler.Lease
+	ep string
+}
+
+func (l routedLease) Endpoint() string { return l.ep }
+
+func (a *routedAdmitter) Admit(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
+	l, err := a.inner.Admit(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	i := int(a.n.Add(1)) - 1
+	return routedLease{l, a.eps[i%len(a.eps)]}, nil
+}
+
+// TestEndpointsContinuationMoves: a stream preempted mid-way is continued
+// under a new lease bound to the other endpoint; the continuation goes
+// there (the first sim aborted the original, the second finished the
+// continuation) and the client still gets one whole stream.
+func TestEndpointsContinuationMoves(t *testing.T) {
+	sims := [2]*simtest.Sim{simtest.Start(t, simtest.WithTimeScale(1)), simtest.Start(t, simtest.WithTimeScale(1))}
+	eps := []string{strings.TrimPrefix(sims[0].HTTPURL, "http://"), strings.TrimPrefix(sims[1].HTTPURL, "http://")}
+	adm := &routedAdmitter{inner: &ctlAdmitter{preemptAt: []int{5}}, eps: eps}
+	rec := newRecorder()
+	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "sim", Upstream: sims[0].HTTPURL, Endpoints: eps}}},
+		WithAdmitter(adm), WithRecorder(rec))
+	body := `{"model":"` + sims[0].Model + `","prompt":"the quick brown fox","max_tokens":16,"stream":true,"stream_options":{"include_usage":true}}`
+	res := post(t, context.Background(), gw+"/v1/completions", body)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	r := rec.next(t)
+	if !r.OK() || r.Preemptions != 1 || r.OutputTokens != 16 {
+		t.Fatalf("record ok=%v (%q) preemptions=%d tokens=%d", r.OK(), r.Error, r.Preemptions, r.OutputTokens)
+	}
+	if r.Endpoint != eps[1] {
+		t.Errorf("last attempt went to %s, want the continuation's endpoint %s", r.Endpoint, eps[1])
+	}
+	if got := simMetric(t, sims[0], "llmesh_sim:requests_aborted_total"); got != 1 {
+		t.Errorf("first sim aborted %v streams, want the preempted original", got)
+	}
+	if got := simMetric(t, sims[1], "vllm:request_success_total"); got != 1 {
+		t.Errorf("second sim finished %v requests, want the continuation", got)
 	}
 }

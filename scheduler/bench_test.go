@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,46 +18,63 @@ import (
 func BenchmarkMachineRequest(b *testing.B) {
 	for _, p := range []scheduler.Policy{fifo.New(), preemptive.New()} {
 		b.Run(p.Name(), func(b *testing.B) {
-			m, err := scheduler.NewMachine(scheduler.Config{
-				Pools:   []scheduler.PoolConfig{{Name: "p", MaxInflight: 256, Policy: p, Aging: time.Second, Preemption: rails}},
-				Classes: twoClasses(),
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			now := t0
-			var running []scheduler.Ticket
-			cls := []string{"batch", "batch", "batch", "batch", "interactive"}
-			for i := 0; i < 512; i++ {
-				if _, err := m.Arrive(now, scheduler.Request{Class: cls[i%5], MaxTokens: 200}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			running = append(running, m.Step(now).Admitted...)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				now = now.Add(time.Millisecond)
-				if _, err := m.Arrive(now, scheduler.Request{Class: cls[i%5], MaxTokens: 200}); err != nil {
-					b.Fatal(err)
-				}
-				tk := running[0]
-				running = running[1:]
-				m.Progress(now, tk, scheduler.Progress{FirstToken: true, Tokens: 1})
-				m.Progress(now, tk, scheduler.Progress{FirstToken: true, Tokens: 100})
-				m.Finish(now, tk, scheduler.Done)
-				d := m.Step(now)
-				running = append(running, d.Admitted...)
-				for _, v := range d.Preempted {
-					m.Finish(now, v, scheduler.Preempted)
-				}
-				if len(d.Preempted) > 0 {
-					running = append(running, m.Step(now).Admitted...)
-				}
-				if len(running) == 0 {
-					b.Fatal("pool drained")
-				}
-			}
+			machineRequest(b, scheduler.PoolConfig{Name: "p", MaxInflight: 256, Policy: p, Aging: time.Second, Preemption: rails})
 		})
+	}
+}
+
+// BenchmarkMachineRequestEndpoints is BenchmarkMachineRequest with the
+// pool's 256 slots on 8 endpoints of 32: the picker's and the endpoint
+// victim search's cost.
+func BenchmarkMachineRequestEndpoints(b *testing.B) {
+	var eps []scheduler.EndpointConfig
+	for i := 0; i < 8; i++ {
+		eps = append(eps, scheduler.EndpointConfig{Name: fmt.Sprintf("10.0.0.%d:8000", i), MaxInflight: 32})
+	}
+	for _, p := range []scheduler.Policy{fifo.New(), preemptive.New()} {
+		b.Run(p.Name(), func(b *testing.B) {
+			machineRequest(b, scheduler.PoolConfig{Name: "p", MaxInflight: 256, Policy: p, Aging: time.Second, Preemption: rails,
+				Endpoints: eps})
+		})
+	}
+}
+
+func machineRequest(b *testing.B, pc scheduler.PoolConfig) {
+	m, err := scheduler.NewMachine(scheduler.Config{Pools: []scheduler.PoolConfig{pc}, Classes: twoClasses()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := t0
+	var running []scheduler.Ticket
+	cls := []string{"batch", "batch", "batch", "batch", "interactive"}
+	for i := 0; i < 512; i++ {
+		if _, err := m.Arrive(now, scheduler.Request{Class: cls[i%5], MaxTokens: 200}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	running = append(running, m.Step(now).Admitted...)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(time.Millisecond)
+		if _, err := m.Arrive(now, scheduler.Request{Class: cls[i%5], MaxTokens: 200}); err != nil {
+			b.Fatal(err)
+		}
+		tk := running[0]
+		running = running[1:]
+		m.Progress(now, tk, scheduler.Progress{FirstToken: true, Tokens: 1})
+		m.Progress(now, tk, scheduler.Progress{FirstToken: true, Tokens: 100})
+		m.Finish(now, tk, scheduler.Done)
+		d := m.Step(now)
+		running = append(running, d.Admitted...)
+		for _, v := range d.Preempted {
+			m.Finish(now, v, scheduler.Preempted)
+		}
+		if len(d.Preempted) > 0 {
+			running = append(running, m.Step(now).Admitted...)
+		}
+		if len(running) == 0 {
+			b.Fatal("pool drained")
+		}
 	}
 }
 

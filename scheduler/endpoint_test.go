@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -323,4 +324,104 @@ func TestSchedulerLeaseCarriesEndpoint(t *testing.T) {
 		t.Fatalf("with a drained admitted to %q", ep)
 	}
 	l.Release(scheduler.Done)
+}
+
+// FuzzMachineEndpoints reads bytes as events on a pool of one to three
+// endpoints (arrivals with affinity keys, progress, releases, cancels,
+// drains, learned limits, load reports with arbitrary values, time) and
+// checks that the machine never panics, never admits to a drained or full
+// endpoint, and leaks nothing on any endpoint once drained.
+func FuzzMachineEndpoints(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})
+	f.Add([]byte{2, 9, 0, 1, 0, 2, 0, 3, 5, 0, 0, 4, 6, 1, 7, 200, 3, 0, 0, 8})
+	f.Add([]byte{1, 0, 0, 0, 0, 1, 0, 2, 8, 0, 8, 1, 9, 255, 0, 5, 3, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 2 {
+			return
+		}
+		n := 1 + int(data[0]%3)
+		pc := preemptivePool(1+int(data[1]%8), scheduler.PreemptionConfig{MaxPerRequest: 1 + int(data[0]%2)})
+		for i := 0; i < n; i++ {
+			pc.Endpoints = append(pc.Endpoints, scheduler.EndpointConfig{Name: fmt.Sprint("e", i), MaxInflight: int(data[1]>>4) % 3})
+		}
+		m := newMachine(t, pc)
+		now := t0
+		var live []scheduler.Ticket
+		next := func(i *int) int {
+			if *i >= len(data) {
+				return 0
+			}
+			*i++
+			return int(data[*i-1])
+		}
+		for i := 2; i < len(data); {
+			op, arg := next(&i), next(&i)
+			var tk scheduler.Ticket
+			if len(live) > 0 {
+				tk = live[arg%len(live)]
+			}
+			ep := fmt.Sprint("e", arg%(n+1)) // sometimes an unknown endpoint
+			switch op % 10 {
+			case 0, 1:
+				r := scheduler.Request{ID: fmt.Sprint(arg % 5), Class: []string{"interactive", "batch"}[arg%2], MaxTokens: arg,
+					Requeue: op%4 == 1}
+				if arg%3 == 0 {
+					r.Affinity = fmt.Sprint("k", arg%4)
+				}
+				if t, err := m.Arrive(now, r); err == nil {
+					live = append(live, t)
+				}
+			case 2:
+				m.Progress(now, tk, scheduler.Progress{FirstToken: true, Tokens: arg})
+			case 3:
+				m.Finish(now, tk, scheduler.Outcome(arg%4))
+			case 4:
+				m.Cancel(now, tk)
+			case 5:
+				_ = m.SetEndpointHealth("p", ep, arg%2 == 0)
+			case 6:
+				_ = m.SetEndpointLimit("p", ep, arg-2)
+			case 7:
+				_ = m.SetEndpointLoad("p", ep, scheduler.EndpointLoad{Running: arg - 100, Waiting: arg * 1000, KVUsage: float64(arg)/100 - 1})
+			default:
+				now = now.Add(time.Duration(arg) * time.Millisecond)
+			}
+			before := map[string]int{}
+			for _, e := range m.Stats()[0].Endpoints {
+				before[e.Name] = e.InFlight
+			}
+			d := m.Step(now)
+			got := map[string]int{}
+			for _, a := range d.Admitted {
+				name, ok := m.EndpointOf(a)
+				if !ok {
+					t.Fatalf("admitted ticket %d has no endpoint", a)
+				}
+				got[name]++
+			}
+			for _, e := range m.Stats()[0].Endpoints {
+				if got[e.Name] > 0 && (e.Drained || e.InFlight > e.Limit || before[e.Name]+got[e.Name] != e.InFlight) {
+					t.Fatalf("admitted %d to endpoint %+v (%d before)", got[e.Name], e, before[e.Name])
+				}
+			}
+			for _, v := range d.Preempted {
+				if arg%2 == 0 {
+					m.Finish(now, v, scheduler.Preempted)
+				}
+			}
+		}
+		for _, tk := range live {
+			m.Finish(now, tk, scheduler.Done)
+		}
+		m.Step(now)
+		s := m.Stats()[0]
+		for _, e := range s.Endpoints {
+			if e.InFlight != 0 || e.Preempting != 0 {
+				t.Fatalf("endpoint leak after drain: %+v", e)
+			}
+		}
+		if s.InFlight != 0 || s.Preempting != 0 {
+			t.Fatalf("leak after drain: %+v", s)
+		}
+	})
 }

@@ -235,7 +235,10 @@ type Start struct {
 	// derives the arrival time on its own clock (no cross-host clock skew).
 	AgeNs int64 `protobuf:"varint,6,opt,name=age_ns,json=ageNs,proto3" json:"age_ns,omitempty"`
 	// requeue marks a request preempted before it sent anything.
-	Requeue       bool `protobuf:"varint,7,opt,name=requeue,proto3" json:"requeue,omitempty"`
+	Requeue bool `protobuf:"varint,7,opt,name=requeue,proto3" json:"requeue,omitempty"`
+	// affinity keeps requests with the same key on the same endpoint of the
+	// pool while it has room; empty means the least loaded endpoint.
+	Affinity      string `protobuf:"bytes,8,opt,name=affinity,proto3" json:"affinity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -317,6 +320,13 @@ func (x *Start) GetRequeue() bool {
 		return x.Requeue
 	}
 	return false
+}
+
+func (x *Start) GetAffinity() string {
+	if x != nil {
+		return x.Affinity
+	}
+	return ""
 }
 
 type Progress struct {
@@ -516,7 +526,10 @@ func (*AdmitResponse_Preempt) isAdmitResponse_Msg() {}
 type Admitted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// queue_ns is how long the request waited in the service's queue.
-	QueueNs       int64 `protobuf:"varint,1,opt,name=queue_ns,json=queueNs,proto3" json:"queue_ns,omitempty"`
+	QueueNs int64 `protobuf:"varint,1,opt,name=queue_ns,json=queueNs,proto3" json:"queue_ns,omitempty"`
+	// endpoint is the pool endpoint (host:port) the admission is bound to;
+	// the proxy sends the request there. Empty: the pool's upstream.
+	Endpoint      string `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -556,6 +569,13 @@ func (x *Admitted) GetQueueNs() int64 {
 		return x.QueueNs
 	}
 	return 0
+}
+
+func (x *Admitted) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
 }
 
 type Rejected struct {
@@ -657,7 +677,7 @@ const file_llmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\v2\x1a.llmesh.scheduler.v1.StartH\x00R\x05start\x12;\n" +
 	"\bprogress\x18\x02 \x01(\v2\x1d.llmesh.scheduler.v1.ProgressH\x00R\bprogress\x12/\n" +
 	"\x04done\x18\x03 \x01(\v2\x19.llmesh.scheduler.v1.DoneH\x00R\x04doneB\x05\n" +
-	"\x03msg\"\xb6\x01\n" +
+	"\x03msg\"\xd2\x01\n" +
 	"\x05Start\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -666,7 +686,8 @@ const file_llmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
 	"max_tokens\x18\x05 \x01(\rR\tmaxTokens\x12\x15\n" +
 	"\x06age_ns\x18\x06 \x01(\x03R\x05ageNs\x12\x18\n" +
-	"\arequeue\x18\a \x01(\bR\arequeue\"C\n" +
+	"\arequeue\x18\a \x01(\bR\arequeue\x12\x1a\n" +
+	"\baffinity\x18\b \x01(\tR\baffinity\"C\n" +
 	"\bProgress\x12\x1f\n" +
 	"\vfirst_token\x18\x01 \x01(\bR\n" +
 	"firstToken\x12\x16\n" +
@@ -677,9 +698,10 @@ const file_llmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\badmitted\x18\x01 \x01(\v2\x1d.llmesh.scheduler.v1.AdmittedH\x00R\badmitted\x12;\n" +
 	"\brejected\x18\x02 \x01(\v2\x1d.llmesh.scheduler.v1.RejectedH\x00R\brejected\x128\n" +
 	"\apreempt\x18\x03 \x01(\v2\x1c.llmesh.scheduler.v1.PreemptH\x00R\apreemptB\x05\n" +
-	"\x03msg\"%\n" +
+	"\x03msg\"A\n" +
 	"\bAdmitted\x12\x19\n" +
-	"\bqueue_ns\x18\x01 \x01(\x03R\aqueueNs\"\xab\x01\n" +
+	"\bqueue_ns\x18\x01 \x01(\x03R\aqueueNs\x12\x1a\n" +
+	"\bendpoint\x18\x02 \x01(\tR\bendpoint\"\xab\x01\n" +
 	"\bRejected\x12<\n" +
 	"\x06reason\x18\x01 \x01(\x0e2$.llmesh.scheduler.v1.Rejected.ReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"G\n" +

@@ -106,6 +106,7 @@ func (c *Client) Admit(ctx context.Context, req scheduler.Request) (scheduler.Le
 			MaxTokens:    clampU32(req.MaxTokens),
 			AgeNs:        int64(age),
 			Requeue:      req.Requeue,
+			Affinity:     req.Affinity,
 		}}})
 	}
 	var resp *schedulerv1.AdmitResponse
@@ -122,7 +123,7 @@ func (c *Client) Admit(ctx context.Context, req scheduler.Request) (scheduler.Le
 	}
 	switch msg := resp.GetMsg().(type) {
 	case *schedulerv1.AdmitResponse_Admitted:
-		if l, ok := c.newLease(stream, cancel, time.Duration(msg.Admitted.GetQueueNs())); ok {
+		if l, ok := c.newLease(stream, cancel, time.Duration(msg.Admitted.GetQueueNs()), msg.Admitted.GetEndpoint()); ok {
 			return l, nil
 		}
 		return nil, scheduler.ErrClosed

@@ -10,11 +10,12 @@ import (
 
 // lease is an admission held through one service stream.
 type lease struct {
-	c       *Client
-	stream  schedulerv1.Scheduler_AdmitClient
-	cancel  func()
-	preempt chan struct{}
-	queue   time.Duration
+	c        *Client
+	stream   schedulerv1.Scheduler_AdmitClient
+	cancel   func()
+	preempt  chan struct{}
+	queue    time.Duration
+	endpoint string // the pool endpoint the service bound the admission to
 
 	mu       sync.Mutex
 	progress scheduler.Progress
@@ -30,8 +31,9 @@ const doneWait = 5 * time.Second
 
 // newLease starts the lease's goroutines, or reports false when the client
 // was closed meanwhile (then the stream is cut, which releases it).
-func (c *Client) newLease(stream schedulerv1.Scheduler_AdmitClient, cancel func(), queue time.Duration) (*lease, bool) {
-	l := &lease{c: c, stream: stream, cancel: cancel, preempt: make(chan struct{}), queue: queue, wake: make(chan struct{}, 1)}
+func (c *Client) newLease(stream schedulerv1.Scheduler_AdmitClient, cancel func(), queue time.Duration, endpoint string) (*lease, bool) {
+	l := &lease{c: c, stream: stream, cancel: cancel, preempt: make(chan struct{}), queue: queue, endpoint: endpoint,
+		wake: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -124,6 +126,12 @@ func (l *lease) signal() {
 func (l *lease) Preempt() <-chan struct{} { return l.preempt }
 
 func (l *lease) QueueTime() time.Duration { return l.queue }
+
+var _ scheduler.Routed = (*lease)(nil)
+
+// Endpoint is the endpoint the service bound the admission to (see
+// scheduler.Routed).
+func (l *lease) Endpoint() string { return l.endpoint }
 
 // Progress records the latest progress; the sender forwards it, coalescing
 // bursts, so calling it per chunk costs a mutex and a channel poke.

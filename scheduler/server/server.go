@@ -61,6 +61,7 @@ func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
 		MaxTokens:    int(start.GetMaxTokens()),
 		Arrival:      s.clk.Now().Add(-age),
 		Requeue:      start.GetRequeue(),
+		Affinity:     start.GetAffinity(),
 	}
 	lease, err := s.admitter.Admit(stream.Context(), req)
 	if err != nil {
@@ -70,7 +71,7 @@ func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
 		return stream.Send(&schedulerv1.AdmitResponse{Msg: &schedulerv1.AdmitResponse_Rejected{Rejected: rejection(err)}})
 	}
 	if err := stream.Send(&schedulerv1.AdmitResponse{Msg: &schedulerv1.AdmitResponse_Admitted{
-		Admitted: &schedulerv1.Admitted{QueueNs: int64(lease.QueueTime())},
+		Admitted: &schedulerv1.Admitted{QueueNs: int64(lease.QueueTime()), Endpoint: scheduler.EndpointOf(lease)},
 	}}); err != nil {
 		lease.Release(scheduler.Cancelled)
 		return err
