@@ -316,7 +316,7 @@ func TestFileChangeBumpsVersionAndInvalidKeepsOld(t *testing.T) {
 	v1 := first[resource.ClusterType].GetVersionInfo()
 
 	// A valid change: the gRPC pool gets a second endpoint.
-	changed := replaceOnce(t, src, "endpoints: [127.0.0.1:50051]", "endpoints: [127.0.0.1:50051, 127.0.0.2:50051]")
+	changed := replaceOnce(t, src, "endpoints: [127.0.0.1:9000]", "endpoints: [127.0.0.1:9000, 127.0.0.2:9000]")
 	if err := os.WriteFile(p.cfgPath, []byte(changed), 0o644); err != nil {
 		t.Fatal(err)
 	}

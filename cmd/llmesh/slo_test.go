@@ -48,8 +48,11 @@ func TestSLORulesCommand(t *testing.T) {
 }
 
 func TestSLOCommandErrors(t *testing.T) {
-	wantUsage(t, mainErr("slo"))
-	wantUsage(t, mainErr("slo", "alerts"), `unknown subcommand "alerts"`)
+	// A group without a subcommand prints its help, as every group does.
+	if err := mainErr("slo"); err != nil {
+		t.Errorf("llmesh slo: %v, want its help", err)
+	}
+	wantUsage(t, mainErr("slo", "alerts"), `unknown command "alerts"`)
 	wantUsage(t, mainErr("slo", "rules", "extra"), "unexpected arguments", "--config: required")
 	bad := filepath.Join(t.TempDir(), "mesh.yaml")
 	if err := os.WriteFile(bad, []byte("classes:\n  - {name: a, priority: 0, attainment_target: 1.5}\n"), 0o644); err != nil {
@@ -59,8 +62,10 @@ func TestSLOCommandErrors(t *testing.T) {
 }
 
 func TestReportSLOErrors(t *testing.T) {
-	wantUsage(t, mainErr("report"))
-	wantUsage(t, mainErr("report", "bench"), `unknown subcommand "bench"`)
+	if err := mainErr("report"); err != nil {
+		t.Errorf("llmesh report: %v, want its help", err)
+	}
+	wantUsage(t, mainErr("report", "bench"), `unknown command "bench"`)
 	// Every flag problem at once.
 	wantUsage(t, mainErr("report", "slo", "--prometheus", "localhost:9090", "--window", "5s", "--end", "yesterday", "--format", "pdf"),
 		`--prometheus: "localhost:9090" is not an http(s) URL`, "--config: required", "--window: 5s must be at least 1m",
