@@ -265,9 +265,16 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 		}
 		if !covered(e, s, t) {
 			short(e)
-			if len(cands) == len(victims) && (!anyHopeless || e.Priority < hopeless) {
-				// Only a shortfall of victims settles the less urgent
-				// classes; a cost refusal depends on this request's gain.
+			refused := len(cands) < len(victims) || n < min(allowed, len(cands))
+			switch {
+			case refused && m.cfg.PrefillPredictor == nil:
+				// A cost refusal settles the request's class: with the
+				// observed prefill estimate the ones behind it waited less,
+				// so they gain less and can afford no more victims. It does
+				// not settle the less urgent classes: their gain may be
+				// larger.
+				calm[e.class.index] = true
+			case !refused && (!anyHopeless || e.Priority < hopeless):
 				hopeless, anyHopeless = e.Priority, true
 			}
 			if allSettled() {

@@ -86,6 +86,10 @@ type Options struct {
 	Duration time.Duration
 	// Seed, when non-zero, replaces the workload's seed.
 	Seed int64
+	// SkipFloor leaves out the floor run of each load (Result.Floor stays
+	// empty, the comparison's floor ratio 0): one run fewer per load, for
+	// callers that only compare policies.
+	SkipFloor bool
 	// SaturationRequests is the backlog used to measure saturation; 0
 	// means 2000.
 	SaturationRequests int

@@ -25,7 +25,7 @@ import (
 // minutes per run, from the commands it lists.
 const (
 	robustVirtual    = 60 * time.Second
-	robustSaturation = 400
+	robustSaturation = 300
 	robustTraceRows  = 2000 // the first ~6 minutes of the Azure trace
 )
 
@@ -34,8 +34,9 @@ const (
 // logged, not asserted, so that the test guards everything else. Remove an
 // entry when it is fixed.
 var knownMisses = map[string]string{
-	// The derived prefill bound serializes the long batch prompts of this
-	// prefill-bound shape; in overload that costs throughput (30 min: 84.5%).
+	// In overload the capacity the derived bounds hold back costs this
+	// prefill-bound shape throughput (60 s: 97.2%; 30 min, where the
+	// workload's timeout amplifies it: 88.2%).
 	"long-prompt-short-output/1.2/tokens": "other-class output tokens below 98% of priority's in overload",
 }
 
@@ -83,7 +84,7 @@ func TestRobustnessSet(t *testing.T) {
 	}
 	for name, w := range shapes {
 		t.Run(name, func(t *testing.T) {
-			o := Options{SaturationRequests: robustSaturation}
+			o := Options{SaturationRequests: robustSaturation, SkipFloor: true}
 			if w.Spec.Arrival.Process != workload.ArrivalTrace {
 				o.Duration = robustVirtual
 			}
@@ -126,7 +127,7 @@ func checkRobust(t *testing.T, shape string, res *Result) {
 			p.pre = r
 		}
 	}
-	urgent := urgentName(res)
+	urgent := res.Compare()[0].UrgentClass
 	others := func(r *Run) float64 {
 		var s float64
 		for name, c := range r.Classes {
@@ -143,8 +144,8 @@ func checkRobust(t *testing.T, shape string, res *Result) {
 		}
 		a, b := p.pri.Classes[urgent].TTFTMs.P99, p.pre.Classes[urgent].TTFTMs.P99
 		tok := others(p.pre) / others(p.pri)
-		t.Logf("load %v: %s p99 priority %.1f ms, preemptive %.1f ms (floor %.1f); other tokens %.2f%%; recomputed %.2f%% of computed, %d preemptions",
-			l, urgent, a, b, res.Floor[loadKey(l)].UrgentP99TTFT, 100*tok, 100*p.pre.Sim.RecomputedOfComputed, p.pre.Sim.Preemptions)
+		t.Logf("load %v: %s p99 priority %.1f ms, preemptive %.1f ms; other tokens %.2f%%; recomputed %.2f%% of computed, %d preemptions",
+			l, urgent, a, b, 100*tok, 100*p.pre.Sim.RecomputedOfComputed, p.pre.Sim.Preemptions)
 		fail := func(what, format string, args ...any) {
 			t.Helper()
 			key := fmt.Sprintf("%s/%v/%s", shape, l, what)
@@ -166,11 +167,4 @@ func checkRobust(t *testing.T, shape string, res *Result) {
 			fail("recompute", "load %v: recomputed %.2f%% of computed tokens, want ≤ 2%%", l, 100*r)
 		}
 	}
-}
-
-func urgentName(res *Result) string {
-	for _, f := range res.Floor {
-		return f.UrgentClass
-	}
-	return ""
 }

@@ -177,7 +177,9 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 		for _, p := range pols {
 			jobs = append(jobs, job{pol: p, load: l})
 		}
-		jobs = append(jobs, job{load: l, floor: i})
+		if !o.SkipFloor {
+			jobs = append(jobs, job{load: l, floor: i})
+		}
 	}
 	runs := make([]*Run, len(jobs))
 	runErrs := make([]error, len(jobs))
@@ -213,7 +215,9 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 	}
 	res.Floor = map[string]*Floor{}
 	for i, l := range loads {
-		res.Floor[loadKey(l)] = floors[i]
+		if floors[i] != nil {
+			res.Floor[loadKey(l)] = floors[i]
+		}
 	}
 	return res, nil
 }
