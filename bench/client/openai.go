@@ -115,6 +115,9 @@ func (c *openAI) Do(ctx context.Context, req *Request, rec *result.Record, now C
 		if st == result.StatusError && preemptedText(string(b)) {
 			st = result.StatusPreempted
 		}
+		if st == result.StatusRejected && queueFull(resp.Header.Get("X-Llmesh-Reply"), string(b)) {
+			st = result.StatusQueueFull
+		}
 		fail(rec, now, st, resp.StatusCode, msg)
 		return
 	}

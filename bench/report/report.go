@@ -151,6 +151,9 @@ var header = []string{"class", "prio", "reqs", "failed", "ttft p50", "ttft p99",
 func violations(c *result.ClassReport) string {
 	v := c.Violations
 	s := fmt.Sprintf("ttft %d, tpot %d, error %d, rejected %d, preempted %d", v.TTFT, v.TPOT, v.Error, v.Rejected, v.Preempted)
+	if v.QueueFull > 0 {
+		s += fmt.Sprintf(", queue full %d (refused by llmesh, not the engine)", v.QueueFull)
+	}
 	if v.TPOTUnknown > 0 {
 		s += fmt.Sprintf(", tpot unknown %d (counted as misses)", v.TPOTUnknown)
 	}
@@ -219,7 +222,7 @@ func Table(w io.Writer, rep *result.Report) error {
 		}
 	}
 	if rep.Engine != nil {
-		fmt.Fprintf(ew, "engine agreement: client TTFT − engine TTFT over %d requests: p50 %s ms, p99 %s ms, max %s ms (%d negative)\n",
+		fmt.Fprintf(ew, "engine agreement: client TTFT − engine TTFT over %d requests: p50 %s ms, p99 %s ms, max %s ms (%d negative); the difference is the time before the engine saw the request: network and harness, plus any queueing in a gateway or filter in front of it\n",
 			rep.Engine.N, trim(rep.Engine.DeltaMs.P50), trim(rep.Engine.DeltaMs.P99), trim(rep.Engine.DeltaMs.Max), rep.Engine.NegativeN)
 		if rep.Engine.Note != "" {
 			fmt.Fprintf(ew, "engine agreement note: %s\n", rep.Engine.Note)

@@ -179,7 +179,10 @@ type Violations struct {
 	TPOTUnknown int `json:"tpot_unknown,omitempty"`
 	Error       int `json:"error"`
 	Rejected    int `json:"rejected"`
-	Preempted   int `json:"preempted"`
+	// QueueFull counts requests llmesh's own queue refused (429 queue
+	// full), apart from an engine's 429 (Rejected).
+	QueueFull int `json:"queue_full,omitempty"`
+	Preempted int `json:"preempted"`
 }
 
 // EarlyStop is an MLPerf-style early-stopping check of a percentile claim:

@@ -22,9 +22,13 @@ const (
 	StatusOK Status = "ok"
 	// StatusError: the target answered with an error or broke the protocol.
 	StatusError Status = "error"
-	// StatusRejected: HTTP 429 or gRPC RESOURCE_EXHAUSTED (queue full,
-	// admission refused).
+	// StatusRejected: HTTP 429 or gRPC RESOURCE_EXHAUSTED from the engine
+	// (or an admission refused without saying why).
 	StatusRejected Status = "rejected"
+	// StatusQueueFull: llmesh's own queue was full (HTTP 429 or gRPC
+	// RESOURCE_EXHAUSTED from a gateway or filter that says "queue full"):
+	// the mesh refused the request, not the engine.
+	StatusQueueFull Status = "queue_full"
 	// StatusPreempted: HTTP 503 with Retry-After, gRPC UNAVAILABLE with
 	// grpc-retry-pushback-ms, or an error event saying it was preempted.
 	StatusPreempted Status = "preempted"

@@ -131,6 +131,10 @@ func (c *class) add(r *result.Record) {
 		c.rep.Failed++
 		v.Rejected++
 		return
+	case result.StatusQueueFull:
+		c.rep.Failed++
+		v.QueueFull++
+		return
 	case result.StatusPreempted:
 		c.rep.Failed++
 		v.Preempted++
