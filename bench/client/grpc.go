@@ -114,6 +114,7 @@ func (c *grpcClient) Do(ctx context.Context, req *Request, rec *result.Record, n
 			rec.DoneNS = t
 			rec.Status = result.StatusOK
 			rec.Engine = engineFromTrailer(trailer)
+			readServerTiming(rec, trailer.Get("server-timing"))
 			return
 		}
 		if err != nil {

@@ -217,6 +217,9 @@ func Table(w io.Writer, rep *result.Report) error {
 	for _, n := range ClassNames(rep) {
 		c := rep.Classes[n]
 		fmt.Fprintf(ew, "%s violations: %s\n", n, violations(c))
+		if q := c.QueueMs; q != nil {
+			fmt.Fprintf(ew, "%s in llmesh (Server-Timing): queue p50 %s ms, p99 %s ms over %d requests; %d preemptions\n", n, trim(q.P50), trim(q.P99), q.N, c.Preemptions)
+		}
 		if es := earlyStopping(c); es != "" {
 			fmt.Fprintf(ew, "%s early stopping (99%% confidence): %s\n", n, es)
 		}

@@ -163,6 +163,9 @@ type ClassReport struct {
 	// (MLPerf early stopping, 99% confidence).
 	EarlyStopping []EarlyStop `json:"early_stopping,omitempty"`
 	Preemptions   int         `json:"preemptions,omitempty"`
+	// QueueMs is the time requests waited for admission in llmesh, from
+	// its Server-Timing (nil when no response carried it).
+	QueueMs *Percentiles `json:"queue_ms,omitempty"`
 	// TTFTCDF is the TTFT distribution as (ms, quantile) points for charts.
 	TTFTCDF [][2]float64 `json:"ttft_cdf,omitempty"`
 }

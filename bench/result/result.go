@@ -80,13 +80,27 @@ type Record struct {
 	// Code is the HTTP status or gRPC code number of a failure.
 	Code  int    `json:"code,omitempty"`
 	Error string `json:"error,omitempty"`
-	// Preemptions and RecomputedTokens are filled where known (the sim's
-	// ground truth, the virtual-time simulator).
+	// Preemptions and RecomputedTokens are filled where known: llmesh's
+	// Server-Timing preemptions entry (a gateway in front of the engine),
+	// the virtual-time simulator.
 	Preemptions      int `json:"preemptions,omitempty"`
 	RecomputedTokens int `json:"recomputed_tokens,omitempty"`
 	// Engine holds the engine's own timestamps when the target reports them
 	// (llmesh sim: llmesh_engine in the last chunk, or trailing metadata).
 	Engine *EngineTimes `json:"engine,omitempty"`
+	// LLMesh holds what a gateway or filter in front of the engine said
+	// in its Server-Timing header and trailer; nil when none did.
+	LLMesh *ServerTimes `json:"llmesh,omitempty"`
+}
+
+// ServerTimes are llmesh's Server-Timing figures for one request.
+type ServerTimes struct {
+	// QueueNS is how long the request waited for admission (HasQueue:
+	// the entry was present).
+	QueueNS  int64 `json:"queue_ns"`
+	HasQueue bool  `json:"has_queue,omitempty"`
+	// Preemptions is how often the request was preempted.
+	Preemptions int `json:"preemptions,omitempty"`
 }
 
 // EngineTimes are an engine's ground-truth timestamps in Unix nanoseconds of
