@@ -228,8 +228,19 @@ func (s *Server) streamOpenAI(ctx context.Context, w http.ResponseWriter, g genR
 		}
 		return nil
 	}
-	if o.req.chat { // a chat stream's first event names the role
+	switch {
+	case o.req.chat && s.quirks.Has(QuirkRoleChunkFirst):
+		enc.roleOnly()
+		if flush() != nil {
+			return
+		}
+	case o.req.chat: // a chat stream's first event names the role
 		enc.chunk("", true, false, nil)
+		if flush() != nil {
+			return
+		}
+	case s.quirks.Has(QuirkRoleChunkFirst):
+		enc.chunk("", false, false, nil)
 		if flush() != nil {
 			return
 		}

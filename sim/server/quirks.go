@@ -29,6 +29,11 @@ const (
 	// QuirkUsageWithoutStreamOptions: streams end with a usage event even
 	// when the request did not ask for it (stream_options.include_usage).
 	QuirkUsageWithoutStreamOptions Quirk = "usage-without-stream-options"
+	// QuirkRoleChunkFirst: every SSE stream starts with an event that
+	// carries no token: chat's is {"delta":{"role":"assistant"}} without a
+	// content field, a completion's has "text":"". Neither is a first
+	// token.
+	QuirkRoleChunkFirst Quirk = "role-chunk-first"
 )
 
 // quirkDocs lists every known quirk with what it does; ParseQuirks accepts
@@ -38,6 +43,7 @@ var quirkDocs = map[Quirk]string{
 	QuirkNoAbort:                   "keep generating after the client goes away",
 	QuirkMergeDeltas:               "tokens that piled up go out as one SSE event",
 	QuirkUsageWithoutStreamOptions: "SSE streams end with usage even when not asked",
+	QuirkRoleChunkFirst:            "SSE streams start with an event without a token (a bare role, an empty text)",
 }
 
 // KnownQuirks returns the quirk names ParseQuirks accepts, sorted.

@@ -205,3 +205,12 @@ func TestQuirkUsageWithoutStreamOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestQuirkRoleChunkFirst: streams open with an event without a token.
+func TestQuirkRoleChunkFirst(t *testing.T) {
+	s := simtest.Start(t, simtest.WithTimeScale(testScale), simtest.WithConfig(func(c *server.Config) { c.Quirks = []string{"role-chunk-first"} }))
+	ev := streamEvents(t, s, `{"prompt":"a b c","max_tokens":3,"stream":true}`, nil, 0)
+	if len(ev) < 5 || !strings.Contains(ev[0], `"text":""`) {
+		t.Errorf("completion events %q, want an empty text first", ev)
+	}
+}
