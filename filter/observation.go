@@ -79,11 +79,15 @@ const (
 	// ErrorMalformed: the response could not be parsed (bad JSON in an event,
 	// a gRPC message that is not valid protobuf).
 	ErrorMalformed
+	// ErrorTimeout: the upstream went silent past the host's idle timeout
+	// (the host ended the stream with an error whose Timeout() is true).
+	ErrorTimeout
 )
 
 var errorKindNames = [...]string{
 	"", "http_status", "grpc_status", "stream_error", "truncated", "upstream_reset",
 	"cancelled", "preempted", "event_too_large", "frame_too_large", "malformed",
+	"upstream_timeout",
 }
 
 // String returns a stable snake_case name usable as a metric label; "" for

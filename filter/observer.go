@@ -350,8 +350,10 @@ func (o *Observer) SetError(kind ErrorKind, msg string) {
 
 // ErrorKindOf maps a host's stream-ending error to an ErrorKind: nil →
 // ErrorNone, context cancellation → ErrorCancelled, scheduler.ErrPreempted →
-// ErrorPreempted, anything else → ErrorUpstreamReset.
+// ErrorPreempted, an error whose Timeout() is true (a stalled upstream, a
+// deadline) → ErrorTimeout, anything else → ErrorUpstreamReset.
 func ErrorKindOf(err error) ErrorKind {
+	var to interface{ Timeout() bool }
 	switch {
 	case err == nil:
 		return ErrorNone
@@ -359,6 +361,8 @@ func ErrorKindOf(err error) ErrorKind {
 		return ErrorPreempted
 	case errors.Is(err, context.Canceled), errors.Is(err, scheduler.ErrCancelled):
 		return ErrorCancelled
+	case errors.As(err, &to) && to.Timeout():
+		return ErrorTimeout
 	}
 	return ErrorUpstreamReset
 }

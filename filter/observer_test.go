@@ -201,6 +201,7 @@ func TestFinishCauses(t *testing.T) {
 		{context.Canceled, ErrorCancelled},
 		{fmt.Errorf("stop: %w", scheduler.ErrPreempted), ErrorPreempted},
 		{errors.New("read: connection reset by peer"), ErrorUpstreamReset},
+		{fmt.Errorf("stream: %w", context.DeadlineExceeded), ErrorTimeout},
 	} {
 		o := NewObserver(Options{})
 		o.ResponseHeaders(at(1), 200, MapHeaders{"content-type": "text/event-stream"})

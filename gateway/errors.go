@@ -13,11 +13,19 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
+// timeoutError is an error that says it is a timeout.
+type timeoutError string
+
+func (e timeoutError) Error() string { return string(e) }
+func (timeoutError) Timeout() bool   { return true }
+
 // Errors the gateway produces itself; observations carry them so metrics
 // and logs can tell what ended a request.
 var (
 	// ErrUpstreamStalled: the upstream sent nothing for the idle timeout.
-	ErrUpstreamStalled = errors.New("gateway: upstream stalled")
+	// It is a timeout (Timeout() is true), so the observation's error kind
+	// is filter.ErrorTimeout, as the client is told.
+	ErrUpstreamStalled error = timeoutError("gateway: upstream stalled")
 	// ErrUpstreamReset: the upstream connection ended in the middle of a
 	// response.
 	ErrUpstreamReset = errors.New("gateway: upstream reset mid-stream")

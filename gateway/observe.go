@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/llmesh/llmesh/filter"
@@ -121,7 +122,18 @@ func (m *meter) serverTiming(ending bool) string {
 			ob.HasTPOT = true
 		}
 	}
-	return telemetry.ServerTiming(&ob)
+	st := telemetry.AppendServerTiming(make([]byte, 0, 160), &ob)
+	if ending && m.x.preemptions > 0 {
+		// The client cannot see a transparent requeue or continuation;
+		// the harness reads this to count preemptions per class.
+		if len(st) > 0 {
+			st = append(st, ", "...)
+		}
+		st = append(st, `preemptions;desc="`...)
+		st = strconv.AppendInt(st, int64(m.x.preemptions), 10)
+		st = append(st, '"')
+	}
+	return string(st)
 }
 
 // end finishes the observation and records it. It runs once per request,

@@ -164,8 +164,9 @@ func TestUpstreamStallEndsStream(t *testing.T) {
 	if len(datas) != 2 || events[1] != "error" || !strings.Contains(datas[1], "upstream_timeout") {
 		t.Fatalf("events %q %q, want token + upstream_timeout error", events, datas)
 	}
-	if r := rec.next(t); r.OK() {
-		t.Error("stalled request recorded as OK")
+	// The client is told it timed out; the metrics say the same.
+	if r := rec.next(t); r.OK() || r.ErrorKind != filter.ErrorTimeout {
+		t.Errorf("stalled request recorded as %q (%q), want upstream_timeout", r.ErrorKind, r.Error)
 	}
 }
 

@@ -59,6 +59,9 @@ func Table(w io.Writer, r *Result) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, l := range inMeshLines(r) {
+		fmt.Fprintln(w, l)
+	}
 	_, err := fmt.Fprintln(w, r.Verdict)
 	return err
 }
@@ -71,6 +74,12 @@ func Markdown(w io.Writer, r *Result) error {
 	for _, c := range classOrder(r) {
 		for _, d := range r.Classes[c] {
 			fmt.Fprintf(w, "| %s | %s |\n", c, strings.Join(cell(d), " | "))
+		}
+	}
+	if lines := inMeshLines(r); len(lines) > 0 {
+		fmt.Fprintln(w)
+		for _, l := range lines {
+			fmt.Fprintf(w, "- %s\n", l)
 		}
 	}
 	_, err := fmt.Fprintf(w, "\n**%s**\n", r.Verdict)

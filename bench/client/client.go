@@ -151,7 +151,8 @@ func setOutput(rec *result.Record, counted, usage int) {
 	rec.OutputTokens, rec.OutputTokensSource = counted, result.SourceStream
 }
 
-// classify maps an HTTP status to a record status.
+// classify maps an HTTP status to a record status (a 429 from llmesh's
+// own queue is told apart by queueFull).
 func classifyHTTP(code int, retryAfter bool) result.Status {
 	switch {
 	case code == 429:
@@ -160,6 +161,15 @@ func classifyHTTP(code int, retryAfter bool) result.Status {
 		return result.StatusPreempted
 	}
 	return result.StatusError
+}
+
+// queueFull reports whether a 429 or RESOURCE_EXHAUSTED came from llmesh's
+// own queue: the Envoy filter's x-llmesh-reply header, the gateway's
+// OpenAI error type, or the scheduler's error text in a gRPC message. An
+// engine's words ("queue full" from vLLM or a test server) do not count.
+func queueFull(replyHeader, body string) bool {
+	return replyHeader == "llmesh_queue_full" || strings.Contains(body, `"type":"queue_full"`) ||
+		strings.Contains(body, "scheduler: queue full")
 }
 
 // preemptedText reports whether an error message says the request was

@@ -114,6 +114,7 @@ func (c *grpcClient) Do(ctx context.Context, req *Request, rec *result.Record, n
 			rec.DoneNS = t
 			rec.Status = result.StatusOK
 			rec.Engine = engineFromTrailer(trailer)
+			readServerTiming(rec, trailer.Get("server-timing"))
 			return
 		}
 		if err != nil {
@@ -143,6 +144,8 @@ func (c *grpcClient) fail(ctx context.Context, rec *result.Record, now Clock, er
 		s = ctxStatus(ctx)
 	case code == codes.DeadlineExceeded:
 		s = result.StatusTimeout
+	case code == codes.ResourceExhausted && queueFull(first(trailer.Get("x-llmesh-reply")), st.Message()):
+		s = result.StatusQueueFull
 	case code == codes.ResourceExhausted:
 		s = result.StatusRejected
 	case code == codes.Unavailable && len(trailer.Get("grpc-retry-pushback-ms")) > 0,
@@ -173,4 +176,11 @@ func engineFromTrailer(md metadata.MD) *result.EngineTimes {
 		return nil
 	}
 	return e
+}
+
+func first(vs []string) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[0]
 }

@@ -115,14 +115,23 @@ func (c *openAI) Do(ctx context.Context, req *Request, rec *result.Record, now C
 		if st == result.StatusError && preemptedText(string(b)) {
 			st = result.StatusPreempted
 		}
+		if st == result.StatusRejected && queueFull(resp.Header.Get("X-Llmesh-Reply"), string(b)) {
+			st = result.StatusQueueFull
+		}
 		fail(rec, now, st, resp.StatusCode, msg)
 		return
 	}
+	readServerTiming(rec, resp.Header.Values("Server-Timing"))
 	if !req.Stream {
 		c.readBody(ctx, resp.Body, rec, now)
-		return
+	} else {
+		c.readStream(ctx, resp.Body, rec, now)
 	}
-	c.readStream(ctx, resp.Body, rec, now)
+	if _, announced := resp.Trailer["Server-Timing"]; announced && rec.Status == result.StatusOK {
+		// Trailers arrive after the body's end, just past [DONE].
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		readServerTiming(rec, resp.Trailer.Values("Server-Timing"))
+	}
 }
 
 func (c *openAI) readBody(ctx context.Context, body io.Reader, rec *result.Record, now Clock) {

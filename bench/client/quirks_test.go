@@ -40,3 +40,37 @@ func TestGRPCNoUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeDeltas: against an engine that merges piled-up tokens into one
+// SSE event, the output tokens come from the usage, not from counting
+// events, and so does the TPOT.
+func TestMergeDeltas(t *testing.T) {
+	s := simtest.Start(t, simtest.WithConfig(func(c *server.Config) { c.Quirks = []string{string(server.QuirkMergeDeltas)} }))
+	c, err := New(workload.ProtocolCompletions, s.HTTPURL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rec := do(t, c, Request{ID: "1", Model: s.Model, PromptTokens: 3, MaxTokens: 40, Stream: true,
+		Headers: map[string]string{server.FaultHeader: "stall=300ms"}})
+	if rec.Status != result.StatusOK || rec.OutputTokens != 40 || rec.OutputTokensSource != result.SourceUsage || len(rec.ChunkNS) >= 40 {
+		t.Errorf("status %s output %d from %q in %d chunks; want 40 from usage in fewer chunks", rec.Status, rec.OutputTokens, rec.OutputTokensSource, len(rec.ChunkNS))
+	}
+}
+
+// TestRoleChunkFirst: a first event without a token (a bare role, an
+// empty text) is not the first token, for completions and chat.
+func TestRoleChunkFirst(t *testing.T) {
+	s := simtest.Start(t, simtest.WithConfig(func(c *server.Config) { c.Quirks = []string{string(server.QuirkRoleChunkFirst)} }))
+	for _, protocol := range []string{workload.ProtocolCompletions, workload.ProtocolChat} {
+		c, err := New(protocol, s.HTTPURL, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := do(t, c, Request{ID: "1", Model: s.Model, PromptTokens: 3, MaxTokens: 6, Stream: true})
+		c.Close()
+		if rec.Status != result.StatusOK || rec.OutputTokens != 6 || len(rec.ChunkNS) != 6 {
+			t.Errorf("%s: status %s %q output %d chunks %d; want 6 token chunks", protocol, rec.Status, rec.Error, rec.OutputTokens, len(rec.ChunkNS))
+		}
+	}
+}

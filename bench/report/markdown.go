@@ -38,7 +38,7 @@ func Markdown(w io.Writer, rep *result.Report) error {
 		fmt.Fprintf(ew, "- note: %s\n", mdEscape(rep.Live.Note))
 	}
 	if rep.Engine != nil {
-		fmt.Fprintf(ew, "- engine agreement: client − engine TTFT p50 %s ms, p99 %s ms over %d requests\n", trim(rep.Engine.DeltaMs.P50), trim(rep.Engine.DeltaMs.P99), rep.Engine.N)
+		fmt.Fprintf(ew, "- engine agreement: client − engine TTFT p50 %s ms, p99 %s ms over %d requests (time before the engine saw the request: network and harness, plus queueing in a gateway or filter in front of it, not a disagreement of the measurements)\n", trim(rep.Engine.DeltaMs.P50), trim(rep.Engine.DeltaMs.P99), rep.Engine.N)
 	}
 	for _, l := range gpuLines(rep) {
 		fmt.Fprintf(ew, "- %s\n", mdEscape(l))

@@ -154,6 +154,9 @@ var header = []string{"class", "prio", "reqs", "failed", "ttft p50", "ttft p99",
 func violations(c *result.ClassReport) string {
 	v := c.Violations
 	s := fmt.Sprintf("ttft %d, tpot %d, error %d, rejected %d, preempted %d", v.TTFT, v.TPOT, v.Error, v.Rejected, v.Preempted)
+	if v.QueueFull > 0 {
+		s += fmt.Sprintf(", queue full %d (refused by llmesh, not the engine)", v.QueueFull)
+	}
 	if v.TPOTUnknown > 0 {
 		s += fmt.Sprintf(", tpot unknown %d (counted as misses)", v.TPOTUnknown)
 	}
@@ -237,6 +240,9 @@ func Table(w io.Writer, rep *result.Report) error {
 	for _, n := range ClassNames(rep) {
 		c := rep.Classes[n]
 		fmt.Fprintf(ew, "%s violations: %s\n", n, violations(c))
+		if q := c.QueueMs; q != nil {
+			fmt.Fprintf(ew, "%s in llmesh (Server-Timing): queue p50 %s ms, p99 %s ms over %d requests; %d preemptions\n", n, trim(q.P50), trim(q.P99), q.N, c.Preemptions)
+		}
 		if es := earlyStopping(c); es != "" {
 			fmt.Fprintf(ew, "%s early stopping (99%% confidence): %s\n", n, es)
 		}
@@ -248,7 +254,7 @@ func Table(w io.Writer, rep *result.Report) error {
 		fmt.Fprintf(ew, "note: %s\n", rep.Live.Note)
 	}
 	if rep.Engine != nil {
-		fmt.Fprintf(ew, "engine agreement: client TTFT − engine TTFT over %d requests: p50 %s ms, p99 %s ms, max %s ms (%d negative)\n",
+		fmt.Fprintf(ew, "engine agreement: client TTFT − engine TTFT over %d requests: p50 %s ms, p99 %s ms, max %s ms (%d negative); the difference is the time before the engine saw the request: network and harness, plus any queueing in a gateway or filter in front of it\n",
 			rep.Engine.N, trim(rep.Engine.DeltaMs.P50), trim(rep.Engine.DeltaMs.P99), trim(rep.Engine.DeltaMs.Max), rep.Engine.NegativeN)
 		if rep.Engine.Note != "" {
 			fmt.Fprintf(ew, "engine agreement note: %s\n", rep.Engine.Note)

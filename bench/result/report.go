@@ -167,6 +167,9 @@ type ClassReport struct {
 	// (MLPerf early stopping, 99% confidence).
 	EarlyStopping []EarlyStop `json:"early_stopping,omitempty"`
 	Preemptions   int         `json:"preemptions,omitempty"`
+	// QueueMs is the time requests waited for admission in llmesh, from
+	// its Server-Timing (nil when no response carried it).
+	QueueMs *Percentiles `json:"queue_ms,omitempty"`
 	// TTFTCDF is the TTFT distribution as (ms, quantile) points for charts.
 	TTFTCDF [][2]float64 `json:"ttft_cdf,omitempty"`
 
@@ -193,7 +196,10 @@ type Violations struct {
 	TPOTUnknown int `json:"tpot_unknown,omitempty"`
 	Error       int `json:"error"`
 	Rejected    int `json:"rejected"`
-	Preempted   int `json:"preempted"`
+	// QueueFull counts requests llmesh's own queue refused (429 queue
+	// full), apart from an engine's 429 (Rejected).
+	QueueFull int `json:"queue_full,omitempty"`
+	Preempted int `json:"preempted"`
 }
 
 // EarlyStop is an MLPerf-style early-stopping check of a percentile claim:

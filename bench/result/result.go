@@ -22,9 +22,13 @@ const (
 	StatusOK Status = "ok"
 	// StatusError: the target answered with an error or broke the protocol.
 	StatusError Status = "error"
-	// StatusRejected: HTTP 429 or gRPC RESOURCE_EXHAUSTED (queue full,
-	// admission refused).
+	// StatusRejected: HTTP 429 or gRPC RESOURCE_EXHAUSTED from the engine
+	// (or an admission refused without saying why).
 	StatusRejected Status = "rejected"
+	// StatusQueueFull: llmesh's own queue was full (HTTP 429 or gRPC
+	// RESOURCE_EXHAUSTED from a gateway or filter that says "queue full"):
+	// the mesh refused the request, not the engine.
+	StatusQueueFull Status = "queue_full"
 	// StatusPreempted: HTTP 503 with Retry-After, gRPC UNAVAILABLE with
 	// grpc-retry-pushback-ms, or an error event saying it was preempted.
 	StatusPreempted Status = "preempted"
@@ -76,13 +80,27 @@ type Record struct {
 	// Code is the HTTP status or gRPC code number of a failure.
 	Code  int    `json:"code,omitempty"`
 	Error string `json:"error,omitempty"`
-	// Preemptions and RecomputedTokens are filled where known (the sim's
-	// ground truth, the virtual-time simulator).
+	// Preemptions and RecomputedTokens are filled where known: llmesh's
+	// Server-Timing preemptions entry (a gateway in front of the engine),
+	// the virtual-time simulator.
 	Preemptions      int `json:"preemptions,omitempty"`
 	RecomputedTokens int `json:"recomputed_tokens,omitempty"`
 	// Engine holds the engine's own timestamps when the target reports them
 	// (llmesh sim: llmesh_engine in the last chunk, or trailing metadata).
 	Engine *EngineTimes `json:"engine,omitempty"`
+	// LLMesh holds what a gateway or filter in front of the engine said
+	// in its Server-Timing header and trailer; nil when none did.
+	LLMesh *ServerTimes `json:"llmesh,omitempty"`
+}
+
+// ServerTimes are llmesh's Server-Timing figures for one request.
+type ServerTimes struct {
+	// QueueNS is how long the request waited for admission (HasQueue:
+	// the entry was present).
+	QueueNS  int64 `json:"queue_ns"`
+	HasQueue bool  `json:"has_queue,omitempty"`
+	// Preemptions is how often the request was preempted.
+	Preemptions int `json:"preemptions,omitempty"`
 }
 
 // EngineTimes are an engine's ground-truth timestamps in Unix nanoseconds of

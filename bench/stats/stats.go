@@ -101,6 +101,7 @@ func round(ms float64) float64 { return math.Round(ms*1000) / 1000 }
 type class struct {
 	rep                   *result.ClassReport
 	ttft, tpot, itl, e2e  *metric
+	queue                 *metric // llmesh's Server-Timing queue time
 	ttftSLO, tpotSLO      time.Duration
 	met, outTokens, inTok int
 }
@@ -111,7 +112,7 @@ func newClass(priority int, share float64, ttft, tpot time.Duration, target floa
 			Priority: priority, Share: share, AttainmentTarget: target,
 			SLOTTFTMs: ms(ttft), SLOTPOTMs: ms(tpot),
 		},
-		ttft: newMetric(), tpot: newMetric(), itl: newMetric(), e2e: newMetric(),
+		ttft: newMetric(), tpot: newMetric(), itl: newMetric(), e2e: newMetric(), queue: newMetric(),
 		ttftSLO: ttft, tpotSLO: tpot,
 	}
 }
@@ -123,12 +124,19 @@ func (c *class) add(r *result.Record) {
 	c.rep.Requests++
 	c.rep.Preemptions += r.Preemptions
 	c.inTok += r.PromptTokens
+	if r.LLMesh != nil && r.LLMesh.HasQueue {
+		c.queue.add(time.Duration(r.LLMesh.QueueNS))
+	}
 	v := &c.rep.Violations
 	switch r.Status {
 	case result.StatusOK:
 	case result.StatusRejected:
 		c.rep.Failed++
 		v.Rejected++
+		return
+	case result.StatusQueueFull:
+		c.rep.Failed++
+		v.QueueFull++
 		return
 	case result.StatusPreempted:
 		c.rep.Failed++
@@ -178,6 +186,10 @@ func singleToken(r *result.Record) bool {
 func (c *class) finish(dur float64) {
 	r := c.rep
 	r.TTFTMs, r.TPOTMs, r.ITLMs, r.E2EMs = c.ttft.percentiles(), c.tpot.percentiles(), c.itl.percentiles(), c.e2e.percentiles()
+	if c.queue.n > 0 {
+		q := c.queue.percentiles()
+		r.QueueMs = &q
+	}
 	if r.Requests > 0 {
 		r.SLOAttainment = float64(c.met) / float64(r.Requests)
 	}

@@ -33,3 +33,18 @@ func TestTPOTUnknownIsAMiss(t *testing.T) {
 		t.Errorf("lo attainment %v, want 1", rep.Classes["lo"].SLOAttainment)
 	}
 }
+
+// TestQueueFullBucket: llmesh's queue-full refusals are counted apart from
+// an engine's 429.
+func TestQueueFullBucket(t *testing.T) {
+	w := testWorkload(t)
+	recs := []result.Record{
+		{Index: 1, Class: "lo", SentNS: 1, DoneNS: 2, Status: result.StatusRejected, Code: 429},
+		{Index: 2, Class: "lo", SentNS: 1, DoneNS: 2, Status: result.StatusQueueFull, Code: 429},
+		{Index: 3, Class: "lo", SentNS: 1, DoneNS: 2, Status: result.StatusQueueFull, Code: 429},
+	}
+	lo := Summarize(recs, Meta{Workload: w}).Classes["lo"]
+	if lo.Violations != (result.Violations{Rejected: 1, QueueFull: 2}) || lo.Failed != 3 {
+		t.Errorf("violations %+v failed %d", lo.Violations, lo.Failed)
+	}
+}

@@ -104,3 +104,36 @@ func TestNonGenerationNotAdmitted(t *testing.T) {
 	a.Complete()
 	noViolations(t, a)
 }
+
+// TestSimMergeDeltasThroughFilter: the Envoy host's account of an engine
+// that merges piled-up deltas and reports usage unasked.
+func TestSimMergeDeltasThroughFilter(t *testing.T) {
+	sim := simtest.Start(t, simtest.WithConfig(func(c *server.Config) {
+		c.Quirks = []string{string(server.QuirkMergeDeltas), string(server.QuirkUsageWithoutStreamOptions)}
+	}))
+	h := newHarness(t, `{"mesh": `+testMesh("fifo", "")+`}`, true)
+	c := &http.Client{Timeout: time.Minute}
+	defer c.CloseIdleConnections()
+	body := `{"model":"` + sim.Model + `","prompt":"a b c","max_tokens":40,"stream":true}`
+	s := proxy(t, h, c, sim.HTTPURL+"/v1/completions", sseRequest(server.FaultHeader, "stall=300ms"), []byte(body))
+	md := s.Metadata(MetadataNamespace)
+	want(t, "output_tokens", md["output_tokens"], 40)
+	if steps, _ := md["decode_steps"].(float64); steps >= 39 {
+		t.Errorf("decode steps %v: the deltas were not merged", steps)
+	}
+}
+
+// TestSimRoleChunkFirstThroughFilter: the opening chat event with a bare
+// role is not the first token in the Envoy host's account.
+func TestSimRoleChunkFirstThroughFilter(t *testing.T) {
+	sim := simtest.Start(t, simtest.WithConfig(func(c *server.Config) { c.Quirks = []string{string(server.QuirkRoleChunkFirst)} }))
+	h := newHarness(t, `{"mesh": `+testMesh("fifo", "")+`}`, true)
+	c := &http.Client{Timeout: time.Minute}
+	defer c.CloseIdleConnections()
+	body := `{"model":"` + sim.Model + `","messages":[{"role":"user","content":"a b"}],"max_tokens":6,"stream":true}`
+	hdr := filtertest.RequestHeaders("POST", "/v1/chat/completions", "content-type", "application/json")
+	s := proxy(t, h, c, sim.HTTPURL+"/v1/chat/completions", hdr, []byte(body))
+	md := s.Metadata(MetadataNamespace)
+	want(t, "decode_steps", md["decode_steps"], 5)
+	want(t, "output_tokens", md["output_tokens"], 6)
+}

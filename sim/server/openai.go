@@ -228,13 +228,25 @@ func (s *Server) streamOpenAI(ctx context.Context, w http.ResponseWriter, g genR
 		}
 		return nil
 	}
-	if o.req.chat { // a chat stream's first event names the role
+	switch {
+	case o.req.chat && s.quirks.Has(QuirkRoleChunkFirst):
+		enc.roleOnly()
+		if flush() != nil {
+			return
+		}
+	case o.req.chat: // a chat stream's first event names the role
 		enc.chunk("", true, false, nil)
+		if flush() != nil {
+			return
+		}
+	case s.quirks.Has(QuirkRoleChunkFirst):
+		enc.chunk("", false, false, nil)
 		if flush() != nil {
 			return
 		}
 	}
 	var lastText string
+	merge := s.quirks.Has(QuirkMergeDeltas)
 	res, err := s.generate(ctx, g, func(ids []uint32, done bool) error {
 		// One event per token, even when several steps' tokens are pending
 		// because this handler fell behind the engine: clients that count
@@ -247,8 +259,12 @@ func (s *Server) streamOpenAI(ctx context.Context, w http.ResponseWriter, g genR
 			// truth) is known.
 			ids, lastText = ids[:len(ids)-1], sim.Detokenize(ids[len(ids)-1:])
 		}
-		for i := range ids {
-			enc.chunk(sim.Detokenize(ids[i:i+1]), false, false, nil)
+		if merge && len(ids) > 0 {
+			enc.chunk(sim.Detokenize(ids), false, false, nil)
+		} else {
+			for i := range ids {
+				enc.chunk(sim.Detokenize(ids[i:i+1]), false, false, nil)
+			}
 		}
 		if len(ids) == 0 {
 			return nil
@@ -268,7 +284,7 @@ func (s *Server) streamOpenAI(ctx context.Context, w http.ResponseWriter, g genR
 	}
 	truth := res.truth()
 	enc.chunk(lastText, false, true, &truth)
-	if o.req.includeUsage {
+	if o.req.includeUsage || s.quirks.Has(QuirkUsageWithoutStreamOptions) {
 		enc.usage(o.usage(res), &truth)
 	}
 	enc.done()

@@ -18,12 +18,32 @@ const (
 	// counts on any chunk nor on GenerateComplete, so they read as the
 	// proto3 zero), as engines that do not fill those fields do.
 	QuirkGRPCNoUsage Quirk = "grpc-no-usage"
+	// QuirkNoAbort: a request whose client went away keeps generating to
+	// its end (and keeps its slot and KV cache), as engines that do not
+	// watch the connection do: preempting it frees nothing.
+	QuirkNoAbort Quirk = "no-abort"
+	// QuirkMergeDeltas: tokens that piled up while the writer lagged go out
+	// as one SSE event with their text joined, as vLLM's API server does
+	// (instead of one event per token): counting events undercounts tokens.
+	QuirkMergeDeltas Quirk = "merge-deltas"
+	// QuirkUsageWithoutStreamOptions: streams end with a usage event even
+	// when the request did not ask for it (stream_options.include_usage).
+	QuirkUsageWithoutStreamOptions Quirk = "usage-without-stream-options"
+	// QuirkRoleChunkFirst: every SSE stream starts with an event that
+	// carries no token: chat's is {"delta":{"role":"assistant"}} without a
+	// content field, a completion's has "text":"". Neither is a first
+	// token.
+	QuirkRoleChunkFirst Quirk = "role-chunk-first"
 )
 
 // quirkDocs lists every known quirk with what it does; ParseQuirks accepts
 // exactly these.
 var quirkDocs = map[Quirk]string{
-	QuirkGRPCNoUsage: "gRPC streams carry no usage (counts read as 0)",
+	QuirkGRPCNoUsage:               "gRPC streams carry no usage (counts read as 0)",
+	QuirkNoAbort:                   "keep generating after the client goes away",
+	QuirkMergeDeltas:               "tokens that piled up go out as one SSE event",
+	QuirkUsageWithoutStreamOptions: "SSE streams end with usage even when not asked",
+	QuirkRoleChunkFirst:            "SSE streams start with an event without a token (a bare role, an empty text)",
 }
 
 // KnownQuirks returns the quirk names ParseQuirks accepts, sorted.

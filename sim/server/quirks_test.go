@@ -1,10 +1,13 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
@@ -90,5 +93,124 @@ func TestQuirkGRPCNoUsage(t *testing.T) {
 	}
 	if ids != 5 || done == nil || done.CompletionTokens != 0 || done.PromptTokens != 0 || len(done.OutputIds) != 5 {
 		t.Errorf("vLLM: %d streamed ids, complete %v; want 5 ids and a complete without counts", ids, done)
+	}
+}
+
+// streamEvents posts an SSE request and returns its data payloads; cut
+// stops reading (and closes the connection) after that many events.
+func streamEvents(t *testing.T, s *simtest.Sim, body string, header map[string]string, cut int) []string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.HTTPURL+"/v1/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			out = append(out, d)
+			if cut > 0 && len(out) >= cut {
+				break
+			}
+		}
+	}
+	return out
+}
+
+func waitMetric(t *testing.T, s *simtest.Sim, name string, cond func(float64) bool) float64 {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		v := metric(t, s, name)
+		if cond(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v: condition not met in 20s", name, v)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestQuirkNoAbort: without the quirk a request whose client went away is
+// aborted; with it the engine generates all its tokens anyway.
+func TestQuirkNoAbort(t *testing.T) {
+	const n = 300
+	body := `{"prompt":"a b c","max_tokens":300,"stream":true}`
+	plain := simtest.Start(t, simtest.WithTimeScale(testScale))
+	streamEvents(t, plain, body, nil, 2)
+	waitMetric(t, plain, "llmesh_sim:requests_aborted_total", func(v float64) bool { return v == 1 })
+	waitMetric(t, plain, "vllm:num_requests_running", func(v float64) bool { return v == 0 })
+	if got := metric(t, plain, "vllm:generation_tokens_total"); got >= n {
+		t.Errorf("without the quirk the engine generated %v tokens for a client gone after 2", got)
+	}
+
+	q := simtest.Start(t, simtest.WithTimeScale(testScale), simtest.WithConfig(func(c *server.Config) { c.Quirks = []string{"no-abort"} }))
+	streamEvents(t, q, body, nil, 2)
+	waitMetric(t, q, "vllm:generation_tokens_total", func(v float64) bool { return v == n })
+	if got := metric(t, q, "llmesh_sim:requests_aborted_total"); got != 0 {
+		t.Errorf("no-abort aborted %v requests", got)
+	}
+}
+
+// TestQuirkMergeDeltas: tokens made during a stall go out as one event
+// with the quirk (one per token without it); usage still says all of them.
+func TestQuirkMergeDeltas(t *testing.T) {
+	body := `{"prompt":"a b c","max_tokens":40,"stream":true,"stream_options":{"include_usage":true}}`
+	stall := map[string]string{server.FaultHeader: "stall=300ms"}
+	for _, merge := range []bool{false, true} {
+		s := simtest.Start(t, simtest.WithTimeScale(testScale), simtest.WithConfig(func(c *server.Config) {
+			if merge {
+				c.Quirks = []string{"merge-deltas"}
+			}
+		}))
+		events := streamEvents(t, s, body, stall, 0)
+		tokens := 0
+		for _, e := range events {
+			if strings.Contains(e, `"text":"`) && !strings.Contains(e, `"text":""`) {
+				tokens++
+			}
+		}
+		if !strings.Contains(strings.Join(events, "\n"), `"completion_tokens":40`) {
+			t.Fatalf("merge %v: no usage of 40 in %q", merge, events)
+		}
+		if merge && tokens >= 40 || !merge && tokens != 40 {
+			t.Errorf("merge %v: %d token events for 40 tokens", merge, tokens)
+		}
+	}
+}
+
+// TestQuirkUsageWithoutStreamOptions: the usage event comes unasked.
+func TestQuirkUsageWithoutStreamOptions(t *testing.T) {
+	body := `{"prompt":"a b c","max_tokens":3,"stream":true}`
+	for _, quirk := range []bool{false, true} {
+		s := simtest.Start(t, simtest.WithTimeScale(testScale), simtest.WithConfig(func(c *server.Config) {
+			if quirk {
+				c.Quirks = []string{"usage-without-stream-options"}
+			}
+		}))
+		got := strings.Contains(strings.Join(streamEvents(t, s, body, nil, 0), "\n"), `"usage"`)
+		if got != quirk {
+			t.Errorf("quirk %v: usage in the stream %v", quirk, got)
+		}
+	}
+}
+
+// TestQuirkRoleChunkFirst: streams open with an event without a token.
+func TestQuirkRoleChunkFirst(t *testing.T) {
+	s := simtest.Start(t, simtest.WithTimeScale(testScale), simtest.WithConfig(func(c *server.Config) { c.Quirks = []string{"role-chunk-first"} }))
+	ev := streamEvents(t, s, `{"prompt":"a b c","max_tokens":3,"stream":true}`, nil, 0)
+	if len(ev) < 5 || !strings.Contains(ev[0], `"text":""`) {
+		t.Errorf("completion events %q, want an empty text first", ev)
 	}
 }

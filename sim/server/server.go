@@ -267,6 +267,15 @@ type result struct {
 	ids     []uint32 // all output ids
 }
 
+// abort removes a sequence whose client went away, unless the no-abort
+// quirk keeps it generating (its tokens then go nowhere).
+func (s *Server) abort(id uint64) {
+	if s.quirks.Has(QuirkNoAbort) {
+		return
+	}
+	s.loop.abort(id)
+}
+
 // generate runs req through the engine, calling emit with each batch of new
 // token ids as steps end (last true on the final batch). It stops early
 // when ctx ends (the sequence is aborted), emit fails, or a drop fault
@@ -287,7 +296,7 @@ func (s *Server) generate(ctx context.Context, req genRequest, emit func(ids []u
 	for {
 		select {
 		case <-ctx.Done():
-			s.loop.abort(st.id)
+			s.abort(st.id)
 			return res, ctx.Err()
 		case <-st.notify:
 		}
@@ -309,7 +318,7 @@ func (s *Server) generate(ctx context.Context, req genRequest, emit func(ids []u
 			}
 			last := snap.done && len(res.ids) == snap.output
 			if err := emit(res.ids[from:], last); err != nil {
-				s.loop.abort(st.id)
+				s.abort(st.id)
 				return res, err
 			}
 			if req.perToken {
@@ -318,7 +327,7 @@ func (s *Server) generate(ctx context.Context, req genRequest, emit func(ids []u
 				chunks++
 			}
 			if req.fault.DropAfter > 0 && chunks >= req.fault.DropAfter && !last {
-				s.loop.abort(st.id)
+				s.abort(st.id)
 				return res, errDropped
 			}
 			if req.fault.Stall > 0 && !stalled {
@@ -327,7 +336,7 @@ func (s *Server) generate(ctx context.Context, req genRequest, emit func(ids []u
 				select {
 				case <-ctx.Done():
 					t.Stop()
-					s.loop.abort(st.id)
+					s.abort(st.id)
 					return res, ctx.Err()
 				case <-t.C():
 				}

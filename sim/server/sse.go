@@ -67,6 +67,15 @@ func (e *sseEncoder) chunk(text string, role, last bool, truth *engineTruth) {
 	e.buf = append(b, "}\n\n"...)
 }
 
+// roleOnly appends a chat event whose delta names the role and has no
+// content field (the role-chunk-first quirk).
+func (e *sseEncoder) roleOnly() {
+	b := append(e.buf, "data: "...)
+	b = append(b, e.head...)
+	b = append(b, `[{"index":0,"delta":{"role":"assistant"},"logprobs":null,"finish_reason":null}]`...)
+	e.buf = append(b, "}\n\n"...)
+}
+
 // usage appends the include_usage event (no choices).
 func (e *sseEncoder) usage(u usage, truth *engineTruth) {
 	b := append(e.buf, "data: "...)
