@@ -1,0 +1,697 @@
+package hostconformance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/filter/envoy"
+	"github.com/llmesh/llmesh/filter/filtertest"
+	"github.com/llmesh/llmesh/filter/relocate"
+	"github.com/llmesh/llmesh/gateway"
+	"github.com/llmesh/llmesh/gateway/relocatehttp"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/server"
+)
+
+// meshJSON is the one mesh config both hosts run: the OpenAI pool "sim"
+// and the gRPC pool "sim-grpc" (capacity 1 each, preemptive), the pool
+// "sim-guard" whose engine gets the class priority in the body, three
+// classes, tenant and trusted-header classification, and relocation of
+// prompts from a header (HTTP) or metadata (llm.v1) into the body.
+//
+// No peer is trusted (192.0.2.0/24 is TEST-NET-1): a client picks its class
+// by header only with the trusted marker, so requests without it meet the
+// engine-priority guard.
+const meshJSON = `{
+  "listeners": [{"name": "main", "address": "127.0.0.1:0", "routes": [
+    {"name": "grpc", "match": {"path_prefix": "/llm.v1."}, "pool": "sim-grpc"},
+    {"name": "vllm", "match": {"path_prefix": "/vllm."}, "pool": "sim-grpc"},
+    {"name": "guard", "match": {"path_prefix": "/v1/", "headers": {"x-lane": "guard"}}, "pool": "sim-guard"},
+    {"name": "openai", "match": {"path_prefix": "/"}, "pool": "sim"}]}],
+  "pools": [
+    {"name": "sim", "protocol": "openai", "endpoints": ["HTTPADDR"], "capacity": {"max_inflight": 1},
+     "scheduler": {"policy": "preemptive", "preemption": {"min_run_time": "0s"}}},
+    {"name": "sim-guard", "protocol": "openai", "endpoints": ["HTTPADDR"], "engine_priority": "class",
+     "capacity": {"max_inflight": 4}},
+    {"name": "sim-grpc", "protocol": "grpc", "endpoints": ["GRPCADDR"], "capacity": {"max_inflight": 1},
+     "scheduler": {"policy": "preemptive", "preemption": {"min_run_time": "0s"}}}],
+  "classes": [
+    {"name": "interactive", "priority": 0, "slo": {"ttft": "20ms"}},
+    {"name": "batch", "priority": 10, "preemptible": true},
+    {"name": "limited", "priority": 5, "queue": {"max_length": 1}},
+    {"name": "impatient", "priority": 5, "queue": {"max_wait": "30ms"}}],
+  "default_class": "batch",
+  "classification": {
+    "tenants": {"gold": "interactive", "lim": "limited", "imp": "impatient"},
+    "priority_header": {"name": "x-llmesh-class", "trusted_sources": ["192.0.2.0/24"],
+                        "trusted_marker": {"header": "x-mesh-trusted", "value": "s3cret"}}},
+  "relocation": {
+    "http": [{"header": "x-llmesh-prompt", "threshold": 16, "max": 2048}],
+    "grpc": [{"method": "/llm.v1.Generation/Generate", "metadata": "x-llmesh-prompt", "field": 2, "threshold": 16, "max": 2048}]}
+}`
+
+// request is one client request as both hosts get it.
+type request struct {
+	path    string
+	headers []string // name, value, …
+	body    []byte
+	// cancelAfter > 0: the client goes away after that many response
+	// body reads that returned bytes.
+	cancelAfter int
+	// started, when set, is closed when the first response bytes reached
+	// the client.
+	started chan struct{}
+}
+
+func (r request) grpc() bool {
+	for i := 0; i+1 < len(r.headers); i += 2 {
+		if strings.EqualFold(r.headers[i], "content-type") {
+			return strings.HasPrefix(r.headers[i+1], "application/grpc")
+		}
+	}
+	return false
+}
+
+// response is what the client saw, raw; normalize makes it comparable.
+type response struct {
+	Status      int
+	ContentType string
+	RetryAfter  string
+	GRPCStatus  string
+	GRPCMessage string
+	Pushback    bool
+	Body        []byte
+	Reset       bool
+	Cancelled   bool
+}
+
+// rec is one Record, as both hosts report it, reduced to what is not
+// timing noise.
+type rec struct {
+	Class            string
+	Model            string
+	Protocol         string
+	HTTPStatus       int
+	GRPCStatus       int
+	HasGRPCStatus    bool
+	GRPCMessage      string
+	ErrorKind        string
+	Complete         bool
+	OutputTokens     int
+	CountedTokens    int
+	PromptTokens     int
+	UsageReported    bool
+	TokenChunks      int
+	DecodeSteps      int
+	Chunks           int
+	FinishReason     string
+	HasTTFT          bool
+	HasTPOT          bool
+	Queued           bool // queue time ≥ queuedAtLeast
+	EngineSeen       bool
+	EnginePreempted  int
+	ContentEncoding  string
+	ResponseBytesPos bool
+}
+
+// queuedAtLeast tells a request that waited for a slot from one admitted at
+// once; the scenarios that queue hold the slot for far longer.
+const queuedAtLeast = 15 * time.Millisecond
+
+func recOf(o *filter.Observation, class, model string) rec {
+	return rec{
+		Class: class, Model: model, Protocol: o.Protocol.String(), HTTPStatus: o.HTTPStatus,
+		GRPCStatus: o.GRPCStatus, HasGRPCStatus: o.HasGRPCStatus, GRPCMessage: o.GRPCMessage,
+		ErrorKind: o.ErrorKind.String(), Complete: o.Complete, OutputTokens: o.OutputTokens,
+		CountedTokens: o.CountedTokens, PromptTokens: o.PromptTokens, UsageReported: o.UsageReported,
+		TokenChunks: o.TokenChunks, DecodeSteps: o.DecodeSteps, Chunks: o.Chunks, FinishReason: o.FinishReason,
+		HasTTFT: o.HasTTFT, HasTPOT: o.HasTPOT, Queued: o.QueueTime >= queuedAtLeast,
+		EngineSeen: o.Engine.Seen, EnginePreempted: o.Engine.Preemptions, ContentEncoding: o.ContentEncoding,
+		ResponseBytesPos: o.ResponseBytes > 0,
+	}
+}
+
+// records collects a host's Records.
+type records struct {
+	mu  sync.Mutex
+	got []rec
+	ch  chan struct{}
+}
+
+func newRecords() *records { return &records{ch: make(chan struct{}, 1024)} }
+
+func (r *records) add(x rec) {
+	r.mu.Lock()
+	r.got = append(r.got, x)
+	r.mu.Unlock()
+	r.ch <- struct{}{}
+}
+
+// take waits up to a second for n records (a host records when the
+// stream is torn down, which may be after the client saw its end) and
+// returns those that came: a host that records fewer shows as a
+// difference in Records.len.
+func (r *records) take(n int) []rec {
+	deadline := time.NewTimer(time.Second)
+	defer deadline.Stop()
+wait:
+	for i := 0; i < n; i++ {
+		select {
+		case <-r.ch:
+		case <-deadline.C:
+			break wait
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.got
+	r.got = nil
+	return out
+}
+
+// drain drops records that arrive without being waited for.
+func (r *records) drain() {
+	for {
+		select {
+		case <-r.ch:
+		default:
+			r.mu.Lock()
+			r.got = nil
+			r.mu.Unlock()
+			return
+		}
+	}
+}
+
+// admissions counts Admit calls, so a scenario knows a request reached the
+// scheduler (it is queued from then on) without sleeping.
+type admissions struct {
+	mu   sync.Mutex
+	next scheduler.Admitter
+	ch   chan struct{}
+}
+
+func newAdmissions(next scheduler.Admitter) *admissions {
+	return &admissions{next: next, ch: make(chan struct{}, 1024)}
+}
+
+func (a *admissions) Admit(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
+	a.mu.Lock()
+	next := a.next
+	a.mu.Unlock()
+	a.ch <- struct{}{}
+	return next.Admit(ctx, req)
+}
+
+var _ scheduler.Admitter = (*admissions)(nil)
+
+// wait blocks until n more requests reached Admit.
+func (a *admissions) wait(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for i := 0; i < n; i++ {
+		select {
+		case <-a.ch:
+		case <-deadline.C:
+			t.Fatalf("only %d of %d requests reached the scheduler", i, n)
+		}
+	}
+}
+
+func (a *admissions) drain() {
+	for {
+		select {
+		case <-a.ch:
+		default:
+			return
+		}
+	}
+}
+
+// host is one of the two data planes under test.
+type host interface {
+	name() string
+	do(t *testing.T, r request) response
+	recs() *records
+	adm() *admissions
+}
+
+// upstreams are where the mesh's pools point (the sim, usually behind a
+// recorder of what the engine received).
+type upstreams struct {
+	http, grpc string // base URLs
+}
+
+func loadMesh(t *testing.T, up upstreams) (*config.Config, string) {
+	t.Helper()
+	js := strings.NewReplacer("HTTPADDR", strings.TrimPrefix(up.http, "http://"),
+		"GRPCADDR", strings.TrimPrefix(up.grpc, "http://")).Replace(meshJSON)
+	c, err := config.Load([]byte(js))
+	if err != nil {
+		t.Fatalf("mesh: %v", err)
+	}
+	return c, js
+}
+
+// gatewayHost wires the gateway as `llmesh gateway --config` does
+// (gateway/run.go buildHost): routes and pools from the mesh, the mesh's
+// in-process schedulers, classifier and relocation middleware.
+type gatewayHost struct {
+	url   string
+	rec   *records
+	count *admissions
+	h1    *http.Client
+	h2c   *http.Client
+}
+
+// gatewayIdleTimeout ends a stalled upstream on the gateway; Envoy's
+// equivalent is its router's stream idle timeout, outside the filter.
+const gatewayIdleTimeout = 300 * time.Millisecond
+
+func startGateway(t *testing.T, up upstreams) *gatewayHost {
+	t.Helper()
+	mesh, _ := loadMesh(t, up)
+	gcfg, err := gateway.ConfigFromMesh(mesh, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcfg.StreamIdleTimeout = gatewayIdleTimeout
+	ms, err := server.NewMeshScheduler(mesh, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ms.Close() })
+	cls, err := filter.NewClassifierFromConfig(mesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := relocate.FromConfig(mesh.Relocation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &gatewayHost{rec: newRecords(), count: newAdmissions(ms.Schedulers)}
+	g, err := gateway.New(gcfg,
+		gateway.WithAdmitter(h.count),
+		gateway.WithClassifier(cls),
+		gateway.WithRecorder(gateway.RecorderFunc(func(r gateway.Record) {
+			h.rec.add(recOf(&r.Observation, r.Class, r.Model))
+		})),
+		gateway.WithHandlerWrapper(func(next http.Handler) http.Handler {
+			return relocatehttp.New(next, rel, relocatehttp.Options{})
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.Serve(ctx, ln, time.Second)
+	}()
+	t.Cleanup(func() { cancel(); <-done; g.Close() })
+	h.url = "http://" + ln.Addr().String()
+	h.h1 = &http.Client{Timeout: 30 * time.Second}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	h.h2c = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Protocols: &p}}
+	t.Cleanup(func() { h.h1.CloseIdleConnections(); h.h2c.CloseIdleConnections() })
+	return h
+}
+
+func (h *gatewayHost) name() string     { return "gateway" }
+func (h *gatewayHost) recs() *records   { return h.rec }
+func (h *gatewayHost) adm() *admissions { return h.count }
+func (h *gatewayHost) do(t *testing.T, r request) response {
+	t.Helper()
+	c := h.h1
+	if r.grpc() {
+		c = h.h2c
+	}
+	return send(t, c, h.url+r.path, r, nil)
+}
+
+// send posts r to url and reads the whole response as a client would.
+// onBody, when set, sees each piece of the body as it arrives (the Envoy
+// host feeds it to the filter).
+func send(t *testing.T, c *http.Client, url string, r request, hdr http.Header) response {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(r.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hdr != nil {
+		req.Header = hdr
+	} else {
+		for i := 0; i+1 < len(r.headers); i += 2 {
+			req.Header.Add(r.headers[i], r.headers[i+1])
+		}
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return response{Reset: true}
+	}
+	defer res.Body.Close()
+	out := response{Status: res.StatusCode, ContentType: res.Header.Get("Content-Type"), RetryAfter: res.Header.Get("Retry-After")}
+	buf := make([]byte, 32<<10)
+	reads := 0
+	for {
+		n, err := res.Body.Read(buf)
+		if n > 0 {
+			out.Body = append(out.Body, buf[:n]...)
+			reads++
+			if reads == 1 && r.started != nil {
+				close(r.started)
+			}
+			if r.cancelAfter > 0 && reads >= r.cancelAfter {
+				cancel()
+				out.Cancelled = true
+				break
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			out.Reset = true
+			break
+		}
+	}
+	grpcTrailers(&out, res.Header, res.Trailer)
+	return out
+}
+
+func grpcTrailers(out *response, hs ...http.Header) {
+	for _, h := range hs {
+		if v := h.Get("Grpc-Status"); v != "" {
+			out.GRPCStatus = v
+			msg := h.Get("Grpc-Message")
+			if m, err := url.PathUnescape(msg); err == nil {
+				msg = m
+			}
+			out.GRPCMessage = msg
+		}
+		if h.Get("Grpc-Retry-Pushback-Ms") != "" {
+			out.Pushback = true
+		}
+	}
+}
+
+// envoyHost runs filter/envoy inside the fake SDK; the test plays Envoy's
+// router: what the filter lets through is sent to the pool's upstream, and
+// the upstream's response is fed back through the encode callbacks as the
+// network delivers it.
+type envoyHost struct {
+	plugin *envoy.Plugin
+	cfg    interface{}
+	up     upstreams
+	rec    *records
+	count  *admissions
+	h1     *http.Client
+	h2c    *http.Client
+}
+
+type envoyRecorder struct{ r *records }
+
+func (e envoyRecorder) Record(o *filter.Observation, class, model string) {
+	e.r.add(recOf(o, class, model))
+}
+
+var _ envoy.Recorder = envoyRecorder{}
+
+func startEnvoy(t *testing.T, up upstreams) *envoyHost {
+	t.Helper()
+	filtertest.InstallCAPI()
+	_, js := loadMesh(t, up)
+	h := &envoyHost{up: up, rec: newRecords(), count: newAdmissions(nil)}
+	scheds := &envoy.Schedulers{}
+	t.Cleanup(func() { scheds.Close() })
+	h.plugin = envoy.New(envoy.Env{
+		NewAdmitter: func(c *config.Config) (scheduler.Admitter, error) {
+			a, err := scheds.NewAdmitter(c)
+			if err != nil {
+				return nil, err
+			}
+			h.count.mu.Lock()
+			h.count.next = a
+			h.count.mu.Unlock()
+			return h.count, nil
+		},
+		Recorder: envoyRecorder{h.rec},
+	})
+	var obj map[string]interface{}
+	if err := json.Unmarshal([]byte(`{"listener": "main", "mesh": `+js+`}`), &obj); err != nil {
+		t.Fatal(err)
+	}
+	st, err := structpb.NewStruct(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := anypb.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cfg, err = h.plugin.Parse(a, filtertest.NewConfigCallbacks())
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	h.h1 = &http.Client{Timeout: 30 * time.Second}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	h.h2c = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Protocols: &p}}
+	t.Cleanup(func() { h.h1.CloseIdleConnections(); h.h2c.CloseIdleConnections() })
+	return h
+}
+
+func (h *envoyHost) name() string     { return "envoy" }
+func (h *envoyHost) recs() *records   { return h.rec }
+func (h *envoyHost) adm() *admissions { return h.count }
+
+// do drives one stream: decode phases, the upstream exchange, encode
+// phases, then the stream's end as Envoy reports it.
+func (h *envoyHost) do(t *testing.T, r request) response {
+	t.Helper()
+	s := filtertest.NewStream(h.plugin.Factory, h.cfg, filtertest.Options{Timeout: 20 * time.Second})
+	defer func() {
+		if v := s.Violations(); len(v) > 0 {
+			t.Errorf("SDK rule violations:\n%s", strings.Join(v, "\n"))
+		}
+		if p := s.Panics(); len(p) > 0 {
+			t.Errorf("panics reached the SDK:\n%s", strings.Join(p, "\n"))
+		}
+	}()
+	reqH := filtertest.RequestHeaders("POST", r.path, r.headers...)
+	res := s.DecodeHeaders(reqH, len(r.body) == 0)
+	if (res.Status == api.Continue || res.Status == api.StopAndBuffer || res.Status == api.StopNoBuffer) && len(r.body) > 0 {
+		res = s.DecodeData(r.body, true)
+	}
+	if res.Status == api.LocalReply {
+		out := localReply(s.Reply(), r.grpc())
+		s.Complete()
+		return out
+	}
+	if res.Status != api.Continue {
+		t.Fatalf("envoy: request phase ended %v", res.Status)
+	}
+	hdr := http.Header{}
+	for k, vs := range reqH.Snapshot() {
+		if !strings.HasPrefix(k, ":") {
+			hdr[http.CanonicalHeaderKey(k)] = vs
+		}
+	}
+	c, base := h.h1, h.up.http
+	if r.grpc() {
+		c, base = h.h2c, h.up.grpc
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+r.path, bytes.NewReader(s.Upstream()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = hdr
+	up, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("envoy: upstream: %v", err)
+	}
+	defer up.Body.Close()
+	rh := filtertest.ResponseHeaders(up.StatusCode)
+	for k, vs := range up.Header {
+		for _, v := range vs {
+			rh.Add(strings.ToLower(k), v)
+		}
+	}
+	if res := s.EncodeHeaders(rh, false); res.Status == api.LocalReply {
+		out := localReply(s.Reply(), r.grpc())
+		s.Complete()
+		return out
+	}
+	snap := http.Header{}
+	for k, vs := range rh.Snapshot() {
+		snap[http.CanonicalHeaderKey(k)] = vs
+	}
+	out := response{Status: up.StatusCode, ContentType: snap.Get("Content-Type"), RetryAfter: snap.Get("Retry-After")}
+	if v := snap.Get(":status"); v != "" {
+		out.Status, _ = strconv.Atoi(v)
+	}
+	buf := make([]byte, 32<<10)
+	reads := 0
+	sent := 0
+	for {
+		n, rerr := up.Body.Read(buf)
+		if n > 0 {
+			reads++
+			if res := s.EncodeData(buf[:n], false); res.Status == api.LocalReply {
+				return h.endWithReply(s, out, r.grpc())
+			}
+			down := s.Downstream()
+			out.Body = append(out.Body, down[sent:]...)
+			sent = len(down)
+			if reads == 1 && r.started != nil {
+				close(r.started)
+			}
+			if r.cancelAfter > 0 && reads >= r.cancelAfter {
+				// The client went away: Envoy destroys the stream.
+				out.Cancelled = true
+				reset(s)
+				return out
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			// The upstream reset: Envoy's router resets the
+			// downstream too and destroys the stream.
+			out.Reset = true
+			reset(s)
+			return out
+		}
+	}
+	if len(up.Trailer) > 0 {
+		tr := filtertest.NewHeaders()
+		for k, vs := range up.Trailer {
+			for _, v := range vs {
+				tr.Add(strings.ToLower(k), v)
+			}
+		}
+		if res := s.EncodeTrailers(tr); res.Status == api.LocalReply {
+			return h.endWithReply(s, out, r.grpc())
+		}
+		th := http.Header{}
+		for k, vs := range tr.Snapshot() {
+			th[http.CanonicalHeaderKey(k)] = vs
+		}
+		grpcTrailers(&out, snap, th)
+	} else {
+		if res := s.EncodeData(nil, true); res.Status == api.LocalReply {
+			return h.endWithReply(s, out, r.grpc())
+		}
+		down := s.Downstream()
+		out.Body = append(out.Body, down[sent:]...)
+		grpcTrailers(&out, snap)
+	}
+	s.Complete()
+	return out
+}
+
+// reset ends a stream that was reset (by the client or the upstream) as
+// Envoy does: the stream is completed (OnStreamComplete, before the access
+// logs), then its filters destroyed with Terminate.
+func reset(s *filtertest.Stream) {
+	s.Filter().OnStreamComplete()
+	s.Destroy(api.Terminate)
+}
+
+// endWithReply: the filter answered after the response started; Envoy
+// resets the stream when headers had gone out.
+func (h *envoyHost) endWithReply(s *filtertest.Stream, sofar response, grpc bool) response {
+	rep := s.Reply()
+	if rep != nil && !rep.Reset {
+		out := localReply(rep, grpc)
+		s.Complete()
+		return out
+	}
+	sofar.Reset = true
+	s.Complete()
+	return sofar
+}
+
+// localReply is what a client of Envoy receives for a filter's local reply
+// before response headers. For gRPC Envoy sends a trailers-only response:
+// HTTP 200, grpc-status the given code (or mapped from the HTTP status when
+// none), grpc-message the body (source/common/http/utility.cc
+// sendLocalReply; source/common/grpc/status.cc httpToGrpcStatus).
+func localReply(r *filtertest.LocalReply, grpc bool) response {
+	if r == nil {
+		return response{Reset: true}
+	}
+	hdr := http.Header{}
+	for k, vs := range r.Headers {
+		hdr[http.CanonicalHeaderKey(k)] = vs
+	}
+	out := response{Status: r.Code, ContentType: hdr.Get("Content-Type"), RetryAfter: hdr.Get("Retry-After")}
+	if !grpc {
+		if out.ContentType == "" && r.Body != "" {
+			out.ContentType = "text/plain"
+		}
+		out.Body = []byte(r.Body)
+		return out
+	}
+	out.Status = http.StatusOK
+	out.ContentType = "application/grpc"
+	code := r.GRPCStatus
+	if code < 0 {
+		code = httpToGRPC(r.Code)
+	}
+	out.GRPCStatus = strconv.FormatInt(code, 10)
+	out.GRPCMessage = r.Body
+	out.Pushback = hdr.Get("Grpc-Retry-Pushback-Ms") != ""
+	return out
+}
+
+// httpToGRPC is Envoy's Grpc::Utility::httpToGrpcStatus.
+func httpToGRPC(code int) int64 {
+	switch code {
+	case 400:
+		return 13
+	case 401:
+		return 16
+	case 403:
+		return 7
+	case 404:
+		return 12
+	case 429, 502, 503, 504:
+		return 14
+	default:
+		return 2
+	}
+}
+
+func (r response) String() string {
+	return fmt.Sprintf("%d %s grpc=%s %q body=%q reset=%v", r.Status, r.ContentType, r.GRPCStatus, r.GRPCMessage, r.Body, r.Reset)
+}
