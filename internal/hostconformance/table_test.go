@@ -1,6 +1,7 @@
 package hostconformance
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -26,15 +27,19 @@ const fault = "x-llmesh-sim-fault"
 
 var u32 = func(v uint32) *uint32 { return &v }
 
+// like is a request to the same pool as r (llm.v1 for gRPC, completions
+// otherwise) with its own prompt, length and headers.
+func like(m string, r request, prompt string, maxTokens int, stream bool, kv ...string) request {
+	if r.grpc() {
+		return llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: prompt, MaxTokens: uint32(maxTokens)}, kv...)(m)
+	}
+	return completion(fmt.Sprintf(`{"model":"MODEL","prompt":%q,"max_tokens":%d,"stream":%v}`, prompt, maxTokens, stream), kv...)(m)
+}
+
 // holder holds the slot of the pool r goes to: interactive, stalled 2 s
 // of engine time (0.2 s at the sim's 10× speed) after its first token.
 func holder(m string, r request) request {
-	if r.grpc() {
-		return llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "hold the slot", MaxTokens: 3},
-			"x-tenant-id", "gold", fault, "stall=2s")(m)
-	}
-	return completion(`{"model":"MODEL","prompt":"hold the slot","max_tokens":3,"stream":true}`,
-		"x-tenant-id", "gold", fault, "stall=2s")(m)
+	return like(m, r, "hold the slot", 3, true, "x-tenant-id", "gold", fault, "stall=2s")
 }
 
 // runScenario runs tc on h and returns the row's response and how many
@@ -59,7 +64,7 @@ func runScenario(t *testing.T, h host, tc tcase, model string) (response, int) {
 		done := make(chan response, 1)
 		go func() { done <- h.do(t, req) }()
 		<-req.started
-		pre := completion(`{"model":"MODEL","prompt":"urgent","max_tokens":2}`, "x-tenant-id", "gold")(model)
+		pre := like(model, req, "urgent", 2, false, "x-tenant-id", "gold")
 		h.do(t, pre)
 		return <-done, 2
 	case queueFull:
@@ -69,7 +74,7 @@ func runScenario(t *testing.T, h host, tc tcase, model string) (response, int) {
 		go func() { held <- h.do(t, hold) }()
 		<-hold.started
 		h.adm().wait(t, 1)
-		wait := completion(`{"model":"MODEL","prompt":"waiting","max_tokens":1}`, "x-tenant-id", "lim")(model)
+		wait := like(model, req, "waiting", 1, false, "x-tenant-id", "lim")
 		waited := make(chan response, 1)
 		go func() { waited <- h.do(t, wait) }()
 		h.adm().wait(t, 1)
@@ -204,6 +209,23 @@ var table = []tcase{
 			"Records": "see Client: the gateway's Record is the resumed request's, Envoy's the preempted one's; on Envoy the slot is freed at the victim's next callback, so the preemptor waits for it",
 			"Engine":  "see Client: the continuation request reaches the engine only from the gateway",
 		}},
+	{name: "preempted llm.v1 stream", scenario: preempted, wantStatus: 200, wantGRPC: "14",
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "a batch job", MaxTokens: 6, Sampling: &llmv1.SamplingParams{IgnoreEos: true}}, fault, "stall=2s"),
+		differ: map[string]string{
+			"Client.GRPCStatus":  "DESIGN.md: the gateway ends a preempted llm.v1 stream it does not continue with UNAVAILABLE trailers; Envoy cannot send a local reply after response headers (SDK: SendLocalReply resets the stream)",
+			"Client.GRPCMessage": "see Client.GRPCStatus",
+			"Client.Reset":       "see Client.GRPCStatus",
+			"Records[1].Queued":  "on Envoy the victim's slot is freed at its next callback (DESIGN.md: preemption acts at the next EncodeData), so the preemptor waits for it; the gateway cancels the victim's upstream at once",
+		}},
+	{name: "queue full on gRPC", scenario: queueFull, wantStatus: 200, wantGRPC: "8",
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "full", MaxTokens: 1}, "x-tenant-id", "lim"),
+		differ: merge(grpcMessageNewline, map[string]string{
+			"Records[1].ErrorKind": fakeLocalReply,
+			"Client.Pushback":      "bug: the gateway answers a gRPC queue-full (RESOURCE_EXHAUSTED) without grpc-retry-pushback-ms, though it sends Retry-After on the HTTP 429; the Envoy host sends both",
+		})},
+	{name: "max wait passed on gRPC", scenario: queued, wantStatus: 200, wantGRPC: "14",
+		req:    llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "impatient", MaxTokens: 1}, "x-tenant-id", "imp"),
+		differ: merge(grpcMessageNewline, map[string]string{"Records[0].ErrorKind": fakeLocalReply})},
 }
 
 // Declared differences shared by several rows.
@@ -216,7 +238,7 @@ var (
 		"Client.ContentType": "see Client.Body",
 	}
 	grpcMessageNewline = map[string]string{
-		"Client.GRPCMessage": "bug: the Envoy host's grpc-message ends in \"\\n\" (reply.go appends it to the reply body, which Envoy sends as grpc-message)",
+		"Client.GRPCMessage": "bug: the Envoy host's grpc-message ends in \"\\n\" (reply.go appends it to the reply body, which Envoy sends as grpc-message), and the hosts word refusals differently (Envoy: its own text before the cause; the gateway: the cause)",
 	}
 )
 
