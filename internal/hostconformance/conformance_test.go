@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"reflect"
 	"sort"
@@ -56,7 +57,10 @@ type client struct {
 	Pushback    bool
 	Body        string
 	Reset       bool
+	Cancelled   bool
 }
+
+var showViews = flag.Bool("views", false, "log both hosts' views of every row")
 
 func TestHostConformance(t *testing.T) {
 	sim := simtest.Start(t)
@@ -92,8 +96,11 @@ func TestHostConformance(t *testing.T) {
 					}
 					return a.CountedTokens < b.CountedTokens
 				})
-				for _, b := range append(httpRec.TakeAll(), grpcRec.TakeAll()...) {
+				for _, b := range httpRec.TakeAll() {
 					v.Engine = append(v.Engine, normBody(b))
+				}
+				for _, b := range grpcRec.TakeAll() {
+					v.Engine = append(v.Engine, grpcBody(b))
 				}
 				views = append(views, v)
 			}
@@ -111,7 +118,7 @@ func TestHostConformance(t *testing.T) {
 					t.Errorf("%s differs (gateway, envoy): %s", path, d)
 				}
 			}
-			if t.Failed() {
+			if t.Failed() || *showViews {
 				t.Logf("gateway: %+v", gw)
 				t.Logf("envoy:   %+v", ev)
 			}
@@ -212,7 +219,7 @@ func flatten(path string, v reflect.Value, out map[string]string) {
 func normalize(r response) client {
 	ct, _, _ := strings.Cut(r.ContentType, ";")
 	c := client{Status: r.Status, ContentType: strings.TrimSpace(ct), RetryAfter: r.RetryAfter != "",
-		GRPCStatus: r.GRPCStatus, GRPCMessage: r.GRPCMessage, Pushback: r.Pushback, Reset: r.Reset}
+		GRPCStatus: r.GRPCStatus, GRPCMessage: r.GRPCMessage, Pushback: r.Pushback, Reset: r.Reset, Cancelled: r.Cancelled}
 	switch {
 	case strings.HasPrefix(c.ContentType, "application/grpc"):
 		c.Body = grpcBody(r.Body)

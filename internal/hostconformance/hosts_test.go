@@ -79,6 +79,9 @@ type request struct {
 	// started, when set, is closed when the first response bytes reached
 	// the client.
 	started chan struct{}
+	// queued, when set, returns once the request waits for admission; the
+	// client then goes away.
+	queued func()
 }
 
 func (r request) grpc() bool {
@@ -371,8 +374,14 @@ func send(t *testing.T, c *http.Client, url string, r request, hdr http.Header) 
 			req.Header.Add(r.headers[i], r.headers[i+1])
 		}
 	}
+	if r.queued != nil {
+		go func() { r.queued(); cancel() }()
+	}
 	res, err := c.Do(req)
 	if err != nil {
+		if ctx.Err() != nil {
+			return response{Cancelled: true}
+		}
 		return response{Reset: true}
 	}
 	defer res.Body.Close()
@@ -505,6 +514,16 @@ func (h *envoyHost) do(t *testing.T, r request) response {
 		}
 	}()
 	reqH := filtertest.RequestHeaders("POST", r.path, r.headers...)
+	if r.queued != nil {
+		// The client goes away while the filter holds the request.
+		p := s.StartDecodeHeaders(reqH, false)
+		r.queued()
+		reset(s)
+		if res := p.Wait(); !res.Destroyed {
+			t.Errorf("envoy: held DecodeHeaders ended %+v, want destroyed", res)
+		}
+		return response{Cancelled: true}
+	}
 	res := s.DecodeHeaders(reqH, len(r.body) == 0)
 	if (res.Status == api.Continue || res.Status == api.StopAndBuffer || res.Status == api.StopNoBuffer) && len(r.body) > 0 {
 		res = s.DecodeData(r.body, true)

@@ -17,6 +17,9 @@ const (
 	// preempted: the row's request (batch, stalled after its first token)
 	// is preempted by an interactive request whose TTFT SLO is at risk.
 	preempted = "preempted"
+	// cancelQueued: the row's request waits behind a slot holder and its
+	// client goes away.
+	cancelQueued = "cancel-queued"
 	// queueFull: a slot holder and one waiting "limited" request fill the
 	// class's queue (max_length 1) before the row's request arrives.
 	queueFull = "queue-full"
@@ -67,6 +70,17 @@ func runScenario(t *testing.T, h host, tc tcase, model string) (response, int) {
 		pre := like(model, req, "urgent", 2, false, "x-tenant-id", "gold")
 		h.do(t, pre)
 		return <-done, 2
+	case cancelQueued:
+		hold := holder(model, req)
+		hold.started = make(chan struct{})
+		held := make(chan response, 1)
+		go func() { held <- h.do(t, hold) }()
+		<-hold.started
+		h.adm().wait(t, 1)
+		req.queued = func() { h.adm().wait(t, 1) }
+		resp := h.do(t, req)
+		<-held
+		return resp, 2
 	case queueFull:
 		hold := holder(model, req)
 		hold.started = make(chan struct{})
@@ -217,6 +231,10 @@ var table = []tcase{
 			"Client.Reset":       "see Client.GRPCStatus",
 			"Records[1].Queued":  "on Envoy the victim's slot is freed at its next callback (DESIGN.md: preemption acts at the next EncodeData), so the preemptor waits for it; the gateway cancels the victim's upstream at once",
 		}},
+	{name: "client leaves while queued", scenario: cancelQueued,
+		req: completion(`{"model":"MODEL","prompt":"gone","max_tokens":2,"stream":true}`)},
+	{name: "client leaves while queued on gRPC", scenario: cancelQueued,
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "gone", MaxTokens: 2})},
 	{name: "queue full on gRPC", scenario: queueFull, wantStatus: 200, wantGRPC: "8",
 		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "full", MaxTokens: 1}, "x-tenant-id", "lim"),
 		differ: merge(grpcMessageNewline, map[string]string{
