@@ -79,32 +79,22 @@ func TestHostConformance(t *testing.T) {
 
 	for _, tc := range table {
 		t.Run(tc.name, func(t *testing.T) {
-			var views []view
-			for _, h := range hosts {
-				h.recs().drain()
-				h.adm().drain()
-				httpRec.TakeAll()
-				grpcRec.TakeAll()
-				resp, n := runScenario(t, h, tc, sim.Model)
-				v := view{Client: normalize(resp), Records: h.recs().take(n)}
-				// Sorted by what tells a row's requests apart, never by a
-				// field the hosts may disagree on.
-				sort.SliceStable(v.Records, func(i, j int) bool {
-					a, b := v.Records[i], v.Records[j]
-					if a.Class != b.Class {
-						return a.Class < b.Class
-					}
-					return a.CountedTokens < b.CountedTokens
-				})
-				for _, b := range httpRec.TakeAll() {
-					v.Engine = append(v.Engine, normBody(b))
+			run := func() (gw, ev view) {
+				var views []view
+				for _, h := range hosts {
+					views = append(views, runRow(t, h, tc, sim.Model, httpRec, grpcRec))
 				}
-				for _, b := range grpcRec.TakeAll() {
-					v.Engine = append(v.Engine, grpcBody(b))
-				}
-				views = append(views, v)
+				return views[0], views[1]
 			}
-			gw, ev := views[0], views[1]
+			gw, ev := run()
+			if d := diffViews(gw, ev); len(d) > 0 && onlyFraming(d) {
+				// The engine sent the same tokens in a different number
+				// of messages (seen under -race on a loaded machine: two
+				// token ids in one llm.v1 message): once more; a host that
+				// frames differently fails again.
+				t.Logf("token framing differed (%v); running the row again", keys(d))
+				gw, ev = run()
+			}
 			if gw.Client.Status != tc.wantStatus || gw.Client.GRPCStatus != tc.wantGRPC {
 				t.Errorf("gateway answered %d grpc-status %q, want %d %q\n%+v", gw.Client.Status, gw.Client.GRPCStatus, tc.wantStatus, tc.wantGRPC, gw.Client)
 			}
@@ -135,6 +125,61 @@ func TestHostConformance(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runRow runs one row on one host and returns its view.
+func runRow(t *testing.T, h host, tc tcase, model string, httpRec, grpcRec *simtest.Recorder) view {
+	t.Helper()
+	h.recs().drain()
+	h.adm().drain()
+	httpRec.TakeAll()
+	grpcRec.TakeAll()
+	resp, n := runScenario(t, h, tc, model)
+	v := view{Client: normalize(resp), Records: h.recs().take(n)}
+	// Sorted by what tells a row's requests apart, never by a field the
+	// hosts may disagree on.
+	sort.SliceStable(v.Records, func(i, j int) bool {
+		a, b := v.Records[i], v.Records[j]
+		if a.Class != b.Class {
+			return a.Class < b.Class
+		}
+		return a.CountedTokens < b.CountedTokens
+	})
+	for _, b := range httpRec.TakeAll() {
+		v.Engine = append(v.Engine, normBody(b))
+	}
+	for _, b := range grpcRec.TakeAll() {
+		v.Engine = append(v.Engine, grpcBody(b))
+	}
+	return v
+}
+
+// framing are the fields that follow how the engine split its tokens into
+// messages, which depends on its timing, not on the host.
+var framing = []string{"Client.Body", ".TokenChunks", ".DecodeSteps", ".Chunks"}
+
+func onlyFraming(diffs map[string]string) bool {
+	for path := range diffs {
+		ok := false
+		for _, f := range framing {
+			if path == f || (strings.HasPrefix(path, "Records[") && strings.HasSuffix(path, f)) {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // everyRowField are differences of one Record field in every row that has

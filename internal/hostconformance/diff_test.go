@@ -60,3 +60,21 @@ func TestNormalize(t *testing.T) {
 		t.Errorf("different text normalized equal: %q", a.Body)
 	}
 }
+
+// TestOnlyFraming: only differences in how tokens were split into messages
+// earn a second run.
+func TestOnlyFraming(t *testing.T) {
+	for _, tc := range []struct {
+		diffs map[string]string
+		want  bool
+	}{
+		{map[string]string{"Client.Body": "", "Records[0].TokenChunks": "", "Records[1].DecodeSteps": ""}, true},
+		{map[string]string{"Client.Body": "", "Records[0].OutputTokens": ""}, false},
+		{map[string]string{"Client.Status": ""}, false},
+		{map[string]string{"Records[0]": ""}, false},
+	} {
+		if got := onlyFraming(tc.diffs); got != tc.want {
+			t.Errorf("onlyFraming(%v) = %v, want %v", keys(tc.diffs), got, tc.want)
+		}
+	}
+}

@@ -240,6 +240,36 @@ func (a *admissions) wait(t *testing.T, n int) {
 	}
 }
 
+// stats is what both hosts' schedulers report (server.Schedulers and
+// scheduler.Scheduler).
+type stats interface {
+	Stats() []scheduler.PoolStats
+}
+
+// waitQueued polls the scheduler until a request of class waits in it:
+// reaching Admit is not yet being in the queue.
+func (a *admissions) waitQueued(t *testing.T, class string) {
+	t.Helper()
+	a.mu.Lock()
+	st, ok := a.next.(stats)
+	a.mu.Unlock()
+	if !ok {
+		t.Fatalf("the scheduler %T reports no stats", a.next)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, p := range st.Stats() {
+			if p.Queued[class] > 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s request queued after 10s", class)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func (a *admissions) drain() {
 	for {
 		select {

@@ -91,7 +91,7 @@ func runScenario(t *testing.T, h host, tc tcase, model string) (response, int) {
 		wait := like(model, req, "waiting", 1, false, "x-tenant-id", "lim")
 		waited := make(chan response, 1)
 		go func() { waited <- h.do(t, wait) }()
-		h.adm().wait(t, 1)
+		h.adm().waitQueued(t, "limited")
 		resp := h.do(t, req)
 		<-held
 		<-waited
@@ -128,6 +128,15 @@ var table = []tcase{
 	{name: "vLLM Generate", wantStatus: 200, wantGRPC: "0",
 		req: vllm(&vllmpb.GenerateRequest{Input: &vllmpb.GenerateRequest_Text{Text: "a vllm prompt"}, Stream: true,
 			SamplingParams: &vllmpb.SamplingParams{MaxTokens: u32(4), IgnoreEos: true}})},
+	// Both hosts treat gRPC-Web as gRPC and pass it as is; the sim speaks
+	// only gRPC and refuses it (Envoy deployments translate gRPC-Web in
+	// the grpc_web filter first).
+	{name: "gRPC-Web passes to the engine as is", wantStatus: 415, wantGRPC: "3",
+		req: func(m string) request {
+			r := llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "a web prompt", MaxTokens: 2})(m)
+			r.headers = []string{"content-type", "application/grpc-web+proto", "te", "trailers"}
+			return r
+		}},
 	{name: "llm.v1 invalid request", wantStatus: 200, wantGRPC: "3",
 		req: llm(&llmv1.GenerateRequest{Model: "MODEL", MaxTokens: 2})},
 
@@ -261,8 +270,9 @@ var (
 )
 
 // fakeLocalReply: a difference of the fake SDK, not of the filter.
-const fakeLocalReply = "fake: filtertest does not run a decoder local reply through the filter's encode callbacks as Envoy does, " +
-	"so the Envoy host finishes the refused request without a response (upstream_reset); the gateway records its own status (http_status)"
+const fakeLocalReply = "fake: filtertest does not run a decoder local reply through the filter's encode callbacks as Envoy does " +
+	"(filter/envoyhost/host/manager.cc Stream::sendLocalReply, ported from Envoy, does), so the Envoy host finishes the refused " +
+	"request without a response (upstream_reset); the gateway records its own status (http_status)"
 
 func merge(ms ...map[string]string) map[string]string {
 	out := map[string]string{}
