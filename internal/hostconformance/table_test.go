@@ -232,6 +232,13 @@ var table = []tcase{
 			"Records": "see Client: the gateway's Record is the resumed request's, Envoy's the preempted one's; on Envoy the slot is freed at the victim's next callback, so the preemptor waits for it",
 			"Engine":  "see Client: the continuation request reaches the engine only from the gateway",
 		}},
+	{name: "preempted chat stream", scenario: preempted, wantStatus: 200,
+		req: chat(`{"model":"MODEL","messages":[{"role":"user","content":"a batch chat"}],"max_tokens":6,"stream":true,"stream_options":{"include_usage":true}}`, fault, "stall=2s"),
+		differ: map[string]string{
+			"Client":  "DESIGN.md: the gateway resumes a preempted chat stream by a continuation request; Envoy ends it (the stream is reset at the next callback)",
+			"Records": "see Client",
+			"Engine":  "see Client",
+		}},
 	{name: "preempted llm.v1 stream", scenario: preempted, wantStatus: 200, wantGRPC: "14",
 		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "a batch job", MaxTokens: 6, Sampling: &llmv1.SamplingParams{IgnoreEos: true}}, fault, "stall=2s"),
 		differ: map[string]string{
