@@ -1,0 +1,310 @@
+package hostconformance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/filter/envoy"
+	"github.com/llmesh/llmesh/filter/filtertest"
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// envoyHost runs filter/envoy inside the fake SDK; the test plays Envoy's
+// router: what the filter lets through is sent to the pool's upstream, and
+// the upstream's response is fed back through the encode callbacks as the
+// network delivers it.
+type envoyHost struct {
+	plugin *envoy.Plugin
+	cfg    interface{}
+	up     upstreams
+	rec    *records
+	count  *admissions
+	h1     *http.Client
+	h2c    *http.Client
+}
+
+type envoyRecorder struct{ r *records }
+
+func (e envoyRecorder) Record(o *filter.Observation, class, model string) {
+	e.r.add(recOf(o, class, model))
+}
+
+var _ envoy.Recorder = envoyRecorder{}
+
+func startEnvoy(t *testing.T, up upstreams) *envoyHost {
+	t.Helper()
+	filtertest.InstallCAPI()
+	_, js := loadMesh(t, up)
+	h := &envoyHost{up: up, rec: newRecords(), count: newAdmissions(nil)}
+	scheds := &envoy.Schedulers{}
+	t.Cleanup(func() { scheds.Close() })
+	h.plugin = envoy.New(envoy.Env{
+		NewAdmitter: func(c *config.Config) (scheduler.Admitter, error) {
+			a, err := scheds.NewAdmitter(c)
+			if err != nil {
+				return nil, err
+			}
+			h.count.mu.Lock()
+			h.count.next = a
+			h.count.mu.Unlock()
+			return h.count, nil
+		},
+		Recorder: envoyRecorder{h.rec},
+	})
+	var obj map[string]interface{}
+	if err := json.Unmarshal([]byte(`{"listener": "main", "mesh": `+js+`}`), &obj); err != nil {
+		t.Fatal(err)
+	}
+	st, err := structpb.NewStruct(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := anypb.New(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cfg, err = h.plugin.Parse(a, filtertest.NewConfigCallbacks())
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	h.h1 = &http.Client{Timeout: 30 * time.Second}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	h.h2c = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Protocols: &p}}
+	t.Cleanup(func() { h.h1.CloseIdleConnections(); h.h2c.CloseIdleConnections() })
+	return h
+}
+
+func (h *envoyHost) name() string     { return "envoy" }
+func (h *envoyHost) recs() *records   { return h.rec }
+func (h *envoyHost) adm() *admissions { return h.count }
+
+// do drives one stream: decode phases, the upstream exchange, encode
+// phases, then the stream's end as Envoy reports it.
+func (h *envoyHost) do(t *testing.T, r request) response {
+	t.Helper()
+	s := filtertest.NewStream(h.plugin.Factory, h.cfg, filtertest.Options{Timeout: 20 * time.Second})
+	defer func() {
+		if v := s.Violations(); len(v) > 0 {
+			t.Errorf("SDK rule violations:\n%s", strings.Join(v, "\n"))
+		}
+		if p := s.Panics(); len(p) > 0 {
+			t.Errorf("panics reached the SDK:\n%s", strings.Join(p, "\n"))
+		}
+	}()
+	reqH := filtertest.RequestHeaders("POST", r.path, r.headers...)
+	if r.queued != nil {
+		// The client goes away while the filter holds the request.
+		p := s.StartDecodeHeaders(reqH, false)
+		r.queued()
+		reset(s)
+		if res := p.Wait(); !res.Destroyed {
+			t.Errorf("envoy: held DecodeHeaders ended %+v, want destroyed", res)
+		}
+		return response{Cancelled: true}
+	}
+	res := s.DecodeHeaders(reqH, len(r.body) == 0)
+	if (res.Status == api.Continue || res.Status == api.StopAndBuffer || res.Status == api.StopNoBuffer) && len(r.body) > 0 {
+		res = s.DecodeData(r.body, true)
+	}
+	if res.Status == api.LocalReply {
+		out := localReply(s.Reply(), r.grpc())
+		s.Complete()
+		return out
+	}
+	if res.Status != api.Continue {
+		t.Fatalf("envoy: request phase ended %v", res.Status)
+	}
+	hdr := http.Header{}
+	for k, vs := range reqH.Snapshot() {
+		if !strings.HasPrefix(k, ":") {
+			hdr[http.CanonicalHeaderKey(k)] = vs
+		}
+	}
+	c, base := h.h1, h.up.http
+	if r.grpc() {
+		c, base = h.h2c, h.up.grpc
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+r.path, bytes.NewReader(s.Upstream()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = hdr
+	up, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("envoy: upstream: %v", err)
+	}
+	defer up.Body.Close()
+	rh := filtertest.ResponseHeaders(up.StatusCode)
+	for k, vs := range up.Header {
+		for _, v := range vs {
+			rh.Add(strings.ToLower(k), v)
+		}
+	}
+	if res := s.EncodeHeaders(rh, false); res.Status == api.LocalReply {
+		out := localReply(s.Reply(), r.grpc())
+		s.Complete()
+		return out
+	}
+	snap := http.Header{}
+	for k, vs := range rh.Snapshot() {
+		snap[http.CanonicalHeaderKey(k)] = vs
+	}
+	out := response{Status: up.StatusCode, ContentType: snap.Get("Content-Type"), RetryAfter: snap.Get("Retry-After")}
+	if v := snap.Get(":status"); v != "" {
+		out.Status, _ = strconv.Atoi(v)
+	}
+	buf := make([]byte, 32<<10)
+	reads := 0
+	sent := 0
+	for {
+		n, rerr := up.Body.Read(buf)
+		if n > 0 {
+			reads++
+			if res := s.EncodeData(buf[:n], false); res.Status == api.LocalReply {
+				return h.endWithReply(s, out, r.grpc())
+			}
+			down := s.Downstream()
+			out.Body = append(out.Body, down[sent:]...)
+			sent = len(down)
+			if reads == 1 && r.started != nil {
+				close(r.started)
+			}
+			if r.cancelAfter > 0 && reads >= r.cancelAfter {
+				// The client went away: Envoy destroys the stream.
+				out.Cancelled = true
+				reset(s)
+				return out
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			// The upstream reset: Envoy's router resets the
+			// downstream too and destroys the stream.
+			out.Reset = true
+			reset(s)
+			return out
+		}
+	}
+	if len(up.Trailer) > 0 {
+		tr := filtertest.NewHeaders()
+		for k, vs := range up.Trailer {
+			for _, v := range vs {
+				tr.Add(strings.ToLower(k), v)
+			}
+		}
+		if res := s.EncodeTrailers(tr); res.Status == api.LocalReply {
+			return h.endWithReply(s, out, r.grpc())
+		}
+		th := http.Header{}
+		for k, vs := range tr.Snapshot() {
+			th[http.CanonicalHeaderKey(k)] = vs
+		}
+		grpcTrailers(&out, snap, th)
+	} else {
+		if res := s.EncodeData(nil, true); res.Status == api.LocalReply {
+			return h.endWithReply(s, out, r.grpc())
+		}
+		down := s.Downstream()
+		out.Body = append(out.Body, down[sent:]...)
+		grpcTrailers(&out, snap)
+	}
+	s.Complete()
+	return out
+}
+
+// reset ends a stream that was reset (by the client or the upstream) as
+// Envoy does: the stream is completed (OnStreamComplete, before the access
+// logs), then its filters destroyed with Terminate.
+func reset(s *filtertest.Stream) {
+	s.Filter().OnStreamComplete()
+	s.Destroy(api.Terminate)
+}
+
+// endWithReply: the filter answered after the response started; Envoy
+// resets the stream when headers had gone out.
+func (h *envoyHost) endWithReply(s *filtertest.Stream, sofar response, grpc bool) response {
+	rep := s.Reply()
+	if rep != nil && !rep.Reset {
+		out := localReply(rep, grpc)
+		s.Complete()
+		return out
+	}
+	sofar.Reset = true
+	s.Complete()
+	return sofar
+}
+
+// localReply is what a client of Envoy receives for a filter's local reply
+// before response headers. For gRPC Envoy sends a trailers-only response:
+// HTTP 200, grpc-status the given code (or mapped from the HTTP status when
+// none), grpc-message the body (source/common/http/utility.cc
+// sendLocalReply; source/common/grpc/status.cc httpToGrpcStatus).
+func localReply(r *filtertest.LocalReply, grpc bool) response {
+	if r == nil {
+		return response{Reset: true}
+	}
+	hdr := http.Header{}
+	for k, vs := range r.Headers {
+		hdr[http.CanonicalHeaderKey(k)] = vs
+	}
+	out := response{Status: r.Code, ContentType: hdr.Get("Content-Type"), RetryAfter: hdr.Get("Retry-After")}
+	if !grpc {
+		if out.ContentType == "" && r.Body != "" {
+			out.ContentType = "text/plain"
+		}
+		out.Body = []byte(r.Body)
+		return out
+	}
+	out.Status = http.StatusOK
+	out.ContentType = "application/grpc"
+	code := r.GRPCStatus
+	if code < 0 {
+		code = httpToGRPC(r.Code)
+	}
+	out.GRPCStatus = strconv.FormatInt(code, 10)
+	out.GRPCMessage = r.Body
+	out.Pushback = hdr.Get("Grpc-Retry-Pushback-Ms") != ""
+	return out
+}
+
+// httpToGRPC is Envoy's Grpc::Utility::httpToGrpcStatus.
+func httpToGRPC(code int) int64 {
+	switch code {
+	case 400:
+		return 13
+	case 401:
+		return 16
+	case 403:
+		return 7
+	case 404:
+		return 12
+	case 429, 502, 503, 504:
+		return 14
+	default:
+		return 2
+	}
+}
+
+func (r response) String() string {
+	return fmt.Sprintf("%d %s grpc=%s %q body=%q reset=%v", r.Status, r.ContentType, r.GRPCStatus, r.GRPCMessage, r.Body, r.Reset)
+}

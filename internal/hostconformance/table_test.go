@@ -1,0 +1,292 @@
+package hostconformance
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/api/vllmpb"
+)
+
+// Scenarios: what runs around a row's request.
+const (
+	// queued: an interactive request holds the pool's one slot (the sim
+	// stalls it after its first token) while the row's request waits.
+	queued = "queued"
+	// preempted: the row's request (batch, stalled after its first token)
+	// is preempted by an interactive request whose TTFT SLO is at risk.
+	preempted = "preempted"
+	// cancelQueued: the row's request waits behind a slot holder and its
+	// client goes away.
+	cancelQueued = "cancel-queued"
+	// queueFull: a slot holder and one waiting "limited" request fill the
+	// class's queue (max_length 1) before the row's request arrives.
+	queueFull = "queue-full"
+)
+
+// fault asks the sim for a fault (sim/server/faults.go).
+const fault = "x-llmesh-sim-fault"
+
+var u32 = func(v uint32) *uint32 { return &v }
+
+// like is a request to the same pool as r (llm.v1 for gRPC, completions
+// otherwise) with its own prompt, length and headers.
+func like(m string, r request, prompt string, maxTokens int, stream bool, kv ...string) request {
+	if r.grpc() {
+		return llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: prompt, MaxTokens: uint32(maxTokens)}, kv...)(m)
+	}
+	return completion(fmt.Sprintf(`{"model":"MODEL","prompt":%q,"max_tokens":%d,"stream":%v}`, prompt, maxTokens, stream), kv...)(m)
+}
+
+// holder holds the slot of the pool r goes to: interactive, stalled 2 s
+// of engine time (0.2 s at the sim's 10× speed) after its first token.
+func holder(m string, r request) request {
+	return like(m, r, "hold the slot", 3, true, "x-tenant-id", "gold", fault, "stall=2s")
+}
+
+// runScenario runs tc on h and returns the row's response and how many
+// Records the row produces.
+func runScenario(t *testing.T, h host, tc tcase, model string) (response, int) {
+	t.Helper()
+	req := tc.req(model)
+	switch tc.scenario {
+	case "":
+		return h.do(t, req), 1
+	case queued:
+		hold := holder(model, req)
+		hold.started = make(chan struct{})
+		done := make(chan response, 1)
+		go func() { done <- h.do(t, hold) }()
+		<-hold.started
+		resp := h.do(t, req)
+		<-done
+		return resp, 2
+	case preempted:
+		req.started = make(chan struct{})
+		done := make(chan response, 1)
+		go func() { done <- h.do(t, req) }()
+		<-req.started
+		pre := like(model, req, "urgent", 2, false, "x-tenant-id", "gold")
+		h.do(t, pre)
+		return <-done, 2
+	case cancelQueued:
+		hold := holder(model, req)
+		hold.started = make(chan struct{})
+		held := make(chan response, 1)
+		go func() { held <- h.do(t, hold) }()
+		<-hold.started
+		h.adm().wait(t, 1)
+		req.queued = func() { h.adm().wait(t, 1) }
+		resp := h.do(t, req)
+		<-held
+		return resp, 2
+	case queueFull:
+		hold := holder(model, req)
+		hold.started = make(chan struct{})
+		held := make(chan response, 1)
+		go func() { held <- h.do(t, hold) }()
+		<-hold.started
+		h.adm().wait(t, 1)
+		wait := like(model, req, "waiting", 1, false, "x-tenant-id", "lim")
+		waited := make(chan response, 1)
+		go func() { waited <- h.do(t, wait) }()
+		h.adm().waitQueued(t, "limited")
+		resp := h.do(t, req)
+		<-held
+		<-waited
+		return resp, 3
+	}
+	t.Fatalf("unknown scenario %q", tc.scenario)
+	return response{}, 0
+}
+
+// longPrompt has no trailing space: HTTP parsers (net/http, Envoy's) strip
+// it from header values, the fake SDK does not.
+var longPrompt = strings.TrimSpace(strings.Repeat("a long prompt moved by the proxy ", 4))
+
+var table = []tcase{
+	// Completions and chat, streamed and not.
+	{name: "completions SSE with usage", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"tell me","max_tokens":6,"stream":true,"stream_options":{"include_usage":true}}`)},
+	{name: "completions SSE without usage", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"tell me","max_tokens":5,"stream":true}`)},
+	{name: "completions JSON", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"tell me","max_tokens":4}`)},
+	{name: "completions one token", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"tell me","max_tokens":1,"stream":true,"stream_options":{"include_usage":true}}`)},
+	{name: "chat SSE with usage", wantStatus: 200,
+		req: chat(`{"model":"MODEL","messages":[{"role":"user","content":"hi"}],"max_tokens":6,"stream":true,"stream_options":{"include_usage":true}}`)},
+	{name: "chat SSE without usage", wantStatus: 200,
+		req: chat(`{"model":"MODEL","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stream":true}`)},
+	{name: "chat JSON", wantStatus: 200,
+		req: chat(`{"model":"MODEL","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],"max_tokens":4}`)},
+
+	// gRPC: llm.v1 and vLLM.
+	{name: "llm.v1 Generate", wantStatus: 200, wantGRPC: "0",
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "a grpc prompt", MaxTokens: 5, Sampling: &llmv1.SamplingParams{IgnoreEos: true}})},
+	{name: "vLLM Generate", wantStatus: 200, wantGRPC: "0",
+		req: vllm(&vllmpb.GenerateRequest{Input: &vllmpb.GenerateRequest_Text{Text: "a vllm prompt"}, Stream: true,
+			SamplingParams: &vllmpb.SamplingParams{MaxTokens: u32(4), IgnoreEos: true}})},
+	// Both hosts treat gRPC-Web as gRPC and pass it as is; the sim speaks
+	// only gRPC and refuses it (Envoy deployments translate gRPC-Web in
+	// the grpc_web filter first).
+	{name: "gRPC-Web passes to the engine as is", wantStatus: 415, wantGRPC: "3",
+		req: func(m string) request {
+			r := llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "a web prompt", MaxTokens: 2})(m)
+			r.headers = []string{"content-type", "application/grpc-web+proto", "te", "trailers"}
+			return r
+		}},
+	{name: "llm.v1 invalid request", wantStatus: 200, wantGRPC: "3",
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", MaxTokens: 2})},
+
+	// Classification.
+	{name: "tenant picks the class", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"gold","max_tokens":2}`, "x-tenant-id", "gold")},
+	{name: "trusted class header", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"marked","max_tokens":2}`, "x-llmesh-class", "interactive", "x-mesh-trusted", "s3cret")},
+	{name: "untrusted class header is ignored", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"spoof","max_tokens":2}`, "x-llmesh-class", "interactive")},
+	{name: "wrong trusted marker is ignored", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"spoof","max_tokens":2}`, "x-llmesh-class", "interactive", "x-mesh-trusted", "guess")},
+	{name: "unknown class header falls back", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"odd","max_tokens":2}`, "x-llmesh-class", "platinum", "x-mesh-trusted", "s3cret")},
+
+	// Engine-priority guard (pool sim-guard, engine_priority: class).
+	{name: "guard: untrusted priority replaced", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":-100}`, "x-lane", "guard")},
+	{name: "guard: priority added", wantStatus: 200,
+		req: chat(`{"model":"MODEL","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"stream":true}`, "x-lane", "guard", "x-tenant-id", "gold")},
+	{name: "guard: trusted marker passes the body", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":-3}`, "x-lane", "guard", "x-mesh-trusted", "s3cret")},
+	{name: "guard: duplicate priority members", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":-1,"priorit\u0079":-2}`, "x-lane", "guard")},
+
+	// Relocation.
+	{name: "relocation: header prompt into the body", wantStatus: 200,
+		req: completion(`{"model":"MODEL","max_tokens":3,"stream":true}`, "x-llmesh-prompt", longPrompt)},
+	{name: "relocation: short header stays", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":2}`, "x-llmesh-prompt", "short")},
+	{name: "relocation: metadata prompt into llm.v1", wantStatus: 200, wantGRPC: "0",
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", MaxTokens: 3}, "x-llmesh-prompt", longPrompt)},
+	{name: "relocation: header over max", wantStatus: 413,
+		req:    completion(`{"model":"MODEL","max_tokens":3}`, "x-llmesh-prompt", strings.Repeat("x", 3000)),
+		differ: merge(noRelocationRecord, plainTextReply)},
+	{name: "relocation: metadata over max", wantStatus: 200, wantGRPC: "8",
+		req:    llm(&llmv1.GenerateRequest{Model: "MODEL", MaxTokens: 3}, "x-llmesh-prompt", strings.Repeat("x", 3000)),
+		differ: merge(noRelocationRecord, grpcMessageNewline)},
+	{name: "relocation: body not JSON", wantStatus: 400,
+		req:    completion(`not json`, "x-llmesh-prompt", longPrompt),
+		differ: merge(noRelocationRecord, plainTextReply)},
+
+	// Upstream errors and faults.
+	{name: "upstream 429", wantStatus: 429,
+		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":2}`, fault, "429")},
+	{name: "upstream 500", wantStatus: 500,
+		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":2,"stream":true}`, fault, "500")},
+	{name: "upstream 503 on gRPC", wantStatus: 200, wantGRPC: "14",
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "p", MaxTokens: 2}, fault, "503")},
+	{name: "upstream rejects the body", wantStatus: 400,
+		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":"many"}`)},
+	{name: "upstream drops mid-stream", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":8,"stream":true}`, fault, "drop-after=2"),
+		differ: map[string]string{
+			"Client.Body":  "DESIGN.md: the gateway ends a broken stream with a clear error event; on Envoy the router resets the downstream when the upstream resets, with no filter callback in between",
+			"Client.Reset": "see Client.Body",
+		}},
+	{name: "upstream stalls mid-stream", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":4,"stream":true}`, fault, "stall=5s"),
+		differ: map[string]string{
+			"Client.Body": "the gateway's stream idle timeout ends a stalled upstream; on Envoy that timeout is the router's (stream_idle_timeout), outside the filter, and this fake router has none",
+			"Records[0]":  "see Client.Body",
+		}},
+
+	// Client cancel.
+	{name: "client cancels mid-stream", wantStatus: 200,
+		req: func(m string) request {
+			r := completion(`{"model":"MODEL","prompt":"p","max_tokens":8,"stream":true}`, fault, "stall=2s")(m)
+			r.cancelAfter = 1
+			return r
+		},
+		differ: map[string]string{
+			"Records[0].ErrorKind": "bug: the Envoy host records a client that went away mid-stream as upstream_reset: complete() cannot tell who reset a stream whose response had started (StreamInfo's response flags, DC vs UR, could)",
+		}},
+
+	// Scheduling.
+	{name: "queued behind a slot holder", scenario: queued, wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"wait","max_tokens":2}`)},
+	{name: "queued interactive stream", scenario: queued, wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"wait","max_tokens":2,"stream":true}`, "x-tenant-id", "gold")},
+	{name: "queued llm.v1 request", scenario: queued, wantStatus: 200, wantGRPC: "0",
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "wait", MaxTokens: 2})},
+	{name: "queue full", scenario: queueFull, wantStatus: 429,
+		req:    completion(`{"model":"MODEL","prompt":"full","max_tokens":1}`, "x-tenant-id", "lim"),
+		differ: merge(plainTextReply, map[string]string{"Records[1].ErrorKind": fakeLocalReply})},
+	{name: "max wait passed", scenario: queued, wantStatus: 503,
+		req:    completion(`{"model":"MODEL","prompt":"impatient","max_tokens":1}`, "x-tenant-id", "imp"),
+		differ: merge(plainTextReply, map[string]string{"Records[0].ErrorKind": fakeLocalReply})},
+	{name: "preempted mid-stream", scenario: preempted, wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"a batch job","max_tokens":6,"stream":true,"stream_options":{"include_usage":true}}`, fault, "stall=2s"),
+		differ: map[string]string{
+			"Client":  "DESIGN.md: the gateway resumes a preempted stream by a continuation request; Envoy ends it (the stream is reset at the next callback)",
+			"Records": "see Client: the gateway's Record is the resumed request's, Envoy's the preempted one's; on Envoy the slot is freed at the victim's next callback, so the preemptor waits for it",
+			"Engine":  "see Client: the continuation request reaches the engine only from the gateway",
+		}},
+	{name: "preempted chat stream", scenario: preempted, wantStatus: 200,
+		req: chat(`{"model":"MODEL","messages":[{"role":"user","content":"a batch chat"}],"max_tokens":6,"stream":true,"stream_options":{"include_usage":true}}`, fault, "stall=2s"),
+		differ: map[string]string{
+			"Client":  "DESIGN.md: the gateway resumes a preempted chat stream by a continuation request; Envoy ends it (the stream is reset at the next callback)",
+			"Records": "see Client",
+			"Engine":  "see Client",
+		}},
+	{name: "preempted llm.v1 stream", scenario: preempted, wantStatus: 200, wantGRPC: "14",
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "a batch job", MaxTokens: 6, Sampling: &llmv1.SamplingParams{IgnoreEos: true}}, fault, "stall=2s"),
+		differ: map[string]string{
+			"Client.GRPCStatus":  "DESIGN.md: the gateway ends a preempted llm.v1 stream it does not continue with UNAVAILABLE trailers; Envoy cannot send a local reply after response headers (SDK: SendLocalReply resets the stream)",
+			"Client.GRPCMessage": "see Client.GRPCStatus",
+			"Client.Reset":       "see Client.GRPCStatus",
+			"Records[1].Queued":  "on Envoy the victim's slot is freed at its next callback (DESIGN.md: preemption acts at the next EncodeData), so the preemptor waits for it; the gateway cancels the victim's upstream at once",
+		}},
+	{name: "client leaves while queued", scenario: cancelQueued,
+		req: completion(`{"model":"MODEL","prompt":"gone","max_tokens":2,"stream":true}`)},
+	{name: "client leaves while queued on gRPC", scenario: cancelQueued,
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "gone", MaxTokens: 2})},
+	{name: "queue full on gRPC", scenario: queueFull, wantStatus: 200, wantGRPC: "8",
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "full", MaxTokens: 1}, "x-tenant-id", "lim"),
+		differ: merge(grpcMessageNewline, map[string]string{
+			"Records[1].ErrorKind": fakeLocalReply,
+			"Client.Pushback":      "bug: the gateway answers a gRPC queue-full (RESOURCE_EXHAUSTED) without grpc-retry-pushback-ms, though it sends Retry-After on the HTTP 429; the Envoy host sends both",
+		})},
+	{name: "max wait passed on gRPC", scenario: queued, wantStatus: 200, wantGRPC: "14",
+		req:    llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "impatient", MaxTokens: 1}, "x-tenant-id", "imp"),
+		differ: merge(grpcMessageNewline, map[string]string{"Records[0].ErrorKind": fakeLocalReply})},
+}
+
+// Declared differences shared by several rows.
+var (
+	noRelocationRecord = map[string]string{
+		"Records": "bug: the gateway's relocation middleware (relocatehttp) answers before the gateway's handler, so a refused relocation leaves no Record; the Envoy host records it",
+	}
+	plainTextReply = map[string]string{
+		"Client.Body":        "bug: the Envoy host's local replies carry the message as plain text plus \"\\n\"; the gateway answers an OpenAI error object (the error body is written twice, issue 16)",
+		"Client.ContentType": "see Client.Body",
+	}
+	grpcMessageNewline = map[string]string{
+		"Client.GRPCMessage": "bug: the Envoy host's grpc-message ends in \"\\n\" (reply.go appends it to the reply body, which Envoy sends as grpc-message), and the hosts word refusals differently (Envoy: its own text before the cause; the gateway: the cause)",
+	}
+)
+
+// fakeLocalReply: a difference of the fake SDK, not of the filter.
+const fakeLocalReply = "fake: filtertest does not run a decoder local reply through the filter's encode callbacks as Envoy does " +
+	"(filter/envoyhost/host/manager.cc Stream::sendLocalReply, ported from Envoy, does), so the Envoy host finishes the refused " +
+	"request without a response (upstream_reset); the gateway records its own status (http_status)"
+
+func merge(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
