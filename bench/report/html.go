@@ -163,7 +163,7 @@ func HTML(w io.Writer, rep *result.Report) error {
 		if es := earlyStopping(rep.Classes[n]); es != "" {
 			notes = append(notes, n+" early stopping (99% confidence): "+es)
 		}
-		for _, l := range liveLines(rep.Classes[n]) {
+		for _, l := range liveLines(rep.Classes[n], true) {
 			notes = append(notes, n+" "+l)
 		}
 	}

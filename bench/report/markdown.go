@@ -30,7 +30,7 @@ func Markdown(w io.Writer, rep *result.Report) error {
 			fmt.Fprintf(ew, "; early stopping: %s", es)
 		}
 		fmt.Fprintln(ew)
-		for _, l := range liveLines(c) {
+		for _, l := range liveLines(c, true) {
 			fmt.Fprintf(ew, "- **%s** %s\n", mdEscape(n), mdEscape(l))
 		}
 	}

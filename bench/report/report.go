@@ -202,14 +202,16 @@ func gpuLines(rep *result.Report) []string {
 	return out
 }
 
-// liveLines are the lines only live reports (llmesh report slo) have:
-// error budget, queue time and the worst hours.
-func liveLines(c *result.ClassReport) []string {
+// liveLines are the lines of a class's error budget, queue time and worst
+// hours, those a report has (budget and worst hours: live reports of
+// llmesh report slo only). withQueue false leaves the queue line to the
+// caller.
+func liveLines(c *result.ClassReport, withQueue bool) []string {
 	var out []string
 	if c.BudgetRemaining != nil {
 		out = append(out, fmt.Sprintf("error budget remaining: %.1f%% (of %.1f%% of requests allowed to miss)", 100**c.BudgetRemaining, 100*(1-c.AttainmentTarget)))
 	}
-	if q := c.QueueMs; q != nil {
+	if q := c.QueueMs; q != nil && withQueue {
 		out = append(out, fmt.Sprintf("queue: p50 %s ms, p90 %s ms, p99 %s ms, mean %s ms; preemptions %d", trim(q.P50), trim(q.P90), trim(q.P99), trim(q.Mean), c.Preemptions))
 	}
 	if len(c.WorstHours) > 0 {
@@ -240,13 +242,13 @@ func Table(w io.Writer, rep *result.Report) error {
 	for _, n := range ClassNames(rep) {
 		c := rep.Classes[n]
 		fmt.Fprintf(ew, "%s violations: %s\n", n, violations(c))
-		if q := c.QueueMs; q != nil {
+		if q := c.QueueMs; q != nil && rep.Live == nil {
 			fmt.Fprintf(ew, "%s in llmesh (Server-Timing): queue p50 %s ms, p99 %s ms over %d requests; %d preemptions\n", n, trim(q.P50), trim(q.P99), q.N, c.Preemptions)
 		}
 		if es := earlyStopping(c); es != "" {
 			fmt.Fprintf(ew, "%s early stopping (99%% confidence): %s\n", n, es)
 		}
-		for _, l := range liveLines(c) {
+		for _, l := range liveLines(c, rep.Live != nil) {
 			fmt.Fprintf(ew, "%s %s\n", n, l)
 		}
 	}

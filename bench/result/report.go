@@ -167,14 +167,14 @@ type ClassReport struct {
 	// (MLPerf early stopping, 99% confidence).
 	EarlyStopping []EarlyStop `json:"early_stopping,omitempty"`
 	Preemptions   int         `json:"preemptions,omitempty"`
-	// QueueMs is the time requests waited for admission in llmesh, from
-	// its Server-Timing (nil when no response carried it).
+	// QueueMs is the time requests waited for admission in llmesh
+	// (arrival → admission): on bench runs from the responses'
+	// Server-Timing, nil when none carried it; on live reports from the
+	// queue-time histogram.
 	QueueMs *Percentiles `json:"queue_ms,omitempty"`
 	// TTFTCDF is the TTFT distribution as (ms, quantile) points for charts.
 	TTFTCDF [][2]float64 `json:"ttft_cdf,omitempty"`
 
-	// QueueMs is the queue time (arrival → admission); set on live reports.
-	QueueMs *Percentiles `json:"queue_ms,omitempty"`
 	// BudgetRemaining is the share of the error budget (1 −
 	// attainment_target) left after the window's misses: 1 untouched, 0
 	// spent, negative overspent. Set on live reports.
