@@ -46,11 +46,15 @@ test-e2e: e2e-deps ## Run only the end-to-end tests (real processes on loopback)
 	$(GO) test -count=1 -timeout 15m -v ./e2e/...
 
 .PHONY: e2e-deps
-e2e-deps: ## Install what the e2e tests need when missing (Debian's prometheus).
+e2e-deps: ## Install what the e2e tests need when missing, saying so (Debian's prometheus, chromium).
 	@command -v prometheus >/dev/null 2>&1 || { \
 		echo "installing Debian package prometheus for the e2e tests"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null 2>&1 \
 		|| echo "could not install prometheus: the Prometheus e2e test will be skipped"; }
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian package chromium for the report.html browser test (e2e/report)"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1 \
+		|| echo "could not install chromium: the browser test will be skipped (SKIP line)"; }
 
 .PHONY: bench
 bench: ## Run the Go benchmarks (observer, adapter, relocation, gateway, sim).
