@@ -24,6 +24,9 @@ import (
 // separate build.
 const docExecEnv = "LLMESH_DOCTEST_EXEC"
 
+// raceEnabled is set under -race (race_test.go).
+var raceEnabled bool
+
 func TestMain(m *testing.M) {
 	switch os.Getenv(docExecEnv) {
 	case "llmesh":
@@ -213,14 +216,20 @@ func TestDocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := t.TempDir()
-	wrap := func(name, mode string) {
-		sh := fmt.Sprintf("#!/bin/sh\n%s=%s exec %q \"$@\"\n", docExecEnv, mode, self)
+	wrap := func(name, mode, exe string) {
+		sh := fmt.Sprintf("#!/bin/sh\n%s=%s exec %q \"$@\"\n", docExecEnv, mode, exe)
 		if err := os.WriteFile(filepath.Join(bin, name), []byte(sh), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wrap("llmesh", "llmesh")
-	wrap("doctest-wait", "wait")
+	llmesh := self
+	if raceEnabled {
+		var b proctest.Builder
+		defer b.Close()
+		llmesh = b.Build(t, "llmesh", ".")
+	}
+	wrap("llmesh", "llmesh", llmesh)
+	wrap("doctest-wait", "wait", self)
 	total, skipped := 0, 0
 	for _, page := range docPages(t) {
 		text, err := os.ReadFile(page)
