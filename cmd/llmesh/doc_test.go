@@ -164,6 +164,11 @@ func docScript(t *testing.T, b docBlock, testdata string) (script string, output
 			t.Errorf("%s: %q cannot run in a test: run it from a runnable block or mark the block %s REASON -->", b, words[0], skipMarker)
 			continue
 		}
+		if words[0] != "llmesh" {
+			if _, err := exec.LookPath(words[0]); err != nil {
+				t.Skipf("SKIP %s: %s is not installed here", b, words[0])
+			}
+		}
 		for _, a := range docAppends {
 			if a.re.MatchString(code) {
 				add := strings.ReplaceAll(a.flags, "{testdata}", testdata)
