@@ -13,20 +13,26 @@ GOLANGCI_LINT_VERSION := v2.15.0
 
 .PHONY: help
 help: ## Show this help.
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_.-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build the llmesh binary into bin/.
-	$(GO) build -o $(BIN)/llmesh ./cmd/llmesh
+build: ## Build the llmesh binary into bin/, with NVML GPU telemetry (-tags nvml: needs a C compiler).
+	$(GO) build -tags nvml -o $(BIN)/llmesh ./cmd/llmesh
 
 .PHONY: filter
 filter: ## Build the Envoy golang filter llmesh-filter.so (c-shared, needs cgo and glibc >= 2.34).
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o llmesh-filter.so ./cmd/llmesh-filter
 
 .PHONY: test
-test: e2e-deps ## Run the whole test suite: vet, unit and race tests, fuzz seeds, e2e over real processes. CI runs this.
+TESTLOG := $(BIN)/test.log
+
+test: e2e-deps ## Run the whole test suite: vet, unit and race tests, fuzz seeds, e2e, doc commands. CI runs this.
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) vet -tags nvml ./bench/gpu/
+	@mkdir -p $(BIN); echo "go test -race ./... (full output: $(TESTLOG); skipped tests print SKIP with their reason)"
+	@set -o pipefail; $(GO) test -race -count=1 -timeout 20m -v ./... 2>&1 | tee $(TESTLOG) | \
+		awk '/^(ok|FAIL|panic:)/ || /^--- FAIL/ {print; next} /^ +[a-z_0-9]+\.go:[0-9]+: / {why=$$0; sub(/^ +[a-z_0-9]+\.go:[0-9]+: (SKIP:? )?/, "", why)} /^ *--- SKIP/ {name=$$3; print "SKIP " name ": " why}' \
+		|| { echo "tests failed; the failures are in $(TESTLOG) (grep -n -- '--- FAIL' $(TESTLOG))"; exit 1; }
 	$(MAKE) filter-check
 	$(MAKE) filter-host
 
@@ -64,11 +70,15 @@ test-e2e: e2e-deps ## Run only the end-to-end tests (real processes on loopback)
 	$(GO) test -count=1 -timeout 15m -v ./e2e/...
 
 .PHONY: e2e-deps
-e2e-deps: ## Install what the e2e tests need when missing (Debian's prometheus, which ships promtool).
+e2e-deps: ## Install what the e2e tests need when missing, saying so (Debian's prometheus, which ships promtool, and chromium).
 	@{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || { \
 		echo "installing Debian package prometheus for the e2e tests"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null 2>&1 \
 		|| echo "could not install prometheus: the Prometheus e2e test will be skipped"; }
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian package chromium for the report.html browser test (e2e/report)"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1 \
+		|| echo "could not install chromium: the browser test will be skipped (SKIP line)"; }
 
 .PHONY: bench
 bench: ## Run the Go benchmarks (observer, adapter, relocation, gateway, sim).

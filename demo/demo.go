@@ -216,9 +216,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	written, werr := writeOutputs(o, res)
 	files = append(written, files...)
-	printSummary(o.Stdout, o, res, engine)
 	out := &Result{AB: res, Files: files, Wall: time.Since(start), Engine: engine}
-	fmt.Fprintf(o.Stdout, "\nwrote %s (%d files) in %s\n", o.OutDir, len(files), out.Wall.Round(time.Second))
+	fmt.Fprintf(o.Stdout, "\nwrote %s (%d files, report.html first) in %s\n", o.OutDir, len(files), out.Wall.Round(time.Second))
+	printSummary(o.Stdout, o, res, engine) // ends with the verdict
 	return out, errors.Join(err, werr)
 }
 

@@ -79,7 +79,8 @@ func markdown(w io.Writer, res *ab.Result) error {
 			return err
 		}
 	}
-	return nil
+	_, err := fmt.Fprintf(w, "\n## Verdict\n\n**%s**\n", res.Verdict)
+	return err
 }
 
 // printSummary prints each arm's per-class SLO table and the comparison.
@@ -89,14 +90,15 @@ func printSummary(w io.Writer, o Options, res *ab.Result, engine map[string][]En
 		_ = report.Table(w, r.Report)
 	}
 	fmt.Fprintln(w)
-	_ = ab.Table(w, res)
-	fmt.Fprintln(w)
 	for _, arm := range []string{res.A, res.B} {
 		for i, t := range engine[arm] {
 			fmt.Fprintf(w, "engine %s run %d: %d steps, %.1f s modelled; %d back-to-back steps woke late by p50 %.2f ms, p99 %.2f ms; fell behind the model by %.1f ms (%.2f%%)\n",
 				arm, i+1, t.Steps, t.Model.Seconds(), t.BackToBack, ms(t.LateP50), ms(t.LateP99), ms(t.Drift), 100*t.Slowdown())
 		}
 	}
+	// The comparison ends with the verdict: the last thing printed.
+	fmt.Fprintln(w)
+	_ = ab.Table(w, res)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,9 +1,5 @@
-// Package gpu samples NVIDIA GPU telemetry through NVML (go-nvml) during a
-// run: SM and memory utilization, memory used, power and clocks. Without a
-// GPU, without the NVML library, or without permission, Start says why in a
-// note ("no GPU telemetry: …") and nothing fails.
-//
-// A Sampler's goroutine owns the samples until Stop, which waits for it.
+//go:build nvml
+
 package gpu
 
 import (

@@ -24,6 +24,9 @@ import (
 // separate build.
 const docExecEnv = "LLMESH_DOCTEST_EXEC"
 
+// raceEnabled is set under -race (race_test.go).
+var raceEnabled bool
+
 func TestMain(m *testing.M) {
 	switch os.Getenv(docExecEnv) {
 	case "llmesh":
@@ -161,6 +164,11 @@ func docScript(t *testing.T, b docBlock, testdata string) (script string, output
 			t.Errorf("%s: %q cannot run in a test: run it from a runnable block or mark the block %s REASON -->", b, words[0], skipMarker)
 			continue
 		}
+		if words[0] != "llmesh" {
+			if _, err := exec.LookPath(words[0]); err != nil {
+				t.Skipf("SKIP %s: %s is not installed here", b, words[0])
+			}
+		}
 		for _, a := range docAppends {
 			if a.re.MatchString(code) {
 				add := strings.ReplaceAll(a.flags, "{testdata}", testdata)
@@ -213,14 +221,20 @@ func TestDocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := t.TempDir()
-	wrap := func(name, mode string) {
-		sh := fmt.Sprintf("#!/bin/sh\n%s=%s exec %q \"$@\"\n", docExecEnv, mode, self)
+	wrap := func(name, mode, exe string) {
+		sh := fmt.Sprintf("#!/bin/sh\n%s=%s exec %q \"$@\"\n", docExecEnv, mode, exe)
 		if err := os.WriteFile(filepath.Join(bin, name), []byte(sh), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wrap("llmesh", "llmesh")
-	wrap("doctest-wait", "wait")
+	llmesh := self
+	if raceEnabled {
+		var b proctest.Builder
+		defer b.Close()
+		llmesh = b.Build(t, "llmesh", ".")
+	}
+	wrap("llmesh", "llmesh", llmesh)
+	wrap("doctest-wait", "wait", self)
 	total, skipped := 0, 0
 	for _, page := range docPages(t) {
 		text, err := os.ReadFile(page)
