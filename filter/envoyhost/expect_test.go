@@ -13,7 +13,7 @@ import (
 //	expect S upstream_body "…"          what went upstream, concatenated
 //	expect S downstream_body "…"        what the client got, concatenated
 //	expect S downstream_contains "…"
-//	expect S upstream_header NAME V     V "-" means absent
+//	expect S upstream_header NAME V     V "-" means absent, "*" present
 //	expect S downstream_header NAME V
 //	expect S upstream_trailer NAME V
 //	expect S downstream_trailer NAME V
@@ -295,6 +295,11 @@ func (e expect) check(r *report) string {
 		switch {
 		case a[1] == "-" && present:
 			return fmt.Sprintf("present: %q", got)
+		case a[1] == "*":
+			// Present, with any value.
+			if !present {
+				return "absent"
+			}
 		case a[1] != "-" && !present:
 			return "absent"
 		case a[1] != "-" && got != a[1]:
