@@ -227,6 +227,9 @@ func (e expect) checkOne(r *report, names []string) string {
 		if n == "" || strings.Contains(n, "|") {
 			return "bad stream list " + e.args[0]
 		}
+		if _, ok := r.Streams[n]; !ok {
+			return "unknown stream " + n
+		}
 		one := e
 		one.args = append([]string{n}, e.args[1:]...)
 		if p := one.check(r); p != "" {
