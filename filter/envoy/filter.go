@@ -406,6 +406,15 @@ func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status 
 		f.readBody(body)
 		return f.admit()
 	}
+	// A request still sending its body is stopped here when preempted:
+	// the upstream has not answered, so the client gets the retryable
+	// reply, not a reset, and the slot is free without waiting for the
+	// upstream's first byte (the gateway cancels at once too).
+	if f.obs != nil && !f.finished {
+		if st, stop := f.checkPreempt(f.cb.DecoderFilterCallbacks()); stop {
+			return st
+		}
+	}
 	return api.Continue
 }
 
@@ -441,7 +450,7 @@ func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (s
 	if f.obs == nil {
 		return api.Continue
 	}
-	if st, stop := f.checkPreempt(); stop {
+	if st, stop := f.checkPreempt(f.cb.EncoderFilterCallbacks()); stop {
 		return st
 	}
 	now := f.clk.Now()
@@ -485,7 +494,7 @@ func (f *streamFilter) EncodeData(b api.BufferInstance, endStream bool) (status 
 	if f.obs == nil || f.finished {
 		return api.Continue
 	}
-	if st, stop := f.checkPreempt(); stop {
+	if st, stop := f.checkPreempt(f.cb.EncoderFilterCallbacks()); stop {
 		return st
 	}
 	now := f.clk.Now()
@@ -523,10 +532,15 @@ func (f *streamFilter) EncodeTrailers(h api.ResponseTrailerMap) (status api.Stat
 }
 
 // checkPreempt stops a preempted request at this callback with a
-// retryable local reply. After response headers went out, Envoy turns the
-// reply into a stream reset (RST_STREAM on HTTP/2): the SDK has no other
-// way to end a response early.
-func (f *streamFilter) checkPreempt() (api.StatusType, bool) {
+// retryable local reply sent through cb (the decoder's or the encoder's).
+// After response headers went out, Envoy turns the reply into a stream
+// reset (RST_STREAM on HTTP/2): the SDK has no other way to end a response
+// early. A finished request is not stopped again: Envoy runs the local
+// reply sent from DecodeData back through this filter's EncodeHeaders.
+func (f *streamFilter) checkPreempt(cb api.FilterProcessCallbacks) (api.StatusType, bool) {
+	if f.finished {
+		return api.Continue, false
+	}
 	if f.preemptCh == nil {
 		lb := f.lease.Load()
 		if lb == nil {
@@ -546,7 +560,7 @@ func (f *streamFilter) checkPreempt() (api.StatusType, bool) {
 	now := f.clk.Now()
 	f.obs.SetError(filter.ErrorPreempted, "preempted by the scheduler")
 	f.finish(now, scheduler.ErrPreempted)
-	return f.reply(f.cb.EncoderFilterCallbacks(), replyFor(scheduler.ErrPreempted)), true
+	return f.reply(cb, replyFor(scheduler.ErrPreempted)), true
 }
 
 // finish ends the observation once and releases the lease.

@@ -19,6 +19,7 @@ func FuzzParseExpects(f *testing.F) {
 	f.Add("expect s1 upstream_body \"\\x0\"")
 	f.Add("expect before a b c")
 	f.Add("config <<END\nexpect x\n")
+	f.Add("expect a||b local_reply 429\nexpect |a no_upstream")
 	f.Fuzz(func(t *testing.T, src string) {
 		exps, err := parseExpects(src)
 		if err != nil {

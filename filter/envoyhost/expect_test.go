@@ -11,9 +11,10 @@ import (
 // An expect line of a scenario, checked against the host's report:
 //
 //	expect S upstream_body "…"          what went upstream, concatenated
+//	(S may be S1|S2…: the expectation holds for exactly one of them)
 //	expect S downstream_body "…"        what the client got, concatenated
 //	expect S downstream_contains "…"
-//	expect S upstream_header NAME V     V "-" means absent
+//	expect S upstream_header NAME V     V "-" means absent, "*" present
 //	expect S downstream_header NAME V
 //	expect S upstream_trailer NAME V
 //	expect S downstream_trailer NAME V
@@ -215,6 +216,37 @@ func (s streamReport) point(p string) (uint64, error) {
 	return 0, fmt.Errorf("unknown point %q", p)
 }
 
+// checkOne holds when the expectation holds for exactly one of the named
+// streams: for streams racing for one outcome (which of two queued
+// requests the scheduler refuses), the scenario asserts the outcome, not
+// the winner.
+func (e expect) checkOne(r *report, names []string) string {
+	var held []string
+	var why []string
+	for _, n := range names {
+		if n == "" || strings.Contains(n, "|") {
+			return "bad stream list " + e.args[0]
+		}
+		if _, ok := r.Streams[n]; !ok {
+			return "unknown stream " + n
+		}
+		one := e
+		one.args = append([]string{n}, e.args[1:]...)
+		if p := one.check(r); p != "" {
+			why = append(why, n+": "+p)
+		} else {
+			held = append(held, n)
+		}
+	}
+	if len(held) == 1 {
+		return ""
+	}
+	if len(held) > 1 {
+		return "holds for " + strings.Join(held, " and ")
+	}
+	return "holds for none (" + strings.Join(why, "; ") + ")"
+}
+
 // check returns what is wrong, "" when the expectation holds.
 func (e expect) check(r *report) string {
 	switch e.op {
@@ -269,6 +301,9 @@ func (e expect) check(r *report) string {
 		}
 		return ""
 	}
+	if names := strings.Split(e.args[0], "|"); len(names) > 1 {
+		return e.checkOne(r, names)
+	}
 	s, ok := r.Streams[e.args[0]]
 	if !ok {
 		return "unknown stream " + e.args[0]
@@ -295,6 +330,11 @@ func (e expect) check(r *report) string {
 		switch {
 		case a[1] == "-" && present:
 			return fmt.Sprintf("present: %q", got)
+		case a[1] == "*":
+			// Present, with any value.
+			if !present {
+				return "absent"
+			}
 		case a[1] != "-" && !present:
 			return "absent"
 		case a[1] != "-" && got != a[1]:

@@ -24,8 +24,12 @@
 //
 // Where it still differs from Envoy (filter/envoyhost runs the real SDK
 // for these): a local reply does not run through the filter's own encode
-// callbacks, it ends the stream; stream info, properties and stats are
-// simplified; there is one goroutine per test stream, not a worker thread.
+// callbacks, it ends the stream (the host's scenarios cover each place the
+// filter sends one: rejected from DecodeHeaders, queue_full from the
+// admission goroutine, preempt_before_response and its gRPC twin from
+// DecodeData, preempt_midstream from EncodeData); stream info, properties
+// and stats are simplified; there is one goroutine per test stream, not a
+// worker thread.
 //
 // Ownership: a Stream is driven by one test goroutine (the "Envoy worker");
 // the filter under test may call the process callbacks (Continue,

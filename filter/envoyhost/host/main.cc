@@ -548,6 +548,44 @@ struct Run {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
     }
+    if (cmd == "wait" && t.size() >= 3 && plain(t[1]).find('|') != std::string::npos) {
+      // wait A|B… COND [ms]: until one of the streams meets COND (streams
+      // racing for one outcome, such as which queued request is refused).
+      std::vector<Stream*> ss;
+      std::string names = plain(t[1]);
+      for (size_t i = 0; i <= names.size();) {
+        size_t j = names.find('|', i);
+        if (j == std::string::npos) {
+          j = names.size();
+        }
+        Stream* s = stream(names.substr(i, j - i), err);
+        if (s == nullptr) {
+          return false;
+        }
+        ss.push_back(s);
+        i = j + 1;
+      }
+      int ms = t.size() > 3 ? std::stoi(t[3]) : 5000;
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+      for (;;) {
+        for (Stream* s : ss) {
+          bool ok = false;
+          if (!check(s, plain(t[2]), &ok, err)) {
+            return false;
+          }
+          if (ok) {
+            return true;
+          }
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+          std::lock_guard<std::mutex> lk(rec_mu);
+          failures.push_back("wait " + names + " " + plain(t[2]) + ": timed out after " +
+                             std::to_string(ms) + " ms");
+          return true;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
     if (cmd == "wait" && t.size() >= 3) {
       Stream* s = stream(plain(t[1]), err);
       if (s == nullptr) {
