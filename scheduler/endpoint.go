@@ -69,6 +69,8 @@ type endpoint struct {
 	drained    bool
 	load       EndpointLoad
 	admitted   uint64
+	excess     int        // abort.go: what the last load report held beyond llmesh's in flight
+	abort      abortWatch // abort.go
 }
 
 func newEndpoints(pc PoolConfig) []*endpoint {

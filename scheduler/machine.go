@@ -116,6 +116,9 @@ type pool struct {
 	obs        observed // cost.go, tune.go
 	counts     Counters
 	endpoints  []*endpoint
+	// abortUnhonoured: the engine kept a preempted request (abort.go); no
+	// more preemption.
+	abortUnhonoured bool
 }
 
 // Machine is the scheduler's pure state machine. It owns no goroutines and
@@ -352,6 +355,7 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 		p.counts.Cancelled++
 	case Preempted:
 		p.counts.PreemptedDone++
+		e.ep.preemptReleased(now)
 	}
 	if e.req.ID != "" && o != Preempted {
 		delete(m.preempted, p.Name+"\x00"+e.req.ID)

@@ -121,7 +121,7 @@ func (m *Machine) atRisk(now time.Time, p *pool, e *entry, slotWait time.Duratio
 // not at risk asks for a wake-up when it would become so. Only as many
 // victims as make the balance cover the request are chosen.
 func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
-	if p.Preemption.MaxPerRequest == 0 || p.waiting() == 0 {
+	if p.Preemption.MaxPerRequest == 0 || p.waiting() == 0 || p.abortUnhonoured {
 		return
 	}
 	slots := p.slotBalance()

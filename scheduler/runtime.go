@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -189,8 +190,18 @@ func (s *Scheduler) SetEndpointHealth(pool, endpoint string, healthy bool) error
 
 // SetEndpointLoad records an endpoint's own load report; see
 // Machine.SetEndpointLoad.
+// It also checks whether the engine released preempted requests' slots
+// (abort.go) and logs once, at warning level on slog's default logger, when
+// it marks the pool as not honouring aborts.
 func (s *Scheduler) SetEndpointLoad(pool, endpoint string, l EndpointLoad) error {
-	return s.endpointChange(func() error { return s.m.SetEndpointLoad(pool, endpoint, l) })
+	return s.endpointChange(func() error {
+		marked, err := s.m.ObserveEndpointLoad(s.clk.Now(), pool, endpoint, l)
+		if marked {
+			slog.Warn("scheduler: engine keeps preempted requests running (abort not honoured); preemption is off for the pool",
+				"pool", pool, "endpoint", endpoint, "engine_running", l.Running, "engine_waiting", l.Waiting)
+		}
+		return err
+	})
 }
 
 func (s *Scheduler) endpointChange(f func() error) error {

@@ -39,6 +39,9 @@ type PoolStats struct {
 	TPOTEstimate    time.Duration
 	// Endpoints are the pool's endpoints, in configuration order.
 	Endpoints []EndpointStats
+	// AbortUnhonoured is true once the pool's engine kept running a
+	// preempted request (abort.go); the pool preempts nothing more.
+	AbortUnhonoured bool
 	Counters
 }
 
@@ -59,6 +62,7 @@ func (m *Machine) Stats() []PoolStats {
 			TPOTEstimate:    p.tpot.value(),
 			Counters:        p.counts,
 			Endpoints:       p.endpointStats(),
+			AbortUnhonoured: p.abortUnhonoured,
 		}
 		for ci := range p.queues {
 			ps.Queued[m.classes[ci].Name] = p.queues[ci].live

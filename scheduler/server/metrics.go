@@ -24,6 +24,8 @@ import (
 //	llmesh_scheduler_endpoint_preempting{pool,endpoint}
 //	llmesh_scheduler_endpoint_drained{pool,endpoint}   1 while drained
 //	llmesh_scheduler_endpoint_admitted_total{pool,endpoint}
+//	llmesh_preemption_abort_unhonoured{pool}     1 while the pool's engine
+//	    is marked as not honouring aborts (preemption off; scheduler/abort.go)
 type Collector struct {
 	stats func() []scheduler.PoolStats
 	descs map[string]*prometheus.Desc
@@ -50,6 +52,9 @@ func NewCollector(stats func() []scheduler.PoolStats) *Collector {
 		"ep_preempting":   d("endpoint_preempting", "Requests on the endpoint asked to stop and not yet released.", "endpoint"),
 		"ep_drained":      d("endpoint_drained", "1 while the endpoint is drained (gets no new admissions).", "endpoint"),
 		"ep_admitted":     d("endpoint_admitted_total", "Admissions bound to the endpoint.", "endpoint"),
+		"abort_unhonoured": prometheus.NewDesc("llmesh_preemption_abort_unhonoured",
+			"1 while the pool's engine kept running preempted requests after their abort, so the pool preempts nothing more.",
+			[]string{"pool"}, nil),
 	}}
 }
 
@@ -70,6 +75,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		g("inflight", float64(p.InFlight), p.Name)
 		g("inflight_tokens", float64(p.InFlightTokens), p.Name)
 		g("preempting", float64(p.Preempting), p.Name)
+		unhonoured := 0.0
+		if p.AbortUnhonoured {
+			unhonoured = 1
+		}
+		g("abort_unhonoured", unhonoured, p.Name)
 		for class, n := range p.Queued {
 			g("queued", float64(n), p.Name, class)
 		}

@@ -1,0 +1,83 @@
+package scheduler
+
+import "time"
+
+// Abort watch: a preemption only makes room when the engine stops the
+// victim once its client goes. Some engines keep generating after a
+// disconnect (llmesh sim --quirks no-abort reproduces one), so a victim
+// still occupies the engine while the scheduler counts its slot free.
+//
+// The rule, per endpoint, from the engine's own load reports
+// (ObserveEndpointLoad, fed by the capacity watcher from the engine's
+// /metrics):
+//
+//	excess = (engine running + engine waiting) − llmesh's in flight there
+//
+// is what the engine holds beyond llmesh's admitted requests (other
+// clients' traffic, or victims it did not stop). Each report records it.
+// When a preempted request's lease is released, the excess of the last
+// report before the release is the baseline. The engine honoured the
+// abort as soon as one later report shows an excess at or below the
+// baseline; it did not when abortReports consecutive reports after the
+// release all show more, the last at least abortGrace after the release.
+// The pool is then marked "abort not honoured": it preempts nothing more
+// (admission goes on, without preemption) until the scheduler restarts or
+// its configuration is reloaded. Without load reports (no capacity
+// metrics for the pool's endpoints) nothing is observed and nothing is
+// marked.
+const (
+	abortReports = 3
+	abortGrace   = time.Second
+)
+
+// abortWatch is one endpoint's pending check.
+type abortWatch struct {
+	active   bool
+	released time.Time // the first unchecked release
+	baseline int
+	reports  int // consecutive reports above the baseline
+}
+
+// preemptReleased starts (or keeps) the watch on ep after a preempted
+// lease there was released at now.
+func (ep *endpoint) preemptReleased(now time.Time) {
+	if ep.abort.active {
+		return
+	}
+	ep.abort = abortWatch{active: true, released: now, baseline: ep.excess}
+}
+
+// ObserveEndpointLoad is SetEndpointLoad at now, checking whether the
+// engine released the slots of requests preempted there (see the rule
+// above). It reports whether this report marked the pool as not honouring
+// aborts.
+func (m *Machine) ObserveEndpointLoad(now time.Time, poolName, name string, l EndpointLoad) (bool, error) {
+	p, ep, err := m.endpoint(poolName, name)
+	if err != nil {
+		return false, err
+	}
+	ep.load = l
+	excess := max(0, l.Running+l.Waiting-ep.inflight)
+	ep.excess = excess
+	w := &ep.abort
+	if !w.active || p.abortUnhonoured {
+		return false, nil
+	}
+	if excess <= w.baseline {
+		*w = abortWatch{}
+		return false, nil
+	}
+	w.reports++
+	if w.reports >= abortReports && now.Sub(w.released) >= abortGrace {
+		*w = abortWatch{}
+		p.abortUnhonoured = true
+		return true, nil
+	}
+	return false, nil
+}
+
+// AbortUnhonoured reports whether pool is marked as not honouring aborts.
+func (m *Machine) AbortUnhonoured(poolName string) bool {
+	p := m.poolByName[poolName]
+	return p != nil && p.abortUnhonoured
+}
