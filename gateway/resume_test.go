@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/sim/server"
 	"github.com/llmesh/llmesh/sim/simtest"
@@ -151,5 +152,35 @@ func TestResumeConfig(t *testing.T) {
 	_, err := New(Config{Pools: []Pool{{Name: "p", Upstream: "http://127.0.0.1:1", Resume: "later"}}})
 	if err == nil || !strings.Contains(err.Error(), `pools[0].resume: "later" must be continue, requeue or off`) {
 		t.Errorf("New = %v, want the pools[0].resume error", err)
+	}
+}
+
+// TestResumeFromMesh: pools[].preemption.resume reaches the gateway's pool
+// (continue, the default, as the empty Resume).
+func TestResumeFromMesh(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want Resume
+	}{{"", ""}, {"    preemption: {resume: continue}\n", ""}, {"    preemption: {resume: requeue}\n", ResumeRequeue}, {"    preemption: {resume: off}\n", ResumeOff}} {
+		mesh, err := config.Load([]byte(`
+listeners:
+  - name: main
+    address: 127.0.0.1:8080
+    routes: [{pool: sim}]
+pools:
+  - name: sim
+    protocol: openai
+    endpoints: [127.0.0.1:8000]
+` + tc.line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := ConfigFromMesh(mesh, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Pools[0].Resume; got != tc.want {
+			t.Errorf("%q: Resume %q, want %q", tc.line, got, tc.want)
+		}
 	}
 }
