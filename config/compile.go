@@ -336,6 +336,7 @@ func (b *builder) pools(m *Mesh) {
 			EnginePriority:    cmp.Or(src.EnginePriority, EnginePriorityStrip),
 		}
 		b.enginePriority(join(p, "engine_priority"), src.EnginePriority, m.Classes)
+		pool.Resume = b.resume(join(p, "preemption.resume"), src.Preemption.Resume)
 		if src.Protocol != ProtocolOpenAI && src.Protocol != ProtocolGRPC {
 			b.c.add(join(p, "protocol"), 0, "%q must be %q or %q", src.Protocol, ProtocolOpenAI, ProtocolGRPC)
 		}
@@ -395,6 +396,18 @@ func (b *builder) enginePriority(path, v string, classes []ClassSpec) {
 	default:
 		b.c.add(path, 0, "%q must be %q or %q", v, EnginePriorityStrip, EnginePriorityClass)
 	}
+}
+
+// resume checks a pool's preemption.resume; empty is the default
+// "continue". An unknown value names the closest known one.
+func (b *builder) resume(path, v string) string {
+	if v == "" {
+		return ResumeContinue
+	}
+	if !slices.Contains(KnownResume, v) {
+		b.c.add(path, 0, "%q is not a known resume mode%s", v, suggestValue(v, KnownResume))
+	}
+	return v
 }
 
 func (b *builder) experimentsOf(m *Mesh) {

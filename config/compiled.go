@@ -157,6 +157,9 @@ type Pool struct {
 	// AffinityHeader is the lower-cased request header whose value is the
 	// scheduler's affinity key; empty means none.
 	AffinityHeader string
+	// Resume is one of KnownResume: what a host does with a stream of the
+	// pool preempted after it sent bytes (PoolPreemptionSpec.Resume).
+	Resume string
 }
 
 // ClassEnginePriority reports whether requests to p carry their class's

@@ -34,9 +34,15 @@ const (
 	ProtocolGRPC            = "grpc"
 	EnginePriorityStrip     = "strip"
 	EnginePriorityClass     = "class"
+	ResumeContinue          = "continue"
+	ResumeRequeue           = "requeue"
+	ResumeOff               = "off"
 	FailOpen                = "fail_open"
 	FailClosed              = "fail_closed"
 )
+
+// KnownResume are the values of pools[].preemption.resume.
+var KnownResume = []string{ResumeContinue, ResumeRequeue, ResumeOff}
 
 // KnownPolicies are the scheduler policy names the config accepts; the
 // scheduler's registry must provide each of them.

@@ -105,6 +105,19 @@ type PoolSpec struct {
 	// room, so a conversation stays where its KV cache is; empty means
 	// none (the least loaded endpoint).
 	AffinityHeader string `yaml:"affinity_header,omitempty"`
+	// Preemption is what a host does with the pool's streams that are
+	// preempted after they sent bytes to the client.
+	Preemption PoolPreemptionSpec `yaml:"preemption,omitempty"`
+}
+
+// PoolPreemptionSpec is a pool's handling of mid-stream preemption.
+type PoolPreemptionSpec struct {
+	// Resume is "continue" (default: the gateway continues the stream with
+	// a continuation request and checks that the engine continued),
+	// "requeue" (the stream ends with a retryable error event) or "off"
+	// (a stream that sent a byte ignores preemption and runs to its end).
+	// Empty means "continue" (left empty by ApplyDefaults).
+	Resume string `yaml:"resume,omitempty"`
 }
 
 // CapacitySpec bounds the pool's in-flight work.

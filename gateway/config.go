@@ -56,7 +56,27 @@ type Pool struct {
 	// scheduler's affinity key (scheduler.Request.Affinity); empty means
 	// none.
 	AffinityHeader string
+	// Resume is what happens to a stream of this pool preempted after it
+	// sent bytes to the client; empty means ResumeContinue.
+	Resume Resume
 }
+
+// Resume is a pool's handling of mid-stream preemption (mesh config
+// pools[].preemption.resume).
+type Resume string
+
+const (
+	// ResumeContinue continues a preempted OpenAI stream with a
+	// continuation request and checks that the engine continued (splice.go);
+	// streams that cannot be continued end as with ResumeRequeue.
+	ResumeContinue Resume = "continue"
+	// ResumeRequeue ends a preempted stream that sent bytes with a
+	// retryable error event (gRPC: UNAVAILABLE).
+	ResumeRequeue Resume = "requeue"
+	// ResumeOff: a stream that sent a byte ignores preemption and runs to
+	// its end; before its first byte it is requeued as with every mode.
+	ResumeOff Resume = "off"
+)
 
 // Route sends matching requests to a pool in a class. Routes are tried in
 // order; the first match wins.
@@ -180,6 +200,13 @@ func compile(cfg Config) (*compiled, error) {
 		case OpenAI, GRPC:
 		default:
 			errs = append(errs, fmt.Errorf("%s.protocol: %q must be openai or grpc", path, p.Protocol))
+		}
+		switch p.Resume {
+		case "":
+			p.Resume = ResumeContinue
+		case ResumeContinue, ResumeRequeue, ResumeOff:
+		default:
+			errs = append(errs, fmt.Errorf("%s.resume: %q must be continue, requeue or off", path, p.Resume))
 		}
 		u, err := parseUpstream(p.Upstream)
 		if err != nil {

@@ -32,6 +32,11 @@ var (
 	// ErrPreemptedMidStream: the scheduler preempted a request that had
 	// already streamed to the client and whose API allows no continuation.
 	ErrPreemptedMidStream = fmt.Errorf("gateway: mid-stream: %w", scheduler.ErrPreempted)
+	// ErrContinuationRestarted: the engine answered a continuation request
+	// by starting its answer over (it ignored continue_final_message), so
+	// the stream ends instead of repeating text; retryable like
+	// ErrPreemptedMidStream, which it wraps.
+	ErrContinuationRestarted = fmt.Errorf("%w: the engine restarted the answer instead of continuing it", ErrPreemptedMidStream)
 	// ErrBodyTooLarge: the request body exceeds the configured limit.
 	ErrBodyTooLarge = errors.New("gateway: request body too large")
 )

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"testing"
@@ -115,7 +116,18 @@ func FuzzSpliceRewrite(f *testing.F) {
 		sp := newSplicer(kind)
 		sp.track(events)
 		sp.before = 3
-		out := sp.rewrite(events)
+		sp.sent, sp.checking = " a b", chat
+		out, err := sp.rewrite(events)
+		if err != nil && !errors.Is(err, ErrContinuationRestarted) {
+			t.Fatalf("rewrite: %v", err)
+		}
+		if err == nil {
+			rest, err := sp.settle()
+			if err != nil && !errors.Is(err, ErrContinuationRestarted) {
+				t.Fatalf("settle: %v", err)
+			}
+			out = append(out, rest...)
+		}
 		forEachData(out, func(data []byte) bool { return true })
 		body, ok, err := sp.continuationBody(orig, " a b", 3)
 		if err == nil && ok && !json.Valid(body) {

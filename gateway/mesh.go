@@ -49,7 +49,7 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 			eps = append(eps, e.Address())
 		}
 		cfg.Pools = append(cfg.Pools, Pool{Name: p.Name, Protocol: proto, Upstream: up, ClassPriority: p.ClassEnginePriority(),
-			Endpoints: eps, AffinityHeader: p.AffinityHeader})
+			Endpoints: eps, AffinityHeader: p.AffinityHeader, Resume: resumeOf(p)})
 		if e := p.Experiment; e != nil {
 			// Each arm is a pool of its own, as control builds it for
 			// Envoy: same upstream and capacity, the arm's scheduler.
@@ -59,7 +59,7 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 					return Config{}, fmt.Errorf("experiments: %q arm %q needs pool name %q, which is already taken", e.Name, a.Name, name)
 				}
 				cfg.Pools = append(cfg.Pools, Pool{Name: name, Protocol: proto, Upstream: up, Experiment: e.Name, Arm: a.Name,
-					ClassPriority: p.ClassEnginePriority(), Endpoints: eps, AffinityHeader: p.AffinityHeader})
+					ClassPriority: p.ClassEnginePriority(), Endpoints: eps, AffinityHeader: p.AffinityHeader, Resume: resumeOf(p)})
 			}
 		}
 	}
@@ -82,6 +82,15 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 		cfg.PreemptibleClasses[cl.Name] = cl.Preemptible
 	}
 	return cfg, nil
+}
+
+// resumeOf is a mesh pool's preemption.resume as a gateway Pool's Resume;
+// the default (continue) stays empty, as a Pool written in code has it.
+func resumeOf(p *config.Pool) Resume {
+	if p.Resume == config.ResumeContinue {
+		return ""
+	}
+	return Resume(p.Resume)
 }
 
 // relocationHeaderBytes is the client-facing header limit relocation

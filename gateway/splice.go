@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // splicer continues a preempted OpenAI SSE stream: it remembers the
@@ -26,6 +27,14 @@ type splicer struct {
 	// continuation started.
 	before    int
 	rewriting bool
+	// sent is the text the client had when the current continuation
+	// started; checking: a chat continuation's events are held (held, their
+	// text in got) until verdict tells a continued answer from a restarted
+	// one.
+	sent     string
+	checking bool
+	got      string
+	held     []byte
 }
 
 func newSplicer(kind apiKind) *splicer { return &splicer{kind: kind} }
@@ -150,8 +159,11 @@ func (sp *splicer) continuationBody(orig []byte, text string, generated int) (bo
 }
 
 // rewrite turns continuation events into events of the client's stream.
-func (sp *splicer) rewrite(b []byte) []byte {
-	out := make([]byte, 0, len(b)+64)
+// While a chat continuation is being checked (see verdict) its events are
+// held back; err is ErrContinuationRestarted when the check finds that the
+// engine started its answer over.
+func (sp *splicer) rewrite(b []byte) (out []byte, err error) {
+	out = make([]byte, 0, len(b)+64)
 	b = crlf(b)
 	for len(b) > 0 {
 		end := bytes.Index(b, []byte("\n\n"))
@@ -163,31 +175,112 @@ func (sp *splicer) rewrite(b []byte) []byte {
 		}
 		data := eventData(ev)
 		if data == nil || bytes.Equal(data, []byte("[DONE]")) {
-			out = append(out, ev...)
-			out = append(out, '\n', '\n')
+			if out, err = sp.pass(out, append(append([]byte(nil), ev...), '\n', '\n'), "", data != nil); err != nil {
+				return nil, err
+			}
 			continue
 		}
-		nd, keep := sp.rewriteChunk(data)
+		nd, text, final, keep := sp.rewriteChunk(data)
 		if !keep {
 			continue
 		}
-		out = append(out, "data: "...)
-		out = append(out, nd...)
-		out = append(out, '\n', '\n')
+		e := make([]byte, 0, len(nd)+8)
+		e = append(e, "data: "...)
+		e = append(e, nd...)
+		e = append(e, '\n', '\n')
+		if out, err = sp.pass(out, e, text, final); err != nil {
+			return nil, err
+		}
 	}
-	return out
+	return out, nil
+}
+
+// checkBytes is how much of the text the client already has a chat
+// continuation's start is compared with.
+const checkBytes = 64
+
+// pass appends a rewritten event to out, or holds it while the
+// continuation is being checked; text is the event's generated text and
+// final says that the continuation's generation is over (a finish reason,
+// usage, [DONE]).
+func (sp *splicer) pass(out, ev []byte, text string, final bool) ([]byte, error) {
+	if !sp.checking {
+		return append(out, ev...), nil
+	}
+	sp.held = append(sp.held, ev...)
+	sp.got += text
+	switch sp.verdict(final) {
+	case verdictRestarted:
+		sp.checking, sp.held = false, nil
+		return nil, ErrContinuationRestarted
+	case verdictContinued:
+		out = append(out, sp.held...)
+		sp.checking, sp.held = false, nil
+	}
+	return out, nil
+}
+
+type verdict uint8
+
+const (
+	verdictPending verdict = iota
+	verdictContinued
+	verdictRestarted
+)
+
+// verdict decides whether a chat continuation continued the text the
+// client already has (sent) or started the answer over, as an engine that
+// ignores continue_final_message does. The rule: the continuation
+// restarted when its text (leading white space aside) begins with the
+// first checkBytes bytes of sent (all of sent when shorter); it continued
+// as soon as its text is no longer a prefix of sent. A continuation that
+// ends while its whole text is a non-empty prefix of sent counts as a
+// restart. An engine that restarts with different text (sampling) is not
+// detected: only a repeat is.
+func (sp *splicer) verdict(final bool) verdict {
+	sent := strings.TrimLeft(sp.sent, " \t\n")
+	got := strings.TrimLeft(sp.got, " \t\n")
+	need := min(len(sent), checkBytes)
+	if len(got) >= need {
+		if got[:need] == sent[:need] {
+			return verdictRestarted
+		}
+		return verdictContinued
+	}
+	if !strings.HasPrefix(sent, got) {
+		return verdictContinued
+	}
+	if !final {
+		return verdictPending
+	}
+	if got != "" {
+		return verdictRestarted
+	}
+	return verdictContinued
+}
+
+// settle ends a check when the continuation's body ended: it returns the
+// held events, or ErrContinuationRestarted.
+func (sp *splicer) settle() ([]byte, error) {
+	if !sp.checking {
+		return nil, nil
+	}
+	return sp.pass(nil, nil, "", true)
 }
 
 // rewriteChunk fixes one continuation chunk; keep is false for a chat
 // role-only delta, which the client already got from the first attempt.
-func (sp *splicer) rewriteChunk(data []byte) (out []byte, keep bool) {
+// text is the chunk's generated text (first choice) and final says it
+// carries a finish reason or usage.
+func (sp *splicer) rewriteChunk(data []byte) (out []byte, text string, final, keep bool) {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(data, &m) != nil {
-		return data, true
+		return data, "", false, true
 	}
 	if sp.kind == apiChat && roleOnly(m["choices"]) {
-		return nil, false
+		return nil, "", false, false
 	}
+	text, final = chunkText(m["choices"])
 	if sp.id != nil {
 		m["id"] = sp.id
 	}
@@ -195,6 +288,7 @@ func (sp *splicer) rewriteChunk(data []byte) (out []byte, keep bool) {
 		m["created"] = sp.created
 	}
 	if raw, ok := m["usage"]; ok && string(raw) != "null" {
+		final = true
 		var u map[string]json.RawMessage
 		if json.Unmarshal(raw, &u) == nil {
 			prompt, _ := strconv.Atoi(string(u["prompt_tokens"]))
@@ -212,9 +306,30 @@ func (sp *splicer) rewriteChunk(data []byte) (out []byte, keep bool) {
 	}
 	out, err := json.Marshal(m)
 	if err != nil {
-		return data, true
+		return data, text, final, true
 	}
-	return out, true
+	return out, text, final, true
+}
+
+// chunkText is the first choice's generated text (chat delta content or
+// completion text) and whether a choice has a finish reason.
+func chunkText(raw json.RawMessage) (text string, finished bool) {
+	var choices []struct {
+		Text  string `json:"text"`
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	}
+	if json.Unmarshal(raw, &choices) != nil || len(choices) == 0 {
+		return "", false
+	}
+	for _, c := range choices {
+		if c.FinishReason != nil {
+			finished = true
+		}
+	}
+	return choices[0].Text + choices[0].Delta.Content, finished
 }
 
 // roleOnly reports whether choices holds only deltas without content and
@@ -268,6 +383,8 @@ func (s *stream) continueStream() error {
 		}
 		sp.before = generated
 		sp.rewriting = true
+		sp.sent, sp.got, sp.held = x.obs.output(), "", nil
+		sp.checking = sp.kind == apiChat && strings.TrimSpace(sp.sent) != ""
 		a := x.newAttempt(ctx)
 		res, err := send(s.base, x, a, s.outreq, body)
 		if err == nil && res.StatusCode != http.StatusOK {

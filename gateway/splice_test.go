@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -25,8 +27,72 @@ func TestSplicerRewrite(t *testing.T) {
 		`data: {"choices":[],"created":7,"id":"first","usage":{"completion_tokens":5,"prompt_tokens":10,"total_tokens":15}}`,
 		`data: [DONE]`,
 	}, "\n\n") + "\n\n"
-	if diff := cmp.Diff(want, string(sp.rewrite([]byte(in)))); diff != "" {
+	got, err := sp.rewrite([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, string(got)); diff != "" {
 		t.Errorf("rewrite (-want +got):\n%s", diff)
+	}
+}
+
+// TestSpliceVerdict: a chat continuation whose text starts like the text
+// the client already has is a restart (whether it runs past checkBytes or
+// ends first); one that diverges passes at its first differing event, with
+// the events it held, in order.
+func TestSpliceVerdict(t *testing.T) {
+	ev := func(text string, finish bool) string {
+		f := "null"
+		if finish {
+			f = `"stop"`
+		}
+		return `data: {"choices":[{"index":0,"delta":{"content":` + strconv.Quote(text) + `},"finish_reason":` + f + `}]}` + "\n\n"
+	}
+	long := strings.Repeat("word ", 20)
+	for _, tc := range []struct {
+		name, sent string
+		events     []string
+		restarted  bool
+		passAt     int // index of the event whose rewrite releases the held events
+	}{
+		{"continues", "one two", []string{ev(" three", false), ev(" four", true)}, false, 0},
+		{"repeats a short text", "one two", []string{ev("one", false), ev(" two", false)}, true, -1},
+		{"repeats a long text", long, []string{ev(long[:30], false), ev(long[30:70], false)}, true, -1},
+		{"ends on a repeated prefix", "one two", []string{ev("one", true)}, true, -1},
+		{"diverges after a shared start", "one two", []string{ev("one", false), ev(" three", false)}, false, 1},
+		{"leading space aside", "one two", []string{ev(" one two", false)}, true, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sp := newSplicer(apiChat)
+			sp.rewriting, sp.checking, sp.sent = true, true, tc.sent
+			var got string
+			var err error
+			for i, e := range tc.events {
+				var out []byte
+				out, err = sp.rewrite([]byte(e))
+				if err != nil {
+					break
+				}
+				if len(out) > 0 && i != tc.passAt && tc.passAt >= 0 && got == "" {
+					t.Errorf("events released at %d, want at %d", i, tc.passAt)
+				}
+				got += string(out)
+			}
+			if err == nil {
+				rest, serr := sp.settle()
+				err = serr
+				got += string(rest)
+			}
+			if tc.restarted {
+				if !errors.Is(err, ErrContinuationRestarted) || got != "" {
+					t.Errorf("err %v, passed %q; want ErrContinuationRestarted and nothing passed", err, got)
+				}
+				return
+			}
+			if err != nil || got != strings.Join(tc.events, "") {
+				t.Errorf("err %v, passed %q; want %q", err, got, strings.Join(tc.events, ""))
+			}
+		})
 	}
 }
 

@@ -71,6 +71,9 @@ type stream struct {
 	sent int64
 
 	splice *splicer
+	// holding: resume off and a byte was sent; the attempt ignores
+	// preemption from then on.
+	holding bool
 }
 
 func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Request, res *http.Response) *stream {
@@ -82,7 +85,8 @@ func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Req
 		out.Trailer[k] = v
 	}
 	s.out = &out
-	if x.lease != nil && x.preemptible && x.meta.spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK {
+	if x.lease != nil && x.preemptible && x.meta.spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK &&
+		x.pool.Resume == ResumeContinue {
 		s.splice = newSplicer(x.meta.kind)
 	}
 	s.t0 = x.g.clock.Now()
@@ -218,8 +222,15 @@ func (s *stream) fill(p []byte) (int, error) {
 	}
 	if cut > 0 {
 		if s.splice != nil && s.splice.rewriting {
-			s.pending = append(s.pending[:0], s.splice.rewrite(p[:cut])...)
-			s.emitted(s.pending, at, true)
+			out, rerr := s.splice.rewrite(p[:cut])
+			if rerr != nil {
+				s.terminate(rerr, scheduler.Failed)
+				return 0, nil
+			}
+			s.pending = append(s.pending[:0], out...)
+			if len(s.pending) > 0 {
+				s.emitted(s.pending, at, true)
+			}
 			return 0, err
 		}
 		s.emitted(p[:cut], at, true)
@@ -231,6 +242,10 @@ func (s *stream) fill(p []byte) (int, error) {
 func (s *stream) emitted(b []byte, at time.Time, aligned bool) {
 	s.atBoundary = aligned
 	s.sent += int64(len(b))
+	if !s.holding && len(b) > 0 && s.x.pool.Resume == ResumeOff {
+		s.holding = true
+		s.a.holdOn.Store(true)
+	}
 	if s.splice != nil && !s.splice.rewriting {
 		if aligned {
 			s.splice.track(b)
@@ -294,6 +309,19 @@ func (s *stream) grpcCut(b []byte) int {
 
 // end acts on the upstream body's final read error.
 func (s *stream) end(err error) {
+	if s.splice != nil && s.splice.checking {
+		// The continuation ended before the check could see enough text:
+		// judge what it sent.
+		out, rerr := s.splice.settle()
+		if rerr != nil {
+			s.terminate(rerr, scheduler.Failed)
+			return
+		}
+		if len(out) > 0 {
+			s.pending = append(s.pending, out...)
+			s.emitted(out, s.now(), true)
+		}
+	}
 	if err == io.EOF {
 		s.finishOK()
 		return

@@ -36,6 +36,10 @@ type attempt struct {
 	// stored.
 	touchStep int64
 	done      chan struct{}
+	// holdOn: a preemption signal no longer ends the attempt (resume off,
+	// once the stream sent a byte); set by the handler goroutine, read by
+	// the preemption watcher.
+	holdOn atomic.Bool
 }
 
 // maxTouchStep bounds how stale the idle check's view of the upstream's
@@ -63,6 +67,10 @@ func (x *exchange) newAttempt(parent context.Context) *attempt {
 			defer close(a.done)
 			select {
 			case <-pre:
+				if a.holdOn.Load() {
+					<-ctx.Done() // resume off: the stream runs to its end
+					return
+				}
 				cancel(errPreemptSignal)
 			case <-ctx.Done():
 			}

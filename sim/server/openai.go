@@ -140,7 +140,7 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, chat bool) 
 	}
 	var req *apiRequest
 	if chat {
-		req, err = parseChat(body)
+		req, err = parseChatTurn(body, s.quirks.Has(QuirkNoContinueFinalMessage))
 	} else {
 		req, err = parseCompletion(body)
 	}

@@ -34,6 +34,11 @@ const (
 	// content field, a completion's has "text":"". Neither is a first
 	// token.
 	QuirkRoleChunkFirst Quirk = "role-chunk-first"
+	// QuirkNoContinueFinalMessage: chat ignores continue_final_message; a
+	// final assistant message is not continued but answered anew from the
+	// context before it, so a continuation request repeats the text that
+	// message already holds, as engines without that feature do.
+	QuirkNoContinueFinalMessage Quirk = "no-continue-final-message"
 )
 
 // quirkDocs lists every known quirk with what it does; ParseQuirks accepts
@@ -44,6 +49,7 @@ var quirkDocs = map[Quirk]string{
 	QuirkMergeDeltas:               "tokens that piled up go out as one SSE event",
 	QuirkUsageWithoutStreamOptions: "SSE streams end with usage even when not asked",
 	QuirkRoleChunkFirst:            "SSE streams start with an event without a token (a bare role, an empty text)",
+	QuirkNoContinueFinalMessage:    "chat ignores continue_final_message: a final assistant message is answered anew, not continued",
 }
 
 // KnownQuirks returns the quirk names ParseQuirks accepts, sorted.

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -212,5 +213,46 @@ func TestQuirkRoleChunkFirst(t *testing.T) {
 	ev := streamEvents(t, s, `{"prompt":"a b c","max_tokens":3,"stream":true}`, nil, 0)
 	if len(ev) < 5 || !strings.Contains(ev[0], `"text":""`) {
 		t.Errorf("completion events %q, want an empty text first", ev)
+	}
+}
+
+// TestQuirkNoContinueFinalMessage: a chat request ending in a partial
+// assistant message is continued by default (the answer differs from the
+// one to the context without it) and answered anew with the quirk (the
+// same answer as without the partial message: the text repeats).
+func TestQuirkNoContinueFinalMessage(t *testing.T) {
+	answer := func(s *simtest.Sim, msgs string) string {
+		t.Helper()
+		resp, err := http.Post(s.HTTPURL+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"messages":`+msgs+`,"max_tokens":6,"continue_final_message":true,"add_generation_prompt":false}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Choices) != 1 {
+			t.Fatalf("status %d, decode %v, %+v", resp.StatusCode, err, out)
+		}
+		return out.Choices[0].Message.Content
+	}
+	const user = `{"role":"user","content":"name six words"}`
+	for _, tc := range []struct {
+		quirks []string
+		same   bool
+	}{{nil, false}, {[]string{"no-continue-final-message"}, true}} {
+		s := simtest.Start(t, simtest.WithTimeScale(testScale), simtest.WithConfig(func(c *server.Config) { c.Quirks = tc.quirks }))
+		first := answer(s, `[`+user+`]`)
+		partial, _ := json.Marshal(first)
+		again := answer(s, `[`+user+`,{"role":"assistant","content":`+string(partial)+`}]`)
+		if (again == first) != tc.same {
+			t.Errorf("quirks %v: answer to the context %q, then with it as a final assistant message %q; same=%v, want %v",
+				tc.quirks, first, again, again == first, tc.same)
+		}
 	}
 }

@@ -68,7 +68,12 @@ func parseCompletion(body []byte) (*apiRequest, error) {
 }
 
 // parseChat parses a /v1/chat/completions body.
-func parseChat(body []byte) (*apiRequest, error) {
+func parseChat(body []byte) (*apiRequest, error) { return parseChatTurn(body, false) }
+
+// parseChatTurn parses a chat body. restartTurn drops a final assistant
+// message from the context (QuirkNoContinueFinalMessage): the answer then
+// starts over instead of continuing that message.
+func parseChatTurn(body []byte, restartTurn bool) (*apiRequest, error) {
 	p, err := decodeParams(body)
 	if err != nil {
 		return nil, err
@@ -93,6 +98,9 @@ func parseChat(body []byte) (*apiRequest, error) {
 	for i, m := range msgs {
 		if m.Role == "" {
 			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role is required", i)
+		}
+		if restartTurn && i > 0 && i == len(msgs)-1 && m.Role == "assistant" {
+			break
 		}
 		c := bytes.TrimSpace(m.Content)
 		switch {
