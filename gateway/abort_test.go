@@ -92,9 +92,12 @@ func TestAbortUnhonouredThroughGateway(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	batch := make(chan error, 2)
+	// Long batch streams: the engine keeps the preempted original running
+	// for seconds after its release, well past the watch's 1 s, also when a
+	// loaded machine slows the gateway's scrapes.
 	for i := 0; i < 2; i++ {
 		go func() {
-			req := mustReq(ctx, data+"/v1/completions", completion(s.Model, 600))
+			req := mustReq(ctx, data+"/v1/completions", completion(s.Model, 2000))
 			res, err := http.DefaultClient.Do(req)
 			if err == nil {
 				_, err = io.Copy(io.Discard, res.Body)
