@@ -32,7 +32,7 @@ func runReportSLO(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return withExitCode(2, nil)
+		return withExitCode(exitUsage, nil)
 	}
 	var errs []error
 	if fs.NArg() > 0 {
@@ -65,11 +65,11 @@ func runReportSLO(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		errs = append(errs, fmt.Errorf("--format: %q must be one of %v", *format, report.Formats))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return withExitCode(2, err)
+		return withExitCode(exitUsage, err)
 	}
 	cfg, err := config.LoadFile(*cfgPath)
 	if err != nil {
-		return withExitCode(2, fmt.Errorf("--config: %w", err))
+		return withExitCode(exitUsage, fmt.Errorf("--config: %w", err))
 	}
 	rep, err := live.Build(ctx, &live.Client{Base: *prom}, cfg, live.Options{
 		End: end, Window: *window, Prometheus: *prom, Config: *cfgPath,

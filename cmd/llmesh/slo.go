@@ -35,7 +35,7 @@ func runSLOGenerate(what string, args []string, stdout, stderr io.Writer) error 
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return withExitCode(2, nil)
+		return withExitCode(exitUsage, nil)
 	}
 	var errs []error
 	if fs.NArg() > 0 {
@@ -45,11 +45,11 @@ func runSLOGenerate(what string, args []string, stdout, stderr io.Writer) error 
 		errs = append(errs, errors.New("--config: required"))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return withExitCode(2, err)
+		return withExitCode(exitUsage, err)
 	}
 	cfg, err := config.LoadFile(*cfgPath)
 	if err != nil {
-		return withExitCode(2, fmt.Errorf("--config: %w", err))
+		return withExitCode(exitUsage, fmt.Errorf("--config: %w", err))
 	}
 	var b []byte
 	switch what {
