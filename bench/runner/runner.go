@@ -272,7 +272,9 @@ func (r *run) send(ctx context.Context, it workload.Item, intended int64) {
 	r.o.Client.Do(ctx, req, rec, r.now)
 	cancel()
 	if rec.Engine != nil {
-		rec.Preemptions = rec.Engine.Preemptions
+		// A gateway's Server-Timing count (a requeue or continuation the
+		// engine saw as a new request) wins over the engine's own.
+		rec.Preemptions = max(rec.Preemptions, rec.Engine.Preemptions)
 	}
 	r.done <- rec
 }
