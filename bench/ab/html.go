@@ -8,14 +8,16 @@ import (
 	"strings"
 
 	"github.com/llmesh/llmesh/bench/report"
+	"github.com/llmesh/llmesh/bench/result"
 )
 
 // The A/B page puts the answer first: a verdict banner (green better, red
 // worse, amber mixed, grey inconclusive or no difference), then the
 // per-class comparison as a table with each cell coloured by its verdict
-// and its 95% interval, then one row per run of each arm, and each run's
-// full report (charts included) folded below. One file, no external assets:
-// the per-run reports are srcdoc frames sized to their content.
+// and its 95% interval, then one row per run of each arm, charts that
+// overlay every run of both arms, and each run's full report folded below.
+// One file, no external assets: the per-run reports are srcdoc frames sized
+// to their content.
 var pageTemplate = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>llmesh A/B: {{.A}} vs {{.B}}</title>
@@ -45,7 +47,10 @@ iframe{width:100%;border:0;min-height:200px}
 <table id="runs"><thead><tr><th class="l">run</th><th class="l">arm</th><th>seed</th><th>requests ok / failed</th><th>achieved req/s</th><th>schedule lag p99 ms</th><th class="l">validity</th>{{range .Classes}}<th>{{.}} TTFT p99 ms</th><th>{{.}} attainment</th>{{end}}</tr></thead><tbody>
 {{range .Runs}}<tr><td class="l">{{.Name}}</td><td class="l">{{.Arm}}</td><td>{{.Seed}}</td><td>{{.OK}} / {{.Failed}}</td><td>{{.RPS}}</td><td>{{.Lag}}</td><td class="l {{if .Valid}}valid{{else}}invalid{{end}}">{{.Validity}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</tbody></table>
-<h2>Reports of every run</h2>
+<h2>Charts</h2>
+<p class="meta">Every run of both arms: arm A in blue, B in vermilion; solid, dashed and dotted lines are pairs 1, 2 and 3 (then repeating).</p>
+{{range .Charts}}{{.}}
+{{end}}<h2>Reports of every run</h2>
 {{range .Runs}}<details><summary>{{.Name}}: {{.Arm}}</summary>
 <iframe title="{{.Name}}" srcdoc="{{.Doc}}" onload="this.style.height=(this.contentDocument.documentElement.scrollHeight+20)+'px'"></iframe>
 </details>
@@ -86,6 +91,7 @@ func HTML(w io.Writer, res *Result) error {
 		Rows                                  []pageRow
 		Classes                               []string
 		Runs                                  []pageRun
+		Charts                                []template.HTML
 	}{A: res.A, B: res.B, Workload: res.Workload, Verdict: res.Verdict, VerdictClass: verdictClass(res), Repeats: res.Repeats}
 	data.Classes = classOrder(res)
 	for _, c := range data.Classes {
@@ -122,7 +128,86 @@ func HTML(w io.Writer, res *Result) error {
 		pr.Doc = doc.String()
 		data.Runs = append(data.Runs, pr)
 	}
+	data.Charts = abCharts(res, data.Classes)
 	return pageTemplate.Execute(w, data)
+}
+
+// pairDash tells a run's pair apart within its arm's colour.
+var pairDash = []string{"", "9 5", "2 4", "12 4 2 4"}
+
+// abCharts overlays every run of both arms: the TTFT CDF of each class, then
+// P99 TTFT, throughput, queue depth and preemptions over time.
+func abCharts(res *Result, classes []string) []template.HTML {
+	type line struct {
+		run Run
+		s   report.Series
+	}
+	var runs []line
+	for _, r := range res.Runs {
+		if r.Report == nil {
+			continue
+		}
+		c := report.Palette[0]
+		if r.Arm == "B" {
+			c = report.Palette[1]
+		}
+		runs = append(runs, line{run: r, s: report.Series{
+			Name: fmt.Sprintf("%s: %s, pair %d", r.Arm, armLabel(res, r), r.Repeat+1), Color: c, Dash: pairDash[r.Repeat%len(pairDash)]}})
+	}
+	each := func(v func(*result.Report) [][2]float64) []report.Series {
+		out := make([]report.Series, len(runs))
+		for i, l := range runs {
+			out[i] = l.s
+			out[i].XY = v(l.run.Report)
+		}
+		return out
+	}
+	var charts []report.Chart
+	for _, c := range classes {
+		charts = append(charts, report.CDFChart("TTFT CDF: "+c, each(func(rep *result.Report) [][2]float64 {
+			if cr := rep.Classes[c]; cr != nil {
+				return cr.TTFTCDF
+			}
+			return nil
+		})))
+	}
+	bucket := func(v func(result.Bucket) (float64, bool)) []report.Series {
+		return each(func(rep *result.Report) [][2]float64 { return report.TimeSeries(rep, v) })
+	}
+	meshQueue, format2 := len(runs) > 0, len(runs) > 0
+	for _, l := range runs {
+		meshQueue = meshQueue && report.MeshQueueMeasured(l.run.Report)
+		format2 = format2 && l.run.Report.TimelineFormat >= result.TimelineFormat
+	}
+	queue := report.Chart{Title: "Waiting for a first token over time (all classes)", XLabel: "time (s)", YLabel: "requests",
+		Series: bucket(func(b result.Bucket) (float64, bool) { return float64(b.Queued), true })}
+	if meshQueue {
+		queue = report.Chart{Title: "Queue depth in llmesh over time (from Server-Timing queue times)", XLabel: "time (s)", YLabel: "requests waiting for admission",
+			Series: bucket(func(b result.Bucket) (float64, bool) { return float64(b.MeshQueued), true })}
+	}
+	if format2 {
+		for _, c := range classes {
+			charts = append(charts, report.Chart{Title: "P99 TTFT over time: " + c + " (requests finishing in each bucket)", XLabel: "time (s)", YLabel: "ms",
+				Series: bucket(func(b result.Bucket) (float64, bool) { v, ok := b.ClassTTFTP99Ms[c]; return v, ok })})
+		}
+	} else {
+		charts = append(charts, report.Chart{Title: "P99 TTFT over time (all classes, requests finishing in each bucket)", XLabel: "time (s)", YLabel: "ms",
+			Series: bucket(func(b result.Bucket) (float64, bool) { return b.TTFTP99Ms, b.Done > 0 })})
+	}
+	charts = append(charts,
+		report.Chart{Title: "Throughput over time", XLabel: "time (s)", YLabel: "output tokens/s",
+			Series: bucket(func(b result.Bucket) (float64, bool) { return b.OutputTokensPerS, true })},
+		queue,
+	)
+	if format2 {
+		charts = append(charts, report.Chart{Title: "Preemptions over time (counted when the preempted request ends)", XLabel: "time (s)", YLabel: "preemptions",
+			Series: bucket(func(b result.Bucket) (float64, bool) { return float64(b.Preemptions), true })})
+	}
+	out := make([]template.HTML, len(charts))
+	for i, c := range charts {
+		out[i] = c.HTML()
+	}
+	return out
 }
 
 // armLabel names a run by its arm's target name rather than "A" or "B".

@@ -16,12 +16,30 @@ func WriteJSON(w io.Writer, r *Result) error {
 	return enc.Encode(r)
 }
 
+// classOrder lists the compared classes most urgent first (by the
+// priority the runs report), then by name.
 func classOrder(r *Result) []string {
+	prio := map[string]int{}
+	for _, run := range r.Runs {
+		if run.Report == nil {
+			continue
+		}
+		for n, c := range run.Report.Classes {
+			if _, ok := prio[n]; !ok && c != nil {
+				prio[n] = c.Priority
+			}
+		}
+	}
 	var names []string
 	for n := range r.Classes {
 		names = append(names, n)
 	}
-	sort.Strings(names)
+	sort.Slice(names, func(i, j int) bool {
+		if a, b := prio[names[i]], prio[names[j]]; a != b {
+			return a < b
+		}
+		return names[i] < names[j]
+	})
 	return names
 }
 

@@ -1,128 +1,114 @@
 package report
 
 import (
-	"bytes"
 	"fmt"
 	"html/template"
 	"io"
-
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
+	"math"
 
 	"github.com/llmesh/llmesh/bench/result"
 )
 
-// series is one named line of a chart.
-type series struct {
-	name string
-	xy   plotter.XYs
+// CDFChart is a TTFT CDF chart: x on a log scale when the lines span more
+// than two decades (an overloaded arm next to a calm one), else linear.
+func CDFChart(title string, lines []Series) Chart {
+	lo, hi := math.Inf(1), 0.0
+	for _, s := range lines {
+		for _, p := range s.XY {
+			if p[0] > 0 {
+				lo, hi = math.Min(lo, p[0]), math.Max(hi, p[0])
+			}
+		}
+	}
+	return Chart{Title: title, XLabel: "TTFT (ms)", YLabel: "fraction of requests", YMax: 1, LogX: hi > 100*lo, Series: lines}
 }
 
-// chart renders lines as an inline SVG; fonts are referenced, not embedded,
-// to keep the page small.
-func chart(title, xLabel, yLabel string, lines []series) (template.HTML, error) {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = xLabel
-	p.Y.Label.Text = yLabel
-	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
-	any := false
-	for i, s := range lines {
-		if len(s.xy) == 0 {
-			continue
-		}
-		l, err := plotter.NewLine(s.xy)
-		if err != nil {
-			return "", fmt.Errorf("chart %q: %w", title, err)
-		}
-		l.Color = plotutil.Color(i)
-		l.Width = vg.Points(1.5)
-		p.Add(l)
-		p.Legend.Add(s.name, l)
-		any = true
-	}
-	if !any {
-		return template.HTML("<p class=note>no data for " + template.HTMLEscapeString(title) + "</p>"), nil
-	}
-	c := vgsvg.NewWith(vgsvg.UseWH(16*vg.Centimeter, 8*vg.Centimeter), vgsvg.EmbedFonts(false))
-	p.Draw(draw.New(c))
-	var buf bytes.Buffer
-	if _, err := c.WriteTo(&buf); err != nil {
-		return "", err
-	}
-	// Drop the XML prolog so the SVG can sit inside HTML.
-	b := buf.Bytes()
-	if i := bytes.Index(b, []byte("<svg")); i > 0 {
-		b = b[i:]
-	}
-	return template.HTML(b), nil
-}
-
-func charts(rep *result.Report) ([]template.HTML, error) {
-	var cdf []series
-	for _, n := range ClassNames(rep) {
-		var xy plotter.XYs
-		for _, pt := range rep.Classes[n].TTFTCDF {
-			xy = append(xy, plotter.XY{X: pt[0], Y: pt[1]})
-		}
-		cdf = append(cdf, series{n, xy})
-	}
-	var lat, tput, depth []series
-	var ttft, e2e, tok, inflight, queued plotter.XYs
+// TimeSeries picks one value per timeline bucket.
+func TimeSeries(rep *result.Report, v func(result.Bucket) (float64, bool)) [][2]float64 {
+	var xy [][2]float64
 	for _, b := range rep.Timeline {
-		if b.Done > 0 {
-			ttft = append(ttft, plotter.XY{X: b.StartS, Y: b.TTFTP99Ms})
-			e2e = append(e2e, plotter.XY{X: b.StartS, Y: b.E2EP50Ms})
+		if y, ok := v(b); ok {
+			xy = append(xy, [2]float64{b.StartS, y})
 		}
-		tok = append(tok, plotter.XY{X: b.StartS, Y: b.OutputTokensPerS})
-		inflight = append(inflight, plotter.XY{X: b.StartS, Y: float64(b.InFlight)})
-		queued = append(queued, plotter.XY{X: b.StartS, Y: float64(b.Queued)})
 	}
-	lat = []series{{"TTFT p99", ttft}, {"E2E p50", e2e}}
-	tput = []series{{"output tokens/s", tok}}
-	depth = []series{{"in flight", inflight}, {"waiting for first token", queued}}
-	specs := []struct {
-		title, x, y string
-		s           []series
-	}{
-		{"TTFT CDF per class", "TTFT (ms)", "fraction of requests", cdf},
-		{"Latency over time", "time (s)", "ms", lat},
-		{"Throughput over time", "time (s)", "tokens/s", tput},
-		{"In flight and queue depth", "time (s)", "requests", depth},
+	return xy
+}
+
+// MeshQueueMeasured reports whether the run's responses carried llmesh's
+// Server-Timing queue time, so Bucket.MeshQueued is a measurement.
+func MeshQueueMeasured(rep *result.Report) bool {
+	if rep.TimelineFormat < result.TimelineFormat {
+		return false
+	}
+	for _, c := range rep.Classes {
+		if c != nil && c.QueueMs != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Preempted is the number of preemptions over the run's timeline.
+func Preempted(rep *result.Report) int {
+	n := 0
+	for _, b := range rep.Timeline {
+		n += b.Preemptions
+	}
+	return n
+}
+
+func charts(rep *result.Report) []template.HTML {
+	var cdf []Series
+	for _, n := range ClassNames(rep) {
+		var xy [][2]float64
+		for _, pt := range rep.Classes[n].TTFTCDF {
+			xy = append(xy, [2]float64{pt[0], pt[1]})
+		}
+		cdf = append(cdf, Series{Name: n, XY: xy})
+	}
+	done := func(b result.Bucket) bool { return b.Done > 0 }
+	specs := []Chart{
+		CDFChart("TTFT CDF per class", cdf),
+		{Title: "Latency over time (requests finishing in each bucket)", XLabel: "time (s)", YLabel: "ms", Series: []Series{
+			{Name: "TTFT p99", XY: TimeSeries(rep, func(b result.Bucket) (float64, bool) { return b.TTFTP99Ms, done(b) })},
+			{Name: "E2E p50", XY: TimeSeries(rep, func(b result.Bucket) (float64, bool) { return b.E2EP50Ms, done(b) })},
+		}},
+		{Title: "Throughput over time", XLabel: "time (s)", YLabel: "output tokens/s", Series: []Series{
+			{Name: "output tokens/s", XY: TimeSeries(rep, func(b result.Bucket) (float64, bool) { return b.OutputTokensPerS, true })},
+		}},
+	}
+	depth := []Series{
+		{Name: "in flight", XY: TimeSeries(rep, func(b result.Bucket) (float64, bool) { return float64(b.InFlight), true })},
+		{Name: "waiting for first token", XY: TimeSeries(rep, func(b result.Bucket) (float64, bool) { return float64(b.Queued), true })},
+	}
+	if MeshQueueMeasured(rep) {
+		depth = append(depth, Series{Name: "in llmesh's queue (Server-Timing)", XY: TimeSeries(rep, func(b result.Bucket) (float64, bool) { return float64(b.MeshQueued), true })})
+	}
+	specs = append(specs, Chart{Title: "In flight and queue depth", XLabel: "time (s)", YLabel: "requests", Series: depth})
+	if rep.TimelineFormat >= result.TimelineFormat && Preempted(rep) > 0 {
+		specs = append(specs, Chart{Title: "Preemptions over time (by the end of the preempted request)", XLabel: "time (s)", YLabel: "preemptions", Series: []Series{
+			{Name: "preemptions", XY: TimeSeries(rep, func(b result.Bucket) (float64, bool) { return float64(b.Preemptions), true })},
+		}})
 	}
 	if rep.GPU != nil {
-		var sm, pw []series
+		var sm, pw []Series
 		for _, d := range rep.GPU.Devices {
-			var u, p plotter.XYs
+			var u, p [][2]float64
 			for _, s := range d.Series {
-				u = append(u, plotter.XY{X: s[0], Y: s[1]})
-				p = append(p, plotter.XY{X: s[0], Y: s[2]})
+				u = append(u, [2]float64{s[0], s[1]})
+				p = append(p, [2]float64{s[0], s[2]})
 			}
-			sm = append(sm, series{fmt.Sprintf("GPU %d SM %%", d.Index), u})
-			pw = append(pw, series{fmt.Sprintf("GPU %d W", d.Index), p})
+			sm = append(sm, Series{Name: fmt.Sprintf("GPU %d SM %%", d.Index), XY: u})
+			pw = append(pw, Series{Name: fmt.Sprintf("GPU %d W", d.Index), XY: p})
 		}
-		specs = append(specs, struct {
-			title, x, y string
-			s           []series
-		}{"GPU SM utilization", "time (s)", "%", sm}, struct {
-			title, x, y string
-			s           []series
-		}{"GPU power", "time (s)", "W", pw})
+		specs = append(specs, Chart{Title: "GPU SM utilization", XLabel: "time (s)", YLabel: "%", Series: sm},
+			Chart{Title: "GPU power", XLabel: "time (s)", YLabel: "W", Series: pw})
 	}
-	var out []template.HTML
-	for _, s := range specs {
-		h, err := chart(s.title, s.x, s.y, s.s)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, h)
+	out := make([]template.HTML, len(specs))
+	for i, c := range specs {
+		out[i] = c.HTML()
 	}
-	return out, nil
+	return out
 }
 
 var page = template.Must(template.New("report").Parse(`<!doctype html>
@@ -132,7 +118,7 @@ var page = template.Must(template.New("report").Parse(`<!doctype html>
 body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th{background:#f3f3f3}td:first-child{text-align:left}.bad{color:#b00;font-weight:bold}.ok{color:#070}
-.note{color:#666}svg{display:block;margin:1em 0}
+.note{color:#666}
 </style></head><body>
 <h1>{{.Title}}</h1>
 <p>{{.Rep.NumPrompts}} requests ({{.Rep.Warmup}} warm-up excluded) in {{printf "%.2f" .Rep.Duration}} s: {{.Rep.Completed}} ok, {{.Rep.Failed}} failed.
@@ -151,10 +137,7 @@ Offered {{printf "%.2f" .Rep.OfferedRPS}} req/s, achieved {{printf "%.2f" .Rep.A
 // HTML writes a self-contained page: tables and inline SVG charts, no
 // external resources.
 func HTML(w io.Writer, rep *result.Report) error {
-	cs, err := charts(rep)
-	if err != nil {
-		return err
-	}
+	cs := charts(rep)
 	var rows [][]string
 	var notes []string
 	for _, n := range ClassNames(rep) {

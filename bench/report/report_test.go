@@ -142,7 +142,7 @@ func TestHTMLSelfContained(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := buf.String()
-	if n := strings.Count(h, "<svg"); n != 4 {
+	if n := strings.Count(h, `<figure class="chart"`); n != 4 {
 		t.Errorf("%d charts, want 4", n)
 	}
 	for _, bad := range []string{"<script", "<link ", "src=", "href=", "url("} {
@@ -177,7 +177,7 @@ func TestGPUSection(t *testing.T) {
 	if err := HTML(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(buf.String(), "<svg"); n != 6 {
+	if n := strings.Count(buf.String(), `<figure class="chart"`); n != 6 {
 		t.Errorf("%d charts with GPU telemetry, want 6", n)
 	}
 	buf.Reset()

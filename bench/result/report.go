@@ -101,6 +101,11 @@ type Report struct {
 	RecomputedTokensFraction float64 `json:"recomputed_tokens_fraction"`
 	// Timeline is the run in one-second (or coarser) buckets, for charts.
 	Timeline []Bucket `json:"timeline,omitempty"`
+	// TimelineFormat says which Bucket fields the timeline carries: 0 (files
+	// written before the field) sent to E2E p50; TimelineFormat also
+	// ClassTTFTP99Ms, MeshQueued and Preemptions, so their zeros are
+	// measurements.
+	TimelineFormat int `json:"timeline_format,omitempty"`
 	// GPU is telemetry sampled during the run; GPUNote says why there is
 	// none ("no GPU telemetry: …").
 	GPU     *GPU   `json:"gpu,omitempty"`
@@ -215,6 +220,10 @@ type EarlyStop struct {
 	BoundMs    float64 `json:"bound_ms,omitempty"`
 }
 
+// TimelineFormat is the Report.TimelineFormat of timelines with
+// Bucket.ClassTTFTP99Ms, MeshQueued and Preemptions.
+const TimelineFormat = 2
+
 // Bucket is one time slice of the run.
 type Bucket struct {
 	// StartS is the bucket start in seconds since the run's start.
@@ -228,9 +237,22 @@ type Bucket struct {
 	// end; Queued those sent without a first token yet.
 	InFlight int `json:"in_flight"`
 	Queued   int `json:"queued"`
+	// MeshQueued is the number of requests waiting for admission in llmesh
+	// at the bucket's end, from the responses' Server-Timing queue time
+	// (a request waits from its send to send + queue time): the gateway's
+	// or filter's queue as the harness sees it, without a scrape. Zero when
+	// no response carried the entry (a class's QueueMs is nil then).
+	MeshQueued int `json:"mesh_queued,omitempty"`
+	// Preemptions are those of the requests that ended in the bucket (the
+	// larger of llmesh's Server-Timing count and the engine's own): when a
+	// request was preempted is not reported, when it ended is.
+	Preemptions int `json:"preemptions,omitempty"`
 	// TTFTP99Ms and E2EP50Ms are over requests finishing in the bucket.
 	TTFTP99Ms float64 `json:"ttft_p99_ms"`
 	E2EP50Ms  float64 `json:"e2e_p50_ms"`
+	// ClassTTFTP99Ms is TTFTP99Ms per class, for classes with a request
+	// finishing in the bucket.
+	ClassTTFTP99Ms map[string]float64 `json:"class_ttft_p99_ms,omitempty"`
 }
 
 // GPU is GPU telemetry sampled during a run.

@@ -341,6 +341,7 @@ func Summarize(recs []result.Record, m Meta) *result.Report {
 	}
 	fillVLLM(rep, all)
 	rep.Timeline, rep.MaxConcurrentRequests, rep.MaxOutputTokensPerS = timeline(measured, start, end)
+	rep.TimelineFormat = result.TimelineFormat
 	rep.Engine = engineAgreement(measured)
 
 	rep.Valid = true

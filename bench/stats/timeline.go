@@ -29,9 +29,11 @@ func timeline(recs []*result.Record, start, end int64) ([]result.Bucket, int, fl
 	sentD := make([]int, n+1)
 	doneD := make([]int, n+1)
 	firstD := make([]int, n+1)
+	meshInD, meshOutD := make([]int, n+1), make([]int, n+1)
 	tokens := make([]float64, n)
 	perSec := make([]float64, int(span/int64(time.Second))+1)
 	ttft := make([]*metric, n)
+	classTTFT := make([]map[string]*metric, n)
 	e2e := make([]*metric, n)
 
 	type ev struct {
@@ -50,6 +52,15 @@ func timeline(recs []*result.Record, start, end int64) ([]result.Bucket, int, fl
 			firstD[di]++
 		}
 		evs = append(evs, ev{r.SentNS, 1}, ev{r.DoneNS, -1})
+		if r.LLMesh != nil && r.LLMesh.HasQueue {
+			meshInD[si]++
+			meshOutD[idx(r.SentNS+r.LLMesh.QueueNS)]++
+		}
+		if r.LLMesh != nil {
+			b[di].Preemptions += max(r.Preemptions, r.LLMesh.Preemptions)
+		} else {
+			b[di].Preemptions += r.Preemptions
+		}
 		if r.Status != result.StatusOK {
 			b[di].Failed++
 			continue
@@ -61,6 +72,13 @@ func timeline(recs []*result.Record, start, end int64) ([]result.Bucket, int, fl
 		e2e[di].add(r.E2E())
 		if t, ok := r.TTFT(); ok {
 			ttft[di].add(t)
+			if classTTFT[di] == nil {
+				classTTFT[di] = map[string]*metric{}
+			}
+			if classTTFT[di][r.Class] == nil {
+				classTTFT[di][r.Class] = newMetric()
+			}
+			classTTFT[di][r.Class].add(t)
 		}
 		// Tokens are spread evenly over the token-bearing chunks; a
 		// non-streamed response puts them all at its end.
@@ -74,16 +92,24 @@ func timeline(recs []*result.Record, start, end int64) ([]result.Bucket, int, fl
 			perSec[min(max(0, (t-start)/int64(time.Second)), int64(len(perSec)-1))] += per
 		}
 	}
-	inflight, queued := 0, 0
+	inflight, queued, meshQueued := 0, 0, 0
 	for i := range b {
 		inflight += sentD[i] - doneD[i]
 		queued += sentD[i] - firstD[i]
+		meshQueued += meshInD[i] - meshOutD[i]
+		b[i].MeshQueued = max(0, meshQueued)
 		b[i].StartS = float64(int64(i)*width) / 1e9
 		b[i].InFlight = inflight
 		b[i].Queued = max(0, queued)
 		b[i].OutputTokensPerS = math.Round(tokens[i]/(float64(width)/1e9)*10) / 10
 		if ttft[i] != nil {
 			b[i].TTFTP99Ms = ttft[i].q(99)
+		}
+		for c, m := range classTTFT[i] {
+			if b[i].ClassTTFTP99Ms == nil {
+				b[i].ClassTTFTP99Ms = map[string]float64{}
+			}
+			b[i].ClassTTFTP99Ms[c] = m.q(99)
 			b[i].E2EP50Ms = e2e[i].q(50)
 		}
 	}
