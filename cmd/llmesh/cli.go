@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"regexp"
 	"runtime"
 	"runtime/debug"
@@ -125,7 +126,7 @@ func adapt(cc *cobra.Command, fn func(context.Context, []string, io.Writer, io.W
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return ran{err}
+		return ran{fileUsage(err)}
 	}
 	cc.SetHelpFunc(func(*cobra.Command, []string) {
 		desc, flags := flagsHelp()
@@ -144,6 +145,22 @@ func adapt(cc *cobra.Command, fn func(context.Context, []string, io.Writer, io.W
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// fileUsage makes a file named on the command line that does not exist or
+// cannot be opened a usage error (exit 2), whichever command opens it and
+// whenever: the exit-code table promises one code for it on every command.
+// An error that already carries an exit code keeps it.
+func fileUsage(err error) error {
+	var ec *exitCode
+	var pe *fs.PathError
+	if err == nil || errors.As(err, &ec) || !errors.As(err, &pe) {
+		return err
+	}
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		return withExitCode(exitUsage, err)
+	}
+	return err
 }
 
 // ran marks an error returned by a command itself (as opposed to cobra's

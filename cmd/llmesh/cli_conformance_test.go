@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -111,6 +112,71 @@ func TestCLIConformance(t *testing.T) {
 	for _, args := range [][]string{{"nonsense"}, {"bench", "nonsense"}, {"--no-such-flag"}} {
 		if _, _, code := runMain(args...); code != exitUsage {
 			t.Errorf("llmesh %q: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+}
+
+// inputFileFlags name the flags that read a file; a command with one of
+// them must be in TestCLIMissingFile's table.
+var inputFileFlags = []string{"workload", "trace", "config", "check", "records"}
+
+// A file named on the command line that does not exist is a usage error,
+// exit 2, on every command that reads one, and the message names it.
+func TestCLIMissingFile(t *testing.T) {
+	const missing = "/nonexistent/llmesh-missing-input"
+	std := "../../bench/workloads/mixed-priority.yaml"
+	cases := []struct {
+		path string
+		args []string
+	}{
+		{"bench run", []string{"--workload", missing, "--target", "http://127.0.0.1:1"}},
+		{"bench report", []string{missing}},
+		{"bench report", []string{"--records", missing, "--workload", std}},
+		{"bench report", []string{"--records", missing + ".jsonl", "--workload", missing}},
+		{"bench ab", []string{"--workload", missing, "--a", "http://127.0.0.1:1", "--b", "http://127.0.0.1:1"}},
+		{"bench ab", []string{"--a", "embedded:" + missing, "--b", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s"}},
+		{"bench sweep", []string{"--workload", missing, "--target", "http://127.0.0.1:1", "--rates", "1"}},
+		{"bench simulate", []string{"--workload", missing}},
+		{"bench simulate", []string{"--trace", missing}},
+		{"sim fit-report", []string{"--check", missing}},
+		{"control", []string{"--config", missing, "--xds", "127.0.0.1:0", "--admin", "off"}},
+		{"gateway", []string{"--config", missing}},
+		{"scheduler serve", []string{"--config", missing, "--listen", "127.0.0.1:0"}},
+		{"demo", []string{"--workload", missing}},
+		{"report slo", []string{"--config", missing, "--prometheus", "http://127.0.0.1:1"}},
+		{"slo rules", []string{"--config", missing}},
+		{"slo dashboard", []string{"--config", missing}},
+	}
+	covered := map[string]bool{}
+	for _, c := range cases {
+		covered[c.path] = true
+		t.Run(strings.ReplaceAll(c.path, " ", "_"), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var o, e bytes.Buffer
+			err := Main(ctx, append(strings.Fields(c.path), c.args...), &o, &e)
+			if ctx.Err() != nil {
+				t.Fatalf("llmesh %s %q ran until the deadline instead of failing on the missing file", c.path, c.args)
+			}
+			code := 0
+			if err != nil {
+				code = exitError
+				var ec *exitCode
+				if errors.As(err, &ec) {
+					code = ec.code
+				}
+			}
+			if code != exitUsage || !strings.Contains(err.Error(), missing) {
+				t.Errorf("llmesh %s %q: exit %d, error %v; want exit %d naming %s", c.path, c.args, code, err, exitUsage, missing)
+			}
+		})
+	}
+	for _, path := range leafPaths(t) {
+		help, _, _ := runMain(append(strings.Fields(path), "--help")...)
+		for _, f := range inputFileFlags {
+			if strings.Contains(help, "  --"+f+" ") && !covered[path] {
+				t.Errorf("llmesh %s reads a file (--%s) but is not in this test's table", path, f)
+			}
 		}
 	}
 }

@@ -52,7 +52,7 @@ func runControl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *dump {
 		cfg, err := config.LoadFile(*cfgPath)
 		if err != nil {
-			return withExitCode(1, err)
+			return fileUsage(err)
 		}
 		res, err := control.Build(cfg, build)
 		if err != nil {
@@ -80,7 +80,7 @@ func runControl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	srv, err := control.New(opts)
 	if err != nil {
-		return withExitCode(1, err)
+		return fileUsage(err)
 	}
 	admin := *adminAddr
 	if admin == "" {
