@@ -80,6 +80,9 @@ type Options struct {
 	Progress io.Writer
 	// Log, when not nil, gets one line per finished run.
 	Log io.Writer
+	// JSONL, when not nil, gets every run's per-request records, each
+	// with its Run set to arm and pair ("A/1", "B/1", …).
+	JSONL io.Writer
 	// Run performs one run; nil means harness.Run. Tests and embedded
 	// setups may wrap it.
 	Run func(context.Context, harness.Options) (*result.Report, []result.Record, error)
@@ -135,7 +138,7 @@ func Compare(ctx context.Context, o Options) (*Result, error) {
 			key string
 			t   Target
 		}{{"A", o.A}, {"B", o.B}} {
-			rep, recs, err := runArm(ctx, run, arm.t, &w, o.Progress)
+			rep, recs, err := runArm(ctx, run, arm.t, &w, o.Progress, o.JSONL, fmt.Sprintf("%s/%d", arm.key, i+1))
 			if rep != nil {
 				res.Runs = append(res.Runs, Run{Arm: arm.key, Repeat: i, Seed: w.Spec.Seed, Report: rep})
 				samples[arm.key].add(recs, rep, o.Workload)
@@ -185,11 +188,11 @@ func validity(rep *result.Report) string {
 	return fmt.Sprintf("INVALID %v", rep.InvalidReasons)
 }
 
-func runArm(ctx context.Context, run func(context.Context, harness.Options) (*result.Report, []result.Record, error), t Target, w *workload.Workload, progress io.Writer) (*result.Report, []result.Record, error) {
+func runArm(ctx context.Context, run func(context.Context, harness.Options) (*result.Report, []result.Record, error), t Target, w *workload.Workload, progress, jsonl io.Writer, id string) (*result.Report, []result.Record, error) {
 	ep, release, err := t.Acquire(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting target: %w", err)
 	}
 	defer release()
-	return run(ctx, harness.Options{Workload: w, Target: ep, Label: t.Name(), Policy: t.Name(), Progress: progress})
+	return run(ctx, harness.Options{Workload: w, Target: ep, Label: t.Name(), Policy: t.Name(), Progress: progress, JSONL: jsonl, RunID: id})
 }

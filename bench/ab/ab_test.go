@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
 	"github.com/llmesh/llmesh/bench/benchtest"
@@ -45,10 +46,22 @@ requests: 60
 arrival: {process: constant, rate: 200}
 max_schedule_lag_p99: 1s
 classes: [{name: a, slo: {ttft: 20ms}, prompt_tokens: {value: 8}, output_tokens: {value: 4}}]`)
-	var log bytes.Buffer
-	res, err := Compare(context.Background(), Options{Workload: w, A: URL{Label: "slow", Endpoint: slow.HTTPURL}, B: URL{Label: "fast", Endpoint: fast.HTTPURL}, Repeats: 2, Resamples: 300, Log: &log})
+	var log, jsonl bytes.Buffer
+	res, err := Compare(context.Background(), Options{Workload: w, A: URL{Label: "slow", Endpoint: slow.HTTPURL}, B: URL{Label: "fast", Endpoint: fast.HTTPURL}, Repeats: 2, Resamples: 300, Log: &log, JSONL: &jsonl})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// One export holds every run's records, each naming its arm and pair.
+	recs, err := result.ReadRecords(&jsonl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perRun := map[string]int{}
+	for _, r := range recs {
+		perRun[r.Run]++
+	}
+	if diff := cmp.Diff(map[string]int{"A/1": 60, "B/1": 60, "A/2": 60, "B/2": 60}, perRun); diff != "" {
+		t.Errorf("records per run in the JSONL export (-want +got):\n%s", diff)
 	}
 	if len(res.Runs) != 4 || res.Runs[0].Arm != "A" || res.Runs[1].Arm != "B" || res.Runs[2].Seed != w.Spec.Seed+1 || res.Runs[3].Seed != w.Spec.Seed+1 {
 		t.Fatalf("runs not interleaved A B A B with paired seeds: %+v", res.Runs)

@@ -37,6 +37,9 @@ type Options struct {
 	// JSONL, when not nil, gets one JSON record per request as requests
 	// finish (warm-up included, marked).
 	JSONL io.Writer
+	// RunID is set as every record's Run, so the records of several runs
+	// can share one JSONL file.
+	RunID string
 	// Progress, when it is a terminal, shows a live progress line; nil or a
 	// non-terminal shows nothing.
 	Progress io.Writer
@@ -84,6 +87,7 @@ func Run(ctx context.Context, o Options) (*result.Report, []result.Record, error
 		bw = bufio.NewWriterSize(o.JSONL, 64<<10)
 		enc := json.NewEncoder(bw)
 		sink = func(r *result.Record) {
+			r.Run = o.RunID
 			if sinkErr == nil {
 				sinkErr = enc.Encode(r)
 			}

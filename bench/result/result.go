@@ -51,6 +51,10 @@ const (
 // Record is one request. Times are nanoseconds relative to the run's start
 // (the intended send time of the first item is 0).
 type Record struct {
+	// Run names the run of a multi-run command the record belongs to
+	// (bench ab: "A/1", "B/1", … for arm and pair; bench sweep: "rate=R");
+	// empty for a single run.
+	Run    string `json:"run,omitempty"`
 	Index  int    `json:"index"`
 	Class  string `json:"class"`
 	Warmup bool   `json:"warmup,omitempty"`

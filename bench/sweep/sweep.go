@@ -34,6 +34,9 @@ type Options struct {
 	Log      io.Writer
 	// Run performs one run; nil means harness.Run.
 	Run func(context.Context, harness.Options) (*result.Report, []result.Record, error)
+	// JSONL, when not nil, gets every run's per-request records, each
+	// with its Run set to "rate=R".
+	JSONL io.Writer
 }
 
 // Point is one rate's outcome.
@@ -108,7 +111,8 @@ func Sweep(ctx context.Context, o Options) (*Result, error) {
 	var runErr error
 	for _, rate := range rates {
 		w := o.Workload.ScaleRate(rate / base)
-		rep, _, err := run(ctx, harness.Options{Workload: w, Target: o.Target, Label: fmt.Sprintf("rate %g", rate), Load: rate, Progress: o.Progress})
+		rep, _, err := run(ctx, harness.Options{Workload: w, Target: o.Target, Label: fmt.Sprintf("rate %g", rate), Load: rate, Progress: o.Progress,
+			JSONL: o.JSONL, RunID: fmt.Sprintf("rate=%g", rate)})
 		if rep != nil {
 			res.Reports = append(res.Reports, rep)
 			res.Points = append(res.Points, point(rate, rep))
@@ -199,11 +203,7 @@ func crossing(pts []Point, i int, c workload.Class) (string, float64) {
 
 // Table writes the sweep as a terminal table.
 func Table(w io.Writer, r *Result) error {
-	var names []string
-	for n := range r.Knees {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := classNames(r)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := []string{"rate", "achieved", "goodput", "valid"}
 	for _, n := range names {
@@ -229,21 +229,41 @@ func Table(w io.Writer, r *Result) error {
 		return err
 	}
 	fmt.Fprintln(w, "* = P99 over the class SLO")
-	for _, n := range names {
+	for _, l := range summary(r) {
+		if _, err := fmt.Fprintln(w, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// summary is the sweep's findings, one line each: every class's knee, then
+// the highest goodput with every class at its attainment target.
+func summary(r *Result) []string {
+	var out []string
+	for _, n := range classNames(r) {
 		k := r.Knees[n]
 		switch {
 		case k.Found:
-			fmt.Fprintf(w, "knee %s: %s crosses its SLO between %g and %g (≈ %.3g)\n", n, k.Metric, k.LastGood, k.FirstBad, k.Estimate)
+			out = append(out, fmt.Sprintf("knee %s: %s crosses its SLO between %g and %g (≈ %.3g)", n, k.Metric, k.LastGood, k.FirstBad, k.Estimate))
 		case k.FirstBad > 0:
-			fmt.Fprintf(w, "knee %s: over its SLO already at the lowest rate %g\n", n, k.FirstBad)
+			out = append(out, fmt.Sprintf("knee %s: over its SLO already at the lowest rate %g", n, k.FirstBad))
 		default:
-			fmt.Fprintf(w, "knee %s: within its SLO up to the highest rate %g\n", n, k.LastGood)
+			out = append(out, fmt.Sprintf("knee %s: within its SLO up to the highest rate %g", n, k.LastGood))
 		}
 	}
 	if r.MaxGoodputRPS > 0 {
-		_, err := fmt.Fprintf(w, "max goodput with every class at its attainment target: %.2f req/s at rate %g\n", r.MaxGoodputRPS, r.MaxGoodputRate)
-		return err
+		return append(out, fmt.Sprintf("max goodput with every class at its attainment target: %.2f req/s at rate %g", r.MaxGoodputRPS, r.MaxGoodputRate))
 	}
-	_, err := fmt.Fprintln(w, "no rate met every class's attainment target")
-	return err
+	return append(out, "no rate met every class's attainment target")
+}
+
+// classNames are the swept classes in name order.
+func classNames(r *Result) []string {
+	var names []string
+	for n := range r.Knees {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }

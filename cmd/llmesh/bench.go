@@ -272,11 +272,13 @@ func runBenchReport(ctx context.Context, args []string, stdout, stderr io.Writer
 	var (
 		out                           benchOutputs
 		records, workloadFile, target string
+		runID                         string
 	)
 	out.register(fs)
 	fs.StringVar(&records, "records", "", "summarize a --jsonl `FILE` of per-request records instead (needs --workload)")
 	fs.StringVar(&workloadFile, "workload", "", "workload `FILE` the records came from (classes, SLOs, targets)")
 	fs.StringVar(&target, "target", "", "target recorded in a report rebuilt from --records")
+	fs.StringVar(&runID, "run", "", "with --records from bench ab or sweep: the `RUN` to summarize (A/1, B/2, rate=5, …)")
 	// Flags may follow the file name.
 	var files []string
 	rest := args
@@ -296,6 +298,8 @@ func runBenchReport(ctx context.Context, args []string, stdout, stderr io.Writer
 		errs = append(errs, errors.New("--records: takes no report file and needs --workload"))
 	case records == "" && len(files) != 1:
 		errs = append(errs, fmt.Errorf("want exactly one report file, got %d", len(files)))
+	case records == "" && runID != "":
+		errs = append(errs, errors.New("--run: only with --records"))
 	}
 	if !slices.Contains(report.Formats, out.format) {
 		errs = append(errs, fmt.Errorf("--format: %q must be one of %s", out.format, strings.Join(report.Formats, ", ")))
@@ -304,7 +308,7 @@ func runBenchReport(ctx context.Context, args []string, stdout, stderr io.Writer
 		return withExitCode(harness.ExitUsage, err)
 	}
 	if records != "" {
-		return reportFromRecords(records, workloadFile, target, &out, stdout)
+		return reportFromRecords(records, workloadFile, target, runID, &out, stdout)
 	}
 	f, err := os.Open(files[0])
 	if err != nil {
@@ -321,7 +325,7 @@ func runBenchReport(ctx context.Context, args []string, stdout, stderr io.Writer
 // reportFromRecords rebuilds a report from a JSONL export, for example of
 // a run that was killed before it could write its report. A malformed line
 // stops reading; the records before it are still summarized.
-func reportFromRecords(path, workloadFile, target string, out *benchOutputs, stdout io.Writer) error {
+func reportFromRecords(path, workloadFile, target, runID string, out *benchOutputs, stdout io.Writer) error {
 	w, err := workload.LoadFile(workloadFile)
 	if err != nil {
 		return withExitCode(harness.ExitUsage, err)
@@ -335,11 +339,42 @@ func reportFromRecords(path, workloadFile, target string, out *benchOutputs, std
 	if readErr != nil {
 		readErr = fmt.Errorf("%s: %w (summarizing the %d records before it)", path, readErr, len(recs))
 	}
+	recs, err = pickRun(recs, runID)
+	if err != nil {
+		return errors.Join(readErr, withExitCode(harness.ExitUsage, fmt.Errorf("%s: %w", path, err)))
+	}
 	if len(recs) == 0 {
 		return errors.Join(readErr, fmt.Errorf("%s: no records", path))
 	}
 	rep := stats.Summarize(recs, stats.Meta{Workload: w, Target: target})
 	return errors.Join(out.emit(rep, stdout), readErr)
+}
+
+// pickRun keeps the records of run id. The export of bench ab or sweep
+// holds several runs, which are never summarized together: without an id
+// such a file is an error that lists its runs.
+func pickRun(recs []result.Record, id string) ([]result.Record, error) {
+	var runs []string
+	seen := map[string]bool{}
+	var out []result.Record
+	for _, r := range recs {
+		if !seen[r.Run] {
+			seen[r.Run] = true
+			runs = append(runs, r.Run)
+		}
+		if r.Run == id {
+			out = append(out, r)
+		}
+	}
+	switch {
+	case id == "" && len(runs) == 1:
+		return recs, nil
+	case id == "" && len(runs) > 1:
+		return nil, fmt.Errorf("records of %d runs (%s): pick one with --run", len(runs), strings.Join(runs, ", "))
+	case id != "" && !seen[id]:
+		return nil, fmt.Errorf("--run: no records of run %q (runs: %s)", id, strings.Join(runs, ", "))
+	}
+	return out, nil
 }
 
 // writeJSON writes v as indented JSON.

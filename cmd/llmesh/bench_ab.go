@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,6 +73,7 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		a, b, aName, bName string
 		jsonOut, mdOut     string
 		htmlOut, format    string
+		jsonlOut           string
 		repeats, resamples int
 		quiet, sloGate     bool
 	)
@@ -85,6 +87,7 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&jsonOut, "json", "", "write the comparison (with every run's report) as JSON to `FILE` (- for stdout)")
 	fs.StringVar(&mdOut, "markdown", "", "write the comparison as Markdown to `FILE`")
 	fs.StringVar(&htmlOut, "html", "", "write the comparison and every run's report as one self-contained HTML page to `FILE`")
+	fs.StringVar(&jsonlOut, "jsonl", "", "write every run's per-request records to `FILE`, each with its run (A/1, B/1, …; bench report --records --run picks one)")
 	fs.StringVar(&format, "format", "table", "stdout format: table, json, markdown, html")
 	fs.BoolVar(&sloGate, "slo-gate", false, "exit 3 when a run of B misses a class's attainment target")
 	fs.BoolVar(&quiet, "quiet", false, "no live progress")
@@ -115,6 +118,14 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	o := ab.Options{Workload: w, A: ta, B: tb, Repeats: repeats, Resamples: resamples, Log: stderr}
 	if !quiet && progress.IsTerminal(stdout) {
 		o.Progress = stderr
+	}
+	if jsonlOut != "" {
+		jf, err := os.Create(jsonlOut)
+		if err != nil {
+			return err
+		}
+		defer jf.Close()
+		o.JSONL = jf
 	}
 	res, runErr := ab.Compare(ctx, o)
 	if res == nil {
@@ -162,12 +173,19 @@ func runBenchSweep(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var (
 		wf                     workloadFlags
 		target, rates, jsonOut string
-		quiet                  bool
+		jsonlOut, htmlOut      string
+		mdOut, format          string
+		quiet, sloGate         bool
 	)
 	wf.register(fs)
 	fs.StringVar(&target, "target", "", "endpoint (required)")
 	fs.StringVar(&rates, "rates", "", "comma-separated offered loads: req/s (open loop), clients (closed loop) or speed-ups (trace) (required)")
 	fs.StringVar(&jsonOut, "json", "", "write the sweep (with every run's report) as JSON to `FILE` (- for stdout)")
+	fs.StringVar(&jsonlOut, "jsonl", "", "write every run's per-request records to `FILE`, each with its run (rate=R; bench report --records --run picks one)")
+	fs.StringVar(&htmlOut, "html", "", "write the sweep as one self-contained HTML page with charts to `FILE`")
+	fs.StringVar(&mdOut, "markdown", "", "write the sweep as Markdown to `FILE`")
+	fs.StringVar(&format, "format", "table", "stdout format: table, json, markdown, html")
+	fs.BoolVar(&sloGate, "slo-gate", false, "exit 3 when no valid rate had every class at its attainment target (4 when no run was valid)")
 	fs.BoolVar(&quiet, "quiet", false, "no live progress")
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(harness.ExitUsage, err)
@@ -191,6 +209,12 @@ func runBenchSweep(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		rs = append(rs, v)
 	}
+	if !slices.Contains(sweep.Formats, format) {
+		errs = append(errs, fmt.Errorf("--format: %q must be one of %s", format, strings.Join(sweep.Formats, ", ")))
+	}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
 	w, err := wf.load(fs)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
@@ -200,16 +224,38 @@ func runBenchSweep(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if !quiet && progress.IsTerminal(stdout) {
 		o.Progress = stderr
 	}
+	if jsonlOut != "" {
+		jf, err := os.Create(jsonlOut)
+		if err != nil {
+			return err
+		}
+		defer jf.Close()
+		o.JSONL = jf
+	}
 	res, runErr := sweep.Sweep(ctx, o)
 	if res == nil {
 		return runErr
 	}
 	var outErrs []error
-	if jsonOut != "-" {
-		outErrs = append(outErrs, sweep.Table(stdout, res))
+	if jsonOut != "-" && mdOut != "-" && htmlOut != "-" {
+		outErrs = append(outErrs, sweep.Render(stdout, res, format))
 	}
-	if jsonOut != "" {
-		outErrs = append(outErrs, writeFile(jsonOut, stdout, func(w io.Writer) error { return writeJSON(w, res) }))
+	for _, f := range []struct{ path, format string }{{jsonOut, "json"}, {mdOut, "markdown"}, {htmlOut, "html"}} {
+		if f.path != "" {
+			outErrs = append(outErrs, writeFile(f.path, stdout, func(w io.Writer) error { return sweep.Render(w, res, f.format) }))
+		}
 	}
-	return errors.Join(runErr, errors.Join(outErrs...))
+	if err := errors.Join(runErr, errors.Join(outErrs...)); err != nil {
+		return err
+	}
+	if !sloGate {
+		return nil
+	}
+	switch err := sweep.Gate(res); {
+	case errors.Is(err, sweep.ErrNoValidRun):
+		return withExitCode(harness.ExitInvalid, err)
+	case err != nil:
+		return withExitCode(harness.ExitSLO, err)
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmesh/llmesh/bench/benchtest"
 	"github.com/llmesh/llmesh/bench/report"
+	"github.com/llmesh/llmesh/bench/sweep"
 )
 
 func benchMain(t *testing.T, args ...string) (string, string, error) {
@@ -154,5 +155,53 @@ func mustWrite(t *testing.T, path string, data []byte, perm os.FileMode) {
 	t.Helper()
 	if err := os.WriteFile(path, data, perm); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// bench ab and bench sweep write every run's records to one --jsonl file;
+// bench report --records rebuilds one run's report from it with --run and
+// refuses to mix runs without it. Sweep renders Markdown and HTML like run.
+func TestBenchMultiRunOutputs(t *testing.T) {
+	srv := benchtest.Start(t, benchtest.Config{})
+	dir := t.TempDir()
+	wl := filepath.Join(dir, "w.yaml")
+	mustWrite(t, wl, []byte("requests: 20\narrival: {rate: 200}\nmax_schedule_lag_p99: 1s\nclasses: [{name: default, prompt_tokens: {value: 16}, output_tokens: {value: 4}, send_priority: false}]\n"), 0o644)
+	abl := filepath.Join(dir, "ab.jsonl")
+	if _, _, err := benchMain(t, "ab", "--workload", wl, "--a", srv.HTTPURL, "--b", srv.HTTPURL, "--repeats", "2", "--resamples", "100", "--jsonl", abl, "--quiet"); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := benchMain(t, "report", "--records", abl, "--workload", wl)
+	if exitCodeOf(err) != exitUsage || !strings.Contains(err.Error(), "records of 4 runs (A/1, B/1, A/2, B/2): pick one with --run") {
+		t.Errorf("report of a multi-run export without --run: exit %d, %v", exitCodeOf(err), err)
+	}
+	js, _, err := benchMain(t, "report", "--records", abl, "--workload", wl, "--run", "B/2", "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := report.ReadJSON(strings.NewReader(js)); err != nil || rep.Completed != 20 {
+		t.Errorf("report of run B/2: %v, %+v", err, rep)
+	}
+	if _, _, err := benchMain(t, "report", "--records", abl, "--workload", wl, "--run", "C/1"); exitCodeOf(err) != exitUsage || !strings.Contains(err.Error(), `no records of run "C/1"`) {
+		t.Errorf("--run of a run the file lacks: exit %d, %v", exitCodeOf(err), err)
+	}
+
+	swl, html := filepath.Join(dir, "sweep.jsonl"), filepath.Join(dir, "sweep.html")
+	md, _, err := benchMain(t, "sweep", "--workload", wl, "--target", srv.HTTPURL, "--rates", "100,200", "--jsonl", swl, "--html", html, "--format", "markdown", "--slo-gate", "--quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(md, "# llmesh bench sweep:") || !strings.Contains(md, "| 200 |") {
+		t.Errorf("sweep --format markdown:\n%s", md)
+	}
+	if b, err := os.ReadFile(html); err != nil || !strings.Contains(string(b), `<figure class="chart"`) {
+		t.Errorf("sweep --html: %v", err)
+	}
+	if _, _, err := benchMain(t, "report", "--records", swl, "--workload", wl, "--run", "rate=100"); err != nil {
+		t.Errorf("report of the sweep's rate=100 run: %v", err)
+	}
+	// No class can meet a 1 ns TTFT: no operating point, exit 3.
+	_, _, err = benchMain(t, "sweep", "--target", srv.HTTPURL, "--rate", "100", "--rates", "100", "--requests", "10", "--ttft-slo", "1ns", "--max-lag", "10s", "--slo-gate", "--quiet")
+	if exitCodeOf(err) != 3 || !errors.Is(err, sweep.ErrNoOperatingPoint) {
+		t.Errorf("sweep --slo-gate without an operating point: exit %d, %v", exitCodeOf(err), err)
 	}
 }
