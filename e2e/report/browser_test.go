@@ -81,7 +81,13 @@ func TestABPageInBrowser(t *testing.T) {
 	probe := filepath.Join(dir, "probe.html")
 	script := `<script>window.addEventListener('load',()=>{const r=document.getElementById('verdict').getBoundingClientRect();` +
 		`document.body.setAttribute('data-verdict-bottom',Math.round(r.bottom));` +
-		`document.body.setAttribute('data-table-top',Math.round(document.getElementById('comparison').getBoundingClientRect().top));});</script>`
+		`document.body.setAttribute('data-table-top',Math.round(document.getElementById('comparison').getBoundingClientRect().top));` +
+		// Charts: how many, how many are narrower than 600 px, and how
+		// many have a legend that starts above the plot's bottom edge.
+		`const figs=[...document.querySelectorAll('body > figure.chart')];let small=0,over=0;` +
+		`for(const f of figs){const s=f.querySelector(':scope > svg').getBoundingClientRect();const l=f.querySelector('ul.legend');` +
+		`if(s.width<600)small++;if(l&&l.getBoundingClientRect().top<s.bottom-1)over++;}` +
+		`document.body.setAttribute('data-charts',figs.length+','+small+','+over);});</script>`
 	if err := os.WriteFile(probe, []byte(strings.Replace(string(html), "</body>", script+"</body>", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +103,9 @@ func TestABPageInBrowser(t *testing.T) {
 	}
 	if bottom, _ := strconv.Atoi(m[1]); bottom <= 0 || bottom > screenH {
 		t.Errorf("verdict ends at y=%d, outside the first %dx%d screen", bottom, screenW, screenH)
+	}
+	if m := regexp.MustCompile(`data-charts="(\d+),(\d+),(\d+)"`).FindStringSubmatch(dom); m == nil || m[1] == "0" || m[2] != "0" || m[3] != "0" {
+		t.Errorf("charts as laid out (count, narrower than 600 px, legend over the plot): %v", m)
 	}
 	if !strings.Contains(dom, res.Verdict) {
 		t.Errorf("verdict %q not in the page", res.Verdict)
