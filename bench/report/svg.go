@@ -168,7 +168,8 @@ func newAxis(lo, hi float64, log, fixedHi bool) axis {
 		if kHi-kLo > 4 {
 			mults = []float64{1}
 		}
-		for k := kLo; k <= kHi; k++ {
+		every := max(1, (kHi-kLo+9)/10) // at most about ten decade ticks
+		for k := kLo; k <= kHi; k += every {
 			for _, m := range mults {
 				if k < kHi || m == 1 {
 					a.ticks = append(a.ticks, m*math.Pow10(k))
@@ -185,17 +186,28 @@ func newAxis(lo, hi float64, log, fixedHi bool) axis {
 	if !fixedHi {
 		a.hi = math.Ceil(hi/step) * step
 	}
-	for t := a.lo; t <= a.hi+step/1e6; t += step {
+	// Ticks by index: adding step to a large value can leave it unchanged.
+	for i := 0; i <= 20; i++ {
+		t := a.lo + float64(i)*step
+		if t > a.hi+step/1e6 {
+			break
+		}
 		a.ticks = append(a.ticks, math.Round(t/step)*step)
 	}
 	return a
 }
 
 func (a axis) frac(v float64) float64 {
+	var f float64
 	if a.log {
-		return math.Log10(v/a.lo) / math.Log10(a.hi/a.lo)
+		f = math.Log10(v/a.lo) / math.Log10(a.hi/a.lo)
+	} else {
+		f = (v - a.lo) / (a.hi - a.lo)
 	}
-	return (v - a.lo) / (a.hi - a.lo)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0.5 // a range too narrow for float64 at this magnitude
+	}
+	return min(1, max(0, f))
 }
 
 // label formats a tick: a log axis value by value, a linear one in one

@@ -147,3 +147,21 @@ classes: [{name: a, prompt_tokens: {value: 8}, output_tokens: {value: 2}}]`))
 		t.Errorf("format %d, mesh queue measured %v, preempted %d", rep.TimelineFormat, MeshQueueMeasured(rep), Preempted(rep))
 	}
 }
+
+// FuzzChart: any points give a finite drawing (no NaN coordinates, a
+// bounded number of ticks) and never hang.
+func FuzzChart(f *testing.F) {
+	f.Add(0.0, 1.0, 2.0, 3.0, false)
+	f.Add(1e16, 1e16+2, 1e16+1, 5.0, false)
+	f.Add(1e-300, 1e300, 1.0, -1e300, true)
+	f.Add(-5.0, -5.0, -5.0, -5.0, true)
+	f.Fuzz(func(t *testing.T, x0, x1, y0, y1 float64, logX bool) {
+		h := string(Chart{Title: "t", LogX: logX, Series: []Series{{Name: "s", XY: [][2]float64{{x0, y0}, {x1, y1}}}}}.HTML())
+		if strings.Contains(h, "NaN") || strings.Contains(h, "Inf") {
+			t.Fatalf("non-finite coordinate:\n%s", h)
+		}
+		if n := strings.Count(h, "<line "); n > 60 {
+			t.Fatalf("%d grid lines", n)
+		}
+	})
+}
