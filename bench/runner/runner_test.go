@@ -2,6 +2,9 @@ package runner
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -157,5 +160,39 @@ classes: [{name: a, prompt_tokens: {value: 8}, output_tokens: {value: 2}, header
 	rep := stats.Summarize(recs, stats.Meta{Workload: w})
 	if rep.Failed != 20 || rep.Valid || !strings.Contains(strings.Join(rep.InvalidReasons, ";"), "no request completed") {
 		t.Errorf("failed %d valid %v reasons %v", rep.Failed, rep.Valid, rep.InvalidReasons)
+	}
+}
+
+// A gateway in front of the sim: the engine's ground truth says the
+// (continued) request was never preempted, the gateway's Server-Timing
+// trailer says twice. The record keeps the gateway's count.
+func TestGatewayPreemptionsWinOverEngine(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Trailer", "Server-Timing")
+		w.Header().Set("Server-Timing", `queue;dur=3.5`)
+		fmt.Fprint(w, `data: {"choices":[{"index":0,"text":" a"}]}`+"\n\n")
+		fmt.Fprint(w, `data: {"choices":[{"index":0,"text":" b","finish_reason":"length"}],"llmesh_engine":{"arrival_ns":1,"first_scheduled_ns":2,"first_token_ns":3,"finish_ns":4,"preemptions":0}}`+"\n\n")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		w.Header().Set("Server-Timing", `queue;dur=3.5, preemptions;desc="2"`)
+	}))
+	defer srv.Close()
+	w := compile(t, `
+requests: 3
+arrival: {process: constant, rate: 100}
+classes: [{name: a, prompt_tokens: {value: 8}, output_tokens: {value: 2}}]`)
+	c, err := client.New(w.Spec.Protocol, srv.URL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	recs, err := Run(context.Background(), Options{Workload: w, Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range recs {
+		if r.Engine == nil || r.LLMesh == nil || r.Preemptions != 2 {
+			t.Errorf("record %d: preemptions %d (engine %+v, llmesh %+v), want the gateway's 2", i, r.Preemptions, r.Engine, r.LLMesh)
+		}
 	}
 }
