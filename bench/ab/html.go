@@ -199,13 +199,18 @@ func abCharts(res *Result, classes []string) []template.HTML {
 			Series: bucket(func(b result.Bucket) (float64, bool) { return b.OutputTokensPerS, true })},
 		queue,
 	)
-	if format2 {
+	if format2 && meshQueue {
 		charts = append(charts, report.Chart{Title: "Preemptions over time (counted when the preempted request ends)", XLabel: "time (s)", YLabel: "preemptions",
 			Series: bucket(func(b result.Bucket) (float64, bool) { return float64(b.Preemptions), true })})
 	}
 	out := make([]template.HTML, len(charts))
 	for i, c := range charts {
 		out[i] = c.HTML()
+	}
+	if !meshQueue {
+		// Without llmesh's Server-Timing a transparent requeue or
+		// continuation is invisible to the client: zeros would mislead.
+		out = append(out, `<p class="meta">No queue depth in llmesh and no preemptions over time: the targets sent no llmesh Server-Timing (mesh config <code>telemetry.server_timing: true</code>).</p>`)
 	}
 	return out
 }

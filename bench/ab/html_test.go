@@ -170,6 +170,7 @@ func TestHTMLChartsOldTimeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := buf.String()
+	page = page[:strings.Index(page, "<h2>Reports of every run</h2>")]
 	for _, want := range []string{"P99 TTFT over time (all classes", "Waiting for a first token over time (all classes)"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks chart %q", want)
@@ -178,6 +179,31 @@ func TestHTMLChartsOldTimeline(t *testing.T) {
 	for _, bad := range []string{"Preemptions over time", "Queue depth in llmesh", "P99 TTFT over time: interactive"} {
 		if strings.Contains(page, bad) {
 			t.Errorf("page draws %q from a timeline that does not carry it", bad)
+		}
+	}
+}
+
+// Runs through a target without llmesh's Server-Timing: no preemption
+// chart of zeros, but a line saying why and how to get one.
+func TestHTMLChartsWithoutServerTiming(t *testing.T) {
+	res := abSample(t)
+	for _, r := range res.Runs {
+		for _, c := range r.Report.Classes {
+			c.QueueMs = nil
+		}
+	}
+	var buf bytes.Buffer
+	if err := HTML(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	page = page[:strings.Index(page, "<h2>Reports of every run</h2>")]
+	if strings.Contains(page, "Preemptions over time") || strings.Contains(page, "Queue depth in llmesh") {
+		t.Error("preemption or llmesh queue chart without Server-Timing")
+	}
+	for _, want := range []string{"Waiting for a first token over time", "telemetry.server_timing: true", "P99 TTFT over time: interactive"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
 		}
 	}
 }
