@@ -2,9 +2,22 @@
 // scheduler.Scheduler) over gRPC as llmesh.scheduler.v1.Scheduler, so that
 // several proxies share one pool capacity.
 //
-// Each admission is one bidirectional stream. Concurrency: gRPC runs each
-// stream's handler in its own goroutine; that goroutine alone sends on the
-// stream. It starts one receiving goroutine per admitted stream, which
+// A proxy holds one Session stream and multiplexes its admissions over it,
+// each named by a lease id the proxy chose; a message carries the messages
+// of several leases, so a busy proxy sends and receives few, large
+// messages. Concurrency of a session: the handler's goroutine alone
+// receives and dispatches (Start, Progress, Done); one sender goroutine
+// alone sends, taking everything queued since its last send; each Start
+// gets a goroutine that waits for the admission, answers, waits for a
+// preemption (which it queues for the sender) or the lease's end, and then
+// releases the lease. The session's mu guards its lease table and the send
+// queue. When the stream ends, the handler ends every lease it still holds
+// (Cancelled; a request still waiting leaves its queue), waits for those
+// goroutines and the sender, and returns.
+//
+// The older protocol, one Admit stream per admission, is still served.
+// Concurrency: gRPC runs each stream's handler in its own goroutine; that
+// goroutine alone sends on the stream. It starts one receiving goroutine per admitted stream, which
 // alone receives, forwards progress to the lease, and ends with one message
 // on a buffered channel when the client says Done or the stream breaks. The
 // handler then releases the lease (Cancelled when the stream broke) and

@@ -89,7 +89,8 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	}
 	defer sched.Close()
 	g := grpc.NewServer()
-	New(sched, o.Clock).Register(g)
+	srv := New(sched, o.Clock)
+	srv.Register(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 
@@ -114,7 +115,10 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	}
 	if o.Admin != nil {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(NewCollector(sched.Stats))
+		reg.MustRegister(NewCollector(sched.Stats), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "llmesh_scheduler_service_sessions",
+			Help: "Open Session streams: proxies connected to the service (older proxies use a stream per admission instead).",
+		}, func() float64 { return float64(srv.Sessions()) }))
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })

@@ -1,0 +1,300 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// errSessionEnded reports a session that ended while a request waited for
+// its answer (the stream's own error is the cause when there is one).
+var errSessionEnded = errors.New("scheduler session ended")
+
+// session is one Session stream of the client: every admission of this
+// proxy is a lease on it, named by an id the client counts up.
+type session struct {
+	c      *Client
+	stream schedulerv1.Scheduler_SessionClient
+	cancel func()
+	ended  chan struct{} // closed when the session is over
+	err    error         // why it ended; set before ended is closed
+
+	// Guarded by c.mu (the client's one lock: sessions are short critical
+	// sections per message, and one lock keeps release ordering simple).
+	next   uint64
+	leases map[uint64]*sLease // pending or admitted, not yet released
+	queue  []*sLease          // leases with something to send
+	dead   bool
+	wake   chan struct{} // cap 1: queue is not empty
+}
+
+// sLease is an admission held through a session.
+type sLease struct {
+	s        *session
+	id       uint64
+	answer   chan answer // cap 1: the service's Admitted or Rejected
+	preempt  chan struct{}
+	queue    time.Duration
+	endpoint string
+
+	// Guarded by c.mu.
+	start     *schedulerv1.Start // to send; nil once sent
+	progress  scheduler.Progress
+	sent      scheduler.Progress
+	released  bool
+	outcome   scheduler.Outcome
+	queued    bool
+	preempted bool
+}
+
+type answer struct {
+	msg *schedulerv1.LeaseResponse
+	err error
+}
+
+var (
+	_ scheduler.Lease  = (*sLease)(nil)
+	_ scheduler.Routed = (*sLease)(nil)
+)
+
+// openSession returns the live session, opening one when there is none.
+// One caller opens at a time (c.openMu); the others wait for it.
+func (c *Client) openSession() (*session, error) {
+	c.mu.Lock()
+	s := c.sess
+	c.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	c.mu.Lock()
+	s, closed := c.sess, c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, scheduler.ErrClosed
+	}
+	if s != nil {
+		return s, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := c.api.Session(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s = &session{c: c, stream: stream, cancel: cancel, ended: make(chan struct{}), leases: map[uint64]*sLease{},
+		wake: make(chan struct{}, 1)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		cancel()
+		return nil, scheduler.ErrClosed
+	}
+	c.sess = s
+	c.wg.Add(2)
+	go s.recvLoop()
+	go s.sendLoop()
+	return s, nil
+}
+
+// admit sends req's Start and waits for the answer or ctx's end.
+func (s *session) admit(ctx context.Context, start *schedulerv1.Start) (*sLease, *schedulerv1.LeaseResponse, error) {
+	c := s.c
+	c.mu.Lock()
+	if s.dead {
+		c.mu.Unlock()
+		return nil, nil, s.cause()
+	}
+	s.next++
+	l := &sLease{s: s, id: s.next, answer: make(chan answer, 1), preempt: make(chan struct{}), start: start}
+	s.leases[l.id] = l
+	s.enqueue(l)
+	c.mu.Unlock()
+	select {
+	case a := <-l.answer:
+		return l, a.msg, a.err
+	case <-ctx.Done():
+		// Withdraw: a Done for a request still waiting takes it out of
+		// the service's queue, and releases an admission already made.
+		l.Release(scheduler.Cancelled)
+		return nil, nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+	}
+}
+
+func (s *session) cause() error {
+	if s.err != nil {
+		return s.err
+	}
+	return errSessionEnded
+}
+
+// enqueue marks l as having something to send; c.mu is held.
+func (s *session) enqueue(l *sLease) {
+	if l.queued || s.dead {
+		return
+	}
+	l.queued = true
+	s.queue = append(s.queue, l)
+	if len(s.queue) == 1 {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sendLoop is the only caller of Send: it sends every queued lease's
+// Start, latest Progress and Done, all of them in one message.
+func (s *session) sendLoop() {
+	c := s.c
+	defer c.wg.Done()
+	var spare []*sLease
+	for {
+		select {
+		case <-s.wake:
+		case <-s.ended:
+			return
+		}
+		c.mu.Lock()
+		batch := s.queue
+		s.queue = spare[:0]
+		msgs := make([]*schedulerv1.LeaseRequest, 0, len(batch)+1)
+		for _, l := range batch {
+			l.queued = false
+			if l.start != nil {
+				if l.released {
+					// Withdrawn before the service heard of it.
+					l.start = nil
+					continue
+				}
+				msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Start{Start: l.start}})
+				l.start = nil
+			}
+			if l.progress != l.sent {
+				l.sent = l.progress
+				msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Progress{Progress: &schedulerv1.Progress{
+					FirstToken: l.progress.FirstToken, Tokens: clampU32(l.progress.Tokens),
+				}}})
+			}
+			if l.released {
+				msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Done{Done: &schedulerv1.Done{Outcome: wireOutcome(l.outcome)}}})
+			}
+		}
+		c.mu.Unlock()
+		clear(batch)
+		spare = batch
+		if len(msgs) == 0 {
+			continue
+		}
+		if err := s.stream.Send(&schedulerv1.SessionRequest{Leases: msgs}); err != nil {
+			// The stream is broken; recvLoop gets its error and ends the
+			// session.
+			return
+		}
+	}
+}
+
+// recvLoop is the only caller of Recv: it hands each lease its answer and
+// its preemption, and ends the session when the stream ends.
+func (s *session) recvLoop() {
+	c := s.c
+	defer c.wg.Done()
+	for {
+		m, err := s.stream.Recv()
+		if err != nil {
+			s.end(err)
+			return
+		}
+		c.mu.Lock()
+		for _, r := range m.GetLeases() {
+			l := s.leases[r.GetLease()]
+			if l == nil {
+				continue // released meanwhile
+			}
+			switch r.GetMsg().(type) {
+			case *schedulerv1.LeaseResponse_Admitted:
+				l.answer <- answer{msg: r}
+			case *schedulerv1.LeaseResponse_Rejected:
+				delete(s.leases, l.id)
+				l.released = true
+				l.answer <- answer{msg: r}
+			case *schedulerv1.LeaseResponse_Preempt:
+				if !l.preempted {
+					l.preempted = true
+					close(l.preempt)
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// end closes the session: requests waiting for an answer get err (the
+// failure mode applies to them); admitted leases stay valid but can no
+// longer be preempted, and their Release sends nothing (the service
+// released them when the stream ended).
+func (s *session) end(err error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.dead {
+		return
+	}
+	s.dead = true
+	s.err = err
+	if c.sess == s {
+		c.sess = nil
+	}
+	for id, l := range s.leases {
+		delete(s.leases, id)
+		// A request still waiting gets err; for one already answered the
+		// buffer is full or nobody reads it any more.
+		select {
+		case l.answer <- answer{err: err}:
+		default:
+		}
+		l.released = true
+	}
+	s.queue = nil
+	s.cancel()
+	close(s.ended)
+}
+
+func (l *sLease) Preempt() <-chan struct{} { return l.preempt }
+
+func (l *sLease) QueueTime() time.Duration { return l.queue }
+
+// Endpoint is the endpoint the service bound the admission to (see
+// scheduler.Routed).
+func (l *sLease) Endpoint() string { return l.endpoint }
+
+// Progress records the latest progress; the session's sender forwards it,
+// coalescing bursts, so calling it per chunk costs a lock.
+func (l *sLease) Progress(p scheduler.Progress) {
+	c := l.s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.released || p == l.progress {
+		return
+	}
+	l.progress = p
+	l.s.enqueue(l)
+}
+
+// Release tells the service the outcome; extra calls are ignored.
+func (l *sLease) Release(o scheduler.Outcome) {
+	c := l.s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.released {
+		return
+	}
+	l.released, l.outcome = true, o
+	delete(l.s.leases, l.id)
+	l.s.enqueue(l)
+}

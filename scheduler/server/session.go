@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// Session implements the multiplexed service (see the package comment):
+// one stream per proxy, many leases on it.
+func (s *Server) Session(stream schedulerv1.Scheduler_SessionServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	ss := &session{srv: s, ctx: ctx, leases: map[uint64]*held{}, wake: make(chan struct{}, 1)}
+	s.sessions.Add(1)
+	defer s.sessions.Add(-1)
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		ss.sendLoop(stream)
+	}()
+	err := ss.recvLoop(stream)
+	// The proxy is gone, gave up or broke the protocol: every lease of the
+	// session ends here, pending admissions leave their queues.
+	ss.endAll()
+	cancel()
+	ss.wg.Wait()
+	<-sent
+	return err
+}
+
+// session is one proxy's stream. The handler's goroutine alone receives
+// (recvLoop); sendLoop alone sends, batching what is queued in out; each
+// Start gets a goroutine (admit) that waits for the admission, then for a
+// preemption or the lease's end, and releases the lease. mu guards leases,
+// out and every held's fields.
+type session struct {
+	srv *Server
+	ctx context.Context // ends with the stream
+	wg  sync.WaitGroup  // admit goroutines
+
+	mu     sync.Mutex
+	leases map[uint64]*held
+	out    []*schedulerv1.LeaseResponse
+	wake   chan struct{} // cap 1: out is not empty
+}
+
+// held is one lease of a session, from Start to its end.
+type held struct {
+	cancel  context.CancelFunc // withdraws a pending admission
+	lease   scheduler.Lease    // nil until admitted
+	ended   chan struct{}      // closed at Done or the session's end
+	outcome scheduler.Outcome
+	done    bool
+}
+
+func (ss *session) recvLoop(stream schedulerv1.Scheduler_SessionServer) error {
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return nil // EOF, a cancelled stream or a broken connection
+		}
+		for _, r := range m.GetLeases() {
+			if err := ss.handle(r); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
+	id := r.GetLease()
+	switch msg := r.GetMsg().(type) {
+	case *schedulerv1.LeaseRequest_Start:
+		if id == 0 {
+			return status.Error(codes.InvalidArgument, "scheduler: lease_request.lease must not be 0")
+		}
+		req, err := ss.srv.request(msg.Start)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithCancel(ss.ctx)
+		h := &held{cancel: cancel, ended: make(chan struct{})}
+		ss.mu.Lock()
+		if _, dup := ss.leases[id]; dup {
+			ss.mu.Unlock()
+			cancel()
+			return status.Errorf(codes.InvalidArgument, "scheduler: lease_request.lease %d is already in use", id)
+		}
+		ss.leases[id] = h
+		ss.mu.Unlock()
+		ss.wg.Add(1)
+		go ss.admit(ctx, id, h, req)
+	case *schedulerv1.LeaseRequest_Progress:
+		ss.mu.Lock()
+		h := ss.leases[id]
+		var l scheduler.Lease
+		if h != nil {
+			l = h.lease
+		}
+		ss.mu.Unlock()
+		if l != nil {
+			l.Progress(scheduler.Progress{FirstToken: msg.Progress.GetFirstToken(), Tokens: int(msg.Progress.GetTokens())})
+		}
+	case *schedulerv1.LeaseRequest_Done:
+		ss.mu.Lock()
+		if h := ss.leases[id]; h != nil {
+			delete(ss.leases, id)
+			ss.end(h, outcome(msg.Done.GetOutcome()))
+		}
+		ss.mu.Unlock()
+	}
+	// A Done or Progress for a lease the session does not know is one the
+	// service already ended (rejected, or the proxy's Done raced our
+	// answer): nothing to do.
+	return nil
+}
+
+// end marks h ended with o; ss.mu is held.
+func (ss *session) end(h *held, o scheduler.Outcome) {
+	if h.done {
+		return
+	}
+	h.done, h.outcome = true, o
+	h.cancel()
+	close(h.ended)
+}
+
+func (ss *session) endAll() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for id, h := range ss.leases {
+		delete(ss.leases, id)
+		ss.end(h, scheduler.Cancelled)
+	}
+}
+
+// admit waits for one admission and owns its lease until it ends.
+func (ss *session) admit(ctx context.Context, id uint64, h *held, req scheduler.Request) {
+	defer ss.wg.Done()
+	lease, err := ss.srv.admitter.Admit(ctx, req)
+	ss.mu.Lock()
+	if err != nil {
+		if !h.done {
+			delete(ss.leases, id)
+			ss.end(h, scheduler.Cancelled)
+			if !errors.Is(err, scheduler.ErrCancelled) {
+				ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Rejected{Rejected: rejection(err)}})
+			}
+		}
+		ss.mu.Unlock()
+		return
+	}
+	if h.done { // withdrawn while the scheduler admitted it
+		o := h.outcome
+		ss.mu.Unlock()
+		lease.Release(o)
+		return
+	}
+	h.lease = lease
+	ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Admitted{Admitted: &schedulerv1.Admitted{
+		QueueNs: int64(lease.QueueTime()), Endpoint: scheduler.EndpointOf(lease),
+	}}})
+	ss.mu.Unlock()
+	select {
+	case <-lease.Preempt():
+		ss.mu.Lock()
+		if !h.done {
+			ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Preempt{Preempt: &schedulerv1.Preempt{}}})
+		}
+		ss.mu.Unlock()
+		<-h.ended
+	case <-h.ended:
+	}
+	// h.outcome is written before ended is closed and never after.
+	lease.Release(h.outcome)
+}
+
+// send queues m for sendLoop; ss.mu is held.
+func (ss *session) send(m *schedulerv1.LeaseResponse) {
+	ss.out = append(ss.out, m)
+	if len(ss.out) == 1 {
+		select {
+		case ss.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sendLoop sends what is queued, everything queued meanwhile in one
+// message, until the session ends.
+func (ss *session) sendLoop(stream schedulerv1.Scheduler_SessionServer) {
+	var spare []*schedulerv1.LeaseResponse
+	for {
+		select {
+		case <-ss.wake:
+		case <-ss.ctx.Done():
+			return
+		}
+		ss.mu.Lock()
+		batch := ss.out
+		ss.out = spare[:0]
+		ss.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		if err := stream.Send(&schedulerv1.SessionResponse{Leases: batch}); err != nil {
+			// The stream is broken; recvLoop sees it too and ends the session.
+			return
+		}
+		clear(batch)
+		spare = batch
+	}
+}
+
+// request turns a Start into a scheduler request (shared by Admit and
+// Session).
+func (s *Server) request(start *schedulerv1.Start) (scheduler.Request, error) {
+	age := time.Duration(start.GetAgeNs())
+	if age < 0 {
+		return scheduler.Request{}, status.Errorf(codes.InvalidArgument, "scheduler: start.age_ns %d must not be negative", start.GetAgeNs())
+	}
+	age = min(age, maxAge)
+	return scheduler.Request{
+		ID:           start.GetId(),
+		Pool:         start.GetPool(),
+		Class:        start.GetClass(),
+		PromptTokens: int(start.GetPromptTokens()),
+		MaxTokens:    int(start.GetMaxTokens()),
+		Arrival:      s.clk.Now().Add(-age),
+		Requeue:      start.GetRequeue(),
+		Affinity:     start.GetAffinity(),
+	}, nil
+}

@@ -1,0 +1,158 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/scheduler/server"
+)
+
+func sessionAPI(t *testing.T, addr string) schedulerv1.SchedulerClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return schedulerv1.NewSchedulerClient(conn)
+}
+
+func start1(id uint64) *schedulerv1.LeaseRequest {
+	return &schedulerv1.LeaseRequest{Lease: id, Msg: &schedulerv1.LeaseRequest_Start{Start: &schedulerv1.Start{Class: "default"}}}
+}
+
+func done1(id uint64) *schedulerv1.LeaseRequest {
+	return &schedulerv1.LeaseRequest{Lease: id, Msg: &schedulerv1.LeaseRequest_Done{Done: &schedulerv1.Done{}}}
+}
+
+// The Session wire protocol as the service sees it, message by message:
+// several leases in one message, answers named by lease, a Done that
+// withdraws a waiting request, and the stream's end releasing every lease
+// it held (the next session is admitted at once).
+func TestSessionWire(t *testing.T) {
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := startMesh(t, strings.Replace(mesh, "max_length: 1", "max_length: 2", 1), server.Options{Admin: admin})
+	defer stop()
+	metrics := "http://" + admin.Addr().String() + "/metrics"
+	api := sessionAPI(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := api.Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(rs ...*schedulerv1.LeaseRequest) {
+		t.Helper()
+		if err := s.Send(&schedulerv1.SessionRequest{Leases: rs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func() *schedulerv1.LeaseResponse {
+		t.Helper()
+		m, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.GetLeases()) != 1 {
+			t.Fatalf("got %d answers in one message, want 1: %v", len(m.GetLeases()), m)
+		}
+		return m.GetLeases()[0]
+	}
+	// 7 is admitted, 9 and 11 wait (the pool holds one), 12 finds the
+	// queue full. (The leases of one message are admitted concurrently, so
+	// the test waits for each step.)
+	send(start1(7))
+	if r := recv(); r.GetLease() != 7 || r.GetAdmitted() == nil {
+		t.Fatalf("first answer %v, want lease 7 admitted", r)
+	}
+	send(start1(9), start1(11))
+	waitMetric(t, metrics, `llmesh_scheduler_queued{class="default",pool="gpu"} 2`)
+	send(start1(12))
+	if r := recv(); r.GetLease() != 12 || r.GetRejected().GetReason() != schedulerv1.Rejected_REASON_QUEUE_FULL {
+		t.Fatalf("answer %v, want lease 12 rejected: queue full", r)
+	}
+	// 9 withdraws; releasing 7 then admits 11. (Should the scheduler
+	// admit 9 before it has seen the withdrawal, the service releases it
+	// at once and says nothing.)
+	send(done1(9), done1(7))
+	if r := recv(); r.GetLease() != 11 || r.GetAdmitted() == nil {
+		t.Fatalf("answer %v, want lease 11 admitted", r)
+	}
+	// The session ends holding 11: the service releases it.
+	cancel()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	s2, err := api.Session(ctx2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Send(&schedulerv1.SessionRequest{Leases: []*schedulerv1.LeaseRequest{start1(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s2.Recv()
+	if err != nil || len(m.GetLeases()) != 1 || m.GetLeases()[0].GetAdmitted() == nil {
+		t.Fatalf("new session after the old one ended: %v %v, want admitted", m, err)
+	}
+}
+
+func TestSessionProtocolErrors(t *testing.T) {
+	addr, stop := start(t)
+	defer stop()
+	api := sessionAPI(t, addr)
+	for _, tc := range []struct {
+		msgs []*schedulerv1.LeaseRequest
+		want string
+	}{
+		{[]*schedulerv1.LeaseRequest{start1(0)}, "lease_request.lease must not be 0"},
+		{[]*schedulerv1.LeaseRequest{start1(3), start1(3)}, "lease_request.lease 3 is already in use"},
+		{[]*schedulerv1.LeaseRequest{{Lease: 4, Msg: &schedulerv1.LeaseRequest_Start{Start: &schedulerv1.Start{AgeNs: -5}}}}, "start.age_ns -5"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		s, err := api.Session(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(&schedulerv1.SessionRequest{Leases: tc.msgs}); err != nil {
+			t.Fatal(err)
+		}
+		var rerr error
+		for rerr == nil { // an admission may be answered before the error
+			_, rerr = s.Recv()
+		}
+		if !strings.Contains(rerr.Error(), tc.want) {
+			t.Errorf("after %v: %v, want %q", tc.msgs, rerr, tc.want)
+		}
+		cancel()
+	}
+}
+
+// waitMetric polls a /metrics URL until its text holds line.
+func waitMetric(t *testing.T, url, line string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var body []byte
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(body), line) {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("%s never showed %q; last:\n%s", url, line, body)
+}
