@@ -40,7 +40,7 @@ func config(limit int, p scheduler.Policy) scheduler.Config {
 	}
 }
 
-func startService(t *testing.T, addr string, cfg scheduler.Config) *service {
+func startService(t testing.TB, addr string, cfg scheduler.Config) *service {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
