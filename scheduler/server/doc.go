@@ -6,14 +6,16 @@
 // each named by a lease id the proxy chose; a message carries the messages
 // of several leases, so a busy proxy sends and receives few, large
 // messages. Concurrency of a session: the handler's goroutine alone
-// receives and dispatches (Start, Progress, Done); one sender goroutine
-// alone sends, taking everything queued since its last send; each Start
-// gets a goroutine that waits for the admission, answers, waits for a
-// preemption (which it queues for the sender) or the lease's end, and then
-// releases the lease. The session's mu guards its lease table and the send
-// queue. When the stream ends, the handler ends every lease it still holds
-// (Cancelled; a request still waiting leaves its queue), waits for those
-// goroutines and the sender, and returns.
+// receives and dispatches (Start, Progress, Done) and releases the leases
+// the proxy says Done for; each Start gets a goroutine that waits for the
+// admission, queues the answer, waits for a preemption (which it queues
+// too) or the lease's end. Whichever of those goroutines finds the send
+// lock free sends everything queued, in one message, until the queue is
+// empty; the others only queue (flat combining: no goroutine of its own
+// for sending, and a busy session's answers share messages). The session's
+// mu guards its lease table and the send queue. When the stream ends, the
+// handler ends every lease it still holds (Cancelled; a request still
+// waiting leaves its queue), waits for those goroutines, and returns.
 //
 // The older protocol, one Admit stream per admission, is still served.
 // Concurrency: gRPC runs each stream's handler in its own goroutine; that

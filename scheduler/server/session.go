@@ -17,52 +17,54 @@ import (
 // one stream per proxy, many leases on it.
 func (s *Server) Session(stream schedulerv1.Scheduler_SessionServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
-	ss := &session{srv: s, ctx: ctx, leases: map[uint64]*held{}, wake: make(chan struct{}, 1)}
+	ss := &session{srv: s, ctx: ctx, stream: stream, leases: map[uint64]*held{}}
 	s.sessions.Add(1)
 	defer s.sessions.Add(-1)
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		ss.sendLoop(stream)
-	}()
-	err := ss.recvLoop(stream)
+	err := ss.recvLoop()
 	// The proxy is gone, gave up or broke the protocol: every lease of the
-	// session ends here, pending admissions leave their queues.
+	// session ends here, pending admissions leave their queues. Only the
+	// admit goroutines send, so none does once they have ended.
 	ss.endAll()
 	cancel()
 	ss.wg.Wait()
-	<-sent
 	return err
 }
 
 // session is one proxy's stream. The handler's goroutine alone receives
-// (recvLoop); sendLoop alone sends, batching what is queued in out; each
-// Start gets a goroutine (admit) that waits for the admission, then for a
-// preemption or the lease's end, and releases the lease. mu guards leases,
-// out and every held's fields.
+// (recvLoop) and releases the leases the proxy is done with; each Start
+// gets a goroutine (admit) that waits for the admission, then for a
+// preemption or the lease's end. An answer is queued in out and sent by
+// whichever admit goroutine holds sendMu, which sends everything queued
+// meanwhile in the same message (flush). mu guards leases, out and every
+// held's fields; sendMu the stream's send side and spare.
 type session struct {
-	srv *Server
-	ctx context.Context // ends with the stream
-	wg  sync.WaitGroup  // admit goroutines
+	srv    *Server
+	ctx    context.Context // ends with the stream
+	stream schedulerv1.Scheduler_SessionServer
+	wg     sync.WaitGroup // admit goroutines
 
 	mu     sync.Mutex
 	leases map[uint64]*held
 	out    []*schedulerv1.LeaseResponse
-	wake   chan struct{} // cap 1: out is not empty
+
+	sendMu sync.Mutex
+	spare  []*schedulerv1.LeaseResponse // out's other buffer
+	broken bool                         // a Send failed: drop the rest
 }
 
 // held is one lease of a session, from Start to its end.
 type held struct {
-	cancel  context.CancelFunc // withdraws a pending admission
-	lease   scheduler.Lease    // nil until admitted
-	ended   chan struct{}      // closed at Done or the session's end
-	outcome scheduler.Outcome
-	done    bool
+	cancel   context.CancelFunc // withdraws a pending admission
+	lease    scheduler.Lease    // nil until admitted
+	ended    chan struct{}      // closed at Done or the session's end
+	outcome  scheduler.Outcome
+	done     bool
+	released bool // Release was called (by recvLoop or admit)
 }
 
-func (ss *session) recvLoop(stream schedulerv1.Scheduler_SessionServer) error {
+func (ss *session) recvLoop() error {
 	for {
-		m, err := stream.Recv()
+		m, err := ss.stream.Recv()
 		if err != nil {
 			return nil // EOF, a cancelled stream or a broken connection
 		}
@@ -109,12 +111,22 @@ func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
 			l.Progress(scheduler.Progress{FirstToken: msg.Progress.GetFirstToken(), Tokens: int(msg.Progress.GetTokens())})
 		}
 	case *schedulerv1.LeaseRequest_Done:
+		o := outcome(msg.Done.GetOutcome())
+		var l scheduler.Lease
 		ss.mu.Lock()
 		if h := ss.leases[id]; h != nil {
 			delete(ss.leases, id)
-			ss.end(h, outcome(msg.Done.GetOutcome()))
+			ss.end(h, o)
+			if h.lease != nil {
+				// Released here rather than by its admit goroutine: the
+				// capacity is free before that goroutine has woken.
+				l, h.released = h.lease, true
+			}
 		}
 		ss.mu.Unlock()
+		if l != nil {
+			l.Release(o)
+		}
 	}
 	// A Done or Progress for a lease the session does not know is one the
 	// service already ended (rejected, or the proxy's Done raced our
@@ -155,6 +167,7 @@ func (ss *session) admit(ctx context.Context, id uint64, h *held, req scheduler.
 			}
 		}
 		ss.mu.Unlock()
+		ss.flush()
 		return
 	}
 	if h.done { // withdrawn while the scheduler admitted it
@@ -168,6 +181,7 @@ func (ss *session) admit(ctx context.Context, id uint64, h *held, req scheduler.
 		QueueNs: int64(lease.QueueTime()), Endpoint: scheduler.EndpointOf(lease),
 	}}})
 	ss.mu.Unlock()
+	ss.flush()
 	select {
 	case <-lease.Preempt():
 		ss.mu.Lock()
@@ -175,47 +189,59 @@ func (ss *session) admit(ctx context.Context, id uint64, h *held, req scheduler.
 			ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Preempt{Preempt: &schedulerv1.Preempt{}}})
 		}
 		ss.mu.Unlock()
+		ss.flush()
 		<-h.ended
 	case <-h.ended:
 	}
-	// h.outcome is written before ended is closed and never after.
-	lease.Release(h.outcome)
-}
-
-// send queues m for sendLoop; ss.mu is held.
-func (ss *session) send(m *schedulerv1.LeaseResponse) {
-	ss.out = append(ss.out, m)
-	if len(ss.out) == 1 {
-		select {
-		case ss.wake <- struct{}{}:
-		default:
-		}
+	ss.mu.Lock()
+	release := !h.released
+	h.released = true
+	ss.mu.Unlock()
+	if release { // the session ended: recvLoop released nothing
+		lease.Release(h.outcome)
 	}
 }
 
-// sendLoop sends what is queued, everything queued meanwhile in one
-// message, until the session ends.
-func (ss *session) sendLoop(stream schedulerv1.Scheduler_SessionServer) {
-	var spare []*schedulerv1.LeaseResponse
+// send queues m for the next flush; ss.mu is held.
+func (ss *session) send(m *schedulerv1.LeaseResponse) { ss.out = append(ss.out, m) }
+
+// flush sends what is queued unless another goroutine is sending: that
+// one sends it after its own message, in one message with everything else
+// queued meanwhile (so a busy session sends few, large messages without a
+// sending goroutine of its own). Called without ss.mu.
+func (ss *session) flush() {
 	for {
-		select {
-		case <-ss.wake:
-		case <-ss.ctx.Done():
-			return
+		if !ss.sendMu.TryLock() {
+			return // the holder looks at out again after unlocking
 		}
+		for {
+			ss.mu.Lock()
+			batch := ss.out
+			ss.out = ss.spare[:0]
+			ss.mu.Unlock()
+			if len(batch) == 0 {
+				ss.spare = batch
+				break
+			}
+			if !ss.broken {
+				if err := ss.stream.Send(&schedulerv1.SessionResponse{Leases: batch}); err != nil {
+					// The stream is broken; recvLoop sees it too and ends
+					// the session.
+					ss.broken = true
+				}
+			}
+			clear(batch)
+			ss.spare = batch
+		}
+		ss.sendMu.Unlock()
+		// A message queued after the last look but before the unlock found
+		// the lock taken: send it now.
 		ss.mu.Lock()
-		batch := ss.out
-		ss.out = spare[:0]
+		pending := len(ss.out) > 0
 		ss.mu.Unlock()
-		if len(batch) == 0 {
-			continue
-		}
-		if err := stream.Send(&schedulerv1.SessionResponse{Leases: batch}); err != nil {
-			// The stream is broken; recvLoop sees it too and ends the session.
+		if !pending {
 			return
 		}
-		clear(batch)
-		spare = batch
 	}
 }
 
