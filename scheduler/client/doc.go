@@ -5,9 +5,12 @@
 // admission over it (lease ids counted up by the client). Concurrency of a
 // session: Admit queues its Start and waits in the caller's goroutine for
 // the answer or its context's end (then it queues a Done, which withdraws
-// the request). One sender goroutine alone sends: each message carries,
-// for every lease with something new, its Start, latest Progress
-// (coalesced) and Done. One receiver goroutine alone receives: it hands
+// the request). Admit sends its Start itself; Progress and Release wake
+// the session's sender goroutine instead, so a request's own goroutine
+// never waits on the stream. Whoever finds the send lock free sends
+// everything queued in one message (for every lease with something new:
+// its Start, latest Progress, coalesced, and Done); the others only queue.
+// One receiver goroutine alone receives: it hands
 // each lease its answer and closes its Preempt channel; when the stream
 // ends it fails the requests still waiting (the failure mode applies) and
 // the next Admit opens a new session. Client.mu guards the sessions' lease

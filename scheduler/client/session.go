@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
@@ -29,7 +30,11 @@ type session struct {
 	leases map[uint64]*sLease // pending or admitted, not yet released
 	queue  []*sLease          // leases with something to send
 	dead   bool
-	wake   chan struct{} // cap 1: queue is not empty
+	wake   chan struct{} // cap 1: Progress or Release queued something
+
+	sendMu sync.Mutex
+	spare  []*sLease // queue's other buffer
+	broken bool      // a Send failed: drop the rest
 }
 
 // sLease is an admission held through a session.
@@ -113,8 +118,11 @@ func (s *session) admit(ctx context.Context, start *schedulerv1.Start) (*sLease,
 	s.next++
 	l := &sLease{s: s, id: s.next, answer: make(chan answer, 1), preempt: make(chan struct{}), start: start}
 	s.leases[l.id] = l
-	s.enqueue(l)
+	s.enqueue(l, false)
 	c.mu.Unlock()
+	// The caller waits for the answer anyway: it sends the Start itself
+	// (with whatever else is queued) unless a send is under way.
+	s.flush()
 	select {
 	case a := <-l.answer:
 		return l, a.msg, a.err
@@ -133,14 +141,17 @@ func (s *session) cause() error {
 	return errSessionEnded
 }
 
-// enqueue marks l as having something to send; c.mu is held.
-func (s *session) enqueue(l *sLease) {
-	if l.queued || s.dead {
+// enqueue marks l as having something to send, waking the sender when
+// wake is set (the caller does not flush itself); c.mu is held.
+func (s *session) enqueue(l *sLease, wake bool) {
+	if s.dead {
 		return
 	}
-	l.queued = true
-	s.queue = append(s.queue, l)
-	if len(s.queue) == 1 {
+	if !l.queued {
+		l.queued = true
+		s.queue = append(s.queue, l)
+	}
+	if wake {
 		select {
 		case s.wake <- struct{}{}:
 		default:
@@ -148,55 +159,86 @@ func (s *session) enqueue(l *sLease) {
 	}
 }
 
-// sendLoop is the only caller of Send: it sends every queued lease's
-// Start, latest Progress and Done, all of them in one message.
+// sendLoop sends what Progress and Release queue (they never block the
+// request's own goroutine on the stream).
 func (s *session) sendLoop() {
-	c := s.c
-	defer c.wg.Done()
-	var spare []*sLease
+	defer s.c.wg.Done()
 	for {
 		select {
 		case <-s.wake:
+			s.flush()
 		case <-s.ended:
 			return
 		}
-		c.mu.Lock()
-		batch := s.queue
-		s.queue = spare[:0]
-		msgs := make([]*schedulerv1.LeaseRequest, 0, len(batch)+1)
-		for _, l := range batch {
-			l.queued = false
-			if l.start != nil {
-				if l.released {
-					// Withdrawn before the service heard of it.
-					l.start = nil
-					continue
+	}
+}
+
+// flush sends every queued lease's Start, latest Progress and Done, all in
+// one message, unless another goroutine is sending: that one sends them
+// after its own (flat combining; sendMu guards Send and spare). Called
+// without c.mu.
+func (s *session) flush() {
+	c := s.c
+	for {
+		if !s.sendMu.TryLock() {
+			return // the holder looks at the queue again after unlocking
+		}
+		for {
+			c.mu.Lock()
+			batch := s.queue
+			s.queue = s.spare[:0]
+			msgs := s.messages(batch)
+			c.mu.Unlock()
+			clear(batch)
+			s.spare = batch
+			if len(batch) == 0 {
+				break
+			}
+			if len(msgs) > 0 && !s.broken {
+				if err := s.stream.Send(&schedulerv1.SessionRequest{Leases: msgs}); err != nil {
+					// The stream is broken; recvLoop gets its error and
+					// ends the session.
+					s.broken = true
 				}
-				msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Start{Start: l.start}})
-				l.start = nil
-			}
-			if l.progress != l.sent {
-				l.sent = l.progress
-				msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Progress{Progress: &schedulerv1.Progress{
-					FirstToken: l.progress.FirstToken, Tokens: clampU32(l.progress.Tokens),
-				}}})
-			}
-			if l.released {
-				msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Done{Done: &schedulerv1.Done{Outcome: wireOutcome(l.outcome)}}})
 			}
 		}
+		s.sendMu.Unlock()
+		// Something queued after the last look but before the unlock
+		// found the lock taken: send it now.
+		c.mu.Lock()
+		pending := len(s.queue) > 0
 		c.mu.Unlock()
-		clear(batch)
-		spare = batch
-		if len(msgs) == 0 {
-			continue
-		}
-		if err := s.stream.Send(&schedulerv1.SessionRequest{Leases: msgs}); err != nil {
-			// The stream is broken; recvLoop gets its error and ends the
-			// session.
+		if !pending {
 			return
 		}
 	}
+}
+
+// messages builds the messages of the queued leases; c.mu is held.
+func (s *session) messages(batch []*sLease) []*schedulerv1.LeaseRequest {
+	msgs := make([]*schedulerv1.LeaseRequest, 0, len(batch)+1)
+	for _, l := range batch {
+		l.queued = false
+		if l.start != nil {
+			if l.released {
+				// Withdrawn before the service heard of it.
+				l.start = nil
+				continue
+			}
+			msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Start{Start: l.start}})
+			l.start = nil
+		}
+		if l.progress != l.sent {
+			l.sent = l.progress
+			msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Progress{Progress: &schedulerv1.Progress{
+				FirstToken: l.progress.FirstToken, Tokens: clampU32(l.progress.Tokens),
+			}}})
+		}
+		if l.released {
+			msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Done{Done: &schedulerv1.Done{Outcome: wireOutcome(l.outcome)}}})
+		}
+	}
+	return msgs
 }
 
 // recvLoop is the only caller of Recv: it hands each lease its answer and
@@ -283,7 +325,7 @@ func (l *sLease) Progress(p scheduler.Progress) {
 		return
 	}
 	l.progress = p
-	l.s.enqueue(l)
+	l.s.enqueue(l, true)
 }
 
 // Release tells the service the outcome; extra calls are ignored.
@@ -296,5 +338,5 @@ func (l *sLease) Release(o scheduler.Outcome) {
 	}
 	l.released, l.outcome = true, o
 	delete(l.s.leases, l.id)
-	l.s.enqueue(l)
+	l.s.enqueue(l, true)
 }
