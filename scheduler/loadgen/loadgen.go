@@ -89,8 +89,10 @@ type Report struct {
 	Arrivals   string  `json:"arrivals,omitempty"`
 	Inflight   int     `json:"inflight,omitempty"` // closed loop
 	DurationS  float64 `json:"duration_s"`
-	// Admissions counts the measured requests admitted; AdmissionsPerS is
-	// that over the measured duration.
+	// Sent counts the measured requests sent (open loop: the arrivals of
+	// the measured window that were not dropped). Admissions counts those
+	// admitted; AdmissionsPerS is that over the measured duration.
+	Sent           uint64  `json:"sent"`
 	Admissions     uint64  `json:"admissions"`
 	AdmissionsPerS float64 `json:"admissions_per_s"`
 	// Decision is the decision latency: from the scheduled send time (open
@@ -189,6 +191,7 @@ type recorder struct {
 	decisions []time.Duration
 	lags      []time.Duration
 	samples   []string
+	sent      atomic.Uint64
 	admitted  atomic.Uint64
 	rejected  atomic.Uint64
 	errors    atomic.Uint64
@@ -257,6 +260,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	for _, rc := range recs {
 		decisions = append(decisions, rc.decisions...)
 		lags = append(lags, rc.lags...)
+		rep.Sent += rc.sent.Load()
 		rep.Admissions += rc.admitted.Load()
 		rep.Rejected += rc.rejected.Load()
 		rep.Errors += rc.errors.Load()
@@ -365,6 +369,9 @@ func (r *run) request(rng *rand.Rand) scheduler.Request {
 func (r *run) one(ctx context.Context, a scheduler.Admitter, rec *recorder, req scheduler.Request, from time.Time, measured, open bool) {
 	begin := r.clk.Now()
 	req.Arrival = begin
+	if measured {
+		rec.sent.Add(1)
+	}
 	l, err := a.Admit(ctx, req)
 	decided := r.clk.Now()
 	if err != nil {

@@ -88,7 +88,7 @@ func TestRunClosedLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Admissions == 0 || rep.Errors != 0 || rep.Rejected != 0 || rep.Decision.N != int(rep.Admissions) {
+	if rep.Admissions == 0 || rep.Errors != 0 || rep.Rejected != 0 || rep.Decision.N != int(rep.Admissions) || rep.Sent != rep.Admissions {
 		t.Fatalf("report %+v: want admissions, each with a latency sample, and no failure", rep)
 	}
 	if rep.Mode != "closed" || rep.ScheduleLag != nil || rep.DurationS != 0.3 {
@@ -117,7 +117,7 @@ func TestRunOpenLoopSendsTheSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := rate * d.Seconds() // 200 per proxy, the first one gap after the start
-	if got := float64(rep.Admissions + rep.Rejected + rep.Errors + rep.Dropped); math.Abs(got-want) > 2 {
+	if got := float64(rep.Sent + rep.Dropped); math.Abs(got-want) > 2 || rep.Sent != rep.Admissions+rep.Rejected+rep.Errors {
 		t.Fatalf("%v requests accounted for (%+v), want %v", got, rep, want)
 	}
 	if rep.Errors != 0 || rep.ScheduleLag == nil || rep.ScheduleLag.N != int(rep.Admissions) {
@@ -237,10 +237,10 @@ func TestMixFromMesh(t *testing.T) {
 
 func TestReportText(t *testing.T) {
 	for name, r := range map[string]loadgen.Report{
-		"open": {Mode: "open", Proxies: 8, TargetRate: 40000, Arrivals: "poisson", DurationS: 10, Admissions: 399_871, AdmissionsPerS: 39_987.1,
+		"open": {Mode: "open", Proxies: 8, TargetRate: 40000, Arrivals: "poisson", DurationS: 10, Sent: 399_872, Admissions: 399_871, AdmissionsPerS: 39_987.1,
 			Decision: loadgen.Quantiles{N: 399_871, P50: 84.2, P99: 612.5, P999: 1480, Max: 5210}, ScheduleLag: &loadgen.Quantiles{N: 399_871, P50: 9, P99: 120, P999: 400, Max: 2100},
 			Errors: 1, ErrorSamples: []string{"scheduler: unavailable: connection refused"}},
-		"closed": {Mode: "closed", Proxies: 8, Inflight: 128, DurationS: 10, Admissions: 612_004, AdmissionsPerS: 61_200.4,
+		"closed": {Mode: "closed", Proxies: 8, Inflight: 128, DurationS: 10, Sent: 612_007, Admissions: 612_004, AdmissionsPerS: 61_200.4,
 			Decision: loadgen.Quantiles{N: 612_004, P50: 1500, P99: 4100, P999: 7000, Max: 12000}, Rejected: 3},
 	} {
 		var b strings.Builder
