@@ -133,9 +133,9 @@ var errNoSession = errors.New("the scheduler service has no Session method")
 // admitSession admits req as a lease of the session. A session that could
 // not open or broke before the answer leaves req to the failure mode.
 func (c *Client) admitSession(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
-	s, err := c.openSession()
+	s, err := c.openSession(ctx)
 	if err != nil {
-		if errors.Is(err, scheduler.ErrClosed) {
+		if errors.Is(err, scheduler.ErrClosed) || errors.Is(err, scheduler.ErrCancelled) {
 			return nil, err
 		}
 		return c.unavailable(ctx, req, err)

@@ -67,8 +67,9 @@ var (
 )
 
 // openSession returns the live session, opening one when there is none.
-// One caller opens at a time (c.openMu); the others wait for it.
-func (c *Client) openSession() (*session, error) {
+// One caller opens at a time (c.openMu); the others wait for it. ctx, the
+// opener's request, bounds only the opening: the session outlives it.
+func (c *Client) openSession(ctx context.Context) (*session, error) {
 	c.mu.Lock()
 	s := c.sess
 	c.mu.Unlock()
@@ -86,8 +87,13 @@ func (c *Client) openSession() (*session, error) {
 	if s != nil {
 		return s, nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := c.api.Session(ctx)
+	sctx, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel)
+	stream, err := c.api.Session(sctx)
+	if !stop() {
+		cancel()
+		return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+	}
 	if err != nil {
 		cancel()
 		return nil, err

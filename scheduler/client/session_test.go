@@ -211,3 +211,45 @@ func TestSessionFallbackToAdmitStreams(t *testing.T) {
 		t.Fatalf("%d Admit streams and %d Session attempts, want 3 and 1", a, s)
 	}
 }
+
+// A request whose context ends while the session is still opening (the
+// service accepts TCP but never answers the HTTP/2 handshake) returns
+// ErrCancelled when its context ends, not when the connect timeout does.
+func TestSessionOpenHonoursContext(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	c := newClient(t, l.Addr().String(), client.Options{Timeout: 20 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	_, err = c.Admit(ctx, scheduler.Request{})
+	if !errors.Is(err, scheduler.ErrCancelled) {
+		t.Fatalf("Admit: %v, want ErrCancelled", err)
+	}
+	if d := time.Since(begin); d > 10*time.Second {
+		t.Fatalf("Admit returned after %v, its context ended after 200ms", d)
+	}
+}
