@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -177,5 +179,38 @@ func TestTwoGatewaysShareOneSchedulerOverThreeSims(t *testing.T) {
 	cancel()
 	for range sims {
 		<-batchDone
+	}
+}
+
+// TestKilledProxyFreesItsLeases: a `llmesh scheduler bench` process (two
+// client proxies, one Session stream each) holds six leases on `llmesh
+// scheduler serve` and is killed with SIGKILL, so nothing is released
+// cleanly: the service sees both streams break and frees all six leases.
+func TestKilledProxyFreesItsLeases(t *testing.T) {
+	path := filepath.Join("..", "examples", "mesh-fleet.yaml")
+	sched := start(t, "scheduler", "scheduler", "serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--config", path)
+	schedAddr := sched.WaitOutput(t, schedulerRE)[1]
+	schedAdmin := "http://" + sched.WaitOutput(t, schedulerAdminRE)[1]
+	proctest.WaitHTTP(t, schedAdmin+"/healthz", sched)
+	gauge := func(name string) float64 {
+		v, _ := metricSum(filterLabel(proctest.MustGet(t, schedAdmin+"/metrics"), name), name)
+		return v
+	}
+	cmd := exec.Command(llmesh(t), "scheduler", "bench", "--target", schedAddr, "--config", path, "--proxies", "2",
+		"--inflight", "6", "--hold", "10m", "--duration", "10m", "--warmup", "0s")
+	proxy := proctest.StartCmd(t, "bench", cmd)
+	proctest.WaitFor(t, "six leases held over two sessions", func() bool {
+		return gauge("llmesh_scheduler_inflight") == 6 && gauge("llmesh_scheduler_service_sessions") == 2
+	}, sched, proxy)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-proxy.Done()
+	proctest.WaitFor(t, "the killed proxy's leases released", func() bool {
+		return gauge("llmesh_scheduler_inflight") == 0 && gauge("llmesh_scheduler_service_sessions") == 0
+	}, sched)
+	events := filterLabel(proctest.MustGet(t, schedAdmin+"/metrics"), `event="cancelled"`)
+	if c, _ := metricSum(events, "llmesh_scheduler_events_total"); c != 6 {
+		t.Errorf("%v leases released as cancelled, want the six the proxy held", c)
 	}
 }
