@@ -6,13 +6,18 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/server"
 )
 
@@ -155,4 +160,109 @@ func waitMetric(t *testing.T, url, line string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("%s never showed %q; last:\n%s", url, line, body)
+}
+
+// freezer forwards TCP connections to target until freeze, after which it
+// drops whatever either side sends without closing anything: a peer that
+// vanished without a FIN or RST.
+type freezer struct {
+	l      net.Listener
+	target string
+	frozen atomic.Bool
+	done   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{l: l, target: target, done: make(chan struct{})}
+	f.wg.Add(1)
+	go f.accept()
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *freezer) accept() {
+	defer f.wg.Done()
+	for {
+		c, err := f.l.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", f.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		f.mu.Lock()
+		f.conns = append(f.conns, c, up)
+		f.mu.Unlock()
+		f.wg.Add(2)
+		go f.pipe(c, up)
+		go f.pipe(up, c)
+	}
+}
+
+func (f *freezer) pipe(from, to net.Conn) {
+	defer f.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		if err != nil {
+			return
+		}
+		if f.frozen.Load() {
+			continue // dropped
+		}
+		if _, err := to.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+func (f *freezer) close() {
+	f.l.Close()
+	f.mu.Lock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+// A proxy whose connection goes silent (no FIN, no RST) loses its leases
+// once a keepalive ping goes unanswered, not hours later.
+func TestSilentProxyLosesItsLeases(t *testing.T) {
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := startMesh(t, strings.Replace(mesh, "max_inflight: 1", "max_inflight: 4", 1), server.Options{
+		Admin: admin, Keepalive: keepalive.ServerParameters{Time: time.Second, Timeout: 500 * time.Millisecond},
+	})
+	defer stop()
+	metrics := "http://" + admin.Addr().String() + "/metrics"
+	f := newFreezer(t, addr)
+	c, err := client.New(f.l.Addr().String(), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 2 {
+		if _, err := c.Admit(context.Background(), scheduler.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitMetric(t, metrics, `llmesh_scheduler_inflight{pool="gpu"} 2`)
+	f.frozen.Store(true)
+	begin := time.Now()
+	waitMetric(t, metrics, `llmesh_scheduler_inflight{pool="gpu"} 0`)
+	t.Logf("leases freed %v after the connection went silent", time.Since(begin).Round(100*time.Millisecond))
+	waitMetric(t, metrics, `llmesh_scheduler_service_sessions 0`)
 }
