@@ -99,6 +99,9 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 			return err
 		}
 	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("scheduler bench: interrupted after %.1f s of %v measured (the report covers them)", rep.DurationS, *duration)
+	}
 	if rep.Admissions == 0 {
 		return fmt.Errorf("scheduler bench: no request was admitted (%d rejected, %d errors)", rep.Rejected, rep.Errors)
 	}
