@@ -122,8 +122,310 @@ func (x Rejected_Reason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Rejected_Reason.Descriptor instead.
 func (Rejected_Reason) EnumDescriptor() ([]byte, []int) {
-	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6, 0}
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10, 0}
 }
+
+type SessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Leases        []*LeaseRequest        `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SessionRequest) GetLeases() []*LeaseRequest {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+type LeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lease is the proxy's id for the admission, unique within the session
+	// while the lease lives; 0 is not an id.
+	Lease uint64 `protobuf:"varint,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*LeaseRequest_Start
+	//	*LeaseRequest_Progress
+	//	*LeaseRequest_Done
+	Msg           isLeaseRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRequest) Reset() {
+	*x = LeaseRequest{}
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRequest) ProtoMessage() {}
+
+func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRequest) Descriptor() ([]byte, []int) {
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LeaseRequest) GetLease() uint64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetMsg() isLeaseRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetStart() *Start {
+	if x != nil {
+		if x, ok := x.Msg.(*LeaseRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetProgress() *Progress {
+	if x != nil {
+		if x, ok := x.Msg.(*LeaseRequest_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetDone() *Done {
+	if x != nil {
+		if x, ok := x.Msg.(*LeaseRequest_Done); ok {
+			return x.Done
+		}
+	}
+	return nil
+}
+
+type isLeaseRequest_Msg interface {
+	isLeaseRequest_Msg()
+}
+
+type LeaseRequest_Start struct {
+	Start *Start `protobuf:"bytes,2,opt,name=start,proto3,oneof"`
+}
+
+type LeaseRequest_Progress struct {
+	Progress *Progress `protobuf:"bytes,3,opt,name=progress,proto3,oneof"`
+}
+
+type LeaseRequest_Done struct {
+	Done *Done `protobuf:"bytes,4,opt,name=done,proto3,oneof"`
+}
+
+func (*LeaseRequest_Start) isLeaseRequest_Msg() {}
+
+func (*LeaseRequest_Progress) isLeaseRequest_Msg() {}
+
+func (*LeaseRequest_Done) isLeaseRequest_Msg() {}
+
+type SessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Leases        []*LeaseResponse       `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResponse) Reset() {
+	*x = SessionResponse{}
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponse) ProtoMessage() {}
+
+func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
+func (*SessionResponse) Descriptor() ([]byte, []int) {
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SessionResponse) GetLeases() []*LeaseResponse {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+type LeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lease uint64                 `protobuf:"varint,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*LeaseResponse_Admitted
+	//	*LeaseResponse_Rejected
+	//	*LeaseResponse_Preempt
+	Msg           isLeaseResponse_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseResponse) Reset() {
+	*x = LeaseResponse{}
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseResponse) ProtoMessage() {}
+
+func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
+func (*LeaseResponse) Descriptor() ([]byte, []int) {
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LeaseResponse) GetLease() uint64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetMsg() isLeaseResponse_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetAdmitted() *Admitted {
+	if x != nil {
+		if x, ok := x.Msg.(*LeaseResponse_Admitted); ok {
+			return x.Admitted
+		}
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetRejected() *Rejected {
+	if x != nil {
+		if x, ok := x.Msg.(*LeaseResponse_Rejected); ok {
+			return x.Rejected
+		}
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetPreempt() *Preempt {
+	if x != nil {
+		if x, ok := x.Msg.(*LeaseResponse_Preempt); ok {
+			return x.Preempt
+		}
+	}
+	return nil
+}
+
+type isLeaseResponse_Msg interface {
+	isLeaseResponse_Msg()
+}
+
+type LeaseResponse_Admitted struct {
+	Admitted *Admitted `protobuf:"bytes,2,opt,name=admitted,proto3,oneof"`
+}
+
+type LeaseResponse_Rejected struct {
+	Rejected *Rejected `protobuf:"bytes,3,opt,name=rejected,proto3,oneof"`
+}
+
+type LeaseResponse_Preempt struct {
+	Preempt *Preempt `protobuf:"bytes,4,opt,name=preempt,proto3,oneof"`
+}
+
+func (*LeaseResponse_Admitted) isLeaseResponse_Msg() {}
+
+func (*LeaseResponse_Rejected) isLeaseResponse_Msg() {}
+
+func (*LeaseResponse_Preempt) isLeaseResponse_Msg() {}
 
 type AdmitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -139,7 +441,7 @@ type AdmitRequest struct {
 
 func (x *AdmitRequest) Reset() {
 	*x = AdmitRequest{}
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[0]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -151,7 +453,7 @@ func (x *AdmitRequest) String() string {
 func (*AdmitRequest) ProtoMessage() {}
 
 func (x *AdmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[0]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -164,7 +466,7 @@ func (x *AdmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRequest.ProtoReflect.Descriptor instead.
 func (*AdmitRequest) Descriptor() ([]byte, []int) {
-	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{0}
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AdmitRequest) GetMsg() isAdmitRequest_Msg {
@@ -245,7 +547,7 @@ type Start struct {
 
 func (x *Start) Reset() {
 	*x = Start{}
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[1]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -257,7 +559,7 @@ func (x *Start) String() string {
 func (*Start) ProtoMessage() {}
 
 func (x *Start) ProtoReflect() protoreflect.Message {
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[1]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -270,7 +572,7 @@ func (x *Start) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Start.ProtoReflect.Descriptor instead.
 func (*Start) Descriptor() ([]byte, []int) {
-	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{1}
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Start) GetId() string {
@@ -339,7 +641,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[2]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -351,7 +653,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[2]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -364,7 +666,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Progress) GetFirstToken() bool {
@@ -390,7 +692,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +704,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +717,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Done) GetOutcome() Outcome {
@@ -439,7 +741,7 @@ type AdmitResponse struct {
 
 func (x *AdmitResponse) Reset() {
 	*x = AdmitResponse{}
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +753,7 @@ func (x *AdmitResponse) String() string {
 func (*AdmitResponse) ProtoMessage() {}
 
 func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +766,7 @@ func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitResponse.ProtoReflect.Descriptor instead.
 func (*AdmitResponse) Descriptor() ([]byte, []int) {
-	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AdmitResponse) GetMsg() isAdmitResponse_Msg {
@@ -536,7 +838,7 @@ type Admitted struct {
 
 func (x *Admitted) Reset() {
 	*x = Admitted{}
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +850,7 @@ func (x *Admitted) String() string {
 func (*Admitted) ProtoMessage() {}
 
 func (x *Admitted) ProtoReflect() protoreflect.Message {
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +863,7 @@ func (x *Admitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Admitted.ProtoReflect.Descriptor instead.
 func (*Admitted) Descriptor() ([]byte, []int) {
-	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Admitted) GetQueueNs() int64 {
@@ -588,7 +890,7 @@ type Rejected struct {
 
 func (x *Rejected) Reset() {
 	*x = Rejected{}
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +902,7 @@ func (x *Rejected) String() string {
 func (*Rejected) ProtoMessage() {}
 
 func (x *Rejected) ProtoReflect() protoreflect.Message {
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +915,7 @@ func (x *Rejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejected.ProtoReflect.Descriptor instead.
 func (*Rejected) Descriptor() ([]byte, []int) {
-	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Rejected) GetReason() Rejected_Reason {
@@ -640,7 +942,7 @@ type Preempt struct {
 
 func (x *Preempt) Reset() {
 	*x = Preempt{}
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +954,7 @@ func (x *Preempt) String() string {
 func (*Preempt) ProtoMessage() {}
 
 func (x *Preempt) ProtoReflect() protoreflect.Message {
-	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_llmesh_scheduler_v1_scheduler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,14 +967,30 @@ func (x *Preempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preempt.ProtoReflect.Descriptor instead.
 func (*Preempt) Descriptor() ([]byte, []int) {
-	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+	return file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
 }
 
 var File_llmesh_scheduler_v1_scheduler_proto protoreflect.FileDescriptor
 
 const file_llmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
-	"#llmesh/scheduler/v1/scheduler.proto\x12\x13llmesh.scheduler.v1\"\xb7\x01\n" +
+	"#llmesh/scheduler/v1/scheduler.proto\x12\x13llmesh.scheduler.v1\"K\n" +
+	"\x0eSessionRequest\x129\n" +
+	"\x06leases\x18\x01 \x03(\v2!.llmesh.scheduler.v1.LeaseRequestR\x06leases\"\xcd\x01\n" +
+	"\fLeaseRequest\x12\x14\n" +
+	"\x05lease\x18\x01 \x01(\x04R\x05lease\x122\n" +
+	"\x05start\x18\x02 \x01(\v2\x1a.llmesh.scheduler.v1.StartH\x00R\x05start\x12;\n" +
+	"\bprogress\x18\x03 \x01(\v2\x1d.llmesh.scheduler.v1.ProgressH\x00R\bprogress\x12/\n" +
+	"\x04done\x18\x04 \x01(\v2\x19.llmesh.scheduler.v1.DoneH\x00R\x04doneB\x05\n" +
+	"\x03msg\"M\n" +
+	"\x0fSessionResponse\x12:\n" +
+	"\x06leases\x18\x01 \x03(\v2\".llmesh.scheduler.v1.LeaseResponseR\x06leases\"\xe0\x01\n" +
+	"\rLeaseResponse\x12\x14\n" +
+	"\x05lease\x18\x01 \x01(\x04R\x05lease\x12;\n" +
+	"\badmitted\x18\x02 \x01(\v2\x1d.llmesh.scheduler.v1.AdmittedH\x00R\badmitted\x12;\n" +
+	"\brejected\x18\x03 \x01(\v2\x1d.llmesh.scheduler.v1.RejectedH\x00R\brejected\x128\n" +
+	"\apreempt\x18\x04 \x01(\v2\x1c.llmesh.scheduler.v1.PreemptH\x00R\apreemptB\x05\n" +
+	"\x03msg\"\xb7\x01\n" +
 	"\fAdmitRequest\x122\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.llmesh.scheduler.v1.StartH\x00R\x05start\x12;\n" +
 	"\bprogress\x18\x02 \x01(\v2\x1d.llmesh.scheduler.v1.ProgressH\x00R\bprogress\x12/\n" +
@@ -714,9 +1032,10 @@ const file_llmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\fOUTCOME_DONE\x10\x00\x12\x12\n" +
 	"\x0eOUTCOME_FAILED\x10\x01\x12\x15\n" +
 	"\x11OUTCOME_CANCELLED\x10\x02\x12\x15\n" +
-	"\x11OUTCOME_PREEMPTED\x10\x032_\n" +
+	"\x11OUTCOME_PREEMPTED\x10\x032\xb9\x01\n" +
 	"\tScheduler\x12R\n" +
-	"\x05Admit\x12!.llmesh.scheduler.v1.AdmitRequest\x1a\".llmesh.scheduler.v1.AdmitResponse(\x010\x01B6Z4github.com/llmesh/llmesh/api/schedulerv1;schedulerv1b\x06proto3"
+	"\x05Admit\x12!.llmesh.scheduler.v1.AdmitRequest\x1a\".llmesh.scheduler.v1.AdmitResponse(\x010\x01\x12X\n" +
+	"\aSession\x12#.llmesh.scheduler.v1.SessionRequest\x1a$.llmesh.scheduler.v1.SessionResponse(\x010\x01B6Z4github.com/llmesh/llmesh/api/schedulerv1;schedulerv1b\x06proto3"
 
 var (
 	file_llmesh_scheduler_v1_scheduler_proto_rawDescOnce sync.Once
@@ -731,35 +1050,49 @@ func file_llmesh_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 }
 
 var file_llmesh_scheduler_v1_scheduler_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_llmesh_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_llmesh_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_llmesh_scheduler_v1_scheduler_proto_goTypes = []any{
-	(Outcome)(0),          // 0: llmesh.scheduler.v1.Outcome
-	(Rejected_Reason)(0),  // 1: llmesh.scheduler.v1.Rejected.Reason
-	(*AdmitRequest)(nil),  // 2: llmesh.scheduler.v1.AdmitRequest
-	(*Start)(nil),         // 3: llmesh.scheduler.v1.Start
-	(*Progress)(nil),      // 4: llmesh.scheduler.v1.Progress
-	(*Done)(nil),          // 5: llmesh.scheduler.v1.Done
-	(*AdmitResponse)(nil), // 6: llmesh.scheduler.v1.AdmitResponse
-	(*Admitted)(nil),      // 7: llmesh.scheduler.v1.Admitted
-	(*Rejected)(nil),      // 8: llmesh.scheduler.v1.Rejected
-	(*Preempt)(nil),       // 9: llmesh.scheduler.v1.Preempt
+	(Outcome)(0),            // 0: llmesh.scheduler.v1.Outcome
+	(Rejected_Reason)(0),    // 1: llmesh.scheduler.v1.Rejected.Reason
+	(*SessionRequest)(nil),  // 2: llmesh.scheduler.v1.SessionRequest
+	(*LeaseRequest)(nil),    // 3: llmesh.scheduler.v1.LeaseRequest
+	(*SessionResponse)(nil), // 4: llmesh.scheduler.v1.SessionResponse
+	(*LeaseResponse)(nil),   // 5: llmesh.scheduler.v1.LeaseResponse
+	(*AdmitRequest)(nil),    // 6: llmesh.scheduler.v1.AdmitRequest
+	(*Start)(nil),           // 7: llmesh.scheduler.v1.Start
+	(*Progress)(nil),        // 8: llmesh.scheduler.v1.Progress
+	(*Done)(nil),            // 9: llmesh.scheduler.v1.Done
+	(*AdmitResponse)(nil),   // 10: llmesh.scheduler.v1.AdmitResponse
+	(*Admitted)(nil),        // 11: llmesh.scheduler.v1.Admitted
+	(*Rejected)(nil),        // 12: llmesh.scheduler.v1.Rejected
+	(*Preempt)(nil),         // 13: llmesh.scheduler.v1.Preempt
 }
 var file_llmesh_scheduler_v1_scheduler_proto_depIdxs = []int32{
-	3, // 0: llmesh.scheduler.v1.AdmitRequest.start:type_name -> llmesh.scheduler.v1.Start
-	4, // 1: llmesh.scheduler.v1.AdmitRequest.progress:type_name -> llmesh.scheduler.v1.Progress
-	5, // 2: llmesh.scheduler.v1.AdmitRequest.done:type_name -> llmesh.scheduler.v1.Done
-	0, // 3: llmesh.scheduler.v1.Done.outcome:type_name -> llmesh.scheduler.v1.Outcome
-	7, // 4: llmesh.scheduler.v1.AdmitResponse.admitted:type_name -> llmesh.scheduler.v1.Admitted
-	8, // 5: llmesh.scheduler.v1.AdmitResponse.rejected:type_name -> llmesh.scheduler.v1.Rejected
-	9, // 6: llmesh.scheduler.v1.AdmitResponse.preempt:type_name -> llmesh.scheduler.v1.Preempt
-	1, // 7: llmesh.scheduler.v1.Rejected.reason:type_name -> llmesh.scheduler.v1.Rejected.Reason
-	2, // 8: llmesh.scheduler.v1.Scheduler.Admit:input_type -> llmesh.scheduler.v1.AdmitRequest
-	6, // 9: llmesh.scheduler.v1.Scheduler.Admit:output_type -> llmesh.scheduler.v1.AdmitResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	3,  // 0: llmesh.scheduler.v1.SessionRequest.leases:type_name -> llmesh.scheduler.v1.LeaseRequest
+	7,  // 1: llmesh.scheduler.v1.LeaseRequest.start:type_name -> llmesh.scheduler.v1.Start
+	8,  // 2: llmesh.scheduler.v1.LeaseRequest.progress:type_name -> llmesh.scheduler.v1.Progress
+	9,  // 3: llmesh.scheduler.v1.LeaseRequest.done:type_name -> llmesh.scheduler.v1.Done
+	5,  // 4: llmesh.scheduler.v1.SessionResponse.leases:type_name -> llmesh.scheduler.v1.LeaseResponse
+	11, // 5: llmesh.scheduler.v1.LeaseResponse.admitted:type_name -> llmesh.scheduler.v1.Admitted
+	12, // 6: llmesh.scheduler.v1.LeaseResponse.rejected:type_name -> llmesh.scheduler.v1.Rejected
+	13, // 7: llmesh.scheduler.v1.LeaseResponse.preempt:type_name -> llmesh.scheduler.v1.Preempt
+	7,  // 8: llmesh.scheduler.v1.AdmitRequest.start:type_name -> llmesh.scheduler.v1.Start
+	8,  // 9: llmesh.scheduler.v1.AdmitRequest.progress:type_name -> llmesh.scheduler.v1.Progress
+	9,  // 10: llmesh.scheduler.v1.AdmitRequest.done:type_name -> llmesh.scheduler.v1.Done
+	0,  // 11: llmesh.scheduler.v1.Done.outcome:type_name -> llmesh.scheduler.v1.Outcome
+	11, // 12: llmesh.scheduler.v1.AdmitResponse.admitted:type_name -> llmesh.scheduler.v1.Admitted
+	12, // 13: llmesh.scheduler.v1.AdmitResponse.rejected:type_name -> llmesh.scheduler.v1.Rejected
+	13, // 14: llmesh.scheduler.v1.AdmitResponse.preempt:type_name -> llmesh.scheduler.v1.Preempt
+	1,  // 15: llmesh.scheduler.v1.Rejected.reason:type_name -> llmesh.scheduler.v1.Rejected.Reason
+	6,  // 16: llmesh.scheduler.v1.Scheduler.Admit:input_type -> llmesh.scheduler.v1.AdmitRequest
+	2,  // 17: llmesh.scheduler.v1.Scheduler.Session:input_type -> llmesh.scheduler.v1.SessionRequest
+	10, // 18: llmesh.scheduler.v1.Scheduler.Admit:output_type -> llmesh.scheduler.v1.AdmitResponse
+	4,  // 19: llmesh.scheduler.v1.Scheduler.Session:output_type -> llmesh.scheduler.v1.SessionResponse
+	18, // [18:20] is the sub-list for method output_type
+	16, // [16:18] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_llmesh_scheduler_v1_scheduler_proto_init() }
@@ -767,12 +1100,22 @@ func file_llmesh_scheduler_v1_scheduler_proto_init() {
 	if File_llmesh_scheduler_v1_scheduler_proto != nil {
 		return
 	}
-	file_llmesh_scheduler_v1_scheduler_proto_msgTypes[0].OneofWrappers = []any{
+	file_llmesh_scheduler_v1_scheduler_proto_msgTypes[1].OneofWrappers = []any{
+		(*LeaseRequest_Start)(nil),
+		(*LeaseRequest_Progress)(nil),
+		(*LeaseRequest_Done)(nil),
+	}
+	file_llmesh_scheduler_v1_scheduler_proto_msgTypes[3].OneofWrappers = []any{
+		(*LeaseResponse_Admitted)(nil),
+		(*LeaseResponse_Rejected)(nil),
+		(*LeaseResponse_Preempt)(nil),
+	}
+	file_llmesh_scheduler_v1_scheduler_proto_msgTypes[4].OneofWrappers = []any{
 		(*AdmitRequest_Start)(nil),
 		(*AdmitRequest_Progress)(nil),
 		(*AdmitRequest_Done)(nil),
 	}
-	file_llmesh_scheduler_v1_scheduler_proto_msgTypes[4].OneofWrappers = []any{
+	file_llmesh_scheduler_v1_scheduler_proto_msgTypes[8].OneofWrappers = []any{
 		(*AdmitResponse_Admitted)(nil),
 		(*AdmitResponse_Rejected)(nil),
 		(*AdmitResponse_Preempt)(nil),
@@ -783,7 +1126,7 @@ func file_llmesh_scheduler_v1_scheduler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_llmesh_scheduler_v1_scheduler_proto_rawDesc), len(file_llmesh_scheduler_v1_scheduler_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   8,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

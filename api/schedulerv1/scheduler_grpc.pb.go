@@ -22,7 +22,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Scheduler_Admit_FullMethodName = "/llmesh.scheduler.v1.Scheduler/Admit"
+	Scheduler_Admit_FullMethodName   = "/llmesh.scheduler.v1.Scheduler/Admit"
+	Scheduler_Session_FullMethodName = "/llmesh.scheduler.v1.Scheduler/Session"
 )
 
 // SchedulerClient is the client API for Scheduler service.
@@ -34,6 +35,15 @@ type SchedulerClient interface {
 	// send Preempt. The stream's end releases the admission, so a proxy that
 	// dies frees its slots.
 	Admit(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AdmitRequest, AdmitResponse], error)
+	// Session carries every admission of one proxy over one stream: each
+	// message names its lease by an id the proxy chose, and a message may
+	// carry several leases' messages at once (batched sends). Per lease the
+	// exchange is Admit's: Start, then Progress and Done from the proxy;
+	// Admitted or Rejected, and maybe Preempt, from the service. A Done before
+	// the answer withdraws the request (an admission already made is
+	// released). The stream's end releases every lease of the session, so a
+	// proxy that dies frees its slots.
+	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
 }
 
 type schedulerClient struct {
@@ -57,6 +67,19 @@ func (c *schedulerClient) Admit(ctx context.Context, opts ...grpc.CallOption) (g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Scheduler_AdmitClient = grpc.BidiStreamingClient[AdmitRequest, AdmitResponse]
 
+func (c *schedulerClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Scheduler_ServiceDesc.Streams[1], Scheduler_Session_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SessionRequest, SessionResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Scheduler_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
+
 // SchedulerServer is the server API for Scheduler service.
 // All implementations must embed UnimplementedSchedulerServer
 // for forward compatibility.
@@ -66,6 +89,15 @@ type SchedulerServer interface {
 	// send Preempt. The stream's end releases the admission, so a proxy that
 	// dies frees its slots.
 	Admit(grpc.BidiStreamingServer[AdmitRequest, AdmitResponse]) error
+	// Session carries every admission of one proxy over one stream: each
+	// message names its lease by an id the proxy chose, and a message may
+	// carry several leases' messages at once (batched sends). Per lease the
+	// exchange is Admit's: Start, then Progress and Done from the proxy;
+	// Admitted or Rejected, and maybe Preempt, from the service. A Done before
+	// the answer withdraws the request (an admission already made is
+	// released). The stream's end releases every lease of the session, so a
+	// proxy that dies frees its slots.
+	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
 	mustEmbedUnimplementedSchedulerServer()
 }
 
@@ -78,6 +110,9 @@ type UnimplementedSchedulerServer struct{}
 
 func (UnimplementedSchedulerServer) Admit(grpc.BidiStreamingServer[AdmitRequest, AdmitResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Admit not implemented")
+}
+func (UnimplementedSchedulerServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Session not implemented")
 }
 func (UnimplementedSchedulerServer) mustEmbedUnimplementedSchedulerServer() {}
 func (UnimplementedSchedulerServer) testEmbeddedByValue()                   {}
@@ -107,6 +142,13 @@ func _Scheduler_Admit_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Scheduler_AdmitServer = grpc.BidiStreamingServer[AdmitRequest, AdmitResponse]
 
+func _Scheduler_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SchedulerServer).Session(&grpc.GenericServerStream[SessionRequest, SessionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Scheduler_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
+
 // Scheduler_ServiceDesc is the grpc.ServiceDesc for Scheduler service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -118,6 +160,12 @@ var Scheduler_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Admit",
 			Handler:       _Scheduler_Admit_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Session",
+			Handler:       _Scheduler_Session_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

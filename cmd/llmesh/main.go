@@ -38,6 +38,7 @@ var commands = []command{
 	{"report slo", "live SLO report from Prometheus: --prometheus URL --config mesh.yaml --window 24h", runReportSLO},
 	{"scheduler", "shared scheduler service", nil},
 	{"scheduler serve", "serve the shared scheduler: --listen ADDR --config mesh.yaml", runSchedulerServe},
+	{"scheduler bench", "load on a shared scheduler from client proxies: --target ADDR --config mesh.yaml --rate R|--inflight N", runSchedulerBench},
 	{"sim", "simulated LLM engine (OpenAI HTTP + gRPC), calibrated to H200 timings", runSim},
 	{"sim predict", "time of one prefill, decode or mixed step under a profile's timing model", runSimPredictCmd},
 	{"sim fit-report", "how well the timing model fits the H200 calibration data", runSimFitReportCmd},

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"runtime/pprof"
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler/server"
@@ -15,7 +17,7 @@ import (
 // runScheduler is `llmesh scheduler serve`: the shared scheduler service.
 func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml [--admin ADDR]")
+		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml [--admin ADDR] [--cpuprofile FILE]")
 		return withExitCode(2, nil)
 	}
 	fs := flag.NewFlagSet("scheduler serve", flag.ContinueOnError)
@@ -23,6 +25,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	listen := fs.String("listen", "127.0.0.1:9090", "gRPC listen address (host:port)")
 	cfgPath := fs.String("config", "", "mesh config file (pools, classes, scheduler settings; watched, valid changes apply live)")
 	admin := fs.String("admin", "", "optional HTTP address for /metrics (Prometheus) and /healthz")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the service to `FILE` until it stops (go tool pprof)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return withExitCode(2, nil)
 	}
@@ -51,6 +54,22 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			l.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	var adminL net.Listener
 	if *admin != "" {

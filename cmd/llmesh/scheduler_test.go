@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -9,6 +13,7 @@ import (
 	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
+	"github.com/llmesh/llmesh/scheduler/loadgen"
 )
 
 func TestSchedulerFlags(t *testing.T) {
@@ -45,5 +50,50 @@ func TestSchedulerServe(t *testing.T) {
 	}
 	if !strings.Contains(s.stderr.String(), "pool gpu: policy preemptive, max_inflight 2") {
 		t.Errorf("stderr:\n%s", s.stderr.String())
+	}
+}
+
+func TestSchedulerBenchFlags(t *testing.T) {
+	wantUsage(t, mainErr("scheduler", "bench", "--target", "nonsense", "--protocol", "carrier-pigeon", "--proxies", "0"),
+		`--target: "nonsense"`, "--config: required", "--proxies: 0 must be at least 1", `--protocol: "carrier-pigeon"`)
+	mesh := proctest.WriteTemp(t, "mesh.yaml", "pools:\n  - {name: gpu, protocol: openai, endpoints: [127.0.0.1:1]}\n")
+	wantUsage(t, mainErr("scheduler", "bench", "--target", "127.0.0.1:1", "--config", mesh, "--rate", "10", "--inflight", "4"),
+		"rate and inflight: set one")
+	wantUsage(t, mainErr("scheduler", "bench", "--target", "127.0.0.1:1", "--config", mesh, "--proxies", "8", "--inflight", "4"),
+		"inflight: 4 is fewer than the 8 proxies")
+}
+
+// scheduler bench against scheduler serve, both protocols: the JSON
+// report counts admissions and no errors, and the service saw the
+// session streams.
+func TestSchedulerBench(t *testing.T) {
+	path := filepath.Join(repoRoot(t), "examples", "mesh-fleet.yaml")
+	s := serve(t, "scheduler", "serve", "--listen", "127.0.0.1:0", "--config", path)
+	addr := proctest.WaitMatch(t, &s.stdout, schedulerListeningRE, s)[1]
+	for _, protocol := range []string{"session", "stream"} {
+		out := filepath.Join(t.TempDir(), "bench.json")
+		var stdout strings.Builder
+		err := Main(context.Background(), []string{"scheduler", "bench", "--target", addr, "--config", path, "--proxies", "2",
+			"--rate", "400", "--duration", "300ms", "--warmup", "0s", "--protocol", protocol, "--json", out}, &stdout, io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", protocol, err, stdout.String())
+		}
+		var rep loadgen.Report
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Admissions == 0 || rep.Errors != 0 || rep.Mode != "open" || rep.Proxies != 2 {
+			t.Errorf("%s: report %+v", protocol, rep)
+		}
+		if !strings.Contains(stdout.String(), "scheduler bench: open loop, 2 proxies, target 400/s") {
+			t.Errorf("%s: stdout %q", protocol, stdout.String())
+		}
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatalf("serve: %v", err)
 	}
 }

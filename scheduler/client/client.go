@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -36,6 +38,11 @@ type Options struct {
 	Timeout time.Duration
 	// DialOptions are added to the gRPC client's (plaintext by default).
 	DialOptions []grpc.DialOption
+	// StreamPerAdmission uses one Admit stream per admission, the protocol
+	// of services older than Session; false multiplexes every admission
+	// over one Session stream (and falls back to Admit streams by itself
+	// when the service does not implement Session).
+	StreamPerAdmission bool
 }
 
 // Client is a scheduler.Admitter backed by the shared service.
@@ -46,8 +53,12 @@ type Client struct {
 
 	mu     sync.Mutex
 	closed bool
-	live   map[*lease]struct{}
+	live   map[*lease]struct{} // leases of Admit streams
+	sess   *session            // the live session; nil: none yet or it ended
 	wg     sync.WaitGroup
+
+	openMu sync.Mutex  // one caller opens a session at a time
+	legacy atomic.Bool // the service does not implement Session
 }
 
 var _ scheduler.Admitter = (*Client)(nil)
@@ -87,27 +98,79 @@ func (c *Client) Admit(ctx context.Context, req scheduler.Request) (scheduler.Le
 	if closed {
 		return nil, scheduler.ErrClosed
 	}
+	if !c.opts.StreamPerAdmission && !c.legacy.Load() {
+		l, err := c.admitSession(ctx, req)
+		if !errors.Is(err, errNoSession) {
+			return l, err
+		}
+		c.legacy.Store(true) // an older service: Admit streams from now on
+	}
+	return c.admitStream(ctx, req)
+}
+
+// start is req's Start message.
+func (c *Client) start(req scheduler.Request) *schedulerv1.Start {
 	now := c.opts.Clock.Now()
 	age := time.Duration(0)
 	if !req.Arrival.IsZero() && req.Arrival.Before(now) {
 		age = now.Sub(req.Arrival)
 	}
+	return &schedulerv1.Start{
+		Id:           req.ID,
+		Pool:         req.Pool,
+		Class:        req.Class,
+		PromptTokens: clampU32(req.PromptTokens),
+		MaxTokens:    clampU32(req.MaxTokens),
+		AgeNs:        int64(age),
+		Requeue:      req.Requeue,
+		Affinity:     req.Affinity,
+	}
+}
+
+// errNoSession: the service does not implement Session.
+var errNoSession = errors.New("the scheduler service has no Session method")
+
+// admitSession admits req as a lease of the session. A session that could
+// not open or broke before the answer leaves req to the failure mode.
+func (c *Client) admitSession(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
+	s, err := c.openSession(ctx)
+	if err != nil {
+		if errors.Is(err, scheduler.ErrClosed) || errors.Is(err, scheduler.ErrCancelled) {
+			return nil, err
+		}
+		return c.unavailable(ctx, req, err)
+	}
+	l, resp, err := s.admit(ctx, c.start(req))
+	switch {
+	case errors.Is(err, scheduler.ErrCancelled):
+		return nil, err
+	case status.Code(err) == codes.Unimplemented:
+		return nil, errNoSession
+	case err != nil:
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+		}
+		return c.unavailable(ctx, req, err)
+	}
+	switch msg := resp.GetMsg().(type) {
+	case *schedulerv1.LeaseResponse_Admitted:
+		l.queue, l.endpoint = time.Duration(msg.Admitted.GetQueueNs()), msg.Admitted.GetEndpoint()
+		return l, nil
+	case *schedulerv1.LeaseResponse_Rejected:
+		return nil, rejected(msg.Rejected)
+	}
+	return nil, fmt.Errorf("%w: unexpected answer %T from the scheduler service", scheduler.ErrRejected, resp.GetMsg())
+}
+
+// admitStream admits req over an Admit stream of its own.
+func (c *Client) admitStream(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
 	// The stream outlives ctx (which bounds only the wait), so it gets its
 	// own cancel; ctx's end cancels it only until admission.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
 	stream, err := c.api.Admit(sctx)
 	if err == nil {
-		err = stream.Send(&schedulerv1.AdmitRequest{Msg: &schedulerv1.AdmitRequest_Start{Start: &schedulerv1.Start{
-			Id:           req.ID,
-			Pool:         req.Pool,
-			Class:        req.Class,
-			PromptTokens: clampU32(req.PromptTokens),
-			MaxTokens:    clampU32(req.MaxTokens),
-			AgeNs:        int64(age),
-			Requeue:      req.Requeue,
-			Affinity:     req.Affinity,
-		}}})
+		err = stream.Send(&schedulerv1.AdmitRequest{Msg: &schedulerv1.AdmitRequest_Start{Start: c.start(req)}})
 	}
 	var resp *schedulerv1.AdmitResponse
 	if err == nil {
@@ -178,7 +241,7 @@ func clampU32(n int) uint32 {
 	return uint32(n)
 }
 
-// Close cuts every admission stream (the service releases them) and waits
+// Close cuts the session and every admission stream (the service releases them) and waits
 // for the leases' goroutines. Leases stay usable; Release is then a no-op.
 func (c *Client) Close() error {
 	c.mu.Lock()
@@ -186,7 +249,11 @@ func (c *Client) Close() error {
 	for l := range c.live {
 		l.cancel()
 	}
+	s := c.sess
 	c.mu.Unlock()
+	if s != nil {
+		s.cancel() // its receiver ends the session
+	}
 	err := c.conn.Close()
 	c.wg.Wait()
 	return err

@@ -40,7 +40,7 @@ func config(limit int, p scheduler.Policy) scheduler.Config {
 	}
 }
 
-func startService(t *testing.T, addr string, cfg scheduler.Config) *service {
+func startService(t testing.TB, addr string, cfg scheduler.Config) *service {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -76,8 +76,13 @@ func (s *service) queued() int {
 	return n
 }
 
+// perAdmission makes newClient use one Admit stream per admission (the
+// protocol of older services); TestPerAdmissionStreams sets it.
+var perAdmission bool
+
 func newClient(t *testing.T, addr string, opts client.Options) *client.Client {
 	t.Helper()
+	opts.StreamPerAdmission = opts.StreamPerAdmission || perAdmission
 	c, err := client.New(addr, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +166,7 @@ func TestTwoClientsShareOneCapacity(t *testing.T) {
 // A proxy that goes away frees its slots.
 func TestDeadClientFreesSlots(t *testing.T) {
 	svc := startService(t, "127.0.0.1:0", config(2, fifo.New()))
-	dying, err := client.New(svc.addr, client.Options{})
+	dying, err := client.New(svc.addr, client.Options{StreamPerAdmission: perAdmission})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,24 @@
 // scheduler.Scheduler) over gRPC as llmesh.scheduler.v1.Scheduler, so that
 // several proxies share one pool capacity.
 //
-// Each admission is one bidirectional stream. Concurrency: gRPC runs each
-// stream's handler in its own goroutine; that goroutine alone sends on the
-// stream. It starts one receiving goroutine per admitted stream, which
+// A proxy holds one Session stream and multiplexes its admissions over it,
+// each named by a lease id the proxy chose; a message carries the messages
+// of several leases, so a busy proxy sends and receives few, large
+// messages. Concurrency of a session: the handler's goroutine alone
+// receives and dispatches (Start, Progress, Done) and releases the leases
+// the proxy says Done for; each Start gets a goroutine that waits for the
+// admission, queues the answer, waits for a preemption (which it queues
+// too) or the lease's end. Whichever of those goroutines finds the send
+// lock free sends everything queued, in one message, until the queue is
+// empty; the others only queue (flat combining: no goroutine of its own
+// for sending, and a busy session's answers share messages). The session's
+// mu guards its lease table and the send queue. When the stream ends, the
+// handler ends every lease it still holds (Cancelled; a request still
+// waiting leaves its queue), waits for those goroutines, and returns.
+//
+// The older protocol, one Admit stream per admission, is still served.
+// Concurrency: gRPC runs each stream's handler in its own goroutine; that
+// goroutine alone sends on the stream. It starts one receiving goroutine per admitted stream, which
 // alone receives, forwards progress to the lease, and ends with one message
 // on a buffered channel when the client says Done or the stream breaks. The
 // handler then releases the lease (Cancelled when the stream broke) and

@@ -52,7 +52,7 @@ func TestSchedulersLeaseEndpoint(t *testing.T) {
 }
 
 // TestCollectorEndpointGauges: the service exports each endpoint's limit,
-// in-flight count, drain state and admissions.
+// in-flight count, drain state, admissions and the engine's load report.
 func TestCollectorEndpointGauges(t *testing.T) {
 	cfg := twoClasses(t, "fifo", 4)
 	cfg.Pools[0].Endpoints = []scheduler.EndpointConfig{{Name: "10.0.0.1:1", MaxInflight: 3}, {Name: "10.0.0.2:1", MaxInflight: 1}}
@@ -63,6 +63,9 @@ func TestCollectorEndpointGauges(t *testing.T) {
 	}
 	defer l.Release(scheduler.Done)
 	if err := s.SetEndpointHealth("gpu", "10.0.0.2:1", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetEndpointLoad("gpu", "10.0.0.1:1", scheduler.EndpointLoad{Running: 5, Waiting: 2, KVUsage: 0.25}); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
@@ -82,6 +85,9 @@ func TestCollectorEndpointGauges(t *testing.T) {
 		`llmesh_scheduler_endpoint_inflight{endpoint="10.0.0.1:1",pool="gpu"} 1`,
 		`llmesh_scheduler_endpoint_drained{endpoint="10.0.0.2:1",pool="gpu"} 1`,
 		`llmesh_scheduler_endpoint_admitted_total{endpoint="10.0.0.1:1",pool="gpu"} 1`,
+		`llmesh_scheduler_endpoint_running{endpoint="10.0.0.1:1",pool="gpu"} 5`,
+		`llmesh_scheduler_endpoint_waiting{endpoint="10.0.0.1:1",pool="gpu"} 2`,
+		`llmesh_scheduler_endpoint_kv_usage{endpoint="10.0.0.1:1",pool="gpu"} 0.25`,
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("missing %s in:\n%s", want, b.String())

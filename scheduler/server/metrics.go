@@ -24,6 +24,9 @@ import (
 //	llmesh_scheduler_endpoint_preempting{pool,endpoint}
 //	llmesh_scheduler_endpoint_drained{pool,endpoint}   1 while drained
 //	llmesh_scheduler_endpoint_admitted_total{pool,endpoint}
+//	llmesh_scheduler_endpoint_running{pool,endpoint}   the engine's own load
+//	llmesh_scheduler_endpoint_waiting{pool,endpoint}   report (0 until its
+//	llmesh_scheduler_endpoint_kv_usage{pool,endpoint}  first scrape)
 //	llmesh_preemption_abort_unhonoured{pool}     1 while the pool's engine
 //	    is marked as not honouring aborts (preemption off; scheduler/abort.go)
 type Collector struct {
@@ -52,6 +55,9 @@ func NewCollector(stats func() []scheduler.PoolStats) *Collector {
 		"ep_preempting":   d("endpoint_preempting", "Requests on the endpoint asked to stop and not yet released.", "endpoint"),
 		"ep_drained":      d("endpoint_drained", "1 while the endpoint is drained (gets no new admissions).", "endpoint"),
 		"ep_admitted":     d("endpoint_admitted_total", "Admissions bound to the endpoint.", "endpoint"),
+		"ep_running":      d("endpoint_running", "Sequences the endpoint's engine reports running (its last load report).", "endpoint"),
+		"ep_waiting":      d("endpoint_waiting", "Sequences the endpoint's engine reports waiting (its last load report).", "endpoint"),
+		"ep_kv":           d("endpoint_kv_usage", "Share of the endpoint's KV cache in use, 0..1 (its last load report).", "endpoint"),
 		"abort_unhonoured": prometheus.NewDesc("llmesh_preemption_abort_unhonoured",
 			"1 while the pool's engine kept running preempted requests after their abort, so the pool preempts nothing more.",
 			[]string{"pool"}, nil),
@@ -107,6 +113,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			g("ep_inflight", float64(e.InFlight), p.Name, e.Name)
 			g("ep_preempting", float64(e.Preempting), p.Name, e.Name)
 			g("ep_drained", drained, p.Name, e.Name)
+			g("ep_running", float64(e.Load.Running), p.Name, e.Name)
+			g("ep_waiting", float64(e.Load.Waiting), p.Name, e.Name)
+			g("ep_kv", e.Load.KVUsage, p.Name, e.Name)
 			ch <- prometheus.MustNewConstMetric(c.descs["ep_admitted"], prometheus.CounterValue, float64(e.Admitted), p.Name, e.Name)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/config"
@@ -43,6 +44,13 @@ type Options struct {
 	// Admin, when non-nil, serves GET /metrics (Prometheus, see Collector)
 	// and GET /healthz over HTTP; nil serves neither.
 	Admin net.Listener
+	// Keepalive is how the service notices a proxy that vanished without
+	// closing its connection (a host that lost power, a partition): after
+	// Time without traffic it pings, and a ping not answered within
+	// Timeout closes the connection, which ends the proxy's streams and
+	// frees its leases. Zero fields mean 10s and 5s (gRPC's own defaults,
+	// 2h and 20s, would hold a dead proxy's slots for hours).
+	Keepalive keepalive.ServerParameters
 }
 
 // Run serves the shared scheduler for o.Mesh on l until ctx ends: one
@@ -88,8 +96,16 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 		return fmt.Errorf("scheduler server: %w", err)
 	}
 	defer sched.Close()
-	g := grpc.NewServer()
-	New(sched, o.Clock).Register(g)
+	ka := o.Keepalive
+	if ka.Time <= 0 {
+		ka.Time = 10 * time.Second
+	}
+	if ka.Timeout <= 0 {
+		ka.Timeout = 5 * time.Second
+	}
+	g := grpc.NewServer(grpc.KeepaliveParams(ka))
+	srv := New(sched, o.Clock)
+	srv.Register(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 
@@ -114,7 +130,10 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	}
 	if o.Admin != nil {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(NewCollector(sched.Stats))
+		reg.MustRegister(NewCollector(sched.Stats), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "llmesh_scheduler_service_sessions",
+			Help: "Open Session streams: proxies connected to the service (older proxies use a stream per admission instead).",
+		}, func() float64 { return float64(srv.Sessions()) }))
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })

@@ -231,6 +231,11 @@ func TestAdminMetrics(t *testing.T) {
 		`llmesh_scheduler_inflight{pool="gpu"} 1`,
 		`llmesh_scheduler_queued{class="default",pool="gpu"} 0`,
 		`llmesh_scheduler_events_total{event="admitted",pool="gpu"} 1`,
+		`llmesh_scheduler_endpoint_inflight{endpoint="127.0.0.1:1",pool="gpu"} 1`,
+		`llmesh_scheduler_endpoint_limit{endpoint="127.0.0.1:1",pool="gpu"} 1`,
+		`llmesh_scheduler_endpoint_running{endpoint="127.0.0.1:1",pool="gpu"} 0`,
+		`llmesh_scheduler_endpoint_kv_usage{endpoint="127.0.0.1:1",pool="gpu"} 0`,
+		`llmesh_scheduler_service_sessions 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,6 +19,7 @@ type Server struct {
 	schedulerv1.UnimplementedSchedulerServer
 	admitter scheduler.Admitter
 	clk      clock.Clock
+	sessions atomic.Int64 // open Session streams
 }
 
 var _ schedulerv1.SchedulerServer = (*Server)(nil)
@@ -38,7 +40,12 @@ func (s *Server) Register(g *grpc.Server) { schedulerv1.RegisterSchedulerServer(
 // passed every max wait anyway).
 const maxAge = 24 * time.Hour
 
-// Admit implements the service (see the package comment).
+// Sessions is the number of open Session streams (one per connected proxy
+// that uses them).
+func (s *Server) Sessions() int { return int(s.sessions.Load()) }
+
+// Admit implements the one-stream-per-admission service (see the package
+// comment); proxies of this version use Session.
 func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
 	first, err := stream.Recv()
 	if err != nil {
@@ -48,20 +55,9 @@ func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
 	if start == nil {
 		return status.Error(codes.InvalidArgument, "scheduler: the first message must be start")
 	}
-	age := time.Duration(start.GetAgeNs())
-	if age < 0 {
-		return status.Errorf(codes.InvalidArgument, "scheduler: start.age_ns %d must not be negative", start.GetAgeNs())
-	}
-	age = min(age, maxAge)
-	req := scheduler.Request{
-		ID:           start.GetId(),
-		Pool:         start.GetPool(),
-		Class:        start.GetClass(),
-		PromptTokens: int(start.GetPromptTokens()),
-		MaxTokens:    int(start.GetMaxTokens()),
-		Arrival:      s.clk.Now().Add(-age),
-		Requeue:      start.GetRequeue(),
-		Affinity:     start.GetAffinity(),
+	req, err := s.request(start)
+	if err != nil {
+		return err
 	}
 	lease, err := s.admitter.Admit(stream.Context(), req)
 	if err != nil {

@@ -1,0 +1,348 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// errSessionEnded reports a session that ended while a request waited for
+// its answer (the stream's own error is the cause when there is one).
+var errSessionEnded = errors.New("scheduler session ended")
+
+// session is one Session stream of the client: every admission of this
+// proxy is a lease on it, named by an id the client counts up.
+type session struct {
+	c      *Client
+	stream schedulerv1.Scheduler_SessionClient
+	cancel func()
+	ended  chan struct{} // closed when the session is over
+	err    error         // why it ended; set before ended is closed
+
+	// Guarded by c.mu (the client's one lock: sessions are short critical
+	// sections per message, and one lock keeps release ordering simple).
+	next   uint64
+	leases map[uint64]*sLease // pending or admitted, not yet released
+	queue  []*sLease          // leases with something to send
+	dead   bool
+	wake   chan struct{} // cap 1: Progress or Release queued something
+
+	sendMu sync.Mutex
+	spare  []*sLease // queue's other buffer
+	broken bool      // a Send failed: drop the rest
+}
+
+// sLease is an admission held through a session.
+type sLease struct {
+	s        *session
+	id       uint64
+	answer   chan answer // cap 1: the service's Admitted or Rejected
+	preempt  chan struct{}
+	queue    time.Duration
+	endpoint string
+
+	// Guarded by c.mu.
+	start     *schedulerv1.Start // to send; nil once sent
+	progress  scheduler.Progress
+	sent      scheduler.Progress
+	released  bool
+	outcome   scheduler.Outcome
+	queued    bool
+	preempted bool
+}
+
+type answer struct {
+	msg *schedulerv1.LeaseResponse
+	err error
+}
+
+var (
+	_ scheduler.Lease  = (*sLease)(nil)
+	_ scheduler.Routed = (*sLease)(nil)
+)
+
+// openSession returns the live session, opening one when there is none.
+// One caller opens at a time (c.openMu); the others wait for it. ctx, the
+// opener's request, bounds only the opening: the session outlives it.
+func (c *Client) openSession(ctx context.Context) (*session, error) {
+	c.mu.Lock()
+	s := c.sess
+	c.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	c.openMu.Lock()
+	defer c.openMu.Unlock()
+	c.mu.Lock()
+	s, closed := c.sess, c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, scheduler.ErrClosed
+	}
+	if s != nil {
+		return s, nil
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel)
+	stream, err := c.api.Session(sctx)
+	if !stop() {
+		cancel()
+		return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s = &session{c: c, stream: stream, cancel: cancel, ended: make(chan struct{}), leases: map[uint64]*sLease{},
+		wake: make(chan struct{}, 1)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		cancel()
+		return nil, scheduler.ErrClosed
+	}
+	c.sess = s
+	c.wg.Add(2)
+	go s.recvLoop()
+	go s.sendLoop()
+	return s, nil
+}
+
+// admit sends req's Start and waits for the answer or ctx's end.
+func (s *session) admit(ctx context.Context, start *schedulerv1.Start) (*sLease, *schedulerv1.LeaseResponse, error) {
+	c := s.c
+	c.mu.Lock()
+	if s.dead {
+		c.mu.Unlock()
+		return nil, nil, s.cause()
+	}
+	s.next++
+	l := &sLease{s: s, id: s.next, answer: make(chan answer, 1), preempt: make(chan struct{}), start: start}
+	s.leases[l.id] = l
+	s.enqueue(l, false)
+	c.mu.Unlock()
+	// The caller waits for the answer anyway: it sends the Start itself
+	// (with whatever else is queued) unless a send is under way.
+	s.flush()
+	select {
+	case a := <-l.answer:
+		return l, a.msg, a.err
+	case <-ctx.Done():
+		// Withdraw: a Done for a request still waiting takes it out of
+		// the service's queue, and releases an admission already made.
+		l.Release(scheduler.Cancelled)
+		return nil, nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+	}
+}
+
+func (s *session) cause() error {
+	if s.err != nil {
+		return s.err
+	}
+	return errSessionEnded
+}
+
+// enqueue marks l as having something to send, waking the sender when
+// wake is set (the caller does not flush itself); c.mu is held.
+func (s *session) enqueue(l *sLease, wake bool) {
+	if s.dead {
+		return
+	}
+	if !l.queued {
+		l.queued = true
+		s.queue = append(s.queue, l)
+	}
+	if wake {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sendLoop sends what Progress and Release queue (they never block the
+// request's own goroutine on the stream).
+func (s *session) sendLoop() {
+	defer s.c.wg.Done()
+	for {
+		select {
+		case <-s.wake:
+			s.flush()
+		case <-s.ended:
+			return
+		}
+	}
+}
+
+// flush sends every queued lease's Start, latest Progress and Done, all in
+// one message, unless another goroutine is sending: that one sends them
+// after its own (flat combining; sendMu guards Send and spare). Called
+// without c.mu.
+func (s *session) flush() {
+	c := s.c
+	for {
+		if !s.sendMu.TryLock() {
+			return // the holder looks at the queue again after unlocking
+		}
+		for {
+			c.mu.Lock()
+			batch := s.queue
+			s.queue = s.spare[:0]
+			msgs := s.messages(batch)
+			c.mu.Unlock()
+			clear(batch)
+			s.spare = batch
+			if len(batch) == 0 {
+				break
+			}
+			if len(msgs) > 0 && !s.broken {
+				if err := s.stream.Send(&schedulerv1.SessionRequest{Leases: msgs}); err != nil {
+					// The stream is broken; recvLoop gets its error and
+					// ends the session.
+					s.broken = true
+				}
+			}
+		}
+		s.sendMu.Unlock()
+		// Something queued after the last look but before the unlock
+		// found the lock taken: send it now.
+		c.mu.Lock()
+		pending := len(s.queue) > 0
+		c.mu.Unlock()
+		if !pending {
+			return
+		}
+	}
+}
+
+// messages builds the messages of the queued leases; c.mu is held.
+func (s *session) messages(batch []*sLease) []*schedulerv1.LeaseRequest {
+	msgs := make([]*schedulerv1.LeaseRequest, 0, len(batch)+1)
+	for _, l := range batch {
+		l.queued = false
+		if l.start != nil {
+			if l.released {
+				// Withdrawn before the service heard of it.
+				l.start = nil
+				continue
+			}
+			msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Start{Start: l.start}})
+			l.start = nil
+		}
+		if l.progress != l.sent {
+			l.sent = l.progress
+			msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Progress{Progress: &schedulerv1.Progress{
+				FirstToken: l.progress.FirstToken, Tokens: clampU32(l.progress.Tokens),
+			}}})
+		}
+		if l.released {
+			msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Done{Done: &schedulerv1.Done{Outcome: wireOutcome(l.outcome)}}})
+		}
+	}
+	return msgs
+}
+
+// recvLoop is the only caller of Recv: it hands each lease its answer and
+// its preemption, and ends the session when the stream ends.
+func (s *session) recvLoop() {
+	c := s.c
+	defer c.wg.Done()
+	for {
+		m, err := s.stream.Recv()
+		if err != nil {
+			s.end(err)
+			return
+		}
+		c.mu.Lock()
+		for _, r := range m.GetLeases() {
+			l := s.leases[r.GetLease()]
+			if l == nil {
+				continue // released meanwhile
+			}
+			switch r.GetMsg().(type) {
+			case *schedulerv1.LeaseResponse_Admitted:
+				l.answer <- answer{msg: r}
+			case *schedulerv1.LeaseResponse_Rejected:
+				delete(s.leases, l.id)
+				l.released = true
+				l.answer <- answer{msg: r}
+			case *schedulerv1.LeaseResponse_Preempt:
+				if !l.preempted {
+					l.preempted = true
+					close(l.preempt)
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// end closes the session: requests waiting for an answer get err (the
+// failure mode applies to them); admitted leases stay valid but can no
+// longer be preempted, and their Release sends nothing (the service
+// released them when the stream ended).
+func (s *session) end(err error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.dead {
+		return
+	}
+	s.dead = true
+	s.err = err
+	if c.sess == s {
+		c.sess = nil
+	}
+	for id, l := range s.leases {
+		delete(s.leases, id)
+		// A request still waiting gets err; for one already answered the
+		// buffer is full or nobody reads it any more.
+		select {
+		case l.answer <- answer{err: err}:
+		default:
+		}
+		l.released = true
+	}
+	s.queue = nil
+	s.cancel()
+	close(s.ended)
+}
+
+func (l *sLease) Preempt() <-chan struct{} { return l.preempt }
+
+func (l *sLease) QueueTime() time.Duration { return l.queue }
+
+// Endpoint is the endpoint the service bound the admission to (see
+// scheduler.Routed).
+func (l *sLease) Endpoint() string { return l.endpoint }
+
+// Progress records the latest progress; the session's sender forwards it,
+// coalescing bursts, so calling it per chunk costs a lock.
+func (l *sLease) Progress(p scheduler.Progress) {
+	c := l.s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.released || p == l.progress {
+		return
+	}
+	l.progress = p
+	l.s.enqueue(l, true)
+}
+
+// Release tells the service the outcome; extra calls are ignored.
+func (l *sLease) Release(o scheduler.Outcome) {
+	c := l.s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l.released {
+		return
+	}
+	l.released, l.outcome = true, o
+	delete(l.s.leases, l.id)
+	l.s.enqueue(l, true)
+}

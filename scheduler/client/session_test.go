@@ -1,0 +1,255 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/client"
+	"github.com/llmesh/llmesh/scheduler/policy/fifo"
+	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
+	"github.com/llmesh/llmesh/scheduler/server"
+)
+
+// The wire tests again over one Admit stream per admission, the path the
+// client takes for a service without Session.
+func TestPerAdmissionStreams(t *testing.T) {
+	perAdmission = true
+	defer func() { perAdmission = false }()
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"share", TestTwoClientsShareOneCapacity}, {"dead", TestDeadClientFreesSlots},
+		{"preempt", TestPreemptOverTheWire}, {"rejections", TestRejectionsAndCancel},
+		{"restart", TestServiceRestart}, {"endpoint", TestLeaseEndpointOverTheWire},
+	} {
+		t.Run(tc.name, tc.f)
+	}
+}
+
+// countingService serves the scheduler and counts the streams of each
+// method, so a test can tell how a client talks to it.
+type countingService struct {
+	*server.Server
+	admits, sessions atomic.Int64
+	noSession        bool // answer Session with Unimplemented, as older services do
+}
+
+func (c *countingService) Admit(s schedulerv1.Scheduler_AdmitServer) error {
+	c.admits.Add(1)
+	return c.Server.Admit(s)
+}
+
+func (c *countingService) Session(s schedulerv1.Scheduler_SessionServer) error {
+	c.sessions.Add(1)
+	if c.noSession {
+		return status.Error(codes.Unimplemented, "method Session not implemented")
+	}
+	return c.Server.Session(s)
+}
+
+func startCounting(t *testing.T, cfg scheduler.Config, noSession bool) (*countingService, *scheduler.Scheduler, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := scheduler.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &countingService{Server: server.New(sched, nil), noSession: noSession}
+	g := grpc.NewServer()
+	schedulerv1.RegisterSchedulerServer(g, cs)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.Serve(l)
+	}()
+	t.Cleanup(func() {
+		g.Stop()
+		<-done
+		sched.Close()
+	})
+	return cs, sched, l.Addr().String()
+}
+
+// Many concurrent admissions of one proxy share one Session stream; the
+// pool's limit holds across them, and every lease is released once.
+func TestSessionMultiplexesLeases(t *testing.T) {
+	const limit, n = 4, 200
+	cs, sched, addr := startCounting(t, config(limit, fifo.New()), false)
+	c := newClient(t, addr, client.Options{})
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive", PromptTokens: 10, MaxTokens: 10})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if got := sched.Stats()[0].InFlight; got > limit {
+				t.Errorf("%d in flight, limit %d", got, limit)
+			}
+			l.Progress(scheduler.Progress{FirstToken: true, Tokens: 1})
+			l.Progress(scheduler.Progress{FirstToken: true, Tokens: 2})
+			l.Release(scheduler.Done)
+			l.Release(scheduler.Failed) // ignored
+		}()
+	}
+	wg.Wait()
+	waitFor(t, "all released", func() bool { return sched.Stats()[0].InFlight == 0 })
+	st := sched.Stats()[0]
+	if st.Admitted != n || st.Done != n || st.Failed != 0 {
+		t.Fatalf("counters %+v, want %d admitted and done, none failed", st.Counters, n)
+	}
+	if a, s := cs.admits.Load(), cs.sessions.Load(); a != 0 || s != 1 {
+		t.Fatalf("%d Admit streams and %d sessions for %d admissions, want 0 and 1", a, s, n)
+	}
+}
+
+// A preemption reaches the lease it was meant for, not the other leases
+// of the same session.
+func TestSessionPreemptReachesItsLease(t *testing.T) {
+	_, sched, addr := startCounting(t, config(2, preemptive.New()), false)
+	a := newClient(t, addr, client.Options{})
+	b := newClient(t, addr, client.Options{})
+	ctx := context.Background()
+	old, err := a.Admit(ctx, scheduler.Request{ID: "old", Class: "batch", MaxTokens: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Progress(scheduler.Progress{FirstToken: true, Tokens: 50})
+	young, err := a.Admit(ctx, scheduler.Request{ID: "young", Class: "batch", MaxTokens: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The victim order takes the one without a first token: young.
+	hi := admitAsync(ctx, b, scheduler.Request{ID: "urgent", Class: "interactive"})
+	select {
+	case <-young.Preempt():
+	case <-old.Preempt():
+		t.Fatal("the preemption reached the other lease of the session")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no preemption reached the client")
+	}
+	young.Release(scheduler.Preempted)
+	r := <-hi
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	select {
+	case <-old.Preempt():
+		t.Fatal("the other lease was preempted too")
+	default:
+	}
+	r.l.Release(scheduler.Done)
+	old.Release(scheduler.Done)
+	waitFor(t, "released", func() bool { return sched.Stats()[0].InFlight == 0 })
+	if st := sched.Stats()[0]; st.Preempted != 1 || st.Done != 2 {
+		t.Fatalf("counters %+v", st.Counters)
+	}
+}
+
+// Withdrawing a waiting request (its context ends) takes it out of the
+// service's queue while the session's other leases go on.
+func TestSessionWithdraw(t *testing.T) {
+	_, sched, addr := startCounting(t, config(1, fifo.New()), false)
+	c := newClient(t, addr, client.Options{})
+	ctx := context.Background()
+	held, err := c.Admit(ctx, scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	w := admitAsync(cctx, c, scheduler.Request{Class: "interactive"})
+	waitFor(t, "queued", func() bool { return sched.Stats()[0].Queued["interactive"] == 1 })
+	cancel()
+	if r := <-w; !errors.Is(r.err, scheduler.ErrCancelled) {
+		t.Fatalf("withdrawn: %v, want ErrCancelled", r.err)
+	}
+	waitFor(t, "queue emptied", func() bool { return sched.Stats()[0].Queued["interactive"] == 0 })
+	held.Release(scheduler.Done)
+	l, err := c.Admit(ctx, scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(scheduler.Done)
+	waitFor(t, "released", func() bool { return sched.Stats()[0].InFlight == 0 })
+	if st := sched.Stats()[0]; st.Admitted != 2 || st.Cancelled != 1 {
+		t.Fatalf("counters %+v, want 2 admitted, the withdrawn one cancelled", st.Counters)
+	}
+}
+
+// A service without Session: the client falls back to Admit streams and
+// stays there.
+func TestSessionFallbackToAdmitStreams(t *testing.T) {
+	cs, sched, addr := startCounting(t, config(2, fifo.New()), true)
+	c := newClient(t, addr, client.Options{})
+	for i := 0; i < 3; i++ {
+		l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+		if err != nil {
+			t.Fatalf("admission %d: %v", i, err)
+		}
+		l.Release(scheduler.Done)
+	}
+	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 3 })
+	if a, s := cs.admits.Load(), cs.sessions.Load(); a != 3 || s != 1 {
+		t.Fatalf("%d Admit streams and %d Session attempts, want 3 and 1", a, s)
+	}
+}
+
+// A request whose context ends while the session is still opening (the
+// service accepts TCP but never answers the HTTP/2 handshake) returns
+// ErrCancelled when its context ends, not when the connect timeout does.
+func TestSessionOpenHonoursContext(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	c := newClient(t, l.Addr().String(), client.Options{Timeout: 20 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	_, err = c.Admit(ctx, scheduler.Request{})
+	if !errors.Is(err, scheduler.ErrCancelled) {
+		t.Fatalf("Admit: %v, want ErrCancelled", err)
+	}
+	if d := time.Since(begin); d > 10*time.Second {
+		t.Fatalf("Admit returned after %v, its context ended after 200ms", d)
+	}
+}

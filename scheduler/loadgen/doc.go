@@ -1,0 +1,18 @@
+// Package loadgen measures the shared scheduler service: many proxies
+// (each a scheduler.Admitter, normally a scheduler/client.Client with its
+// own connection) send admit → first token → release at a target rate
+// (open loop, Poisson or uniform arrivals, each request timed from its
+// scheduled send so a late send counts against the service and coordinated
+// omission cannot hide it) or with a fixed number in flight (closed loop),
+// and Run reports admissions per second, the decision latency (Admit call
+// to answer) quantiles, rejections, errors and, open loop, how late this
+// client itself sent.
+//
+// Concurrency: Run owns one goroutine per proxy. Open loop, that goroutine
+// alone draws the proxy's arrivals and request mix and starts one
+// goroutine per request; closed loop, it draws requests for the proxy's
+// workers (one goroutine per request in flight). Every goroutine ends by
+// the run's end (requests outstanding then are waited for); the proxy's
+// recorder is written under its mutex and atomics and read by Run after
+// they have all ended.
+package loadgen

@@ -1,0 +1,32 @@
+package loadgen
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// WriteText writes the report as a few lines for a terminal.
+func (r Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	if r.Mode == "open" {
+		fmt.Fprintf(&b, "scheduler bench: open loop, %d proxies, target %.0f/s (%s arrivals), %.1f s measured\n",
+			r.Proxies, r.TargetRate, r.Arrivals, r.DurationS)
+	} else {
+		fmt.Fprintf(&b, "scheduler bench: closed loop, %d proxies, %d in flight, %.1f s measured\n", r.Proxies, r.Inflight, r.DurationS)
+	}
+	fmt.Fprintf(&b, "admissions     %d (%.0f/s) of %d sent\n", r.Admissions, r.AdmissionsPerS, r.Sent)
+	q := func(name string, x Quantiles) {
+		fmt.Fprintf(&b, "%-14s p50 %.0f µs, p99 %.0f µs, p99.9 %.0f µs, max %.0f µs (%d samples)\n", name, x.P50, x.P99, x.P999, x.Max, x.N)
+	}
+	q("decision", r.Decision)
+	if r.ScheduleLag != nil {
+		q("schedule lag", *r.ScheduleLag)
+	}
+	fmt.Fprintf(&b, "rejected %d, errors %d, dropped %d\n", r.Rejected, r.Errors, r.Dropped)
+	for _, s := range r.ErrorSamples {
+		fmt.Fprintf(&b, "  error: %s\n", s)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
