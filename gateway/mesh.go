@@ -10,7 +10,7 @@ import (
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/scheduler"
-	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/scheduler/pools"
 )
 
 // ConfigFromMesh builds the gateway configuration of one listener of a
@@ -108,15 +108,15 @@ func relocationHeaderBytes(r *config.Relocation) int {
 // SchedulerConfigFromMesh builds the in-process scheduler's configuration
 // from a mesh config: every pool with its capacity and policy settings
 // (preemption target included), every experiment arm's pool, every class.
-// It delegates to server.MeshConfig so the gateway, the filter and the
+// It delegates to pools.Config so the gateway, the filter and the
 // scheduler service compile the same mesh the same way.
 func SchedulerConfigFromMesh(c *config.Config) (scheduler.Config, error) {
-	return server.MeshConfig(c)
+	return pools.Config(c)
 }
 
 // ApplyMesh swaps in the routes, pools (experiment arms included) and
 // classification of a new mesh config (a reload). It does not touch the
-// scheduler: Run applies the scheduler part first (server.MeshScheduler),
+// scheduler: Run applies the scheduler part first (pools.MeshSet),
 // so that new arm pools exist before requests are routed to them. On error
 // the running config stays.
 func (g *Gateway) ApplyMesh(c *config.Config, listener string) error {
