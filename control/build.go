@@ -1,6 +1,7 @@
 package control
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/netip"
@@ -21,7 +22,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/llmesh/llmesh/config"
@@ -61,7 +61,7 @@ func Build(cfg *config.Config, opts BuildOptions) (Resources, error) {
 	if err != nil {
 		return nil, err
 	}
-	mesh, err := meshStruct(em)
+	mesh, err := meshJSON(em)
 	if err != nil {
 		return nil, err
 	}
@@ -349,8 +349,8 @@ func headersKB(r *config.Relocation) uint32 {
 	return uint32(min(kb, maxHeadersKB))
 }
 
-func buildListener(cfg *config.Config, mesh *structpb.Value, l *config.Listener, opts BuildOptions) (*listener.Listener, error) {
-	fc, err := filterConfig(cfg, mesh, l, opts)
+func buildListener(cfg *config.Config, mesh json.RawMessage, l *config.Listener, opts BuildOptions) (*listener.Listener, error) {
+	fc, err := filterConfig(mesh, l, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -225,3 +225,11 @@ func (h *harness) waitQueued(class string, n int) {
 		return got == n
 	})
 }
+
+// The type URLs the plugin config arrives under (filter/settings reads
+// each).
+const (
+	typedStructURL    = "type.googleapis.com/xds.type.v3.TypedStruct"
+	udpaTypedStructV1 = "type.googleapis.com/udpa.type.v1.TypedStruct"
+	structURL         = "type.googleapis.com/google.protobuf.Struct"
+)
