@@ -366,6 +366,35 @@ func (e *Experiment) TotalWeight() int { return e.totalWeight }
 // and the shared scheduler service serves a pool by that name.
 func ArmPoolName(pool, arm string) string { return pool + ".arm-" + arm }
 
+// ArmPool is one experiment arm's pool where a data plane gives each arm
+// a pool of its own.
+type ArmPool struct {
+	// Pool is a copy of the experiment's pool named ArmPoolName(pool, arm),
+	// with the arm's scheduler config; its Experiment is nil.
+	Pool       *Pool
+	Experiment *Experiment
+	Arm        *Arm
+}
+
+// ArmPools expands every experiment arm into its pool, in experiment and
+// arm order: the one expansion the scheduler config, the gateway's pools
+// and control's Envoy pools are built from. A name that is already a pool
+// of c (a mesh that spells its arm pools out, as the filter's does) is
+// still listed; callers decide whether that is a clash.
+func (c *Config) ArmPools() []ArmPool {
+	var out []ArmPool
+	for _, e := range c.Experiments {
+		for _, a := range e.Arms {
+			p := *e.Pool
+			p.Name = ArmPoolName(e.Pool.Name, a.Name)
+			p.Scheduler = a.Scheduler
+			p.Experiment = nil
+			out = append(out, ArmPool{Pool: &p, Experiment: e, Arm: a})
+		}
+	}
+	return out
+}
+
 // Arm is a compiled experiment arm.
 type Arm struct {
 	Name   string

@@ -66,19 +66,17 @@ func Build(cfg *config.Config, opts BuildOptions) (Resources, error) {
 		return nil, err
 	}
 	res := Resources{}
+	arms := map[*config.Pool][]config.ArmPool{}
+	for _, ap := range cfg.ArmPools() {
+		arms[ap.Experiment.Pool] = append(arms[ap.Experiment.Pool], ap)
+	}
 	for _, p := range cfg.Pools {
-		c, cla := buildCluster(p.Name, p)
-		res[resource.ClusterType] = append(res[resource.ClusterType], c)
-		if cla != nil {
-			res[resource.EndpointType] = append(res[resource.EndpointType], cla)
-		}
-		if e := p.Experiment; e != nil {
-			for _, a := range e.Arms {
-				c, cla := buildCluster(armPoolName(p.Name, a.Name), p)
-				res[resource.ClusterType] = append(res[resource.ClusterType], c)
-				if cla != nil {
-					res[resource.EndpointType] = append(res[resource.EndpointType], cla)
-				}
+		// The pool's cluster, then one per experiment arm (same endpoints).
+		for _, name := range append([]string{p.Name}, armNames(arms[p])...) {
+			c, cla := buildCluster(name, p)
+			res[resource.ClusterType] = append(res[resource.ClusterType], c)
+			if cla != nil {
+				res[resource.EndpointType] = append(res[resource.EndpointType], cla)
 			}
 		}
 	}
@@ -347,6 +345,14 @@ func headersKB(r *config.Relocation) uint32 {
 	}
 	kb := (r.MaxValue()+1023)/1024 + defaultHeadersKB
 	return uint32(min(kb, maxHeadersKB))
+}
+
+func armNames(aps []config.ArmPool) []string {
+	names := make([]string, len(aps))
+	for i, ap := range aps {
+		names[i] = ap.Pool.Name
+	}
+	return names
 }
 
 func buildListener(cfg *config.Config, mesh json.RawMessage, l *config.Listener, opts BuildOptions) (*listener.Listener, error) {

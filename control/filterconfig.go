@@ -46,23 +46,20 @@ func envoyMesh(cfg *config.Config) (*config.Mesh, error) {
 	for _, p := range m.Pools {
 		names[p.Name] = true
 	}
-	for _, e := range cfg.Experiments {
-		var base config.PoolSpec
-		for _, p := range cfg.Source.Pools {
-			if p.Name == e.Pool.Name {
-				base = p
+	for _, ap := range cfg.ArmPools() {
+		var p config.PoolSpec
+		for _, sp := range cfg.Source.Pools {
+			if sp.Name == ap.Experiment.Pool.Name {
+				p = sp
 			}
 		}
-		for _, a := range e.Arms {
-			p := base
-			p.Name = armPoolName(e.Pool.Name, a.Name)
-			if names[p.Name] {
-				return nil, fmt.Errorf("control: experiment %q arm %q needs pool name %q, which is already taken", e.Name, a.Name, p.Name)
-			}
-			names[p.Name] = true
-			p.Scheduler = schedulerSpec(a.Scheduler)
-			m.Pools = append(m.Pools, p)
+		p.Name = ap.Pool.Name
+		if names[p.Name] {
+			return nil, fmt.Errorf("control: experiment %q arm %q needs pool name %q, which is already taken", ap.Experiment.Name, ap.Arm.Name, p.Name)
 		}
+		names[p.Name] = true
+		p.Scheduler = schedulerSpec(ap.Pool.Scheduler)
+		m.Pools = append(m.Pools, p)
 	}
 	return &m, nil
 }

@@ -201,7 +201,7 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 		if gcfg, err = ConfigFromMesh(mesh, rc.Listener); err != nil {
 			return nil, err
 		}
-		sc, err := SchedulerConfigFromMesh(mesh)
+		sc, err := pools.Config(mesh)
 		if err != nil {
 			return nil, err
 		}

@@ -12,19 +12,13 @@ import (
 	"github.com/llmesh/llmesh/scheduler/policy"
 )
 
-// Config compiles the scheduler config every host uses for a mesh
-// config: every pool with its own scheduler settings, plus one pool per
-// experiment arm, named config.ArmPoolName(pool, arm), with the experiment
-// pool's capacity and the arm's merged scheduler settings. Control gives
-// each arm its own filter pool under that name and the embedded gateway
-// admits arm traffic under it too, so the shared service, the filter and
-// the gateway agree on pool names.
+// Config is the scheduler config of a mesh config, the one place a mesh
+// becomes scheduler config for every host: every pool with its own
+// scheduler settings, plus one pool per experiment arm named
+// config.ArmPoolName(pool, arm) (scheduler.FromMesh says how), with policy
+// names resolved in the one registry (scheduler/policy).
 func Config(c *config.Config) (scheduler.Config, error) {
-	sc, err := policy.FromMesh(c)
-	if err != nil {
-		return scheduler.Config{}, err
-	}
-	return scheduler.WithArmPools(sc, c, policy.Lookup)
+	return scheduler.FromMesh(c, policy.Lookup)
 }
 
 // MeshSet is Set kept in step with a mesh config: Apply
