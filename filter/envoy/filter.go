@@ -178,13 +178,13 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	hv := f.stripMarker(h)
 	var genPaths []string // the route's generation paths; nil: the defaults
 	if f.cfg.Listener != nil {
-		if r := f.cfg.Listener.Route(f.path, hv.Get); r != nil {
+		if r := f.cfg.Listener.Route(f.path, hv.Get, f.grpc); r != nil {
 			genPaths = r.Generation
 		}
 	}
 	f.passthrough = !filter.IsGeneration(genPaths, h.Method(), f.path)
 	if f.routeClass == "" && f.cfg.Listener != nil {
-		if r := f.cfg.Listener.Route(f.path, hv.Get); r != nil {
+		if r := f.cfg.Listener.Route(f.path, hv.Get, f.grpc); r != nil {
 			if r.Pool != nil && f.pool == f.cfg.Pool {
 				f.pool = r.Pool
 			}
