@@ -263,6 +263,7 @@ func envoyRoute(name string, r *config.Route, extra map[string]string, cluster s
 	}
 	m := &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: r.PathPrefix}}
 	m.Headers = append(headerMatchers(r.Headers), headerMatchers(extra)...)
+	m.Headers = append(m.Headers, protocolMatcher(r.Match().GRPC))
 	return &route.Route{
 		Name:  name,
 		Match: m,
@@ -274,6 +275,21 @@ func envoyRoute(name string, r *config.Route, extra map[string]string, cluster s
 		}},
 		TypedPerFilterConfig: map[string]*anypb.Any{GolangFilterName: pf},
 	}, nil
+}
+
+// protocolMatcher makes Envoy route by the rule both llmesh hosts route by
+// (config.RouteMatch): a route to a gRPC pool takes gRPC requests only
+// (content-type application/grpc…), a route to any other pool the rest,
+// requests without a content-type included.
+func protocolMatcher(grpc bool) *route.HeaderMatcher {
+	return &route.HeaderMatcher{
+		Name: "content-type",
+		HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
+			MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "application/grpc"},
+		}},
+		InvertMatch:               !grpc,
+		TreatMissingHeaderAsEmpty: !grpc,
+	}
 }
 
 func headerMatchers(h map[string]string) []*route.HeaderMatcher {
