@@ -72,15 +72,43 @@ type Listener struct {
 	Routes []*Route
 }
 
-// Route returns the first route matching path and the request headers
-// (header returns a header's value, "" when absent), or nil.
-func (l *Listener) Route(path string, header func(name string) string) *Route {
+// Route returns the first route that takes a request with this path,
+// headers (header returns a header's value, "" when absent) and protocol
+// (grpc: a gRPC request), or nil. See RouteMatch for the rule.
+func (l *Listener) Route(path string, header func(name string) string, grpc bool) *Route {
 	for _, r := range l.Routes {
-		if r.Matches(path, header) {
+		if r.Matches(path, header, grpc) {
 			return r
 		}
 	}
 	return nil
+}
+
+// RouteMatch is what a route matches a request on, with the one rule both
+// hosts route by: the path starts with PathPrefix, every header in Headers
+// has exactly its value, and a route to a gRPC pool takes gRPC requests
+// only, a route to any other pool the rest (unless AnyProtocol).
+type RouteMatch struct {
+	// PathPrefix "" matches every path.
+	PathPrefix string
+	// Headers are exact matches; nil matches all.
+	Headers map[string]string
+	// GRPC is true for a route to a gRPC pool.
+	GRPC bool
+	// AnyProtocol makes the route take gRPC and other requests alike.
+	AnyProtocol bool
+}
+
+// Matches reports whether a request with this path, headers and protocol
+// takes the route.
+func (m *RouteMatch) Matches(path string, header func(name string) string, grpc bool) bool {
+	if !m.AnyProtocol && m.GRPC != grpc {
+		return false
+	}
+	if len(path) < len(m.PathPrefix) || path[:len(m.PathPrefix)] != m.PathPrefix {
+		return false
+	}
+	return headersMatch(m.Headers, header)
 }
 
 // Route is a compiled route.
@@ -103,12 +131,16 @@ type Route struct {
 	Generation []string
 }
 
-// Matches reports whether a request with this path and headers takes r.
-func (r *Route) Matches(path string, header func(name string) string) bool {
-	if len(path) < len(r.PathPrefix) || path[:len(r.PathPrefix)] != r.PathPrefix {
-		return false
-	}
-	return headersMatch(r.Headers, header)
+// Match is what r matches requests on.
+func (r *Route) Match() RouteMatch {
+	return RouteMatch{PathPrefix: r.PathPrefix, Headers: r.Headers, GRPC: r.Pool != nil && r.Pool.Protocol == ProtocolGRPC}
+}
+
+// Matches reports whether a request with this path, headers and protocol
+// takes r (RouteMatch.Matches).
+func (r *Route) Matches(path string, header func(name string) string, grpc bool) bool {
+	m := r.Match()
+	return m.Matches(path, header, grpc)
 }
 
 func headersMatch(want map[string]string, header func(string) string) bool {
@@ -365,6 +397,35 @@ func (e *Experiment) TotalWeight() int { return e.totalWeight }
 // a pool of its own: control names the Envoy cluster and filter pool so,
 // and the shared scheduler service serves a pool by that name.
 func ArmPoolName(pool, arm string) string { return pool + ".arm-" + arm }
+
+// ArmPool is one experiment arm's pool where a data plane gives each arm
+// a pool of its own.
+type ArmPool struct {
+	// Pool is a copy of the experiment's pool named ArmPoolName(pool, arm),
+	// with the arm's scheduler config; its Experiment is nil.
+	Pool       *Pool
+	Experiment *Experiment
+	Arm        *Arm
+}
+
+// ArmPools expands every experiment arm into its pool, in experiment and
+// arm order: the one expansion the scheduler config, the gateway's pools
+// and control's Envoy pools are built from. A name that is already a pool
+// of c (a mesh that spells its arm pools out, as the filter's does) is
+// still listed; callers decide whether that is a clash.
+func (c *Config) ArmPools() []ArmPool {
+	var out []ArmPool
+	for _, e := range c.Experiments {
+		for _, a := range e.Arms {
+			p := *e.Pool
+			p.Name = ArmPoolName(e.Pool.Name, a.Name)
+			p.Scheduler = a.Scheduler
+			p.Experiment = nil
+			out = append(out, ArmPool{Pool: &p, Experiment: e, Arm: a})
+		}
+	}
+	return out
+}
 
 // Arm is a compiled experiment arm.
 type Arm struct {

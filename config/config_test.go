@@ -326,19 +326,27 @@ func TestRouteMatching(t *testing.T) {
 	tests := []struct {
 		path    string
 		headers map[string]string
-		want    string
+		grpc    bool
+		want    string // "" no route
 	}{
-		{"/v1/chat/completions", map[string]string{"x-llmesh-lane": "batch"}, "batch"},
-		{"/v1/chat/completions", nil, "openai"},
-		{"/vllm.grpc.engine.VllmEngine/Generate", nil, "grpc"},
+		{"/v1/chat/completions", map[string]string{"x-llmesh-lane": "batch"}, false, "batch"},
+		{"/v1/chat/completions", nil, false, "openai"},
+		{"/vllm.grpc.engine.VllmEngine/Generate", nil, true, "grpc"},
+		// A route to a gRPC pool takes gRPC requests only, one to an
+		// OpenAI pool the rest, in both hosts.
+		{"/v1/chat/completions", nil, true, "grpc"},
+		{"/health", nil, false, ""},
 	}
 	for _, tt := range tests {
-		r := l.Route(tt.path, hdr(tt.headers))
-		if r == nil || r.Name != tt.want {
-			t.Errorf("Route(%q, %v) = %+v, want %s", tt.path, tt.headers, r, tt.want)
+		r := l.Route(tt.path, hdr(tt.headers), tt.grpc)
+		switch {
+		case tt.want == "" && r != nil:
+			t.Errorf("Route(%q, %v, grpc %v) = %s, want none", tt.path, tt.headers, tt.grpc, r.Name)
+		case tt.want != "" && (r == nil || r.Name != tt.want):
+			t.Errorf("Route(%q, %v, grpc %v) = %+v, want %s", tt.path, tt.headers, tt.grpc, r, tt.want)
 		}
 	}
-	if r := l.Route("/v1/x", nil); r.Experiment == nil || r.Experiment.Name != "policy-ab" {
+	if r := l.Route("/v1/x", nil, false); r.Experiment == nil || r.Experiment.Name != "policy-ab" {
 		t.Errorf("route on the experiment's pool has no experiment: %+v", r)
 	}
 }

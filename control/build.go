@@ -1,6 +1,7 @@
 package control
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/netip"
@@ -21,7 +22,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/llmesh/llmesh/config"
@@ -61,24 +61,22 @@ func Build(cfg *config.Config, opts BuildOptions) (Resources, error) {
 	if err != nil {
 		return nil, err
 	}
-	mesh, err := meshStruct(em)
+	mesh, err := meshJSON(em)
 	if err != nil {
 		return nil, err
 	}
 	res := Resources{}
+	arms := map[*config.Pool][]config.ArmPool{}
+	for _, ap := range cfg.ArmPools() {
+		arms[ap.Experiment.Pool] = append(arms[ap.Experiment.Pool], ap)
+	}
 	for _, p := range cfg.Pools {
-		c, cla := buildCluster(p.Name, p)
-		res[resource.ClusterType] = append(res[resource.ClusterType], c)
-		if cla != nil {
-			res[resource.EndpointType] = append(res[resource.EndpointType], cla)
-		}
-		if e := p.Experiment; e != nil {
-			for _, a := range e.Arms {
-				c, cla := buildCluster(armPoolName(p.Name, a.Name), p)
-				res[resource.ClusterType] = append(res[resource.ClusterType], c)
-				if cla != nil {
-					res[resource.EndpointType] = append(res[resource.EndpointType], cla)
-				}
+		// The pool's cluster, then one per experiment arm (same endpoints).
+		for _, name := range append([]string{p.Name}, armNames(arms[p])...) {
+			c, cla := buildCluster(name, p)
+			res[resource.ClusterType] = append(res[resource.ClusterType], c)
+			if cla != nil {
+				res[resource.EndpointType] = append(res[resource.EndpointType], cla)
 			}
 		}
 	}
@@ -265,6 +263,7 @@ func envoyRoute(name string, r *config.Route, extra map[string]string, cluster s
 	}
 	m := &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: r.PathPrefix}}
 	m.Headers = append(headerMatchers(r.Headers), headerMatchers(extra)...)
+	m.Headers = append(m.Headers, protocolMatcher(r.Match().GRPC))
 	return &route.Route{
 		Name:  name,
 		Match: m,
@@ -276,6 +275,21 @@ func envoyRoute(name string, r *config.Route, extra map[string]string, cluster s
 		}},
 		TypedPerFilterConfig: map[string]*anypb.Any{GolangFilterName: pf},
 	}, nil
+}
+
+// protocolMatcher makes Envoy route by the rule both llmesh hosts route by
+// (config.RouteMatch): a route to a gRPC pool takes gRPC requests only
+// (content-type application/grpc…), a route to any other pool the rest,
+// requests without a content-type included.
+func protocolMatcher(grpc bool) *route.HeaderMatcher {
+	return &route.HeaderMatcher{
+		Name: "content-type",
+		HeaderMatchSpecifier: &route.HeaderMatcher_StringMatch{StringMatch: &matcher.StringMatcher{
+			MatchPattern: &matcher.StringMatcher_Prefix{Prefix: "application/grpc"},
+		}},
+		InvertMatch:               !grpc,
+		TreatMissingHeaderAsEmpty: !grpc,
+	}
 }
 
 func headerMatchers(h map[string]string) []*route.HeaderMatcher {
@@ -349,8 +363,16 @@ func headersKB(r *config.Relocation) uint32 {
 	return uint32(min(kb, maxHeadersKB))
 }
 
-func buildListener(cfg *config.Config, mesh *structpb.Value, l *config.Listener, opts BuildOptions) (*listener.Listener, error) {
-	fc, err := filterConfig(cfg, mesh, l, opts)
+func armNames(aps []config.ArmPool) []string {
+	names := make([]string, len(aps))
+	for i, ap := range aps {
+		names[i] = ap.Pool.Name
+	}
+	return names
+}
+
+func buildListener(cfg *config.Config, mesh json.RawMessage, l *config.Listener, opts BuildOptions) (*listener.Listener, error) {
+	fc, err := filterConfig(mesh, l, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -8,9 +8,11 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter/envoy"
+	"github.com/llmesh/llmesh/filter/settings"
 )
 
 // TestFilterAcceptsGeneratedConfig feeds the generated golang filter config
@@ -56,6 +58,38 @@ func TestFilterAcceptsGeneratedConfig(t *testing.T) {
 		if fc.Mesh.Pool(name) == nil {
 			t.Errorf("route pool %q missing from the filter's mesh", name)
 		}
+	}
+	// Every per-route config reads back through the filter's decoder and
+	// names a pool (and class) of the filter's mesh.
+	perRoute := 0
+	for _, r := range rc.GetVirtualHosts()[0].GetRoutes() {
+		cfgs := []*anypb.Any{r.GetTypedPerFilterConfig()[GolangFilterName]}
+		for _, c := range r.GetRoute().GetWeightedClusters().GetClusters() {
+			cfgs = append(cfgs, c.GetTypedPerFilterConfig()[GolangFilterName])
+		}
+		for _, pf := range cfgs {
+			if pf == nil {
+				continue
+			}
+			var cpr golang.ConfigsPerRoute
+			if err := pf.UnmarshalTo(&cpr); err != nil {
+				t.Fatal(err)
+			}
+			rs, err := settings.DecodeRoute(cpr.GetPluginsConfig()[PluginName].GetConfig())
+			if err != nil {
+				t.Fatalf("the filter rejects a generated per-route config: %v", err)
+			}
+			perRoute++
+			if fc.Mesh.Pool(rs.Pool) == nil {
+				t.Errorf("per-route pool %q missing from the filter's mesh", rs.Pool)
+			}
+			if rs.Class != "" && fc.Mesh.Class(rs.Class) == nil {
+				t.Errorf("per-route class %q missing from the filter's mesh", rs.Class)
+			}
+		}
+	}
+	if perRoute == 0 {
+		t.Error("no per-route config in the example's routes")
 	}
 	want := map[string]string{"sim.arm-fifo": "fifo", "sim.arm-preemptive": "preemptive"}
 	for pool, policy := range want {

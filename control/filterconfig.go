@@ -1,36 +1,32 @@
 package control
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 
-	xdstype "github.com/cncf/xds/go/xds/type/v3"
 	golang "github.com/envoyproxy/go-control-plane/contrib/envoy/extensions/filters/http/golang/v3alpha"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/filter/settings"
 )
 
-// The llmesh Envoy filter's identity and the shape of its configs. They are
-// what cmd/llmesh-filter registers and filter/envoy parses:
+// The llmesh Envoy filter's identity. The shape of its configs is
+// filter/settings, the contract cmd/llmesh-filter's parser reads:
 //
-//	filter level: {"mesh": {...mesh config...}, "pool": "<default pool>"}
-//	per route:    {"pool": "<pool>", "class": "<class>"}
+//	filter level: settings.Filter{Mesh: <mesh config>, Pool: <default pool>}
+//	per route:    settings.Route{Pool: <pool>, Class: <class>}
 const (
 	// PluginName is the name the filter registers with the SDK.
-	PluginName = "llmesh"
+	PluginName = settings.PluginName
 	// GolangFilterName is the HTTP filter name of Envoy's golang filter, the
 	// key of typed_per_filter_config.
 	GolangFilterName = "envoy.filters.http.golang"
 	// DefaultLibraryPath is where Envoy finds llmesh-filter.so unless
 	// BuildOptions says otherwise.
 	DefaultLibraryPath = "/etc/envoy/llmesh-filter.so"
-	// settingsTypeURL labels the TypedStruct; the filter ignores it, humans
-	// reading a config dump do not.
-	settingsTypeURL = "type.googleapis.com/llmesh.filter.Settings"
-	routeTypeURL    = "type.googleapis.com/llmesh.filter.RouteSettings"
 )
 
 // armPoolName is the name of the pool (and Envoy cluster) that carries one
@@ -50,23 +46,20 @@ func envoyMesh(cfg *config.Config) (*config.Mesh, error) {
 	for _, p := range m.Pools {
 		names[p.Name] = true
 	}
-	for _, e := range cfg.Experiments {
-		var base config.PoolSpec
-		for _, p := range cfg.Source.Pools {
-			if p.Name == e.Pool.Name {
-				base = p
+	for _, ap := range cfg.ArmPools() {
+		var p config.PoolSpec
+		for _, sp := range cfg.Source.Pools {
+			if sp.Name == ap.Experiment.Pool.Name {
+				p = sp
 			}
 		}
-		for _, a := range e.Arms {
-			p := base
-			p.Name = armPoolName(e.Pool.Name, a.Name)
-			if names[p.Name] {
-				return nil, fmt.Errorf("control: experiment %q arm %q needs pool name %q, which is already taken", e.Name, a.Name, p.Name)
-			}
-			names[p.Name] = true
-			p.Scheduler = schedulerSpec(a.Scheduler)
-			m.Pools = append(m.Pools, p)
+		p.Name = ap.Pool.Name
+		if names[p.Name] {
+			return nil, fmt.Errorf("control: experiment %q arm %q needs pool name %q, which is already taken", ap.Experiment.Name, ap.Arm.Name, p.Name)
 		}
+		names[p.Name] = true
+		p.Scheduler = schedulerSpec(ap.Pool.Scheduler)
+		m.Pools = append(m.Pools, p)
 	}
 	return &m, nil
 }
@@ -87,9 +80,9 @@ func schedulerSpec(s config.SchedulerConfig) config.SchedulerSpec {
 	}
 }
 
-// meshStruct converts a mesh config to a protobuf Struct by way of its YAML
-// form, so that the filter reads exactly the schema of the file.
-func meshStruct(m *config.Mesh) (*structpb.Value, error) {
+// meshJSON encodes a mesh config as JSON by way of its YAML form, so that
+// the filter reads exactly the schema of the file.
+func meshJSON(m *config.Mesh) (json.RawMessage, error) {
 	b, err := yaml.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("control: encode mesh: %w", err)
@@ -98,14 +91,15 @@ func meshStruct(m *config.Mesh) (*structpb.Value, error) {
 	if err := yaml.Unmarshal(b, &generic); err != nil {
 		return nil, fmt.Errorf("control: encode mesh: %w", err)
 	}
-	v, err := structpb.NewValue(normalize(generic))
+	js, err := json.Marshal(normalize(generic))
 	if err != nil {
 		return nil, fmt.Errorf("control: encode mesh: %w", err)
 	}
-	return v, nil
+	return js, nil
 }
 
-// normalize turns yaml.v3's generic values into ones structpb accepts.
+// normalize turns yaml.v3's generic values into JSON's (numbers are
+// float64, as a protobuf Struct holds them).
 func normalize(v any) any {
 	switch t := v.(type) {
 	case map[string]any:
@@ -129,12 +123,12 @@ func normalize(v any) any {
 }
 
 // filterConfig is the golang filter's HTTP filter config for one listener.
-func filterConfig(cfg *config.Config, mesh *structpb.Value, l *config.Listener, opts BuildOptions) (*anypb.Any, error) {
-	settings := map[string]*structpb.Value{"mesh": mesh}
+func filterConfig(mesh json.RawMessage, l *config.Listener, opts BuildOptions) (*anypb.Any, error) {
+	fs := settings.Filter{Mesh: mesh}
 	if len(l.Routes) > 0 {
-		settings["pool"] = structpb.NewStringValue(l.Routes[0].Pool.Name)
+		fs.Pool = l.Routes[0].Pool.Name
 	}
-	ts, err := newAny(&xdstype.TypedStruct{TypeUrl: settingsTypeURL, Value: &structpb.Struct{Fields: settings}})
+	ts, err := fs.Any()
 	if err != nil {
 		return nil, err
 	}
@@ -149,11 +143,11 @@ func filterConfig(cfg *config.Config, mesh *structpb.Value, l *config.Listener, 
 // routeFilterConfig is a per-route golang filter config choosing the pool
 // (and the class, when the route fixes it).
 func routeFilterConfig(pool string, class *config.Class) (*anypb.Any, error) {
-	fields := map[string]*structpb.Value{"pool": structpb.NewStringValue(pool)}
+	rs := settings.Route{Pool: pool}
 	if class != nil {
-		fields["class"] = structpb.NewStringValue(class.Name)
+		rs.Class = class.Name
 	}
-	ts, err := newAny(&xdstype.TypedStruct{TypeUrl: routeTypeURL, Value: &structpb.Struct{Fields: fields}})
+	ts, err := rs.Any()
 	if err != nil {
 		return nil, err
 	}

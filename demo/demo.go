@@ -29,7 +29,7 @@ import (
 	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/bench/workloads"
 	"github.com/llmesh/llmesh/control"
-	"github.com/llmesh/llmesh/internal/stack"
+	"github.com/llmesh/llmesh/demo/stack"
 	"github.com/llmesh/llmesh/sim/server"
 )
 

@@ -175,8 +175,9 @@ type compiled struct {
 // compiledRoute is a route with its experiment's arm pools resolved.
 type compiledRoute struct {
 	Route
-	arms map[*config.Arm]*compiledPool
-	gen  *filter.Generations // nil: the defaults
+	arms  map[*config.Arm]*compiledPool
+	gen   *filter.Generations // nil: the defaults
+	match config.RouteMatch   // the rule the Envoy filter routes by too
 }
 
 // compile validates cfg, applies defaults and returns the runtime form.
@@ -231,7 +232,8 @@ func compile(cfg Config) (*compiled, error) {
 		if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
 			errs = append(errs, fmt.Errorf("routes[%d].path_prefix: %q must start with /", i, r.PathPrefix))
 		}
-		cr := compiledRoute{Route: r, gen: filter.NewGenerations(r.Generation)}
+		cr := compiledRoute{Route: r, gen: filter.NewGenerations(r.Generation),
+			match: config.RouteMatch{PathPrefix: r.PathPrefix, Headers: r.Headers, GRPC: r.GRPC, AnyProtocol: r.AnyProtocol}}
 		for k, p := range r.Generation {
 			if !strings.HasPrefix(p, "/") {
 				errs = append(errs, fmt.Errorf("routes[%d].generation[%d]: %q must start with /", i, k, p))
@@ -299,25 +301,13 @@ func parseUpstream(s string) (*url.URL, error) {
 // no default pool serves the request's protocol.
 func (c *compiled) match(path string, header func(string) string, isGRPC bool) (pool *compiledPool, class string, gen *filter.Generations, ok bool) {
 	for _, r := range c.routes {
-		if !r.AnyProtocol && r.GRPC != isGRPC {
+		if !r.match.Matches(path, header, isGRPC) {
 			continue
 		}
-		if !strings.HasPrefix(path, r.PathPrefix) {
-			continue
+		if r.Experiment != nil {
+			return r.arms[r.Experiment.Pick(header, c.draw())], r.Class, r.gen, true
 		}
-		all := true
-		for k, v := range r.Headers {
-			if header(k) != v {
-				all = false
-				break
-			}
-		}
-		if all {
-			if r.Experiment != nil {
-				return r.arms[r.Experiment.Pick(header, c.draw())], r.Class, r.gen, true
-			}
-			return c.pools[r.Pool], r.Class, r.gen, true
-		}
+		return c.pools[r.Pool], r.Class, r.gen, true
 	}
 	if isGRPC {
 		return c.grpcPool, "", nil, c.grpcPool != nil

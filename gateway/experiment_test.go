@@ -20,6 +20,7 @@ import (
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/scheduler/pools"
 	"github.com/llmesh/llmesh/scheduler/server"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
@@ -262,7 +263,7 @@ func TestExperimentArmPoliciesDiffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := server.NewMeshScheduler(mesh, nil)
+	ms, err := pools.NewMesh(mesh, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +339,7 @@ func TestExperimentArmPoliciesDiffer(t *testing.T) {
 	}
 }
 
-func poolIndex(t *testing.T, ms *server.MeshScheduler, pool string) int {
+func poolIndex(t *testing.T, ms *pools.MeshSet, pool string) int {
 	t.Helper()
 	for i, ps := range ms.Stats() {
 		if ps.Name == pool {
@@ -566,7 +567,7 @@ func TestExampleMeshesBuildArms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ms, err := server.NewMeshScheduler(mesh, nil)
+			ms, err := pools.NewMesh(mesh, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,8 +9,6 @@ import (
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter"
-	"github.com/llmesh/llmesh/scheduler"
-	"github.com/llmesh/llmesh/scheduler/server"
 )
 
 // ConfigFromMesh builds the gateway configuration of one listener of a
@@ -31,6 +29,10 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 		return Config{}, errors.New("listeners: the mesh config has no listener for the gateway")
 	}
 	var cfg Config
+	arms := map[*config.Pool][]config.ArmPool{}
+	for _, ap := range c.ArmPools() {
+		arms[ap.Experiment.Pool] = append(arms[ap.Experiment.Pool], ap)
+	}
 	for i, p := range c.Pools {
 		if len(p.Endpoints) == 0 {
 			return Config{}, fmt.Errorf("pools[%d].endpoints: pool %q has no endpoint", i, p.Name)
@@ -50,17 +52,16 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 		}
 		cfg.Pools = append(cfg.Pools, Pool{Name: p.Name, Protocol: proto, Upstream: up, ClassPriority: p.ClassEnginePriority(),
 			Endpoints: eps, AffinityHeader: p.AffinityHeader, Resume: resumeOf(p)})
-		if e := p.Experiment; e != nil {
-			// Each arm is a pool of its own, as control builds it for
-			// Envoy: same upstream and capacity, the arm's scheduler.
-			for _, a := range e.Arms {
-				name := config.ArmPoolName(p.Name, a.Name)
-				if c.Pool(name) != nil {
-					return Config{}, fmt.Errorf("experiments: %q arm %q needs pool name %q, which is already taken", e.Name, a.Name, name)
-				}
-				cfg.Pools = append(cfg.Pools, Pool{Name: name, Protocol: proto, Upstream: up, Experiment: e.Name, Arm: a.Name,
-					ClassPriority: p.ClassEnginePriority(), Endpoints: eps, AffinityHeader: p.AffinityHeader, Resume: resumeOf(p)})
+		// Each arm is a pool of its own (config.ArmPools), as control
+		// builds it for Envoy: same upstream and capacity, the arm's
+		// scheduler.
+		for _, ap := range arms[p] {
+			e, a := ap.Experiment, ap.Arm
+			if c.Pool(ap.Pool.Name) != nil {
+				return Config{}, fmt.Errorf("experiments: %q arm %q needs pool name %q, which is already taken", e.Name, a.Name, ap.Pool.Name)
 			}
+			cfg.Pools = append(cfg.Pools, Pool{Name: ap.Pool.Name, Protocol: proto, Upstream: up, Experiment: e.Name, Arm: a.Name,
+				ClassPriority: p.ClassEnginePriority(), Endpoints: eps, AffinityHeader: p.AffinityHeader, Resume: resumeOf(p)})
 		}
 	}
 	for _, r := range l.Routes {
@@ -105,18 +106,9 @@ func relocationHeaderBytes(r *config.Relocation) int {
 	return max(n, http.DefaultMaxHeaderBytes)
 }
 
-// SchedulerConfigFromMesh builds the in-process scheduler's configuration
-// from a mesh config: every pool with its capacity and policy settings
-// (preemption target included), every experiment arm's pool, every class.
-// It delegates to server.MeshConfig so the gateway, the filter and the
-// scheduler service compile the same mesh the same way.
-func SchedulerConfigFromMesh(c *config.Config) (scheduler.Config, error) {
-	return server.MeshConfig(c)
-}
-
 // ApplyMesh swaps in the routes, pools (experiment arms included) and
 // classification of a new mesh config (a reload). It does not touch the
-// scheduler: Run applies the scheduler part first (server.MeshScheduler),
+// scheduler: Run applies the scheduler part first (pools.MeshSet),
 // so that new arm pools exist before requests are routed to them. On error
 // the running config stays.
 func (g *Gateway) ApplyMesh(c *config.Config, listener string) error {

@@ -12,9 +12,10 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/scheduler/pools"
 )
 
-func TestSchedulerConfigFromMeshKeepsPreemptionTarget(t *testing.T) {
+func TestSchedulerConfigKeepsPreemptionTarget(t *testing.T) {
 	mesh := strings.Replace(strings.ReplaceAll(meshTmpl, "POOL", "a"), "[A]", "[127.0.0.1:1]", 1)
 	mesh = strings.Replace(mesh, "[B]", "[127.0.0.1:2]", 1)
 	mesh = strings.Replace(mesh, "scheduler: {policy: priority}",
@@ -23,9 +24,9 @@ func TestSchedulerConfigFromMeshKeepsPreemptionTarget(t *testing.T) {
 	if err != nil {
 		t.Fatalf("config.Load: %v", err)
 	}
-	sc, err := SchedulerConfigFromMesh(c)
+	sc, err := pools.Config(c)
 	if err != nil {
-		t.Fatalf("SchedulerConfigFromMesh: %v", err)
+		t.Fatalf("pools.Config: %v", err)
 	}
 	if len(sc.Pools) != 2 || sc.Pools[0].Name != "a" {
 		t.Fatalf("pools: %+v", sc.Pools)

@@ -18,6 +18,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/policy"
+	"github.com/llmesh/llmesh/scheduler/pools"
 	"github.com/llmesh/llmesh/scheduler/server"
 	"github.com/llmesh/llmesh/telemetry"
 )
@@ -143,9 +144,9 @@ func Run(ctx context.Context, rc RunConfig) error {
 // host is what Run built.
 type host struct {
 	gw      *Gateway
-	sched   *server.Schedulers    // nil when requests are not scheduled
-	mesh    *server.MeshScheduler // mesh mode: sched kept in step with the file
-	exps    *Experiments          // mesh mode
+	sched   *pools.Set     // nil when requests are not scheduled
+	mesh    *pools.MeshSet // mesh mode: sched kept in step with the file
+	exps    *Experiments   // mesh mode
 	client  *client.Client
 	tele    *telemetry.Provider
 	watcher *watch.Watcher
@@ -200,7 +201,7 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 		if gcfg, err = ConfigFromMesh(mesh, rc.Listener); err != nil {
 			return nil, err
 		}
-		sc, err := SchedulerConfigFromMesh(mesh)
+		sc, err := pools.Config(mesh)
 		if err != nil {
 			return nil, err
 		}
@@ -306,16 +307,16 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 	}
 	if scfg != nil {
 		var (
-			s   *server.Schedulers
+			s   *pools.Set
 			err error
 		)
 		if mesh != nil {
-			h.mesh, err = server.NewMeshScheduler(mesh, nil)
+			h.mesh, err = pools.NewMesh(mesh, nil)
 			if err == nil {
-				s = h.mesh.Schedulers
+				s = h.mesh.Set
 			}
 		} else {
-			s, err = server.NewSchedulers(*scfg, nil)
+			s, err = pools.New(*scfg, nil)
 		}
 		if err != nil {
 			_ = tele.Shutdown(ctx)

@@ -8,17 +8,48 @@ import (
 )
 
 // FromMesh compiles the scheduler part of a mesh config: every pool with its
-// own scheduler settings, every class, the default class. lookup resolves
-// policy names (scheduler/policy.Lookup; policy.FromMesh passes it).
+// own scheduler settings, then one pool per experiment arm
+// (config.Config.ArmPools: the experiment pool's capacity with the arm's
+// merged scheduler settings, named config.ArmPoolName(pool, arm)), every
+// class, the default class. Control gives each arm its own filter pool
+// under that name and the gateway admits arm traffic under it too, so the
+// shared service, the filter and the gateway agree on pool names; an arm
+// pool the mesh already spells out (the filter's mesh does) is not added
+// twice. lookup resolves policy names (scheduler/policy.Lookup; hosts call
+// pools.Config, which passes it).
 func FromMesh(c *config.Config, lookup func(name string) (Policy, error)) (Config, error) {
 	var out Config
 	var errs []error
+	have := map[string]bool{}
 	for i, p := range c.Pools {
-		pc, err := PoolFromMesh(p, p.Scheduler, lookup)
+		pc, err := poolFromMesh(p, lookup)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pools[%d].scheduler: %w", i, err))
 			continue
 		}
+		have[p.Name] = true
+		out.Pools = append(out.Pools, pc)
+	}
+	arms := map[*config.Experiment]int{}
+	for i, e := range c.Experiments {
+		arms[e] = i
+	}
+	for _, ap := range c.ArmPools() {
+		if have[ap.Pool.Name] {
+			continue
+		}
+		pc, err := poolFromMesh(ap.Pool, lookup)
+		if err != nil {
+			j := 0
+			for k, a := range ap.Experiment.Arms {
+				if a == ap.Arm {
+					j = k
+				}
+			}
+			errs = append(errs, fmt.Errorf("experiments[%d].arms[%d].scheduler: %w", arms[ap.Experiment], j, err))
+			continue
+		}
+		have[ap.Pool.Name] = true
 		out.Pools = append(out.Pools, pc)
 	}
 	for _, cl := range c.Classes {
@@ -41,10 +72,10 @@ func FromMesh(c *config.Config, lookup func(name string) (Policy, error)) (Confi
 	return out, out.Validate()
 }
 
-// PoolFromMesh compiles one pool with scheduler settings sc: the pool's own
-// (p.Scheduler) or an experiment arm's merged ones (Arm.Scheduler), so a
-// host can run one scheduler per arm.
-func PoolFromMesh(p *config.Pool, sc config.SchedulerConfig, lookup func(name string) (Policy, error)) (PoolConfig, error) {
+// poolFromMesh compiles one pool with its scheduler settings (an arm pool
+// carries the arm's).
+func poolFromMesh(p *config.Pool, lookup func(name string) (Policy, error)) (PoolConfig, error) {
+	sc := p.Scheduler
 	pol, err := lookup(sc.Policy)
 	if err != nil {
 		return PoolConfig{}, fmt.Errorf("policy: %w", err)
@@ -70,40 +101,4 @@ func PoolFromMesh(p *config.Pool, sc config.SchedulerConfig, lookup func(name st
 			Target:           sc.Preemption.Target,
 		},
 	}, nil
-}
-
-// WithArmPools returns sc with one more pool per experiment arm of c, named
-// config.ArmPoolName(pool, arm): the experiment pool's capacity with the
-// arm's merged scheduler settings. The shared scheduler service needs them
-// because control gives each arm its own pool in the Envoy filter, whose
-// admissions then name the arm pool. Pools sc already has (a mesh that
-// spells the arm pools out, as the filter's does) are left as they are.
-func WithArmPools(sc Config, c *config.Config, lookup func(name string) (Policy, error)) (Config, error) {
-	have := map[string]bool{}
-	for _, p := range sc.Pools {
-		have[p.Name] = true
-	}
-	pools := append([]PoolConfig(nil), sc.Pools...)
-	var errs []error
-	for i, e := range c.Experiments {
-		for j, a := range e.Arms {
-			name := config.ArmPoolName(e.Pool.Name, a.Name)
-			if have[name] {
-				continue
-			}
-			pc, err := PoolFromMesh(e.Pool, a.Scheduler, lookup)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("experiments[%d].arms[%d].scheduler: %w", i, j, err))
-				continue
-			}
-			pc.Name = name
-			have[name] = true
-			pools = append(pools, pc)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return Config{}, err
-	}
-	sc.Pools = pools
-	return sc, sc.Validate()
 }

@@ -303,23 +303,9 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 	}
 }
 
-// feasible reports whether preempting victims could cover a request whose
-// slot balance with every permitted victim gone would be slots and whose
-// token balance now is toks.
-func (m *Machine) feasible(p *pool, slots, toks int, victims []*entry) bool {
-	if slots < 0 {
-		return false
-	}
-	if p.MaxInflightTokens == 0 {
-		return true
-	}
-	for _, v := range victims {
-		toks += v.cost
-	}
-	return toks >= 0
-}
-
-// feasibleCands is feasible over candidates.
+// feasibleCands reports whether preempting the candidates could cover a
+// request whose slot balance with every permitted victim gone would be
+// slots and whose token balance now is toks.
 func (m *Machine) feasibleCands(p *pool, slots, toks int, cs []candidate) bool {
 	if slots < 0 {
 		return false

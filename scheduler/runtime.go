@@ -50,6 +50,14 @@ func New(cfg Config, clk clock.Clock) (*Scheduler, error) {
 
 // Admit blocks until req is admitted, rejected, or ctx ends (see Admitter).
 func (s *Scheduler) Admit(ctx context.Context, req Request) (Lease, error) {
+	return s.AdmitQueued(ctx, req, nil)
+}
+
+// AdmitQueued is Admit that calls queued (when not nil) once req has its
+// place in the queue, or was admitted at once, before it blocks; it is not
+// called when req is refused before queueing. A caller handing requests over
+// from another scheduler waits on it to keep their order.
+func (s *Scheduler) AdmitQueued(ctx context.Context, req Request, queued func()) (Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCancelled, err)
 	}
@@ -68,6 +76,9 @@ func (s *Scheduler) Admit(ctx context.Context, req Request) (Lease, error) {
 	s.waiters[t] = w
 	s.stepLocked(now)
 	s.mu.Unlock()
+	if queued != nil {
+		queued()
+	}
 
 	select {
 	case r := <-w.ch:

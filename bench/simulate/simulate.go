@@ -222,23 +222,6 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 	return res, nil
 }
 
-// Simulate runs w as it is (its own arrival rate) under one policy. load
-// only labels the report.
-func Simulate(w *workload.Workload, policyName string, load float64, o Options) (*Run, error) {
-	o, err := o.withDefaults(w)
-	if err != nil {
-		return nil, err
-	}
-	if w.Closed() {
-		return nil, errors.New("simulate: closed-loop workloads are not supported")
-	}
-	p, err := policy.Lookup(policyName)
-	if err != nil {
-		return nil, err
-	}
-	return simulate(o.prepare(w), p, load, o)
-}
-
 func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Options) (*Run, error) {
 	items, err := collect(w)
 	if err != nil {

@@ -10,18 +10,19 @@ package main
 import (
 	"github.com/envoyproxy/envoy/contrib/golang/filters/http/source/go/pkg/http"
 
+	"github.com/llmesh/llmesh/cmd/llmesh-filter/process"
 	"github.com/llmesh/llmesh/filter/envoy"
 )
 
-// Process-wide: every config Envoy parses shares the schedulers (or the
+// Process-wide: every config Envoy parses shares the scheduler set (or the
 // shared-service clients) and the OTLP pipelines of identical settings.
 var (
-	schedulers = &envoy.Schedulers{}
-	telemetry  = &envoy.Telemetry{}
+	schedulers = &process.Schedulers{}
+	telemetry  = &process.Telemetry{}
 )
 
 func init() {
-	p := envoy.New(envoy.Env{NewAdmitter: schedulers.NewAdmitter, NewRecorder: telemetry.NewRecorder})
+	p := envoy.New(process.Env(schedulers, telemetry))
 	http.RegisterHttpFilterFactoryAndConfigParser(envoy.Name, p.Factory, p)
 }
 

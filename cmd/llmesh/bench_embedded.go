@@ -15,7 +15,7 @@ import (
 	"github.com/llmesh/llmesh/bench/ab"
 	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/internal/stack"
+	"github.com/llmesh/llmesh/demo/stack"
 	"github.com/llmesh/llmesh/sim/server"
 )
 

@@ -1,62 +1,29 @@
 package envoy
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
-	xdstype "github.com/cncf/xds/go/xds/type/v3"
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter"
-)
-
-// Type URLs accepted for plugin_config.
-const (
-	typedStructURL    = "type.googleapis.com/xds.type.v3.TypedStruct"
-	udpaTypedStructV1 = "type.googleapis.com/udpa.type.v1.TypedStruct"
-	structURL         = "type.googleapis.com/google.protobuf.Struct"
+	"github.com/llmesh/llmesh/filter/settings"
 )
 
 // MaxConfigBytes bounds the serialized plugin config; larger ones are
 // refused before decoding.
-const MaxConfigBytes = config.MaxFileSize
+const MaxConfigBytes = settings.MaxBytes
 
-// Settings is the filter-level plugin config, as a JSON object inside a
-// google.protobuf.Struct (or the value of an xds.type.v3.TypedStruct):
-//
-//	{"mesh": {...mesh config...}, "pool": "sim", "listener": "main", "retry_after": "1s"}
-//
-// Only the filter-facing parts of the mesh config are used: pools (capacity
-// and scheduler), classes, default_class, classification, relocation,
-// telemetry, scheduler_service and listeners (routes pick pool and class).
-type Settings struct {
-	// Mesh is the mesh config (same schema as the YAML file); required.
-	Mesh json.RawMessage `json:"mesh"`
-	// Pool is the pool of requests no route or per-route config names;
-	// default: the first pool.
-	Pool string `json:"pool,omitempty"`
-	// Listener, when set, names the mesh listener whose routes (path and
-	// header matches) choose pool and class for requests.
-	Listener string `json:"listener,omitempty"`
-	// RetryAfter is what preempted, rejected and queue-full replies ask
-	// clients to wait (Retry-After, grpc-retry-pushback-ms); default "1s".
-	RetryAfter string `json:"retry_after,omitempty"`
-}
-
-// RouteSettings is the per-route plugin config (typed_per_filter_config):
-// {"pool": "...", "class": "..."}. Both are optional.
-type RouteSettings struct {
-	Pool  string `json:"pool,omitempty"`
-	Class string `json:"class,omitempty"`
-}
+// The plugin config's shapes (settings.Filter at filter level,
+// settings.Route per route) are the contract with `llmesh control`, in
+// filter/settings. Only the filter-facing parts of the mesh config are
+// used: pools (capacity and scheduler), classes, default_class,
+// classification, relocation, telemetry, scheduler_service and listeners
+// (routes pick pool and class).
 
 // FilterConfig is the compiled, immutable filter-level config one Parse
 // produced. Requests share it read-only.
@@ -108,91 +75,8 @@ type merged struct {
 
 var _ api.Config = (*FilterConfig)(nil)
 
-// decodeAny turns plugin_config into a JSON object.
-func decodeAny(a *anypb.Any) (map[string]interface{}, error) {
-	if a == nil {
-		return nil, errors.New("plugin_config: missing")
-	}
-	if n := len(a.GetValue()); n > MaxConfigBytes {
-		return nil, fmt.Errorf("plugin_config: %d bytes, over the limit of %d", n, MaxConfigBytes)
-	}
-	var st *structpb.Struct
-	switch a.GetTypeUrl() {
-	case typedStructURL, udpaTypedStructV1:
-		// udpa.type.v1.TypedStruct has the same wire shape as xds's.
-		var ts xdstype.TypedStruct
-		if err := proto.Unmarshal(a.GetValue(), &ts); err != nil {
-			return nil, fmt.Errorf("plugin_config: bad TypedStruct: %v", err)
-		}
-		st = ts.GetValue()
-	case structURL:
-		st = &structpb.Struct{}
-		if err := proto.Unmarshal(a.GetValue(), st); err != nil {
-			return nil, fmt.Errorf("plugin_config: bad Struct: %v", err)
-		}
-	default:
-		return nil, fmt.Errorf("plugin_config: type %q not supported (want xds.type.v3.TypedStruct or google.protobuf.Struct)", a.GetTypeUrl())
-	}
-	if st == nil {
-		return map[string]interface{}{}, nil
-	}
-	return st.AsMap(), nil
-}
-
-// decodeStrict decodes obj into v, rejecting unknown fields with their
-// path under prefix.
-func decodeStrict(obj map[string]interface{}, allowed []string, prefix string, v interface{}) error {
-	var errs []error
-	keys := make([]string, 0, len(obj))
-	for k := range obj {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		ok := false
-		for _, a := range allowed {
-			ok = ok || k == a
-		}
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s%s: unknown field (known: %s)", prefix, k, strings.Join(allowed, ", ")))
-		}
-	}
-	for _, k := range keys {
-		if k == "mesh" {
-			continue
-		}
-		if _, isString := obj[k].(string); !isString {
-			errs = append(errs, fmt.Errorf("%s%s: must be a string, got %s", prefix, k, jsonKind(obj[k])))
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return fmt.Errorf("%s: %v", strings.TrimSuffix(prefix, "."), err)
-	}
-	return json.Unmarshal(b, v)
-}
-
-func jsonKind(v interface{}) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case float64:
-		return "a number"
-	case []interface{}:
-		return "a list"
-	case map[string]interface{}:
-		return "an object"
-	}
-	return fmt.Sprintf("%T", v)
-}
-
-// compile validates Settings into a FilterConfig (without metrics).
-func compile(s Settings) (*FilterConfig, error) {
+// compile validates settings into a FilterConfig (without metrics).
+func compile(s settings.Filter) (*FilterConfig, error) {
 	if len(s.Mesh) == 0 || string(s.Mesh) == "null" {
 		return nil, errors.New("mesh: required (the mesh config object)")
 	}
@@ -273,12 +157,8 @@ func poolNames(mc *config.Config) string {
 // ParseSettings decodes and validates a filter-level plugin config without
 // any side effect; errors name the field path. Parser.Parse calls it.
 func ParseSettings(a *anypb.Any) (*FilterConfig, error) {
-	obj, err := decodeAny(a)
+	s, err := settings.DecodeFilter(a)
 	if err != nil {
-		return nil, err
-	}
-	var s Settings
-	if err := decodeStrict(obj, []string{"mesh", "pool", "listener", "retry_after"}, "", &s); err != nil {
 		return nil, err
 	}
 	return compile(s)
@@ -287,17 +167,9 @@ func ParseSettings(a *anypb.Any) (*FilterConfig, error) {
 // parseRoute decodes a per-route config. It never fails: problems are kept
 // in bad so that Merge can fall back to the parent and count them.
 func parseRoute(a *anypb.Any) *routeConfig {
-	rc := &routeConfig{}
-	obj, err := decodeAny(a)
+	s, err := settings.DecodeRoute(a)
 	if err != nil {
-		rc.bad = err
-		return rc
+		return &routeConfig{bad: err}
 	}
-	var s RouteSettings
-	if err := decodeStrict(obj, []string{"pool", "class"}, "", &s); err != nil {
-		rc.bad = err
-		return rc
-	}
-	rc.poolName, rc.className = s.Pool, s.Class
-	return rc
+	return &routeConfig{poolName: s.Pool, className: s.Class}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
 	"github.com/llmesh/llmesh/scheduler"
-	"github.com/llmesh/llmesh/telemetry"
 )
 
 // streamFilter is the filter of one request. Envoy calls its callbacks on
@@ -179,13 +178,13 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	hv := f.stripMarker(h)
 	var genPaths []string // the route's generation paths; nil: the defaults
 	if f.cfg.Listener != nil {
-		if r := f.cfg.Listener.Route(f.path, hv.Get); r != nil {
+		if r := f.cfg.Listener.Route(f.path, hv.Get, f.grpc); r != nil {
 			genPaths = r.Generation
 		}
 	}
 	f.passthrough = !filter.IsGeneration(genPaths, h.Method(), f.path)
 	if f.routeClass == "" && f.cfg.Listener != nil {
-		if r := f.cfg.Listener.Route(f.path, hv.Get); r != nil {
+		if r := f.cfg.Listener.Route(f.path, hv.Get, f.grpc); r != nil {
 			if r.Pool != nil && f.pool == f.cfg.Pool {
 				f.pool = r.Pool
 			}
@@ -461,7 +460,7 @@ func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (s
 	if f.cfg.Mesh.Telemetry.ServerTiming {
 		// Only the queue time is known now; gRPC gets the rest in trailers.
 		obs := f.obs.Observation()
-		if v := telemetry.ServerTiming(&obs); v != "" {
+		if v := filter.ServerTiming(&obs); v != "" {
 			h.Add("server-timing", v)
 		}
 	}
@@ -524,7 +523,7 @@ func (f *streamFilter) EncodeTrailers(h api.ResponseTrailerMap) (status api.Stat
 	f.finish(now, nil)
 	if f.cfg.Mesh.Telemetry.ServerTiming {
 		obs := f.obs.Observation()
-		if v := telemetry.ServerTiming(&obs); v != "" {
+		if v := filter.ServerTiming(&obs); v != "" {
 			h.Add("server-timing", v)
 		}
 	}

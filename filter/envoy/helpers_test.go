@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +13,10 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter/filtertest"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/pools"
 )
 
 // testMesh is a mesh config with one pool of capacity 1 and two classes:
@@ -72,7 +76,37 @@ type harness struct {
 	plugin  *Plugin
 	cfg     interface{}
 	metrics *filtertest.ConfigCallbacks
-	scheds  *Schedulers
+	scheds  *testSchedulers
+}
+
+// testSchedulers builds one scheduler set (scheduler/pools, what the Envoy
+// process uses) per config, as the process wiring does for a first config.
+type testSchedulers struct {
+	mu   sync.Mutex
+	sets []*pools.Set
+}
+
+func (ts *testSchedulers) NewAdmitter(mc *config.Config) (scheduler.Admitter, error) {
+	sc, err := pools.Config(mc)
+	if err != nil {
+		return nil, fmt.Errorf("mesh: %w", err)
+	}
+	s, err := pools.New(sc, nil)
+	if err != nil {
+		return nil, err
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.sets = append(ts.sets, s)
+	return s, nil
+}
+
+func (ts *testSchedulers) Close() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, s := range ts.sets {
+		_ = s.Close()
+	}
 }
 
 // newHarness parses settings with an in-process scheduler when sched is
@@ -83,7 +117,7 @@ func newHarness(t testing.TB, settings string, sched bool, mutate ...func(*Env))
 	h := &harness{t: t, metrics: filtertest.NewConfigCallbacks()}
 	env := Env{}
 	if sched {
-		h.scheds = &Schedulers{}
+		h.scheds = &testSchedulers{}
 		env.NewAdmitter = h.scheds.NewAdmitter
 		t.Cleanup(func() { h.scheds.Close() })
 	}
@@ -183,7 +217,7 @@ func (h *harness) waitQueued(class string, n int) {
 		h.scheds.mu.Lock()
 		defer h.scheds.mu.Unlock()
 		got := 0
-		for _, s := range h.scheds.local {
+		for _, s := range h.scheds.sets {
 			for _, ps := range s.Stats() {
 				got += ps.Queued[class]
 			}
@@ -191,3 +225,11 @@ func (h *harness) waitQueued(class string, n int) {
 		return got == n
 	})
 }
+
+// The type URLs the plugin config arrives under (filter/settings reads
+// each).
+const (
+	typedStructURL    = "type.googleapis.com/xds.type.v3.TypedStruct"
+	udpaTypedStructV1 = "type.googleapis.com/udpa.type.v1.TypedStruct"
+	structURL         = "type.googleapis.com/google.protobuf.Struct"
+)

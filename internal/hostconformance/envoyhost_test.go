@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/llmesh/llmesh/cmd/llmesh-filter/process"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/envoy"
@@ -51,7 +52,7 @@ func startEnvoy(t *testing.T, up upstreams) *envoyHost {
 	filtertest.InstallCAPI()
 	_, js := loadMesh(t, up)
 	h := &envoyHost{up: up, rec: newRecords(), count: newAdmissions(nil)}
-	scheds := &envoy.Schedulers{}
+	scheds := &process.Schedulers{}
 	t.Cleanup(func() { scheds.Close() })
 	h.plugin = envoy.New(envoy.Env{
 		NewAdmitter: func(c *config.Config) (scheduler.Admitter, error) {

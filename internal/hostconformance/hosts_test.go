@@ -331,7 +331,7 @@ func startGateway(t *testing.T, up upstreams) *gatewayHost {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &gatewayHost{rec: newRecords(), count: newAdmissions(ms.Schedulers)}
+	h := &gatewayHost{rec: newRecords(), count: newAdmissions(ms.Set)}
 	g, err := gateway.New(gcfg,
 		gateway.WithAdmitter(h.count),
 		gateway.WithClassifier(cls),

@@ -39,10 +39,11 @@ pools:
 		t.Fatal(err)
 	}
 	fifo, _ := policy.Lookup("fifo")
-	pc, err := scheduler.PoolFromMesh(c.Pools[0], c.Pools[0].Scheduler, policy.Lookup)
+	sc, err := scheduler.FromMesh(c, policy.Lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pc := sc.Pools[0]
 	pc.Policy = fifo
 	sched, err := scheduler.New(scheduler.Config{Pools: []scheduler.PoolConfig{pc}, Classes: []scheduler.ClassConfig{{Name: "c"}}}, nil)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
-	meshconfig "github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
@@ -314,32 +313,6 @@ func TestServiceRestart(t *testing.T) {
 	l.Release(scheduler.Done)
 	held.Release(scheduler.Done) // its stream died with the old instance: a no-op
 	waitFor(t, "released", func() bool { return svc2.inflight() == 0 })
-}
-
-func TestFromMesh(t *testing.T) {
-	svc := startService(t, "127.0.0.1:0", config(1, fifo.New()))
-	c, err := meshconfig.Load([]byte("pools:\n  - {name: gpu, protocol: openai, endpoints: [127.0.0.1:1]}\n" +
-		"scheduler_service: {address: " + svc.addr + ", failure_mode: fail_closed, timeout: 2s}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.FromMesh(c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	l, err := cl.Admit(context.Background(), scheduler.Request{Pool: "gpu"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Release(scheduler.Done)
-	noSvc, err := meshconfig.Load([]byte("pools:\n  - {name: gpu, protocol: openai, endpoints: [127.0.0.1:1]}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.FromMesh(noSvc, nil); err == nil {
-		t.Fatal("FromMesh without scheduler_service succeeded")
-	}
 }
 
 func TestAdmitAfterClose(t *testing.T) {

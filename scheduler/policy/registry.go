@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy/edf"
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
@@ -57,7 +56,3 @@ func Names() []string {
 
 // All returns every registered policy in registry order.
 func All() []scheduler.Policy { return append([]scheduler.Policy(nil), registered...) }
-
-// FromMesh compiles the scheduler config of a mesh config with this
-// registry's policies.
-func FromMesh(c *config.Config) (scheduler.Config, error) { return scheduler.FromMesh(c, Lookup) }

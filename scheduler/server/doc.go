@@ -26,15 +26,6 @@
 // returns, which ends the stream; so every admission is released exactly
 // once, and a proxy that dies frees its slots.
 //
-// Schedulers (and MeshScheduler, which keeps it in step with a mesh config)
-// holds one scheduler.Scheduler per pool. Its mu guards the pool slots: the
-// current scheduler of each pool, the replaced ones still holding leases,
-// their lease counts and the learned limits; upd serialises Update. Each
-// scheduler guards its own state with its own mutex, taken after mu, never
-// before. Requests waiting in a replaced scheduler move to the new one on
-// the goroutines that are waiting (Admit's callers), one at a time: Update's
-// caller hands out their turns (finishMove) and reads each waiter's done
-// flag, an atomic. MeshScheduler owns one
-// goroutine per capacity watcher, restarted by Apply and stopped by Close;
+// The pools it serves are a scheduler/pools set (MeshScheduler).
 // Run owns the config watcher's goroutine and the admin server's.
 package server

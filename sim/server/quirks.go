@@ -62,15 +62,6 @@ func KnownQuirks() []string {
 	return names
 }
 
-// QuirkHelp is one line per quirk, for a command's usage text.
-func QuirkHelp() string {
-	var b strings.Builder
-	for _, n := range KnownQuirks() {
-		fmt.Fprintf(&b, "  %s: %s\n", n, quirkDocs[Quirk(n)])
-	}
-	return b.String()
-}
-
 // Quirks is a set of enabled quirks.
 type Quirks map[Quirk]bool
 

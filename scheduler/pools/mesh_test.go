@@ -1,4 +1,4 @@
-package server_test
+package pools_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/scheduler/pools"
 )
 
 // A pool's capacity learned from its engine applies to its experiment's arm
@@ -41,7 +41,7 @@ experiments:
 		}
 		return c
 	}
-	ms, err := server.NewMeshScheduler(mesh(`, metrics: {url: "`+engine.URL+`/metrics", interval: 20ms}`), nil)
+	ms, err := pools.NewMesh(mesh(`, metrics: {url: "`+engine.URL+`/metrics", interval: 20ms}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

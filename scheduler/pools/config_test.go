@@ -1,4 +1,4 @@
-package policy_test
+package pools_test
 
 import (
 	"strings"
@@ -7,10 +7,10 @@ import (
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler"
-	"github.com/llmesh/llmesh/scheduler/policy"
+	"github.com/llmesh/llmesh/scheduler/pools"
 )
 
-const mesh = `
+const configMesh = `
 pools:
   - name: gpu
     protocol: openai
@@ -41,12 +41,14 @@ experiments:
       - {name: fifo, scheduler: {policy: fifo}}
 `
 
-func TestFromMesh(t *testing.T) {
-	c, err := config.Load([]byte(mesh))
+// TestConfig: a mesh pool's and class's settings reach the scheduler
+// config, an arm pool carries its overrides on top of the pool's settings.
+func TestConfig(t *testing.T) {
+	c, err := config.Load([]byte(configMesh))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := policy.FromMesh(c)
+	got, err := pools.Config(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,18 +68,10 @@ func TestFromMesh(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An arm's scheduler: its overrides on top of the pool's settings.
-	pool := c.Pool("gpu")
-	strict, err := scheduler.PoolFromMesh(pool, c.Experiment("ab").Arm("strict").Scheduler, policy.Lookup)
-	if err != nil {
-		t.Fatal(err)
-	}
+	strict, fifo := got.Pools[1], got.Pools[2]
 	if strict.Policy.Name() != "preemptive" || strict.MaxPrefillTokens != 4096 || strict.ReserveUrgent != 2 ||
 		strict.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.5}) {
 		t.Errorf("arm strict %+v", strict)
-	}
-	fifo, err := scheduler.PoolFromMesh(pool, c.Experiment("ab").Arm("fifo").Scheduler, policy.Lookup)
-	if err != nil {
-		t.Fatal(err)
 	}
 	if fifo.Policy.Name() != "fifo" || fifo.Preemption.Target != 0.75 {
 		t.Errorf("arm fifo %+v", fifo)
@@ -94,16 +88,15 @@ type unknownErr struct{}
 
 func (*unknownErr) Error() string { return "unknown" }
 
-func TestWithArmPools(t *testing.T) {
-	c, err := config.Load([]byte(mesh))
+// TestConfigArmPools: one pool per experiment arm after the mesh's own,
+// with the experiment pool's capacity; a mesh that already spells an arm
+// pool out (as the Envoy filter's does) keeps its own, not two.
+func TestConfigArmPools(t *testing.T) {
+	c, err := config.Load([]byte(configMesh))
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := policy.FromMesh(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := scheduler.WithArmPools(base, c, policy.Lookup)
+	got, err := pools.Config(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,14 +114,30 @@ func TestWithArmPools(t *testing.T) {
 	if fifo.Policy.Name() != "fifo" || fifo.Preemption.Target != 0.75 {
 		t.Errorf("arm pool fifo %+v", fifo)
 	}
-	if len(base.Pools) != 1 {
-		t.Errorf("WithArmPools changed its argument: %d pools", len(base.Pools))
+	spelled, err := config.Load([]byte(`
+pools:
+  - {name: gpu, protocol: openai, endpoints: [127.0.0.1:8000], capacity: {max_inflight: 16}}
+  - {name: gpu.arm-fifo, protocol: openai, endpoints: [127.0.0.1:8001], capacity: {max_inflight: 3}}
+classes: [{name: batch}]
+experiments:
+  - {name: ab, pool: gpu, arms: [{name: strict}, {name: fifo, scheduler: {policy: fifo}}]}
+`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	// A mesh that already spells an arm pool out (as the Envoy filter's
-	// does) keeps its own.
-	again, err := scheduler.WithArmPools(got, c, policy.Lookup)
-	if err != nil || len(again.Pools) != 3 {
-		t.Fatalf("second pass: %d pools, %v", len(again.Pools), err)
+	sp, err := pools.Config(spelled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = nil
+	for _, p := range sp.Pools {
+		names = append(names, p.Name)
+	}
+	if want := "gpu gpu.arm-fifo gpu.arm-strict"; strings.Join(names, " ") != want {
+		t.Errorf("spelled-out arm pool: pools %q, want %q", names, want)
+	}
+	if own := sp.Pools[1]; own.MaxInflight != 3 {
+		t.Errorf("the mesh's own gpu.arm-fifo was replaced: %+v", own)
 	}
 	if _, err := scheduler.NewMachine(got); err != nil {
 		t.Fatal(err)

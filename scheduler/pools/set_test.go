@@ -1,4 +1,4 @@
-package server_test
+package pools_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
-	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/scheduler/pools"
 )
 
 var policyLookup = policy.Lookup
@@ -27,9 +27,9 @@ func pol(t *testing.T, name string) scheduler.Policy {
 
 // twoClasses is a config with one pool and an urgent and a batch class.
 // newSchedulers builds cfg's pools, closed when the test ends.
-func newSchedulers(t *testing.T, cfg scheduler.Config) *server.Schedulers {
+func newSchedulers(t *testing.T, cfg scheduler.Config) *pools.Set {
 	t.Helper()
-	s, err := server.NewSchedulers(cfg, nil)
+	s, err := pools.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func admitAsync(ctx context.Context, s scheduler.Admitter, name string, req sche
 }
 
 // waitQueued polls until pool has n waiting requests in total.
-func waitQueued(t *testing.T, s *server.Schedulers, pool string, n int) {
+func waitQueued(t *testing.T, s *pools.Set, pool string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -290,7 +290,7 @@ func TestSchedulersLearnedLimitSurvivesUpdate(t *testing.T) {
 func TestSchedulersClose(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := server.NewSchedulers(twoClasses(t, "fifo", 1), nil)
+	s, err := pools.New(twoClasses(t, "fifo", 1), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package server
+package pools
 
 import (
 	"fmt"
@@ -13,23 +13,23 @@ import (
 
 // SetEndpointLimit sets one endpoint's learned limit (see
 // scheduler.Machine.SetEndpointLimit).
-func (s *Schedulers) SetEndpointLimit(pool, endpoint string, n int) error {
+func (s *Set) SetEndpointLimit(pool, endpoint string, n int) error {
 	return s.onCurrent(pool, func(sc *scheduler.Scheduler) error { return sc.SetEndpointLimit(pool, endpoint, n) })
 }
 
 // SetEndpointHealth drains an endpoint or brings it back (see
 // scheduler.Machine.SetEndpointHealth).
-func (s *Schedulers) SetEndpointHealth(pool, endpoint string, healthy bool) error {
+func (s *Set) SetEndpointHealth(pool, endpoint string, healthy bool) error {
 	return s.onCurrent(pool, func(sc *scheduler.Scheduler) error { return sc.SetEndpointHealth(pool, endpoint, healthy) })
 }
 
 // SetEndpointLoad records an endpoint's own load report (see
 // scheduler.Machine.SetEndpointLoad).
-func (s *Schedulers) SetEndpointLoad(pool, endpoint string, l scheduler.EndpointLoad) error {
+func (s *Set) SetEndpointLoad(pool, endpoint string, l scheduler.EndpointLoad) error {
 	return s.onCurrent(pool, func(sc *scheduler.Scheduler) error { return sc.SetEndpointLoad(pool, endpoint, l) })
 }
 
-func (s *Schedulers) onCurrent(pool string, f func(*scheduler.Scheduler) error) error {
+func (s *Set) onCurrent(pool string, f func(*scheduler.Scheduler) error) error {
 	s.mu.Lock()
 	sl := s.slots[pool]
 	if sl == nil || sl.cur == nil {

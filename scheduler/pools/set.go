@@ -1,4 +1,4 @@
-package server
+package pools
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 )
 
-// Schedulers is a reloadable scheduler.Admitter: one in-process
+// Set is a reloadable scheduler.Admitter: one in-process
 // scheduler.Scheduler per pool, so that a config change replaces exactly the
 // pools whose settings changed and leaves the others (their queues, leases
 // and learned estimates) alone. Both the shared scheduler service and the
@@ -34,7 +34,7 @@ import (
 //     (a moved waiter counts as cancelled there and arrived again here).
 //
 // Safe for concurrent use; see doc.go for what mu guards.
-type Schedulers struct {
+type Set struct {
 	clk clock.Clock
 
 	// upd serializes Update; it is taken before mu, never while holding it.
@@ -49,7 +49,7 @@ type Schedulers struct {
 	seq     uint64 // numbers waiters in first-arrival order
 }
 
-var _ scheduler.Admitter = (*Schedulers)(nil)
+var _ scheduler.Admitter = (*Set)(nil)
 
 // slot is one pool name's schedulers: the current one and the replaced ones
 // still holding leases. A slot outlives its pool's removal while replaced
@@ -82,13 +82,13 @@ type runtime struct {
 	folded  bool // its counters are in slot.past
 }
 
-// NewSchedulers builds one scheduler per pool of cfg on clk (nil: the real
+// New builds one scheduler per pool of cfg on clk (nil: the real
 // clock).
-func NewSchedulers(cfg scheduler.Config, clk clock.Clock) (*Schedulers, error) {
+func New(cfg scheduler.Config, clk clock.Clock) (*Set, error) {
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	s := &Schedulers{clk: clk, slots: map[string]*slot{}}
+	s := &Set{clk: clk, slots: map[string]*slot{}}
 	if err := s.Update(cfg); err != nil {
 		return nil, err
 	}
@@ -115,13 +115,13 @@ func samePool(a, b scheduler.PoolConfig) bool {
 // new scheduler (all of them when the classes changed), removed pools stop
 // taking requests (their waiting requests are rejected as unknown pool),
 // unchanged pools keep theirs. On error (cfg invalid) nothing changes.
-func (s *Schedulers) Update(cfg scheduler.Config) error {
+func (s *Set) Update(cfg scheduler.Config) error {
 	_, err := s.update(cfg)
 	return err
 }
 
 // update is Update; it also returns the names of the pools it (re)built.
-func (s *Schedulers) update(cfg scheduler.Config) ([]string, error) {
+func (s *Set) update(cfg scheduler.Config) ([]string, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -242,7 +242,7 @@ func closeAll(ss []*scheduler.Scheduler) {
 
 // retireLocked moves sl's current runtime to its retired list and returns
 // its scheduler for closing; s.mu is held.
-func (s *Schedulers) retireLocked(sl *slot) *scheduler.Scheduler {
+func (s *Set) retireLocked(sl *slot) *scheduler.Scheduler {
 	rt := sl.cur
 	rt.retired = true
 	sl.carried += rt.live
@@ -254,7 +254,7 @@ func (s *Schedulers) retireLocked(sl *slot) *scheduler.Scheduler {
 // maybeFoldLocked folds a retired runtime once nothing refers to it any
 // more: no lease, no Admit call inside it (one may still come back with a
 // lease).
-func (s *Schedulers) maybeFoldLocked(rt *runtime) {
+func (s *Set) maybeFoldLocked(rt *runtime) {
 	if rt.retired && rt.live == 0 && len(rt.waiting) == 0 {
 		s.foldLocked(rt)
 	}
@@ -263,7 +263,7 @@ func (s *Schedulers) maybeFoldLocked(rt *runtime) {
 // foldLocked adds a drained runtime's counters to its slot's past, once,
 // and forgets it (and its slot, when the pool is gone and nothing else
 // drains).
-func (s *Schedulers) foldLocked(rt *runtime) {
+func (s *Set) foldLocked(rt *runtime) {
 	if rt.folded {
 		return
 	}
@@ -296,7 +296,7 @@ func addCounters(dst *scheduler.Counters, c scheduler.Counters) {
 // fill it all, the limit is 1 and the placeholder (sl.hold) takes that one
 // slot; without a placeholder (a batch window, or a learned limit that
 // dropped later) one request may then run beyond the capacity.
-func (s *Schedulers) applyLocked(sl *slot) {
+func (s *Set) applyLocked(sl *slot) {
 	if sl.cur == nil || sl.moved != nil {
 		return
 	}
@@ -317,16 +317,16 @@ func (s *Schedulers) applyLocked(sl *slot) {
 // Admit queues req on its pool's current scheduler (see scheduler.Admitter).
 // A request waiting when its pool's scheduler is replaced queues again on
 // the new one, in its turn (see prepareLocked).
-func (s *Schedulers) Admit(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
+func (s *Set) Admit(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
 	if req.Arrival.IsZero() {
 		// Fixed now, so that a move to a new scheduler keeps the place.
 		req.Arrival = s.clk.Now()
 	}
 	w := &waiter{}
-	defer w.done.Store(true)
+	defer s.settled(w)
 	var last *runtime
 	for {
-		rt, gate, err := s.enter(req.Pool, w)
+		rt, gate, arrived, err := s.enter(req.Pool, w)
 		if err != nil {
 			return nil, err
 		}
@@ -346,7 +346,7 @@ func (s *Schedulers) Admit(ctx context.Context, req scheduler.Request) (schedule
 			return nil, scheduler.ErrClosed
 		}
 		last = rt
-		l, err := rt.sched.Admit(ctx, req)
+		l, err := rt.sched.AdmitQueued(ctx, req, arrived.fire)
 		turn := s.leave(rt, w, l)
 		if errors.Is(err, scheduler.ErrClosed) {
 			// Replaced while waiting: queue again on the successor.
@@ -370,7 +370,7 @@ func (s *Schedulers) Admit(ctx context.Context, req scheduler.Request) (schedule
 // trackedLease counts a lease against its runtime until released.
 type trackedLease struct {
 	scheduler.Lease
-	s    *Schedulers
+	s    *Set
 	rt   *runtime
 	once sync.Once
 }
@@ -398,7 +398,7 @@ func (l *trackedLease) Release(o scheduler.Outcome) {
 // SetLimit sets a pool's capacity learned from its engine (it implements
 // capacity.Target); n is clamped to [1, max_inflight] like
 // scheduler.Scheduler.SetLimit. It survives Update while the pool exists.
-func (s *Schedulers) SetLimit(pool string, n int) error {
+func (s *Set) SetLimit(pool string, n int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl := s.slots[pool]
@@ -413,7 +413,7 @@ func (s *Schedulers) SetLimit(pool string, n int) error {
 // ForgetLimit drops a learned capacity: the pool's max_inflight applies
 // again (for a pool whose capacity is no longer learned). Unknown pools are
 // ignored.
-func (s *Schedulers) ForgetLimit(pool string) {
+func (s *Set) ForgetLimit(pool string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sl := s.slots[pool]; sl != nil {
@@ -423,7 +423,7 @@ func (s *Schedulers) ForgetLimit(pool string) {
 }
 
 // Pools returns the pool names in config order.
-func (s *Schedulers) Pools() []string {
+func (s *Set) Pools() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.order)
@@ -432,7 +432,7 @@ func (s *Schedulers) Pools() []string {
 // Stats returns one snapshot per pool in config order: the current
 // scheduler's, with the in-flight work of replaced schedulers still
 // draining and the event counters of all of them added.
-func (s *Schedulers) Stats() []scheduler.PoolStats {
+func (s *Set) Stats() []scheduler.PoolStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]scheduler.PoolStats, 0, len(s.order))
@@ -469,7 +469,7 @@ func (s *Schedulers) Stats() []scheduler.PoolStats {
 // Close rejects every waiting request with scheduler.ErrClosed and refuses
 // new ones; leases already handed out are still released normally. Close is
 // idempotent.
-func (s *Schedulers) Close() error {
+func (s *Set) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -1,46 +1,72 @@
-package server
+package pools
 
 import (
 	"cmp"
 	"context"
 	"fmt"
 	"slices"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/llmesh/llmesh/scheduler"
 )
 
-// waiter is one Admit call. seq and turn are guarded by Schedulers.mu;
-// migrant belongs to the Admit goroutine; done is read by finishMove.
+// waiter is one Admit call. seq, turn and arrived are guarded by Set.mu;
+// migrant belongs to the Admit goroutine.
 type waiter struct {
 	seq uint64 // first-arrival order, kept across moves
 	// turn is set when the waiter's scheduler was replaced: closed when it
 	// may queue on the new one.
-	turn    chan struct{}
+	turn chan struct{}
+	// arrived is set with turn: fired when the waiter has its place in the
+	// new scheduler's queue, or Admit returned, so finishMove hands the
+	// next turn out.
+	arrived *signal
 	migrant bool
-	done    atomic.Bool // Admit returned
+}
+
+// signal is a channel closed at most once, by whichever comes first.
+type signal struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func newSignal() *signal { return &signal{ch: make(chan struct{})} }
+
+// fire closes the channel; nil-safe and idempotent.
+func (g *signal) fire() {
+	if g != nil {
+		g.once.Do(func() { close(g.ch) })
+	}
+}
+
+// settled fires w's current signal: Admit returned.
+func (s *Set) settled(w *waiter) {
+	s.mu.Lock()
+	g := w.arrived
+	s.mu.Unlock()
+	g.fire()
 }
 
 // enter resolves pool ("" is the first pool) to its current runtime and
 // registers w there as waiting. While the pool's waiting requests move to
 // a new scheduler, a request that was not among them gets gate instead, to
 // wait on before trying again.
-func (s *Schedulers) enter(pool string, w *waiter) (rt *runtime, gate <-chan struct{}, err error) {
+func (s *Set) enter(pool string, w *waiter) (rt *runtime, gate <-chan struct{}, arrived *signal, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, nil, scheduler.ErrClosed
+		return nil, nil, nil, scheduler.ErrClosed
 	}
 	if pool == "" && len(s.order) > 0 {
 		pool = s.order[0]
 	}
 	sl := s.slots[pool]
 	if sl == nil || sl.cur == nil {
-		return nil, nil, fmt.Errorf("%w: unknown pool %q", scheduler.ErrRejected, pool)
+		return nil, nil, nil, fmt.Errorf("%w: unknown pool %q", scheduler.ErrRejected, pool)
 	}
 	if sl.moved != nil && !w.migrant {
-		return nil, sl.moved, nil
+		return nil, sl.moved, nil, nil
 	}
 	if w.seq == 0 {
 		s.seq++
@@ -48,13 +74,13 @@ func (s *Schedulers) enter(pool string, w *waiter) (rt *runtime, gate <-chan str
 	}
 	w.turn = nil
 	sl.cur.waiting[w] = struct{}{}
-	return sl.cur, nil, nil
+	return sl.cur, nil, w.arrived, nil
 }
 
 // leave unregisters w from rt, counts l (the lease rt granted, or nil)
 // against rt in the same step, so a replacement never misses it, and
 // returns w's turn (nil unless rt was replaced while w waited).
-func (s *Schedulers) leave(rt *runtime, w *waiter, l scheduler.Lease) chan struct{} {
+func (s *Set) leave(rt *runtime, w *waiter, l scheduler.Lease) chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(rt.waiting, w)
@@ -75,6 +101,7 @@ type move struct {
 	sl      *slot
 	sched   *scheduler.Scheduler
 	waiters []*waiter // in first-arrival order
+	arrived []*signal // each waiter's, in the same order
 }
 
 // moveWait bounds how long a replacement waits for the moved requests to
@@ -127,7 +154,7 @@ const placeholderWait = time.Second
 // scheduler's own placeholder, for the caller to release once that
 // scheduler is closed (before, it would admit a waiter into the freed
 // slot).
-func (s *Schedulers) prepareLocked(sl *slot, sc *scheduler.Scheduler, hold scheduler.Lease) (mv move, ok bool, stale scheduler.Lease) {
+func (s *Set) prepareLocked(sl *slot, sc *scheduler.Scheduler, hold scheduler.Lease) (mv move, ok bool, stale scheduler.Lease) {
 	if sl.hold != nil {
 		stale = sl.hold
 		sl.hold = nil
@@ -143,41 +170,37 @@ func (s *Schedulers) prepareLocked(sl *slot, sc *scheduler.Scheduler, hold sched
 	mv = move{sl: sl, sched: sc}
 	for w := range sl.cur.waiting {
 		w.turn = make(chan struct{})
+		w.arrived = newSignal()
 		mv.waiters = append(mv.waiters, w)
 	}
 	slices.SortFunc(mv.waiters, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	for _, w := range mv.waiters {
+		mv.arrived = append(mv.arrived, w.arrived)
+	}
 	sl.moved = make(chan struct{})
 	return mv, true, stale
 }
 
 // finishMove hands out the turns in order, each once the previous waiter
-// arrived at the new scheduler (or gave up), at most moveWait in all; then
-// it lets new requests in and sets the pool's real limit (which releases
-// the placeholder when a slot is free), so the new scheduler admits in its
-// policy's order.
-func (s *Schedulers) finishMove(mv move) {
-	arrived := func() uint64 {
-		var n uint64
-		for _, ps := range mv.sched.Stats() {
-			n += ps.Arrived + ps.QueueFull + ps.Rejected
-		}
-		return n
-	}
-	deadline := time.Now().Add(moveWait)
-	seen := arrived()
-	for _, w := range mv.waiters {
+// has its place in the new scheduler's queue (or gave up), at most moveWait
+// in all; then it lets new requests in and sets the pool's real limit
+// (which releases the placeholder when a slot is free), so the new
+// scheduler admits in its policy's order.
+func (s *Set) finishMove(mv move) {
+	// A hand-over between goroutines, not a scheduling delay: wall time,
+	// whatever clock the schedulers run on.
+	bound := time.NewTimer(moveWait)
+	defer bound.Stop()
+	late := false
+	for i, w := range mv.waiters {
 		close(w.turn)
-		for time.Now().Before(deadline) {
-			if n := arrived(); n > seen {
-				seen = n
-				break
-			}
-			if w.done.Load() {
-				break // it gave up (or was admitted just before the move)
-			}
-			// A hand-over between goroutines, not a scheduling delay: wall
-			// time, whatever clock the schedulers run on.
-			time.Sleep(20 * time.Microsecond)
+		if late {
+			continue
+		}
+		select {
+		case <-mv.arrived[i].ch:
+		case <-bound.C:
+			late = true
 		}
 	}
 	s.mu.Lock()
