@@ -135,6 +135,7 @@ func TestCLIMissingFile(t *testing.T) {
 		{"control", []string{"--config", missing, "--xds", "127.0.0.1:0", "--admin", "off"}},
 		{"gateway", []string{"--config", missing}},
 		{"scheduler serve", []string{"--config", missing, "--listen", "127.0.0.1:0"}},
+		{"scheduler bench", []string{"--config", missing, "--target", "127.0.0.1:1", "--inflight", "1"}},
 		{"demo", []string{"--workload", missing}},
 		{"report slo", []string{"--config", missing, "--prometheus", "http://127.0.0.1:1"}},
 		{"slo rules", []string{"--config", missing}},
