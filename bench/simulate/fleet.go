@@ -112,6 +112,8 @@ type attempt struct {
 	eng      *fleetEngine
 	id       uint64 // engine sequence
 	computed int    // tokens it holds in the engine's KV cache
+	// progressed: its first token was reported.
+	progressed bool
 	// detached: the proxy cancelled it; the engine runs it until the
 	// abort lands and its tokens are thrown away.
 	detached bool
@@ -179,7 +181,7 @@ type fleet struct {
 	q         msgQueue // every message takes one hop
 	q2        msgQueue // engine → proxy → scheduler: two hops
 	byTicket  map[scheduler.Ticket]*vreq
-	byEng     map[uint64]*attempt
+	byEng     []*attempt // by engine sequence: the attempts an engine holds
 	nextEng   uint64
 	wake      time.Time
 	interval  time.Duration
@@ -194,6 +196,12 @@ type fleet struct {
 	recordAll bool
 	late      bool
 	reqs      []vreq
+	// stepAll steps the machine at every event, as loop.go does; by
+	// default it steps as the hosts' runtime does (scheduler/runtime.go):
+	// on an arrival, a release, a first token, a limit change and its own
+	// wake-up. Progress beyond the first token changes no decision.
+	stepAll  bool
+	needStep bool
 }
 
 // fleetConfig is the scheduler of a fleet: the single host's config with
@@ -224,7 +232,7 @@ func newFleet(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, er
 	}
 	f := &fleet{
 		classes: w.Classes, routing: o.Routing, hop: int64(o.Hop), proxies: o.Proxies,
-		epIndex: map[string]int{}, byTicket: map[scheduler.Ticket]*vreq{}, byEng: map[uint64]*attempt{},
+		epIndex: map[string]int{}, byTicket: map[scheduler.Ticket]*vreq{}, byEng: []*attempt{nil},
 		interval: o.MetricsInterval, late: o.LateHandoff, recordAll: true,
 	}
 	for i := range o.Engines {
@@ -304,6 +312,7 @@ func (f *fleet) deliver(m msg) {
 		}
 		v.ticket = tk
 		f.byTicket[tk] = v
+		f.needStep = true
 	case mAdmitted:
 		f.start(m.v, m.n)
 	case mPreempt:
@@ -342,14 +351,16 @@ func (f *fleet) deliver(m msg) {
 				}
 			}
 		}
-		delete(f.byEng, a.id)
+		f.byEng[a.id] = nil
 		f.lose(a, lost)
 		f.touch(e)
 	case mProgress:
 		f.m.Progress(f.now, m.tk, scheduler.Progress{FirstToken: true, Tokens: m.n})
+		f.needStep = f.needStep || m.requeue
 	case mFinish:
 		delete(f.byTicket, m.tk)
 		f.m.Finish(f.now, m.tk, m.out)
+		f.needStep = true
 	}
 }
 
@@ -376,6 +387,7 @@ func (f *fleet) start(v *vreq, ep int) {
 	}
 	f.nextEng++
 	a := &attempt{v: v, eng: e, id: f.nextEng}
+	f.byEng = append(f.byEng, nil)
 	v.att = a
 	f.send(msg{kind: mAdd, a: a})
 }
@@ -454,7 +466,7 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 		}
 		if a.detached {
 			if ev.Flags.Has(sim.EvFinished) {
-				delete(f.byEng, ev.ID)
+				f.byEng[ev.ID] = nil
 				f.lose(a, a.computed)
 			}
 			continue
@@ -474,10 +486,13 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 			if f.recordAll {
 				v.rec.ChunkNS = append(v.rec.ChunkNS, client)
 			}
-			f.sendBack(msg{kind: mProgress, tk: v.ticket, n: v.sent})
+			// requeue marks the attempt's first token, which may free
+			// prefill budget.
+			f.sendBack(msg{kind: mProgress, tk: v.ticket, n: v.sent, requeue: !a.progressed})
+			a.progressed = true
 		}
 		if ev.Flags.Has(sim.EvFinished) {
-			delete(f.byEng, ev.ID)
+			f.byEng[ev.ID] = nil
 			f.detach(a)
 			e.util.Requests++
 			f.sendBack(msg{kind: mFinish, tk: v.ticket, out: scheduler.Done})
@@ -519,7 +534,7 @@ func (f *fleet) tick() {
 		s.KVUsage = kv / float64(len(f.engines))
 		s.HasRunning, s.HasWaiting, s.HasKV = true, true, true
 		if next := f.rule.Next(f.limit, s); next != f.limit {
-			f.limit = next
+			f.limit, f.needStep = next, true
 			_ = f.m.SetLimit(poolName, next) // the pool exists
 			f.c.limitMin = min(f.c.limitMin, next)
 		}
@@ -532,7 +547,7 @@ func (f *fleet) tick() {
 			HasRunning: true, HasWaiting: true, HasKV: true,
 		}
 		if next := f.rule.Next(e.limit, s); next != e.limit {
-			e.limit = next
+			e.limit, f.needStep = next, true
 			_ = f.m.SetEndpointLimit(poolName, e.name, next) // the endpoint exists
 		}
 		_ = f.m.SetEndpointLoad(poolName, e.name, scheduler.EndpointLoad{Running: e.eng.Running(), Waiting: e.eng.Waiting(), KVUsage: e.eng.KVUsage()})
@@ -544,6 +559,10 @@ func (f *fleet) tick() {
 // decide steps the machine until it has nothing more to decide at now;
 // its decisions leave for the proxies.
 func (f *fleet) decide() {
+	if !f.stepAll && !f.needStep && (f.wake.IsZero() || f.wake.After(f.now)) {
+		return
+	}
+	f.needStep = false
 	for {
 		d := f.m.Step(f.now)
 		f.wake = d.Wake

@@ -48,6 +48,7 @@ func TestFleetOfOneIsTheLoop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		f.stepAll = true
 		got, err := f.run(items)
 		if err != nil {
 			t.Fatal(err)

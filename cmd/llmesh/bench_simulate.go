@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 
@@ -51,6 +53,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		routing   = fs.String("routing", simulate.RoutingEndpointAware, "fleet: "+simulate.RoutingEndpointAware+" (the lease's endpoint) or "+simulate.RoutingPool+" (pool-level admission, least-request host choice by the proxy)")
 		hop       = fs.Duration("hop", 0, "fleet: one-way network delay between a proxy and the scheduler, and between a proxy and an engine")
 		rate      = fs.Float64("rate", 0, "arrival rate in req/s, replacing the workload's (not with --loads or --trace)")
+		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the evaluation to `FILE` (go tool pprof)")
 		profile   = fs.String("profile", "", "engine profile (default: the workload's; known: "+strings.Join(sim.Profiles(), ", ")+")")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -136,6 +139,17 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	var names []string
 	if *policies != "" {
 		names = strings.Split(*policies, ",")
+	}
+	if *cpuProf != "" {
+		pf, err := os.Create(*cpuProf)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := simulate.Evaluate(w, names, ls, o)
 	if err != nil {
