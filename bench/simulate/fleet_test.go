@@ -2,9 +2,12 @@ package simulate
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/bench/workloads"
 	"github.com/llmesh/llmesh/scheduler/policy"
 )
 
@@ -60,5 +63,77 @@ func TestFleetOfOneIsTheLoop(t *testing.T) {
 			t.Errorf("%s: counters loop %+v fleet %+v", name, l.c, f.c)
 		}
 		t.Logf("%s %s: %d records, %d preemptions", name, o.Routing, len(got), f.c.preemptions)
+	}
+}
+
+// fleetRun evaluates w on a small fleet under routing r.
+func fleetRun(t *testing.T, w *workload.Workload, r string, policies []string, load float64, seed int64) map[string]*Run {
+	t.Helper()
+	o := Options{Engines: 4, Proxies: 4, Routing: r, SaturationRequests: 1000, Duration: 60 * time.Second, Seed: seed}
+	res, err := Evaluate(w, policies, []float64{load}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Engines != 4 || res.Proxies != 4 || res.Routing != r {
+		t.Fatalf("result says %d engines, %d proxies, routing %q", res.Engines, res.Proxies, res.Routing)
+	}
+	out := map[string]*Run{}
+	for _, run := range res.Runs {
+		if len(run.Sim.Endpoints) != 4 {
+			t.Fatalf("%s: %d endpoints reported", run.Policy, len(run.Sim.Endpoints))
+		}
+		out[run.Policy] = run
+	}
+	return out
+}
+
+// Endpoint-aware routing must not lose to pool routing on a small fleet
+// past saturation, on the figures that matter: the urgent class's P99
+// TTFT (an urgent request goes to the engine where room was made for it,
+// with the least prefill outstanding) and the other class's output tokens
+// (the prefill bound is per engine; pool routing applies one engine's
+// bound to the whole fleet and starves batch work under preemptive), and
+// no engine runs more than its limit. Over three seeds, so that one P99
+// does not decide.
+func TestEndpointAwareBeatsPoolRouting(t *testing.T) {
+	w, err := workloads.LoadStandard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type sums struct{ p99, tokens [2]float64 } // [endpoint-aware, pool]
+	got := map[string]*sums{"priority": {}, "preemptive": {}}
+	for seed := int64(1); seed <= 3; seed++ {
+		for i, r := range []string{RoutingEndpointAware, RoutingPool} {
+			for pol, run := range fleetRun(t, w, r, []string{"priority", "preemptive"}, 1.2, seed) {
+				s := got[pol]
+				s.p99[i] += run.Classes["interactive"].TTFTMs.P99
+				s.tokens[i] += run.Classes["batch"].OutputTokensPerS
+				t.Logf("seed %d %s %s: interactive p99 TTFT %.1f ms, batch %.0f tok/s, imbalance %.3f, %d preemptions",
+					seed, r, pol, run.Classes["interactive"].TTFTMs.P99, run.Classes["batch"].OutputTokensPerS, run.Sim.Imbalance, run.Sim.Preemptions)
+				if r != RoutingEndpointAware {
+					continue
+				}
+				for _, e := range run.Sim.Endpoints {
+					if e.RunningPeak > DefaultMaxInflight {
+						t.Errorf("endpoint-aware %s: engine %s ran %d sequences, over its limit %d", pol, e.Name, e.RunningPeak, DefaultMaxInflight)
+					}
+				}
+			}
+		}
+	}
+	for _, c := range []struct {
+		pol               string
+		p99Most, tokLeast float64 // endpoint-aware over pool
+	}{
+		{"priority", 0.85, 0.99},
+		{"preemptive", 1, 1.5},
+	} {
+		s := got[c.pol]
+		if r := s.p99[0] / s.p99[1]; r > c.p99Most {
+			t.Errorf("%s: interactive p99 TTFT endpoint-aware / pool = %.2f, want at most %.2f", c.pol, r, c.p99Most)
+		}
+		if r := s.tokens[0] / s.tokens[1]; r < c.tokLeast {
+			t.Errorf("%s: batch output tokens endpoint-aware / pool = %.2f, want at least %.2f", c.pol, r, c.tokLeast)
+		}
 	}
 }
