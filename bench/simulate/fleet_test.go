@@ -1,11 +1,17 @@
 package simulate
 
 import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/bench/workloads"
 	"github.com/llmesh/llmesh/scheduler/policy"
@@ -134,6 +140,83 @@ func TestEndpointAwareBeatsPoolRouting(t *testing.T) {
 		}
 		if r := s.tokens[0] / s.tokens[1]; r < c.tokLeast {
 			t.Errorf("%s: batch output tokens endpoint-aware / pool = %.2f, want at least %.2f", c.pol, r, c.tokLeast)
+		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// The fleet's text report: the fleet line and the engines table.
+func TestFleetTextGolden(t *testing.T) {
+	w := testWorkload(t)
+	o := testOptions()
+	o.Engines, o.Proxies, o.Hop, o.Duration = 2, 2, time.Millisecond, 20*time.Second
+	res, err := Evaluate(w, []string{"fifo", "preemptive"}, []float64{1.1}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteText(&buf, res, true); err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "fleet.golden")
+	if *update {
+		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(string(want), buf.String()); d != "" {
+		t.Errorf("fleet report (-want +got):\n%s", d)
+	}
+}
+
+// Every request pays its hops: arrival → scheduler → proxy → engine, and
+// the token back to the proxy, so no TTFT is below four hops; and the
+// admission reaches the engine two hops after the decision.
+func TestFleetHops(t *testing.T) {
+	w := testWorkload(t)
+	const hop = 5 * time.Millisecond
+	for _, r := range []string{RoutingEndpointAware, RoutingPool} {
+		o := testOptions()
+		o.Engines, o.Proxies, o.Hop, o.Routing, o.Duration = 2, 3, hop, r, 20*time.Second
+		res, err := Evaluate(w, []string{"preemptive"}, []float64{0.5}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := res.Runs[0]
+		for name, c := range run.Classes {
+			if c.TTFTMs.P50 < ms(4*hop) {
+				t.Errorf("%s %s: TTFT p50 %.2f ms is below four hops (%v)", r, name, c.TTFTMs.P50, 4*hop)
+			}
+		}
+		b := run.Sim.Breakdown["interactive"]
+		if b.QueueMs.P50 < ms(2*hop) || b.EngineWaitMs.P50 < ms(hop) {
+			t.Errorf("%s: queue p50 %.2f ms (want ≥ 2 hops), engine wait p50 %.2f ms (want ≥ 1 hop)", r, b.QueueMs.P50, b.EngineWaitMs.P50)
+		}
+		if n := run.Requests[result.StatusOK]; n != run.NumPrompts {
+			t.Errorf("%s: %d of %d ok", r, n, run.NumPrompts)
+		}
+	}
+}
+
+func TestFleetOptionErrors(t *testing.T) {
+	w := testWorkload(t)
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Engines: -1}, "engines: -1"},
+		{Options{Proxies: maxEngines + 1}, "proxies:"},
+		{Options{Routing: "random"}, `routing: "random"`},
+		{Options{Hop: -time.Millisecond}, "hop: -1ms"},
+		{Options{Engines: 2, Predictor: PredictTiming}, "predictor: timing"},
+	} {
+		if _, err := c.o.withDefaults(w); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want one naming %q", c.o, err, c.want)
 		}
 	}
 }
