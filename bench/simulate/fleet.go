@@ -275,6 +275,12 @@ func (f *fleet) send(m msg) {
 // sendBack queues a message from an engine's step to the scheduler: one
 // hop to the proxy, one to the scheduler.
 func (f *fleet) sendBack(m msg) {
+	if f.hop == 0 {
+		// Due now: the same as queueing it, as nothing is decided before
+		// the step ends are all applied; most messages are these.
+		f.deliver(m)
+		return
+	}
 	m.at = ns(f.now) + 2*f.hop
 	f.q2.push(m)
 }
@@ -478,7 +484,7 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 		if ev.Flags.Has(sim.EvToken) {
 			v.sent++
 			e.util.CompletedTokens++
-			if v.rec.FirstTokenNS == 0 {
+			if v.sent == 1 {
 				v.rec.FirstTokenNS = client
 				v.upstream = time.Duration(client - ns(v.admitted))
 				v.waitEng, v.prefill = v.schedAt.Sub(v.admitted), time.Duration(client-ns(v.schedAt))
