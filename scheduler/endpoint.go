@@ -38,7 +38,8 @@ import (
 // is split evenly among the endpoints: a request that is not of the most
 // urgent priority goes only to an endpoint whose own outstanding prefill
 // leaves room for its prompt (or has none), since an engine prefills only
-// its own prompts.
+// its own prompts. Rules 1 and 2 (preemption's target, affinity) are taken
+// as they are; the pool-wide bound still applies to them.
 //
 // Preemption frees capacity on the endpoint the urgent request will use:
 // when every endpoint that is not drained is full, the victims are taken
