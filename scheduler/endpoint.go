@@ -29,7 +29,17 @@ import (
 //     where in flight is what this scheduler admitted there, and engine
 //     running, engine waiting and KV usage (0..1) are the endpoint's own
 //     report (SetEndpointLoad, from its /metrics; zero when unknown). Ties
-//     go to fewer in flight, then to configuration order.
+//     go to fewer in flight, then to configuration order. A request of the
+//     most urgent priority goes first to the endpoint with the fewest
+//     prompt tokens admitted there and not yet prefilled (its prefill
+//     shares engine steps with them), then by the score.
+//
+// The pool's max_prefill_tokens (static, or derived per engine: tune.go)
+// is split evenly among the endpoints: a request that is not of the most
+// urgent priority goes only to an endpoint whose own outstanding prefill
+// leaves room for its prompt (or has none), since an engine prefills only
+// its own prompts. Rules 1 and 2 (preemption's target, affinity) are taken
+// as they are; the pool-wide bound still applies to them.
 //
 // Preemption frees capacity on the endpoint the urgent request will use:
 // when every endpoint that is not drained is full, the victims are taken
@@ -65,6 +75,7 @@ type endpoint struct {
 	max        int // static limit
 	limit      int // current limit, in [1, max]
 	inflight   int
+	prefilling int // prompt tokens admitted here without a first token
 	preempting int
 	drained    bool
 	load       EndpointLoad
@@ -119,12 +130,25 @@ func (m *Machine) pick(p *pool, e *entry) *endpoint {
 	}
 	var best *endpoint
 	bestS := math.Inf(1)
+	multi := len(p.endpoints) > 1
+	urgent := e.Priority == m.top
+	capEp := 0
+	if multi && !urgent {
+		capEp = m.prefillCap(p) / len(p.endpoints)
+	}
 	for _, ep := range p.endpoints {
 		if !ep.room() {
 			continue
 		}
+		if capEp > 0 && ep.prefilling > 0 && ep.prefilling+e.req.PromptTokens > capEp {
+			continue
+		}
 		s := ep.score()
-		if best == nil || s < bestS || (s == bestS && ep.inflight < best.inflight) {
+		better := best == nil || s < bestS || (s == bestS && ep.inflight < best.inflight)
+		if multi && urgent && best != nil && ep.prefilling != best.prefilling {
+			better = ep.prefilling < best.prefilling
+		}
+		if better {
 			best, bestS = ep, s
 		}
 	}

@@ -425,3 +425,39 @@ func FuzzMachineEndpoints(f *testing.F) {
 		}
 	})
 }
+
+// The prefill bound is per endpoint (an engine prefills only its own
+// prompts), and an urgent request goes to the endpoint with the least
+// prefill outstanding.
+func TestEndpointPrefillBound(t *testing.T) {
+	pc := endpointPool(4, 4)
+	pc.MaxPrefillTokens = 2000 // 1000 per endpoint
+	pc.StaticBounds = true
+	m := newMachine(t, pc)
+	first := arrive(t, m, at(0), scheduler.Request{Class: "batch", PromptTokens: 800, MaxTokens: 10})
+	if d := m.Step(at(0)); len(d.Admitted) != 1 {
+		t.Fatalf("admitted %v", d.Admitted)
+	}
+	busy := endpointOf(t, m, first)
+	// 800 + 800 fits the pool's 2000 but not one endpoint's 1000: the
+	// second prompt goes to the other endpoint, the third waits.
+	second := arrive(t, m, at(1), scheduler.Request{Class: "batch", PromptTokens: 800, MaxTokens: 10})
+	arrive(t, m, at(1), scheduler.Request{Class: "batch", PromptTokens: 300, MaxTokens: 10})
+	d := m.Step(at(1))
+	if len(d.Admitted) != 1 || d.Admitted[0] != second || endpointOf(t, m, second) == busy {
+		t.Fatalf("admitted %v; want only the second prompt, on the endpoint other than %s", d.Admitted, busy)
+	}
+	// The first prompt's first token frees its endpoint's prefill budget.
+	m.Progress(at(2), first, scheduler.Progress{FirstToken: true, Tokens: 1})
+	d = m.Step(at(2))
+	if len(d.Admitted) != 1 || endpointOf(t, m, d.Admitted[0]) != busy {
+		t.Fatalf("after the first token admitted %v, want one on %s", d.Admitted, busy)
+	}
+	// An urgent request is not held by the bound and goes where the least
+	// prefill is outstanding: busy has 100 tokens, the other 800.
+	urgent := arrive(t, m, at(3), scheduler.Request{Class: "interactive", PromptTokens: 5000, MaxTokens: 10})
+	d = m.Step(at(3))
+	if len(d.Admitted) != 1 || endpointOf(t, m, urgent) != busy {
+		t.Fatalf("urgent admitted %v, want it on %s", d.Admitted, busy)
+	}
+}

@@ -301,6 +301,7 @@ func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
 		e.pool.prefill.observe(now.Sub(e.admitted))
 		e.pool.obs.firstToken(e.req.PromptTokens, now.Sub(e.admitted))
 		e.pool.prefilling -= e.req.PromptTokens
+		e.ep.prefilling -= e.req.PromptTokens
 		freed = m.prefillCap(e.pool) > 0 && e.req.PromptTokens > 0
 	}
 	if pr.Tokens > e.tokens {
@@ -340,6 +341,7 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 	p.tokens -= e.cost
 	if !e.firstToken {
 		p.prefilling -= e.req.PromptTokens
+		e.ep.prefilling -= e.req.PromptTokens
 	}
 	if e.preempting {
 		p.preempting--
@@ -514,6 +516,7 @@ func (m *Machine) admit(now time.Time, p *pool, d *Decisions) {
 		p.inflight++
 		p.tokens += e.cost
 		p.prefilling += e.req.PromptTokens
+		ep.prefilling += e.req.PromptTokens
 		p.counts.Admitted++
 		d.Admitted = append(d.Admitted, e.ticket)
 		released = true

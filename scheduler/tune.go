@@ -170,7 +170,8 @@ func (m *Machine) prefillCap(p *pool) int {
 		// bottleneck (long prompts).
 		n = max(n, min(maxPrefillCap, int(p.obs.otherPrompt.v)))
 	}
-	return n
+	// The bound is one engine's: each endpoint prefills its own prompts.
+	return n * len(p.endpoints)
 }
 
 // Bounds is what a pool's admission bounds are at the moment: static or

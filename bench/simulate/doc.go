@@ -12,8 +12,9 @@
 //
 // # Concurrency
 //
-// A run is single-threaded: one loop owns its machine, its engine and its
-// records. Evaluate runs independent (policy, load) pairs on
+// A run is single-threaded: one loop owns its machine, its engine (or, for
+// a fleet, its engines and the messages in flight between them, the
+// proxies and the machine: fleet.go) and its records. Evaluate runs independent (policy, load) pairs on
 // min(runs, GOMAXPROCS) goroutines that it starts and waits for before it
 // returns; they share only the read-only workload and engine profile, and
 // each writes its own slot of the result. Results do not depend on the

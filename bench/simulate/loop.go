@@ -39,6 +39,8 @@ type vreq struct {
 	prefill  time.Duration // of upstream: schedAt → first token (its prefill steps)
 	wasAdmit bool
 	done     bool
+	proxy    int      // fleet.go: the host it arrived at
+	att      *attempt // fleet.go: the attempt the proxy follows; nil when none
 }
 
 // counters are what one loop measured beyond the records.
@@ -106,6 +108,7 @@ type loop struct {
 	recordAll bool          // keep every token time (ITL statistics)
 	late      bool          // Options.LateHandoff
 	reqs      []vreq        // the run's requests, for the TTFT breakdown
+	util      EndpointUtil
 }
 
 // newLoop builds the machine and the engine for one run.
@@ -301,6 +304,7 @@ func (l *loop) stepEnded() {
 		}
 		if ev.Flags.Has(sim.EvToken) {
 			v.sent++
+			l.util.CompletedTokens++
 			if v.rec.FirstTokenNS == 0 {
 				v.rec.FirstTokenNS = t
 				v.upstream = l.now.Sub(v.admitted)
@@ -316,6 +320,7 @@ func (l *loop) stepEnded() {
 			delete(l.byTicket, v.ticket)
 			v.engID = 0
 			l.m.Finish(l.now, v.ticket, scheduler.Done)
+			l.util.Requests++
 			l.end(v, result.StatusOK, "")
 		}
 	}
@@ -377,6 +382,9 @@ func (l *loop) startStep() error {
 	}
 	l.events = append(l.events[:0], r.Events...)
 	l.stepStart, l.stepEnd, l.stepping = r.Start, r.End(), true
+	l.util.busy += r.Duration
+	l.util.KVPeak = max(l.util.KVPeak, l.eng.KVUsage())
+	l.util.RunningPeak = max(l.util.RunningPeak, l.eng.Running())
 	return nil
 }
 

@@ -93,7 +93,25 @@ type Options struct {
 	// SaturationRequests is the backlog used to measure saturation; 0
 	// means 2000.
 	SaturationRequests int
+	// Engines is the number of engine replicas behind the pool (fleet.go);
+	// 0 means 1. Every pool option above is per engine: a fleet's pool has
+	// Engines times MaxInflight, MaxInflightTokens, MaxPrefillTokens and
+	// ReserveUrgent, and load 1.0 is Engines times one engine's saturation.
+	Engines int
+	// Proxies is the number of hosts in front of the engines, sharing one
+	// scheduler; 0 means 1. Requests are spread over them round-robin.
+	Proxies int
+	// Routing is RoutingEndpointAware (empty: the default) or RoutingPool.
+	Routing string
+	// Hop is the one-way network delay of every message between a proxy
+	// and the scheduler and between a proxy and an engine; 0 means none.
+	Hop time.Duration
 }
+
+// fleet reports whether o asks for more than today's single host in
+// front of a single engine: that runs the fleet loop (fleet.go); the
+// default runs the single-engine loop (loop.go).
+func (o Options) fleet() bool { return o.Engines > 1 || o.Proxies > 1 || o.Hop > 0 }
 
 // maxLoad bounds load factors so that a typo cannot ask for a simulation
 // that never ends.
@@ -156,6 +174,31 @@ func (o Options) withDefaults(w *workload.Workload) (Options, error) {
 	}
 	if o.SaturationRequests < 100 {
 		errs = append(errs, fmt.Errorf("saturation_requests: %d must be at least 100", o.SaturationRequests))
+	}
+	if o.Engines == 0 {
+		o.Engines = 1
+	}
+	if o.Engines < 0 || o.Engines > maxEngines {
+		errs = append(errs, fmt.Errorf("engines: %d must be in [1, %d]", o.Engines, maxEngines))
+	}
+	if o.Proxies == 0 {
+		o.Proxies = 1
+	}
+	if o.Proxies < 0 || o.Proxies > maxEngines {
+		errs = append(errs, fmt.Errorf("proxies: %d must be in [1, %d]", o.Proxies, maxEngines))
+	}
+	switch o.Routing {
+	case "":
+		o.Routing = RoutingEndpointAware
+	case RoutingEndpointAware, RoutingPool:
+	default:
+		errs = append(errs, fmt.Errorf("routing: %q must be %s or %s", o.Routing, RoutingEndpointAware, RoutingPool))
+	}
+	if o.Hop < 0 {
+		errs = append(errs, fmt.Errorf("hop: %v must not be negative", o.Hop))
+	}
+	if o.fleet() && o.Predictor == PredictTiming {
+		errs = append(errs, fmt.Errorf("predictor: %s asks one engine's timing model; a fleet (engines %d, proxies %d, hop %v) uses %s", PredictTiming, o.Engines, o.Proxies, o.Hop, PredictObserved))
 	}
 	if _, err := sim.LookupProfile(o.Profile); err != nil {
 		errs = append(errs, fmt.Errorf("profile: %w", err))

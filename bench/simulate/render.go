@@ -135,6 +135,9 @@ func WriteText(w io.Writer, r *Result, brief bool) error {
 	if r.Pool.MetricsIntervalMs > 0 {
 		fmt.Fprintf(ew, ", limit from engine load every %gms", r.Pool.MetricsIntervalMs)
 	}
+	if r.Engines > 1 || r.Proxies > 1 || r.HopMs > 0 {
+		fmt.Fprintf(ew, "\nfleet: %d engines behind %d proxies sharing one scheduler, routing %s, hop %gms; pool options per engine", r.Engines, r.Proxies, r.Routing, r.HopMs)
+	}
 	fmt.Fprintf(ew, "\nsaturation: %.2f req/s (%.0f output tok/s), measured over %.1f s of a %d-request backlog\n\n",
 		r.Saturation.RPS, r.Saturation.OutputTokensPerS, r.Saturation.WindowS, r.Saturation.Requests)
 	if !brief {
@@ -165,7 +168,35 @@ func WriteText(w io.Writer, r *Result, brief bool) error {
 			return err
 		}
 	}
+	if r.Engines > 1 {
+		if err := writeEndpoints(ew, r); err != nil {
+			return err
+		}
+	}
 	return ew.err
+}
+
+// writeEndpoints is the fleet's table: per run, how evenly the engines
+// were used.
+func writeEndpoints(w io.Writer, r *Result) error {
+	fmt.Fprintf(w, "\nengines (%d, routing %s): completed tokens max/mean, busy share, KV peak and running peak over the engines\n", r.Engines, r.Routing)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "load\tpolicy\timbalance\tbusy min\tbusy max\tKV peak max\trunning peak max\ttokens min\ttokens max\t\n")
+	for _, run := range r.Runs {
+		es := run.Sim.Endpoints
+		if len(es) == 0 {
+			continue
+		}
+		bmin, bmax, kv, rp := math.Inf(1), 0.0, 0.0, 0
+		tmin, tmax := int64(math.MaxInt64), int64(0)
+		for _, e := range es {
+			bmin, bmax = min(bmin, e.BusyFraction), max(bmax, e.BusyFraction)
+			kv, rp = max(kv, e.KVPeak), max(rp, e.RunningPeak)
+			tmin, tmax = min(tmin, e.CompletedTokens), max(tmax, e.CompletedTokens)
+		}
+		fmt.Fprintf(tw, "%.3g\t%s\t%.3f\t%.1f%%\t%.1f%%\t%.1f%%\t%d\t%d\t%d\t\n", run.Load, run.Policy, run.Sim.Imbalance, 100*bmin, 100*bmax, 100*kv, rp, tmin, tmax)
+	}
+	return tw.Flush()
 }
 
 func ratio(v float64, unit string) string {

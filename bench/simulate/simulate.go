@@ -26,7 +26,14 @@ type Result struct {
 	Engine     EngineInfo     `json:"engine"`
 	Pool       PoolInfo       `json:"pool"`
 	Saturation SaturationInfo `json:"saturation"`
-	Runs       []*Run         `json:"runs"`
+	// Engines, Proxies, Routing and HopMs describe the fleet (fleet.go):
+	// 1, 1, the routing asked for and 0 for a single host in front of a
+	// single engine.
+	Engines int     `json:"engines"`
+	Proxies int     `json:"proxies"`
+	Routing string  `json:"routing"`
+	HopMs   float64 `json:"hop_ms"`
+	Runs    []*Run  `json:"runs"`
 	// Floor is the admission floor per load (keyed by loadKey): what the
 	// most extreme admission gives the most urgent class on this engine.
 	Floor map[string]*Floor `json:"floor"`
@@ -102,6 +109,10 @@ type RunStats struct {
 	// ITLOmitted is set when the run was too large to keep every token's
 	// time, so ITL statistics are empty.
 	ITLOmitted bool `json:"itl_omitted,omitempty"`
+	// Endpoints is what each engine did, in engine order; Imbalance is
+	// the most completed tokens of one engine over the mean (1: even).
+	Endpoints []EndpointUtil `json:"endpoints"`
+	Imbalance float64        `json:"imbalance"`
 }
 
 // BoundsStats summarize the admission bounds a run applied: derived ones
@@ -158,7 +169,13 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Workload: w.Spec.Name, Profile: o.Profile, Saturation: *sat, Pool: poolInfo(w, o)}
+	if n := o.Engines; n > 1 {
+		sat.RPS *= float64(n)
+		sat.OutputTokensPerS *= float64(n)
+		sat.Method += fmt.Sprintf("; times %d engines", n)
+	}
+	res := &Result{Workload: w.Spec.Name, Profile: o.Profile, Saturation: *sat, Pool: poolInfo(w, o),
+		Engines: o.Engines, Proxies: o.Proxies, Routing: o.Routing, HopMs: ms(o.Hop)}
 	if err := res.fillEngine(o); err != nil {
 		return nil, err
 	}
@@ -177,7 +194,8 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 		for _, p := range pols {
 			jobs = append(jobs, job{pol: p, load: l})
 		}
-		if !o.SkipFloor {
+		if !o.SkipFloor && !o.fleet() {
+			// The floor is one engine's; a fleet has none.
 			jobs = append(jobs, job{load: l, floor: i})
 		}
 	}
@@ -227,18 +245,42 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 	if err != nil {
 		return nil, err
 	}
-	l, err := newLoop(w, pol, o)
-	if err != nil {
-		return nil, err
-	}
 	var tokens int
 	for _, it := range items {
 		tokens += it.MaxTokens
 	}
-	l.recordAll = tokens <= itlTokenBudget
-	recs, err := l.run(items)
-	if err != nil {
-		return nil, fmt.Errorf("%s at load %g: %w", pol.Name(), load, err)
+	recordAll := tokens <= itlTokenBudget
+	var (
+		recs []result.Record
+		c    counters
+		reqs []vreq
+		util []EndpointUtil
+	)
+	if o.fleet() {
+		f, err := newFleet(w, pol, o)
+		if err != nil {
+			return nil, err
+		}
+		f.recordAll = recordAll
+		if recs, err = f.run(items); err != nil {
+			return nil, fmt.Errorf("%s at load %g: %w", pol.Name(), load, err)
+		}
+		c, reqs = f.c, f.reqs
+		for _, e := range f.engines {
+			util = append(util, e.util)
+		}
+	} else {
+		l, err := newLoop(w, pol, o)
+		if err != nil {
+			return nil, err
+		}
+		l.recordAll = recordAll
+		if recs, err = l.run(items); err != nil {
+			return nil, fmt.Errorf("%s at load %g: %w", pol.Name(), load, err)
+		}
+		c, reqs = l.c, l.reqs
+		l.util.Name = engineName(0)
+		util = []EndpointUtil{l.util}
 	}
 	if to := w.Spec.Timeout.D(); to > 0 {
 		for i := range recs {
@@ -248,14 +290,14 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		}
 	}
 	rep := stats.Summarize(recs, stats.Meta{Workload: w, Target: "virtual-time " + o.Profile, Policy: pol.Name(), Load: load})
-	c := l.c
 	run := &Run{Report: rep, ArrivalRPS: naturalRate(w), Sim: RunStats{
 		ComputedTokens: c.computed, RecomputedTokens: c.recomputed,
 		Preemptions: c.preemptions, Requeues: c.requeues, Continuations: c.continuations, LateFinishes: c.lateFinish,
 		EnginePreemptions: c.enginePreempts, EngineRecomputedTokens: c.engineRecomputed, EngineSteps: c.steps,
-		MinPoolLimit: c.limitMin, VirtualSeconds: c.end.Sub(epoch).Seconds(), Requests: len(items), ITLOmitted: !l.recordAll,
+		MinPoolLimit: c.limitMin, VirtualSeconds: c.end.Sub(epoch).Seconds(), Requests: len(items), ITLOmitted: !recordAll,
 	}}
-	run.Sim.Breakdown = breakdown(l.reqs, w)
+	run.Sim.Endpoints, run.Sim.Imbalance = utilisation(util, c.end.Sub(epoch))
+	run.Sim.Breakdown = breakdown(reqs, w)
 	if b := c.bounds; b.n > 0 {
 		bs := &BoundsStats{Samples: b.n, ReserveUrgentMean: float64(b.reserve) / float64(b.n),
 			MaxPrefillTokensMean: float64(b.prefill) / float64(b.n), MaxPrefillTokensMin: b.prefillMin, MaxPrefillTokensMax: b.prefMx,

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 
@@ -46,6 +48,12 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		target    = fs.Float64("preempt-target", 1, "preemption target: share of the TTFT objective a predicted TTFT may reach, in (0, 1]")
 		minRun    = fs.Duration("min-run-time", simulate.DefaultMinRunTime, "preemption guard: minimum run time of a victim")
 		maxPer    = fs.Int("max-per-request", simulate.DefaultMaxPerRequest, "preemption guard: most preemptions of one request")
+		engines   = fs.Int("engines", 1, "fleet: engine replicas behind the pool; --max-inflight, --max-prefill-tokens and --reserve-urgent are per engine")
+		proxies   = fs.Int("proxies", 1, "fleet: hosts in front of the engines, sharing one scheduler")
+		routing   = fs.String("routing", simulate.RoutingEndpointAware, "fleet: "+simulate.RoutingEndpointAware+" (the lease's endpoint) or "+simulate.RoutingPool+" (pool-level admission, least-request host choice by the proxy)")
+		hop       = fs.Duration("hop", 0, "fleet: one-way network delay between a proxy and the scheduler, and between a proxy and an engine")
+		rate      = fs.Float64("rate", 0, "arrival rate in req/s, replacing the workload's (not with --loads or --trace)")
+		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the evaluation to `FILE` (go tool pprof)")
 		profile   = fs.String("profile", "", "engine profile (default: the workload's; known: "+strings.Join(sim.Profiles(), ", ")+")")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -83,6 +91,24 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if *interval < 0 {
 		errs = append(errs, fmt.Errorf("--metrics-interval: %v must not be negative", *interval))
 	}
+	if *engines < 1 {
+		errs = append(errs, fmt.Errorf("--engines: %d must be at least 1", *engines))
+	}
+	if *proxies < 1 {
+		errs = append(errs, fmt.Errorf("--proxies: %d must be at least 1", *proxies))
+	}
+	if *routing != simulate.RoutingEndpointAware && *routing != simulate.RoutingPool {
+		errs = append(errs, fmt.Errorf("--routing: %q must be %s or %s", *routing, simulate.RoutingEndpointAware, simulate.RoutingPool))
+	}
+	if *hop < 0 {
+		errs = append(errs, fmt.Errorf("--hop: %v must not be negative", *hop))
+	}
+	if *rate < 0 || *rate != *rate {
+		errs = append(errs, fmt.Errorf("--rate: %v must be positive", *rate))
+	}
+	if *rate > 0 && (*loads != "" || *traceFile != "") {
+		errs = append(errs, errors.New("--rate: not with --loads or --trace (those set the rate)"))
+	}
 	ep, err := sim.ParsePolicy(*engPolicy)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--engine-policy: %w", err))
@@ -94,7 +120,14 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
+	if *rate > 0 {
+		if w.Spec.Arrival.Rate <= 0 {
+			return withExitCode(2, fmt.Errorf("--rate: the workload's arrival process %q has no rate", w.Spec.Arrival.Process))
+		}
+		w = w.ScaleRate(*rate / w.Spec.Arrival.Rate)
+	}
 	o := simulate.Options{
+		Engines: *engines, Proxies: *proxies, Routing: *routing, Hop: *hop,
 		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
 		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep, LongPrefillTokenThreshold: *longPre},
 		MetricsInterval: *interval, MaxPrefillTokens: *prefill, ReserveUrgent: *reserve, LateHandoff: *late, StaticBounds: *static,
@@ -106,6 +139,17 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	var names []string
 	if *policies != "" {
 		names = strings.Split(*policies, ",")
+	}
+	if *cpuProf != "" {
+		pf, err := os.Create(*cpuProf)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := simulate.Evaluate(w, names, ls, o)
 	if err != nil {

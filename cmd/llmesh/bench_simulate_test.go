@@ -89,3 +89,52 @@ func FuzzParseLoads(f *testing.F) {
 		}
 	})
 }
+
+func TestBenchSimulateFleet(t *testing.T) {
+	out, errOut, err := benchMain(t, "simulate", "--policies", "priority", "--loads", "1", "--duration", "10s",
+		"--engines", "3", "--proxies", "2", "--routing", "pool", "--hop", "1ms", "--json", "-")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	var doc struct {
+		Engines int     `json:"engines"`
+		Proxies int     `json:"proxies"`
+		Routing string  `json:"routing"`
+		HopMs   float64 `json:"hop_ms"`
+		Runs    []struct {
+			Sim struct {
+				Endpoints []struct {
+					Name            string  `json:"name"`
+					BusyS           float64 `json:"busy_s"`
+					KVPeak          float64 `json:"kv_peak"`
+					CompletedTokens int64   `json:"completed_tokens"`
+				} `json:"endpoints"`
+				Imbalance float64 `json:"imbalance"`
+			} `json:"simulation"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if doc.Engines != 3 || doc.Proxies != 2 || doc.Routing != "pool" || doc.HopMs != 1 || len(doc.Runs) != 1 {
+		t.Fatalf("fleet fields: %+v", doc)
+	}
+	s := doc.Runs[0].Sim
+	if len(s.Endpoints) != 3 || !(s.Imbalance >= 1) {
+		t.Fatalf("endpoints %+v, imbalance %v", s.Endpoints, s.Imbalance)
+	}
+	for _, e := range s.Endpoints {
+		if e.BusyS <= 0 || e.KVPeak <= 0 || e.CompletedTokens <= 0 {
+			t.Errorf("engine %s did nothing: %+v", e.Name, e)
+		}
+	}
+	_, _, err = benchMain(t, "simulate", "--engines", "0", "--proxies", "-1", "--routing", "random", "--hop", "-1ms", "--rate", "5", "--loads", "1")
+	if exitCodeOf(err) != 2 {
+		t.Fatalf("exit code %d (%v), want 2", exitCodeOf(err), err)
+	}
+	for _, want := range []string{"--engines", "--proxies", `--routing: "random"`, "--hop", "--rate"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+}
