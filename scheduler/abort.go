@@ -17,9 +17,21 @@ import "time"
 // clients' traffic, or victims it did not stop). Each report records it.
 // When a preempted request's lease is released, the excess of the last
 // report before the release is the baseline. The engine honoured the
-// abort as soon as one later report shows an excess at or below the
-// baseline; it did not when abortReports consecutive reports after the
-// release all show more, the last at least abortGrace after the release.
+// abort when abortReports consecutive reports after the release show an
+// excess at or below the baseline; it did not when abortReports
+// consecutive reports after the release all show more, the last at least
+// abortGrace after the release.
+//
+// One report decides nothing because a report is not a snapshot of both
+// sides at once: the engine's counts are from when it was scraped, the
+// in-flight count from when the report arrives, and a request admitted
+// here reaches the engine a moment later. A report taken while a request
+// was on its way (the urgent one the victim made room for, or the
+// victim's own continuation), or scraped before the release, shows the
+// engine holding no more than llmesh and would otherwise end the watch as
+// "honoured" on an engine that keeps the victim running; the same lag
+// the other way shows a short excess on an engine that did stop it. Such
+// reports are alone; the engine's real state holds report after report.
 // The pool is then marked "abort not honoured": it preempts nothing more
 // (admission goes on, without preemption) until the scheduler restarts or
 // its configuration is reloaded. Without load reports (no capacity
@@ -35,7 +47,8 @@ type abortWatch struct {
 	active   bool
 	released time.Time // the first unchecked release
 	baseline int
-	reports  int // consecutive reports above the baseline
+	above    int // consecutive reports above the baseline
+	below    int // consecutive reports at or below it
 }
 
 // preemptReleased starts (or keeps) the watch on ep after a preempted
@@ -64,11 +77,15 @@ func (m *Machine) ObserveEndpointLoad(now time.Time, poolName, name string, l En
 		return false, nil
 	}
 	if excess <= w.baseline {
-		*w = abortWatch{}
+		w.above = 0
+		if w.below++; w.below >= abortReports {
+			*w = abortWatch{}
+		}
 		return false, nil
 	}
-	w.reports++
-	if w.reports >= abortReports && now.Sub(w.released) >= abortGrace {
+	w.below = 0
+	w.above++
+	if w.above >= abortReports && now.Sub(w.released) >= abortGrace {
 		*w = abortWatch{}
 		p.abortUnhonoured = true
 		return true, nil

@@ -73,8 +73,8 @@ func TestAbortUnhonoured(t *testing.T) {
 }
 
 // TestAbortWatchNeedsGrace: three reports above the baseline within less
-// than the grace time after the release do not mark the pool; a report
-// at the baseline ends the watch.
+// than the grace time after the release do not mark the pool; three
+// reports at the baseline in a row end the watch.
 func TestAbortWatchNeedsGrace(t *testing.T) {
 	m := newMachine(t, preemptivePool(4, rails))
 	fillBatch(t, m, 4)
@@ -95,7 +95,9 @@ func TestAbortWatchNeedsGrace(t *testing.T) {
 	if m.AbortUnhonoured("p") {
 		t.Fatal("marked within the grace time")
 	}
-	obs(400, 4) // released: the watch ends
+	obs(400, 4) // released: three reports in a row end the watch
+	obs(450, 4)
+	obs(500, 4)
 	obs(1500, 5)
 	obs(1600, 5)
 	obs(1700, 5)
@@ -104,5 +106,41 @@ func TestAbortWatchNeedsGrace(t *testing.T) {
 	}
 	if _, err := m.ObserveEndpointLoad(at(1800), "nope", "", scheduler.EndpointLoad{}); err == nil {
 		t.Fatal("unknown pool accepted")
+	}
+}
+
+// TestAbortWatchOneLowReport: a single report at the baseline between
+// reports above it is the lag between the engine's scrape and llmesh's
+// in-flight count (a request admitted here that has not reached the
+// engine yet), not the engine letting go of the victim: the watch goes
+// on and marks the pool once three reports in a row are above the
+// baseline, the last a second after the release. Two low reports in a
+// row do not end it either.
+func TestAbortWatchOneLowReport(t *testing.T) {
+	m := newMachine(t, preemptivePool(4, rails))
+	fillBatch(t, m, 4)
+	obs := func(ms, running int) bool {
+		t.Helper()
+		marked, err := m.ObserveEndpointLoad(at(ms), "p", "", scheduler.EndpointLoad{Running: running})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return marked
+	}
+	obs(5, 4)
+	arrive(t, m, at(20), scheduler.Request{Class: "interactive", MaxTokens: 10})
+	d := m.Step(at(20))
+	m.Finish(at(30), d.Preempted[0], scheduler.Preempted)
+	m.Step(at(30))
+	// 48ms after the release: scraped before the urgent request reached
+	// the engine, which holds the victim and three others, as many as
+	// llmesh has in flight.
+	for _, r := range []struct{ ms, running int }{{78, 4}, {300, 5}, {600, 4}, {650, 4}, {900, 5}, {1100, 5}} {
+		if obs(r.ms, r.running) {
+			t.Fatalf("marked at %dms, before three reports in a row above the baseline", r.ms)
+		}
+	}
+	if !obs(1300, 5) {
+		t.Fatal("not marked by the third report in a row above the baseline, 1.27s after the release")
 	}
 }

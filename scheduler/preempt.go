@@ -121,7 +121,7 @@ func (m *Machine) atRisk(now time.Time, p *pool, e *entry, slotWait time.Duratio
 // not at risk asks for a wake-up when it would become so. Only as many
 // victims as make the balance cover the request are chosen.
 func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
-	if p.Preemption.MaxPerRequest == 0 || p.waiting() == 0 || p.abortUnhonoured {
+	if p.Preemption.MaxPerRequest == 0 || p.waiting() == 0 || p.abortUnhonoured || p.allDrained() {
 		return
 	}
 	slots := p.slotBalance()
@@ -427,4 +427,16 @@ func (w *walker) next(now time.Time) *entry {
 		w.advance(now, bi)
 	}
 	return b
+}
+
+// allDrained reports whether no endpoint of p admits anything: a slot a
+// victim frees there goes to no one, so preempting would stop a request
+// for nothing, and again at every step while the pool stays drained.
+func (p *pool) allDrained() bool {
+	for _, ep := range p.endpoints {
+		if !ep.drained {
+			return false
+		}
+	}
+	return true
 }
