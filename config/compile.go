@@ -275,6 +275,7 @@ func (b *builder) scheduler(path string, s SchedulerSpec) SchedulerConfig {
 		b.intRange(join(path, "preemption.max_per_request"), *v, 0, maxPreemptCount)
 		out.Preemption.MaxPerRequest = *v
 	}
+	out.Preemption.AbortProbe = b.duration(join(path, "preemption.abort_probe"), s.Preemption.AbortProbe, false)
 	if v := s.Preemption.Target; v != nil {
 		if !(*v > 0 && *v <= 1) { // also refuses NaN
 			b.c.add(join(path, "preemption.target"), 0, "%v must be in (0, 1]", *v)
@@ -318,6 +319,9 @@ func overlay(base, o SchedulerSpec) SchedulerSpec {
 	}
 	if o.Preemption.Target != nil {
 		base.Preemption.Target = o.Preemption.Target
+	}
+	if o.Preemption.AbortProbe != "" {
+		base.Preemption.AbortProbe = o.Preemption.AbortProbe
 	}
 	return base
 }

@@ -196,6 +196,9 @@ type PreemptionConfig struct {
 	MaxPerRequest    int
 	// Target is in (0, 1]; the scheduler's PreemptionConfig.Target.
 	Target float64
+	// AbortProbe is the scheduler's PreemptionConfig.AbortProbe; 0 never
+	// probes.
+	AbortProbe time.Duration
 }
 
 // Class is a compiled class.

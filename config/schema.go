@@ -184,6 +184,12 @@ type PreemptionSpec struct {
 	// default 1 (protect the objective itself). Lower values keep urgent
 	// requests nearer their unloaded TTFT at the cost of more preemptions.
 	Target *float64 `yaml:"target,omitempty"`
+	// AbortProbe: after the pool is marked "abort not honoured" (its engine
+	// kept a preempted request running), wait this long, then try one
+	// probe preemption; honoured lifts the mark, not honoured doubles the
+	// wait (up to 16×). Default "5m"; "0s" never probes (the mark stays
+	// until a restart or reload).
+	AbortProbe string `yaml:"abort_probe,omitempty"`
 }
 
 // ClassSpec is a priority class.

@@ -116,9 +116,9 @@ type pool struct {
 	obs        observed // cost.go, tune.go
 	counts     Counters
 	endpoints  []*endpoint
-	// abortUnhonoured: the engine kept a preempted request (abort.go); no
-	// more preemption.
-	abortUnhonoured bool
+	// abort: the engine kept a preempted request (abort.go); no more
+	// preemption but probes.
+	abort abortState
 }
 
 // Machine is the scheduler's pure state machine. It owns no goroutines and

@@ -68,6 +68,7 @@ func PoolFromMesh(p *config.Pool, sc config.SchedulerConfig, lookup func(name st
 			MinRunTime:       sc.Preemption.MinRunTime,
 			MaxPerRequest:    sc.Preemption.MaxPerRequest,
 			Target:           sc.Preemption.Target,
+			AbortProbe:       sc.Preemption.AbortProbe,
 		},
 	}, nil
 }

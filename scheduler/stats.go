@@ -62,7 +62,7 @@ func (m *Machine) Stats() []PoolStats {
 			TPOTEstimate:    p.tpot.value(),
 			Counters:        p.counts,
 			Endpoints:       p.endpointStats(),
-			AbortUnhonoured: p.abortUnhonoured,
+			AbortUnhonoured: p.abort.marked,
 		}
 		for ci := range p.queues {
 			ps.Queued[m.classes[ci].Name] = p.queues[ci].live
