@@ -266,6 +266,9 @@ func (b *builder) scheduler(path string, s SchedulerSpec) SchedulerConfig {
 		b.intRange(join(path, "reserve_urgent"), *v, 0, maxInflight)
 		out.ReserveUrgent = *v
 	}
+	if v := s.StaticBounds; v != nil {
+		out.StaticBounds = *v
+	}
 	out.Preemption.MinRunTime = b.duration(join(path, "preemption.min_run_time"), s.Preemption.MinRunTime, false)
 	if v := s.Preemption.MinLowerInflight; v != nil {
 		b.intRange(join(path, "preemption.min_lower_inflight"), *v, 0, maxInflight)
@@ -307,6 +310,9 @@ func overlay(base, o SchedulerSpec) SchedulerSpec {
 	}
 	if o.ReserveUrgent != nil {
 		base.ReserveUrgent = o.ReserveUrgent
+	}
+	if o.StaticBounds != nil {
+		base.StaticBounds = o.StaticBounds
 	}
 	if o.Preemption.MinLowerInflight != nil {
 		base.Preemption.MinLowerInflight = o.Preemption.MinLowerInflight

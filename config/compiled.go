@@ -186,7 +186,9 @@ type SchedulerConfig struct {
 	// fields of the same names; 0 turns each off.
 	MaxPrefillTokens int
 	ReserveUrgent    int
-	Preemption       PreemptionConfig
+	// StaticBounds is the scheduler's PoolConfig.StaticBounds.
+	StaticBounds bool
+	Preemption   PreemptionConfig
 }
 
 // PreemptionConfig holds the preemption guard rails.

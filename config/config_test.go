@@ -210,6 +210,16 @@ experiments:
 			},
 		},
 		{
+			name: "static bounds not a boolean",
+			src: `
+pools:
+  - {name: p, protocol: grpc, endpoints: [h:1], scheduler: {static_bounds: sometimes}}
+`,
+			want: []string{
+				`pools[0].scheduler.static_bounds: must be true or false, got "sometimes" (line 3)`,
+			},
+		},
+		{
 			name: "abort probe not a duration or negative, at the pool and in an arm",
 			src: `
 pools:
@@ -437,7 +447,7 @@ experiments:
     pool: p
     arms:
       - {name: fifo, scheduler: {policy: fifo}}
-      - {name: strict, scheduler: {reserve_urgent: 4, preemption: {max_per_request: 0, target: 0.5, abort_probe: 0s}}}
+      - {name: strict, scheduler: {reserve_urgent: 4, static_bounds: true, preemption: {max_per_request: 0, target: 0.5, abort_probe: 0s}}}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -453,6 +463,7 @@ experiments:
 	want.Preemption.Target = 0.5
 	want.Preemption.AbortProbe = 0
 	want.ReserveUrgent = 4
+	want.StaticBounds = true
 	if diff := cmp.Diff(want, e.Arm("strict").Scheduler); diff != "" {
 		t.Errorf("strict arm (-want +got):\n%s", diff)
 	}

@@ -164,6 +164,11 @@ type SchedulerSpec struct {
 	// ReserveUrgent is the number of the pool's slots only the most urgent
 	// class may take; default 0.
 	ReserveUrgent *int `yaml:"reserve_urgent,omitempty"`
+	// StaticBounds keeps max_prefill_tokens and reserve_urgent as given,
+	// 0 meaning off, on a preemptive pool too; default false: a
+	// preemptive pool derives each bound left at 0 (and its preemption
+	// budget) from the traffic it observes. See docs/scheduling.md.
+	StaticBounds *bool `yaml:"static_bounds,omitempty"`
 	// Preemption parameters (policy preemptive).
 	Preemption PreemptionSpec `yaml:"preemption,omitempty"`
 }

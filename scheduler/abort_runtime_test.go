@@ -38,6 +38,12 @@ func (l *lockedBuffer) String() string {
 // unhonouredGauge reads llmesh_preemption_abort_unhonoured{pool} from c.
 func unhonouredGauge(t *testing.T, c prometheus.Collector, pool string) float64 {
 	t.Helper()
+	return poolGauge(t, c, "llmesh_preemption_abort_unhonoured", pool)
+}
+
+// poolGauge reads the gauge name{pool} from c.
+func poolGauge(t *testing.T, c prometheus.Collector, name, pool string) float64 {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	mfs, err := reg.Gather()
@@ -45,7 +51,7 @@ func unhonouredGauge(t *testing.T, c prometheus.Collector, pool string) float64 
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "llmesh_preemption_abort_unhonoured" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -56,7 +62,7 @@ func unhonouredGauge(t *testing.T, c prometheus.Collector, pool string) float64 
 			}
 		}
 	}
-	t.Fatalf("no llmesh_preemption_abort_unhonoured{pool=%q}", pool)
+	t.Fatalf("no %s{pool=%q}", name, pool)
 	return 0
 }
 

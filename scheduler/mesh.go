@@ -63,6 +63,7 @@ func PoolFromMesh(p *config.Pool, sc config.SchedulerConfig, lookup func(name st
 		Aging:             sc.Aging,
 		MaxPrefillTokens:  sc.MaxPrefillTokens,
 		ReserveUrgent:     sc.ReserveUrgent,
+		StaticBounds:      sc.StaticBounds,
 		Preemption: PreemptionConfig{
 			MinLowerInflight: sc.Preemption.MinLowerInflight,
 			MinRunTime:       sc.Preemption.MinRunTime,

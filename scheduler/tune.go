@@ -178,6 +178,13 @@ func (m *Machine) prefillCap(p *pool) int {
 type Bounds struct {
 	ReserveUrgent    int
 	MaxPrefillTokens int
+	// PreemptionBudget is how long an urgent request whose prefill is the
+	// pool's prefill estimate may be predicted to wait for its first token
+	// before preemption starts: its class's TTFT objective times
+	// Preemption.Target, lowered for a pool that derives its bounds; 0 for
+	// a pool whose policy does not preempt or whose most urgent class has
+	// no TTFT objective.
+	PreemptionBudget time.Duration
 	// Derived is true when the pool derives the bounds it was not given.
 	Derived bool
 }
@@ -189,5 +196,26 @@ func (m *Machine) Bounds(poolName string) Bounds {
 	if p == nil {
 		return Bounds{}
 	}
-	return Bounds{ReserveUrgent: m.reserveFor(p), MaxPrefillTokens: m.prefillCap(p), Derived: m.tuned(p)}
+	return m.bounds(p)
+}
+
+func (m *Machine) bounds(p *pool) Bounds {
+	return Bounds{ReserveUrgent: m.reserveFor(p), MaxPrefillTokens: m.prefillCap(p), PreemptionBudget: m.urgentBudget(p),
+		Derived: m.tuned(p)}
+}
+
+// urgentBudget is budget (cost.go) for an urgent request at the pool's
+// prefill estimate.
+func (m *Machine) urgentBudget(p *pool) time.Duration {
+	b := m.urgentTTFT()
+	if !p.Policy.Preempts() || b <= 0 {
+		return 0
+	}
+	if t := p.Preemption.Target; t > 0 && t < 1 {
+		b = time.Duration(float64(b) * t)
+	}
+	if m.tuned(p) {
+		b = deriveBudget(b, p.prefill.value())
+	}
+	return b
 }
