@@ -380,6 +380,7 @@ func (m *Machine) Step(now time.Time) Decisions {
 	var d Decisions
 	for _, p := range m.pools {
 		m.expire(now, p, &d)
+		m.observeOverload(now, p)
 		m.admit(now, p, &d)
 		m.expiryWake(p, &d)
 		if p.Policy.Preempts() {

@@ -137,3 +137,67 @@ pools:
 		t.Errorf("pool b: static %v, abort probe %v; want the defaults false, 5m", b.StaticBounds, b.Preemption.AbortProbe)
 	}
 }
+
+// TestOverloadReleasesBounds: once a batch request has waited ten times
+// its class's 5 s TTFT objective the pool is overloaded: the derived
+// reserve and prefill cap are 0 and the preemption budget is the whole
+// urgent objective, so the capacity held back for the urgent class goes to
+// the work that is falling behind. When the queue has caught up the derived
+// bounds are back. Bounds set in the config are not released (the budget,
+// always derived, is).
+func TestOverloadReleasesBounds(t *testing.T) {
+	for _, static := range []bool{false, true} {
+		pc := preemptivePool(16, rails)
+		if static {
+			pc.ReserveUrgent, pc.MaxPrefillTokens = 2, 512
+		}
+		m := newMachine(t, pc)
+		now := at(0)
+		for i := 0; i < 200; i++ {
+			class := "batch"
+			if i%5 == 0 {
+				class = "interactive"
+			}
+			tk := arrive(t, m, now, scheduler.Request{Class: class, PromptTokens: 1000, MaxTokens: 10})
+			m.Step(now)
+			m.Progress(now.Add(50*time.Millisecond), tk, scheduler.Progress{FirstToken: true, Tokens: 1})
+			m.Finish(now.Add(60*time.Millisecond), tk, scheduler.Done)
+			now = now.Add(100 * time.Millisecond)
+		}
+		// Sixteen batch requests fill the pool; one more waits.
+		for i := 0; i < 16; i++ {
+			arrive(t, m, now, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
+		}
+		late := now
+		arrive(t, m, late, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
+		d := m.Step(now)
+		running := d.Admitted
+		calm := m.Bounds("p")
+		if got := m.Step(late.Add(49 * time.Second)); len(got.Admitted) != 0 {
+			t.Fatalf("admitted %v with the pool full", got.Admitted)
+		}
+		if got := m.Bounds("p"); got != calm {
+			t.Errorf("static %v: waited 49s: %+v, want the calm bounds %+v", static, got, calm)
+		}
+		m.Step(late.Add(51 * time.Second))
+		want := scheduler.Bounds{PreemptionBudget: 200 * time.Millisecond, Derived: true}
+		if static {
+			want = calm
+			want.PreemptionBudget = 200 * time.Millisecond
+		}
+		if got := m.Bounds("p"); got != want {
+			t.Errorf("static %v: waited 51s: %+v, want %+v", static, got, want)
+		}
+		for _, tk := range running {
+			m.Finish(late.Add(52*time.Second), tk, scheduler.Done)
+		}
+		m.Step(late.Add(52 * time.Second)) // admits the late one
+		m.Step(late.Add(52 * time.Second)) // the queue is empty
+		// Derived again (the reserve follows the finish rate, which the
+		// sixteen finishes at once moved).
+		if got := m.Bounds("p"); got.ReserveUrgent == 0 || got.MaxPrefillTokens != calm.MaxPrefillTokens ||
+			got.PreemptionBudget != calm.PreemptionBudget || (static && got != calm) {
+			t.Errorf("static %v: caught up: %+v, want bounds as before %+v", static, got, calm)
+		}
+	}
+}
