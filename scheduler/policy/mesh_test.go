@@ -53,7 +53,7 @@ func TestFromMesh(t *testing.T) {
 	p := got.Pools[0]
 	if p.Name != "gpu" || p.MaxInflight != 16 || p.MaxInflightTokens != 32768 || p.Policy.Name() != "preemptive" ||
 		p.BatchWindow != 5*time.Millisecond || p.Aging != 2*time.Second || p.MaxPrefillTokens != 4096 || p.ReserveUrgent != 2 ||
-		p.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.75}) {
+		p.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.75, AbortProbe: 5 * time.Minute}) {
 		t.Errorf("pool %+v", p)
 	}
 	if got.DefaultClass != "batch" || len(got.Classes) != 2 {
@@ -72,7 +72,7 @@ func TestFromMesh(t *testing.T) {
 		t.Fatal(err)
 	}
 	if strict.Policy.Name() != "preemptive" || strict.MaxPrefillTokens != 4096 || strict.ReserveUrgent != 2 ||
-		strict.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.5}) {
+		strict.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.5, AbortProbe: 5 * time.Minute}) {
 		t.Errorf("arm strict %+v", strict)
 	}
 	fifo, err := scheduler.PoolFromMesh(pool, c.Experiment("ab").Arm("fifo").Scheduler, policy.Lookup)
