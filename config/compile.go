@@ -266,6 +266,9 @@ func (b *builder) scheduler(path string, s SchedulerSpec) SchedulerConfig {
 		b.intRange(join(path, "reserve_urgent"), *v, 0, maxInflight)
 		out.ReserveUrgent = *v
 	}
+	if v := s.StaticBounds; v != nil {
+		out.StaticBounds = *v
+	}
 	out.Preemption.MinRunTime = b.duration(join(path, "preemption.min_run_time"), s.Preemption.MinRunTime, false)
 	if v := s.Preemption.MinLowerInflight; v != nil {
 		b.intRange(join(path, "preemption.min_lower_inflight"), *v, 0, maxInflight)
@@ -275,6 +278,7 @@ func (b *builder) scheduler(path string, s SchedulerSpec) SchedulerConfig {
 		b.intRange(join(path, "preemption.max_per_request"), *v, 0, maxPreemptCount)
 		out.Preemption.MaxPerRequest = *v
 	}
+	out.Preemption.AbortProbe = b.duration(join(path, "preemption.abort_probe"), s.Preemption.AbortProbe, false)
 	if v := s.Preemption.Target; v != nil {
 		if !(*v > 0 && *v <= 1) { // also refuses NaN
 			b.c.add(join(path, "preemption.target"), 0, "%v must be in (0, 1]", *v)
@@ -307,6 +311,9 @@ func overlay(base, o SchedulerSpec) SchedulerSpec {
 	if o.ReserveUrgent != nil {
 		base.ReserveUrgent = o.ReserveUrgent
 	}
+	if o.StaticBounds != nil {
+		base.StaticBounds = o.StaticBounds
+	}
 	if o.Preemption.MinLowerInflight != nil {
 		base.Preemption.MinLowerInflight = o.Preemption.MinLowerInflight
 	}
@@ -318,6 +325,9 @@ func overlay(base, o SchedulerSpec) SchedulerSpec {
 	}
 	if o.Preemption.Target != nil {
 		base.Preemption.Target = o.Preemption.Target
+	}
+	if o.Preemption.AbortProbe != "" {
+		base.Preemption.AbortProbe = o.Preemption.AbortProbe
 	}
 	return base
 }

@@ -218,7 +218,9 @@ type SchedulerConfig struct {
 	// fields of the same names; 0 turns each off.
 	MaxPrefillTokens int
 	ReserveUrgent    int
-	Preemption       PreemptionConfig
+	// StaticBounds is the scheduler's PoolConfig.StaticBounds.
+	StaticBounds bool
+	Preemption   PreemptionConfig
 }
 
 // PreemptionConfig holds the preemption guard rails.
@@ -228,6 +230,9 @@ type PreemptionConfig struct {
 	MaxPerRequest    int
 	// Target is in (0, 1]; the scheduler's PreemptionConfig.Target.
 	Target float64
+	// AbortProbe is the scheduler's PreemptionConfig.AbortProbe; 0 never
+	// probes.
+	AbortProbe time.Duration
 }
 
 // Class is a compiled class.

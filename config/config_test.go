@@ -44,7 +44,8 @@ func TestMinimalDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := cfg.Pool("sim")
-	want := config.SchedulerConfig{Policy: "fifo", Preemption: config.PreemptionConfig{MinLowerInflight: 1, MaxPerRequest: 3, Target: 1}}
+	want := config.SchedulerConfig{Policy: "fifo", Preemption: config.PreemptionConfig{MinLowerInflight: 1, MaxPerRequest: 3, Target: 1,
+		AbortProbe: 5 * time.Minute}}
 	if diff := cmp.Diff(want, p.Scheduler); diff != "" {
 		t.Errorf("scheduler (-want +got):\n%s", diff)
 	}
@@ -206,6 +207,30 @@ experiments:
 				`pools[0].scheduler.preemption.target: 0 must be in (0, 1]`,
 				`pools[1].scheduler.preemption.target: NaN must be in (0, 1]`,
 				`experiments[0].arms[0].scheduler.preemption.target: 1.5 must be in (0, 1]`,
+			},
+		},
+		{
+			name: "static bounds not a boolean",
+			src: `
+pools:
+  - {name: p, protocol: grpc, endpoints: [h:1], scheduler: {static_bounds: sometimes}}
+`,
+			want: []string{
+				`pools[0].scheduler.static_bounds: must be true or false, got "sometimes" (line 3)`,
+			},
+		},
+		{
+			name: "abort probe not a duration or negative, at the pool and in an arm",
+			src: `
+pools:
+  - {name: p, protocol: grpc, endpoints: [h:1], scheduler: {preemption: {abort_probe: soon}}}
+  - {name: q, protocol: grpc, endpoints: [h:1], scheduler: {preemption: {abort_probe: 10m}}}
+experiments:
+  - {name: e, pool: q, arms: [{name: a, scheduler: {preemption: {abort_probe: -1s}}}, {name: b, scheduler: {preemption: {abort_probe: 0s}}}]}
+`,
+			want: []string{
+				`pools[0].scheduler.preemption.abort_probe: "soon" is not a duration (use Go syntax such as "250ms" or "1m30s")`,
+				`experiments[0].arms[0].scheduler.preemption.abort_probe: "-1s" must be positive`,
 			},
 		},
 		{
@@ -424,27 +449,29 @@ pools:
   - name: p
     protocol: grpc
     endpoints: [h:1]
-    scheduler: {policy: preemptive, aging: 2s, max_prefill_tokens: 2048, preemption: {min_run_time: 1s, max_per_request: 5, target: 0.8}}
+    scheduler: {policy: preemptive, aging: 2s, max_prefill_tokens: 2048, preemption: {min_run_time: 1s, max_per_request: 5, target: 0.8, abort_probe: 1m}}
 experiments:
   - name: e
     pool: p
     arms:
       - {name: fifo, scheduler: {policy: fifo}}
-      - {name: strict, scheduler: {reserve_urgent: 4, preemption: {max_per_request: 0, target: 0.5}}}
+      - {name: strict, scheduler: {reserve_urgent: 4, static_bounds: true, preemption: {max_per_request: 0, target: 0.5, abort_probe: 0s}}}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := cfg.Experiment("e")
 	want := config.SchedulerConfig{Policy: "fifo", Aging: 2 * time.Second, MaxPrefillTokens: 2048,
-		Preemption: config.PreemptionConfig{MinLowerInflight: 1, MinRunTime: time.Second, MaxPerRequest: 5, Target: 0.8}}
+		Preemption: config.PreemptionConfig{MinLowerInflight: 1, MinRunTime: time.Second, MaxPerRequest: 5, Target: 0.8, AbortProbe: time.Minute}}
 	if diff := cmp.Diff(want, e.Arm("fifo").Scheduler); diff != "" {
 		t.Errorf("fifo arm (-want +got):\n%s", diff)
 	}
 	want.Policy = "preemptive"
 	want.Preemption.MaxPerRequest = 0
 	want.Preemption.Target = 0.5
+	want.Preemption.AbortProbe = 0
 	want.ReserveUrgent = 4
+	want.StaticBounds = true
 	if diff := cmp.Diff(want, e.Arm("strict").Scheduler); diff != "" {
 		t.Errorf("strict arm (-want +got):\n%s", diff)
 	}

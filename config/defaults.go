@@ -12,6 +12,7 @@ const (
 	DefaultMinLowerInflight = 1
 	DefaultMaxPreemptions   = 3
 	DefaultPreemptionTarget = 1.0
+	DefaultAbortProbe       = "5m"
 	DefaultRelocThreshold   = 4096
 	DefaultRelocMax         = 16 << 20
 	DefaultRelocMaxMessage  = 32 << 20
@@ -114,6 +115,9 @@ func ApplyDefaults(m *Mesh) {
 		if s.Preemption.Target == nil {
 			v := DefaultPreemptionTarget
 			s.Preemption.Target = &v
+		}
+		if s.Preemption.AbortProbe == "" {
+			s.Preemption.AbortProbe = DefaultAbortProbe
 		}
 	}
 	c := &m.Classification

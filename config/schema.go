@@ -164,6 +164,11 @@ type SchedulerSpec struct {
 	// ReserveUrgent is the number of the pool's slots only the most urgent
 	// class may take; default 0.
 	ReserveUrgent *int `yaml:"reserve_urgent,omitempty"`
+	// StaticBounds keeps max_prefill_tokens and reserve_urgent as given,
+	// 0 meaning off, on a preemptive pool too; default false: a
+	// preemptive pool derives each bound left at 0 (and its preemption
+	// budget) from the traffic it observes. See docs/scheduling.md.
+	StaticBounds *bool `yaml:"static_bounds,omitempty"`
 	// Preemption parameters (policy preemptive).
 	Preemption PreemptionSpec `yaml:"preemption,omitempty"`
 }
@@ -184,6 +189,12 @@ type PreemptionSpec struct {
 	// default 1 (protect the objective itself). Lower values keep urgent
 	// requests nearer their unloaded TTFT at the cost of more preemptions.
 	Target *float64 `yaml:"target,omitempty"`
+	// AbortProbe: after the pool is marked "abort not honoured" (its engine
+	// kept a preempted request running), wait this long, then try one
+	// probe preemption; honoured lifts the mark, not honoured doubles the
+	// wait (up to 16×). Default "5m"; "0s" never probes (the mark stays
+	// until a restart or reload).
+	AbortProbe string `yaml:"abort_probe,omitempty"`
 }
 
 // ClassSpec is a priority class.

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/llmesh/llmesh/scheduler"
 )
@@ -26,11 +27,11 @@ func TestAbortUnhonoured(t *testing.T) {
 			fillBatch(t, m, 4)
 			observe := func(ms, running, waiting int) bool {
 				t.Helper()
-				marked, err := m.ObserveEndpointLoad(at(ms), "p", "", scheduler.EndpointLoad{Running: running, Waiting: waiting})
+				change, err := m.ObserveEndpointLoad(at(ms), "p", "", scheduler.EndpointLoad{Running: running, Waiting: waiting})
 				if err != nil {
 					t.Fatal(err)
 				}
-				return marked
+				return change == scheduler.AbortMarked
 			}
 			observe(5, 4, 0)
 			arrive(t, m, at(20), scheduler.Request{Class: "interactive", MaxTokens: 10})
@@ -73,8 +74,8 @@ func TestAbortUnhonoured(t *testing.T) {
 }
 
 // TestAbortWatchNeedsGrace: three reports above the baseline within less
-// than the grace time after the release do not mark the pool; a report
-// at the baseline ends the watch.
+// than the grace time after the release do not mark the pool; three
+// reports at the baseline in a row end the watch.
 func TestAbortWatchNeedsGrace(t *testing.T) {
 	m := newMachine(t, preemptivePool(4, rails))
 	fillBatch(t, m, 4)
@@ -95,7 +96,9 @@ func TestAbortWatchNeedsGrace(t *testing.T) {
 	if m.AbortUnhonoured("p") {
 		t.Fatal("marked within the grace time")
 	}
-	obs(400, 4) // released: the watch ends
+	obs(400, 4) // released: three reports in a row end the watch
+	obs(450, 4)
+	obs(500, 4)
 	obs(1500, 5)
 	obs(1600, 5)
 	obs(1700, 5)
@@ -104,5 +107,159 @@ func TestAbortWatchNeedsGrace(t *testing.T) {
 	}
 	if _, err := m.ObserveEndpointLoad(at(1800), "nope", "", scheduler.EndpointLoad{}); err == nil {
 		t.Fatal("unknown pool accepted")
+	}
+}
+
+// TestAbortWatchOneLowReport: a single report at the baseline between
+// reports above it is the lag between the engine's scrape and llmesh's
+// in-flight count (a request admitted here that has not reached the
+// engine yet), not the engine letting go of the victim: the watch goes
+// on and marks the pool once three reports in a row are above the
+// baseline, the last a second after the release. Two low reports in a
+// row do not end it either.
+func TestAbortWatchOneLowReport(t *testing.T) {
+	m := newMachine(t, preemptivePool(4, rails))
+	fillBatch(t, m, 4)
+	obs := func(ms, running int) bool {
+		t.Helper()
+		change, err := m.ObserveEndpointLoad(at(ms), "p", "", scheduler.EndpointLoad{Running: running})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return change == scheduler.AbortMarked
+	}
+	obs(5, 4)
+	arrive(t, m, at(20), scheduler.Request{Class: "interactive", MaxTokens: 10})
+	d := m.Step(at(20))
+	m.Finish(at(30), d.Preempted[0], scheduler.Preempted)
+	m.Step(at(30))
+	// 48ms after the release: scraped before the urgent request reached
+	// the engine, which holds the victim and three others, as many as
+	// llmesh has in flight.
+	for _, r := range []struct{ ms, running int }{{78, 4}, {300, 5}, {600, 4}, {650, 4}, {900, 5}, {1100, 5}} {
+		if obs(r.ms, r.running) {
+			t.Fatalf("marked at %dms, before three reports in a row above the baseline", r.ms)
+		}
+	}
+	if !obs(1300, 5) {
+		t.Fatal("not marked by the third report in a row above the baseline, 1.27s after the release")
+	}
+}
+
+// TestAbortProbe: a marked pool with AbortProbe 10s preempts nothing for
+// 10s, then exactly one probe victim although two urgent requests wait.
+// The engine keeps that one too: the pool stays marked and the next probe
+// is 20s later. The engine stops the second probe's victim: the mark is
+// lifted and the pool preempts as before, two victims for two urgent
+// requests.
+func TestAbortProbe(t *testing.T) {
+	pc := preemptivePool(4, rails)
+	pc.Preemption.AbortProbe = 10 * time.Second
+	m := newMachine(t, pc)
+	fillBatch(t, m, 4)
+	observe := func(ms, held int) scheduler.AbortChange {
+		t.Helper()
+		c, err := m.ObserveEndpointLoad(at(ms), "p", "", scheduler.EndpointLoad{Running: held})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// release finishes every victim of d at ms and steps.
+	release := func(ms int, d scheduler.Decisions) scheduler.Decisions {
+		t.Helper()
+		for _, v := range d.Preempted {
+			m.Finish(at(ms), v, scheduler.Preempted)
+		}
+		return m.Step(at(ms))
+	}
+	// urgent admits-and-finishes nothing: it queues two interactive
+	// requests at ms and steps.
+	urgent := func(ms int) scheduler.Decisions {
+		t.Helper()
+		for i := 0; i < 2; i++ {
+			arrive(t, m, at(ms), scheduler.Request{Class: "interactive", MaxTokens: 10})
+		}
+		return m.Step(at(ms))
+	}
+	observe(5, 4)
+	d := urgent(20)
+	if len(d.Preempted) != 2 {
+		t.Fatalf("preempted %d, want 2", len(d.Preempted))
+	}
+	d = release(30, d)
+	// Both urgent requests run; the engine still holds both victims.
+	var change scheduler.AbortChange
+	for _, ms := range []int{400, 800, 1200} {
+		change = observe(ms, 6)
+	}
+	if change != scheduler.AbortMarked {
+		t.Fatalf("third report: %v, want AbortMarked", change)
+	}
+	if at0, ok := m.NextAbortProbe("p"); !ok || !at0.Equal(at(11200)) {
+		t.Fatalf("NextAbortProbe = %v %v, want %v", at0, ok, at(11200))
+	}
+	// The urgent requests finish, two more batch requests take their
+	// slots, then two more urgent requests wait.
+	for _, tk := range d.Admitted {
+		m.Finish(at(2000), tk, scheduler.Done)
+	}
+	for _, id := range []string{"e", "f"} {
+		arrive(t, m, at(2000), scheduler.Request{ID: id, Class: "batch", MaxTokens: 100})
+	}
+	if d = m.Step(at(2000)); len(d.Admitted) != 2 {
+		t.Fatalf("batch refill: admitted %v, want both", d.Admitted)
+	}
+	observe(2100, 6)
+	d = urgent(3000)
+	if len(d.Preempted) != 0 {
+		t.Fatalf("marked pool preempted %v before the probe", d.Preempted)
+	}
+	if !d.Wake.Equal(at(11200)) {
+		t.Fatalf("Wake = %v, want the probe at %v", d.Wake, at(11200))
+	}
+	if d = m.Step(at(11200)); len(d.Preempted) != 1 {
+		t.Fatalf("probe preempted %d victims, want 1", len(d.Preempted))
+	}
+	if d2 := m.Step(at(11300)); len(d2.Preempted) != 0 {
+		t.Fatalf("preempted %v while the probe was being watched", d2.Preempted)
+	}
+	d = release(11300, d)
+	if _, ok := m.NextAbortProbe("p"); ok {
+		t.Fatal("a next probe is scheduled while the probe is watched")
+	}
+	base := 6 // what the engine held at the last report before the release
+	for _, ms := range []int{11600, 12000} {
+		if c := observe(ms, base+1); c != scheduler.AbortNoChange {
+			t.Fatalf("report at %dms: %v", ms, c)
+		}
+	}
+	if c := observe(12400, base+1); c != scheduler.AbortProbeFailed {
+		t.Fatalf("probe kept running: %v, want AbortProbeFailed", c)
+	}
+	if !m.AbortUnhonoured("p") {
+		t.Fatal("unmarked after a failed probe")
+	}
+	if at1, ok := m.NextAbortProbe("p"); !ok || !at1.Equal(at(32400)) {
+		t.Fatalf("after a failed probe NextAbortProbe = %v %v, want %v (twice the wait)", at1, ok, at(32400))
+	}
+	if d = m.Step(at(30000)); len(d.Preempted) != 0 {
+		t.Fatalf("preempted %v before the second probe", d.Preempted)
+	}
+	observe(32000, 7)
+	if d = m.Step(at(32400)); len(d.Preempted) != 1 {
+		t.Fatalf("second probe preempted %d victims, want 1", len(d.Preempted))
+	}
+	release(32500, d)
+	for _, ms := range []int{32600, 32700} {
+		if c := observe(ms, 7); c != scheduler.AbortNoChange {
+			t.Fatalf("report at %dms: %v", ms, c)
+		}
+	}
+	if c := observe(32800, 7); c != scheduler.AbortUnmarked {
+		t.Fatalf("probe stopped: %v, want AbortUnmarked", c)
+	}
+	if m.AbortUnhonoured("p") || m.Stats()[0].AbortUnhonoured {
+		t.Fatal("still marked after an honoured probe")
 	}
 }

@@ -97,6 +97,11 @@ type PreemptionConfig struct {
 	// requests near their unloaded TTFT at the cost of more preemptions.
 	// 0 means 1.
 	Target float64
+	// AbortProbe is how long a pool marked "abort not honoured" (abort.go)
+	// waits before one probe preemption: honoured lifts the mark, not
+	// honoured keeps it and doubles the wait (up to 16× AbortProbe). 0
+	// means never: the mark stays until a restart or reload.
+	AbortProbe time.Duration
 }
 
 // ClassConfig is a priority class.
@@ -172,6 +177,9 @@ func (c *Config) Validate() error {
 		}
 		if t := p.Preemption.Target; t < 0 || t > 1 || t != t {
 			bad("%s.preemption.target: %v must be in (0, 1] (0: default 1)", path, t)
+		}
+		if p.Preemption.AbortProbe < 0 {
+			bad("%s.preemption.abort_probe: %v must not be negative (0: never)", path, p.Preemption.AbortProbe)
 		}
 		if p.Preemption.MaxPerRequest < 0 {
 			bad("%s.preemption.max_per_request: %d must not be negative", path, p.Preemption.MaxPerRequest)

@@ -37,6 +37,9 @@ type observed struct {
 	urgentArrivals rate
 	otherFinishes  rate
 	otherPrompt    ewma // prompt tokens of the other classes' arrivals
+	// overloaded: a less urgent request has waited past releaseFactor ×
+	// its class's TTFT objective (tune.go); set at every step.
+	overloaded bool
 }
 
 // firstToken records that a request with prompt prompt tokens, admitted
@@ -101,7 +104,7 @@ func (m *Machine) budget(p *pool, w *entry) time.Duration {
 	if t := p.Preemption.Target; t > 0 && t < 1 {
 		b = time.Duration(float64(b) * t)
 	}
-	if m.tuned(p) && w.Priority == m.top {
+	if m.tuned(p) && w.Priority == m.top && !p.obs.overloaded {
 		b = deriveBudget(b, m.prefillFor(p, w.req.PromptTokens))
 	}
 	return b

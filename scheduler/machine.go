@@ -116,9 +116,9 @@ type pool struct {
 	obs        observed // cost.go, tune.go
 	counts     Counters
 	endpoints  []*endpoint
-	// abortUnhonoured: the engine kept a preempted request (abort.go); no
-	// more preemption.
-	abortUnhonoured bool
+	// abort: the engine kept a preempted request (abort.go); no more
+	// preemption but probes.
+	abort abortState
 }
 
 // Machine is the scheduler's pure state machine. It owns no goroutines and
@@ -382,6 +382,7 @@ func (m *Machine) Step(now time.Time) Decisions {
 	var d Decisions
 	for _, p := range m.pools {
 		m.expire(now, p, &d)
+		m.observeOverload(now, p)
 		m.admit(now, p, &d)
 		m.expiryWake(p, &d)
 		if p.Policy.Preempts() {

@@ -94,11 +94,13 @@ func poolFromMesh(p *config.Pool, lookup func(name string) (Policy, error)) (Poo
 		Aging:             sc.Aging,
 		MaxPrefillTokens:  sc.MaxPrefillTokens,
 		ReserveUrgent:     sc.ReserveUrgent,
+		StaticBounds:      sc.StaticBounds,
 		Preemption: PreemptionConfig{
 			MinLowerInflight: sc.Preemption.MinLowerInflight,
 			MinRunTime:       sc.Preemption.MinRunTime,
 			MaxPerRequest:    sc.Preemption.MaxPerRequest,
 			Target:           sc.Preemption.Target,
+			AbortProbe:       sc.Preemption.AbortProbe,
 		},
 	}, nil
 }

@@ -121,7 +121,14 @@ func (m *Machine) atRisk(now time.Time, p *pool, e *entry, slotWait time.Duratio
 // not at risk asks for a wake-up when it would become so. Only as many
 // victims as make the balance cover the request are chosen.
 func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
-	if p.Preemption.MaxPerRequest == 0 || p.waiting() == 0 || p.abortUnhonoured {
+	if p.Preemption.MaxPerRequest == 0 || p.waiting() == 0 || p.allDrained() {
+		return
+	}
+	mayPreempt, probe := p.abort.mayPreempt(now, p.Preemption.AbortProbe)
+	if !mayPreempt {
+		if at, ok := m.NextAbortProbe(p.Name); ok {
+			d.wakeAt(at)
+		}
 		return
 	}
 	slots := p.slotBalance()
@@ -243,6 +250,9 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 		cands := m.worthIt(now, p, victims, gain)
 		s, t := slots, toks
 		n, most := 0, min(allowed, len(cands))
+		if probe {
+			most = min(most, 1) // abort.go: a probe is one victim
+		}
 		if !m.feasibleCands(p, slots+most-needSlots(e), toks, cands) {
 			most = 0 // even every permitted victim would not do: skip the selection
 		}
@@ -292,6 +302,12 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 				m.preempted[p.Name+"\x00"+v.req.ID] = preemptRecord{count: v.preempts + 1, at: now}
 			}
 			d.Preempted = append(d.Preempted, v.ticket)
+			if probe {
+				p.abort.probe = v.ep
+			}
+		}
+		if probe && n > 0 {
+			return // abort.go: nothing more until the probe's watch decides
 		}
 		slots, toks = s, t
 		nVictims -= n
@@ -413,4 +429,16 @@ func (w *walker) next(now time.Time) *entry {
 		w.advance(now, bi)
 	}
 	return b
+}
+
+// allDrained reports whether no endpoint of p admits anything: a slot a
+// victim frees there goes to no one, so preempting would stop a request
+// for nothing, and again at every step while the pool stays drained.
+func (p *pool) allDrained() bool {
+	for _, ep := range p.endpoints {
+		if !ep.drained {
+			return false
+		}
+	}
+	return true
 }

@@ -239,3 +239,32 @@ func TestPreemptWalkPastNotAtRisk(t *testing.T) {
 		t.Fatalf("preempted %v, want two victims for the at-risk second request", d.Preempted)
 	}
 }
+
+// TestNoPreemptionWhileDrained: a pool whose only endpoint is drained (its
+// metrics scrape failed) admits nothing, so a victim's slot would go to no
+// one. An urgent arrival preempts nothing until the endpoint is back, and
+// then exactly one victim.
+func TestNoPreemptionWhileDrained(t *testing.T) {
+	m := newMachine(t, preemptivePool(2, rails))
+	fillBatch(t, m, 2)
+	if err := m.SetEndpointHealth("p", "", false); err != nil {
+		t.Fatal(err)
+	}
+	arrive(t, m, at(10), scheduler.Request{Class: "interactive", MaxTokens: 10})
+	for _, ms := range []int{10, 20, 30} {
+		if d := m.Step(at(ms)); len(d.Preempted) != 0 || len(d.Admitted) != 0 {
+			t.Fatalf("drained pool at %dms: preempted %v, admitted %v", ms, d.Preempted, d.Admitted)
+		}
+	}
+	if err := m.SetEndpointHealth("p", "", true); err != nil {
+		t.Fatal(err)
+	}
+	d := m.Step(at(40))
+	if len(d.Preempted) != 1 {
+		t.Fatalf("endpoint back: preempted %v, want one victim", d.Preempted)
+	}
+	m.Finish(at(45), d.Preempted[0], scheduler.Preempted)
+	if d = m.Step(at(45)); len(d.Admitted) != 1 || len(d.Preempted) != 0 {
+		t.Fatalf("after the release: admitted %v, preempted %v; want the urgent request alone", d.Admitted, d.Preempted)
+	}
+}

@@ -202,14 +202,23 @@ func (s *Scheduler) SetEndpointHealth(pool, endpoint string, healthy bool) error
 // SetEndpointLoad records an endpoint's own load report; see
 // Machine.SetEndpointLoad.
 // It also checks whether the engine released preempted requests' slots
-// (abort.go) and logs once, at warning level on slog's default logger, when
-// it marks the pool as not honouring aborts.
+// (abort.go) and logs on slog's default logger when it marks the pool as
+// not honouring aborts (warning, once per mark), when a probe preemption
+// of a marked pool fails (warning) and when one lifts the mark (info).
 func (s *Scheduler) SetEndpointLoad(pool, endpoint string, l EndpointLoad) error {
 	return s.endpointChange(func() error {
-		marked, err := s.m.ObserveEndpointLoad(s.clk.Now(), pool, endpoint, l)
-		if marked {
-			slog.Warn("scheduler: engine keeps preempted requests running (abort not honoured); preemption is off for the pool",
-				"pool", pool, "endpoint", endpoint, "engine_running", l.Running, "engine_waiting", l.Waiting)
+		change, err := s.m.ObserveEndpointLoad(s.clk.Now(), pool, endpoint, l)
+		attrs := []any{"pool", pool, "endpoint", endpoint, "engine_running", l.Running, "engine_waiting", l.Waiting}
+		if at, ok := s.m.NextAbortProbe(pool); ok {
+			attrs = append(attrs, "next_probe_in", at.Sub(s.clk.Now()))
+		}
+		switch change {
+		case AbortMarked:
+			slog.Warn("scheduler: engine keeps preempted requests running (abort not honoured); preemption is off for the pool", attrs...)
+		case AbortProbeFailed:
+			slog.Warn("scheduler: probe preemption freed nothing either (abort not honoured); preemption stays off for the pool", attrs...)
+		case AbortUnmarked:
+			slog.Info("scheduler: probe preemption was honoured by the engine; preemption is back on for the pool", attrs...)
 		}
 		return err
 	})

@@ -42,6 +42,9 @@ type PoolStats struct {
 	// AbortUnhonoured is true once the pool's engine kept running a
 	// preempted request (abort.go); the pool preempts nothing more.
 	AbortUnhonoured bool
+	// Bounds are the admission bounds and preemption budget in effect,
+	// static or derived (tune.go).
+	Bounds Bounds
 	Counters
 }
 
@@ -62,7 +65,8 @@ func (m *Machine) Stats() []PoolStats {
 			TPOTEstimate:    p.tpot.value(),
 			Counters:        p.counts,
 			Endpoints:       p.endpointStats(),
-			AbortUnhonoured: p.abortUnhonoured,
+			AbortUnhonoured: p.abort.marked,
+			Bounds:          m.bounds(p),
 		}
 		for ci := range p.queues {
 			ps.Queued[m.classes[ci].Name] = p.queues[ci].live

@@ -33,6 +33,15 @@ import (
 //     at most the objective times Preemption.Target. The cost rules
 //     (cost.go) keep what it preempts cheap.
 //
+// Overload release: both derived bounds are 0 while a request of a less
+// urgent class has waited more than releaseFactor × its class's TTFT
+// objective. The pool is then overloaded (it is not catching up on its
+// less urgent work), and there every slot and every prefill token held
+// back for the urgent class is throughput the others lose, which under a
+// client timeout turns into timed-out requests; the urgent class keeps
+// preemption (the budget and the cost rules are unchanged). A class
+// without a TTFT objective never releases.
+//
 // Static settings override: a bound set above 0 is used as given, and
 // StaticBounds keeps 0 meaning off.
 
@@ -43,7 +52,26 @@ const (
 	maxPrefillCap = 8192
 	queueShare    = 0.5
 	rateAlpha     = 0.05 // rates move slower than the per-request estimates
+	releaseFactor = 10
 )
+
+// observeOverload sets p's overload flag at now (the rule above).
+func (m *Machine) observeOverload(now time.Time, p *pool) {
+	p.obs.overloaded = false
+	if !m.tuned(p) {
+		return
+	}
+	for ci := range p.queues {
+		cl := m.classes[ci]
+		if cl.Priority == m.top || cl.TTFT <= 0 {
+			continue
+		}
+		if e := p.queues[ci].front(); e != nil && now.Sub(e.Arrival) > releaseFactor*cl.TTFT {
+			p.obs.overloaded = true
+			return
+		}
+	}
+}
 
 // rate is an exponentially weighted moving average of the gaps between
 // events, read as events per second.
@@ -152,7 +180,7 @@ func (m *Machine) urgentTTFT() time.Duration {
 // the derived one.
 func (m *Machine) reserveFor(p *pool) int {
 	r := p.ReserveUrgent
-	if r == 0 && m.tuned(p) {
+	if r == 0 && m.tuned(p) && !p.obs.overloaded {
 		r = deriveReserve(p.obs.urgentArrivals.perSecond(), p.obs.otherFinishes.perSecond(), p.limit)
 	}
 	return max(0, min(r, p.limit-1))
@@ -160,7 +188,7 @@ func (m *Machine) reserveFor(p *pool) int {
 
 // prefillCap is the pool's max_prefill_tokens in effect (0: no bound).
 func (m *Machine) prefillCap(p *pool) int {
-	if n := p.MaxPrefillTokens; n > 0 || !m.tuned(p) {
+	if n := p.MaxPrefillTokens; n > 0 || !m.tuned(p) || p.obs.overloaded {
 		return n
 	}
 	n := derivePrefillCap(m.urgentTTFT(), p.obs.perToken())
@@ -179,6 +207,13 @@ func (m *Machine) prefillCap(p *pool) int {
 type Bounds struct {
 	ReserveUrgent    int
 	MaxPrefillTokens int
+	// PreemptionBudget is how long an urgent request whose prefill is the
+	// pool's prefill estimate may be predicted to wait for its first token
+	// before preemption starts: its class's TTFT objective times
+	// Preemption.Target, lowered for a pool that derives its bounds; 0 for
+	// a pool whose policy does not preempt or whose most urgent class has
+	// no TTFT objective.
+	PreemptionBudget time.Duration
 	// Derived is true when the pool derives the bounds it was not given.
 	Derived bool
 }
@@ -190,5 +225,26 @@ func (m *Machine) Bounds(poolName string) Bounds {
 	if p == nil {
 		return Bounds{}
 	}
-	return Bounds{ReserveUrgent: m.reserveFor(p), MaxPrefillTokens: m.prefillCap(p), Derived: m.tuned(p)}
+	return m.bounds(p)
+}
+
+func (m *Machine) bounds(p *pool) Bounds {
+	return Bounds{ReserveUrgent: m.reserveFor(p), MaxPrefillTokens: m.prefillCap(p), PreemptionBudget: m.urgentBudget(p),
+		Derived: m.tuned(p)}
+}
+
+// urgentBudget is budget (cost.go) for an urgent request at the pool's
+// prefill estimate.
+func (m *Machine) urgentBudget(p *pool) time.Duration {
+	b := m.urgentTTFT()
+	if !p.Policy.Preempts() || b <= 0 {
+		return 0
+	}
+	if t := p.Preemption.Target; t > 0 && t < 1 {
+		b = time.Duration(float64(b) * t)
+	}
+	if m.tuned(p) && !p.obs.overloaded {
+		b = deriveBudget(b, p.prefill.value())
+	}
+	return b
 }

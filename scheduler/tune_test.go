@@ -4,8 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy/priority"
+	"github.com/llmesh/llmesh/scheduler/pools"
+	"github.com/llmesh/llmesh/scheduler/server"
 )
 
 // A preemptive pool with no bounds configured derives them from what it
@@ -35,20 +38,24 @@ func TestDerivedBounds(t *testing.T) {
 	}
 	pc := preemptivePool(16, rails)
 	got := drive(pc)
+	if t.Failed() {
+		return
+	}
 	// q = λ/(λ+μ) = 2/(2+8) = 0.2: q² = 0.04 ≤ 0.1, so one slot; the cap is
 	// 10% of the 200 ms objective at 50 µs per token = 400 tokens, raised
 	// to the other classes' mean prompt, 1000.
-	if want := (scheduler.Bounds{ReserveUrgent: 1, MaxPrefillTokens: 1000, Derived: true}); got != want {
+	// The budget: twice the 50 ms prefill, at least half the objective.
+	if want := (scheduler.Bounds{ReserveUrgent: 1, MaxPrefillTokens: 1000, PreemptionBudget: 100 * time.Millisecond, Derived: true}); got != want {
 		t.Errorf("derived %+v, want %+v", got, want)
 	}
 	pc.ReserveUrgent, pc.MaxPrefillTokens = 3, 2048
-	if got, want := drive(pc), (scheduler.Bounds{ReserveUrgent: 3, MaxPrefillTokens: 2048, Derived: true}); got != want {
+	if got, want := drive(pc), (scheduler.Bounds{ReserveUrgent: 3, MaxPrefillTokens: 2048, PreemptionBudget: 100 * time.Millisecond, Derived: true}); got != want {
 		t.Errorf("static settings: %+v, want %+v", got, want)
 	}
 	pc = preemptivePool(16, rails)
 	pc.StaticBounds = true
-	if got := drive(pc); got != (scheduler.Bounds{}) {
-		t.Errorf("StaticBounds: %+v, want none", got)
+	if got := drive(pc); got != (scheduler.Bounds{PreemptionBudget: 200 * time.Millisecond}) {
+		t.Errorf("StaticBounds: %+v, want no bounds and the whole objective as budget", got)
 	}
 	pc = scheduler.PoolConfig{MaxInflight: 16, Policy: priority.New()}
 	if got := drive(pc); got != (scheduler.Bounds{}) {
@@ -70,5 +77,127 @@ func TestDerivedBoundsStartOff(t *testing.T) {
 	}
 	if b := m.Bounds("nope"); b != (scheduler.Bounds{}) {
 		t.Errorf("unknown pool: %+v", b)
+	}
+}
+
+// TestBoundsExported: the bounds in effect are gauges per pool next to the
+// pool's other scheduler gauges, and follow what the pool derives: none
+// before traffic, then the reserve, the prefill cap and the budget the
+// pool derived from it.
+func TestBoundsExported(t *testing.T) {
+	m := newMachine(t, preemptivePool(16, rails))
+	c := server.NewCollector(m.Stats)
+	gauges := func() [3]float64 {
+		return [3]float64{poolGauge(t, c, "llmesh_scheduler_reserve_urgent", "p"),
+			poolGauge(t, c, "llmesh_scheduler_max_prefill_tokens", "p"),
+			poolGauge(t, c, "llmesh_scheduler_preemption_budget_seconds", "p")}
+	}
+	// Before any prefill is timed the budget is half the 200 ms objective.
+	if got, want := gauges(), [3]float64{0, 0, 0.1}; got != want {
+		t.Errorf("before traffic: %v, want %v", got, want)
+	}
+	now := at(0)
+	for i := 0; i < 200; i++ {
+		class := "batch"
+		if i%5 == 0 {
+			class = "interactive"
+		}
+		tk := arrive(t, m, now, scheduler.Request{Class: class, PromptTokens: 1000, MaxTokens: 10})
+		m.Step(now)
+		m.Progress(now.Add(50*time.Millisecond), tk, scheduler.Progress{FirstToken: true, Tokens: 1})
+		m.Finish(now.Add(60*time.Millisecond), tk, scheduler.Done)
+		now = now.Add(100 * time.Millisecond)
+	}
+	b := m.Bounds("p")
+	if got, want := gauges(), [3]float64{float64(b.ReserveUrgent), float64(b.MaxPrefillTokens), b.PreemptionBudget.Seconds()}; got != want || want != [3]float64{1, 1000, 0.1} {
+		t.Errorf("after traffic: gauges %v, Bounds %v; want both [1 1000 0.1]", got, want)
+	}
+}
+
+// TestStaticBoundsFromMesh: pools[].scheduler.static_bounds and
+// preemption.abort_probe reach the scheduler's pool config.
+func TestStaticBoundsFromMesh(t *testing.T) {
+	cfg, err := config.Load([]byte(`
+pools:
+  - {name: a, protocol: openai, endpoints: [h:1], scheduler: {policy: preemptive, static_bounds: true, preemption: {abort_probe: 30s}}}
+  - {name: b, protocol: openai, endpoints: [h:2], scheduler: {policy: preemptive}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := pools.Config(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := sc.Pools[0], sc.Pools[1]
+	if !a.StaticBounds || a.Preemption.AbortProbe != 30*time.Second {
+		t.Errorf("pool a: static %v, abort probe %v; want true, 30s", a.StaticBounds, a.Preemption.AbortProbe)
+	}
+	if b.StaticBounds || b.Preemption.AbortProbe != 5*time.Minute {
+		t.Errorf("pool b: static %v, abort probe %v; want the defaults false, 5m", b.StaticBounds, b.Preemption.AbortProbe)
+	}
+}
+
+// TestOverloadReleasesBounds: once a batch request has waited ten times
+// its class's 5 s TTFT objective the pool is overloaded: the derived
+// reserve and prefill cap are 0 and the preemption budget is the whole
+// urgent objective, so the capacity held back for the urgent class goes to
+// the work that is falling behind. When the queue has caught up the derived
+// bounds are back. Bounds set in the config are not released (the budget,
+// always derived, is).
+func TestOverloadReleasesBounds(t *testing.T) {
+	for _, static := range []bool{false, true} {
+		pc := preemptivePool(16, rails)
+		if static {
+			pc.ReserveUrgent, pc.MaxPrefillTokens = 2, 512
+		}
+		m := newMachine(t, pc)
+		now := at(0)
+		for i := 0; i < 200; i++ {
+			class := "batch"
+			if i%5 == 0 {
+				class = "interactive"
+			}
+			tk := arrive(t, m, now, scheduler.Request{Class: class, PromptTokens: 1000, MaxTokens: 10})
+			m.Step(now)
+			m.Progress(now.Add(50*time.Millisecond), tk, scheduler.Progress{FirstToken: true, Tokens: 1})
+			m.Finish(now.Add(60*time.Millisecond), tk, scheduler.Done)
+			now = now.Add(100 * time.Millisecond)
+		}
+		// Sixteen batch requests fill the pool; one more waits.
+		for i := 0; i < 16; i++ {
+			arrive(t, m, now, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
+		}
+		late := now
+		arrive(t, m, late, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
+		d := m.Step(now)
+		running := d.Admitted
+		calm := m.Bounds("p")
+		if got := m.Step(late.Add(49 * time.Second)); len(got.Admitted) != 0 {
+			t.Fatalf("admitted %v with the pool full", got.Admitted)
+		}
+		if got := m.Bounds("p"); got != calm {
+			t.Errorf("static %v: waited 49s: %+v, want the calm bounds %+v", static, got, calm)
+		}
+		m.Step(late.Add(51 * time.Second))
+		want := scheduler.Bounds{PreemptionBudget: 200 * time.Millisecond, Derived: true}
+		if static {
+			want = calm
+			want.PreemptionBudget = 200 * time.Millisecond
+		}
+		if got := m.Bounds("p"); got != want {
+			t.Errorf("static %v: waited 51s: %+v, want %+v", static, got, want)
+		}
+		for _, tk := range running {
+			m.Finish(late.Add(52*time.Second), tk, scheduler.Done)
+		}
+		m.Step(late.Add(52 * time.Second)) // admits the late one
+		m.Step(late.Add(52 * time.Second)) // the queue is empty
+		// Derived again (the reserve follows the finish rate, which the
+		// sixteen finishes at once moved).
+		if got := m.Bounds("p"); got.ReserveUrgent == 0 || got.MaxPrefillTokens != calm.MaxPrefillTokens ||
+			got.PreemptionBudget != calm.PreemptionBudget || (static && got != calm) {
+			t.Errorf("static %v: caught up: %+v, want bounds as before %+v", static, got, calm)
+		}
 	}
 }

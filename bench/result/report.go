@@ -78,8 +78,14 @@ type Report struct {
 	Seed     int64   `json:"seed"`
 	Policy   string  `json:"policy,omitempty"`
 	Load     float64 `json:"load,omitempty"`
-	// OfferedRPS is what the arrival process asked for over the measured
-	// window; AchievedRPS what was actually sent per second.
+	// OfferedRPS is the arrival schedule's rate: n−1 gaps over the
+	// measured requests' first → last intended send. AchievedRPS is the
+	// measured requests sent per second of the run window (Duration: first
+	// send → last end), the window of every other per-second figure
+	// (throughput, goodput, tokens), so goodput ≤ throughput ≤ achieved;
+	// a run's tail (the last requests finishing) puts it below offered
+	// even when every request went out on time: ScheduleLagMs says whether
+	// the harness kept up.
 	OfferedRPS  float64 `json:"offered_rps"`
 	AchievedRPS float64 `json:"achieved_rps"`
 	// ScheduleLagMs is actual minus intended send time over measured

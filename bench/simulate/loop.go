@@ -199,15 +199,25 @@ func (l *loop) arrive(v *vreq, requeue bool) {
 		PromptTokens: v.it.PromptTokens, MaxTokens: v.it.MaxTokens, Arrival: v.at, Requeue: requeue,
 	})
 	if err != nil {
-		st := result.StatusRejected
-		if !errors.Is(err, scheduler.ErrQueueFull) && !errors.Is(err, scheduler.ErrRejected) {
-			st = result.StatusError
-		}
-		l.end(v, st, err.Error())
+		l.end(v, refusal(err), err.Error())
 		return
 	}
 	v.ticket = tk
 	l.byTicket[tk] = v
+}
+
+// refusal is the status of a request the scheduler refused, split as the
+// real-time harness splits them: llmesh's own full queue is queue_full,
+// any other refusal (max wait) rejected; the simulated engine itself never
+// answers 429.
+func refusal(err error) result.Status {
+	switch {
+	case errors.Is(err, scheduler.ErrQueueFull):
+		return result.StatusQueueFull
+	case errors.Is(err, scheduler.ErrRejected):
+		return result.StatusRejected
+	}
+	return result.StatusError
 }
 
 // end finishes a request for the client.
@@ -353,8 +363,7 @@ func (l *loop) decide() {
 		for _, rj := range d.Rejected {
 			if v := l.byTicket[rj.Ticket]; v != nil {
 				delete(l.byTicket, rj.Ticket)
-				st := result.StatusRejected
-				l.end(v, st, rj.Err.Error())
+				l.end(v, refusal(rj.Err), rj.Err.Error())
 			}
 		}
 		if len(d.Preempted) == 0 {

@@ -254,14 +254,13 @@ func Summarize(recs []result.Record, m Meta) *result.Report {
 	}
 	sort.Slice(measured, func(i, j int) bool { return measured[i].Index < measured[j].Index })
 
-	var start, end, firstIntended, lastIntended, firstSent, lastSent int64 = math.MaxInt64, math.MinInt64, math.MaxInt64, math.MinInt64, math.MaxInt64, math.MinInt64
+	var start, end, firstIntended, lastIntended int64 = math.MaxInt64, math.MinInt64, math.MaxInt64, math.MinInt64
 	var recomputed, outTotal int
 	for _, r := range measured {
 		rep.Requests[r.Status]++
 		start = min(start, r.SentNS)
 		end = max(end, r.DoneNS)
 		firstIntended, lastIntended = min(firstIntended, r.IntendedNS), max(lastIntended, r.IntendedNS)
-		firstSent, lastSent = min(firstSent, r.SentNS), max(lastSent, r.SentNS)
 		lag.add(r.ScheduleLag())
 		recomputed += r.RecomputedTokens
 		cl := classes[r.Class]
@@ -323,13 +322,16 @@ func Summarize(recs []result.Record, m Meta) *result.Report {
 		rep.OutputThroughput = float64(rep.TotalOutputTokens) / dur
 		rep.TotalTokenThroughput = float64(rep.TotalInputTokens+rep.TotalOutputTokens) / dur
 	}
-	if n := len(measured); n > 1 {
-		if lastIntended > firstIntended {
-			rep.OfferedRPS = float64(n-1) / (float64(lastIntended-firstIntended) / 1e9)
-		}
-		if lastSent > firstSent {
-			rep.AchievedRPS = float64(n-1) / (float64(lastSent-firstSent) / 1e9)
-		}
+	// Every per-second figure of what happened (achieved, throughput,
+	// goodput, tokens) divides by the same run window, first send → last
+	// end, so goodput ≤ throughput ≤ achieved always holds; only offered
+	// is the arrival schedule's own rate (n−1 gaps over first → last
+	// intended send), which the run's tail does not stretch.
+	if dur > 0 {
+		rep.AchievedRPS = float64(len(measured)) / dur
+	}
+	if n := len(measured); n > 1 && lastIntended > firstIntended {
+		rep.OfferedRPS = float64(n-1) / (float64(lastIntended-firstIntended) / 1e9)
 	}
 	if w.Closed() {
 		rep.OfferedRPS = 0

@@ -158,3 +158,36 @@ func TestEngineAgreement(t *testing.T) {
 		t.Errorf("engine agreement %+v", rep.Engine)
 	}
 }
+
+// TestRatesShareTheRunWindow: two requests sent 100ms apart, both meeting
+// their SLO and ending 150ms after the second send. Every per-second
+// figure but offered divides by the run window (first send → last end,
+// 250ms), so goodput (2 met) can never exceed achieved (2 sent); over the
+// send window achieved was 1 gap / 100ms = 10 req/s against a goodput of
+// 2 / 250ms = 8, and with the end right after the last send goodput came
+// out above achieved.
+func TestRatesShareTheRunWindow(t *testing.T) {
+	w := testWorkload(t)
+	for _, tc := range []struct {
+		name string
+		ttft int64
+	}{{"tail after the last send", 100}, {"end right after the last send", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			recs := []result.Record{rec(0, "lo", 0, tc.ttft, 5), rec(1, "lo", 100, tc.ttft, 5)}
+			rep := Summarize(recs, Meta{Workload: w})
+			dur := float64(100+tc.ttft+50) / 1000
+			if math.Abs(rep.Duration-dur) > 1e-9 {
+				t.Fatalf("duration %v, want %v", rep.Duration, dur)
+			}
+			if want := 2 / dur; math.Abs(rep.AchievedRPS-want) > 1e-9 || math.Abs(rep.RequestGoodput-want) > 1e-9 || math.Abs(rep.RequestThroughput-want) > 1e-9 {
+				t.Errorf("achieved %v, throughput %v, goodput %v; want all %v", rep.AchievedRPS, rep.RequestThroughput, rep.RequestGoodput, want)
+			}
+			if rep.RequestGoodput > rep.RequestThroughput || rep.RequestThroughput > rep.AchievedRPS {
+				t.Errorf("goodput %v ≤ throughput %v ≤ achieved %v does not hold", rep.RequestGoodput, rep.RequestThroughput, rep.AchievedRPS)
+			}
+			if math.Abs(rep.OfferedRPS-10) > 1e-9 {
+				t.Errorf("offered %v, want the schedule's 10 req/s", rep.OfferedRPS)
+			}
+		})
+	}
+}

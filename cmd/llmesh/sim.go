@@ -154,6 +154,7 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	served := fs.String("served-model-name", "", "model name clients use (default: the profile name)")
 	maxSeqs := fs.Int("max-num-seqs", 256, "most running sequences per step")
 	maxTokens := fs.Int("max-num-batched-tokens", 8192, "most tokens per step (prefill chunks + decodes)")
+	longPrefill := fs.Int("long-prefill-token-threshold", 0, "most prefill tokens of one sequence per step, as vLLM's --long-prefill-token-threshold (0: no cap)")
 	kvTokens := fs.Int("kv-cache-tokens", 0, "KV cache capacity in tokens (0: the profile's H200 default)")
 	maxLen := fs.Int("max-model-len", 0, "most prompt+output tokens per sequence (0: the profile's context)")
 	policy := fs.String("scheduling-policy", "fcfs", "waiting queue order: fcfs or priority (lower value first)")
@@ -191,6 +192,9 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *kvTokens < 0 {
 		errs = append(errs, fmt.Errorf("--kv-cache-tokens: %d must not be negative", *kvTokens))
 	}
+	if *longPrefill < 0 {
+		errs = append(errs, fmt.Errorf("--long-prefill-token-threshold: %d must not be negative", *longPrefill))
+	}
 	if *maxLen < 0 {
 		errs = append(errs, fmt.Errorf("--max-model-len: %d must not be negative", *maxLen))
 	}
@@ -207,7 +211,8 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := errors.Join(errs...); err == nil {
 		srv, err = server.New(server.Config{
 			Profile: *profile, ServedModelName: *served, Seed: *seed,
-			Engine:    sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxTokens, KVCacheTokens: *kvTokens, MaxModelLen: *maxLen, Policy: pol},
+			Engine: sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxTokens, KVCacheTokens: *kvTokens, MaxModelLen: *maxLen, Policy: pol,
+				LongPrefillTokenThreshold: *longPrefill},
 			Clock:     clock.NewScaled(*scale),
 			FaultRate: *faultRate, FaultKinds: kinds, DefaultMaxTokens: *defMax,
 			Quirks: []string{*quirks},
@@ -231,8 +236,8 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	c := srv.Config()
-	fmt.Fprintf(stdout, "llmesh sim: model %s, policy %s, max-num-seqs %d, max-num-batched-tokens %d, kv cache %d tokens, max-model-len %d, time-scale %g\n",
-		c.ServedModelName, c.Engine.Policy, c.Engine.MaxNumSeqs, c.Engine.MaxNumBatchedTokens, c.Engine.KVCacheTokens, c.Engine.MaxModelLen, *scale)
+	fmt.Fprintf(stdout, "llmesh sim: model %s, policy %s, max-num-seqs %d, max-num-batched-tokens %d, long-prefill-token-threshold %d, kv cache %d tokens, max-model-len %d, time-scale %g\n",
+		c.ServedModelName, c.Engine.Policy, c.Engine.MaxNumSeqs, c.Engine.MaxNumBatchedTokens, c.Engine.LongPrefillTokenThreshold, c.Engine.KVCacheTokens, c.Engine.MaxModelLen, *scale)
 	fmt.Fprintf(stdout, "llmesh sim: http on http://%s\n", hl.Addr())
 	if gl != nil {
 		fmt.Fprintf(stdout, "llmesh sim: grpc on %s\n", gl.Addr())

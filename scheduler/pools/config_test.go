@@ -55,7 +55,7 @@ func TestConfig(t *testing.T) {
 	p := got.Pools[0]
 	if p.Name != "gpu" || p.MaxInflight != 16 || p.MaxInflightTokens != 32768 || p.Policy.Name() != "preemptive" ||
 		p.BatchWindow != 5*time.Millisecond || p.Aging != 2*time.Second || p.MaxPrefillTokens != 4096 || p.ReserveUrgent != 2 ||
-		p.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.75}) {
+		p.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.75, AbortProbe: 5 * time.Minute}) {
 		t.Errorf("pool %+v", p)
 	}
 	if got.DefaultClass != "batch" || len(got.Classes) != 2 {
@@ -70,7 +70,7 @@ func TestConfig(t *testing.T) {
 	// An arm's scheduler: its overrides on top of the pool's settings.
 	strict, fifo := got.Pools[1], got.Pools[2]
 	if strict.Policy.Name() != "preemptive" || strict.MaxPrefillTokens != 4096 || strict.ReserveUrgent != 2 ||
-		strict.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.5}) {
+		strict.Preemption != (scheduler.PreemptionConfig{MinLowerInflight: 2, MinRunTime: 50 * time.Millisecond, MaxPerRequest: 1, Target: 0.5, AbortProbe: 5 * time.Minute}) {
 		t.Errorf("arm strict %+v", strict)
 	}
 	if fifo.Policy.Name() != "fifo" || fifo.Preemption.Target != 0.75 {

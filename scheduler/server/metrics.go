@@ -58,6 +58,9 @@ func NewCollector(stats func() []scheduler.PoolStats) *Collector {
 		"ep_running":      d("endpoint_running", "Sequences the endpoint's engine reports running (its last load report).", "endpoint"),
 		"ep_waiting":      d("endpoint_waiting", "Sequences the endpoint's engine reports waiting (its last load report).", "endpoint"),
 		"ep_kv":           d("endpoint_kv_usage", "Share of the endpoint's KV cache in use, 0..1 (its last load report).", "endpoint"),
+		"reserve_urgent":  d("reserve_urgent", "Slots only the most urgent class may take, in effect now (static, or derived from traffic; 0: none)."),
+		"max_prefill":     d("max_prefill_tokens", "Bound on admitted prompt tokens not yet prefilled for all but the most urgent class, in effect now (static, or derived; 0: none)."),
+		"budget":          d("preemption_budget_seconds", "Predicted TTFT an urgent request at the prefill estimate may reach before preemption starts (0: the pool does not preempt)."),
 		"abort_unhonoured": prometheus.NewDesc("llmesh_preemption_abort_unhonoured",
 			"1 while the pool's engine kept running preempted requests after their abort, so the pool preempts nothing more.",
 			[]string{"pool"}, nil),
@@ -90,6 +93,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			g("queued", float64(n), p.Name, class)
 		}
 		g("prefill", p.PrefillEstimate.Seconds(), p.Name)
+		g("reserve_urgent", float64(p.Bounds.ReserveUrgent), p.Name)
+		g("max_prefill", float64(p.Bounds.MaxPrefillTokens), p.Name)
+		g("budget", p.Bounds.PreemptionBudget.Seconds(), p.Name)
 		g("tpot", p.TPOTEstimate.Seconds(), p.Name)
 		for _, e := range []struct {
 			name string
