@@ -83,6 +83,9 @@ var (
 	// ErrPriorityTooLarge: a compressed gRPC message decompresses beyond
 	// the host's limit (HTTP 413, gRPC RESOURCE_EXHAUSTED).
 	ErrPriorityTooLarge = errors.New("request message too large to check for a client-set priority")
+	// ErrPriorityEncoding: a JSON body with a Content-Encoding cannot be
+	// checked (HTTP 415); it is an ErrPriorityBody.
+	ErrPriorityEncoding = fmt.Errorf("%w: a compressed JSON body cannot be checked", ErrPriorityBody)
 )
 
 // BodyPriority decides what happens to the engine priority in the body of

@@ -2,12 +2,11 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/netip"
 	"strings"
-
-	"google.golang.org/grpc/codes"
 
 	"github.com/llmesh/llmesh/filter"
 )
@@ -53,8 +52,7 @@ func (g *Gateway) guardPriority(w http.ResponseWriter, r *http.Request, rt *comp
 		out, _, err = filter.RewriteGRPCPriority(body, r.Header.Get("Grpc-Encoding"), int(rt.cfg.MaxRequestBytes), filter.LLMv1PriorityField, p)
 	} else {
 		if ce := strings.TrimSpace(r.Header.Get("Content-Encoding")); ce != "" && !strings.EqualFold(ce, "identity") {
-			g.fail(w, false, http.StatusUnsupportedMediaType, "bad_request", codes.InvalidArgument,
-				"Content-Encoding "+ce+": a compressed JSON body cannot be checked for a client-set priority", 0)
+			reply(w, false, fmt.Errorf("%w: Content-Encoding %s", filter.ErrPriorityEncoding, ce))
 			return nil, false
 		}
 		out, _, err = filter.RewriteJSONPriority(body, p)
@@ -63,11 +61,9 @@ func (g *Gateway) guardPriority(w http.ResponseWriter, r *http.Request, rt *comp
 		return out, true
 	}
 	if errors.Is(err, filter.ErrPriorityTooLarge) {
-		g.fail(w, grpcReq, http.StatusRequestEntityTooLarge, "request_too_large", codes.ResourceExhausted,
-			err.Error()+" (max_request_bytes)", 0)
-		return nil, false
+		err = fmt.Errorf("%w (max_request_bytes)", err)
 	}
-	g.fail(w, grpcReq, http.StatusBadRequest, "bad_request", codes.InvalidArgument, err.Error(), 0)
+	reply(w, grpcReq, err)
 	return nil, false
 }
 

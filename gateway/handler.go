@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/scheduler"
-	"google.golang.org/grpc/codes"
 )
 
 // exchange is the state of one client request across its upstream
@@ -61,8 +61,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	grpcReq := isGRPC(r)
 	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, grpcReq)
 	if !ok {
-		g.fail(w, grpcReq, http.StatusNotFound, "no_route", codes.Unimplemented,
-			fmt.Sprintf("no route for %s", r.URL.Path), 0)
+		reply(w, grpcReq, fmt.Errorf("%w for %s", filter.ErrNoRoute, r.URL.Path))
 		return
 	}
 	if pool.Arm != "" {
@@ -71,12 +70,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(r.Body, rt.cfg.MaxRequestBytes)
 	if err != nil {
 		if errors.Is(err, ErrBodyTooLarge) {
-			g.fail(w, grpcReq, http.StatusRequestEntityTooLarge, "request_too_large", codes.ResourceExhausted,
-				fmt.Sprintf("request body exceeds max_request_bytes (%d bytes)", rt.cfg.MaxRequestBytes), 0)
+			reply(w, grpcReq, fmt.Errorf("%w: request body exceeds max_request_bytes (%d bytes)", filter.ErrRequestTooLarge, rt.cfg.MaxRequestBytes))
 			return
 		}
-		g.fail(w, grpcReq, http.StatusBadRequest, "bad_request", codes.InvalidArgument,
-			"reading request body: "+err.Error(), 0)
+		reply(w, grpcReq, fmt.Errorf("%w: reading request body: %w", filter.ErrBadRequest, err))
 		return
 	}
 	x := &exchange{g: g, rt: rt, pool: pool, grpc: grpcReq, recv: recv, passthrough: !gen.Match(r.Method, r.URL.Path)}
@@ -110,8 +107,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			} else {
 				x.obs.refused(err)
 			}
-			status, typ, code := admitFailure(err)
-			g.fail(w, grpcReq, status, typ, code, err.Error(), retryAfter)
+			reply(w, grpcReq, err)
 			return
 		}
 		x.lease = lease
@@ -179,20 +175,6 @@ func (x *exchange) admitAgain(ctx context.Context) error {
 	return nil
 }
 
-func (g *Gateway) fail(w http.ResponseWriter, grpcReq bool, status int, typ string, code codes.Code, msg string, pushback time.Duration) {
-	if grpcReq {
-		if code != codes.Unavailable {
-			pushback = 0
-		}
-		writeGRPCError(w, code, msg, pushback)
-		return
-	}
-	if status == 499 { // the client is gone; nobody reads this
-		return
-	}
-	writeHTTPError(w, status, typ, msg)
-}
-
 // errorHandler answers requests whose upstream attempt failed before any
 // response byte reached the client.
 func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
@@ -216,13 +198,11 @@ func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error
 		if x != nil {
 			x.obs.refused(err)
 		}
-		status, typ, code := admitFailure(err)
-		g.fail(w, grpcReq, status, typ, code, err.Error(), retryAfter)
+		reply(w, grpcReq, err)
 	case errors.Is(err, ErrUpstreamStalled):
-		g.fail(w, grpcReq, http.StatusGatewayTimeout, "upstream_timeout", codes.Unavailable, err.Error(), 0)
+		reply(w, grpcReq, err)
 	default:
-		g.fail(w, grpcReq, http.StatusBadGateway, "upstream_unavailable", codes.Unavailable,
-			"upstream: "+err.Error(), 0)
+		reply(w, grpcReq, fmt.Errorf("%w: %w", filter.ErrUpstream, err))
 	}
 }
 

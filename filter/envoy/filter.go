@@ -277,7 +277,7 @@ func (f *streamFilter) admit() api.StatusType {
 	if err != nil {
 		f.m.unavailable.Increment(1)
 		api.LogErrorf("llmesh: scheduler unavailable: %v", err)
-		return f.reply(f.cb.DecoderFilterCallbacks(), replyFor(fmtErr(scheduler.ErrUnavailable, err)))
+		return f.reply(f.cb.DecoderFilterCallbacks(), filter.ReplyFor(fmtErr(scheduler.ErrUnavailable, err)))
 	}
 	if adm == nil || f.passthrough {
 		// Not a generation call (model list, health…): never queued.
@@ -315,7 +315,7 @@ func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm 
 		f.m.panics.Increment(1)
 		api.LogErrorf("llmesh: panic while admitting: %v\n%s", e, debug.Stack())
 		ended = true
-		f.reply(dcb, localReply{http: 500, grpc: grpcInternal, body: "internal error in llmesh filter", details: "llmesh_panic"})
+		f.reply(dcb, panicReply())
 	}()
 	lease, err := safeAdmit(ctx, adm, req)
 	now := f.clk.Now()
@@ -340,9 +340,8 @@ func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm 
 		return
 	case err != nil:
 		f.countAdmitError(err)
-		r := replyFor(err)
 		ended = true
-		f.reply(dcb, r)
+		f.reply(dcb, filter.ReplyFor(err))
 		return
 	}
 	f.m.admitted.Increment(1)
@@ -560,7 +559,7 @@ func (f *streamFilter) checkPreempt(cb api.FilterProcessCallbacks) (api.StatusTy
 	now := f.clk.Now()
 	f.obs.SetError(filter.ErrorPreempted, "preempted by the scheduler")
 	f.finish(now, scheduler.ErrPreempted)
-	return f.reply(cb, replyFor(scheduler.ErrPreempted)), true
+	return f.reply(cb, filter.ReplyFor(scheduler.ErrPreempted)), true
 }
 
 // finish ends the observation once and releases the lease.

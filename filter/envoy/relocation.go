@@ -6,6 +6,7 @@ import (
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
 )
 
@@ -72,7 +73,7 @@ func (f *streamFilter) relocationFailed(cb api.FilterProcessCallbacks, err error
 		err = fmt.Errorf("%w: %w", relocate.ErrMalformed, err)
 	}
 	f.finishOnPanic() // releases anything held; the observer is not used again
-	return f.reply(cb, replyFor(err))
+	return f.reply(cb, filter.ReplyFor(err))
 }
 
 // relocateBody rewrites request body data (DecodeData) per the plan made
