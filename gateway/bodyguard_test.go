@@ -17,7 +17,6 @@ import (
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
-	"github.com/llmesh/llmesh/gateway/relocatehttp"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
@@ -275,7 +274,7 @@ func TestBodyPriorityAfterRelocation(t *testing.T) {
 	}
 	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "sim", Upstream: eng.URL}}},
 		WithClassifier(guardClassifier(t, trustOthers)),
-		WithHandlerWrapper(func(next http.Handler) http.Handler { return relocatehttp.New(next, rel, relocatehttp.Options{}) }))
+		WithRelocation(rel, nil))
 	res := doJSON(t, gw+"/v1/completions", []byte(`{"model":"`+sim.Model+`","prompt":"hi","max_tokens":2}`), "x-prio", "-100")
 	got, _ := io.ReadAll(res.Body)
 	res.Body.Close()

@@ -139,6 +139,35 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.proxy(pool).ServeHTTP(w, r.WithContext(ctx))
 }
 
+// relocationRefused records a request that the relocation in front of the
+// handler answered itself (relocatehttp's OnRefused): routed and
+// classified from its headers as the handler would, never admitted.
+func (g *Gateway) relocationRefused(r *http.Request, err error) {
+	rt := g.cfg.Load()
+	now := g.clock.Now()
+	grpcReq := isGRPC(r)
+	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, grpcReq)
+	if !ok {
+		return
+	}
+	class := g.classify(r, routeClass, "")
+	if class == "" {
+		class = rt.cfg.DefaultClass
+	}
+	opts := filter.Options{GapBuckets: g.gapBuckets}
+	if grpcReq {
+		opts.GRPCMethod = r.URL.Path
+	}
+	o := filter.GetObserver(opts)
+	o.MarkReceived(now)
+	o.SetError(filter.ErrorHTTPStatus, err.Error())
+	o.Finish(now, nil)
+	ob := o.Observation()
+	filter.PutObserver(o)
+	g.record(Record{Observation: ob, Class: class, Pool: pool.Name, Outcome: scheduler.Failed, Err: err,
+		Passthrough: !gen.Match(r.Method, r.URL.Path)})
+}
+
 // finish releases the lease once and records the observation.
 func (x *exchange) finish() {
 	x.releaseOnce.Do(func() {

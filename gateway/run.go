@@ -14,7 +14,6 @@ import (
 	"github.com/llmesh/llmesh/config/watch"
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
-	"github.com/llmesh/llmesh/gateway/relocatehttp"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/policy"
@@ -230,13 +229,8 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 			if err != nil {
 				return nil, fmt.Errorf("relocation: %w", err)
 			}
-			opts = append(opts, WithHandlerWrapper(func(next http.Handler) http.Handler {
-				return relocatehttp.New(next, rel, relocatehttp.Options{
-					// h.tele is set before New runs this wrapper and
-					// before any request.
-					OnRelocated: func(kind string, n int) { h.tele.Recorder.Relocated(kind, int64(n)) },
-				})
-			}))
+			// h.tele is set before any request.
+			opts = append(opts, WithRelocation(rel, func(kind string, n int) { h.tele.Recorder.Relocated(kind, int64(n)) }))
 		}
 		h.watcher = w
 	} else {

@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
@@ -17,6 +18,23 @@ const MetadataNamespace = "llmesh"
 // errStreamEnded is the cause recorded when Envoy ends a stream whose
 // response never finished (client reset, upstream reset, timeout).
 var errStreamEnded = errors.New("stream ended before the response finished")
+
+// downstreamConnectionTermination is Envoy's DC response flag in the
+// response.flags attribute's bit vector (StreamInfo::ResponseFlag).
+const downstreamConnectionTermination = 0x4000
+
+// downstreamEnded reports whether Envoy flagged the stream as ended by the
+// downstream (DC): a client that went away mid-response, which without the
+// flag looks like an upstream reset. A host that does not answer the
+// attribute reports false.
+func (f *streamFilter) downstreamEnded() bool {
+	v, err := f.cb.GetProperty("response.flags")
+	if err != nil {
+		return false
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	return err == nil && n&downstreamConnectionTermination != 0
+}
 
 // OnStreamComplete runs before Envoy writes access logs: the observation
 // is finished here, the admission released, and the dynamic metadata set.
@@ -34,8 +52,9 @@ func (f *streamFilter) complete() {
 	f.noteAdmitted()
 	if !f.finished {
 		cause := errStreamEnded
-		if _, ok := f.cb.StreamInfo().ResponseCode(); !ok {
-			// No response at all: the client went away first.
+		if _, ok := f.cb.StreamInfo().ResponseCode(); !ok || f.downstreamEnded() {
+			// No response at all, or Envoy saw the downstream end the
+			// stream: the client went away first.
 			cause = errors.Join(errStreamEnded, scheduler.ErrCancelled)
 		}
 		f.finish(now, cause)

@@ -72,6 +72,10 @@ func (f *streamFilter) relocationFailed(cb api.FilterProcessCallbacks, err error
 	if errors.Is(err, errNoBody) || errors.Is(err, errTrailers) {
 		err = fmt.Errorf("%w: %w", relocate.ErrMalformed, err)
 	}
+	if f.obs != nil && !f.finished {
+		// Recorded as a refusal, as the gateway records it.
+		f.obs.SetError(filter.ErrorHTTPStatus, err.Error())
+	}
 	f.finishOnPanic() // releases anything held; the observer is not used again
 	return f.reply(cb, filter.ReplyFor(err))
 }

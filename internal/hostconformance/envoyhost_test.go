@@ -98,7 +98,10 @@ func (h *envoyHost) adm() *admissions { return h.count }
 // phases, then the stream's end as Envoy reports it.
 func (h *envoyHost) do(t *testing.T, r request) response {
 	t.Helper()
-	s := filtertest.NewStream(h.plugin.Factory, h.cfg, filtertest.Options{Timeout: 20 * time.Second})
+	// props are the stream's attributes; Envoy sets response.flags as the
+	// stream ends.
+	props := map[string]string{}
+	s := filtertest.NewStream(h.plugin.Factory, h.cfg, filtertest.Options{Timeout: 20 * time.Second, Properties: props})
 	defer func() {
 		if v := s.Violations(); len(v) > 0 {
 			t.Errorf("SDK rule violations:\n%s", strings.Join(v, "\n"))
@@ -188,7 +191,9 @@ func (h *envoyHost) do(t *testing.T, r request) response {
 				close(r.started)
 			}
 			if r.cancelAfter > 0 && reads >= r.cancelAfter {
-				// The client went away: Envoy destroys the stream.
+				// The client went away: Envoy flags the stream DC
+				// (downstream connection termination) and destroys it.
+				props["response.flags"] = "16384"
 				out.Cancelled = true
 				reset(s)
 				return out
@@ -198,8 +203,10 @@ func (h *envoyHost) do(t *testing.T, r request) response {
 			break
 		}
 		if rerr != nil {
-			// The upstream reset: Envoy's router resets the
-			// downstream too and destroys the stream.
+			// The upstream reset: Envoy's router flags the stream UR
+			// (upstream remote reset), resets the downstream too and
+			// destroys the stream.
+			props["response.flags"] = "16"
 			out.Reset = true
 			reset(s)
 			return out

@@ -16,7 +16,6 @@ import (
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
 	"github.com/llmesh/llmesh/gateway"
-	"github.com/llmesh/llmesh/gateway/relocatehttp"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/server"
 )
@@ -297,7 +296,7 @@ func loadMesh(t *testing.T, up upstreams) (*config.Config, string) {
 
 // gatewayHost wires the gateway as `llmesh gateway --config` does
 // (gateway/run.go buildHost): routes and pools from the mesh, the mesh's
-// in-process schedulers, classifier and relocation middleware.
+// in-process schedulers, classifier and relocation.
 type gatewayHost struct {
 	url   string
 	rec   *records
@@ -338,9 +337,7 @@ func startGateway(t *testing.T, up upstreams) *gatewayHost {
 		gateway.WithRecorder(gateway.RecorderFunc(func(r gateway.Record) {
 			h.rec.add(recOf(&r.Observation, r.Class, r.Model))
 		})),
-		gateway.WithHandlerWrapper(func(next http.Handler) http.Handler {
-			return relocatehttp.New(next, rel, relocatehttp.Options{})
-		}))
+		gateway.WithRelocation(rel, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
