@@ -63,6 +63,7 @@ type streamFilter struct {
 	reqHV      headers
 	peer       netip.Addr
 	model      string
+	modelRead  bool // noteModel ran
 	promptToks int
 	maxToks    int
 	observed   bool // obs received response headers
@@ -239,6 +240,18 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	return f.admit()
 }
 
+// noteModel reads the model for the Record from the first request chunk
+// when it holds the whole JSON body or the first gRPC message, as the
+// gateway records it; a body read before admission (readBody) sets it
+// too. It runs once per request, on the request path only.
+func (f *streamFilter) noteModel(b []byte, endStream bool) {
+	f.modelRead = true
+	if f.model != "" || f.obs == nil || (!f.grpc && !endStream) {
+		return
+	}
+	f.model = filter.RequestModel(f.path, b, f.grpc)
+}
+
 // classify picks the request's class from trusted configuration and the
 // request (model only once the body was read).
 func (f *streamFilter) classify(hv headers) {
@@ -384,6 +397,9 @@ func (f *streamFilter) countAdmitError(err error) {
 
 func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.DecoderFilterCallbacks(), &status)
+	if !f.modelRead {
+		f.noteModel(b.Bytes(), endStream)
+	}
 	switch {
 	case f.guard != guardNone:
 		return f.guardBody(b, endStream)
