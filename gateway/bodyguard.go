@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/filter"
 )
 
@@ -33,7 +34,7 @@ func (g *Gateway) guardPriority(w http.ResponseWriter, r *http.Request, rt *comp
 	if len(body) == 0 {
 		return body, true
 	}
-	if grpcReq && r.URL.Path != filter.LLMv1GenerateMethod {
+	if grpcReq && r.URL.Path != llmv1.Generation_Generate_FullMethodName {
 		return body, true
 	}
 	if !grpcReq && !filter.IsJSONBody(r.Header.Get("Content-Type")) {

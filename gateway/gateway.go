@@ -144,6 +144,10 @@ type Gateway struct {
 	relocator   *relocate.Relocator
 	onRelocated relocate.OnRelocated
 	armDraw     func() float64 // nil: compile's default
+	// generalScan makes every observer take the general JSON scan for
+	// every SSE event (filter.Options.GeneralScan); set at construction by
+	// benchmarks that compare it with the fast path in one run.
+	generalScan bool
 
 	httpTransport *http.Transport
 	grpcTransport *http.Transport

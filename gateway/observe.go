@@ -25,15 +25,10 @@ type meter struct {
 	firstSent  bool
 }
 
-// generalScanKey, set in a request's context, makes its observer take the
-// general JSON scan for every SSE event (filter.Options.GeneralScan): the
-// A/B switch benchmarks use to compare with the fast path in one run.
-type generalScanKey struct{}
-
 func (g *Gateway) newMeter(x *exchange, r *http.Request) *meter {
 	opts := filter.Options{
 		KeepOutput:  x.meta.spliceable && g.admitter != nil,
-		GeneralScan: r.Context().Value(generalScanKey{}) != nil,
+		GeneralScan: g.generalScan,
 		GapBuckets:  g.gapBuckets,
 	}
 	if x.grpc {

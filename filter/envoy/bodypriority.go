@@ -7,6 +7,7 @@ import (
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
+	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter"
 )
@@ -52,7 +53,7 @@ func (f *streamFilter) planPriorityGuard(h api.RequestHeaderMap, hv headers, ct 
 		return false, 0
 	}
 	switch {
-	case f.grpc && f.path == filter.LLMv1GenerateMethod:
+	case f.grpc && f.path == llmv1.Generation_Generate_FullMethodName:
 		f.guard = guardGRPC
 	case !f.grpc && filter.IsJSONBody(ct):
 		f.guard = guardJSON
