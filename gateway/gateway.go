@@ -19,17 +19,13 @@ import (
 )
 
 // Recorder receives one Record per finished request (telemetry, tests,
-// the benchmark's embedded runs). It is called on the request's goroutine,
-// so it must be quick and safe for concurrent use.
-type Recorder interface {
-	Record(r Record)
-}
+// the benchmark's embedded runs): the core's recorder, the same the Envoy
+// host reports to. It is called on the request's goroutine, so it must be
+// quick and safe for concurrent use.
+type Recorder = filter.Recorder
 
 // RecorderFunc adapts a function to Recorder.
-type RecorderFunc func(Record)
-
-// Record calls f.
-func (f RecorderFunc) Record(r Record) { f(r) }
+type RecorderFunc = filter.RecorderFunc
 
 // Option configures a Gateway.
 type Option func(*Gateway)

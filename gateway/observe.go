@@ -160,27 +160,9 @@ func (m *meter) end(x *exchange) {
 
 var errClientGone = fmt.Errorf("client cancelled: %w", context.Canceled)
 
-// Record is what the gateway reports per request to its recorders.
-type Record struct {
-	filter.Observation
-	Class   string
-	Model   string
-	Pool    string
-	Outcome scheduler.Outcome
-	// Preemptions counts how often the request was preempted (requeued or
-	// continued).
-	Preemptions int
-	// Err is the gateway-side error that ended the request (admission,
-	// upstream, preemption), nil when it completed.
-	Err error
-	// Passthrough marks a request that was not a generation call (the
-	// route's generation paths): it was proxied without admission, and
-	// recorders keep it out of generation metrics.
-	Passthrough bool
-	// Endpoint is the pool endpoint (host:port) its last upstream attempt
-	// went to; "" when it went to the pool's upstream.
-	Endpoint string
-}
+// Record is what the gateway reports per request to its recorders: the
+// core's Record, the same the Envoy host reports.
+type Record = filter.Record
 
 // classify picks the request's class: the classifier when configured, else
 // the route's class.

@@ -374,21 +374,6 @@ func (h *host) applyMesh(c *config.Config, listener string, sched bool, log *slo
 }
 
 // TelemetryRecorder records gateway Records as OpenTelemetry metrics and
-// traces.
-// Its GapBuckets makes the gateway count every inter-chunk gap.
-func TelemetryRecorder(r *telemetry.Recorder) Recorder { return telemetryRecorder{r} }
-
-type telemetryRecorder struct{ r *telemetry.Recorder }
-
-func (t telemetryRecorder) Record(rec Record) {
-	if rec.Passthrough {
-		t.r.Passthrough(&rec.Observation)
-		return
-	}
-	t.r.Record(rec.Observation, rec.Class, rec.Model)
-	for i := 0; i < rec.Preemptions; i++ {
-		t.r.Preempted(rec.Class, rec.Model)
-	}
-}
-
-func (t telemetryRecorder) GapBuckets() *filter.GapBuckets { return t.r.GapBuckets() }
+// traces (telemetry.HostRecorder, the Envoy host's recorder too). Its
+// GapBuckets makes the gateway count every inter-chunk gap.
+func TelemetryRecorder(r *telemetry.Recorder) Recorder { return telemetry.HostRecorder{R: r} }

@@ -470,6 +470,7 @@ func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (s
 	}
 	now := f.clk.Now()
 	f.noteAdmitted()
+	f.noteUpstreamSent()
 	code, _ := h.Status()
 	f.obs.ResponseHeaders(now, code, headers{h: h})
 	f.observed = true
@@ -500,6 +501,21 @@ func (f *streamFilter) noteAdmitted() {
 	if f.preemptCh == nil {
 		f.preemptCh = f.lease.Load().Preempt()
 	}
+}
+
+// noteUpstreamSent marks when the request went upstream, once a response
+// shows it did: when the filter let it go (its admission, or its arrival
+// when it was not held); the router's own send is not seen from the
+// filter. Upstream TTFT is measured from there, as the gateway measures it
+// from its send.
+func (f *streamFilter) noteUpstreamSent() {
+	t := f.received
+	if f.lease.Load() != nil {
+		f.mu.Lock()
+		t = f.admitted
+		f.mu.Unlock()
+	}
+	f.obs.MarkUpstreamSent(t)
 }
 
 // EncodeData is the hot path: one call per response chunk. It allocates

@@ -67,15 +67,31 @@ func (f *streamFilter) complete() {
 	}
 	f.setMetadata(&obs)
 	if r := f.cfg.rt.recorder(f.cfg.Mesh); r != nil {
-		if f.passthrough {
-			// Not a generation: counted apart, kept out of its metrics.
-			if p, ok := r.(interface{ Passthrough(*filter.Observation) }); ok {
-				p.Passthrough(&obs)
-			}
-			return
-		}
-		r.Record(&obs, f.class.Name, f.model)
+		r.Record(f.record(&obs))
 	}
+}
+
+// record is the core's Record of the finished request, as the gateway
+// reports it. A passthrough request (not a generation) is counted apart
+// and kept out of generation metrics.
+func (f *streamFilter) record(obs *filter.Observation) filter.Record {
+	f.mu.Lock()
+	preempted, outcome := f.preempted, f.outcome
+	f.mu.Unlock()
+	rec := filter.Record{Observation: *obs, Class: f.class.Name, Model: f.model, Outcome: outcome,
+		Passthrough: f.passthrough}
+	if f.pool != nil {
+		rec.Pool = f.pool.Name
+	}
+	if preempted {
+		// The Envoy host ends a preempted request at once: one preemption.
+		rec.Preemptions = 1
+		rec.Err = scheduler.ErrPreempted
+	}
+	if lb := f.lease.Load(); lb != nil {
+		rec.Endpoint = scheduler.EndpointOf(lb.Lease)
+	}
+	return rec
 }
 
 // setMetadata publishes the measurement for access logs. Values are

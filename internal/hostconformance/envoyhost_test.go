@@ -40,13 +40,13 @@ type envoyHost struct {
 
 type envoyRecorder struct{ r *records }
 
-func (e envoyRecorder) Record(o *filter.Observation, class, model string) {
-	e.r.add(recOf(o, class, model))
+func (e envoyRecorder) Record(r filter.Record) {
+	e.r.add(recOf(&r.Observation, r.Class, r.Model))
 }
 
 var _ envoy.Recorder = envoyRecorder{}
 
-func startEnvoy(t *testing.T, up upstreams) *envoyHost {
+func startEnvoy(t *testing.T, up upstreams, extra ...filter.Recorder) *envoyHost {
 	t.Helper()
 	filtertest.InstallCAPI()
 	_, js := loadMesh(t, up)
@@ -64,7 +64,7 @@ func startEnvoy(t *testing.T, up upstreams) *envoyHost {
 			h.count.mu.Unlock()
 			return h.count, nil
 		},
-		Recorder: envoyRecorder{h.rec},
+		Recorder: append(tee{envoyRecorder{h.rec}}, extra...),
 	})
 	var obj map[string]interface{}
 	if err := json.Unmarshal([]byte(`{"listener": "main", "mesh": `+js+`}`), &obj); err != nil {

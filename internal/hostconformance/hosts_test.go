@@ -309,7 +309,7 @@ type gatewayHost struct {
 // equivalent is its router's stream idle timeout, outside the filter.
 const gatewayIdleTimeout = 300 * time.Millisecond
 
-func startGateway(t *testing.T, up upstreams) *gatewayHost {
+func startGateway(t *testing.T, up upstreams, extra ...gateway.Recorder) *gatewayHost {
 	t.Helper()
 	mesh, _ := loadMesh(t, up)
 	gcfg, err := gateway.ConfigFromMesh(mesh, "")
@@ -337,7 +337,9 @@ func startGateway(t *testing.T, up upstreams) *gatewayHost {
 		gateway.WithRecorder(gateway.RecorderFunc(func(r gateway.Record) {
 			h.rec.add(recOf(&r.Observation, r.Class, r.Model))
 		})),
-		gateway.WithRelocation(rel, nil))
+		gateway.WithRelocation(rel, nil),
+		// A tee: the telemetry recorder's gap layout reaches the gateway.
+		gateway.WithRecorder(tee(extra)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,4 +447,24 @@ func grpcTrailers(out *response, hs ...http.Header) {
 			out.Pushback = true
 		}
 	}
+}
+
+// tee hands every Record to each of its recorders.
+type tee []filter.Recorder
+
+func (t tee) Record(r filter.Record) {
+	for _, x := range t {
+		x.Record(r)
+	}
+}
+
+// GapBuckets is the first recorder's that has one, as a host asks its
+// recorder (every gap counted, telemetry.HostRecorder).
+func (t tee) GapBuckets() *filter.GapBuckets {
+	for _, x := range t {
+		if gb, ok := x.(interface{ GapBuckets() *filter.GapBuckets }); ok {
+			return gb.GapBuckets()
+		}
+	}
+	return nil
 }
