@@ -20,9 +20,8 @@ type meter struct {
 	x   *exchange
 	o   *filter.Observer
 	err error
-	// lastTokens is the token count last reported to the lease.
-	lastTokens int
-	firstSent  bool
+	// progress reports the stream's progress to the current lease.
+	progress filter.ProgressReporter
 }
 
 func (g *Gateway) newMeter(x *exchange, r *http.Request) *meter {
@@ -61,13 +60,7 @@ func (m *meter) responseHeaders(res *http.Response, t time.Time) {
 // lease when the token count moved.
 func (m *meter) chunk(b []byte, t time.Time) {
 	_ = m.o.Observe(t, b) // parse errors are recorded in the observation
-	if lease := m.x.lease; lease != nil {
-		p := m.o.Progress()
-		if p.Tokens != m.lastTokens || (p.FirstToken && !m.firstSent) {
-			m.lastTokens, m.firstSent = p.Tokens, p.FirstToken
-			lease.Progress(p)
-		}
-	}
+	m.progress.Report(m.x.lease, m.o)
 }
 
 func (m *meter) trailers(h http.Header, t time.Time) {

@@ -66,10 +66,10 @@ type streamFilter struct {
 	modelRead  bool // noteModel ran
 	promptToks int
 	maxToks    int
-	observed   bool // obs received response headers
-	finished   bool // obs.Finish was called
-	completed  bool // OnStreamComplete ran
-	tokensSent int  // last progress reported to the lease
+	observed   bool                    // obs received response headers
+	finished   bool                    // obs.Finish was called
+	completed  bool                    // OnStreamComplete ran
+	progress   filter.ProgressReporter // reports to the lease
 	preemptCh  <-chan struct{}
 
 	// sizeBuf holds a JSON body read before admission (for its size, or
@@ -534,10 +534,7 @@ func (f *streamFilter) EncodeData(b api.BufferInstance, endStream bool) (status 
 		f.m.observeErrors.Increment(1)
 	}
 	if lb := f.lease.Load(); lb != nil {
-		if p := f.obs.Progress(); p.Tokens != f.tokensSent || (p.FirstToken && f.tokensSent == 0) {
-			f.tokensSent = p.Tokens
-			lb.Progress(p)
-		}
+		f.progress.Report(lb.Lease, f.obs)
 	}
 	if endStream {
 		f.finish(now, nil)
@@ -601,20 +598,11 @@ func (f *streamFilter) finish(now time.Time, cause error) {
 	}
 	f.finished = true
 	f.obs.Finish(now, cause)
-	o := scheduler.Done
 	f.mu.Lock()
 	preempted := f.preempted
 	f.mu.Unlock()
 	obs := f.obs.Observation()
-	switch {
-	case preempted:
-		o = scheduler.Preempted
-	case obs.ErrorKind == filter.ErrorCancelled:
-		o = scheduler.Cancelled
-	case !obs.OK():
-		o = scheduler.Failed
-	}
-	f.release(o)
+	f.release(filter.OutcomeOf(&obs, preempted))
 }
 
 // release ends the admission exactly once.
