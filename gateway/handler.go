@@ -28,7 +28,7 @@ type exchange struct {
 	grpc    bool
 	class   string
 	body    []byte
-	meta    requestMeta
+	meta    filter.RequestMeta
 	sreq    scheduler.Request
 	recv    time.Time
 	admitAt time.Time
@@ -77,8 +77,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x := &exchange{g: g, rt: rt, pool: pool, grpc: grpcReq, recv: recv, passthrough: !gen.Match(r.Method, r.URL.Path)}
-	x.meta = parseRequestMeta(r.URL.Path, body, grpcReq)
-	x.class = g.classify(r, routeClass, x.meta.model)
+	x.meta = filter.ReadRequestMeta(r.URL.Path, body, grpcReq)
+	x.class = g.classify(r, routeClass, x.meta.Model)
 	if x.class == "" {
 		x.class = rt.cfg.DefaultClass
 	}
@@ -91,8 +91,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ID:           requestID(r),
 		Pool:         pool.Name,
 		Class:        x.class,
-		PromptTokens: x.meta.promptTokens,
-		MaxTokens:    x.meta.maxTokens,
+		PromptTokens: x.meta.PromptTokens,
+		MaxTokens:    x.meta.MaxTokens,
 		Arrival:      recv,
 		Affinity:     pool.affinity(r.Header),
 	}

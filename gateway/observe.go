@@ -26,7 +26,7 @@ type meter struct {
 
 func (g *Gateway) newMeter(x *exchange, r *http.Request) *meter {
 	opts := filter.Options{
-		KeepOutput:  x.meta.spliceable && g.admitter != nil,
+		KeepOutput:  x.meta.Spliceable && g.admitter != nil,
 		GeneralScan: g.generalScan,
 		GapBuckets:  g.gapBuckets,
 	}
@@ -141,7 +141,7 @@ func (m *meter) end(x *exchange) {
 	x.g.record(Record{
 		Observation: ob,
 		Class:       x.class,
-		Model:       x.meta.model,
+		Model:       x.meta.Model,
 		Pool:        x.pool.Name,
 		Outcome:     x.outcome,
 		Preemptions: x.preemptions,

@@ -86,9 +86,9 @@ func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Req
 		out.Trailer[k] = v
 	}
 	s.out = &out
-	if x.lease != nil && x.preemptible && x.meta.spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK &&
+	if x.lease != nil && x.preemptible && x.meta.Spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK &&
 		x.pool.Resume == ResumeContinue {
-		s.splice = newSplicer(x.meta.kind)
+		s.splice = newSplicer(x.meta.API)
 	}
 	s.t0 = x.g.clock.Now()
 	x.obs.responseHeaders(res, s.t0)

@@ -260,24 +260,20 @@ func (f *streamFilter) classify(hv headers) {
 	}).Class
 }
 
-// readBody reads the model and sizes of a buffered OpenAI request, then
-// classifies again with the model. A body that is not an OpenAI request
-// leaves them unknown.
+// readBody reads the model and sizes of a buffered request
+// (filter.ReadRequestMeta), then classifies again with the model. A body
+// it cannot read leaves them unknown.
 func (f *streamFilter) readBody(body []byte) {
 	f.sizing = false
 	hv := f.reqHV
 	f.reqHV = headers{}
-	req, err := filter.ParseOpenAIRequest(body)
-	if err != nil {
-		return
+	// The core reads it as the gateway does (sizes are estimates: the
+	// model's tokenizer is not at hand).
+	m := filter.ReadRequestMeta(f.path, body, f.grpc)
+	if m.Model != "" {
+		f.model = m.Model
 	}
-	f.model = req.Model
-	if req.MaxTokens != nil || req.MaxCompletionTokens != nil {
-		f.maxToks = max(0, req.OutputLimit())
-	}
-	// Without the model's tokenizer, an estimate is what the scheduler
-	// needs.
-	f.promptToks = req.PromptTokens()
+	f.maxToks, f.promptToks = m.MaxTokens, m.PromptTokens
 	if f.model != "" && hv.h != nil {
 		f.classify(hv)
 	}
