@@ -82,7 +82,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if x.class == "" {
 		x.class = rt.cfg.DefaultClass
 	}
-	if x.body, ok = g.guardPriority(w, r, rt, pool, x.class, body, grpcReq); !ok {
+	if x.body, err = g.guardPriority(r, rt, pool, x.class, body, grpcReq); err != nil {
+		reply(w, grpcReq, err)
+		g.recordRefused(refusal{recv: recv, grpc: grpcReq, method: r.URL.Path, class: x.class, model: x.meta.Model,
+			pool: pool.Name, passthrough: x.passthrough, err: err})
 		return
 	}
 	body = x.body
@@ -158,14 +161,37 @@ func (g *Gateway) relocationRefused(r *http.Request, err error) {
 	if grpcReq {
 		opts.GRPCMethod = r.URL.Path
 	}
+	g.recordRefused(refusal{recv: now, grpc: grpcReq, method: r.URL.Path, class: class, model: "", pool: pool.Name,
+		passthrough: !gen.Match(r.Method, r.URL.Path), err: err})
+}
+
+// refusal is a request the gateway answered itself before admission.
+type refusal struct {
+	recv         time.Time
+	grpc         bool
+	method       string
+	class, model string
+	pool         string
+	passthrough  bool
+	err          error
+}
+
+// recordRefused records a request the gateway refused before admission
+// (relocation, the engine-priority guard), as the Envoy host records its
+// local replies: the error, no response.
+func (g *Gateway) recordRefused(f refusal) {
+	opts := filter.Options{GapBuckets: g.gapBuckets}
+	if f.grpc {
+		opts.GRPCMethod = f.method
+	}
 	o := filter.GetObserver(opts)
-	o.MarkReceived(now)
-	o.SetError(filter.ErrorHTTPStatus, err.Error())
-	o.Finish(now, nil)
+	o.MarkReceived(f.recv)
+	o.SetError(filter.ErrorHTTPStatus, f.err.Error())
+	o.Finish(g.clock.Now(), nil)
 	ob := o.Observation()
 	filter.PutObserver(o)
-	g.record(Record{Observation: ob, Class: class, Pool: pool.Name, Outcome: scheduler.Failed, Err: err,
-		Passthrough: !gen.Match(r.Method, r.URL.Path)})
+	g.record(Record{Observation: ob, Class: f.class, Model: f.model, Pool: f.pool, Outcome: scheduler.Failed, Err: f.err,
+		Passthrough: f.passthrough})
 }
 
 // finish releases the lease once and records the observation.

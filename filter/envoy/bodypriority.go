@@ -111,7 +111,6 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 		if f.grpc {
 			msg = fmt.Sprintf("llm.v1 request of at least %d bytes exceeds relocation.max_message = %d bytes plus its 5-byte prefix", n, limit-5)
 		}
-		f.finishOnPanic()
 		return f.priorityRefused(dcb, fmt.Errorf("%w: %s", filter.ErrPriorityTooLarge, msg))
 	}
 	if !endStream {
@@ -152,7 +151,6 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 		body, changed, err = filter.RewriteJSONPriority(body, mode)
 	}
 	if err != nil {
-		f.finishOnPanic() // releases an admission made from the headers
 		return f.priorityRefused(dcb, err)
 	}
 	if changed {
@@ -182,6 +180,8 @@ func classPriority(c filter.Class) int32 {
 
 func (f *streamFilter) priorityRefused(cb api.FilterProcessCallbacks, err error) api.StatusType {
 	f.m.priorityRefused.Increment(1)
+	f.noteRefused(err)
+	f.finishOnPanic() // releases an admission made from the headers
 	return f.reply(cb, filter.ReplyFor(err))
 }
 
@@ -192,6 +192,5 @@ var errGuardTrailers = fmt.Errorf("%w: request trailers cannot follow a body che
 // guardTrailers refuses request trailers while the guard holds the body.
 func (f *streamFilter) guardTrailers() api.StatusType {
 	f.guard, f.guardBuf = guardNone, nil
-	f.finishOnPanic()
 	return f.priorityRefused(f.cb.DecoderFilterCallbacks(), errGuardTrailers)
 }

@@ -67,15 +67,20 @@ var (
 
 func (f *streamFilter) onRelocated(kind string, n int) { f.m.relocated.Increment(1) }
 
+// noteRefused records in the observation that the filter answered the
+// request itself, as the gateway records its refusals.
+func (f *streamFilter) noteRefused(err error) {
+	if f.obs != nil && !f.finished {
+		f.obs.SetError(filter.ErrorHTTPStatus, err.Error())
+	}
+}
+
 func (f *streamFilter) relocationFailed(cb api.FilterProcessCallbacks, err error) api.StatusType {
 	f.m.relocationErrors.Increment(1)
 	if errors.Is(err, errNoBody) || errors.Is(err, errTrailers) {
 		err = fmt.Errorf("%w: %w", relocate.ErrMalformed, err)
 	}
-	if f.obs != nil && !f.finished {
-		// Recorded as a refusal, as the gateway records it.
-		f.obs.SetError(filter.ErrorHTTPStatus, err.Error())
-	}
+	f.noteRefused(err)
 	f.finishOnPanic() // releases anything held; the observer is not used again
 	return f.reply(cb, filter.ReplyFor(err))
 }

@@ -162,6 +162,14 @@ var table = []tcase{
 	{name: "guard: duplicate priority members", wantStatus: 200,
 		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":-1,"priorit\u0079":-2}`, "x-lane", "guard")},
 
+	// The guard refuses a body it cannot read reliably.
+	{name: "guard: body not strict JSON refused", wantStatus: 400,
+		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":NaN}`, "x-lane", "guard")},
+	{name: "guard: malformed llm.v1 message refused", wantStatus: 200, wantGRPC: "3",
+		req: func(string) request {
+			return request{path: llmv1.Generation_Generate_FullMethodName, headers: hdrs(grpcCT), body: []byte{0, 0, 0, 0, 2, 0x1a, 0x09}}
+		}},
+
 	// Relocation.
 	{name: "relocation: header prompt into the body", wantStatus: 200,
 		req: completion(`{"model":"MODEL","max_tokens":3,"stream":true}`, "x-llmesh-prompt", longPrompt)},
