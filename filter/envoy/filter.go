@@ -219,8 +219,12 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	f.obs.MarkReceived(f.received)
 
 	// The body is read before admission when the config needs the model
-	// (classification rules) or the request's size (token capacity).
-	wantBody := f.cfg.needBody && !f.grpc && !endStream && strings.HasPrefix(ct, "application/json")
+	// (classification rules) or the request's size (token capacity): an
+	// OpenAI JSON body, or the message of a gRPC generation the core sizes
+	// (llm.v1, vLLM), as the gateway sizes it.
+	sizable := strings.HasPrefix(ct, "application/json") && !f.grpc ||
+		f.grpc && (f.path == filter.MethodLLMV1 || f.path == filter.MethodVLLM)
+	wantBody := f.cfg.needBody && !endStream && sizable
 	if done, st := f.planPriorityGuard(h, hv, ct, endStream); done {
 		return st
 	}
@@ -232,8 +236,9 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 			return st
 		}
 	}
-	if wantBody {
-		// The header map stays valid until the buffered DecodeData.
+	if wantBody && f.grpcRW == nil {
+		// The header map stays valid until the buffered DecodeData. (A
+		// relocated gRPC message streams through the rewriter instead.)
 		f.sizing, f.reqHV = true, hv
 		return api.StopAndBuffer
 	}
