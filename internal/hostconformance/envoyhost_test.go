@@ -111,6 +111,9 @@ func (h *envoyHost) do(t *testing.T, r request) response {
 		}
 	}()
 	reqH := filtertest.RequestHeaders("POST", r.path, r.headers...)
+	// A response that ends before its first bytes still releases a scenario
+	// waiting for them, so that it fails instead of hanging.
+	defer releaseStarted(&r)
 	if r.queued != nil {
 		// The client goes away while the filter holds the request.
 		p := s.StartDecodeHeaders(reqH, false)
@@ -187,8 +190,8 @@ func (h *envoyHost) do(t *testing.T, r request) response {
 			down := s.Downstream()
 			out.Body = append(out.Body, down[sent:]...)
 			sent = len(down)
-			if reads == 1 && r.started != nil {
-				close(r.started)
+			if reads == 1 {
+				releaseStarted(&r)
 			}
 			if r.cancelAfter > 0 && reads >= r.cancelAfter {
 				// The client went away: Envoy flags the stream DC

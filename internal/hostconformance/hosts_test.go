@@ -396,6 +396,9 @@ func send(t *testing.T, c *http.Client, url string, r request, hdr http.Header) 
 	if r.queued != nil {
 		go func() { r.queued(); cancel() }()
 	}
+	// A response that ends before its first bytes still releases a scenario
+	// waiting for them, so that it fails instead of hanging.
+	defer releaseStarted(&r)
 	res, err := c.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -412,8 +415,8 @@ func send(t *testing.T, c *http.Client, url string, r request, hdr http.Header) 
 		if n > 0 {
 			out.Body = append(out.Body, buf[:n]...)
 			reads++
-			if reads == 1 && r.started != nil {
-				close(r.started)
+			if reads == 1 {
+				releaseStarted(&r)
 			}
 			if r.cancelAfter > 0 && reads >= r.cancelAfter {
 				cancel()
@@ -467,4 +470,12 @@ func (t tee) GapBuckets() *filter.GapBuckets {
 		}
 	}
 	return nil
+}
+
+// releaseStarted closes r.started once, if set.
+func releaseStarted(r *request) {
+	if r.started != nil {
+		close(r.started)
+		r.started = nil
+	}
 }
