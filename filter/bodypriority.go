@@ -58,16 +58,13 @@ type EnginePriority struct {
 	Value int32
 }
 
-// LLMv1GenerateMethod is the gRPC method whose request carries an engine
-// priority, and LLMv1PriorityField the field number of
-// llm.v1.GenerateRequest.priority (api/proto/llm/v1). vLLM's VllmEngine
-// GenerateRequest has no priority field. The numbers are repeated here so
-// that the filter core does not import gRPC; a test checks them against the
+// LLMv1PriorityField is the field number of
+// llm.v1.GenerateRequest.priority (api/proto/llm/v1), the request field
+// that carries an engine priority on MethodLLMV1. vLLM's VllmEngine
+// GenerateRequest has no priority field. The number is repeated here so
+// that the filter core does not import gRPC; a test checks it against the
 // generated descriptor.
-const (
-	LLMv1GenerateMethod = "/llm.v1.Generation/Generate"
-	LLMv1PriorityField  = protowire.Number(6)
-)
+const LLMv1PriorityField = protowire.Number(6)
 
 // priorityKey is the OpenAI body field (vLLM's extension).
 const priorityKey = "priority"
@@ -83,6 +80,9 @@ var (
 	// ErrPriorityTooLarge: a compressed gRPC message decompresses beyond
 	// the host's limit (HTTP 413, gRPC RESOURCE_EXHAUSTED).
 	ErrPriorityTooLarge = errors.New("request message too large to check for a client-set priority")
+	// ErrPriorityEncoding: a JSON body with a Content-Encoding cannot be
+	// checked (HTTP 415); it is an ErrPriorityBody.
+	ErrPriorityEncoding = fmt.Errorf("%w: a compressed JSON body cannot be checked", ErrPriorityBody)
 )
 
 // BodyPriority decides what happens to the engine priority in the body of

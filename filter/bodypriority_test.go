@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/api/vllmpb"
 )
 
 var (
@@ -32,8 +33,9 @@ func TestLLMv1PriorityConstants(t *testing.T) {
 	if fd == nil || fd.Number() != LLMv1PriorityField {
 		t.Fatalf("llm.v1.GenerateRequest.priority is %v, LLMv1PriorityField is %d", fd, LLMv1PriorityField)
 	}
-	if llmv1.Generation_Generate_FullMethodName != LLMv1GenerateMethod {
-		t.Fatalf("method %q, LLMv1GenerateMethod %q", llmv1.Generation_Generate_FullMethodName, LLMv1GenerateMethod)
+	if llmv1.Generation_Generate_FullMethodName != MethodLLMV1 || vllmpb.VllmEngine_Generate_FullMethodName != MethodVLLM {
+		t.Fatalf("generated methods %q, %q; MethodLLMV1 %q, MethodVLLM %q", llmv1.Generation_Generate_FullMethodName,
+			vllmpb.VllmEngine_Generate_FullMethodName, MethodLLMV1, MethodVLLM)
 	}
 }
 

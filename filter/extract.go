@@ -46,7 +46,11 @@ type Extractor interface {
 	Extract(msg []byte, c *Chunk) error
 }
 
-// gRPC method paths of the built-in extractors.
+// gRPC method paths of the built-in extractors: the generated
+// llmv1.Generation_Generate_FullMethodName and
+// vllmpb.VllmEngine_Generate_FullMethodName, repeated because the generated
+// packages import gRPC (and net/http), which the core does not; a test
+// checks that they agree. Hosts use the generated names.
 const (
 	MethodLLMV1 = "/llm.v1.Generation/Generate"
 	MethodVLLM  = "/vllm.grpc.engine.VllmEngine/Generate"

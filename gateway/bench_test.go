@@ -115,14 +115,13 @@ func streamOnce(tb testing.TB, base string) {
 // SSE fast path, for A/B comparison in the same run.
 func generalScanGateway(tb testing.TB, upstream string) string {
 	tb.Helper()
-	_, gw := startGateway(tb, Config{Pools: []Pool{{Name: "p", Upstream: upstream}}},
-		WithHandlerWrapper(func(h http.Handler) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), generalScanKey{}, true)))
-			})
-		}))
+	_, gw := startGateway(tb, Config{Pools: []Pool{{Name: "p", Upstream: upstream}}}, withGeneralScan())
 	return gw
 }
+
+// withGeneralScan sets the general JSON scan for every observer: the
+// benchmarks' A/B switch, chosen at construction, never read per request.
+func withGeneralScan() Option { return func(g *Gateway) { g.generalScan = true } }
 
 // telemetryGateway starts a gateway that records every request into
 // OpenTelemetry metrics with the Prometheus exporter, as `llmesh gateway`
@@ -482,20 +481,20 @@ func (e *eventReader) Read(p []byte) (int, error) {
 // BenchmarkStreamPerChunk is the gateway's own work per streamed chunk,
 // without sockets: read into the proxy's buffer, framing check, clock,
 // idle bookkeeping, observation. One op is one chunk.
-func BenchmarkStreamPerChunk(b *testing.B) { benchStreamPerChunk(b, context.Background()) }
+func BenchmarkStreamPerChunk(b *testing.B) { benchStreamPerChunk(b) }
 
 // BenchmarkStreamPerChunkGeneral is BenchmarkStreamPerChunk with the
 // observer on the general JSON scan (the path before the SSE fast path).
 func BenchmarkStreamPerChunkGeneral(b *testing.B) {
-	benchStreamPerChunk(b, context.WithValue(context.Background(), generalScanKey{}, true))
+	benchStreamPerChunk(b, withGeneralScan())
 }
 
-func benchStreamPerChunk(b *testing.B, ctx context.Context) {
-	g, err := New(Config{Pools: []Pool{{Name: "p", Upstream: "127.0.0.1:1"}}})
+func benchStreamPerChunk(b *testing.B, opts ...Option) {
+	g, err := New(Config{Pools: []Pool{{Name: "p", Upstream: "127.0.0.1:1"}}}, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://gw/v1/chat/completions", nil)
+	req, _ := http.NewRequest(http.MethodPost, "http://gw/v1/chat/completions", nil)
 	x := &exchange{g: g, rt: g.cfg.Load(), pool: g.cfg.Load().httpPool}
 	x.obs = g.newMeter(x, req)
 	res := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},

@@ -2,13 +2,13 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/netip"
 	"strings"
 
-	"google.golang.org/grpc/codes"
-
+	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/filter"
 )
 
@@ -21,54 +21,49 @@ import (
 // wrapper around the handler), so a relocated header cannot bring a
 // priority back; retries and continuations reuse the guarded body.
 //
-// A body it cannot read reliably is refused (400 / INVALID_ARGUMENT, or
-// 413 / RESOURCE_EXHAUSTED past max_request_bytes once decompressed) and
-// ok is false: the response has been written. Bodies of other content
-// types and other gRPC methods pass as they are.
+// A body it cannot read reliably is refused: err is the refusal, which
+// the core's reply table answers (400 / INVALID_ARGUMENT, or 413 /
+// RESOURCE_EXHAUSTED past max_request_bytes once decompressed). Bodies of
+// other content types and other gRPC methods pass as they are.
 //
 // For a pool with ClassPriority, untrusted requests get their class's
 // priority written instead (filter.PrioritySet): class is the one the
 // handler decided from the route and the body's model, so that an engine
 // scheduling by priority orders its queue by the mesh's classes.
-func (g *Gateway) guardPriority(w http.ResponseWriter, r *http.Request, rt *compiled, pool *compiledPool, class string, body []byte, grpcReq bool) (out []byte, ok bool) {
+func (g *Gateway) guardPriority(r *http.Request, rt *compiled, pool *compiledPool, class string, body []byte, grpcReq bool) ([]byte, error) {
 	if len(body) == 0 {
-		return body, true
+		return body, nil
 	}
-	if grpcReq && r.URL.Path != filter.LLMv1GenerateMethod {
-		return body, true
+	if grpcReq && r.URL.Path != llmv1.Generation_Generate_FullMethodName {
+		return body, nil
 	}
 	if !grpcReq && !filter.IsJSONBody(r.Header.Get("Content-Type")) {
-		return body, true
+		return body, nil
 	}
 	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
 	p := g.classifier.Load().BodyPriority(peer.Addr().Unmap(), r.Header)
 	if p.Mode == filter.PriorityKeep {
-		return body, true
+		return body, nil
 	}
 	if pool.ClassPriority {
 		p = filter.EnginePriority{Mode: filter.PrioritySet, Value: g.classPriority(class)}
 	}
-	var err error
+	var (
+		out []byte
+		err error
+	)
 	if grpcReq {
 		out, _, err = filter.RewriteGRPCPriority(body, r.Header.Get("Grpc-Encoding"), int(rt.cfg.MaxRequestBytes), filter.LLMv1PriorityField, p)
 	} else {
 		if ce := strings.TrimSpace(r.Header.Get("Content-Encoding")); ce != "" && !strings.EqualFold(ce, "identity") {
-			g.fail(w, false, http.StatusUnsupportedMediaType, "bad_request", codes.InvalidArgument,
-				"Content-Encoding "+ce+": a compressed JSON body cannot be checked for a client-set priority", 0)
-			return nil, false
+			return nil, fmt.Errorf("%w: Content-Encoding %s", filter.ErrPriorityEncoding, ce)
 		}
 		out, _, err = filter.RewriteJSONPriority(body, p)
 	}
-	if err == nil {
-		return out, true
-	}
 	if errors.Is(err, filter.ErrPriorityTooLarge) {
-		g.fail(w, grpcReq, http.StatusRequestEntityTooLarge, "request_too_large", codes.ResourceExhausted,
-			err.Error()+" (max_request_bytes)", 0)
-		return nil, false
+		return nil, fmt.Errorf("%w (max_request_bytes)", err)
 	}
-	g.fail(w, grpcReq, http.StatusBadRequest, "bad_request", codes.InvalidArgument, err.Error(), 0)
-	return nil, false
+	return out, err
 }
 
 // classPriority is the priority of class (the default class when the

@@ -17,7 +17,6 @@ import (
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
-	"github.com/llmesh/llmesh/gateway/relocatehttp"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
@@ -234,7 +233,7 @@ func TestBodyPriorityGRPCRefusals(t *testing.T) {
 		{"malformed message", "", []byte{0, 0, 0, 0, 2, 0x32, 0x7f}, "protobuf field 6"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := http.NewRequest(http.MethodPost, gw+filter.LLMv1GenerateMethod, bytes.NewReader(tc.body))
+			req, err := http.NewRequest(http.MethodPost, gw+llmv1.Generation_Generate_FullMethodName, bytes.NewReader(tc.body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -256,7 +255,7 @@ func TestBodyPriorityGRPCRefusals(t *testing.T) {
 			if code != "3" || !strings.Contains(msg, tc.msg) {
 				t.Fatalf("grpc-status %s %q, want 3 containing %q", code, msg, tc.msg)
 			}
-			if n := len(eng.Take(filter.LLMv1GenerateMethod)); n != 0 {
+			if n := len(eng.Take(llmv1.Generation_Generate_FullMethodName)); n != 0 {
 				t.Fatalf("engine received %d requests", n)
 			}
 		})
@@ -275,7 +274,7 @@ func TestBodyPriorityAfterRelocation(t *testing.T) {
 	}
 	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "sim", Upstream: eng.URL}}},
 		WithClassifier(guardClassifier(t, trustOthers)),
-		WithHandlerWrapper(func(next http.Handler) http.Handler { return relocatehttp.New(next, rel, relocatehttp.Options{}) }))
+		WithRelocation(rel, nil))
 	res := doJSON(t, gw+"/v1/completions", []byte(`{"model":"`+sim.Model+`","prompt":"hi","max_tokens":2}`), "x-prio", "-100")
 	got, _ := io.ReadAll(res.Body)
 	res.Body.Close()
@@ -315,7 +314,7 @@ func generateFour(t *testing.T, client llmv1.GenerationClient, eng *simtest.Reco
 	if tokens != 4 {
 		t.Errorf("%d tokens, want 4", tokens)
 	}
-	bodies := eng.Take(filter.LLMv1GenerateMethod)
+	bodies := eng.Take(llmv1.Generation_Generate_FullMethodName)
 	if len(bodies) != 1 || len(bodies[0]) < 5 {
 		t.Fatalf("engine received %d requests", len(bodies))
 	}

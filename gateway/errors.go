@@ -1,16 +1,14 @@
 package gateway
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/scheduler"
-	"google.golang.org/grpc/codes"
 )
 
 // timeoutError is an error that says it is a timeout.
@@ -18,6 +16,9 @@ type timeoutError string
 
 func (e timeoutError) Error() string { return string(e) }
 func (timeoutError) Timeout() bool   { return true }
+
+// Is makes a timeout an upstream timeout for the reply table.
+func (timeoutError) Is(target error) bool { return target == filter.ErrUpstreamTimeout }
 
 // Errors the gateway produces itself; observations carry them so metrics
 // and logs can tell what ended a request.
@@ -38,7 +39,7 @@ var (
 	// ErrPreemptedMidStream, which it wraps.
 	ErrContinuationRestarted = fmt.Errorf("%w: the engine restarted the answer instead of continuing it", ErrPreemptedMidStream)
 	// ErrBodyTooLarge: the request body exceeds the configured limit.
-	ErrBodyTooLarge = errors.New("gateway: request body too large")
+	ErrBodyTooLarge = fmt.Errorf("gateway: %w", filter.ErrRequestTooLarge)
 )
 
 // retryAfter is what rejected clients are told to wait.
@@ -50,73 +51,31 @@ func isGRPC(r *http.Request) bool {
 	return len(ct) >= 16 && ct[:16] == "application/grpc"
 }
 
-// openAIError is the OpenAI error body shape.
-type openAIError struct {
-	Error openAIErrorBody `json:"error"`
-}
-
-type openAIErrorBody struct {
-	Message string `json:"message"`
-	Type    string `json:"type"`
-	Code    int    `json:"code"`
-}
-
-func errorJSON(status int, typ, msg string) []byte {
-	b, _ := json.Marshal(openAIError{Error: openAIErrorBody{Message: msg, Type: typ, Code: status}})
-	return b
-}
-
-// writeHTTPError answers a not-yet-started HTTP request with an OpenAI
-// error body.
-func writeHTTPError(w http.ResponseWriter, status int, typ, msg string) {
+// reply answers a not-yet-started request with the core's reply for err
+// (filter.ReplyFor): an OpenAI error body for HTTP, a trailers-only
+// response carrying a real status for gRPC. Retryable replies carry
+// Retry-After or grpc-retry-pushback-ms. A client that is gone (499) is
+// not answered.
+func reply(w http.ResponseWriter, grpcReq bool, err error) {
+	r := filter.ReplyFor(err)
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
-		h.Set("Retry-After", strconv.Itoa(int(retryAfter/time.Second)))
-	}
-	w.WriteHeader(status)
-	_, _ = w.Write(errorJSON(status, typ, msg))
-}
-
-// writeGRPCError answers a not-yet-started gRPC request with a
-// trailers-only response carrying a real status.
-func writeGRPCError(w http.ResponseWriter, code codes.Code, msg string, pushback time.Duration) {
-	h := w.Header()
-	h.Set("Content-Type", "application/grpc")
-	h.Set("Grpc-Status", strconv.Itoa(int(code)))
-	h.Set("Grpc-Message", grpcEncodeMessage(msg))
-	if pushback > 0 {
-		h.Set("Grpc-Retry-Pushback-Ms", strconv.FormatInt(pushback.Milliseconds(), 10))
-	}
-	w.WriteHeader(http.StatusOK)
-}
-
-// grpcEncodeMessage percent-encodes a grpc-message value as the gRPC HTTP/2
-// spec asks (printable ASCII except %, everything else encoded).
-func grpcEncodeMessage(s string) string {
-	safe := true
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '%' {
-			safe = false
-			break
+	if grpcReq {
+		h.Set("Content-Type", "application/grpc")
+		h.Set("Grpc-Status", strconv.Itoa(r.GRPCCode))
+		h.Set("Grpc-Message", filter.GRPCMessage(r.Message))
+		if r.Retryable {
+			h.Set("Grpc-Retry-Pushback-Ms", filter.Pushback(retryAfter))
 		}
+		w.WriteHeader(http.StatusOK)
+		return
 	}
-	if safe {
-		return s
+	if r.HTTPStatus == 499 { // the client is gone; nobody reads this
+		return
 	}
-	return url.PathEscape(s)
-}
-
-// admitFailure maps an admission error to an HTTP status, an OpenAI error
-// type and a gRPC code.
-func admitFailure(err error) (status int, typ string, code codes.Code) {
-	switch {
-	case errors.Is(err, scheduler.ErrQueueFull):
-		return http.StatusTooManyRequests, "queue_full", codes.ResourceExhausted
-	case errors.Is(err, scheduler.ErrCancelled):
-		// The client is gone; the status is for logs only.
-		return 499, "cancelled", codes.Canceled
-	default: // rejected, timed out, unavailable, closed, preempted
-		return http.StatusServiceUnavailable, "unavailable", codes.Unavailable
+	h.Set("Content-Type", "application/json")
+	if r.Retryable {
+		h.Set("Retry-After", filter.RetryAfter(retryAfter))
 	}
+	w.WriteHeader(r.HTTPStatus)
+	_, _ = w.Write(r.OpenAIBody())
 }

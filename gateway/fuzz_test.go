@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/filter"
 )
 
 func FuzzRequestMeta(f *testing.F) {
@@ -19,11 +20,11 @@ func FuzzRequestMeta(f *testing.F) {
 	f.Add("/llm.v1.Generation/Generate", grpcFrame(&llmv1.GenerateRequest{Prompt: "abc", MaxTokens: 4}), true)
 	f.Add("/vllm.grpc.engine.VllmEngine/Generate", []byte{0, 0, 0, 0, 9, 1, 2}, true)
 	f.Fuzz(func(t *testing.T, path string, body []byte, grpc bool) {
-		m := parseRequestMeta(path, body, grpc)
-		if m.promptTokens < 0 {
-			t.Fatalf("negative prompt tokens %d", m.promptTokens)
+		m := filter.ReadRequestMeta(path, body, grpc)
+		if m.PromptTokens < 0 {
+			t.Fatalf("negative prompt tokens %d", m.PromptTokens)
 		}
-		if m.spliceable && (!m.stream || m.kind == apiOther) {
+		if m.Spliceable && (!m.Stream || m.API == filter.APIOther) {
 			t.Fatalf("spliceable without a streamed OpenAI API: %+v", m)
 		}
 	})
@@ -109,9 +110,9 @@ func FuzzSpliceRewrite(f *testing.F) {
 		[]byte(`{"prompt":"p","max_tokens":8,"min_tokens":2}`), true)
 	f.Add([]byte("event: x\n\n\n\n"), []byte(`{"messages":[{"role":"user","content":"q"}],"max_completion_tokens":1}`), false)
 	f.Fuzz(func(t *testing.T, events, orig []byte, chat bool) {
-		kind := apiCompletions
+		kind := filter.APICompletions
 		if chat {
-			kind = apiChat
+			kind = filter.APIChat
 		}
 		sp := newSplicer(kind)
 		sp.track(events)

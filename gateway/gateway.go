@@ -13,21 +13,19 @@ import (
 
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/filter/relocate"
+	"github.com/llmesh/llmesh/gateway/relocatehttp"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
 // Recorder receives one Record per finished request (telemetry, tests,
-// the benchmark's embedded runs). It is called on the request's goroutine,
-// so it must be quick and safe for concurrent use.
-type Recorder interface {
-	Record(r Record)
-}
+// the benchmark's embedded runs): the core's recorder, the same the Envoy
+// host reports to. It is called on the request's goroutine, so it must be
+// quick and safe for concurrent use.
+type Recorder = filter.Recorder
 
 // RecorderFunc adapts a function to Recorder.
-type RecorderFunc func(Record)
-
-// Record calls f.
-func (f RecorderFunc) Record(r Record) { f(r) }
+type RecorderFunc = filter.RecorderFunc
 
 // Option configures a Gateway.
 type Option func(*Gateway)
@@ -87,6 +85,17 @@ func WithHandlerWrapper(wrap func(http.Handler) http.Handler) Option {
 	}
 }
 
+// WithRelocation moves oversized prompts from headers and gRPC metadata
+// into the body (gateway/relocatehttp) before the handler reads the
+// request; rel is used for every request (a nil rel relocates nothing).
+// A request the relocation refuses is answered with the core's reply
+// (filter.ReplyFor) and recorded like any other refusal. onRelocated is
+// called per relocated value; nil does nothing. It runs inside the
+// WithHandlerWrapper wrappers.
+func WithRelocation(rel *relocate.Relocator, onRelocated relocate.OnRelocated) Option {
+	return func(g *Gateway) { g.relocator, g.onRelocated = rel, onRelocated }
+}
+
 // WithArmDraw sets the source of the uniform [0, 1) numbers that pick an
 // experiment arm by weight; it is called once per request to a route with
 // an experiment, from many goroutines at once, so it must be safe for
@@ -127,7 +136,14 @@ type Gateway struct {
 	gapBuckets *filter.GapBuckets // from a recorder; nil: none
 	wrappers   []func(http.Handler) http.Handler
 	handler    http.Handler
-	armDraw    func() float64 // nil: compile's default
+	// relocator, when set, relocates prompts in front of the handler.
+	relocator   *relocate.Relocator
+	onRelocated relocate.OnRelocated
+	armDraw     func() float64 // nil: compile's default
+	// generalScan makes every observer take the general JSON scan for
+	// every SSE event (filter.Options.GeneralScan); set at construction by
+	// benchmarks that compare it with the fast path in one run.
+	generalScan bool
 
 	httpTransport *http.Transport
 	grpcTransport *http.Transport
@@ -168,6 +184,9 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	}
 	g.grpcTransport.Protocols.SetUnencryptedHTTP2(true)
 	var h http.Handler = g
+	if g.relocator != nil {
+		h = relocatehttp.New(h, g.relocator, relocatehttp.Options{OnRelocated: g.onRelocated, OnRefused: g.relocationRefused})
+	}
 	for i := len(g.wrappers) - 1; i >= 0; i-- {
 		h = g.wrappers[i](h)
 	}

@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/scheduler"
-	"google.golang.org/grpc/codes"
 )
 
 // exchange is the state of one client request across its upstream
@@ -28,7 +28,7 @@ type exchange struct {
 	grpc    bool
 	class   string
 	body    []byte
-	meta    requestMeta
+	meta    filter.RequestMeta
 	sreq    scheduler.Request
 	recv    time.Time
 	admitAt time.Time
@@ -61,8 +61,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	grpcReq := isGRPC(r)
 	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, grpcReq)
 	if !ok {
-		g.fail(w, grpcReq, http.StatusNotFound, "no_route", codes.Unimplemented,
-			fmt.Sprintf("no route for %s", r.URL.Path), 0)
+		reply(w, grpcReq, fmt.Errorf("%w for %s", filter.ErrNoRoute, r.URL.Path))
 		return
 	}
 	if pool.Arm != "" {
@@ -71,21 +70,22 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(r.Body, rt.cfg.MaxRequestBytes)
 	if err != nil {
 		if errors.Is(err, ErrBodyTooLarge) {
-			g.fail(w, grpcReq, http.StatusRequestEntityTooLarge, "request_too_large", codes.ResourceExhausted,
-				fmt.Sprintf("request body exceeds max_request_bytes (%d bytes)", rt.cfg.MaxRequestBytes), 0)
+			reply(w, grpcReq, fmt.Errorf("%w: request body exceeds max_request_bytes (%d bytes)", filter.ErrRequestTooLarge, rt.cfg.MaxRequestBytes))
 			return
 		}
-		g.fail(w, grpcReq, http.StatusBadRequest, "bad_request", codes.InvalidArgument,
-			"reading request body: "+err.Error(), 0)
+		reply(w, grpcReq, fmt.Errorf("%w: reading request body: %w", filter.ErrBadRequest, err))
 		return
 	}
 	x := &exchange{g: g, rt: rt, pool: pool, grpc: grpcReq, recv: recv, passthrough: !gen.Match(r.Method, r.URL.Path)}
-	x.meta = parseRequestMeta(r.URL.Path, body, grpcReq)
-	x.class = g.classify(r, routeClass, x.meta.model)
+	x.meta = filter.ReadRequestMeta(r.URL.Path, body, grpcReq)
+	x.class = g.classify(r, routeClass, x.meta.Model)
 	if x.class == "" {
 		x.class = rt.cfg.DefaultClass
 	}
-	if x.body, ok = g.guardPriority(w, r, rt, pool, x.class, body, grpcReq); !ok {
+	if x.body, err = g.guardPriority(r, rt, pool, x.class, body, grpcReq); err != nil {
+		reply(w, grpcReq, err)
+		g.recordRefused(refusal{recv: recv, grpc: grpcReq, method: r.URL.Path, class: x.class, model: x.meta.Model,
+			pool: pool.Name, passthrough: x.passthrough, err: err})
 		return
 	}
 	body = x.body
@@ -94,8 +94,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ID:           requestID(r),
 		Pool:         pool.Name,
 		Class:        x.class,
-		PromptTokens: x.meta.promptTokens,
-		MaxTokens:    x.meta.maxTokens,
+		PromptTokens: x.meta.PromptTokens,
+		MaxTokens:    x.meta.MaxTokens,
 		Arrival:      recv,
 		Affinity:     pool.affinity(r.Header),
 	}
@@ -110,8 +110,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			} else {
 				x.obs.refused(err)
 			}
-			status, typ, code := admitFailure(err)
-			g.fail(w, grpcReq, status, typ, code, err.Error(), retryAfter)
+			reply(w, grpcReq, err)
 			return
 		}
 		x.lease = lease
@@ -141,6 +140,58 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	g.proxy(pool).ServeHTTP(w, r.WithContext(ctx))
+}
+
+// relocationRefused records a request that the relocation in front of the
+// handler answered itself (relocatehttp's OnRefused): routed and
+// classified from its headers as the handler would, never admitted.
+func (g *Gateway) relocationRefused(r *http.Request, err error) {
+	rt := g.cfg.Load()
+	now := g.clock.Now()
+	grpcReq := isGRPC(r)
+	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, grpcReq)
+	if !ok {
+		return
+	}
+	class := g.classify(r, routeClass, "")
+	if class == "" {
+		class = rt.cfg.DefaultClass
+	}
+	opts := filter.Options{GapBuckets: g.gapBuckets}
+	if grpcReq {
+		opts.GRPCMethod = r.URL.Path
+	}
+	g.recordRefused(refusal{recv: now, grpc: grpcReq, method: r.URL.Path, class: class, model: "", pool: pool.Name,
+		passthrough: !gen.Match(r.Method, r.URL.Path), err: err})
+}
+
+// refusal is a request the gateway answered itself before admission.
+type refusal struct {
+	recv         time.Time
+	grpc         bool
+	method       string
+	class, model string
+	pool         string
+	passthrough  bool
+	err          error
+}
+
+// recordRefused records a request the gateway refused before admission
+// (relocation, the engine-priority guard), as the Envoy host records its
+// local replies: the error, no response.
+func (g *Gateway) recordRefused(f refusal) {
+	opts := filter.Options{GapBuckets: g.gapBuckets}
+	if f.grpc {
+		opts.GRPCMethod = f.method
+	}
+	o := filter.GetObserver(opts)
+	o.MarkReceived(f.recv)
+	o.SetError(filter.ErrorHTTPStatus, f.err.Error())
+	o.Finish(g.clock.Now(), nil)
+	ob := o.Observation()
+	filter.PutObserver(o)
+	g.record(Record{Observation: ob, Class: f.class, Model: f.model, Pool: f.pool, Outcome: scheduler.Failed, Err: f.err,
+		Passthrough: f.passthrough})
 }
 
 // finish releases the lease once and records the observation.
@@ -179,20 +230,6 @@ func (x *exchange) admitAgain(ctx context.Context) error {
 	return nil
 }
 
-func (g *Gateway) fail(w http.ResponseWriter, grpcReq bool, status int, typ string, code codes.Code, msg string, pushback time.Duration) {
-	if grpcReq {
-		if code != codes.Unavailable {
-			pushback = 0
-		}
-		writeGRPCError(w, code, msg, pushback)
-		return
-	}
-	if status == 499 { // the client is gone; nobody reads this
-		return
-	}
-	writeHTTPError(w, status, typ, msg)
-}
-
 // errorHandler answers requests whose upstream attempt failed before any
 // response byte reached the client.
 func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
@@ -216,13 +253,11 @@ func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error
 		if x != nil {
 			x.obs.refused(err)
 		}
-		status, typ, code := admitFailure(err)
-		g.fail(w, grpcReq, status, typ, code, err.Error(), retryAfter)
+		reply(w, grpcReq, err)
 	case errors.Is(err, ErrUpstreamStalled):
-		g.fail(w, grpcReq, http.StatusGatewayTimeout, "upstream_timeout", codes.Unavailable, err.Error(), 0)
+		reply(w, grpcReq, err)
 	default:
-		g.fail(w, grpcReq, http.StatusBadGateway, "upstream_unavailable", codes.Unavailable,
-			"upstream: "+err.Error(), 0)
+		reply(w, grpcReq, fmt.Errorf("%w: %w", filter.ErrUpstream, err))
 	}
 }
 

@@ -38,7 +38,8 @@ func TestAdmissionErrorMappingHTTPAndGRPC(t *testing.T) {
 		code       codes.Code
 		pushback   bool
 	}{
-		{fmt.Errorf("%w: interactive at 256", scheduler.ErrQueueFull), 429, codes.ResourceExhausted, false},
+		// Queue full is retryable in both protocols (the core's reply table).
+		{fmt.Errorf("%w: interactive at 256", scheduler.ErrQueueFull), 429, codes.ResourceExhausted, true},
 		{fmt.Errorf("%w: max wait 10s passed", scheduler.ErrRejected), 503, codes.Unavailable, true},
 		{fmt.Errorf("%w: dial: refused", scheduler.ErrUnavailable), 503, codes.Unavailable, true},
 	} {

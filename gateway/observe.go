@@ -20,20 +20,14 @@ type meter struct {
 	x   *exchange
 	o   *filter.Observer
 	err error
-	// lastTokens is the token count last reported to the lease.
-	lastTokens int
-	firstSent  bool
+	// progress reports the stream's progress to the current lease.
+	progress filter.ProgressReporter
 }
-
-// generalScanKey, set in a request's context, makes its observer take the
-// general JSON scan for every SSE event (filter.Options.GeneralScan): the
-// A/B switch benchmarks use to compare with the fast path in one run.
-type generalScanKey struct{}
 
 func (g *Gateway) newMeter(x *exchange, r *http.Request) *meter {
 	opts := filter.Options{
-		KeepOutput:  x.meta.spliceable && g.admitter != nil,
-		GeneralScan: r.Context().Value(generalScanKey{}) != nil,
+		KeepOutput:  x.meta.Spliceable && g.admitter != nil,
+		GeneralScan: g.generalScan,
 		GapBuckets:  g.gapBuckets,
 	}
 	if x.grpc {
@@ -66,13 +60,7 @@ func (m *meter) responseHeaders(res *http.Response, t time.Time) {
 // lease when the token count moved.
 func (m *meter) chunk(b []byte, t time.Time) {
 	_ = m.o.Observe(t, b) // parse errors are recorded in the observation
-	if lease := m.x.lease; lease != nil {
-		p := m.o.Progress()
-		if p.Tokens != m.lastTokens || (p.FirstToken && !m.firstSent) {
-			m.lastTokens, m.firstSent = p.Tokens, p.FirstToken
-			lease.Progress(p)
-		}
-	}
+	m.progress.Report(m.x.lease, m.o)
 }
 
 func (m *meter) trailers(h http.Header, t time.Time) {
@@ -153,7 +141,7 @@ func (m *meter) end(x *exchange) {
 	x.g.record(Record{
 		Observation: ob,
 		Class:       x.class,
-		Model:       x.meta.model,
+		Model:       x.meta.Model,
 		Pool:        x.pool.Name,
 		Outcome:     x.outcome,
 		Preemptions: x.preemptions,
@@ -165,27 +153,9 @@ func (m *meter) end(x *exchange) {
 
 var errClientGone = fmt.Errorf("client cancelled: %w", context.Canceled)
 
-// Record is what the gateway reports per request to its recorders.
-type Record struct {
-	filter.Observation
-	Class   string
-	Model   string
-	Pool    string
-	Outcome scheduler.Outcome
-	// Preemptions counts how often the request was preempted (requeued or
-	// continued).
-	Preemptions int
-	// Err is the gateway-side error that ended the request (admission,
-	// upstream, preemption), nil when it completed.
-	Err error
-	// Passthrough marks a request that was not a generation call (the
-	// route's generation paths): it was proxied without admission, and
-	// recorders keep it out of generation metrics.
-	Passthrough bool
-	// Endpoint is the pool endpoint (host:port) its last upstream attempt
-	// went to; "" when it went to the pool's upstream.
-	Endpoint string
-}
+// Record is what the gateway reports per request to its recorders: the
+// core's Record, the same the Envoy host reports.
+type Record = filter.Record
 
 // classify picks the request's class: the classifier when configured, else
 // the route's class.

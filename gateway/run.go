@@ -14,7 +14,6 @@ import (
 	"github.com/llmesh/llmesh/config/watch"
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
-	"github.com/llmesh/llmesh/gateway/relocatehttp"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/policy"
@@ -231,13 +230,8 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 			if err != nil {
 				return nil, fmt.Errorf("relocation: %w", err)
 			}
-			opts = append(opts, WithHandlerWrapper(func(next http.Handler) http.Handler {
-				return relocatehttp.New(next, rel, relocatehttp.Options{
-					// h.tele is set before New runs this wrapper and
-					// before any request.
-					OnRelocated: func(kind string, n int) { h.tele.Recorder.Relocated(kind, int64(n)) },
-				})
-			}))
+			// h.tele is set before any request.
+			opts = append(opts, WithRelocation(rel, func(kind string, n int) { h.tele.Recorder.Relocated(kind, int64(n)) }))
 		}
 		h.watcher = w
 	} else {
@@ -381,21 +375,6 @@ func (h *host) applyMesh(c *config.Config, listener string, sched bool, log *slo
 }
 
 // TelemetryRecorder records gateway Records as OpenTelemetry metrics and
-// traces.
-// Its GapBuckets makes the gateway count every inter-chunk gap.
-func TelemetryRecorder(r *telemetry.Recorder) Recorder { return telemetryRecorder{r} }
-
-type telemetryRecorder struct{ r *telemetry.Recorder }
-
-func (t telemetryRecorder) Record(rec Record) {
-	if rec.Passthrough {
-		t.r.Passthrough(&rec.Observation)
-		return
-	}
-	t.r.Record(rec.Observation, rec.Class, rec.Model)
-	for i := 0; i < rec.Preemptions; i++ {
-		t.r.Preempted(rec.Class, rec.Model)
-	}
-}
-
-func (t telemetryRecorder) GapBuckets() *filter.GapBuckets { return t.r.GapBuckets() }
+// traces (telemetry.HostRecorder, the Envoy host's recorder too). Its
+// GapBuckets makes the gateway count every inter-chunk gap.
+func TelemetryRecorder(r *telemetry.Recorder) Recorder { return telemetry.HostRecorder{R: r} }

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/llmesh/llmesh/filter"
 )
 
 // splicer continues a preempted OpenAI SSE stream: it remembers the
@@ -18,7 +20,7 @@ import (
 // the first attempt's id and created time, no second role delta, and a
 // final usage that counts the original prompt and every generated token.
 type splicer struct {
-	kind apiKind
+	kind filter.API
 	// id and created are the first attempt's, copied into continuation
 	// events.
 	id      json.RawMessage
@@ -37,7 +39,7 @@ type splicer struct {
 	held     []byte
 }
 
-func newSplicer(kind apiKind) *splicer { return &splicer{kind: kind} }
+func newSplicer(kind filter.API) *splicer { return &splicer{kind: kind} }
 
 // track reads the stream's identity from the first attempt's first event;
 // events are whole (the stream cuts at event boundaries).
@@ -133,13 +135,13 @@ func (sp *splicer) continuationBody(orig []byte, text string, generated int) (bo
 		}
 	}
 	switch sp.kind {
-	case apiCompletions:
+	case filter.APICompletions:
 		var prompt string
 		if err := json.Unmarshal(m["prompt"], &prompt); err != nil {
 			return nil, false, errors.New("continuation: prompt is not a string")
 		}
 		m["prompt"], _ = json.Marshal(prompt + text)
-	case apiChat:
+	case filter.APIChat:
 		var msgs []json.RawMessage
 		if err := json.Unmarshal(m["messages"], &msgs); err != nil {
 			return nil, false, errors.New("continuation: messages is not a list")
@@ -277,7 +279,7 @@ func (sp *splicer) rewriteChunk(data []byte) (out []byte, text string, final, ke
 	if json.Unmarshal(data, &m) != nil {
 		return data, "", false, true
 	}
-	if sp.kind == apiChat && roleOnly(m["choices"]) {
+	if sp.kind == filter.APIChat && roleOnly(m["choices"]) {
 		return nil, "", false, false
 	}
 	text, final = chunkText(m["choices"])
@@ -384,7 +386,7 @@ func (s *stream) continueStream() error {
 		sp.before = generated
 		sp.rewriting = true
 		sp.sent, sp.got, sp.held = x.obs.output(), "", nil
-		sp.checking = sp.kind == apiChat && strings.TrimSpace(sp.sent) != ""
+		sp.checking = sp.kind == filter.APIChat && strings.TrimSpace(sp.sent) != ""
 		a := x.newAttempt(ctx)
 		res, err := send(s.base, x, a, s.outreq, body)
 		if err == nil && res.StatusCode != http.StatusOK {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/scheduler"
 	"google.golang.org/grpc/codes"
 )
@@ -85,9 +86,9 @@ func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Req
 		out.Trailer[k] = v
 	}
 	s.out = &out
-	if x.lease != nil && x.preemptible && x.meta.spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK &&
+	if x.lease != nil && x.preemptible && x.meta.Spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK &&
 		x.pool.Resume == ResumeContinue {
-		s.splice = newSplicer(x.meta.kind)
+		s.splice = newSplicer(x.meta.API)
 	}
 	s.t0 = x.g.clock.Now()
 	x.obs.responseHeaders(res, s.t0)
@@ -418,12 +419,12 @@ func (s *stream) terminate(err error, o scheduler.Outcome) {
 			s.pending = append(s.pending, '\n', '\n')
 		}
 		s.pending = append(s.pending, "event: error\ndata: "...)
-		s.pending = append(s.pending, errorJSON(http.StatusBadGateway, errorType(err), err.Error())...)
+		s.pending = append(s.pending, filter.AppendOpenAIError(nil, http.StatusBadGateway, errorType(err), err.Error())...)
 		s.pending = append(s.pending, '\n', '\n')
 		s.doneErr = io.EOF
 	case framingGRPC:
 		s.out.Trailer.Set("Grpc-Status", strconv.Itoa(int(codes.Unavailable)))
-		s.out.Trailer.Set("Grpc-Message", grpcEncodeMessage(err.Error()))
+		s.out.Trailer.Set("Grpc-Message", filter.GRPCMessage(err.Error()))
 		s.doneErr = io.EOF
 	default:
 		s.doneErr = err

@@ -31,7 +31,7 @@ func InterChunkBuckets() *filter.GapBuckets { return interChunkBuckets }
 func (r *Recorder) GapBuckets() *filter.GapBuckets { return interChunkBuckets }
 
 // GapBuckets is InterChunkBuckets.
-func (p PointerRecorder) GapBuckets() *filter.GapBuckets { return interChunkBuckets }
+func (h HostRecorder) GapBuckets() *filter.GapBuckets { return interChunkBuckets }
 
 // allGaps reports whether the ITL summary's per-bucket counts have gaps
 // its samples do not: the request had more gaps than the host kept.

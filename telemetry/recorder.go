@@ -342,25 +342,26 @@ func (r *Recorder) Passthrough(obs *filter.Observation) {
 	r.passthrough.Add(context.Background(), 1, metric.WithAttributes(attribute.String("llmesh.outcome", outcome)))
 }
 
-// PointerRecorder adapts a Recorder to hosts that hand observations over by
-// pointer (the Envoy adapter's Recorder interface). Each Record records the
-// metrics and the request's trace spans.
-type PointerRecorder struct{ R *Recorder }
+// HostRecorder records the Records of either host (filter.Recorder), the
+// one place a host's request becomes telemetry: a generation's metrics,
+// one llmesh.preemptions per preemption and the request's trace spans; a
+// passthrough request only its count.
+type HostRecorder struct{ R *Recorder }
 
-// Record records *obs; a nil obs or Recorder is ignored.
-func (p PointerRecorder) Record(obs *filter.Observation, class, model string) {
-	if obs == nil || p.R == nil {
+var _ filter.Recorder = HostRecorder{}
+
+// Record records rec; a nil Recorder is ignored.
+func (h HostRecorder) Record(rec filter.Record) {
+	if h.R == nil {
 		return
 	}
-	p.R.Record(*obs, class, model)
-	p.R.Trace(context.Background(), *obs, class, model)
-}
-
-// Passthrough counts a request that was not a generation call (see
-// Recorder.Passthrough); a nil obs or Recorder is ignored.
-func (p PointerRecorder) Passthrough(obs *filter.Observation) {
-	if obs == nil || p.R == nil {
+	if rec.Passthrough {
+		h.R.Passthrough(&rec.Observation)
 		return
 	}
-	p.R.Passthrough(obs)
+	h.R.Record(rec.Observation, rec.Class, rec.Model)
+	for i := 0; i < rec.Preemptions; i++ {
+		h.R.Preempted(rec.Class, rec.Model)
+	}
+	h.R.Trace(context.Background(), rec.Observation, rec.Class, rec.Model)
 }

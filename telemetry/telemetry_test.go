@@ -365,7 +365,10 @@ func BenchmarkRecord(b *testing.B) {
 	}
 }
 
-func TestPointerRecorder(t *testing.T) {
+// TestHostRecorder: one Record of either host becomes its metrics, one
+// preemption count per preemption and four spans; a passthrough only its
+// count.
+func TestHostRecorder(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	sr := tracetest.NewSpanRecorder()
 	p, err := New(context.Background(), Options{Readers: []sdkmetric.Reader{reader}, SpanProcessors: []sdktrace.SpanProcessor{sr}})
@@ -373,14 +376,17 @@ func TestPointerRecorder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = p.Shutdown(context.Background()) }()
-	var rec interface {
-		Record(obs *filter.Observation, class, model string)
-	} = PointerRecorder{p.Recorder}
+	var rec filter.Recorder = HostRecorder{p.Recorder}
 	obs := observe(t)
-	rec.Record(&obs, "c", "m")
-	rec.Record(nil, "c", "m")
-	if c := counts(collect(t, reader)[MetricRequests], AttrClass); c["c"] != 1 {
+	rec.Record(filter.Record{Observation: obs, Class: "c", Model: "m", Preemptions: 2})
+	rec.Record(filter.Record{Observation: obs, Class: "c", Model: "m", Passthrough: true})
+	HostRecorder{}.Record(filter.Record{Observation: obs, Class: "c"})
+	got := collect(t, reader)
+	if c := counts(got[MetricRequests], AttrClass); c["c"] != 1 {
 		t.Errorf("requests %v", c)
+	}
+	if c := counts(got[MetricPreemptions], AttrClass); c["c"] != 2 {
+		t.Errorf("preemptions %v, want 2 of class c", c)
 	}
 	if n := len(sr.Ended()); n != 4 {
 		t.Errorf("%d spans, want 4", n)

@@ -4,7 +4,10 @@ import (
 	"testing"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/api/vllmpb"
 	"github.com/llmesh/llmesh/filter/filtertest"
 )
 
@@ -138,4 +141,42 @@ func TestTrailersAfterBufferedBody(t *testing.T) {
 	s.Complete()
 	want(t, "class", s.Metadata(MetadataNamespace)["class"], "batch")
 	noViolations(t, s)
+}
+
+// TestGRPCBodySizedForTokenBound: with a token bound an llm.v1 or vLLM
+// request's message is read before admission (filter.ReadRequestMeta, as
+// the gateway reads it), so one that can never fit the pool's bound is
+// refused with a real gRPC status instead of being admitted unsized.
+func TestGRPCBodySizedForTokenBound(t *testing.T) {
+	mesh := `{"pools": [{"name": "g", "protocol": "grpc", "endpoints": ["127.0.0.1:9"],
+	           "capacity": {"max_inflight": 4, "max_inflight_tokens": 1000}}],
+	"classes": [{"name": "batch", "priority": 10}], "default_class": "batch"}`
+	h := newHarness(t, `{"mesh": `+mesh+`}`, true)
+	for _, tc := range []struct {
+		name     string
+		path     string
+		msg      proto.Message
+		wantGRPC int64 // 0: admitted
+	}{
+		{"llm.v1 fits", llmv1.Generation_Generate_FullMethodName, &llmv1.GenerateRequest{Prompt: "hi", MaxTokens: 10}, 0},
+		{"llm.v1 never fits", llmv1.Generation_Generate_FullMethodName, &llmv1.GenerateRequest{Prompt: "hi", MaxTokens: 5000}, 14},
+		{"vLLM never fits", vllmpb.VllmEngine_Generate_FullMethodName, &vllmpb.GenerateRequest{
+			Input: &vllmpb.GenerateRequest_Text{Text: "hi"}, SamplingParams: &vllmpb.SamplingParams{MaxTokens: proto.Uint32(5000)}}, 14},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := h.stream(filtertest.Options{Protocol: "HTTP/2"})
+			req := filtertest.RequestHeaders("POST", tc.path, "content-type", "application/grpc", "te", "trailers")
+			wantStatus(t, "DecodeHeaders", s.DecodeHeaders(req, false), api.StopAndBuffer)
+			r := s.DecodeData(grpcFrame(t, tc.msg), true)
+			if tc.wantGRPC != 0 {
+				wantStatus(t, "DecodeData", r, api.LocalReply)
+				want(t, "grpc status", s.Reply().GRPCStatus, tc.wantGRPC)
+			} else {
+				wantStatus(t, "DecodeData", r, api.Continue)
+			}
+			s.Complete()
+			noViolations(t, s)
+		})
+	}
+	want(t, "inflight", h.gauge(GaugeInflight), 0)
 }

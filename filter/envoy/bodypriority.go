@@ -1,13 +1,13 @@
 package envoy
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strings"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
+	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter"
 )
@@ -45,9 +45,6 @@ const (
 	guardGRPC
 )
 
-// grpcInvalidArgument is the gRPC status of a body that cannot be checked.
-const grpcInvalidArgument = 3
-
 // planPriorityGuard decides in DecodeHeaders, after classification,
 // whether the request body must be checked. done is true when the request
 // is answered here (a compressed JSON body cannot be checked).
@@ -56,7 +53,7 @@ func (f *streamFilter) planPriorityGuard(h api.RequestHeaderMap, hv headers, ct 
 		return false, 0
 	}
 	switch {
-	case f.grpc && f.path == filter.LLMv1GenerateMethod:
+	case f.grpc && f.path == llmv1.Generation_Generate_FullMethodName:
 		f.guard = guardGRPC
 	case !f.grpc && filter.IsJSONBody(ct):
 		f.guard = guardJSON
@@ -74,8 +71,8 @@ func (f *streamFilter) planPriorityGuard(h api.RequestHeaderMap, hv headers, ct 
 	if f.guard == guardJSON {
 		if ce, _ := h.Get("content-encoding"); strings.TrimSpace(ce) != "" && !strings.EqualFold(strings.TrimSpace(ce), "identity") {
 			f.guard = guardNone
-			return true, f.priorityRefused(f.cb.DecoderFilterCallbacks(), localReply{http: 415, grpc: grpcInvalidArgument,
-				body: "content-encoding " + ce + ": a compressed JSON body cannot be checked for a client-set priority", details: "llmesh_priority_body"})
+			return true, f.priorityRefused(f.cb.DecoderFilterCallbacks(),
+				fmt.Errorf("%w: content-encoding %s", filter.ErrPriorityEncoding, ce))
 		}
 		if f.guardMode.Mode == filter.PrioritySet {
 			h.Del("content-length") // the body grows or shrinks
@@ -114,9 +111,7 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 		if f.grpc {
 			msg = fmt.Sprintf("llm.v1 request of at least %d bytes exceeds relocation.max_message = %d bytes plus its 5-byte prefix", n, limit-5)
 		}
-		f.finishOnPanic()
-		return f.priorityRefused(dcb, localReply{http: 413, grpc: grpcResourceExhausted, details: "llmesh_priority_body",
-			body: msg + " (checked for a client-set priority)"})
+		return f.priorityRefused(dcb, fmt.Errorf("%w: %s", filter.ErrPriorityTooLarge, msg))
 	}
 	if !endStream {
 		f.guardBuf = append(f.guardBuf, b.Bytes()...)
@@ -156,12 +151,7 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 		body, changed, err = filter.RewriteJSONPriority(body, mode)
 	}
 	if err != nil {
-		r := localReply{http: 400, grpc: grpcInvalidArgument, body: err.Error(), details: "llmesh_priority_body"}
-		if errors.Is(err, filter.ErrPriorityTooLarge) {
-			r.http, r.grpc = 413, grpcResourceExhausted
-		}
-		f.finishOnPanic() // releases an admission made from the headers
-		return f.priorityRefused(dcb, r)
+		return f.priorityRefused(dcb, err)
 	}
 	if changed {
 		if mode.Mode == filter.PrioritySet {
@@ -188,19 +178,19 @@ func classPriority(c filter.Class) int32 {
 	return int32(min(max(c.Priority, math.MinInt32), math.MaxInt32))
 }
 
-func (f *streamFilter) priorityRefused(cb api.FilterProcessCallbacks, r localReply) api.StatusType {
+func (f *streamFilter) priorityRefused(cb api.FilterProcessCallbacks, err error) api.StatusType {
 	f.m.priorityRefused.Increment(1)
-	return f.reply(cb, r)
+	f.noteRefused(err)
+	f.finishOnPanic() // releases an admission made from the headers
+	return f.reply(cb, filter.ReplyFor(err))
 }
 
 // errGuardTrailers: the body collected so far would be lost (Envoy has
 // forgotten it) or handed on unchecked.
-var errGuardTrailers = errors.New("request trailers cannot follow a body checked for a client-set priority")
+var errGuardTrailers = fmt.Errorf("%w: request trailers cannot follow a body checked for a client-set priority", filter.ErrPriorityBody)
 
 // guardTrailers refuses request trailers while the guard holds the body.
 func (f *streamFilter) guardTrailers() api.StatusType {
 	f.guard, f.guardBuf = guardNone, nil
-	f.finishOnPanic()
-	return f.priorityRefused(f.cb.DecoderFilterCallbacks(), localReply{http: 400, grpc: grpcInvalidArgument,
-		body: errGuardTrailers.Error(), details: "llmesh_priority_body"})
+	return f.priorityRefused(f.cb.DecoderFilterCallbacks(), errGuardTrailers)
 }

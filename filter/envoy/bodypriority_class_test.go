@@ -123,7 +123,7 @@ func TestEnginePriorityClassGRPC(t *testing.T) {
 	} {
 		req := grpcFrame(t, &llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 6, Priority: tc.sent,
 			Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
-		st := proxy(t, h, c, eng.URL+filter.LLMv1GenerateMethod, grpcRequest(tc.headers...), req)
+		st := proxy(t, h, c, eng.URL+llmv1.Generation_Generate_FullMethodName, grpcRequest(tc.headers...), req)
 		got := eng.TakeAll()
 		if len(got) != 1 || len(got[0]) < 5 {
 			t.Fatalf("%s: engine received %d requests", tc.name, len(got))

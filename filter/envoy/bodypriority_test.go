@@ -299,7 +299,7 @@ func TestEnginePrioritySpoofingThroughSim(t *testing.T) {
 	defer gc.CloseIdleConnections()
 	req := grpcFrame(t, &llmv1.GenerateRequest{Model: sim.Model, Prompt: "hi", MaxTokens: 6, Priority: -100,
 		Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
-	s := proxy(t, h, gc, geng.URL+filter.LLMv1GenerateMethod, grpcRequest(), req)
+	s := proxy(t, h, gc, geng.URL+llmv1.Generation_Generate_FullMethodName, grpcRequest(), req)
 	got := geng.TakeAll()
 	if len(got) != 1 || len(got[0]) < 5 {
 		t.Fatalf("engine received %d requests", len(got))

@@ -21,7 +21,7 @@
 // Goroutines and ownership:
 //   - Envoy calls every callback of one request on one worker thread. That
 //     thread owns the observer, the relocation state and the flags that
-//     only callbacks touch (finished, completed, preemptCh, tokensSent).
+//     only callbacks touch (finished, completed, preemptCh, progress).
 //   - A held request has one admission goroutine, started by admit() and
 //     owned by the request: it blocks in Admitter.Admit on a context that
 //     OnDestroy cancels, and its last action is exactly one Continue or

@@ -62,12 +62,13 @@ type streamFilter struct {
 	reqHV      headers
 	peer       netip.Addr
 	model      string
+	modelRead  bool // noteModel ran
 	promptToks int
 	maxToks    int
-	observed   bool // obs received response headers
-	finished   bool // obs.Finish was called
-	completed  bool // OnStreamComplete ran
-	tokensSent int  // last progress reported to the lease
+	observed   bool                    // obs received response headers
+	finished   bool                    // obs.Finish was called
+	completed  bool                    // OnStreamComplete ran
+	progress   filter.ProgressReporter // reports to the lease
 	preemptCh  <-chan struct{}
 
 	// sizeBuf holds a JSON body read before admission (for its size, or
@@ -217,8 +218,12 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	f.obs.MarkReceived(f.received)
 
 	// The body is read before admission when the config needs the model
-	// (classification rules) or the request's size (token capacity).
-	wantBody := f.cfg.needBody && !f.grpc && !endStream && strings.HasPrefix(ct, "application/json")
+	// (classification rules) or the request's size (token capacity): an
+	// OpenAI JSON body, or the message of a gRPC generation the core sizes
+	// (llm.v1, vLLM), as the gateway sizes it.
+	sizable := strings.HasPrefix(ct, "application/json") && !f.grpc ||
+		f.grpc && (f.path == filter.MethodLLMV1 || f.path == filter.MethodVLLM)
+	wantBody := f.cfg.needBody && !endStream && sizable
 	if done, st := f.planPriorityGuard(h, hv, ct, endStream); done {
 		return st
 	}
@@ -230,12 +235,25 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 			return st
 		}
 	}
-	if wantBody {
-		// The header map stays valid until the buffered DecodeData.
+	if wantBody && f.grpcRW == nil {
+		// The header map stays valid until the buffered DecodeData. (A
+		// relocated gRPC message streams through the rewriter instead.)
 		f.sizing, f.reqHV = true, hv
 		return api.StopAndBuffer
 	}
 	return f.admit()
+}
+
+// noteModel reads the model for the Record from the first request chunk
+// when it holds the whole JSON body or the first gRPC message, as the
+// gateway records it; a body read before admission (readBody) sets it
+// too. It runs once per request, on the request path only.
+func (f *streamFilter) noteModel(b []byte, endStream bool) {
+	f.modelRead = true
+	if f.model != "" || f.obs == nil || (!f.grpc && !endStream) {
+		return
+	}
+	f.model = filter.RequestModel(f.path, b, f.grpc)
 }
 
 // classify picks the request's class from trusted configuration and the
@@ -246,24 +264,20 @@ func (f *streamFilter) classify(hv headers) {
 	}).Class
 }
 
-// readBody reads the model and sizes of a buffered OpenAI request, then
-// classifies again with the model. A body that is not an OpenAI request
-// leaves them unknown.
+// readBody reads the model and sizes of a buffered request
+// (filter.ReadRequestMeta), then classifies again with the model. A body
+// it cannot read leaves them unknown.
 func (f *streamFilter) readBody(body []byte) {
 	f.sizing = false
 	hv := f.reqHV
 	f.reqHV = headers{}
-	req, err := filter.ParseOpenAIRequest(body)
-	if err != nil {
-		return
+	// The core reads it as the gateway does (sizes are estimates: the
+	// model's tokenizer is not at hand).
+	m := filter.ReadRequestMeta(f.path, body, f.grpc)
+	if m.Model != "" {
+		f.model = m.Model
 	}
-	f.model = req.Model
-	if req.MaxTokens != nil || req.MaxCompletionTokens != nil {
-		f.maxToks = max(0, req.OutputLimit())
-	}
-	// Without the model's tokenizer, an estimate is what the scheduler
-	// needs.
-	f.promptToks = req.PromptTokens()
+	f.maxToks, f.promptToks = m.MaxTokens, m.PromptTokens
 	if f.model != "" && hv.h != nil {
 		f.classify(hv)
 	}
@@ -276,7 +290,7 @@ func (f *streamFilter) admit() api.StatusType {
 	if err != nil {
 		f.m.unavailable.Increment(1)
 		api.LogErrorf("llmesh: scheduler unavailable: %v", err)
-		return f.reply(f.cb.DecoderFilterCallbacks(), replyFor(fmtErr(scheduler.ErrUnavailable, err)))
+		return f.reply(f.cb.DecoderFilterCallbacks(), filter.ReplyFor(fmtErr(scheduler.ErrUnavailable, err)))
 	}
 	if adm == nil || f.passthrough {
 		// Not a generation call (model list, health…): never queued.
@@ -314,7 +328,7 @@ func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm 
 		f.m.panics.Increment(1)
 		api.LogErrorf("llmesh: panic while admitting: %v\n%s", e, debug.Stack())
 		ended = true
-		f.reply(dcb, localReply{http: 500, grpc: grpcInternal, body: "internal error in llmesh filter", details: "llmesh_panic"})
+		f.reply(dcb, panicReply())
 	}()
 	lease, err := safeAdmit(ctx, adm, req)
 	now := f.clk.Now()
@@ -339,9 +353,8 @@ func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm 
 		return
 	case err != nil:
 		f.countAdmitError(err)
-		r := replyFor(err)
 		ended = true
-		f.reply(dcb, r)
+		f.reply(dcb, filter.ReplyFor(err))
 		return
 	}
 	f.m.admitted.Increment(1)
@@ -384,6 +397,9 @@ func (f *streamFilter) countAdmitError(err error) {
 
 func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.DecoderFilterCallbacks(), &status)
+	if !f.modelRead {
+		f.noteModel(b.Bytes(), endStream)
+	}
 	switch {
 	case f.guard != guardNone:
 		return f.guardBody(b, endStream)
@@ -454,6 +470,7 @@ func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (s
 	}
 	now := f.clk.Now()
 	f.noteAdmitted()
+	f.noteUpstreamSent()
 	code, _ := h.Status()
 	f.obs.ResponseHeaders(now, code, headers{h: h})
 	f.observed = true
@@ -486,6 +503,21 @@ func (f *streamFilter) noteAdmitted() {
 	}
 }
 
+// noteUpstreamSent marks when the request went upstream, once a response
+// shows it did: when the filter let it go (its admission, or its arrival
+// when it was not held); the router's own send is not seen from the
+// filter. Upstream TTFT is measured from there, as the gateway measures it
+// from its send.
+func (f *streamFilter) noteUpstreamSent() {
+	t := f.received
+	if f.lease.Load() != nil {
+		f.mu.Lock()
+		t = f.admitted
+		f.mu.Unlock()
+	}
+	f.obs.MarkUpstreamSent(t)
+}
+
 // EncodeData is the hot path: one call per response chunk. It allocates
 // nothing (see BenchmarkEncodeData).
 func (f *streamFilter) EncodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
@@ -502,10 +534,7 @@ func (f *streamFilter) EncodeData(b api.BufferInstance, endStream bool) (status 
 		f.m.observeErrors.Increment(1)
 	}
 	if lb := f.lease.Load(); lb != nil {
-		if p := f.obs.Progress(); p.Tokens != f.tokensSent || (p.FirstToken && f.tokensSent == 0) {
-			f.tokensSent = p.Tokens
-			lb.Progress(p)
-		}
+		f.progress.Report(lb.Lease, f.obs)
 	}
 	if endStream {
 		f.finish(now, nil)
@@ -559,7 +588,7 @@ func (f *streamFilter) checkPreempt(cb api.FilterProcessCallbacks) (api.StatusTy
 	now := f.clk.Now()
 	f.obs.SetError(filter.ErrorPreempted, "preempted by the scheduler")
 	f.finish(now, scheduler.ErrPreempted)
-	return f.reply(cb, replyFor(scheduler.ErrPreempted)), true
+	return f.reply(cb, filter.ReplyFor(scheduler.ErrPreempted)), true
 }
 
 // finish ends the observation once and releases the lease.
@@ -569,20 +598,11 @@ func (f *streamFilter) finish(now time.Time, cause error) {
 	}
 	f.finished = true
 	f.obs.Finish(now, cause)
-	o := scheduler.Done
 	f.mu.Lock()
 	preempted := f.preempted
 	f.mu.Unlock()
 	obs := f.obs.Observation()
-	switch {
-	case preempted:
-		o = scheduler.Preempted
-	case obs.ErrorKind == filter.ErrorCancelled:
-		o = scheduler.Cancelled
-	case !obs.OK():
-		o = scheduler.Failed
-	}
-	f.release(o)
+	f.release(filter.OutcomeOf(&obs, preempted))
 }
 
 // release ends the admission exactly once.

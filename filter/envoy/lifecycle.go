@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
@@ -17,6 +18,23 @@ const MetadataNamespace = "llmesh"
 // errStreamEnded is the cause recorded when Envoy ends a stream whose
 // response never finished (client reset, upstream reset, timeout).
 var errStreamEnded = errors.New("stream ended before the response finished")
+
+// downstreamConnectionTermination is Envoy's DC response flag in the
+// response.flags attribute's bit vector (StreamInfo::ResponseFlag).
+const downstreamConnectionTermination = 0x4000
+
+// downstreamEnded reports whether Envoy flagged the stream as ended by the
+// downstream (DC): a client that went away mid-response, which without the
+// flag looks like an upstream reset. A host that does not answer the
+// attribute reports false.
+func (f *streamFilter) downstreamEnded() bool {
+	v, err := f.cb.GetProperty("response.flags")
+	if err != nil {
+		return false
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	return err == nil && n&downstreamConnectionTermination != 0
+}
 
 // OnStreamComplete runs before Envoy writes access logs: the observation
 // is finished here, the admission released, and the dynamic metadata set.
@@ -34,8 +52,9 @@ func (f *streamFilter) complete() {
 	f.noteAdmitted()
 	if !f.finished {
 		cause := errStreamEnded
-		if _, ok := f.cb.StreamInfo().ResponseCode(); !ok {
-			// No response at all: the client went away first.
+		if _, ok := f.cb.StreamInfo().ResponseCode(); !ok || f.downstreamEnded() {
+			// No response at all, or Envoy saw the downstream end the
+			// stream: the client went away first.
 			cause = errors.Join(errStreamEnded, scheduler.ErrCancelled)
 		}
 		f.finish(now, cause)
@@ -48,15 +67,31 @@ func (f *streamFilter) complete() {
 	}
 	f.setMetadata(&obs)
 	if r := f.cfg.rt.recorder(f.cfg.Mesh); r != nil {
-		if f.passthrough {
-			// Not a generation: counted apart, kept out of its metrics.
-			if p, ok := r.(interface{ Passthrough(*filter.Observation) }); ok {
-				p.Passthrough(&obs)
-			}
-			return
-		}
-		r.Record(&obs, f.class.Name, f.model)
+		r.Record(f.record(&obs))
 	}
+}
+
+// record is the core's Record of the finished request, as the gateway
+// reports it. A passthrough request (not a generation) is counted apart
+// and kept out of generation metrics.
+func (f *streamFilter) record(obs *filter.Observation) filter.Record {
+	f.mu.Lock()
+	preempted, outcome := f.preempted, f.outcome
+	f.mu.Unlock()
+	rec := filter.Record{Observation: *obs, Class: f.class.Name, Model: f.model, Outcome: outcome,
+		Passthrough: f.passthrough}
+	if f.pool != nil {
+		rec.Pool = f.pool.Name
+	}
+	if preempted {
+		// The Envoy host ends a preempted request at once: one preemption.
+		rec.Preemptions = 1
+		rec.Err = scheduler.ErrPreempted
+	}
+	if lb := f.lease.Load(); lb != nil {
+		rec.Endpoint = scheduler.EndpointOf(lb.Lease)
+	}
+	return rec
 }
 
 // setMetadata publishes the measurement for access logs. Values are

@@ -199,3 +199,33 @@ func TestServerTiming(t *testing.T) {
 	s.Complete()
 	noViolations(t, s)
 }
+
+// TestResetMidStreamWhoEnded: a stream reset after the response started is
+// a client cancel when Envoy flags it DC (downstream connection
+// termination) and an upstream reset otherwise (UR, or a host that does
+// not answer response.flags).
+func TestResetMidStreamWhoEnded(t *testing.T) {
+	for _, tc := range []struct {
+		flags string // "" leaves the attribute unanswered
+		want  string
+	}{
+		{"16384", "cancelled"},
+		{"16", "upstream_reset"},
+		{"", "upstream_reset"},
+	} {
+		h := newHarness(t, `{"mesh": `+testMesh("fifo", "")+`}`, false)
+		props := map[string]string{}
+		s := h.stream(filtertest.Options{Properties: props})
+		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.Continue)
+		wantStatus(t, "DecodeData", s.DecodeData([]byte(`{"model":"m","prompt":"hi","stream":true}`), true), api.Continue)
+		wantStatus(t, "EncodeHeaders", s.EncodeHeaders(sseResponse(), false), api.Continue)
+		wantStatus(t, "EncodeData", s.EncodeData([]byte(sseChunks[0]), false), api.Continue)
+		if tc.flags != "" {
+			props["response.flags"] = tc.flags
+		}
+		s.Filter().OnStreamComplete()
+		s.Destroy(api.Terminate)
+		noViolations(t, s)
+		want(t, "flags "+tc.flags+": metadata error", s.Metadata(MetadataNamespace)["error"], tc.want)
+	}
+}

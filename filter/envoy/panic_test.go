@@ -35,7 +35,7 @@ func (l *panicLease) QueueTime() time.Duration    { return 0 }
 
 type panicRecorder struct{}
 
-func (panicRecorder) Record(*filter.Observation, string, string) { panic("recorder exploded") }
+func (panicRecorder) Record(filter.Record) { panic("recorder exploded") }
 
 // TestPanicRecovery: panics in the admission goroutine, in a data
 // callback and after the stream never reach the SDK's recovery (whose 500

@@ -22,9 +22,7 @@ const Name = "llmesh"
 // Recorder receives each finished request's observation, for histograms
 // (the SDK has none) and traces. It is called on an Envoy worker thread and
 // must not block.
-type Recorder interface {
-	Record(obs *filter.Observation, class, model string)
-}
+type Recorder = filter.Recorder
 
 // Env is what the process hosting the filter provides. Every field is
 // optional.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
 )
 
@@ -66,13 +67,22 @@ var (
 
 func (f *streamFilter) onRelocated(kind string, n int) { f.m.relocated.Increment(1) }
 
+// noteRefused records in the observation that the filter answered the
+// request itself, as the gateway records its refusals.
+func (f *streamFilter) noteRefused(err error) {
+	if f.obs != nil && !f.finished {
+		f.obs.SetError(filter.ErrorHTTPStatus, err.Error())
+	}
+}
+
 func (f *streamFilter) relocationFailed(cb api.FilterProcessCallbacks, err error) api.StatusType {
 	f.m.relocationErrors.Increment(1)
 	if errors.Is(err, errNoBody) || errors.Is(err, errTrailers) {
 		err = fmt.Errorf("%w: %w", relocate.ErrMalformed, err)
 	}
+	f.noteRefused(err)
 	f.finishOnPanic() // releases anything held; the observer is not used again
-	return f.reply(cb, replyFor(err))
+	return f.reply(cb, filter.ReplyFor(err))
 }
 
 // relocateBody rewrites request body data (DecodeData) per the plan made

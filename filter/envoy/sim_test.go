@@ -94,7 +94,7 @@ func otelRecorder(reader sdkmetric.Reader) func(*Env) {
 			if err != nil {
 				return nil, err
 			}
-			return telemetry.PointerRecorder{R: p.Recorder}, nil
+			return telemetry.HostRecorder{R: p.Recorder}, nil
 		}
 	}
 }

@@ -7,8 +7,9 @@ import (
 
 // Error classes callers branch on; the specific cause is wrapped.
 var (
-	// ErrTooLarge: a configured limit was exceeded (HTTP 413, gRPC
-	// RESOURCE_EXHAUSTED). The concrete error is a *LimitError naming it.
+	// ErrTooLarge: a configured limit was exceeded. The concrete error is
+	// a *LimitError naming it. What a client is told for each class is the
+	// core's error table (filter.ReplyFor).
 	ErrTooLarge = errors.New("relocate: too large")
 	// ErrInvalidValue: the header value cannot be relocated (bad base64,
 	// not UTF-8 for a string field, repeated header).
@@ -45,29 +46,3 @@ func (e *LimitError) Error() string {
 
 // Is makes errors.Is(err, ErrTooLarge) true.
 func (e *LimitError) Is(target error) bool { return target == ErrTooLarge }
-
-// gRPC status codes, as numbers so that this package needs no gRPC import.
-const (
-	codeInvalidArgument   = 3
-	codeResourceExhausted = 8
-	codeUnimplemented     = 12
-	codeInternal          = 13
-)
-
-// Status maps an error from this package to the HTTP status and gRPC status
-// code a host answers with: limits → 413 / RESOURCE_EXHAUSTED (8),
-// compressed or unsupported encodings → 415 / UNIMPLEMENTED (12), bad
-// values and bodies → 400 / INVALID_ARGUMENT (3), anything else → 500 /
-// INTERNAL (13).
-func Status(err error) (httpStatus, grpcCode int) {
-	switch {
-	case errors.Is(err, ErrTooLarge):
-		return 413, codeResourceExhausted
-	case errors.Is(err, ErrCompressed), errors.Is(err, ErrEncoding):
-		return 415, codeUnimplemented
-	case errors.Is(err, ErrInvalidValue), errors.Is(err, ErrMalformed):
-		return 400, codeInvalidArgument
-	default:
-		return 500, codeInternal
-	}
-}

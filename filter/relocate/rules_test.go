@@ -135,24 +135,6 @@ func TestPlanHTTP(t *testing.T) {
 	}
 }
 
-func TestStatus(t *testing.T) {
-	for _, tc := range []struct {
-		err        error
-		http, grpc int
-	}{
-		{&LimitError{}, 413, 8},
-		{ErrCompressed, 415, 12},
-		{ErrEncoding, 415, 12},
-		{ErrInvalidValue, 400, 3},
-		{ErrMalformed, 400, 3},
-		{errors.New("other"), 500, 13},
-	} {
-		if h, g := Status(tc.err); h != tc.http || g != tc.grpc {
-			t.Errorf("Status(%v) = %d, %d; want %d, %d", tc.err, h, g, tc.http, tc.grpc)
-		}
-	}
-}
-
 func TestFromConfig(t *testing.T) {
 	cfg, err := config.Load([]byte(`
 pools:

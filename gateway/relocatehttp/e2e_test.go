@@ -438,12 +438,6 @@ func TestHTTPErrors(t *testing.T) {
 	}
 }
 
-func TestEncodeGRPCMessage(t *testing.T) {
-	if got, want := encodeGRPCMessage("a 100% ü\n"), "a 100%25 %C3%BC%0A"; got != want {
-		t.Fatalf("got %q, want %q", got, want)
-	}
-}
-
 // TestGRPCGzipClient: a grpc-go client compressing its messages with gzip
 // gets its prompt recompressed into the message, or refused with
 // UNIMPLEMENTED where the rule says so.

@@ -1,7 +1,6 @@
 package relocatehttp
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
 )
 
@@ -171,44 +171,23 @@ func (m *Middleware) refuseHTTP(w http.ResponseWriter, r *http.Request, err erro
 }
 
 // WriteGRPCError answers a gRPC call with a trailers-only response carrying
-// the status code relocate.Status gives for err and err's text.
+// the status code and message of the core's reply for err (filter.ReplyFor).
 func WriteGRPCError(w http.ResponseWriter, err error) {
-	_, code := relocate.Status(err)
+	r := filter.ReplyFor(err)
 	h := w.Header()
 	h.Set("Content-Type", "application/grpc")
-	h.Set("Grpc-Status", strconv.Itoa(code))
-	h.Set("Grpc-Message", encodeGRPCMessage(err.Error()))
+	h.Set("Grpc-Status", strconv.Itoa(r.GRPCCode))
+	h.Set("Grpc-Message", filter.GRPCMessage(r.Message))
 	w.WriteHeader(http.StatusOK)
 }
 
-// WriteHTTPError answers with the HTTP status relocate.Status gives for err
-// and an OpenAI-style error body.
+// WriteHTTPError answers with the HTTP status and OpenAI error body of the
+// core's reply for err (filter.ReplyFor).
 func WriteHTTPError(w http.ResponseWriter, err error) {
-	status, _ := relocate.Status(err)
-	typ := "invalid_request_error"
-	if status >= 500 {
-		typ = "server_error"
-	}
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": err.Error(), "type": typ, "code": status}})
+	r := filter.ReplyFor(err)
+	b := r.OpenAIBody()
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
-// encodeGRPCMessage percent-encodes a grpc-message value as the gRPC HTTP/2
-// protocol requires (bytes outside printable ASCII, and '%').
-func encodeGRPCMessage(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c <= 0x7e && c != '%' {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte("0123456789ABCDEF"[c>>4])
-		b.WriteByte("0123456789ABCDEF"[c&0xf])
-	}
-	return b.String()
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(r.HTTPStatus)
+	_, _ = w.Write(b)
 }

@@ -41,13 +41,13 @@ type envoyHost struct {
 
 type envoyRecorder struct{ r *records }
 
-func (e envoyRecorder) Record(o *filter.Observation, class, model string) {
-	e.r.add(recOf(o, class, model))
+func (e envoyRecorder) Record(r filter.Record) {
+	e.r.add(recOf(&r.Observation, r.Class, r.Model))
 }
 
 var _ envoy.Recorder = envoyRecorder{}
 
-func startEnvoy(t *testing.T, up upstreams) *envoyHost {
+func startEnvoy(t *testing.T, up upstreams, extra ...filter.Recorder) *envoyHost {
 	t.Helper()
 	filtertest.InstallCAPI()
 	_, js := loadMesh(t, up)
@@ -65,7 +65,7 @@ func startEnvoy(t *testing.T, up upstreams) *envoyHost {
 			h.count.mu.Unlock()
 			return h.count, nil
 		},
-		Recorder: envoyRecorder{h.rec},
+		Recorder: append(tee{envoyRecorder{h.rec}}, extra...),
 	})
 	var obj map[string]interface{}
 	if err := json.Unmarshal([]byte(`{"listener": "main", "mesh": `+js+`}`), &obj); err != nil {
@@ -99,7 +99,10 @@ func (h *envoyHost) adm() *admissions { return h.count }
 // phases, then the stream's end as Envoy reports it.
 func (h *envoyHost) do(t *testing.T, r request) response {
 	t.Helper()
-	s := filtertest.NewStream(h.plugin.Factory, h.cfg, filtertest.Options{Timeout: 20 * time.Second})
+	// props are the stream's attributes; Envoy sets response.flags as the
+	// stream ends.
+	props := map[string]string{}
+	s := filtertest.NewStream(h.plugin.Factory, h.cfg, filtertest.Options{Timeout: 20 * time.Second, Properties: props})
 	defer func() {
 		if v := s.Violations(); len(v) > 0 {
 			t.Errorf("SDK rule violations:\n%s", strings.Join(v, "\n"))
@@ -109,6 +112,9 @@ func (h *envoyHost) do(t *testing.T, r request) response {
 		}
 	}()
 	reqH := filtertest.RequestHeaders("POST", r.path, r.headers...)
+	// A response that ends before its first bytes still releases a scenario
+	// waiting for them, so that it fails instead of hanging.
+	defer releaseStarted(&r)
 	if r.queued != nil {
 		// The client goes away while the filter holds the request.
 		p := s.StartDecodeHeaders(reqH, false)
@@ -185,11 +191,13 @@ func (h *envoyHost) do(t *testing.T, r request) response {
 			down := s.Downstream()
 			out.Body = append(out.Body, down[sent:]...)
 			sent = len(down)
-			if reads == 1 && r.started != nil {
-				close(r.started)
+			if reads == 1 {
+				releaseStarted(&r)
 			}
 			if r.cancelAfter > 0 && reads >= r.cancelAfter {
-				// The client went away: Envoy destroys the stream.
+				// The client went away: Envoy flags the stream DC
+				// (downstream connection termination) and destroys it.
+				props["response.flags"] = "16384"
 				out.Cancelled = true
 				reset(s)
 				return out
@@ -199,8 +207,10 @@ func (h *envoyHost) do(t *testing.T, r request) response {
 			break
 		}
 		if rerr != nil {
-			// The upstream reset: Envoy's router resets the
-			// downstream too and destroys the stream.
+			// The upstream reset: Envoy's router flags the stream UR
+			// (upstream remote reset), resets the downstream too and
+			// destroys the stream.
+			props["response.flags"] = "16"
 			out.Reset = true
 			reset(s)
 			return out

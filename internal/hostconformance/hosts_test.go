@@ -16,7 +16,6 @@ import (
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
 	"github.com/llmesh/llmesh/gateway"
-	"github.com/llmesh/llmesh/gateway/relocatehttp"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/server"
 )
@@ -297,7 +296,7 @@ func loadMesh(t *testing.T, up upstreams) (*config.Config, string) {
 
 // gatewayHost wires the gateway as `llmesh gateway --config` does
 // (gateway/run.go buildHost): routes and pools from the mesh, the mesh's
-// in-process schedulers, classifier and relocation middleware.
+// in-process schedulers, classifier and relocation.
 type gatewayHost struct {
 	url   string
 	rec   *records
@@ -310,7 +309,7 @@ type gatewayHost struct {
 // equivalent is its router's stream idle timeout, outside the filter.
 const gatewayIdleTimeout = 300 * time.Millisecond
 
-func startGateway(t *testing.T, up upstreams) *gatewayHost {
+func startGateway(t *testing.T, up upstreams, extra ...gateway.Recorder) *gatewayHost {
 	t.Helper()
 	mesh, _ := loadMesh(t, up)
 	gcfg, err := gateway.ConfigFromMesh(mesh, "")
@@ -338,9 +337,9 @@ func startGateway(t *testing.T, up upstreams) *gatewayHost {
 		gateway.WithRecorder(gateway.RecorderFunc(func(r gateway.Record) {
 			h.rec.add(recOf(&r.Observation, r.Class, r.Model))
 		})),
-		gateway.WithHandlerWrapper(func(next http.Handler) http.Handler {
-			return relocatehttp.New(next, rel, relocatehttp.Options{})
-		}))
+		gateway.WithRelocation(rel, nil),
+		// A tee: the telemetry recorder's gap layout reaches the gateway.
+		gateway.WithRecorder(tee(extra)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,6 +396,9 @@ func send(t *testing.T, c *http.Client, url string, r request, hdr http.Header) 
 	if r.queued != nil {
 		go func() { r.queued(); cancel() }()
 	}
+	// A response that ends before its first bytes still releases a scenario
+	// waiting for them, so that it fails instead of hanging.
+	defer releaseStarted(&r)
 	res, err := c.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -413,8 +415,8 @@ func send(t *testing.T, c *http.Client, url string, r request, hdr http.Header) 
 		if n > 0 {
 			out.Body = append(out.Body, buf[:n]...)
 			reads++
-			if reads == 1 && r.started != nil {
-				close(r.started)
+			if reads == 1 {
+				releaseStarted(&r)
 			}
 			if r.cancelAfter > 0 && reads >= r.cancelAfter {
 				cancel()
@@ -447,5 +449,33 @@ func grpcTrailers(out *response, hs ...http.Header) {
 		if h.Get("Grpc-Retry-Pushback-Ms") != "" {
 			out.Pushback = true
 		}
+	}
+}
+
+// tee hands every Record to each of its recorders.
+type tee []filter.Recorder
+
+func (t tee) Record(r filter.Record) {
+	for _, x := range t {
+		x.Record(r)
+	}
+}
+
+// GapBuckets is the first recorder's that has one, as a host asks its
+// recorder (every gap counted, telemetry.HostRecorder).
+func (t tee) GapBuckets() *filter.GapBuckets {
+	for _, x := range t {
+		if gb, ok := x.(interface{ GapBuckets() *filter.GapBuckets }); ok {
+			return gb.GapBuckets()
+		}
+	}
+	return nil
+}
+
+// releaseStarted closes r.started once, if set.
+func releaseStarted(r *request) {
+	if r.started != nil {
+		close(r.started)
+		r.started = nil
 	}
 }

@@ -169,7 +169,7 @@ func (t *Telemetry) NewRecorder(mc *config.Config) (envoy.Recorder, error) {
 		}
 		t.providers[tc] = p
 	}
-	return telemetry.PointerRecorder{R: p.Recorder}, nil
+	return telemetry.HostRecorder{R: p.Recorder}, nil
 }
 
 // Shutdown flushes and stops every provider.
@@ -184,4 +184,4 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-var _ envoy.Recorder = telemetry.PointerRecorder{}
+var _ envoy.Recorder = telemetry.HostRecorder{}

@@ -297,7 +297,7 @@ func TestTelemetryRecorder(t *testing.T) {
 		t.Fatalf("with OTLP: %v, %v", r, err)
 	}
 	now := time.Now()
-	r.Record(&filter.Observation{Received: now, FirstToken: now.Add(time.Millisecond), End: now.Add(time.Second), HasTTFT: true, TTFT: time.Millisecond}, "batch", "m")
+	r.Record(filter.Record{Observation: filter.Observation{Received: now, FirstToken: now.Add(time.Millisecond), End: now.Add(time.Second), HasTTFT: true, TTFT: time.Millisecond}, Class: "batch", Model: "m"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = tel.Shutdown(ctx) // the refused export is an error; what matters is that it returns

@@ -1,0 +1,220 @@
+package filter
+
+import (
+	"encoding/binary"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// API is a request's API as far as sizing and continuation care.
+type API uint8
+
+const (
+	APIOther API = iota
+	APICompletions
+	APIChat
+)
+
+// RequestMeta is what the core reads from a generation's request body:
+// the model, the sizes the scheduler needs, and what a continuation needs.
+// Both hosts read it the same way (ReadRequestMeta).
+type RequestMeta struct {
+	API   API
+	Model string
+	// Stream: the client asked for a streamed answer (gRPC: always).
+	Stream bool
+	// MaxTokens is the output limit the request names, 0 when none; never
+	// negative.
+	MaxTokens int
+	// PromptTokens is an estimate (BytesPerToken a token) or, for token-id
+	// prompts, the count.
+	PromptTokens int
+	// Spliceable: a mid-stream preemption can be continued (SSE completions
+	// or chat with one choice and a plain string prompt / messages).
+	Spliceable bool
+	// IncludeUsage: the client asked for the final usage chunk.
+	IncludeUsage bool
+}
+
+// ReadRequestMeta reads the request body of an OpenAI-style JSON call (its
+// API by path) or a gRPC call (MethodLLMV1, MethodVLLM). A body it cannot read, a compressed
+// gRPC message or another method leaves the meta unsized (its zero value,
+// Stream set for gRPC methods it knows).
+func ReadRequestMeta(path string, body []byte, grpc bool) RequestMeta {
+	if grpc {
+		return readGRPCMeta(path, body)
+	}
+	var m RequestMeta
+	switch {
+	case strings.HasSuffix(path, "/chat/completions"):
+		m.API = APIChat
+	case strings.HasSuffix(path, "/completions"):
+		m.API = APICompletions
+	}
+	// Other paths (a route's own generation paths) are read too: the model
+	// and sizes matter there as well; only continuation needs the API.
+	req, err := ParseOpenAIRequest(body)
+	if err != nil {
+		return RequestMeta{}
+	}
+	m.Model = req.Model
+	m.Stream = req.Stream
+	m.MaxTokens = max(0, req.OutputLimit())
+	m.IncludeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+	m.PromptTokens = req.PromptTokens()
+	single := (req.N == nil || *req.N == 1) && (req.BestOf == nil || *req.BestOf <= 1)
+	plain := !req.Echo && (len(req.Logprobs) == 0 || string(req.Logprobs) == "null" || string(req.Logprobs) == "false")
+	switch m.API {
+	case APICompletions:
+		m.Spliceable = m.Stream && single && plain && len(req.Prompt) > 0 && req.Prompt[0] == '"'
+	case APIChat:
+		m.Spliceable = m.Stream && single && plain && len(req.Messages) > 0
+	}
+	return m
+}
+
+// Field numbers of the requests read here (api/proto/llm/v1,
+// api/proto/vllm/grpc/engine); a test checks them against the generated
+// messages.
+const (
+	llmv1Prompt    = protowire.Number(2)
+	llmv1TokenIDs  = protowire.Number(3)
+	llmv1MaxTokens = protowire.Number(4)
+
+	vllmTokenized      = protowire.Number(2) // TokenizedInput
+	vllmText           = protowire.Number(3)
+	vllmSampling       = protowire.Number(4) // SamplingParams
+	vllmInputIDs       = protowire.Number(2) // in TokenizedInput
+	vllmSamplingTokens = protowire.Number(8) // max_tokens in SamplingParams
+)
+
+// readGRPCMeta sizes an uncompressed first message of llm.v1 or vLLM's
+// engine API.
+func readGRPCMeta(path string, body []byte) RequestMeta {
+	var m RequestMeta
+	if path != MethodLLMV1 && path != MethodVLLM {
+		return m
+	}
+	if len(body) < 5 || body[0] != 0 {
+		return m
+	}
+	n := binary.BigEndian.Uint32(body[1:5])
+	if uint64(n) != uint64(len(body)-5) {
+		return m
+	}
+	msg := body[5:]
+	if path == MethodLLMV1 {
+		var prompt []byte
+		ids := 0
+		ok := fields(msg, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) bool {
+			switch {
+			case num == llmv1ModelField && typ == protowire.BytesType:
+				m.Model = string(v)
+			case num == llmv1Prompt && typ == protowire.BytesType:
+				prompt = v
+			case num == llmv1TokenIDs && typ == protowire.BytesType: // packed
+				c, ok := varints(v)
+				ids += c
+				return ok
+			case num == llmv1TokenIDs && typ == protowire.VarintType:
+				ids++
+			case num == llmv1MaxTokens && typ == protowire.VarintType:
+				m.MaxTokens = int(uint32(x))
+			}
+			return true
+		})
+		if !ok {
+			return RequestMeta{}
+		}
+		if len(prompt) > 0 {
+			m.PromptTokens = EstimateTokens(len(prompt))
+		} else {
+			m.PromptTokens = ids
+		}
+	} else {
+		var text []byte
+		textSet, ids := false, 0
+		ok := fields(msg, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) bool {
+			switch {
+			case num == vllmText && typ == protowire.BytesType:
+				text, textSet, ids = v, true, 0
+			case num == vllmTokenized && typ == protowire.BytesType:
+				if textSet {
+					textSet, ids = false, 0 // the oneof switches to tokenized
+				}
+				return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) bool {
+					switch {
+					case num == vllmInputIDs && typ == protowire.BytesType:
+						c, ok := varints(v)
+						ids += c
+						return ok
+					case num == vllmInputIDs && typ == protowire.VarintType:
+						ids++
+					}
+					return true
+				})
+			case num == vllmSampling && typ == protowire.BytesType:
+				return fields(v, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) bool {
+					if num == vllmSamplingTokens && typ == protowire.VarintType {
+						m.MaxTokens = int(uint32(x))
+					}
+					return true
+				})
+			}
+			return true
+		})
+		if !ok {
+			return RequestMeta{}
+		}
+		if textSet && len(text) > 0 {
+			m.PromptTokens = EstimateTokens(len(text))
+		} else if !textSet {
+			m.PromptTokens = ids
+		}
+	}
+	m.Stream = true
+	return m
+}
+
+// fields calls f for each field of a protobuf message: v is a
+// length-delimited value, x a varint's; false from f or a malformed
+// message stops it and returns false.
+func fields(msg []byte, f func(num protowire.Number, typ protowire.Type, v []byte, x uint64) bool) bool {
+	for len(msg) > 0 {
+		num, typ, k := protowire.ConsumeTag(msg)
+		if k < 0 {
+			return false
+		}
+		msg = msg[k:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			v, k = protowire.ConsumeBytes(msg)
+		case protowire.VarintType:
+			x, k = protowire.ConsumeVarint(msg)
+		default:
+			k = protowire.ConsumeFieldValue(num, typ, msg)
+		}
+		if k < 0 || !f(num, typ, v, x) {
+			return false
+		}
+		msg = msg[k:]
+	}
+	return true
+}
+
+// varints counts the varints of a packed repeated field.
+func varints(b []byte) (int, bool) {
+	n := 0
+	for len(b) > 0 {
+		_, k := protowire.ConsumeVarint(b)
+		if k < 0 {
+			return n, false
+		}
+		b = b[k:]
+		n++
+	}
+	return n, true
+}
