@@ -428,7 +428,7 @@ func TestTraceOffCostsNothing(t *testing.T) {
 }
 
 // BenchmarkTraceOff is Trace on a Provider with no OTLP and no span
-// processors, as the Envoy host calls it through PointerRecorder.
+// processors, as the Envoy host calls it through HostRecorder.
 func BenchmarkTraceOff(b *testing.B) {
 	p, err := New(context.Background(), Options{Prometheus: true})
 	if err != nil {
