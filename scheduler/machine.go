@@ -119,6 +119,7 @@ type pool struct {
 	// abortUnhonoured: the engine kept a preempted request (abort.go); no
 	// more preemption.
 	abortUnhonoured bool
+	victims         victimQueue // preemptgate.go
 }
 
 // Machine is the scheduler's pure state machine. It owns no goroutines and
@@ -382,7 +383,7 @@ func (m *Machine) Step(now time.Time) Decisions {
 		m.expire(now, p, &d)
 		m.admit(now, p, &d)
 		m.expiryWake(p, &d)
-		if p.Policy.Preempts() {
+		if p.Policy.Preempts() && m.preemptCanAct(now, p, &d) {
 			m.preempt(now, p, &d)
 		}
 	}
@@ -511,6 +512,7 @@ func (m *Machine) admit(now time.Time, p *pool, d *Decisions) {
 		e.admitted = now
 		e.runIdx = len(p.running)
 		p.running = append(p.running, e)
+		p.victims.admitted(m, p, e)
 		p.inflight++
 		p.tokens += e.cost
 		p.prefilling += e.req.PromptTokens
