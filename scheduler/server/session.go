@@ -49,6 +49,7 @@ type session struct {
 
 	sendMu sync.Mutex
 	spare  []*schedulerv1.LeaseResponse // out's other buffer
+	resp   schedulerv1.SessionResponse  // the message Send marshals, reused
 	broken bool                         // a Send failed: drop the rest
 }
 
@@ -60,6 +61,12 @@ type held struct {
 	outcome  scheduler.Outcome
 	done     bool
 	released bool // Release was called (by recvLoop or admit)
+
+	// The Admitted answer, in the lease's own allocation: written once,
+	// before it is queued, and read by the Send that marshals it.
+	admittedResp schedulerv1.LeaseResponse
+	admittedMsg  schedulerv1.LeaseResponse_Admitted
+	admitted     schedulerv1.Admitted
 }
 
 func (ss *session) recvLoop() error {
@@ -177,9 +184,10 @@ func (ss *session) admit(ctx context.Context, id uint64, h *held, req scheduler.
 		return
 	}
 	h.lease = lease
-	ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Admitted{Admitted: &schedulerv1.Admitted{
-		QueueNs: int64(lease.QueueTime()), Endpoint: scheduler.EndpointOf(lease),
-	}}})
+	h.admitted.QueueNs, h.admitted.Endpoint = int64(lease.QueueTime()), scheduler.EndpointOf(lease)
+	h.admittedMsg.Admitted = &h.admitted
+	h.admittedResp.Lease, h.admittedResp.Msg = id, &h.admittedMsg
+	ss.send(&h.admittedResp)
 	ss.mu.Unlock()
 	ss.flush()
 	select {
@@ -224,7 +232,12 @@ func (ss *session) flush() {
 				break
 			}
 			if !ss.broken {
-				if err := ss.stream.Send(&schedulerv1.SessionResponse{Leases: batch}); err != nil {
+				// Send marshals before it returns, so the message and
+				// the answers in it are free again after it.
+				ss.resp.Leases = batch
+				err := ss.stream.Send(&ss.resp)
+				ss.resp.Leases = nil
+				if err != nil {
 					// The stream is broken; recvLoop sees it too and ends
 					// the session.
 					ss.broken = true
