@@ -55,9 +55,9 @@ type session struct {
 
 // held is one lease of a session, from Start to its end.
 type held struct {
-	cancel   context.CancelFunc // withdraws a pending admission
-	lease    scheduler.Lease    // nil until admitted
-	ended    chan struct{}      // closed at Done or the session's end
+	lease    scheduler.Lease // nil until admitted
+	ended    chan struct{}   // closed at Done or the session's end
+	ctx      leaseCtx        // the pending admission's: done when ended closes
 	outcome  scheduler.Outcome
 	done     bool
 	released bool // Release was called (by recvLoop or admit)
@@ -94,18 +94,17 @@ func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithCancel(ss.ctx)
-		h := &held{cancel: cancel, ended: make(chan struct{})}
+		h := &held{ended: make(chan struct{})}
+		h.ctx = leaseCtx{Context: ss.ctx, ended: h.ended}
 		ss.mu.Lock()
 		if _, dup := ss.leases[id]; dup {
 			ss.mu.Unlock()
-			cancel()
 			return status.Errorf(codes.InvalidArgument, "scheduler: lease_request.lease %d is already in use", id)
 		}
 		ss.leases[id] = h
 		ss.mu.Unlock()
 		ss.wg.Add(1)
-		go ss.admit(ctx, id, h, req)
+		go ss.admit(&h.ctx, id, h, req)
 	case *schedulerv1.LeaseRequest_Progress:
 		ss.mu.Lock()
 		h := ss.leases[id]
@@ -147,8 +146,27 @@ func (ss *session) end(h *held, o scheduler.Outcome) {
 		return
 	}
 	h.done, h.outcome = true, o
-	h.cancel()
 	close(h.ended)
+}
+
+// leaseCtx is a lease's context while its admission is pending: done when
+// the lease ends (the proxy's Done, a rejection or the session's end,
+// which ends every lease before the session's own context), so a lease
+// needs no context of its own. Values and the deadline are the session's.
+type leaseCtx struct {
+	context.Context
+	ended <-chan struct{}
+}
+
+func (c *leaseCtx) Done() <-chan struct{} { return c.ended }
+
+func (c *leaseCtx) Err() error {
+	select {
+	case <-c.ended:
+		return context.Canceled
+	default:
+		return nil
+	}
 }
 
 func (ss *session) endAll() {
