@@ -53,7 +53,8 @@ func fleetConfig(eps, per int, minRun time.Duration) Config {
 
 // TestPreemptGateDecidesTheSame drives a gated and an ungated machine
 // through the same random events (arrivals, first tokens, finishes,
-// preemptions acted on, time passing by less and more than min_run_time)
+// preemptions acted on, time passing by less and more than min_run_time,
+// now and then stepping back)
 // and requires the same decisions at every step: the guard only skips
 // walks that decide nothing.
 func TestPreemptGateDecidesTheSame(t *testing.T) {
@@ -91,6 +92,9 @@ func TestPreemptGateDecidesTheSame(t *testing.T) {
 					running = slices.Delete(running, j, j+1)
 					gated.Finish(now, tk, Done)
 					ungated.Finish(now, tk, Done)
+				case k == 9 && rng.IntN(3) == 0:
+					// A clock that steps back: admissions out of order.
+					now = now.Add(-time.Duration(rng.IntN(int(100 * time.Millisecond))))
 				default:
 					now = now.Add(time.Duration(rng.IntN(int(300 * time.Millisecond))))
 				}
@@ -195,5 +199,28 @@ func TestVictimQueueBounded(t *testing.T) {
 	}
 	if at, ok := p.victims.firstEligible(p); !ok || !at.Equal(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) {
 		t.Errorf("first eligible = %v, %v; want the first admission", at, ok)
+	}
+}
+
+// TestVictimQueueClockBack: after a clock stepped back, the oldest
+// candidate is found even when it is not at the front.
+func TestVictimQueueClockBack(t *testing.T) {
+	m, err := NewMachine(fleetConfig(1, 8, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, ms := range []int{10, 5, 7} {
+		now := t0.Add(time.Duration(ms) * time.Millisecond)
+		if _, err := m.Arrive(now, Request{Class: "bulk"}); err != nil {
+			t.Fatal(err)
+		}
+		if d := m.Step(now); len(d.Admitted) != 1 {
+			t.Fatalf("at %d ms: %+v", ms, d)
+		}
+	}
+	p := m.pools[0]
+	if at, ok := p.victims.firstEligible(p); !ok || !at.Equal(t0.Add(5*time.Millisecond)) {
+		t.Errorf("first eligible = %v, %v; want the admission at 5 ms", at, ok)
 	}
 }
