@@ -118,7 +118,8 @@ type pool struct {
 	endpoints  []*endpoint
 	// abort: the engine kept a preempted request (abort.go); no more
 	// preemption but probes.
-	abort abortState
+	abort   abortState
+	victims victimQueue // preemptgate.go
 }
 
 // Machine is the scheduler's pure state machine. It owns no goroutines and
@@ -385,7 +386,7 @@ func (m *Machine) Step(now time.Time) Decisions {
 		m.observeOverload(now, p)
 		m.admit(now, p, &d)
 		m.expiryWake(p, &d)
-		if p.Policy.Preempts() {
+		if p.Policy.Preempts() && m.preemptCanAct(now, p, &d) {
 			m.preempt(now, p, &d)
 		}
 	}
@@ -514,6 +515,7 @@ func (m *Machine) admit(now time.Time, p *pool, d *Decisions) {
 		e.admitted = now
 		e.runIdx = len(p.running)
 		p.running = append(p.running, e)
+		p.victims.admitted(m, p, e)
 		p.inflight++
 		p.tokens += e.cost
 		p.prefilling += e.req.PromptTokens

@@ -33,8 +33,10 @@ type session struct {
 	wake   chan struct{} // cap 1: Progress or Release queued something
 
 	sendMu sync.Mutex
-	spare  []*sLease // queue's other buffer
-	broken bool      // a Send failed: drop the rest
+	spare  []*sLease                   // queue's other buffer
+	msgs   []*schedulerv1.LeaseRequest // the batch's messages, reused
+	req    schedulerv1.SessionRequest  // the message Send marshals, reused
+	broken bool                        // a Send failed: drop the rest
 }
 
 // sLease is an admission held through a session.
@@ -54,6 +56,15 @@ type sLease struct {
 	outcome   scheduler.Outcome
 	queued    bool
 	preempted bool
+
+	// The lease's messages, in its own allocation; guarded by s.sendMu
+	// (built by messages, read by the Send that marshals them).
+	startReq, progressReq, doneReq schedulerv1.LeaseRequest
+	startMsg                       schedulerv1.LeaseRequest_Start
+	progressMsg                    schedulerv1.LeaseRequest_Progress
+	doneMsg                        schedulerv1.LeaseRequest_Done
+	progressBody                   schedulerv1.Progress
+	doneBody                       schedulerv1.Done
 }
 
 type answer struct {
@@ -201,12 +212,19 @@ func (s *session) flush() {
 				break
 			}
 			if len(msgs) > 0 && !s.broken {
-				if err := s.stream.Send(&schedulerv1.SessionRequest{Leases: msgs}); err != nil {
+				// Send marshals before it returns: the messages are free
+				// again after it.
+				s.req.Leases = msgs
+				err := s.stream.Send(&s.req)
+				s.req.Leases = nil
+				if err != nil {
 					// The stream is broken; recvLoop gets its error and
 					// ends the session.
 					s.broken = true
 				}
 			}
+			clear(msgs)
+			s.msgs = msgs[:0]
 		}
 		s.sendMu.Unlock()
 		// Something queued after the last look but before the unlock
@@ -220,9 +238,10 @@ func (s *session) flush() {
 	}
 }
 
-// messages builds the messages of the queued leases; c.mu is held.
+// messages builds the messages of the queued leases in s.msgs; c.mu and
+// s.sendMu are held.
 func (s *session) messages(batch []*sLease) []*schedulerv1.LeaseRequest {
-	msgs := make([]*schedulerv1.LeaseRequest, 0, len(batch)+1)
+	msgs := s.msgs[:0]
 	for _, l := range batch {
 		l.queued = false
 		if l.start != nil {
@@ -231,17 +250,23 @@ func (s *session) messages(batch []*sLease) []*schedulerv1.LeaseRequest {
 				l.start = nil
 				continue
 			}
-			msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Start{Start: l.start}})
+			l.startMsg.Start = l.start
+			l.startReq.Lease, l.startReq.Msg = l.id, &l.startMsg
+			msgs = append(msgs, &l.startReq)
 			l.start = nil
 		}
 		if l.progress != l.sent {
 			l.sent = l.progress
-			msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Progress{Progress: &schedulerv1.Progress{
-				FirstToken: l.progress.FirstToken, Tokens: clampU32(l.progress.Tokens),
-			}}})
+			l.progressBody.FirstToken, l.progressBody.Tokens = l.progress.FirstToken, clampU32(l.progress.Tokens)
+			l.progressMsg.Progress = &l.progressBody
+			l.progressReq.Lease, l.progressReq.Msg = l.id, &l.progressMsg
+			msgs = append(msgs, &l.progressReq)
 		}
 		if l.released {
-			msgs = append(msgs, &schedulerv1.LeaseRequest{Lease: l.id, Msg: &schedulerv1.LeaseRequest_Done{Done: &schedulerv1.Done{Outcome: wireOutcome(l.outcome)}}})
+			l.doneBody.Outcome = wireOutcome(l.outcome)
+			l.doneMsg.Done = &l.doneBody
+			l.doneReq.Lease, l.doneReq.Msg = l.id, &l.doneMsg
+			msgs = append(msgs, &l.doneReq)
 		}
 	}
 	return msgs

@@ -1,12 +1,12 @@
 // Package loadgen measures the shared scheduler service: many proxies
 // (each a scheduler.Admitter, normally a scheduler/client.Client with its
 // own connection) send admit → first token → release at a target rate
-// (open loop, Poisson or uniform arrivals, each request timed from its
-// scheduled send so a late send counts against the service and coordinated
-// omission cannot hide it) or with a fixed number in flight (closed loop),
-// and Run reports admissions per second, the decision latency (Admit call
-// to answer) quantiles, rejections, errors and, open loop, how late this
-// client itself sent.
+// (open loop, Poisson or uniform arrivals, sent on time to well under a
+// millisecond) or with a fixed number in flight (closed loop), and Run
+// reports admissions per second, the decision latency (Admit call to
+// answer) quantiles, rejections, errors and, open loop, the latency from
+// each request's scheduled send (so a late send counts and coordinated
+// omission cannot hide it) and how late this client itself sent.
 //
 // Concurrency: Run owns one goroutine per proxy. Open loop, that goroutine
 // alone draws the proxy's arrivals and request mix and starts one

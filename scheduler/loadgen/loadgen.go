@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -95,10 +96,14 @@ type Report struct {
 	Sent           uint64  `json:"sent"`
 	Admissions     uint64  `json:"admissions"`
 	AdmissionsPerS float64 `json:"admissions_per_s"`
-	// Decision is the decision latency: from the scheduled send time (open
-	// loop, so a late send counts against the service) or the Admit call
-	// (closed loop) to the answer.
+	// Decision is the decision latency: from the Admit call to the answer
+	// (Admitted), both loops. Time a request waits in the service's queue
+	// counts; how late this client made the call does not.
 	Decision Quantiles `json:"decision_us"`
+	// FromScheduled is, open loop, from the arrival's scheduled send time
+	// to the answer: Decision plus ScheduleLag, what a caller arriving on
+	// that schedule would see if this client were never late.
+	FromScheduled *Quantiles `json:"from_scheduled_us,omitempty"`
 	// ScheduleLag is, open loop, how late the Admit call left against its
 	// scheduled time: large values mean this client could not keep up,
 	// and the run measured the client as much as the service.
@@ -188,7 +193,8 @@ func Gaps(kind string, rate float64, rng *rand.Rand) func() time.Duration {
 // recorder collects one proxy's measurements.
 type recorder struct {
 	mu        sync.Mutex
-	decisions []time.Duration
+	decisions []time.Duration // from the Admit call
+	scheduled []time.Duration // from the scheduled send (open loop)
 	lags      []time.Duration
 	samples   []string
 	sent      atomic.Uint64
@@ -256,9 +262,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if o.Rate > 0 {
 		rep.Mode, rep.TargetRate, rep.Arrivals, rep.Inflight = "open", o.Rate, o.Arrivals, 0
 	}
-	var decisions, lags []time.Duration
+	var decisions, scheduled, lags []time.Duration
 	for _, rc := range recs {
 		decisions = append(decisions, rc.decisions...)
+		scheduled = append(scheduled, rc.scheduled...)
 		lags = append(lags, rc.lags...)
 		rep.Sent += rc.sent.Load()
 		rep.Admissions += rc.admitted.Load()
@@ -276,11 +283,18 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	rep.Decision = quantiles(decisions)
 	if o.Rate > 0 {
-		q := quantiles(lags)
-		rep.ScheduleLag = &q
+		q, s := quantiles(lags), quantiles(scheduled)
+		rep.ScheduleLag, rep.FromScheduled = &q, &s
 	}
 	return rep, nil
 }
+
+// spinAhead is how long before a send time the open loop stops sleeping
+// on a timer and spins (yielding to other goroutines) with the real
+// clock: Go's timers wake up to about a millisecond late (the runtime
+// sleeps in whole milliseconds), which would add up to a millisecond of
+// schedule lag to every send.
+const spinAhead = time.Millisecond
 
 // openLoop sends one proxy's share of the arrivals at their scheduled
 // times, each request on its own goroutine, until the run's end; then it
@@ -289,14 +303,35 @@ func (r *run) openLoop(ctx context.Context, a scheduler.Admitter, rec *recorder,
 	gap := Gaps(r.o.Arrivals, r.o.Rate/float64(len(r.o.Proxies)), rng)
 	var reqs sync.WaitGroup
 	defer reqs.Wait()
+	spin := time.Duration(0)
+	if _, real := r.clk.(clock.Real); real {
+		spin = spinAhead
+	}
 	next := start.Add(gap())
-	timer := r.clk.NewTimer(next.Sub(r.clk.Now()))
-	defer timer.Stop()
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
-		select {
-		case <-timer.C():
-		case <-ctx.Done():
-			return
+		if wait := next.Sub(r.clk.Now()) - spin; wait > 0 || spin == 0 {
+			if timer == nil {
+				timer = r.clk.NewTimer(max(0, wait))
+			} else {
+				timer.Reset(max(0, wait))
+			}
+			select {
+			case <-timer.C():
+			case <-ctx.Done():
+				return
+			}
+		}
+		for spin > 0 && r.clk.Now().Before(next) {
+			if ctx.Err() != nil {
+				return
+			}
+			runtime.Gosched()
 		}
 		now := r.clk.Now()
 		for !next.After(now) {
@@ -321,7 +356,6 @@ func (r *run) openLoop(ctx context.Context, a scheduler.Admitter, rec *recorder,
 				r.one(ctx, a, rec, req, scheduled, measured, true)
 			}()
 		}
-		timer.Reset(next.Sub(now))
 	}
 }
 
@@ -393,8 +427,9 @@ func (r *run) one(ctx context.Context, a scheduler.Admitter, rec *recorder, req 
 	if measured {
 		rec.admitted.Add(1)
 		rec.mu.Lock()
-		rec.decisions = append(rec.decisions, decided.Sub(from))
+		rec.decisions = append(rec.decisions, decided.Sub(begin))
 		if open {
+			rec.scheduled = append(rec.scheduled, decided.Sub(from))
 			rec.lags = append(rec.lags, begin.Sub(from))
 		}
 		rec.mu.Unlock()

@@ -49,17 +49,24 @@ type session struct {
 
 	sendMu sync.Mutex
 	spare  []*schedulerv1.LeaseResponse // out's other buffer
+	resp   schedulerv1.SessionResponse  // the message Send marshals, reused
 	broken bool                         // a Send failed: drop the rest
 }
 
 // held is one lease of a session, from Start to its end.
 type held struct {
-	cancel   context.CancelFunc // withdraws a pending admission
-	lease    scheduler.Lease    // nil until admitted
-	ended    chan struct{}      // closed at Done or the session's end
+	lease    scheduler.Lease // nil until admitted
+	ended    chan struct{}   // closed at Done or the session's end
+	ctx      leaseCtx        // the pending admission's: done when ended closes
 	outcome  scheduler.Outcome
 	done     bool
 	released bool // Release was called (by recvLoop or admit)
+
+	// The Admitted answer, in the lease's own allocation: written once,
+	// before it is queued, and read by the Send that marshals it.
+	admittedResp schedulerv1.LeaseResponse
+	admittedMsg  schedulerv1.LeaseResponse_Admitted
+	admitted     schedulerv1.Admitted
 }
 
 func (ss *session) recvLoop() error {
@@ -87,18 +94,17 @@ func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithCancel(ss.ctx)
-		h := &held{cancel: cancel, ended: make(chan struct{})}
+		h := &held{ended: make(chan struct{})}
+		h.ctx = leaseCtx{Context: ss.ctx, ended: h.ended}
 		ss.mu.Lock()
 		if _, dup := ss.leases[id]; dup {
 			ss.mu.Unlock()
-			cancel()
 			return status.Errorf(codes.InvalidArgument, "scheduler: lease_request.lease %d is already in use", id)
 		}
 		ss.leases[id] = h
 		ss.mu.Unlock()
 		ss.wg.Add(1)
-		go ss.admit(ctx, id, h, req)
+		go ss.admit(&h.ctx, id, h, req)
 	case *schedulerv1.LeaseRequest_Progress:
 		ss.mu.Lock()
 		h := ss.leases[id]
@@ -140,8 +146,27 @@ func (ss *session) end(h *held, o scheduler.Outcome) {
 		return
 	}
 	h.done, h.outcome = true, o
-	h.cancel()
 	close(h.ended)
+}
+
+// leaseCtx is a lease's context while its admission is pending: done when
+// the lease ends (the proxy's Done, a rejection or the session's end,
+// which ends every lease before the session's own context), so a lease
+// needs no context of its own. Values and the deadline are the session's.
+type leaseCtx struct {
+	context.Context
+	ended <-chan struct{}
+}
+
+func (c *leaseCtx) Done() <-chan struct{} { return c.ended }
+
+func (c *leaseCtx) Err() error {
+	select {
+	case <-c.ended:
+		return context.Canceled
+	default:
+		return nil
+	}
 }
 
 func (ss *session) endAll() {
@@ -177,9 +202,10 @@ func (ss *session) admit(ctx context.Context, id uint64, h *held, req scheduler.
 		return
 	}
 	h.lease = lease
-	ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Admitted{Admitted: &schedulerv1.Admitted{
-		QueueNs: int64(lease.QueueTime()), Endpoint: scheduler.EndpointOf(lease),
-	}}})
+	h.admitted.QueueNs, h.admitted.Endpoint = int64(lease.QueueTime()), scheduler.EndpointOf(lease)
+	h.admittedMsg.Admitted = &h.admitted
+	h.admittedResp.Lease, h.admittedResp.Msg = id, &h.admittedMsg
+	ss.send(&h.admittedResp)
 	ss.mu.Unlock()
 	ss.flush()
 	select {
@@ -224,7 +250,12 @@ func (ss *session) flush() {
 				break
 			}
 			if !ss.broken {
-				if err := ss.stream.Send(&schedulerv1.SessionResponse{Leases: batch}); err != nil {
+				// Send marshals before it returns, so the message and
+				// the answers in it are free again after it.
+				ss.resp.Leases = batch
+				err := ss.stream.Send(&ss.resp)
+				ss.resp.Leases = nil
+				if err != nil {
 					// The stream is broken; recvLoop sees it too and ends
 					// the session.
 					ss.broken = true

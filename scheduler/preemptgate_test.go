@@ -1,0 +1,226 @@
+package scheduler
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// prioPolicy is the priority order (effective priority, then arrival
+// sequence) with preemption, for tests inside the package.
+type prioPolicy struct{}
+
+func (prioPolicy) Name() string { return "prio" }
+func (prioPolicy) Less(a, b *Entry) bool {
+	if a.EffectivePriority != b.EffectivePriority {
+		return a.EffectivePriority < b.EffectivePriority
+	}
+	return a.Seq < b.Seq
+}
+func (prioPolicy) Preempts() bool { return true }
+
+// stepUngated is Step without the preemptCanAct guard: the walk runs at
+// every step, as before the guard.
+func stepUngated(m *Machine, now time.Time) Decisions {
+	var d Decisions
+	for _, p := range m.pools {
+		m.expire(now, p, &d)
+		m.admit(now, p, &d)
+		m.expiryWake(p, &d)
+		if p.Policy.Preempts() {
+			m.preempt(now, p, &d)
+		}
+	}
+	return d
+}
+
+// fleetConfig is examples/mesh-fleet.yaml's shape, scaled by eps
+// endpoints of per slots each.
+func fleetConfig(eps, per int, minRun time.Duration) Config {
+	pc := PoolConfig{Name: "gpu", MaxInflight: eps * per, Policy: prioPolicy{}, MaxPrefillTokens: 8192 * eps,
+		Preemption: PreemptionConfig{MinLowerInflight: 4, MinRunTime: minRun, MaxPerRequest: 1}}
+	for i := range eps {
+		pc.Endpoints = append(pc.Endpoints, EndpointConfig{Name: fmt.Sprintf("10.0.1.%d:8000", i+1), MaxInflight: per})
+	}
+	return Config{Pools: []PoolConfig{pc}, Classes: []ClassConfig{
+		{Name: "premium", Priority: 0, TTFT: 300 * time.Millisecond, TPOT: 40 * time.Millisecond, MaxWait: 5 * time.Second},
+		{Name: "standard", Priority: 5, TTFT: time.Second, TPOT: 80 * time.Millisecond, MaxWait: 30 * time.Second},
+		{Name: "bulk", Priority: 20, Preemptible: true, MaxQueue: 10000},
+	}, DefaultClass: "standard"}
+}
+
+// TestPreemptGateDecidesTheSame drives a gated and an ungated machine
+// through the same random events (arrivals, first tokens, finishes,
+// preemptions acted on, time passing by less and more than min_run_time,
+// now and then stepping back)
+// and requires the same decisions at every step: the guard only skips
+// walks that decide nothing.
+func TestPreemptGateDecidesTheSame(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			minRun := []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond}[seed%3]
+			cfg := fleetConfig(1+int(seed%4), 4, minRun)
+			gated, err := NewMachine(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ungated, _ := NewMachine(cfg)
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			var running []Ticket
+			preempted := 0
+			classes := []string{"premium", "standard", "bulk", "bulk"}
+			for i := range 3000 {
+				switch k := rng.IntN(10); {
+				case k < 5:
+					req := Request{Class: classes[rng.IntN(len(classes))], PromptTokens: 64 + rng.IntN(2000), MaxTokens: 16 + rng.IntN(500)}
+					t1, err1 := gated.Arrive(now, req)
+					t2, err2 := ungated.Arrive(now, req)
+					if t1 != t2 || (err1 == nil) != (err2 == nil) {
+						t.Fatalf("event %d: Arrive = %v, %v and %v, %v", i, t1, err1, t2, err2)
+					}
+				case k < 7 && len(running) > 0:
+					tk := running[rng.IntN(len(running))]
+					pr := Progress{FirstToken: true, Tokens: 1 + rng.IntN(50)}
+					gated.Progress(now, tk, pr)
+					ungated.Progress(now, tk, pr)
+				case k < 9 && len(running) > 0:
+					j := rng.IntN(len(running))
+					tk := running[j]
+					running = slices.Delete(running, j, j+1)
+					gated.Finish(now, tk, Done)
+					ungated.Finish(now, tk, Done)
+				case k == 9 && rng.IntN(3) == 0:
+					// A clock that steps back: admissions out of order.
+					now = now.Add(-time.Duration(rng.IntN(int(100 * time.Millisecond))))
+				default:
+					now = now.Add(time.Duration(rng.IntN(int(300 * time.Millisecond))))
+				}
+				now = now.Add(time.Duration(rng.IntN(int(2 * time.Millisecond))))
+				d1, d2 := gated.Step(now), stepUngated(ungated, now)
+				if !slices.Equal(d1.Admitted, d2.Admitted) || !slices.Equal(d1.Preempted, d2.Preempted) || len(d1.Rejected) != len(d2.Rejected) {
+					t.Fatalf("event %d: gated decided %+v, ungated %+v", i, d1, d2)
+				}
+				running = append(running, d1.Admitted...)
+				for _, v := range d1.Preempted {
+					preempted++
+					running = slices.DeleteFunc(running, func(x Ticket) bool { return x == v })
+					gated.Finish(now, v, Preempted)
+					ungated.Finish(now, v, Preempted)
+				}
+			}
+			t.Logf("%d preemptions", preempted)
+		})
+	}
+}
+
+// BenchmarkStepBacklog is one event of the shared service under a backlog
+// (examples/mesh-fleet.yaml's pool, 512 slots full of young requests,
+// 2,000 waiting): a finish, an arrival and their steps, gated (Step) and
+// ungated (the walk at every step).
+func BenchmarkStepBacklog(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		step func(*Machine, time.Time) Decisions
+	}{{"gated", (*Machine).Step}, {"ungated", stepUngated}} {
+		b.Run(tc.name, func(b *testing.B) {
+			m, err := NewMachine(fleetConfig(8, 64, 200*time.Millisecond))
+			if err != nil {
+				b.Fatal(err)
+			}
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			classes := []string{"premium", "standard", "bulk"}
+			rng := rand.New(rand.NewPCG(1, 2))
+			arrive := func() {
+				req := Request{Class: classes[rng.IntN(3)], PromptTokens: 64 + rng.IntN(1985), MaxTokens: 16 + rng.IntN(497)}
+				if _, err := m.Arrive(now, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var running []Ticket
+			for range 512 + 2000 {
+				arrive()
+			}
+			for len(running) < 512 {
+				d := tc.step(m, now)
+				for _, t := range d.Admitted {
+					m.Progress(now, t, Progress{FirstToken: true, Tokens: 1})
+				}
+				running = append(running, d.Admitted...)
+			}
+			act := func(d Decisions) {
+				for _, t := range d.Admitted {
+					m.Progress(now, t, Progress{FirstToken: true, Tokens: 1})
+				}
+				running = append(running, d.Admitted...)
+				for _, v := range d.Preempted {
+					m.Finish(now, v, Preempted)
+					running = slices.DeleteFunc(running, func(x Ticket) bool { return x == v })
+				}
+			}
+			b.ResetTimer()
+			for range b.N {
+				now = now.Add(25 * time.Microsecond)
+				m.Finish(now, running[0], Done)
+				running = running[1:]
+				act(tc.step(m, now))
+				arrive()
+				act(tc.step(m, now))
+			}
+		})
+	}
+}
+
+// TestVictimQueueBounded: a long-running candidate victim at the front
+// does not let the queue keep every later admission.
+func TestVictimQueueBounded(t *testing.T) {
+	m, err := NewMachine(fleetConfig(1, 8, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var running []Ticket
+	for range 100_000 {
+		if _, err := m.Arrive(now, Request{Class: "bulk", MaxTokens: 10}); err != nil {
+			t.Fatal(err)
+		}
+		running = append(running, m.Step(now).Admitted...)
+		if len(running) == 8 { // keep the first one, finish the others
+			m.Finish(now, running[7], Done)
+			running = running[:7]
+		}
+		now = now.Add(time.Microsecond)
+	}
+	p := m.pools[0]
+	if got := cap(p.victims.items); got > 256 {
+		t.Errorf("victim queue capacity %d after 100,000 admissions with 8 slots, want at most 256", got)
+	}
+	if at, ok := p.victims.firstEligible(p); !ok || !at.Equal(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("first eligible = %v, %v; want the first admission", at, ok)
+	}
+}
+
+// TestVictimQueueClockBack: after a clock stepped back, the oldest
+// candidate is found even when it is not at the front.
+func TestVictimQueueClockBack(t *testing.T) {
+	m, err := NewMachine(fleetConfig(1, 8, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, ms := range []int{10, 5, 7} {
+		now := t0.Add(time.Duration(ms) * time.Millisecond)
+		if _, err := m.Arrive(now, Request{Class: "bulk"}); err != nil {
+			t.Fatal(err)
+		}
+		if d := m.Step(now); len(d.Admitted) != 1 {
+			t.Fatalf("at %d ms: %+v", ms, d)
+		}
+	}
+	p := m.pools[0]
+	if at, ok := p.victims.firstEligible(p); !ok || !at.Equal(t0.Add(5*time.Millisecond)) {
+		t.Errorf("first eligible = %v, %v; want the admission at 5 ms", at, ok)
+	}
+}
