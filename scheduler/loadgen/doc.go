@@ -8,10 +8,11 @@
 // each request's scheduled send (so a late send counts and coordinated
 // omission cannot hide it) and how late this client itself sent.
 //
-// Concurrency: Run owns one goroutine per proxy. Open loop, that goroutine
-// alone draws the proxy's arrivals and request mix and starts one
-// goroutine per request; closed loop, it draws requests for the proxy's
-// workers (one goroutine per request in flight). Every goroutine ends by
+// Concurrency: open loop, Run owns one pacer goroutine that alone draws
+// every arrival and the request mix, hands the arrivals to the proxies in
+// turn and starts one goroutine per request; closed loop, Run owns one
+// goroutine per proxy that draws requests for the proxy's workers (one
+// goroutine per request in flight). Every goroutine ends by
 // the run's end (requests outstanding then are waited for); the proxy's
 // recorder is written under its mutex and atomics and read by Run after
 // they have all ended.

@@ -232,22 +232,31 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	start := o.Clock.Now()
 	r := &run{o: o, clk: o.Clock, measureFrom: start.Add(o.Warmup), stop: start.Add(o.Warmup + o.Duration)}
 	recs := make([]*recorder, len(o.Proxies))
-	var wg sync.WaitGroup
-	for i, a := range o.Proxies {
+	for i := range recs {
 		recs[i] = &recorder{}
-		rng := rand.New(rand.NewPCG(o.Seed, uint64(i)))
+	}
+	var wg sync.WaitGroup
+	if o.Rate > 0 {
+		// One pacer for every proxy: a spinning sender per proxy would
+		// keep every P busy, and a Go program whose Ps never go idle polls
+		// the network only from sysmon (every 10 ms), which delays every
+		// answer the proxies wait for.
 		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.openLoop(ctx, recs, rand.New(rand.NewPCG(o.Seed, 0)), start)
+		}()
+	}
+	for i, a := range o.Proxies {
 		if o.Rate > 0 {
-			go func() {
-				defer wg.Done()
-				r.openLoop(ctx, a, recs[i], rng, start)
-			}()
-			continue
+			break
 		}
+		rng := rand.New(rand.NewPCG(o.Seed, uint64(i)))
 		n := o.Inflight / len(o.Proxies)
 		if i < o.Inflight%len(o.Proxies) {
 			n++
 		}
+		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			r.closedLoop(ctx, a, recs[i], rng, n)
@@ -296,11 +305,13 @@ func Run(ctx context.Context, o Options) (Report, error) {
 // schedule lag to every send.
 const spinAhead = time.Millisecond
 
-// openLoop sends one proxy's share of the arrivals at their scheduled
-// times, each request on its own goroutine, until the run's end; then it
-// waits for the requests still outstanding.
-func (r *run) openLoop(ctx context.Context, a scheduler.Admitter, rec *recorder, rng *rand.Rand, start time.Time) {
-	gap := Gaps(r.o.Arrivals, r.o.Rate/float64(len(r.o.Proxies)), rng)
+// openLoop sends the arrivals at their scheduled times, to the proxies in
+// turn (so each proxy's arrivals are the same kind of process at its share
+// of the rate), each request on its own goroutine, until the run's end;
+// then it waits for the requests still outstanding.
+func (r *run) openLoop(ctx context.Context, recs []*recorder, rng *rand.Rand, start time.Time) {
+	gap := Gaps(r.o.Arrivals, r.o.Rate, rng)
+	turn := 0
 	var reqs sync.WaitGroup
 	defer reqs.Wait()
 	spin := time.Duration(0)
@@ -341,6 +352,8 @@ func (r *run) openLoop(ctx context.Context, a scheduler.Admitter, rec *recorder,
 			scheduled := next
 			next = next.Add(gap())
 			measured := !scheduled.Before(r.measureFrom)
+			a, rec := r.o.Proxies[turn], recs[turn]
+			turn = (turn + 1) % len(recs)
 			if r.outstanding.Load() >= int64(r.o.MaxOutstanding) {
 				if measured {
 					rec.dropped.Add(1)

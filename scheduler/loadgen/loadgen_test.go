@@ -116,9 +116,9 @@ func TestRunOpenLoopSendsTheSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 500/s per proxy: arrivals every 2 ms from 2 ms after the start, the
-	// last before the end, 199 each.
-	const want = 2 * 199
+	// Arrivals every 1 ms from 1 ms after the start, the last before the
+	// end, to the two proxies in turn.
+	const want = 399
 	if got := float64(rep.Sent + rep.Dropped); got != want || rep.Sent != rep.Admissions+rep.Rejected+rep.Errors {
 		t.Fatalf("%v requests accounted for (%+v), want %v", got, rep, want)
 	}
