@@ -379,14 +379,18 @@ func (m *Machine) SetLimit(poolName string, n int) error {
 
 // Step makes every decision due at now: max-wait rejections, admissions
 // (at batching-window ticks when a window is set) and preemptions.
-func (m *Machine) Step(now time.Time) Decisions {
+func (m *Machine) Step(now time.Time) Decisions { return m.step(now, true) }
+
+// step is Step; gate false always walks for preemption (the equivalence
+// test of preemptgate.go compares the two).
+func (m *Machine) step(now time.Time, gate bool) Decisions {
 	var d Decisions
 	for _, p := range m.pools {
 		m.expire(now, p, &d)
 		m.observeOverload(now, p)
 		m.admit(now, p, &d)
 		m.expiryWake(p, &d)
-		if p.Policy.Preempts() && m.preemptCanAct(now, p, &d) {
+		if p.Policy.Preempts() && (!gate || m.preemptCanAct(now, p, &d)) {
 			m.preempt(now, p, &d)
 		}
 	}

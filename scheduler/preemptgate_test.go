@@ -23,18 +23,7 @@ func (prioPolicy) Preempts() bool { return true }
 
 // stepUngated is Step without the preemptCanAct guard: the walk runs at
 // every step, as before the guard.
-func stepUngated(m *Machine, now time.Time) Decisions {
-	var d Decisions
-	for _, p := range m.pools {
-		m.expire(now, p, &d)
-		m.admit(now, p, &d)
-		m.expiryWake(p, &d)
-		if p.Policy.Preempts() {
-			m.preempt(now, p, &d)
-		}
-	}
-	return d
-}
+func stepUngated(m *Machine, now time.Time) Decisions { return m.step(now, false) }
 
 // fleetConfig is examples/mesh-fleet.yaml's shape, scaled by eps
 // endpoints of per slots each.
