@@ -644,7 +644,7 @@ func (f *fleet) run(items []workload.Item) ([]result.Record, error) {
 		nextTick = epoch
 	}
 	arrived := 0
-	same, last := 0, time.Time{}
+	var guard progressGuard
 	active := f.now
 	for f.finished < len(items) {
 		next := time.Time{}
@@ -670,15 +670,9 @@ func (f *fleet) run(items []workload.Item) ([]result.Record, error) {
 		if next.IsZero() {
 			return nil, fmt.Errorf("simulate: stuck at %v with %d of %d requests ended", f.now.Sub(epoch), f.finished, len(items))
 		}
-		if next.Before(f.now) {
-			next = f.now
-		}
-		if next.Equal(last) {
-			if same++; same > maxSameTime {
-				return nil, fmt.Errorf("simulate: no progress at %v", next.Sub(epoch))
-			}
-		} else {
-			same, last = 0, next
+		next, err := guard.advance(f.now, next)
+		if err != nil {
+			return nil, err
 		}
 		f.now = next
 		f.ended = f.ended[:0]

@@ -379,6 +379,29 @@ func (l *loop) decide() {
 // a component keeps asking to be woken at the same time.
 const maxSameTime = 1_000_000
 
+// progressGuard moves an event loop's clock: never backwards, and at most
+// maxSameTime events at one instant (a loop that stops advancing is a bug,
+// reported rather than spun on).
+type progressGuard struct {
+	last time.Time
+	same int
+}
+
+// advance returns the time the loop moves to from now towards next.
+func (g *progressGuard) advance(now, next time.Time) (time.Time, error) {
+	if next.Before(now) {
+		next = now
+	}
+	if next.Equal(g.last) {
+		if g.same++; g.same > maxSameTime {
+			return next, fmt.Errorf("simulate: no progress at %v", next.Sub(epoch))
+		}
+	} else {
+		g.same, g.last = 0, next
+	}
+	return next, nil
+}
+
 // maxIdle is how long virtual time may pass with requests waiting but no
 // arrival and no engine step before the run is declared stuck.
 const maxIdle = time.Hour
@@ -418,7 +441,7 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 		nextTick = epoch
 	}
 	arrived := 0
-	same, last := 0, time.Time{}
+	var guard progressGuard
 	active := l.now
 	for l.finished < len(items) {
 		next := time.Time{}
@@ -440,15 +463,9 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 		if next.IsZero() {
 			return nil, fmt.Errorf("simulate: stuck at %v with %d of %d requests ended", l.now.Sub(epoch), l.finished, len(items))
 		}
-		if next.Before(l.now) {
-			next = l.now
-		}
-		if next.Equal(last) {
-			if same++; same > maxSameTime {
-				return nil, fmt.Errorf("simulate: no progress at %v", next.Sub(epoch))
-			}
-		} else {
-			same, last = 0, next
+		next, err := guard.advance(l.now, next)
+		if err != nil {
+			return nil, err
 		}
 		l.now = next
 		ended := false
