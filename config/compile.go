@@ -269,6 +269,15 @@ func (b *builder) scheduler(path string, s SchedulerSpec) SchedulerConfig {
 	if v := s.StaticBounds; v != nil {
 		out.StaticBounds = *v
 	}
+	if v := s.OverloadRelease; v != nil {
+		if !(*v == 0 || (*v >= 1 && *v <= 1e6)) { // also refuses NaN
+			b.c.add(join(path, "overload_release"), 0, "%v must be 0 (never) or in [1, 1e6]", *v)
+		}
+		out.OverloadRelease = *v
+		if *v == 0 {
+			out.OverloadRelease = -1
+		}
+	}
 	out.Preemption.MinRunTime = b.duration(join(path, "preemption.min_run_time"), s.Preemption.MinRunTime, false)
 	if v := s.Preemption.MinLowerInflight; v != nil {
 		b.intRange(join(path, "preemption.min_lower_inflight"), *v, 0, maxInflight)
@@ -313,6 +322,9 @@ func overlay(base, o SchedulerSpec) SchedulerSpec {
 	}
 	if o.StaticBounds != nil {
 		base.StaticBounds = o.StaticBounds
+	}
+	if o.OverloadRelease != nil {
+		base.OverloadRelease = o.OverloadRelease
 	}
 	if o.Preemption.MinLowerInflight != nil {
 		base.Preemption.MinLowerInflight = o.Preemption.MinLowerInflight

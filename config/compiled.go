@@ -220,7 +220,10 @@ type SchedulerConfig struct {
 	ReserveUrgent    int
 	// StaticBounds is the scheduler's PoolConfig.StaticBounds.
 	StaticBounds bool
-	Preemption   PreemptionConfig
+	// OverloadRelease is the scheduler's PoolConfig.OverloadRelease (0:
+	// the default factor, negative: never).
+	OverloadRelease float64
+	Preemption      PreemptionConfig
 }
 
 // PreemptionConfig holds the preemption guard rails.

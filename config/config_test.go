@@ -220,6 +220,20 @@ pools:
 			},
 		},
 		{
+			name: "overload release factor out of range, at the pool and in an arm",
+			src: `
+pools:
+  - {name: p, protocol: grpc, endpoints: [h:1], scheduler: {overload_release: 0.5}}
+  - {name: q, protocol: grpc, endpoints: [h:1], scheduler: {overload_release: 0}}
+experiments:
+  - {name: e, pool: q, arms: [{name: a, scheduler: {overload_release: -3}}, {name: b, scheduler: {overload_release: 20}}]}
+`,
+			want: []string{
+				`pools[0].scheduler.overload_release: 0.5 must be 0 (never) or in [1, 1e6]`,
+				`experiments[0].arms[0].scheduler.overload_release: -3 must be 0 (never) or in [1, 1e6]`,
+			},
+		},
+		{
 			name: "abort probe not a duration or negative, at the pool and in an arm",
 			src: `
 pools:

@@ -169,6 +169,12 @@ type SchedulerSpec struct {
 	// preemptive pool derives each bound left at 0 (and its preemption
 	// budget) from the traffic it observes. See docs/scheduling.md.
 	StaticBounds *bool `yaml:"static_bounds,omitempty"`
+	// OverloadRelease is the factor of the overload release: the derived
+	// bounds give way while a less urgent request has waited more than
+	// this many times its class's TTFT objective; default 10, 0: never
+	// (the urgent class keeps its bounds however far the others fall
+	// behind). See docs/scheduling.md.
+	OverloadRelease *float64 `yaml:"overload_release,omitempty"`
 	// Preemption parameters (policy preemptive).
 	Preemption PreemptionSpec `yaml:"preemption,omitempty"`
 }

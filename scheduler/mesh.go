@@ -95,6 +95,7 @@ func poolFromMesh(p *config.Pool, lookup func(name string) (Policy, error)) (Poo
 		MaxPrefillTokens:  sc.MaxPrefillTokens,
 		ReserveUrgent:     sc.ReserveUrgent,
 		StaticBounds:      sc.StaticBounds,
+		OverloadRelease:   sc.OverloadRelease,
 		Preemption: PreemptionConfig{
 			MinLowerInflight: sc.Preemption.MinLowerInflight,
 			MinRunTime:       sc.Preemption.MinRunTime,

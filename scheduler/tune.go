@@ -34,7 +34,8 @@ import (
 //     (cost.go) keep what it preempts cheap.
 //
 // Overload release: both derived bounds are 0 while a request of a less
-// urgent class has waited more than releaseFactor × its class's TTFT
+// urgent class has waited more than PoolConfig.OverloadRelease (default
+// releaseFactor) × its class's TTFT
 // objective. The pool is then overloaded (it is not catching up on its
 // less urgent work), and there every slot and every prefill token held
 // back for the urgent class is throughput the others lose, which under a
@@ -58,7 +59,11 @@ const (
 // observeOverload sets p's overload flag at now (the rule above).
 func (m *Machine) observeOverload(now time.Time, p *pool) {
 	p.obs.overloaded = false
-	if !m.tuned(p) {
+	factor := p.OverloadRelease
+	if factor == 0 {
+		factor = releaseFactor
+	}
+	if !m.tuned(p) || factor < 0 {
 		return
 	}
 	for ci := range p.queues {
@@ -66,7 +71,7 @@ func (m *Machine) observeOverload(now time.Time, p *pool) {
 		if cl.Priority == m.top || cl.TTFT <= 0 {
 			continue
 		}
-		if e := p.queues[ci].front(); e != nil && now.Sub(e.Arrival) > releaseFactor*cl.TTFT {
+		if e := p.queues[ci].front(); e != nil && float64(now.Sub(e.Arrival)) > factor*float64(cl.TTFT) {
 			p.obs.overloaded = true
 			return
 		}

@@ -121,6 +121,8 @@ func TestStaticBoundsFromMesh(t *testing.T) {
 pools:
   - {name: a, protocol: openai, endpoints: [h:1], scheduler: {policy: preemptive, static_bounds: true, preemption: {abort_probe: 30s}}}
   - {name: b, protocol: openai, endpoints: [h:2], scheduler: {policy: preemptive}}
+  - {name: c, protocol: openai, endpoints: [h:3], scheduler: {policy: preemptive, overload_release: 0}}
+  - {name: d, protocol: openai, endpoints: [h:4], scheduler: {policy: preemptive, overload_release: 25}}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -133,8 +135,11 @@ pools:
 	if !a.StaticBounds || a.Preemption.AbortProbe != 30*time.Second {
 		t.Errorf("pool a: static %v, abort probe %v; want true, 30s", a.StaticBounds, a.Preemption.AbortProbe)
 	}
-	if b.StaticBounds || b.Preemption.AbortProbe != 5*time.Minute {
-		t.Errorf("pool b: static %v, abort probe %v; want the defaults false, 5m", b.StaticBounds, b.Preemption.AbortProbe)
+	if b.StaticBounds || b.Preemption.AbortProbe != 5*time.Minute || b.OverloadRelease != 0 {
+		t.Errorf("pool b: static %v, abort probe %v, overload release %v; want the defaults false, 5m, 0", b.StaticBounds, b.Preemption.AbortProbe, b.OverloadRelease)
+	}
+	if c, d := sc.Pools[2], sc.Pools[3]; c.OverloadRelease >= 0 || d.OverloadRelease != 25 {
+		t.Errorf("overload_release 0 and 25 gave %v and %v; want never (negative) and 25", c.OverloadRelease, d.OverloadRelease)
 	}
 }
 
@@ -151,6 +156,41 @@ func TestOverloadReleasesBounds(t *testing.T) {
 		if static {
 			pc.ReserveUrgent, pc.MaxPrefillTokens = 2, 512
 		}
+		overloadBounds(t, pc, static)
+	}
+}
+
+// With OverloadRelease negative the derived bounds never give way.
+func TestOverloadReleaseOff(t *testing.T) {
+	pc := preemptivePool(16, rails)
+	pc.OverloadRelease = -1
+	m := newMachine(t, pc)
+	now := at(0)
+	for i := 0; i < 200; i++ {
+		class := "batch"
+		if i%5 == 0 {
+			class = "interactive"
+		}
+		tk := arrive(t, m, now, scheduler.Request{Class: class, PromptTokens: 1000, MaxTokens: 10})
+		m.Step(now)
+		m.Progress(now.Add(50*time.Millisecond), tk, scheduler.Progress{FirstToken: true, Tokens: 1})
+		m.Finish(now.Add(60*time.Millisecond), tk, scheduler.Done)
+		now = now.Add(100 * time.Millisecond)
+	}
+	for i := 0; i < 17; i++ {
+		arrive(t, m, now, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
+	}
+	m.Step(now)
+	calm := m.Bounds("p")
+	m.Step(now.Add(10 * time.Minute))
+	if got := m.Bounds("p"); got != calm || calm.ReserveUrgent == 0 {
+		t.Errorf("waited 10 min with the release off: %+v, want the calm bounds %+v (with a reserve)", got, calm)
+	}
+}
+
+func overloadBounds(t *testing.T, pc scheduler.PoolConfig, static bool) {
+	t.Helper()
+	{
 		m := newMachine(t, pc)
 		now := at(0)
 		for i := 0; i < 200; i++ {
