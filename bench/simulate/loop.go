@@ -154,7 +154,8 @@ func schedulerConfig(w *workload.Workload, pol scheduler.Policy, o Options) sche
 	cfg := scheduler.Config{Pools: []scheduler.PoolConfig{{
 		Name: poolName, MaxInflight: o.MaxInflight, MaxInflightTokens: o.MaxInflightTokens,
 		MaxPrefillTokens: o.MaxPrefillTokens, ReserveUrgent: o.ReserveUrgent, StaticBounds: o.StaticBounds,
-		Policy: pol, Aging: o.Aging, Preemption: o.Preemption,
+		OverloadRelease: o.OverloadRelease,
+		Policy:          pol, Aging: o.Aging, Preemption: o.Preemption,
 	}}}
 	for i, c := range w.Classes {
 		cfg.Classes = append(cfg.Classes, scheduler.ClassConfig{

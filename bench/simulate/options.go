@@ -59,6 +59,10 @@ type Options struct {
 	// off) for preemptive policies too; by default those derive each bound
 	// left at 0 from what the pool observes (scheduler.PoolConfig.StaticBounds).
 	StaticBounds bool
+	// OverloadRelease is the pool's overload release factor
+	// (scheduler.PoolConfig.OverloadRelease): 0 means the default, negative
+	// never.
+	OverloadRelease float64
 	// LateHandoff makes the engine start its next step as soon as a step's
 	// tokens are out, as a real engine loop does, so that what the host
 	// admits in reaction to them (a first token freeing prefill budget, a

@@ -58,7 +58,10 @@ type PoolInfo struct {
 	ReserveUrgent     int `json:"reserve_urgent,omitempty"`
 	// Bounds is "derived" when preemptive policies derive the bounds left
 	// at 0 (the default), "static" with Options.StaticBounds.
-	Bounds            string  `json:"bounds"`
+	Bounds string `json:"bounds"`
+	// OverloadRelease is the overload release factor when not the
+	// default (-1: never).
+	OverloadRelease   float64 `json:"overload_release,omitempty"`
 	MetricsIntervalMs float64 `json:"metrics_interval_ms"` // 0: static capacity
 	AgingS            float64 `json:"aging_s"`
 	Predictor         string  `json:"predictor"`
@@ -362,6 +365,9 @@ func poolInfo(w *workload.Workload, o Options) PoolInfo {
 	}
 	if o.StaticBounds {
 		p.Bounds = "static"
+	}
+	if o.OverloadRelease != 0 {
+		p.OverloadRelease = max(o.OverloadRelease, -1)
 	}
 	if o.MetricsInterval > 0 {
 		p.MetricsIntervalMs = ms(o.MetricsInterval)
