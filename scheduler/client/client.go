@@ -30,7 +30,8 @@ type Options struct {
 	// host's share of the capacity). Nil admits at once with a lease that is
 	// never preempted.
 	Fallback scheduler.Admitter
-	// Clock measures request age; nil means the real clock.
+	// Clock measures request age and when to try Session again after a
+	// fallback; nil means the real clock.
 	Clock clock.Clock
 	// Timeout bounds each attempt to connect to the service (mesh
 	// scheduler_service.timeout); while no connection is up, admissions
@@ -41,7 +42,8 @@ type Options struct {
 	// StreamPerAdmission uses one Admit stream per admission, the protocol
 	// of services older than Session; false multiplexes every admission
 	// over one Session stream (and falls back to Admit streams by itself
-	// when the service does not implement Session).
+	// when the service does not implement Session, trying Session again
+	// every sessionRetry, so a service upgraded in place is used fully).
 	StreamPerAdmission bool
 }
 
@@ -57,8 +59,10 @@ type Client struct {
 	sess   *session            // the live session; nil: none yet or it ended
 	wg     sync.WaitGroup
 
-	openMu sync.Mutex  // one caller opens a session at a time
-	legacy atomic.Bool // the service does not implement Session
+	openMu sync.Mutex // one caller opens a session at a time
+	// legacyUntil (UnixNano on opts.Clock): until then the service is
+	// taken to lack Session and admissions use Admit streams.
+	legacyUntil atomic.Int64
 }
 
 var _ scheduler.Admitter = (*Client)(nil)
@@ -98,12 +102,13 @@ func (c *Client) Admit(ctx context.Context, req scheduler.Request) (scheduler.Le
 	if closed {
 		return nil, scheduler.ErrClosed
 	}
-	if !c.opts.StreamPerAdmission && !c.legacy.Load() {
+	if !c.opts.StreamPerAdmission && c.opts.Clock.Now().UnixNano() >= c.legacyUntil.Load() {
 		l, err := c.admitSession(ctx, req)
 		if !errors.Is(err, errNoSession) {
 			return l, err
 		}
-		c.legacy.Store(true) // an older service: Admit streams from now on
+		// An older service: Admit streams until the next try.
+		c.legacyUntil.Store(c.opts.Clock.Now().Add(sessionRetry).UnixNano())
 	}
 	return c.admitStream(ctx, req)
 }
@@ -126,6 +131,10 @@ func (c *Client) start(req scheduler.Request) *schedulerv1.Start {
 		Affinity:     req.Affinity,
 	}
 }
+
+// sessionRetry is how long a client that found no Session method uses
+// Admit streams before it tries Session again.
+const sessionRetry = time.Minute
 
 // errNoSession: the service does not implement Session.
 var errNoSession = errors.New("the scheduler service has no Session method")

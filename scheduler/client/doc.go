@@ -17,7 +17,8 @@
 // tables and send queues.
 //
 // With Options.StreamPerAdmission, or when the service has no Session
-// method, each admission is an Admit stream of its own. Concurrency: Admit
+// method (tried again a minute after each fallback), each admission is an
+// Admit stream of its own. Concurrency: Admit
 // runs in the caller's goroutine until the service answers. Each admitted
 // lease then owns two goroutines, tracked by the
 // Client's WaitGroup: a receiver (the only caller of Recv; closes the

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
@@ -198,7 +199,8 @@ func TestSessionWithdraw(t *testing.T) {
 // stays there.
 func TestSessionFallbackToAdmitStreams(t *testing.T) {
 	cs, sched, addr := startCounting(t, config(2, fifo.New()), true)
-	c := newClient(t, addr, client.Options{})
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	c := newClient(t, addr, client.Options{Clock: clk})
 	for i := 0; i < 3; i++ {
 		l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
 		if err != nil {
@@ -209,6 +211,18 @@ func TestSessionFallbackToAdmitStreams(t *testing.T) {
 	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 3 })
 	if a, s := cs.admits.Load(), cs.sessions.Load(); a != 3 || s != 1 {
 		t.Fatalf("%d Admit streams and %d Session attempts, want 3 and 1", a, s)
+	}
+	// A minute later the client tries Session again (a service upgraded in
+	// place), finds none, and falls back once more.
+	clk.Advance(time.Minute)
+	l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(scheduler.Done)
+	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 4 })
+	if a, s := cs.admits.Load(), cs.sessions.Load(); a != 4 || s != 2 {
+		t.Fatalf("after a minute: %d Admit streams and %d Session attempts, want 4 and 2", a, s)
 	}
 }
 
