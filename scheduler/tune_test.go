@@ -19,21 +19,7 @@ func TestDerivedBounds(t *testing.T) {
 	drive := func(pc scheduler.PoolConfig) scheduler.Bounds {
 		t.Helper()
 		m := newMachine(t, pc)
-		now := at(0)
-		// Other classes finish every 100 ms, urgent requests arrive every
-		// 500 ms; each prompt of 1000 tokens takes 50 ms to its first token
-		// (50 µs per token).
-		for i := 0; i < 200; i++ {
-			class := "batch"
-			if i%5 == 0 {
-				class = "interactive"
-			}
-			tk := arrive(t, m, now, scheduler.Request{Class: class, PromptTokens: 1000, MaxTokens: 10})
-			m.Step(now)
-			m.Progress(now.Add(50*time.Millisecond), tk, scheduler.Progress{FirstToken: true, Tokens: 1})
-			m.Finish(now.Add(60*time.Millisecond), tk, scheduler.Done)
-			now = now.Add(100 * time.Millisecond)
-		}
+		steadyTraffic(t, m)
 		return m.Bounds("p")
 	}
 	pc := preemptivePool(16, rails)
@@ -96,18 +82,7 @@ func TestBoundsExported(t *testing.T) {
 	if got, want := gauges(), [3]float64{0, 0, 0.1}; got != want {
 		t.Errorf("before traffic: %v, want %v", got, want)
 	}
-	now := at(0)
-	for i := 0; i < 200; i++ {
-		class := "batch"
-		if i%5 == 0 {
-			class = "interactive"
-		}
-		tk := arrive(t, m, now, scheduler.Request{Class: class, PromptTokens: 1000, MaxTokens: 10})
-		m.Step(now)
-		m.Progress(now.Add(50*time.Millisecond), tk, scheduler.Progress{FirstToken: true, Tokens: 1})
-		m.Finish(now.Add(60*time.Millisecond), tk, scheduler.Done)
-		now = now.Add(100 * time.Millisecond)
-	}
+	steadyTraffic(t, m)
 	b := m.Bounds("p")
 	if got, want := gauges(), [3]float64{float64(b.ReserveUrgent), float64(b.MaxPrefillTokens), b.PreemptionBudget.Seconds()}; got != want || want != [3]float64{1, 1000, 0.1} {
 		t.Errorf("after traffic: gauges %v, Bounds %v; want both [1 1000 0.1]", got, want)
@@ -165,6 +140,67 @@ func TestOverloadReleaseOff(t *testing.T) {
 	pc := preemptivePool(16, rails)
 	pc.OverloadRelease = -1
 	m := newMachine(t, pc)
+	now := steadyTraffic(t, m)
+	for i := 0; i < 17; i++ {
+		arrive(t, m, now, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
+	}
+	m.Step(now)
+	calm := m.Bounds("p")
+	m.Step(now.Add(10 * time.Minute))
+	if got := m.Bounds("p"); got != calm || calm.ReserveUrgent == 0 {
+		t.Errorf("waited 10 min with the release off: %+v, want the calm bounds %+v (with a reserve)", got, calm)
+	}
+}
+
+// overloadBounds drives pc past the overload release and back (the rule
+// TestOverloadReleasesBounds states).
+func overloadBounds(t *testing.T, pc scheduler.PoolConfig, static bool) {
+	t.Helper()
+	m := newMachine(t, pc)
+	now := steadyTraffic(t, m)
+	// Sixteen batch requests fill the pool; one more waits.
+	for i := 0; i < 16; i++ {
+		arrive(t, m, now, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
+	}
+	late := now
+	arrive(t, m, late, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
+	d := m.Step(now)
+	running := d.Admitted
+	calm := m.Bounds("p")
+	if got := m.Step(late.Add(49 * time.Second)); len(got.Admitted) != 0 {
+		t.Fatalf("admitted %v with the pool full", got.Admitted)
+	}
+	if got := m.Bounds("p"); got != calm {
+		t.Errorf("static %v: waited 49s: %+v, want the calm bounds %+v", static, got, calm)
+	}
+	m.Step(late.Add(51 * time.Second))
+	want := scheduler.Bounds{PreemptionBudget: 200 * time.Millisecond, Derived: true}
+	if static {
+		want = calm
+		want.PreemptionBudget = 200 * time.Millisecond
+	}
+	if got := m.Bounds("p"); got != want {
+		t.Errorf("static %v: waited 51s: %+v, want %+v", static, got, want)
+	}
+	for _, tk := range running {
+		m.Finish(late.Add(52*time.Second), tk, scheduler.Done)
+	}
+	m.Step(late.Add(52 * time.Second)) // admits the late one
+	m.Step(late.Add(52 * time.Second)) // the queue is empty
+	// Derived again (the reserve follows the finish rate, which the
+	// sixteen finishes at once moved).
+	if got := m.Bounds("p"); got.ReserveUrgent == 0 || got.MaxPrefillTokens != calm.MaxPrefillTokens ||
+		got.PreemptionBudget != calm.PreemptionBudget || (static && got != calm) {
+		t.Errorf("static %v: caught up: %+v, want bounds as before %+v", static, got, calm)
+	}
+}
+
+// steadyTraffic drives m from at(0) for 20 s: other classes finish every
+// 100 ms, urgent requests arrive every 500 ms, and each prompt of 1000
+// tokens takes 50 ms to its first token (50 µs per token). It returns the
+// time it reached.
+func steadyTraffic(t *testing.T, m *scheduler.Machine) time.Time {
+	t.Helper()
 	now := at(0)
 	for i := 0; i < 200; i++ {
 		class := "batch"
@@ -177,67 +213,5 @@ func TestOverloadReleaseOff(t *testing.T) {
 		m.Finish(now.Add(60*time.Millisecond), tk, scheduler.Done)
 		now = now.Add(100 * time.Millisecond)
 	}
-	for i := 0; i < 17; i++ {
-		arrive(t, m, now, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
-	}
-	m.Step(now)
-	calm := m.Bounds("p")
-	m.Step(now.Add(10 * time.Minute))
-	if got := m.Bounds("p"); got != calm || calm.ReserveUrgent == 0 {
-		t.Errorf("waited 10 min with the release off: %+v, want the calm bounds %+v (with a reserve)", got, calm)
-	}
-}
-
-func overloadBounds(t *testing.T, pc scheduler.PoolConfig, static bool) {
-	t.Helper()
-	{
-		m := newMachine(t, pc)
-		now := at(0)
-		for i := 0; i < 200; i++ {
-			class := "batch"
-			if i%5 == 0 {
-				class = "interactive"
-			}
-			tk := arrive(t, m, now, scheduler.Request{Class: class, PromptTokens: 1000, MaxTokens: 10})
-			m.Step(now)
-			m.Progress(now.Add(50*time.Millisecond), tk, scheduler.Progress{FirstToken: true, Tokens: 1})
-			m.Finish(now.Add(60*time.Millisecond), tk, scheduler.Done)
-			now = now.Add(100 * time.Millisecond)
-		}
-		// Sixteen batch requests fill the pool; one more waits.
-		for i := 0; i < 16; i++ {
-			arrive(t, m, now, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
-		}
-		late := now
-		arrive(t, m, late, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
-		d := m.Step(now)
-		running := d.Admitted
-		calm := m.Bounds("p")
-		if got := m.Step(late.Add(49 * time.Second)); len(got.Admitted) != 0 {
-			t.Fatalf("admitted %v with the pool full", got.Admitted)
-		}
-		if got := m.Bounds("p"); got != calm {
-			t.Errorf("static %v: waited 49s: %+v, want the calm bounds %+v", static, got, calm)
-		}
-		m.Step(late.Add(51 * time.Second))
-		want := scheduler.Bounds{PreemptionBudget: 200 * time.Millisecond, Derived: true}
-		if static {
-			want = calm
-			want.PreemptionBudget = 200 * time.Millisecond
-		}
-		if got := m.Bounds("p"); got != want {
-			t.Errorf("static %v: waited 51s: %+v, want %+v", static, got, want)
-		}
-		for _, tk := range running {
-			m.Finish(late.Add(52*time.Second), tk, scheduler.Done)
-		}
-		m.Step(late.Add(52 * time.Second)) // admits the late one
-		m.Step(late.Add(52 * time.Second)) // the queue is empty
-		// Derived again (the reserve follows the finish rate, which the
-		// sixteen finishes at once moved).
-		if got := m.Bounds("p"); got.ReserveUrgent == 0 || got.MaxPrefillTokens != calm.MaxPrefillTokens ||
-			got.PreemptionBudget != calm.PreemptionBudget || (static && got != calm) {
-			t.Errorf("static %v: caught up: %+v, want bounds as before %+v", static, got, calm)
-		}
-	}
+	return now
 }
