@@ -64,8 +64,8 @@ type PoolConfig struct {
 	StaticBounds bool
 	// OverloadRelease is the factor of the overload release (tune.go): the
 	// derived bounds give way while a less urgent request has waited more
-	// than OverloadRelease × its class's TTFT objective. 0 means the
-	// default, 10; negative means never.
+	// than OverloadRelease × its class's TTFT objective. 0 means
+	// DefaultOverloadRelease; negative means never.
 	OverloadRelease float64
 	// Policy orders waiting requests and says whether preemption is allowed;
 	// required.

@@ -37,8 +37,9 @@ type observed struct {
 	urgentArrivals rate
 	otherFinishes  rate
 	otherPrompt    ewma // prompt tokens of the other classes' arrivals
-	// overloaded: a less urgent request has waited past releaseFactor ×
-	// its class's TTFT objective (tune.go); set at every step.
+	// overloaded: a less urgent request has waited past the overload
+	// release factor × its class's TTFT objective (tune.go); set at every
+	// step.
 	overloaded bool
 }
 

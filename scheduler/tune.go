@@ -35,7 +35,7 @@ import (
 //
 // Overload release: both derived bounds are 0 while a request of a less
 // urgent class has waited more than PoolConfig.OverloadRelease (default
-// releaseFactor) × its class's TTFT
+// DefaultOverloadRelease) × its class's TTFT
 // objective. The pool is then overloaded (it is not catching up on its
 // less urgent work), and there every slot and every prefill token held
 // back for the urgent class is throughput the others lose, which under a
@@ -53,15 +53,17 @@ const (
 	maxPrefillCap = 8192
 	queueShare    = 0.5
 	rateAlpha     = 0.05 // rates move slower than the per-request estimates
-	releaseFactor = 10
 )
+
+// DefaultOverloadRelease is PoolConfig.OverloadRelease's default factor.
+const DefaultOverloadRelease = 10
 
 // observeOverload sets p's overload flag at now (the rule above).
 func (m *Machine) observeOverload(now time.Time, p *pool) {
 	p.obs.overloaded = false
 	factor := p.OverloadRelease
 	if factor == 0 {
-		factor = releaseFactor
+		factor = DefaultOverloadRelease
 	}
 	if !m.tuned(p) || factor < 0 {
 		return

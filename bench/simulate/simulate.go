@@ -366,7 +366,7 @@ func poolInfo(w *workload.Workload, o Options) PoolInfo {
 	if o.StaticBounds {
 		p.Bounds = "static"
 	}
-	if o.OverloadRelease != 0 {
+	if o.OverloadRelease != 0 && o.OverloadRelease != scheduler.DefaultOverloadRelease {
 		p.OverloadRelease = max(o.OverloadRelease, -1)
 	}
 	if o.MetricsInterval > 0 {

@@ -37,7 +37,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		inflight  = fs.Int("max-inflight", simulate.DefaultMaxInflight, "pool capacity (max_inflight)")
 		prefill   = fs.Int("max-prefill-tokens", 0, "pool: most prompt tokens admitted but not yet prefilled, for every class but the most urgent (0: no bound)")
 		reserve   = fs.Int("reserve-urgent", 0, "pool: slots only the most urgent class may take (0: none)")
-		release   = fs.Float64("overload-release", 10, "pool: the derived bounds give way while a less urgent request has waited more than this many times its TTFT objective (0: never)")
+		release   = fs.Float64("overload-release", scheduler.DefaultOverloadRelease, "pool: the derived bounds give way while a less urgent request has waited more than this many times its TTFT objective (0: never)")
 		static    = fs.Bool("static-bounds", false, "pool: keep --max-prefill-tokens and --reserve-urgent as given (0: off) for preemptive policies too, instead of deriving the ones left at 0 from observed traffic")
 		late      = fs.Bool("late-handoff", false, "admissions in reaction to a step's tokens reach the engine's step after next, as with a real engine loop (default: the next step, optimistic)")
 		interval  = fs.Duration("metrics-interval", simulate.DefaultMetricsInterval, "re-derive the pool limit from the engine's load this often (0: static capacity)")
@@ -214,13 +214,10 @@ func simWorkload(file, traceFile string) (*workload.Workload, error) {
 	return w, nil
 }
 
-// overloadRelease maps --overload-release to the pool's factor: the
-// default 10 stays 0 (the scheduler's default), 0 means never (negative).
+// overloadRelease maps --overload-release to the pool's factor: 0 means
+// never (negative there); the default is passed as given.
 func overloadRelease(f float64) float64 {
-	switch f {
-	case 10:
-		return 0
-	case 0:
+	if f == 0 {
 		return -1
 	}
 	return f
