@@ -1,4 +1,4 @@
-package gateway
+package gatewayproc
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ func (s *syncBuf) String() string {
 
 // startRun runs Run until the test ends and returns the data and admin
 // base URLs.
-func startRun(t *testing.T, rc RunConfig) (data, admin string) {
+func startRun(t *testing.T, rc Config) (data, admin string) {
 	t.Helper()
 	type addrs struct{ data, admin net.Addr }
 	ready := make(chan addrs, 1)
@@ -79,7 +79,7 @@ func get(t *testing.T, url string) (int, string) {
 func TestRunQuickModeAdminAndMetrics(t *testing.T) {
 	up := httptest.NewServer(sseUpstream(3, 0))
 	defer up.Close()
-	data, admin := startRun(t, RunConfig{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: up.URL,
+	data, admin := startRun(t, Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: up.URL,
 		Policy: "preemptive", MaxInflight: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	for _, p := range []string{"/healthz", "/readyz"} {
 		if code, body := get(t, admin+p); code != 200 {
@@ -107,7 +107,7 @@ func TestRunQuickModeAdminAndMetrics(t *testing.T) {
 }
 
 func TestRunQuickModeFlagErrors(t *testing.T) {
-	err := Run(context.Background(), RunConfig{Policy: "lottery", MaxInflight: -1})
+	err := Run(context.Background(), Config{Policy: "lottery", MaxInflight: -1})
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -168,7 +168,7 @@ func TestRunMeshConfigReload(t *testing.T) {
 	}
 	write(mesh("a"))
 	logs := &syncBuf{}
-	data, _ := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	data, _ := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	ask := func() string {
 		res := post(t, context.Background(), data+"/v1/completions", `{"prompt":"x"}`)
 		defer res.Body.Close()
@@ -214,7 +214,7 @@ func TestRunMeshRelocatesOversizedHeaderPrompt(t *testing.T) {
 	if err := os.WriteFile(path, []byte(mesh), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	data, _ := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	prompt := strings.TrimSpace(strings.Repeat("long prompt ", 10))
 	req := mustReq(context.Background(), data+"/v1/completions", `{"model":"m"}`)
 	req.Header.Set("Content-Type", "application/json")
@@ -255,7 +255,7 @@ func TestRunReloadAppliesSchedulerSettings(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mesh.yaml")
 	writeMesh(t, path, mesh("1"))
 	logs := &syncBuf{}
-	data, _ := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	data, _ := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	codes := make(chan int, 2)
 	send := func() {
 		go func() {
