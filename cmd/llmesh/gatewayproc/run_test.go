@@ -255,7 +255,8 @@ func TestRunReloadAppliesSchedulerSettings(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mesh.yaml")
 	writeMesh(t, path, mesh("1"))
 	logs := &syncBuf{}
-	data, _ := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	data, admin := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	codes := make(chan int, 2)
 	send := func() {
 		go func() {
@@ -280,14 +281,24 @@ func TestRunReloadAppliesSchedulerSettings(t *testing.T) {
 	send()
 	waitStart("the first request")
 	send()
+	// The second request waits in pool a's queue (the scheduler's gauge
+	// says so) and has not reached the engine.
+	const queued = `llmesh_scheduler_queued{class="interactive",pool="a"}`
+	deadline := time.Now().Add(20 * time.Second)
+	for v, _ := adminMetric(t, admin, queued); v != 1; v, _ = adminMetric(t, admin, queued) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v, want the second request waiting; logs:\n%s", queued, v, logs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	select {
 	case <-started:
 		t.Fatal("the second request reached the engine past max_inflight 1")
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 	writeMesh(t, path, mesh("2"))
 	waitStart("the waiting request after the capacity reload")
-	deadline := time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(20 * time.Second)
 	for !strings.Contains(logs.String(), `msg="scheduler pool (re)built" pool=a`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("log does not show pool a rebuilt:\n%s", logs)
