@@ -313,3 +313,49 @@ func TestRunReloadAppliesSchedulerSettings(t *testing.T) {
 		}
 	}
 }
+
+// A reload whose gateway part does not fit this gateway (the listener it
+// serves is gone) is refused whole: the scheduler settings of the same
+// change stay unapplied, and requests keep flowing on the running config.
+func TestRunReloadRejectedKeepsScheduler(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"text":"ok"}]}`)
+	}))
+	defer up.Close()
+	mesh := func(listener, maxInflight string) string {
+		s := strings.Replace(strings.ReplaceAll(meshTmpl, "POOL", "a"), "[A]", "["+strings.TrimPrefix(up.URL, "http://")+"]", 1)
+		s = strings.Replace(s, "[B]", "[127.0.0.1:1]", 1)
+		s = strings.Replace(s, "name: main", "name: "+listener, 1)
+		return strings.Replace(s, "max_inflight: 4", "max_inflight: "+maxInflight, 1)
+	}
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	writeMesh(t, path, mesh("main", "1"))
+	logs := &syncBuf{}
+	data, admin := startRun(t, Config{ConfigPath: path, Listener: "main", Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	const limit = `llmesh_scheduler_limit{pool="a"}`
+	if v, ok := adminMetric(t, admin, limit); !ok || v != 1 {
+		t.Fatalf("%s = %v (present %v), want 1 from the file", limit, v, ok)
+	}
+	writeMesh(t, path, mesh("renamed", "3"))
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), "config reload rejected; keeping the running config") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the reload was not rejected within 20s; logs:\n%s", logs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), `no listener named \"main\"`) {
+		t.Errorf("the rejection does not name the missing listener:\n%s", logs)
+	}
+	if v, _ := adminMetric(t, admin, limit); v != 1 {
+		t.Errorf("after the rejected reload %s = %v, want 1: the scheduler part was applied without the gateway part", limit, v)
+	}
+	res := post(t, context.Background(), data+"/v1/completions", `{"prompt":"x"}`)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "ok") {
+		t.Errorf("after the rejected reload: %d %s", res.StatusCode, body)
+	}
+}
