@@ -66,6 +66,9 @@ type Options struct {
 	// Stdout gets the tables and the verdict; Stderr progress and logs.
 	// nil discards.
 	Stdout, Stderr io.Writer
+	// Gateway runs each arm's gateway (cmd/llmesh passes the process
+	// wiring of `llmesh gateway`); required.
+	Gateway stack.RunGateway
 }
 
 // Result is what a demo produced.
@@ -79,6 +82,9 @@ type Result struct {
 }
 
 func (o *Options) defaults() error {
+	if o.Gateway == nil {
+		return errors.New("demo: no Gateway to run")
+	}
 	if o.OutDir == "" {
 		o.OutDir = "llmesh-demo-out"
 	}
@@ -244,6 +250,7 @@ func startStack(ctx context.Context, o Options, w *workload.Workload, policy str
 		},
 		MeshPath: filepath.Join(o.OutDir, "mesh-"+policy+".yaml"),
 		Logger:   logger,
+		Gateway:  o.Gateway,
 	})
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("%s: %w", policy, err)

@@ -2,6 +2,7 @@ package demo_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,8 +12,17 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/cmd/llmesh/gatewayproc"
 	"github.com/llmesh/llmesh/demo"
+	"github.com/llmesh/llmesh/demo/stack"
 )
+
+// runGateway is what cmd/llmesh hands the demo: `llmesh gateway`'s process
+// wiring.
+func runGateway(ctx context.Context, gc stack.GatewayConfig) error {
+	return gatewayproc.Run(ctx, gatewayproc.Config{ConfigPath: gc.ConfigPath, Listen: gc.Listen, Admin: gc.Admin,
+		Drain: gc.Drain, Logger: gc.Logger, Ready: func(data, _ net.Addr) { gc.Ready(data) }})
+}
 
 // tiny is a short two-class workload: short prompts and outputs so that
 // every request ends well within the test's time.
@@ -65,7 +75,7 @@ func TestRunQuickAB(t *testing.T) {
 	defer cancel()
 	res, err := demo.Run(ctx, demo.Options{
 		OutDir: out, Quick: true, Workload: tinyWorkload(t), Repeats: 1, Duration: time.Second, Load: 0.3,
-		Bounds: demo.Bounds{MaxPrefillTokens: 2048, ReserveUrgent: 2},
+		Bounds: demo.Bounds{MaxPrefillTokens: 2048, ReserveUrgent: 2}, Gateway: runGateway,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +128,7 @@ func TestRunRefusesUnwritableOutDir(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := demo.Run(context.Background(), demo.Options{OutDir: filepath.Join(file, "sub"), Workload: tinyWorkload(t)})
+	_, err := demo.Run(context.Background(), demo.Options{OutDir: filepath.Join(file, "sub"), Workload: tinyWorkload(t), Gateway: runGateway})
 	if err == nil {
 		t.Fatal("Run with an output directory under a file succeeded")
 	}

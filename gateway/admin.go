@@ -31,8 +31,15 @@ func (g *Gateway) AdminHandler(metrics http.Handler) http.Handler {
 	return mux
 }
 
-// ServeAdmin serves AdminHandler(metrics) on ln until ctx ends.
-func (g *Gateway) ServeAdmin(ctx context.Context, ln net.Listener, metrics http.Handler) error {
-	srv := &http.Server{Handler: g.AdminHandler(metrics), ReadHeaderTimeout: 10 * time.Second}
+// ServeAdmin serves AdminHandler(metrics) on ln until ctx ends, with the
+// endpoints register adds to the same mux (e.g. Experiments.Register); a
+// nil register adds none.
+func (g *Gateway) ServeAdmin(ctx context.Context, ln net.Listener, metrics http.Handler, register func(*http.ServeMux)) error {
+	mux := http.NewServeMux()
+	mux.Handle("/", g.AdminHandler(metrics))
+	if register != nil {
+		register(mux)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return serveUntil(ctx, srv, ln, time.Second, nil)
 }

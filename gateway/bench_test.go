@@ -133,7 +133,7 @@ func telemetryGateway(tb testing.TB, upstream string) (string, *recordTimer) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = tele.Shutdown(context.Background()) })
-	rt := &recordTimer{next: TelemetryRecorder(tele.Recorder)}
+	rt := &recordTimer{next: telemetry.HostRecorder{R: tele.Recorder}}
 	_, gw := startGateway(tb, Config{Pools: []Pool{{Name: "p", Upstream: upstream}}}, WithRecorder(rt))
 	return gw, rt
 }

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/internal/adminapi"
 )
 
@@ -137,21 +135,4 @@ func (e *Experiments) ExperimentList() (version string, out []ExperimentInfo) {
 // {"error": "..."}.
 func (e *Experiments) Register(mux *http.ServeMux) {
 	adminapi.RegisterExperiments(mux, e, http.StatusBadRequest)
-}
-
-// checkMesh reports whether the gateway part of c (listener, pools, arm
-// pools, routes, classification) is valid, so that a host applies the
-// scheduler part only when the gateway part will follow.
-func checkMesh(c *config.Config, listener string) error {
-	cfg, err := ConfigFromMesh(c, listener)
-	if err != nil {
-		return err
-	}
-	if _, err := compile(cfg); err != nil {
-		return err
-	}
-	if _, err := filter.NewClassifierFromConfig(c); err != nil {
-		return fmt.Errorf("classification: %w", err)
-	}
-	return nil
 }

@@ -108,9 +108,10 @@ func relocationHeaderBytes(r *config.Relocation) int {
 
 // ApplyMesh swaps in the routes, pools (experiment arms included) and
 // classification of a new mesh config (a reload). It does not touch the
-// scheduler: Run applies the scheduler part first (pools.MeshSet),
-// so that new arm pools exist before requests are routed to them. On error
-// the running config stays.
+// scheduler: the process (cmd/llmesh/gatewayproc) checks c with
+// CheckMesh and applies the scheduler part first (pools.MeshSet), so that
+// new arm pools exist before requests are routed to them. On error the
+// running config stays.
 func (g *Gateway) ApplyMesh(c *config.Config, listener string) error {
 	cfg, err := ConfigFromMesh(c, listener)
 	if err != nil {

@@ -81,7 +81,7 @@ func benchProxyMain() int {
 				return fail(err)
 			}
 			defer func() { _ = tele.Shutdown(context.Background()) }()
-			opts = append(opts, WithRecorder(TelemetryRecorder(tele.Recorder)))
+			opts = append(opts, WithRecorder(telemetry.HostRecorder{R: tele.Recorder}))
 		}
 		g, err := New(Config{Pools: []Pool{{Name: "p", Upstream: upstream}}}, opts...)
 		if err != nil {

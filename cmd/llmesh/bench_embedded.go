@@ -97,6 +97,7 @@ func (a *embeddedArm) start(ctx context.Context) (string, func(), error) {
 		MeshPath: filepath.Join(dir, "mesh.yaml"),
 		Drain:    2 * time.Second, // a run's requests have ended by the time it is released
 		Logger:   a.log,
+		Gateway:  stackGateway,
 	})
 	if err != nil {
 		_ = os.RemoveAll(dir)

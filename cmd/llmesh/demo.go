@@ -67,7 +67,7 @@ Flags:`)
 	}
 	o := demo.Options{OutDir: *out, Quick: *quick, Repeats: *repeats, Duration: *dur, A: *a, B: *b,
 		MaxInflight: *maxInflight, Load: *load, Stdout: stdout, Stderr: stderr,
-		Bounds: demo.Bounds{MaxPrefillTokens: *prefill, ReserveUrgent: *reserve}}
+		Bounds: demo.Bounds{MaxPrefillTokens: *prefill, ReserveUrgent: *reserve}, Gateway: stackGateway}
 	if *wl != "" {
 		w, err := workload.LoadFile(*wl)
 		if err != nil {

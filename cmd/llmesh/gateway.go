@@ -10,7 +10,8 @@ import (
 	"net"
 	"time"
 
-	"github.com/llmesh/llmesh/gateway"
+	"github.com/llmesh/llmesh/cmd/llmesh/gatewayproc"
+	"github.com/llmesh/llmesh/demo/stack"
 )
 
 // runGateway is `llmesh gateway`: the embedded data plane, from a mesh
@@ -18,7 +19,7 @@ import (
 func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var rc gateway.RunConfig
+	var rc gatewayproc.Config
 	fs.StringVar(&rc.ConfigPath, "config", "", "mesh config file (watched; valid changes are applied live)")
 	fs.StringVar(&rc.Listener, "listener", "", "listener of the mesh config to serve (default: the first)")
 	fs.StringVar(&rc.Listen, "listen", "", "data-plane address host:port (overrides the config's listener address)")
@@ -74,5 +75,12 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stdout, "gateway listening on %s\n", data)
 	}
-	return gateway.Run(ctx, rc)
+	return gatewayproc.Run(ctx, rc)
+}
+
+// stackGateway runs the gateway of an in-process stack (`llmesh demo`,
+// `llmesh bench ab --a embedded:FILE`).
+func stackGateway(ctx context.Context, gc stack.GatewayConfig) error {
+	return gatewayproc.Run(ctx, gatewayproc.Config{ConfigPath: gc.ConfigPath, Listen: gc.Listen, Admin: gc.Admin,
+		Drain: gc.Drain, Logger: gc.Logger, Ready: func(data, _ net.Addr) { gc.Ready(data) }})
 }

@@ -2,13 +2,15 @@
 // front of it, in this process on loopback, for one run of an A/B arm
 // (`llmesh demo`, `llmesh bench ab --a embedded:FILE`).
 //
-// Start owns two goroutines, the engine's Serve and gateway.Run; both end
-// when the context given to Start ends or Stop is called, and Stop waits
-// for them.
+// Start owns two goroutines, the engine's Serve and Config.Gateway (the
+// gateway process, which the command hands in: cmd/llmesh runs
+// cmd/llmesh/gatewayproc); both end when the context given to Start ends
+// or Stop is called, and Stop waits for them.
 package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmesh/llmesh/gateway"
 	"github.com/llmesh/llmesh/sim/server"
 )
 
@@ -35,6 +36,29 @@ type Config struct {
 	// Logger receives the gateway's log and a failed engine's error (nil:
 	// discarded).
 	Logger *slog.Logger
+	// Gateway runs the gateway in front of the engine; required.
+	Gateway RunGateway
+}
+
+// RunGateway serves a gateway as gc says until ctx ends, and returns after
+// its shutdown. It is the process wiring of `llmesh gateway`, which the
+// command passes in, so that this package imports no command.
+type RunGateway func(ctx context.Context, gc GatewayConfig) error
+
+// GatewayConfig is the gateway a stack runs: the mesh file on loopback
+// addresses the kernel picks.
+type GatewayConfig struct {
+	// ConfigPath is the mesh file Start wrote.
+	ConfigPath string
+	// Listen and Admin are the data and admin addresses to bind.
+	Listen, Admin string
+	// Drain bounds the graceful shutdown (0: the gateway's default).
+	Drain time.Duration
+	// Logger receives the gateway's log; never nil.
+	Logger *slog.Logger
+	// Ready must be called with the bound data address once the gateway
+	// listens; Start waits for it.
+	Ready func(data net.Addr)
 }
 
 // Stack is a running engine and gateway.
@@ -52,6 +76,9 @@ type Stack struct {
 // Start brings up the engine, writes the mesh and starts the gateway; it
 // returns once the gateway listens. On error nothing is left running.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
+	if cfg.Gateway == nil {
+		return nil, errors.New("stack: no Gateway to run")
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -94,13 +121,13 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		errc <- gateway.Run(ctx, gateway.RunConfig{
+		errc <- cfg.Gateway(ctx, GatewayConfig{
 			ConfigPath: cfg.MeshPath,
 			Listen:     "127.0.0.1:0",
 			Admin:      "127.0.0.1:0",
 			Drain:      cfg.Drain,
 			Logger:     logger,
-			Ready:      func(data, _ net.Addr) { ready <- data },
+			Ready:      func(data net.Addr) { ready <- data },
 		})
 	}()
 	select {

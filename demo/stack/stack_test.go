@@ -4,13 +4,23 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/llmesh/llmesh/cmd/llmesh/gatewayproc"
 )
+
+// runGateway is what cmd/llmesh hands the stack: `llmesh gateway`'s
+// process wiring.
+func runGateway(ctx context.Context, gc GatewayConfig) error {
+	return gatewayproc.Run(ctx, gatewayproc.Config{ConfigPath: gc.ConfigPath, Listen: gc.Listen, Admin: gc.Admin,
+		Drain: gc.Drain, Logger: gc.Logger, Ready: func(data, _ net.Addr) { gc.Ready(data) }})
+}
 
 const mesh = `
 listeners:
@@ -32,6 +42,7 @@ func TestStartServeStop(t *testing.T) {
 	st, err := Start(context.Background(), Config{
 		Mesh:     func(simHTTP, _ string) ([]byte, error) { return []byte(strings.ReplaceAll(mesh, "SIM", simHTTP)), nil },
 		MeshPath: filepath.Join(dir, "mesh.yaml"),
+		Gateway:  runGateway,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +67,7 @@ func TestStartServeStop(t *testing.T) {
 	_, err = Start(context.Background(), Config{
 		Mesh:     func(string, string) ([]byte, error) { return nil, want },
 		MeshPath: filepath.Join(dir, "bad.yaml"),
+		Gateway:  runGateway,
 	})
 	if !errors.Is(err, want) {
 		t.Fatalf("Start with a failing mesh: %v", err)
@@ -63,8 +75,16 @@ func TestStartServeStop(t *testing.T) {
 	_, err = Start(context.Background(), Config{
 		Mesh:     func(string, string) ([]byte, error) { return []byte("pools: 3"), nil },
 		MeshPath: filepath.Join(dir, "bad.yaml"),
+		Gateway:  runGateway,
 	})
 	if err == nil || !strings.Contains(err.Error(), "gateway") {
 		t.Fatalf("Start with an invalid mesh: %v", err)
+	}
+	_, err = Start(context.Background(), Config{
+		Mesh:     func(simHTTP, _ string) ([]byte, error) { return []byte(strings.ReplaceAll(mesh, "SIM", simHTTP)), nil },
+		MeshPath: filepath.Join(dir, "mesh.yaml"),
+	})
+	if err == nil || !strings.Contains(err.Error(), "no Gateway") {
+		t.Fatalf("Start without a Gateway: %v", err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmesh/llmesh/gateway"
+	"github.com/llmesh/llmesh/cmd/llmesh/gatewayproc"
 	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
@@ -47,8 +47,8 @@ func TestConfigReplacedWithInvalid(t *testing.T) {
 	logs := &proctest.Buffer{}
 	proctest.ShowOnFailure(t, "gateway log", logs)
 	ready := make(chan string, 1)
-	run := proctest.Go(t, "gateway.Run", func(ctx context.Context) error {
-		return gateway.Run(ctx, gateway.RunConfig{
+	run := proctest.Go(t, "gatewayproc.Run", func(ctx context.Context) error {
+		return gatewayproc.Run(ctx, gatewayproc.Config{
 			ConfigPath: path,
 			Listen:     "127.0.0.1:0",
 			Logger:     slog.New(slog.NewTextHandler(logs, nil)),
@@ -59,7 +59,7 @@ func TestConfigReplacedWithInvalid(t *testing.T) {
 	select {
 	case gw = <-ready:
 	case <-run.Done():
-		t.Fatalf("gateway.Run ended early: %v", run.Err())
+		t.Fatalf("gatewayproc.Run ended early: %v", run.Err())
 	}
 
 	status := func() int {

@@ -295,7 +295,7 @@ func loadMesh(t *testing.T, up upstreams) (*config.Config, string) {
 }
 
 // gatewayHost wires the gateway as `llmesh gateway --config` does
-// (gateway/run.go buildHost): routes and pools from the mesh, the mesh's
+// (cmd/llmesh/gatewayproc, buildHost): routes and pools from the mesh, the mesh's
 // in-process schedulers, classifier and relocation.
 type gatewayHost struct {
 	url   string

@@ -1,4 +1,4 @@
-package gateway
+package gatewayproc
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func promSum(body, name string) float64 {
 // sum of decode steps.
 func TestInterChunkCountEqualsDecodeSteps(t *testing.T) {
 	s := simtest.Start(t)
-	data, admin := startRun(t, RunConfig{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: s.HTTPURL,
+	data, admin := startRun(t, Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: s.HTTPURL,
 		Policy: "preemptive", MaxInflight: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	lengths := []int{1100, 30, 700, 5, 900, 60, 1, 600}
 	var wg sync.WaitGroup

@@ -1,4 +1,4 @@
-package gateway
+package gatewayproc
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ func (s *syncBuf) String() string {
 
 // startRun runs Run until the test ends and returns the data and admin
 // base URLs.
-func startRun(t *testing.T, rc RunConfig) (data, admin string) {
+func startRun(t *testing.T, rc Config) (data, admin string) {
 	t.Helper()
 	type addrs struct{ data, admin net.Addr }
 	ready := make(chan addrs, 1)
@@ -79,7 +79,7 @@ func get(t *testing.T, url string) (int, string) {
 func TestRunQuickModeAdminAndMetrics(t *testing.T) {
 	up := httptest.NewServer(sseUpstream(3, 0))
 	defer up.Close()
-	data, admin := startRun(t, RunConfig{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: up.URL,
+	data, admin := startRun(t, Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: up.URL,
 		Policy: "preemptive", MaxInflight: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	for _, p := range []string{"/healthz", "/readyz"} {
 		if code, body := get(t, admin+p); code != 200 {
@@ -107,7 +107,7 @@ func TestRunQuickModeAdminAndMetrics(t *testing.T) {
 }
 
 func TestRunQuickModeFlagErrors(t *testing.T) {
-	err := Run(context.Background(), RunConfig{Policy: "lottery", MaxInflight: -1})
+	err := Run(context.Background(), Config{Policy: "lottery", MaxInflight: -1})
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -168,7 +168,7 @@ func TestRunMeshConfigReload(t *testing.T) {
 	}
 	write(mesh("a"))
 	logs := &syncBuf{}
-	data, _ := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	data, _ := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	ask := func() string {
 		res := post(t, context.Background(), data+"/v1/completions", `{"prompt":"x"}`)
 		defer res.Body.Close()
@@ -214,7 +214,7 @@ func TestRunMeshRelocatesOversizedHeaderPrompt(t *testing.T) {
 	if err := os.WriteFile(path, []byte(mesh), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	data, _ := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	prompt := strings.TrimSpace(strings.Repeat("long prompt ", 10))
 	req := mustReq(context.Background(), data+"/v1/completions", `{"model":"m"}`)
 	req.Header.Set("Content-Type", "application/json")
@@ -255,7 +255,8 @@ func TestRunReloadAppliesSchedulerSettings(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mesh.yaml")
 	writeMesh(t, path, mesh("1"))
 	logs := &syncBuf{}
-	data, _ := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	data, admin := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	codes := make(chan int, 2)
 	send := func() {
 		go func() {
@@ -280,14 +281,24 @@ func TestRunReloadAppliesSchedulerSettings(t *testing.T) {
 	send()
 	waitStart("the first request")
 	send()
+	// The second request waits in pool a's queue (the scheduler's gauge
+	// says so) and has not reached the engine.
+	const queued = `llmesh_scheduler_queued{class="interactive",pool="a"}`
+	deadline := time.Now().Add(20 * time.Second)
+	for v, _ := adminMetric(t, admin, queued); v != 1; v, _ = adminMetric(t, admin, queued) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v, want the second request waiting; logs:\n%s", queued, v, logs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	select {
 	case <-started:
 		t.Fatal("the second request reached the engine past max_inflight 1")
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 	writeMesh(t, path, mesh("2"))
 	waitStart("the waiting request after the capacity reload")
-	deadline := time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(20 * time.Second)
 	for !strings.Contains(logs.String(), `msg="scheduler pool (re)built" pool=a`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("log does not show pool a rebuilt:\n%s", logs)
@@ -300,5 +311,51 @@ func TestRunReloadAppliesSchedulerSettings(t *testing.T) {
 		if c := <-codes; c != http.StatusOK {
 			t.Errorf("status %d, want 200 for both", c)
 		}
+	}
+}
+
+// A reload whose gateway part does not fit this gateway (the listener it
+// serves is gone) is refused whole: the scheduler settings of the same
+// change stay unapplied, and requests keep flowing on the running config.
+func TestRunReloadRejectedKeepsScheduler(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"text":"ok"}]}`)
+	}))
+	defer up.Close()
+	mesh := func(listener, maxInflight string) string {
+		s := strings.Replace(strings.ReplaceAll(meshTmpl, "POOL", "a"), "[A]", "["+strings.TrimPrefix(up.URL, "http://")+"]", 1)
+		s = strings.Replace(s, "[B]", "[127.0.0.1:1]", 1)
+		s = strings.Replace(s, "name: main", "name: "+listener, 1)
+		return strings.Replace(s, "max_inflight: 4", "max_inflight: "+maxInflight, 1)
+	}
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	writeMesh(t, path, mesh("main", "1"))
+	logs := &syncBuf{}
+	data, admin := startRun(t, Config{ConfigPath: path, Listener: "main", Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	const limit = `llmesh_scheduler_limit{pool="a"}`
+	if v, ok := adminMetric(t, admin, limit); !ok || v != 1 {
+		t.Fatalf("%s = %v (present %v), want 1 from the file", limit, v, ok)
+	}
+	writeMesh(t, path, mesh("renamed", "3"))
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), "config reload rejected; keeping the running config") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the reload was not rejected within 20s; logs:\n%s", logs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), `no listener named \"main\"`) {
+		t.Errorf("the rejection does not name the missing listener:\n%s", logs)
+	}
+	if v, _ := adminMetric(t, admin, limit); v != 1 {
+		t.Errorf("after the rejected reload %s = %v, want 1: the scheduler part was applied without the gateway part", limit, v)
+	}
+	res := post(t, context.Background(), data+"/v1/completions", `{"prompt":"x"}`)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "ok") {
+		t.Errorf("after the rejected reload: %d %s", res.StatusCode, body)
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package gatewayproc
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/llmesh/llmesh/config/watch"
 	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
+	"github.com/llmesh/llmesh/gateway"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/policy"
@@ -22,9 +23,9 @@ import (
 	"github.com/llmesh/llmesh/telemetry"
 )
 
-// RunConfig is what `llmesh gateway` runs: either a mesh config file
+// Config is what `llmesh gateway` runs: either a mesh config file
 // (watched and reloaded on change) or the quick settings.
-type RunConfig struct {
+type Config struct {
 	// ConfigPath is a mesh config file; empty means quick mode (Upstream).
 	ConfigPath string
 	// Listener picks the mesh config's listener; empty means the first.
@@ -45,12 +46,12 @@ type RunConfig struct {
 	// Drain is how long in-flight requests may finish at shutdown; 0 means
 	// 10s.
 	Drain time.Duration
-	// MaxRequestBytes, StreamIdleTimeout: see Config.
+	// MaxRequestBytes, StreamIdleTimeout: see gateway.Config.
 	MaxRequestBytes   int64
 	StreamIdleTimeout time.Duration
 	// ServerTiming turns the server-timing header/trailer on in quick mode.
 	ServerTiming bool
-	// ArmDraw picks experiment arms by weight (see WithArmDraw); nil means
+	// ArmDraw picks experiment arms by weight (see gateway.WithArmDraw); nil means
 	// math/rand/v2.
 	ArmDraw func() float64
 	// Logger; nil means slog.Default().
@@ -60,9 +61,9 @@ type RunConfig struct {
 	Ready func(data, admin net.Addr)
 }
 
-// Run builds everything a RunConfig describes, serves until ctx ends,
+// Run builds everything a Config describes, serves until ctx ends,
 // drains and returns.
-func Run(ctx context.Context, rc RunConfig) error {
+func Run(ctx context.Context, rc Config) error {
 	log := rc.Logger
 	if log == nil {
 		log = slog.Default()
@@ -111,13 +112,11 @@ func Run(ctx context.Context, rc RunConfig) error {
 	var adminAddr net.Addr
 	if aln != nil {
 		adminAddr = aln.Addr()
-		mux := http.NewServeMux()
-		mux.Handle("/", h.gw.AdminHandler(h.tele.PrometheusHandler()))
+		var register func(*http.ServeMux)
 		if h.exps != nil {
-			h.exps.Register(mux)
+			register = h.exps.Register
 		}
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		goRun(func() error { return serveUntil(ctx, srv, aln, time.Second, nil) })
+		goRun(func() error { return h.gw.ServeAdmin(ctx, aln, h.tele.PrometheusHandler(), register) })
 	}
 	if h.watcher != nil {
 		goRun(func() error { return h.watcher.Run(ctx) })
@@ -142,10 +141,10 @@ func Run(ctx context.Context, rc RunConfig) error {
 
 // host is what Run built.
 type host struct {
-	gw      *Gateway
-	sched   *pools.Set     // nil when requests are not scheduled
-	mesh    *pools.MeshSet // mesh mode: sched kept in step with the file
-	exps    *Experiments   // mesh mode
+	gw      *gateway.Gateway
+	sched   *pools.Set           // nil when requests are not scheduled
+	mesh    *pools.MeshSet       // mesh mode: sched kept in step with the file
+	exps    *gateway.Experiments // mesh mode
 	client  *client.Client
 	tele    *telemetry.Provider
 	watcher *watch.Watcher
@@ -168,13 +167,13 @@ func (h *host) close() {
 	h.gw.Close()
 }
 
-func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, error) {
+func buildHost(ctx context.Context, rc Config, log *slog.Logger) (*host, error) {
 	h := &host{listen: rc.Listen, admin: rc.Admin}
 	var (
-		gcfg    Config
+		gcfg    gateway.Config
 		scfg    *scheduler.Config
 		topts   = telemetry.Options{Prometheus: true}
-		opts    []Option
+		opts    []gateway.Option
 		classes []filter.Class
 		mesh    *config.Config
 	)
@@ -197,7 +196,7 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 			return nil, err
 		}
 		mesh = w.Config()
-		if gcfg, err = ConfigFromMesh(mesh, rc.Listener); err != nil {
+		if gcfg, err = gateway.ConfigFromMesh(mesh, rc.Listener); err != nil {
 			return nil, err
 		}
 		sc, err := pools.Config(mesh)
@@ -205,12 +204,12 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 			return nil, err
 		}
 		scfg = &sc
-		h.exps = NewExperiments(mesh, func(c *config.Config, sched bool) error { return h.applyMesh(c, rc.Listener, sched, log) }, log)
+		h.exps = gateway.NewExperiments(mesh, func(c *config.Config, sched bool) error { return h.applyMesh(c, rc.Listener, sched, log) }, log)
 		cls, err := filter.NewClassifierFromConfig(mesh)
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, WithClassifier(cls))
+		opts = append(opts, gateway.WithClassifier(cls))
 		for _, c := range mesh.Classes {
 			classes = append(classes, filter.Class{Name: c.Name, Priority: c.Priority, TTFT: c.TTFT, TPOT: c.TPOT, Preemptible: c.Preemptible})
 		}
@@ -231,7 +230,7 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 				return nil, fmt.Errorf("relocation: %w", err)
 			}
 			// h.tele is set before any request.
-			opts = append(opts, WithRelocation(rel, func(kind string, n int) { h.tele.Recorder.Relocated(kind, int64(n)) }))
+			opts = append(opts, gateway.WithRelocation(rel, func(kind string, n int) { h.tele.Recorder.Relocated(kind, int64(n)) }))
 		}
 		h.watcher = w
 	} else {
@@ -246,10 +245,10 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 			errs = append(errs, fmt.Errorf("--max-inflight: %d must not be negative", rc.MaxInflight))
 		}
 		if rc.Upstream != "" {
-			gcfg.Pools = append(gcfg.Pools, Pool{Name: "default", Protocol: OpenAI, Upstream: rc.Upstream})
+			gcfg.Pools = append(gcfg.Pools, gateway.Pool{Name: "default", Protocol: gateway.OpenAI, Upstream: rc.Upstream})
 		}
 		if rc.GRPCUpstream != "" {
-			gcfg.Pools = append(gcfg.Pools, Pool{Name: "grpc", Protocol: GRPC, Upstream: rc.GRPCUpstream})
+			gcfg.Pools = append(gcfg.Pools, gateway.Pool{Name: "grpc", Protocol: gateway.GRPC, Upstream: rc.GRPCUpstream})
 		}
 		gcfg.ServerTiming = rc.ServerTiming
 		if rc.Policy != "" || rc.MaxInflight > 0 {
@@ -284,7 +283,7 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 		return nil, err
 	}
 	h.tele = tele
-	opts = append(opts, WithRecorder(TelemetryRecorder(tele.Recorder)), WithLogger(log), WithArmDraw(rc.ArmDraw))
+	opts = append(opts, gateway.WithRecorder(telemetry.HostRecorder{R: tele.Recorder}), gateway.WithLogger(log), gateway.WithArmDraw(rc.ArmDraw))
 	if mesh != nil {
 		// Arms may come with a reload: record per arm from the start.
 		arms, err := telemetry.NewArmRecorder(tele.MeterProvider, topts.Recorder)
@@ -292,7 +291,7 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 			_ = tele.Shutdown(ctx)
 			return nil, err
 		}
-		opts = append(opts, WithRecorder(RecorderFunc(func(rec Record) {
+		opts = append(opts, gateway.WithRecorder(gateway.RecorderFunc(func(rec gateway.Record) {
 			// h.gw is set before the first request.
 			if exp, arm := h.gw.Arm(rec.Pool); arm != "" && !rec.Passthrough {
 				arms.Record(rec.Observation, rec.Class, exp, arm)
@@ -337,9 +336,9 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 			h.client = c
 			adm = c
 		}
-		opts = append(opts, WithAdmitter(adm))
+		opts = append(opts, gateway.WithAdmitter(adm))
 	}
-	g, err := New(gcfg, opts...)
+	g, err := gateway.New(gcfg, opts...)
 	if err != nil {
 		if h.client != nil {
 			_ = h.client.Close()
@@ -359,7 +358,7 @@ func buildHost(ctx context.Context, rc RunConfig, log *slog.Logger) (*host, erro
 // sched: arm switches leave it alone), then the routes, so that new arm
 // pools are scheduled before requests reach them.
 func (h *host) applyMesh(c *config.Config, listener string, sched bool, log *slog.Logger) error {
-	if err := checkMesh(c, listener); err != nil {
+	if err := gateway.CheckMesh(c, listener); err != nil {
 		return err
 	}
 	if sched && h.mesh != nil {
@@ -373,8 +372,3 @@ func (h *host) applyMesh(c *config.Config, listener string, sched bool, log *slo
 	}
 	return h.gw.ApplyMesh(c, listener)
 }
-
-// TelemetryRecorder records gateway Records as OpenTelemetry metrics and
-// traces (telemetry.HostRecorder, the Envoy host's recorder too). Its
-// GapBuckets makes the gateway count every inter-chunk gap.
-func TelemetryRecorder(r *telemetry.Recorder) Recorder { return telemetry.HostRecorder{R: r} }

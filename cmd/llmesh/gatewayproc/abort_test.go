@@ -1,4 +1,4 @@
-package gateway
+package gatewayproc
 
 import (
 	"context"
@@ -72,7 +72,7 @@ func TestAbortUnhonouredThroughGateway(t *testing.T) {
 	if err := os.WriteFile(path, []byte(mesh), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	data, admin := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
+	data, admin := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	const gauge = `llmesh_preemption_abort_unhonoured{pool="sim"}`
 	const preempted = `llmesh_scheduler_events_total{event="preempted",pool="sim"}`
@@ -156,7 +156,7 @@ func TestAbortHonouredThroughGateway(t *testing.T) {
 	if err := os.WriteFile(path, []byte(mesh), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	data, admin := startRun(t, RunConfig{ConfigPath: path, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
+	data, admin := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	const gauge = `llmesh_preemption_abort_unhonoured{pool="sim"}`
 	waitFor := func(what string, ok func() bool) {

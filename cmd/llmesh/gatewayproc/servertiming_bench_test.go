@@ -1,4 +1,4 @@
-package gateway
+package gatewayproc
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // both protocols, so its reports can show llmesh's queue time per class.
 func TestBenchReadsServerTiming(t *testing.T) {
 	s := simtest.Start(t)
-	data, _ := startRun(t, RunConfig{Listen: "127.0.0.1:0", Upstream: s.HTTPURL, GRPCUpstream: s.GRPCAddr,
+	data, _ := startRun(t, Config{Listen: "127.0.0.1:0", Upstream: s.HTTPURL, GRPCUpstream: s.GRPCAddr,
 		Policy: "fifo", MaxInflight: 4, ServerTiming: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	for _, protocol := range []string{workload.ProtocolCompletions, workload.ProtocolGRPC} {
 		target := data

@@ -1,4 +1,4 @@
-package gateway
+package gatewayproc
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 // preempt), and it is counted apart from the generation metrics.
 func TestNonGenerationNotScheduled(t *testing.T) {
 	s := simtest.Start(t)
-	data, admin := startRun(t, RunConfig{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: s.HTTPURL,
+	data, admin := startRun(t, Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: s.HTTPURL,
 		Policy: "preemptive", MaxInflight: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
