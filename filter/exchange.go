@@ -114,7 +114,7 @@ type BodyPlan struct {
 type Exchange struct {
 	cfg  *ExchangeConfig
 	head RequestHead
-	grpc bool
+	kind GRPCKind
 
 	class  Class
 	meta   RequestMeta
@@ -145,21 +145,24 @@ type Exchange struct {
 // not known yet) and plans what the body needs. x may be a zero Exchange
 // or one reused after End.
 func (x *Exchange) Start(cfg *ExchangeConfig, h RequestHead) {
-	*x = Exchange{cfg: cfg, head: h, grpc: GRPCKindOf(h.ContentType).Framed()}
+	*x = Exchange{cfg: cfg, head: h, kind: GRPCKindOf(h.ContentType)}
 	x.head.Headers = nil // valid only during this call
 	x.classify(h.Headers)
 	x.plan = x.planBody(h)
 	opts := cfg.Observer
-	if x.grpc {
+	if x.kind.Framed() {
 		opts.GRPCMethod = h.Path
 	}
 	x.obs = GetObserver(opts)
 	x.obs.MarkReceived(h.Received)
 }
 
-// GRPC reports whether the request is gRPC framed (application/grpc or
-// binary gRPC-Web).
-func (x *Exchange) GRPC() bool { return x.grpc }
+// GRPC reports whether the request is gRPC of any kind (GRPCKindOf): it
+// is routed as gRPC and answered with a gRPC status.
+func (x *Exchange) GRPC() bool { return x.kind != GRPCNone }
+
+// GRPCKind is the request's gRPC flavour.
+func (x *Exchange) GRPCKind() GRPCKind { return x.kind }
 
 // Class is the request's class as decided so far.
 func (x *Exchange) Class() Class { return x.class }
@@ -207,8 +210,11 @@ func (x *Exchange) classify(h Headers) {
 // sizable: the core reads this body's model and sizes (an OpenAI JSON
 // body, or the message of a gRPC generation it knows).
 func (x *Exchange) sizable() bool {
-	if x.grpc {
+	if x.kind.Framed() {
 		return x.head.Path == MethodLLMV1 || x.head.Path == MethodVLLM
+	}
+	if x.kind != GRPCNone {
+		return false // gRPC-Web-text: opaque
 	}
 	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(x.head.ContentType)), "application/json")
 }
@@ -220,9 +226,9 @@ func (x *Exchange) planBody(h RequestHead) BodyPlan {
 	}
 	p.Size = x.cfg.SizeBody && x.sizable()
 	switch {
-	case x.grpc && h.Path == MethodLLMV1 && GRPCKindOf(h.ContentType) == GRPC:
+	case x.kind != GRPCNone && h.Path == MethodLLMV1:
 		p.Guard = GuardGRPC
-	case !x.grpc && GRPCKindOf(h.ContentType) == GRPCNone && IsJSONBody(h.ContentType):
+	case x.kind == GRPCNone && IsJSONBody(h.ContentType):
 		p.Guard = GuardJSON
 	default:
 		return p
@@ -234,6 +240,13 @@ func (x *Exchange) planBody(h RequestHead) BodyPlan {
 	}
 	if h.ClassPriority {
 		x.guardP.Mode = PrioritySet // the value once the class is final
+	}
+	if x.kind == GRPCWebText {
+		// Base64 frames the core does not decode: a priority in them
+		// could not be seen.
+		p.Guard = GuardNone
+		p.Refuse = errGuardWebText
+		return p
 	}
 	if p.Guard == GuardJSON {
 		if ce := strings.TrimSpace(h.ContentEncoding); ce != "" && !strings.EqualFold(ce, "identity") {
@@ -253,10 +266,10 @@ func (x *Exchange) planBody(h RequestHead) BodyPlan {
 // is the whole body (a JSON body must be whole; a gRPC body needs its
 // first message).
 func (x *Exchange) NoteModel(b []byte, whole bool) {
-	if x.meta.Model != "" || x.sized || (!x.grpc && !whole) {
+	if x.meta.Model != "" || x.sized || x.kind == GRPCWebText || (x.kind == GRPCNone && !whole) {
 		return
 	}
-	x.meta.Model = RequestModel(x.head.Path, b, x.grpc)
+	x.meta.Model = RequestModel(x.head.Path, b, x.kind.Framed())
 }
 
 // Size reads the model and sizes of the whole request body
@@ -265,7 +278,10 @@ func (x *Exchange) NoteModel(b []byte, whole bool) {
 // has them). A body the core cannot read leaves the sizes unknown.
 func (x *Exchange) Size(body []byte, h Headers) {
 	model := x.meta.Model
-	x.meta = ReadRequestMeta(x.head.Path, body, x.grpc)
+	x.meta = RequestMeta{}
+	if x.kind != GRPCWebText {
+		x.meta = ReadRequestMeta(x.head.Path, body, x.kind.Framed())
+	}
 	if x.meta.Model == "" {
 		x.meta.Model = model
 	}
@@ -420,6 +436,15 @@ func (x *Exchange) Fail(err error, o scheduler.Outcome) {
 	x.SetOutcome(o)
 }
 
+// Cancel records that the client went away (err, when not nil, becomes
+// the Record's Err): the admission ends as cancelled.
+func (x *Exchange) Cancel(err error) {
+	if err != nil {
+		x.err = err
+	}
+	x.SetOutcome(scheduler.Cancelled)
+}
+
 // SetErr sets the Record's Err unless one is set, without ending anything.
 func (x *Exchange) SetErr(err error) {
 	if x.err == nil {
@@ -437,6 +462,10 @@ func (x *Exchange) Outcome() scheduler.Outcome { return x.outcome }
 // SetEndpoint names the endpoint the last attempt went to; without it the
 // Record names the lease's (scheduler.EndpointOf).
 func (x *Exchange) SetEndpoint(e string) { x.endpoint, x.endpointSet = e, true }
+
+// errGuardWebText refuses a gRPC-Web-text generation whose priority the
+// guard must check.
+var errGuardWebText = fmt.Errorf("%w: a gRPC-Web-text (base64) request cannot be checked; send application/grpc-web", ErrPriorityBody)
 
 // errClientGone is the cause of a request whose client went away.
 var errClientGone = fmt.Errorf("client cancelled: %w", context.Canceled)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/llmesh/llmesh/scheduler"
 )
@@ -245,14 +246,17 @@ func TestExchangePlan(t *testing.T) {
 		{"llm.v1", RequestHead{Path: MethodLLMV1, ContentType: "application/grpc", HasBody: true},
 			BodyPlan{Size: true, Guard: GuardGRPC, DropContentLength: true}},
 		{"vllm", RequestHead{Path: MethodVLLM, ContentType: "application/grpc+proto", HasBody: true}, BodyPlan{Size: true}},
-		{"grpc-web llm.v1", RequestHead{Path: MethodLLMV1, ContentType: "application/grpc-web", HasBody: true}, BodyPlan{Size: true}},
-		{"grpc-web-text", RequestHead{Path: MethodLLMV1, ContentType: "application/grpc-web-text", HasBody: true}, BodyPlan{}},
+		{"grpc-web llm.v1", RequestHead{Path: MethodLLMV1, ContentType: "application/grpc-web", HasBody: true},
+			BodyPlan{Size: true, Guard: GuardGRPC, DropContentLength: true}},
+		{"grpc-web-text", RequestHead{Path: MethodLLMV1, ContentType: "application/grpc-web-text", HasBody: true},
+			BodyPlan{Refuse: errGuardWebText}},
+		{"grpc-web-text vllm", RequestHead{Path: MethodVLLM, ContentType: "application/grpc-web-text", HasBody: true}, BodyPlan{}},
 		{"text", RequestHead{Path: "/v1/completions", ContentType: "text/plain", HasBody: true}, BodyPlan{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var x Exchange
 			x.Start(cfg, tc.head)
-			if diff := cmp.Diff(tc.want, x.Plan()); diff != "" {
+			if diff := cmp.Diff(tc.want, x.Plan(), cmpopts.EquateErrors()); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}
 			x.End(time.Time{}, nil)

@@ -86,12 +86,12 @@ func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Req
 		out.Trailer[k] = v
 	}
 	s.out = &out
-	if x.lease != nil && x.preemptible && x.meta.Spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK &&
+	if x.core.Lease() != nil && x.preemptible && x.core.Meta().Spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK &&
 		x.pool.Resume == ResumeContinue {
-		s.splice = newSplicer(x.meta.API)
+		s.splice = newSplicer(x.core.Meta().API)
 	}
 	s.t0 = x.g.clock.Now()
-	x.obs.responseHeaders(res, s.t0)
+	x.core.ResponseHead(s.t0, res.StatusCode, res.Header)
 	return s
 }
 
@@ -254,7 +254,7 @@ func (s *stream) emitted(b []byte, at time.Time, aligned bool) {
 			s.splice = nil // cannot follow an event split by the buffer; no continuation
 		}
 	}
-	s.x.obs.chunk(b, at)
+	_ = s.x.core.Chunk(at, b) // parse errors are recorded in the observation
 }
 
 // cut returns the length of the longest prefix of b that ends at a unit
@@ -345,13 +345,12 @@ func (s *stream) end(err error) {
 				return
 			}
 		}
-		s.x.releaseForRetry()
+		s.x.core.Requeued()
 		s.terminate(ErrPreemptedMidStream, scheduler.Preempted)
 	case errors.Is(cause, ErrUpstreamStalled):
 		s.terminate(fmt.Errorf("%w: nothing for %v", ErrUpstreamStalled, s.a.idleD), scheduler.Failed)
 	case s.outreq.Context().Err() != nil:
-		s.x.outcome = scheduler.Cancelled
-		s.x.termErr = s.outreq.Context().Err()
+		s.x.core.Cancel(s.outreq.Context().Err())
 		s.done, s.doneErr = true, err
 	default:
 		s.terminate(fmt.Errorf("%w: %v", ErrUpstreamReset, err), scheduler.Failed)
@@ -364,12 +363,14 @@ func (s *stream) finishOK() {
 	for k, v := range s.res.Trailer {
 		s.out.Trailer[k] = v
 	}
-	s.x.obs.trailers(s.res.Trailer, s.x.g.clock.Now())
+	if s.res.Trailer != nil {
+		s.x.core.Trailers(s.x.g.clock.Now(), s.res.Trailer)
+	}
 	switch {
 	case s.res.StatusCode >= 500 || s.res.StatusCode == http.StatusTooManyRequests:
-		s.x.outcome = scheduler.Failed
+		s.x.core.SetOutcome(scheduler.Failed)
 	case s.framing == framingGRPC && grpcStatus(s.res) != "0":
-		s.x.outcome = scheduler.Failed
+		s.x.core.SetOutcome(scheduler.Failed)
 	}
 	s.serverTiming()
 }
@@ -381,7 +382,7 @@ func (s *stream) finishOK() {
 func (s *stream) delivered() bool {
 	switch s.framing {
 	case framingSSE:
-		return s.x.obs.complete()
+		return s.x.core.Observer().Observation().Complete
 	case framingRaw:
 		return s.res.ContentLength > 0 && s.sent >= s.res.ContentLength
 	}
@@ -394,7 +395,7 @@ func (s *stream) delivered() bool {
 func (s *stream) finishDelivered() {
 	s.done, s.doneErr = true, io.EOF
 	if s.res.StatusCode >= 500 || s.res.StatusCode == http.StatusTooManyRequests {
-		s.x.outcome = scheduler.Failed
+		s.x.core.SetOutcome(scheduler.Failed)
 	}
 	s.serverTiming()
 }
@@ -410,8 +411,7 @@ func grpcStatus(res *http.Response) string {
 // OpenAI error event for SSE, grpc-status UNAVAILABLE in the trailers for
 // gRPC; other bodies are cut off (the connection is aborted).
 func (s *stream) terminate(err error, o scheduler.Outcome) {
-	s.x.termErr = err
-	s.x.outcome = o
+	s.x.core.Fail(err, o)
 	s.done = true
 	switch s.framing {
 	case framingSSE:
@@ -429,7 +429,6 @@ func (s *stream) terminate(err error, o scheduler.Outcome) {
 	default:
 		s.doneErr = err
 	}
-	s.x.obs.failed(err, s.x.g.clock.Now())
 	s.serverTiming()
 }
 
@@ -445,7 +444,7 @@ func errorType(err error) string {
 
 func (s *stream) serverTiming() {
 	if s.x.rt.cfg.ServerTiming {
-		s.out.Trailer.Set("Server-Timing", s.x.obs.serverTiming(true))
+		s.out.Trailer.Set("Server-Timing", s.x.core.ServerTiming(s.x.g.clock.Now(), true))
 	}
 }
 
