@@ -510,6 +510,31 @@ func (x *Exchange) Release() {
 	x.lease.Release(o)
 }
 
+// Abort ends the exchange at once with outcome o, without finishing the
+// observation (a host that met a fault of its own): the admission is
+// released, and End records what was observed so far.
+func (x *Exchange) Abort(o scheduler.Outcome) {
+	x.finished = true
+	x.SetOutcome(o)
+	x.Release()
+}
+
+// Released reports whether the current admission was given back (true
+// when there is none).
+func (x *Exchange) Released() bool { return x.lease == nil || x.released }
+
+// Drop ends the exchange without a Record, for a host whose request went
+// away before it could report one; the observer goes back to its pool.
+// Release first: Drop releases nothing.
+func (x *Exchange) Drop() {
+	if x.ended {
+		return
+	}
+	x.ended = true
+	PutObserver(x.obs)
+	x.obs = nil
+}
+
 // Finished reports whether Finish ran.
 func (x *Exchange) Finished() bool { return x.finished }
 

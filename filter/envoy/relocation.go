@@ -6,7 +6,6 @@ import (
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
-	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
 )
 
@@ -70,8 +69,8 @@ func (f *streamFilter) onRelocated(kind string, n int) { f.m.relocated.Increment
 // noteRefused records in the observation that the filter answered the
 // request itself, as the gateway records its refusals.
 func (f *streamFilter) noteRefused(err error) {
-	if f.obs != nil && !f.finished {
-		f.obs.SetError(filter.ErrorHTTPStatus, err.Error())
+	if f.live && !f.x.Finished() {
+		f.x.Refused(err)
 	}
 }
 
@@ -82,7 +81,7 @@ func (f *streamFilter) relocationFailed(cb api.FilterProcessCallbacks, err error
 	}
 	f.noteRefused(err)
 	f.finishOnPanic() // releases anything held; the observer is not used again
-	return f.reply(cb, filter.ReplyFor(err))
+	return f.reply(cb, f.x.Reply(err))
 }
 
 // relocateBody rewrites request body data (DecodeData) per the plan made
