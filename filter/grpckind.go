@@ -35,6 +35,20 @@ func (k GRPCKind) String() string {
 	return "none"
 }
 
+// ContentType is the content type a host answers a request of this kind
+// with ("" for GRPCNone).
+func (k GRPCKind) ContentType() string {
+	switch k {
+	case GRPC:
+		return "application/grpc"
+	case GRPCWeb:
+		return "application/grpc-web"
+	case GRPCWebText:
+		return "application/grpc-web-text"
+	}
+	return ""
+}
+
 // Framed reports whether bodies of this kind are gRPC length-prefixed
 // messages the core can read (gRPC and binary gRPC-Web).
 func (k GRPCKind) Framed() bool { return k == GRPC || k == GRPCWeb }

@@ -82,10 +82,10 @@ func (g *Gateway) newExchange(rt *compiled, pool *compiledPool, r *http.Request,
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := g.cfg.Load()
 	recv := g.clock.Now()
-	grpcReq := isGRPC(r)
-	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, grpcReq)
+	kind := grpcKind(r)
+	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, kind != filter.GRPCNone)
 	if !ok {
-		reply(w, grpcReq, fmt.Errorf("%w for %s", filter.ErrNoRoute, r.URL.Path))
+		reply(w, kind, fmt.Errorf("%w for %s", filter.ErrNoRoute, r.URL.Path))
 		return
 	}
 	if pool.Arm != "" {
@@ -94,10 +94,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(r.Body, rt.cfg.MaxRequestBytes)
 	if err != nil {
 		if errors.Is(err, ErrBodyTooLarge) {
-			reply(w, grpcReq, fmt.Errorf("%w: request body exceeds max_request_bytes (%d bytes)", filter.ErrRequestTooLarge, rt.cfg.MaxRequestBytes))
+			reply(w, kind, fmt.Errorf("%w: request body exceeds max_request_bytes (%d bytes)", filter.ErrRequestTooLarge, rt.cfg.MaxRequestBytes))
 			return
 		}
-		reply(w, grpcReq, fmt.Errorf("%w: reading request body: %w", filter.ErrBadRequest, err))
+		reply(w, kind, fmt.Errorf("%w: reading request body: %w", filter.ErrBadRequest, err))
 		return
 	}
 	x := g.newExchange(rt, pool, r, recv, body, routeClass, !gen.Match(r.Method, r.URL.Path))
@@ -107,7 +107,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// guarded body; relocation ran before, in front of the handler).
 	x.core.Size(body, r.Header)
 	if x.body, err = x.guard(body); err != nil {
-		reply(w, grpcReq, err)
+		reply(w, kind, err)
 		x.core.Refused(err)
 		x.core.SetOutcome(scheduler.Failed)
 		return
@@ -122,7 +122,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				x.core.Refused(err)
 				x.core.SetOutcome(scheduler.Failed)
 			}
-			reply(w, grpcReq, err)
+			reply(w, kind, err)
 			return
 		}
 		// The gateway decides the outcome from its own view of the
@@ -178,7 +178,7 @@ func (x *exchange) guard(body []byte) ([]byte, error) {
 func (g *Gateway) relocationRefused(r *http.Request, err error) {
 	rt := g.cfg.Load()
 	now := g.clock.Now()
-	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, isGRPC(r))
+	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, grpcKind(r) != filter.GRPCNone)
 	if !ok {
 		return
 	}
@@ -217,7 +217,7 @@ func (x *exchange) admitAgain(ctx context.Context) error {
 // response byte reached the client.
 func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
-	grpcReq := isGRPC(r)
+	kind := grpcKind(r)
 	if x != nil {
 		x.core.SetErr(err)
 		if x.core.Outcome() == scheduler.Done {
@@ -234,11 +234,11 @@ func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error
 		if x != nil {
 			x.core.Refused(err)
 		}
-		reply(w, grpcReq, err)
+		reply(w, kind, err)
 	case errors.Is(err, ErrUpstreamStalled):
-		reply(w, grpcReq, err)
+		reply(w, kind, err)
 	default:
-		reply(w, grpcReq, fmt.Errorf("%w: %w", filter.ErrUpstream, err))
+		reply(w, kind, fmt.Errorf("%w: %w", filter.ErrUpstream, err))
 	}
 }
 

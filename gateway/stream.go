@@ -25,15 +25,23 @@ const (
 	framingRaw framing = iota
 	framingSSE
 	framingGRPC
+	// framingGRPCWeb is binary gRPC-Web: gRPC's frames, with the status
+	// in a last frame (flag 0x80) instead of HTTP trailers.
+	framingGRPCWeb
 )
 
 func framingOf(res *http.Response) framing {
-	ct, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type"))
-	switch {
-	case ct == "text/event-stream":
-		return framingSSE
-	case len(ct) >= 16 && ct[:16] == "application/grpc":
+	ct := res.Header.Get("Content-Type")
+	switch filter.GRPCKindOf(ct) {
+	case filter.GRPC:
 		return framingGRPC
+	case filter.GRPCWeb:
+		return framingGRPCWeb
+	case filter.GRPCWebText:
+		return framingRaw // base64: no frame boundaries to keep
+	}
+	if mt, _, _ := mime.ParseMediaType(ct); mt == "text/event-stream" {
+		return framingSSE
 	}
 	return framingRaw
 }
@@ -213,7 +221,7 @@ func (s *stream) fill(p []byte) (int, error) {
 	if cut == 0 && total == len(p) && len(p) > 0 { // no boundary in a full buffer
 		s.carry = s.carry[:0]
 		cut = total
-		if s.framing == framingGRPC && total >= 5 {
+		if s.framing.grpc() && total >= 5 {
 			// A frame larger than the buffer passes unaligned; remember
 			// how much of it is still to come.
 			s.frameLeft = 5 + int(binary.BigEndian.Uint32(p[1:5])) - total
@@ -266,7 +274,7 @@ func (s *stream) cut(b []byte, eof bool) int {
 	switch s.framing {
 	case framingSSE:
 		return lastEventEnd(b)
-	case framingGRPC:
+	case framingGRPC, framingGRPCWeb:
 		return s.grpcCut(b)
 	}
 	return len(b)
@@ -369,8 +377,12 @@ func (s *stream) finishOK() {
 	switch {
 	case s.res.StatusCode >= 500 || s.res.StatusCode == http.StatusTooManyRequests:
 		s.x.core.SetOutcome(scheduler.Failed)
-	case s.framing == framingGRPC && grpcStatus(s.res) != "0":
-		s.x.core.SetOutcome(scheduler.Failed)
+	case s.framing.grpc():
+		// The status came in the trailers, a trailers-only response's
+		// headers, or gRPC-Web's trailer frame: the observer read it.
+		if ob := s.x.core.Observer().Observation(); !ob.HasGRPCStatus || ob.GRPCStatus != 0 {
+			s.x.core.SetOutcome(scheduler.Failed)
+		}
 	}
 	s.serverTiming()
 }
@@ -400,11 +412,16 @@ func (s *stream) finishDelivered() {
 	s.serverTiming()
 }
 
-func grpcStatus(res *http.Response) string {
-	if v := res.Trailer.Get("Grpc-Status"); v != "" {
-		return v
-	}
-	return res.Header.Get("Grpc-Status")
+func (f framing) grpc() bool { return f == framingGRPC || f == framingGRPCWeb }
+
+// appendWebTrailer appends a gRPC-Web trailer frame carrying code and msg
+// (percent-encoded as grpc-message is).
+func appendWebTrailer(dst []byte, code int, msg string) []byte {
+	payload := "grpc-status: " + strconv.Itoa(code) + "\r\ngrpc-message: " + filter.GRPCMessage(msg) + "\r\n"
+	var pre [5]byte
+	pre[0] = 0x80
+	binary.BigEndian.PutUint32(pre[1:], uint32(len(payload)))
+	return append(append(dst, pre[:]...), payload...)
 }
 
 // terminate ends the client's response with a protocol-level error: an
@@ -425,6 +442,13 @@ func (s *stream) terminate(err error, o scheduler.Outcome) {
 	case framingGRPC:
 		s.out.Trailer.Set("Grpc-Status", strconv.Itoa(int(codes.Unavailable)))
 		s.out.Trailer.Set("Grpc-Message", filter.GRPCMessage(err.Error()))
+		s.doneErr = io.EOF
+	case framingGRPCWeb:
+		if !s.atBoundary {
+			s.doneErr = err // inside a frame: only cutting the body off is clean
+			break
+		}
+		s.pending = appendWebTrailer(s.pending, int(codes.Unavailable), err.Error())
 		s.doneErr = io.EOF
 	default:
 		s.doneErr = err

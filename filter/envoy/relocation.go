@@ -6,6 +6,7 @@ import (
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/relocate"
 )
 
@@ -22,7 +23,11 @@ import (
 func (f *streamFilter) planRelocation(h api.RequestHeaderMap, hv headers, endStream bool) (bool, api.StatusType) {
 	rel := f.cfg.rt.reloc
 	dcb := f.cb.DecoderFilterCallbacks()
-	if f.grpc {
+	switch f.x.GRPCKind() {
+	case filter.GRPCWebText:
+		// Base64 frames are not decoded: nothing is relocated into them.
+		return false, 0
+	case filter.GRPC, filter.GRPCWeb:
 		plan, err := rel.PlanGRPC(f.path, hv)
 		if err != nil {
 			return true, f.relocationFailed(dcb, err)
