@@ -126,6 +126,7 @@ type Exchange struct {
 	lease    scheduler.Lease
 	progress ProgressReporter
 	admitted bool
+	leased   bool // a lease was held at some point
 	released bool
 	finished bool
 	ended    bool
@@ -356,6 +357,7 @@ func (x *Exchange) Admitted(t time.Time, l scheduler.Lease) {
 	if l != nil {
 		x.lease = l
 		x.released = false
+		x.leased = true
 	}
 }
 
@@ -551,8 +553,8 @@ func (x *Exchange) End(t time.Time, cause error) Record {
 	x.ended = true
 	ob := x.obs.Observation()
 	outcome := x.outcome
-	if x.lease == nil && !x.released && !x.outcomeSet {
-		outcome = scheduler.Done // never admitted
+	if !x.leased {
+		outcome = scheduler.Done // never admitted: nothing was released
 	}
 	rec := Record{
 		Observation: ob,

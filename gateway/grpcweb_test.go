@@ -169,7 +169,7 @@ func TestGRPCWebThroughGateway(t *testing.T) {
 	if !bytes.HasPrefix(b, first) || !bytes.Contains(b[len(first):], []byte("grpc-status: 14\r\n")) || b[len(first)] != 0x80 {
 		t.Errorf("cut stream: client got %q, want the first frame then a trailer frame with status 14", b)
 	}
-	if r := rec.next(t); r.OK() || r.Outcome.String() == "done" {
-		t.Errorf("cut record: ok %v outcome %v", r.OK(), r.Outcome)
+	if r := rec.next(t); r.ErrorKind != filter.ErrorUpstreamReset || !errors.Is(r.Err, ErrUpstreamReset) {
+		t.Errorf("cut record: kind %v err %v, want an upstream reset", r.ErrorKind, r.Err)
 	}
 }

@@ -109,7 +109,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if x.body, err = x.guard(body); err != nil {
 		reply(w, kind, err)
 		x.core.Refused(err)
-		x.core.SetOutcome(scheduler.Failed)
 		return
 	}
 	body = x.body
@@ -120,14 +119,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				x.core.Cancel(err)
 			} else {
 				x.core.Refused(err)
-				x.core.SetOutcome(scheduler.Failed)
 			}
 			reply(w, kind, err)
 			return
 		}
-		// The gateway decides the outcome from its own view of the
-		// response (stream.go): done unless it says otherwise.
-		x.core.SetOutcome(scheduler.Done)
 		x.core.Admitted(g.clock.Now(), lease)
 		x.preemptible = rt.cfg.PreemptibleClasses == nil || rt.cfg.PreemptibleClasses[x.core.Class().Name]
 	} else {
@@ -184,7 +179,6 @@ func (g *Gateway) relocationRefused(r *http.Request, err error) {
 	}
 	x := g.newExchange(rt, pool, r, now, nil, routeClass, !gen.Match(r.Method, r.URL.Path))
 	x.core.Refused(err)
-	x.core.SetOutcome(scheduler.Failed)
 	x.finish()
 }
 

@@ -374,16 +374,10 @@ func (s *stream) finishOK() {
 	if s.res.Trailer != nil {
 		s.x.core.Trailers(s.x.g.clock.Now(), s.res.Trailer)
 	}
-	switch {
-	case s.res.StatusCode >= 500 || s.res.StatusCode == http.StatusTooManyRequests:
-		s.x.core.SetOutcome(scheduler.Failed)
-	case s.framing.grpc():
-		// The status came in the trailers, a trailers-only response's
-		// headers, or gRPC-Web's trailer frame: the observer read it.
-		if ob := s.x.core.Observer().Observation(); !ob.HasGRPCStatus || ob.GRPCStatus != 0 {
-			s.x.core.SetOutcome(scheduler.Failed)
-		}
-	}
+	// The outcome follows the observation (filter.OutcomeOf), as the Envoy
+	// host's: an error status, a gRPC status other than OK (in trailers, a
+	// trailers-only response or gRPC-Web's trailer frame) or a truncated
+	// stream fail it.
 	s.serverTiming()
 }
 
@@ -406,9 +400,6 @@ func (s *stream) delivered() bool {
 // upstream's missing trailers are not waited for.
 func (s *stream) finishDelivered() {
 	s.done, s.doneErr = true, io.EOF
-	if s.res.StatusCode >= 500 || s.res.StatusCode == http.StatusTooManyRequests {
-		s.x.core.SetOutcome(scheduler.Failed)
-	}
 	s.serverTiming()
 }
 
