@@ -296,3 +296,43 @@ func (nopLease) Preempt() <-chan struct{}    { return nil }
 func (nopLease) Progress(scheduler.Progress) {}
 func (nopLease) Release(scheduler.Outcome)   {}
 func (nopLease) QueueTime() time.Duration    { return 0 }
+
+// TestExchangeAbortAndDrop: a host fault releases the lease at once as
+// failed and End still records; a request dropped without a Record is
+// released by the host first and never twice.
+func TestExchangeAbortAndDrop(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var recs []Record
+	cfg := &ExchangeConfig{Recorder: RecorderFunc(func(r Record) { recs = append(recs, r) })}
+	var x Exchange
+	x.Start(cfg, RequestHead{Path: "/v1/completions", Received: t0})
+	l := newExLease()
+	x.Admitted(t0, l)
+	x.Abort(scheduler.Failed)
+	x.Release()
+	if !x.Finished() || !x.Released() {
+		t.Error("Abort left the exchange running")
+	}
+	rec := x.End(t0, nil)
+	if diff := cmp.Diff([]scheduler.Outcome{scheduler.Failed}, l.released); diff != "" {
+		t.Errorf("abort releases (-want +got):\n%s", diff)
+	}
+	if len(recs) != 1 || rec.Outcome != scheduler.Failed {
+		t.Errorf("abort: %d records, outcome %v", len(recs), rec.Outcome)
+	}
+
+	var y Exchange
+	y.Start(cfg, RequestHead{Path: "/v1/completions", Received: t0})
+	l2 := newExLease()
+	y.Admitted(t0, l2)
+	y.Finish(t0, scheduler.ErrCancelled)
+	y.Release()
+	y.Drop()
+	y.Drop()
+	if diff := cmp.Diff([]scheduler.Outcome{scheduler.Cancelled}, l2.released); diff != "" {
+		t.Errorf("drop releases (-want +got):\n%s", diff)
+	}
+	if r := y.End(t0, nil); len(recs) != 1 || r.Class != "" {
+		t.Error("End after Drop recorded")
+	}
+}
