@@ -1,8 +1,10 @@
 package filter
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -15,14 +17,21 @@ type grpcState struct {
 	hdrN       int
 	inBody     bool
 	compressed bool
-	remaining  int
-	buf        []byte
+	// web: the response is binary gRPC-Web, whose trailers arrive as a
+	// last frame with flag 0x80 (set from the content type).
+	web bool
+	// trailer: the current frame is a gRPC-Web trailer frame.
+	trailer   bool
+	remaining int
+	buf       []byte
 }
 
 func (g *grpcState) reset() {
 	g.hdrN = 0
 	g.inBody = false
 	g.compressed = false
+	g.web = false
+	g.trailer = false
 	g.remaining = 0
 	g.buf = g.buf[:0]
 }
@@ -41,8 +50,12 @@ func (o *Observer) observeGRPC(t time.Time, p []byte) error {
 			g.hdrN = 0
 			flag := g.hdr[0]
 			size := binary.BigEndian.Uint32(g.hdr[1:])
+			trailer := g.web && flag&0x80 != 0
+			if trailer {
+				flag &^= 0x80
+			}
 			if flag > 1 {
-				return o.fail(ErrorMalformed, fmt.Errorf("%w: gRPC frame flag %#x is neither 0 nor 1", ErrMalformed, flag))
+				return o.fail(ErrorMalformed, fmt.Errorf("%w: gRPC frame flag %#x is neither 0 nor 1", ErrMalformed, g.hdr[0]))
 			}
 			if uint64(size) > uint64(o.opts.MaxFrameBytes) {
 				return o.fail(ErrorFrameTooLarge, fmt.Errorf("%w: declared length %d exceeds max_frame_bytes %d",
@@ -50,6 +63,7 @@ func (o *Observer) observeGRPC(t time.Time, p []byte) error {
 			}
 			g.inBody = true
 			g.compressed = flag == 1
+			g.trailer = trailer
 			g.remaining = int(size)
 			g.buf = g.buf[:0]
 		}
@@ -59,6 +73,9 @@ func (o *Observer) observeGRPC(t time.Time, p []byte) error {
 			p = p[n:]
 			if g.remaining == 0 {
 				g.inBody = false
+				if g.trailer {
+					continue // compressed trailers cannot be read; nothing to count
+				}
 				o.obs.Chunks++
 				o.obs.CompressedFrames++
 				o.tokenChunk(t, 1)
@@ -81,7 +98,9 @@ func (o *Observer) observeGRPC(t time.Time, p []byte) error {
 			msg = g.buf
 		}
 		g.inBody = false
-		if err := o.grpcMessage(t, msg); err != nil && firstErr == nil {
+		if g.trailer {
+			o.readTrailers(webTrailers(msg))
+		} else if err := o.grpcMessage(t, msg); err != nil && firstErr == nil {
 			firstErr = err
 		}
 		g.buf = g.buf[:0]
@@ -115,4 +134,26 @@ func (o *Observer) grpcMessage(t time.Time, msg []byte) error {
 		}
 	}
 	return nil
+}
+
+// webTrailers reads a gRPC-Web trailer frame's payload: HTTP/1-style
+// header lines ("grpc-status: 0\r\n"), names case-insensitive. Lines
+// without a colon are skipped; a later value of a name replaces an
+// earlier one.
+func webTrailers(b []byte) MapHeaders {
+	h := MapHeaders{}
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		k, v, ok := bytes.Cut(line, []byte{':'})
+		if !ok {
+			continue
+		}
+		h[strings.ToLower(string(bytes.TrimSpace(k)))] = string(bytes.TrimSpace(v))
+	}
+	return h
 }

@@ -7,8 +7,9 @@ type Protocol uint8
 
 const (
 	// ProtocolAuto picks the protocol from the response content-type:
-	// text/event-stream → SSE, application/grpc* → gRPC, application/json →
-	// JSON, anything else → Raw.
+	// text/event-stream → SSE, application/grpc and binary
+	// application/grpc-web (GRPCKindOf) → gRPC, application/json → JSON,
+	// anything else (gRPC-Web-text included) → Raw.
 	ProtocolAuto Protocol = iota
 	// ProtocolSSE is an OpenAI-style server-sent event stream.
 	ProtocolSSE

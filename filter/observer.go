@@ -179,9 +179,13 @@ func (o *Observer) ResponseHeaders(t time.Time, status int, h Headers) {
 	}
 	o.obs.ResponseHeaders = t
 	o.obs.HTTPStatus = status
+	ct := h.Get("content-type")
 	if o.proto == ProtocolAuto {
-		o.proto = protocolOf(h.Get("content-type"))
+		o.proto = protocolOf(ct)
 		o.obs.Protocol = o.proto
+	}
+	if o.proto == ProtocolGRPC && GRPCKindOf(ct) == GRPCWeb {
+		o.grpc.web = true
 	}
 	if enc := strings.TrimSpace(h.Get("content-encoding")); enc != "" && !strings.EqualFold(enc, "identity") && o.proto != ProtocolGRPC {
 		// A compressed HTTP body cannot be parsed without decompressing it;
@@ -204,7 +208,9 @@ func protocolOf(contentType string) Protocol {
 	switch {
 	case strings.HasPrefix(ct, "text/event-stream"):
 		return ProtocolSSE
-	case strings.HasPrefix(ct, "application/grpc"):
+	case GRPCKindOf(ct).Framed():
+		// gRPC and binary gRPC-Web; gRPC-Web-text (base64) is not
+		// decoded: its bytes are only counted (ProtocolRaw).
 		return ProtocolGRPC
 	case strings.HasPrefix(ct, "application/json"):
 		return ProtocolJSON

@@ -495,8 +495,7 @@ func benchStreamPerChunk(b *testing.B, opts ...Option) {
 		b.Fatal(err)
 	}
 	req, _ := http.NewRequest(http.MethodPost, "http://gw/v1/chat/completions", nil)
-	x := &exchange{g: g, rt: g.cfg.Load(), pool: g.cfg.Load().httpPool}
-	x.obs = g.newMeter(x, req)
+	x := g.newExchange(g.cfg.Load(), g.cfg.Load().httpPool, req, g.clock.Now(), nil, "", false)
 	res := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
 		Body: io.NopCloser(&eventReader{n: b.N + 1}), Request: req}
 	a := x.newAttempt(context.Background())

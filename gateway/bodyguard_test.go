@@ -181,7 +181,7 @@ func TestBodyPriorityUnreadableRefused(t *testing.T) {
 	}{
 		{"NaN priority", `{"model":"m","prompt":"x","priority":NaN}`, nil, 400, "invalid JSON at byte 37: unexpected character 'N'"},
 		{"trailing data", `{"model":"m","prompt":"x"} {"priority":-1}`, nil, 400, "data after the top-level value"},
-		{"gzip body", "\x1f\x8b\x08\x00", []string{"Content-Encoding", "gzip"}, 415, "Content-Encoding gzip"},
+		{"gzip body", "\x1f\x8b\x08\x00", []string{"Content-Encoding", "gzip"}, 415, "content-encoding gzip"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := doJSON(t, gw+"/v1/completions", []byte(tc.body), tc.headers...)

@@ -20,9 +20,9 @@
 //     SetClassifier; a request loads both once when it starts and keeps
 //     them to its end. The proxies map (one ReverseProxy per upstream) is
 //     guarded by a mutex.
-//   - exchange, stream, splicer, meter: per request, owned by the request's
-//     handler goroutine (ReverseProxy calls the transport and reads the
-//     body on that goroutine).
+//   - exchange (with the core's filter.Exchange in it), stream, splicer:
+//     per request, owned by the request's handler goroutine (ReverseProxy
+//     calls the transport and reads the body on that goroutine).
 //   - attempt: each upstream request of an exchange owns at most one
 //     goroutine, which turns the lease's Preempt channel into cancellation of
 //     the attempt's context and ends with that context; attempt.stop cancels
@@ -33,8 +33,8 @@
 //
 // # Exactly-once release
 //
-// A lease is released by exchange.finish (sync.Once) on every exit of the
-// handler, including the panic ReverseProxy raises when the client goes away
+// A lease is released by exchange.finish (the core's End, which releases
+// once) on every exit of the handler, including the panic ReverseProxy raises when the client goes away
 // mid-copy; a preemption releases the old lease (Preempted) before a new one
 // is taken for the requeue or the continuation.
 package gateway

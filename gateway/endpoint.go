@@ -52,10 +52,11 @@ func (p *compiledPool) affinity(h http.Header) string {
 // routeToLease points req (a shallow copy about to be sent) at the
 // endpoint of the exchange's current lease.
 func (x *exchange) routeToLease(req *http.Request) {
-	if x.lease == nil || x.pool.endpoints == nil {
+	l := x.core.Lease()
+	if l == nil || x.pool.endpoints == nil {
 		return
 	}
-	u := x.pool.endpoints[scheduler.EndpointOf(x.lease)]
+	u := x.pool.endpoints[scheduler.EndpointOf(l)]
 	if u == nil {
 		return
 	}
@@ -63,5 +64,5 @@ func (x *exchange) routeToLease(req *http.Request) {
 	out.Scheme, out.Host = u.Scheme, u.Host
 	req.URL = &out
 	req.Host = u.Host
-	x.endpoint = u.Host
+	x.core.SetEndpoint(u.Host)
 }

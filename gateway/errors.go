@@ -45,22 +45,23 @@ var (
 // retryAfter is what rejected clients are told to wait.
 const retryAfter = time.Second
 
-// isGRPC reports whether r is a gRPC request.
-func isGRPC(r *http.Request) bool {
-	ct := r.Header.Get("Content-Type")
-	return len(ct) >= 16 && ct[:16] == "application/grpc"
+// grpcKind is r's gRPC flavour (filter.GRPCKindOf); any kind but
+// filter.GRPCNone is routed and answered as gRPC.
+func grpcKind(r *http.Request) filter.GRPCKind {
+	return filter.GRPCKindOf(r.Header.Get("Content-Type"))
 }
 
 // reply answers a not-yet-started request with the core's reply for err
 // (filter.ReplyFor): an OpenAI error body for HTTP, a trailers-only
-// response carrying a real status for gRPC. Retryable replies carry
+// response carrying a real status for gRPC (of the request's kind: a
+// gRPC-Web client reads the same status headers). Retryable replies carry
 // Retry-After or grpc-retry-pushback-ms. A client that is gone (499) is
 // not answered.
-func reply(w http.ResponseWriter, grpcReq bool, err error) {
+func reply(w http.ResponseWriter, kind filter.GRPCKind, err error) {
 	r := filter.ReplyFor(err)
 	h := w.Header()
-	if grpcReq {
-		h.Set("Content-Type", "application/grpc")
+	if kind != filter.GRPCNone {
+		h.Set("Content-Type", kind.ContentType())
 		h.Set("Grpc-Status", strconv.Itoa(r.GRPCCode))
 		h.Set("Grpc-Message", filter.GRPCMessage(r.Message))
 		if r.Retryable {

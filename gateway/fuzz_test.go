@@ -59,8 +59,7 @@ func pipeThrough(t *testing.T, contentType string, body []byte, sizes []byte, bu
 		t.Fatal(err)
 	}
 	req, _ := http.NewRequest(http.MethodPost, "http://gw/v1/completions", nil)
-	x := &exchange{g: g, rt: g.cfg.Load(), pool: g.cfg.Load().httpPool}
-	x.obs = g.newMeter(x, req)
+	x := g.newExchange(g.cfg.Load(), g.cfg.Load().httpPool, req, g.clock.Now(), nil, "", false)
 	defer x.finish()
 	res := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {contentType}},
 		Body: io.NopCloser(&chunkedReader{data: body, sizes: sizes}), Request: req}

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,52 +16,76 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 )
 
-// exchange is the state of one client request across its upstream
-// attempts (a requeue after preemption and a mid-stream continuation are
-// further attempts). It is owned by the request's handler goroutine; only
-// the preemption watcher of the current attempt touches it from elsewhere,
-// and only through the attempt's context.
+// exchange is the gateway's side of one client request across its
+// upstream attempts (a requeue after preemption and a mid-stream
+// continuation are further attempts): the core's per-request sequence
+// (filter.Exchange) plus what only the gateway has, the body it resends
+// and the route it proxies to. It is owned by the request's handler
+// goroutine; only the preemption watcher of the current attempt touches
+// it from elsewhere, and only through the attempt's context.
 type exchange struct {
-	g       *Gateway
-	rt      *compiled
-	pool    *compiledPool
-	grpc    bool
-	class   string
-	body    []byte
-	meta    filter.RequestMeta
-	sreq    scheduler.Request
-	recv    time.Time
-	admitAt time.Time
-
-	lease       scheduler.Lease
-	releaseOnce sync.Once
-	outcome     scheduler.Outcome
-
+	core filter.Exchange
+	cfg  filter.ExchangeConfig
+	g    *Gateway
+	rt   *compiled
+	pool *compiledPool
+	// body is the request body as it goes upstream (guarded), reused by
+	// every attempt.
+	body []byte
 	// preemptible: the lease may fire Preempt for this request.
 	preemptible bool
-	// passthrough: not a generation call (model list, health…): proxied
-	// without admission and recorded apart.
-	passthrough bool
-	preemptions int
-	// termErr is the gateway-side error that ended the response, if any.
-	termErr error
-	// endpoint is where the last upstream attempt went (routeToLease).
-	endpoint string
-
-	obs *meter
 }
 
 type exchangeKey struct{}
 
-// ServeHTTP is the data-plane handler: route, classify, read the body,
-// admit, proxy, observe, release.
+// fanout hands each Record to every recorder of the gateway.
+type fanout struct{ g *Gateway }
+
+func (f fanout) Record(r Record) { f.g.record(r) }
+
+// newExchange starts the core's sequence for r with its head: routed to
+// pool, received at recv, body read (nil when none).
+func (g *Gateway) newExchange(rt *compiled, pool *compiledPool, r *http.Request, recv time.Time, body []byte,
+	routeClass string, passthrough bool) *exchange {
+	x := &exchange{g: g, rt: rt, pool: pool, body: body}
+	x.cfg = filter.ExchangeConfig{
+		Classifier:      g.classifier.Load(),
+		DefaultClass:    rt.cfg.DefaultClass,
+		SizeBody:        true,
+		GuardMaxMessage: int(rt.cfg.MaxRequestBytes),
+		KeepOutput:      g.admitter != nil,
+		Observer:        filter.Options{GeneralScan: g.generalScan, GapBuckets: g.gapBuckets},
+		Recorder:        fanout{g},
+	}
+	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
+	x.core.Start(&x.cfg, filter.RequestHead{
+		Path:            r.URL.Path,
+		ContentType:     r.Header.Get("Content-Type"),
+		ContentEncoding: r.Header.Get("Content-Encoding"),
+		GRPCEncoding:    r.Header.Get("Grpc-Encoding"),
+		Headers:         r.Header,
+		Peer:            peer.Addr().Unmap(),
+		Received:        recv,
+		ID:              requestID(r),
+		Pool:            pool.Name,
+		RouteClass:      routeClass,
+		ClassPriority:   pool.ClassPriority,
+		Passthrough:     passthrough,
+		Affinity:        pool.affinity(r.Header),
+		HasBody:         len(body) > 0,
+	})
+	return x
+}
+
+// ServeHTTP is the data-plane handler: route, read the body, drive the
+// core's sequence (classify, size, guard, admit), proxy, release.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := g.cfg.Load()
 	recv := g.clock.Now()
-	grpcReq := isGRPC(r)
-	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, grpcReq)
+	kind := grpcKind(r)
+	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, kind != filter.GRPCNone)
 	if !ok {
-		reply(w, grpcReq, fmt.Errorf("%w for %s", filter.ErrNoRoute, r.URL.Path))
+		reply(w, kind, fmt.Errorf("%w for %s", filter.ErrNoRoute, r.URL.Path))
 		return
 	}
 	if pool.Arm != "" {
@@ -70,56 +94,42 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(r.Body, rt.cfg.MaxRequestBytes)
 	if err != nil {
 		if errors.Is(err, ErrBodyTooLarge) {
-			reply(w, grpcReq, fmt.Errorf("%w: request body exceeds max_request_bytes (%d bytes)", filter.ErrRequestTooLarge, rt.cfg.MaxRequestBytes))
+			reply(w, kind, fmt.Errorf("%w: request body exceeds max_request_bytes (%d bytes)", filter.ErrRequestTooLarge, rt.cfg.MaxRequestBytes))
 			return
 		}
-		reply(w, grpcReq, fmt.Errorf("%w: reading request body: %w", filter.ErrBadRequest, err))
+		reply(w, kind, fmt.Errorf("%w: reading request body: %w", filter.ErrBadRequest, err))
 		return
 	}
-	x := &exchange{g: g, rt: rt, pool: pool, grpc: grpcReq, recv: recv, passthrough: !gen.Match(r.Method, r.URL.Path)}
-	x.meta = filter.ReadRequestMeta(r.URL.Path, body, grpcReq)
-	x.class = g.classify(r, routeClass, x.meta.Model)
-	if x.class == "" {
-		x.class = rt.cfg.DefaultClass
-	}
-	if x.body, err = g.guardPriority(r, rt, pool, x.class, body, grpcReq); err != nil {
-		reply(w, grpcReq, err)
-		g.recordRefused(refusal{recv: recv, grpc: grpcReq, method: r.URL.Path, class: x.class, model: x.meta.Model,
-			pool: pool.Name, passthrough: x.passthrough, err: err})
+	x := g.newExchange(rt, pool, r, recv, body, routeClass, !gen.Match(r.Method, r.URL.Path))
+	defer x.finish()
+	// The gateway has the whole body anyway: it is always read for the
+	// model and sizes, then guarded (retries and continuations reuse the
+	// guarded body; relocation ran before, in front of the handler).
+	x.core.Size(body, r.Header)
+	if x.body, err = x.guard(body); err != nil {
+		reply(w, kind, err)
+		x.core.Refused(err)
 		return
 	}
 	body = x.body
-	x.obs = g.newMeter(x, r)
-	x.sreq = scheduler.Request{
-		ID:           requestID(r),
-		Pool:         pool.Name,
-		Class:        x.class,
-		PromptTokens: x.meta.PromptTokens,
-		MaxTokens:    x.meta.MaxTokens,
-		Arrival:      recv,
-		Affinity:     pool.affinity(r.Header),
-	}
-	defer x.finish()
-	if g.admitter != nil && !x.passthrough {
-		lease, err := g.admitter.Admit(r.Context(), x.sreq)
+	if g.admitter != nil && !x.core.Passthrough() {
+		lease, err := g.admitter.Admit(r.Context(), x.core.Request())
 		if err != nil {
-			x.termErr = err
-			x.outcome = scheduler.Failed
 			if errors.Is(err, scheduler.ErrCancelled) {
-				x.outcome = scheduler.Cancelled
+				x.core.Cancel(err)
 			} else {
-				x.obs.refused(err)
+				x.core.Refused(err)
 			}
-			reply(w, grpcReq, err)
+			reply(w, kind, err)
 			return
 		}
-		x.lease = lease
-		x.preemptible = rt.cfg.PreemptibleClasses == nil || rt.cfg.PreemptibleClasses[x.class]
+		x.core.Admitted(g.clock.Now(), lease)
+		x.preemptible = rt.cfg.PreemptibleClasses == nil || rt.cfg.PreemptibleClasses[x.core.Class().Name]
+	} else {
+		x.core.Admitted(g.clock.Now(), nil)
 	}
-	x.admitAt = g.clock.Now()
-	x.obs.admitted(x.admitAt)
 	if rt.cfg.ServerTiming {
-		w.Header().Set("Server-Timing", x.obs.serverTiming(false))
+		w.Header().Set("Server-Timing", x.core.ServerTiming(g.clock.Now(), false))
 	}
 	r.Body = http.NoBody
 	r.ContentLength = int64(len(body))
@@ -129,10 +139,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// away mid-copy; any other panic is a failure. Release before the
 		// panic goes on (net/http logs it and closes the connection).
 		if p := recover(); p != nil {
-			if x.outcome == scheduler.Done {
-				x.outcome = scheduler.Failed
+			if x.core.Outcome() == scheduler.Done {
+				x.core.SetOutcome(scheduler.Failed)
 				if p == http.ErrAbortHandler {
-					x.outcome = scheduler.Cancelled
+					x.core.SetOutcome(scheduler.Cancelled)
 				}
 			}
 			x.finish()
@@ -142,91 +152,58 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.proxy(pool).ServeHTTP(w, r.WithContext(ctx))
 }
 
+// guard runs the core's engine-priority guard on the body as read for
+// admission; err is the refusal, which the core's reply table answers
+// (400 / INVALID_ARGUMENT, 415 for a compressed JSON body, or 413 /
+// RESOURCE_EXHAUSTED past max_request_bytes once decompressed).
+func (x *exchange) guard(body []byte) ([]byte, error) {
+	if err := x.core.Plan().Refuse; err != nil {
+		return nil, err
+	}
+	out, _, err := x.core.Guard(body)
+	if errors.Is(err, filter.ErrPriorityTooLarge) {
+		return nil, fmt.Errorf("%w (max_request_bytes)", err)
+	}
+	return out, err
+}
+
 // relocationRefused records a request that the relocation in front of the
 // handler answered itself (relocatehttp's OnRefused): routed and
 // classified from its headers as the handler would, never admitted.
 func (g *Gateway) relocationRefused(r *http.Request, err error) {
 	rt := g.cfg.Load()
 	now := g.clock.Now()
-	grpcReq := isGRPC(r)
-	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, grpcReq)
+	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, grpcKind(r) != filter.GRPCNone)
 	if !ok {
 		return
 	}
-	class := g.classify(r, routeClass, "")
-	if class == "" {
-		class = rt.cfg.DefaultClass
-	}
-	opts := filter.Options{GapBuckets: g.gapBuckets}
-	if grpcReq {
-		opts.GRPCMethod = r.URL.Path
-	}
-	g.recordRefused(refusal{recv: now, grpc: grpcReq, method: r.URL.Path, class: class, model: "", pool: pool.Name,
-		passthrough: !gen.Match(r.Method, r.URL.Path), err: err})
+	x := g.newExchange(rt, pool, r, now, nil, routeClass, !gen.Match(r.Method, r.URL.Path))
+	x.core.Refused(err)
+	x.finish()
 }
 
-// refusal is a request the gateway answered itself before admission.
-type refusal struct {
-	recv         time.Time
-	grpc         bool
-	method       string
-	class, model string
-	pool         string
-	passthrough  bool
-	err          error
-}
-
-// recordRefused records a request the gateway refused before admission
-// (relocation, the engine-priority guard), as the Envoy host records its
-// local replies: the error, no response.
-func (g *Gateway) recordRefused(f refusal) {
-	opts := filter.Options{GapBuckets: g.gapBuckets}
-	if f.grpc {
-		opts.GRPCMethod = f.method
-	}
-	o := filter.GetObserver(opts)
-	o.MarkReceived(f.recv)
-	o.SetError(filter.ErrorHTTPStatus, f.err.Error())
-	o.Finish(g.clock.Now(), nil)
-	ob := o.Observation()
-	filter.PutObserver(o)
-	g.record(Record{Observation: ob, Class: f.class, Model: f.model, Pool: f.pool, Outcome: scheduler.Failed, Err: f.err,
-		Passthrough: f.passthrough})
+// output is the text generated so far (kept for spliceable requests).
+func (x *exchange) output() string {
+	text, _ := x.core.Observer().Output()
+	return string(text)
 }
 
 // finish releases the lease once and records the observation.
-func (x *exchange) finish() {
-	x.releaseOnce.Do(func() {
-		if x.lease != nil {
-			x.lease.Release(x.outcome)
-		}
-		x.obs.end(x)
-	})
-}
-
-// releaseForRetry ends the current admission as preempted; a new one
-// follows through admitAgain.
-func (x *exchange) releaseForRetry() {
-	x.preemptions++
-	if x.lease != nil {
-		x.lease.Release(scheduler.Preempted)
-		x.lease = nil
-	}
-}
+func (x *exchange) finish() { x.core.End(x.g.clock.Now(), nil) }
 
 // admitAgain queues the request again at the front of its class after a
-// preemption.
+// preemption (x.core.Requeued released the last lease).
 func (x *exchange) admitAgain(ctx context.Context) error {
 	if x.g.admitter == nil {
 		return nil
 	}
-	req := x.sreq
+	req := x.core.Request()
 	req.Requeue = true
 	lease, err := x.g.admitter.Admit(ctx, req)
 	if err != nil {
 		return err
 	}
-	x.lease = lease
+	x.core.Admitted(x.g.clock.Now(), lease)
 	return nil
 }
 
@@ -234,30 +211,28 @@ func (x *exchange) admitAgain(ctx context.Context) error {
 // response byte reached the client.
 func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
-	grpcReq := isGRPC(r)
+	kind := grpcKind(r)
 	if x != nil {
-		if x.termErr == nil {
-			x.termErr = err
-		}
-		if x.outcome == scheduler.Done {
-			x.outcome = scheduler.Failed
+		x.core.SetErr(err)
+		if x.core.Outcome() == scheduler.Done {
+			x.core.SetOutcome(scheduler.Failed)
 		}
 	}
 	switch {
 	case r.Context().Err() != nil && !errors.Is(err, ErrUpstreamStalled):
 		if x != nil {
-			x.outcome = scheduler.Cancelled
+			x.core.SetOutcome(scheduler.Cancelled)
 		}
 		return // client gone
 	case isAdmitErr(err):
 		if x != nil {
-			x.obs.refused(err)
+			x.core.Refused(err)
 		}
-		reply(w, grpcReq, err)
+		reply(w, kind, err)
 	case errors.Is(err, ErrUpstreamStalled):
-		reply(w, grpcReq, err)
+		reply(w, kind, err)
 	default:
-		reply(w, grpcReq, fmt.Errorf("%w: %w", filter.ErrUpstream, err))
+		reply(w, kind, fmt.Errorf("%w: %w", filter.ErrUpstream, err))
 	}
 }
 
@@ -303,3 +278,7 @@ func requestID(r *http.Request) string {
 
 // idEpoch tells processes apart for the shared scheduler service.
 var idEpoch = strconv.FormatInt(time.Now().UnixNano(), 36)
+
+// Record is what the gateway reports per request to its recorders: the
+// core's Record, the same the Envoy host reports.
+type Record = filter.Record

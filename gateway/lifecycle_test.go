@@ -224,3 +224,47 @@ func TestPanicMidStreamReleasesOnceAsFailed(t *testing.T) {
 		t.Errorf("releases (-want +got):\n%s", diff)
 	}
 }
+
+// TestOutcomeFollowsObservation: the gateway releases a lease with the
+// outcome the core derives from what it observed (filter.OutcomeOf), as
+// the Envoy host does: an engine's client error and a stream cut short
+// without an error of the transport are failures, not done.
+func TestOutcomeFollowsObservation(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+		want    scheduler.Outcome
+	}{
+		{"complete stream", sseUpstream(2, 0), scheduler.Done},
+		{"engine 400", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"error":{"message":"bad","type":"invalid_request_error","code":400}}`)
+		}, scheduler.Failed},
+		{"no [DONE]", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"text\":\"a\"}]}\n\n")
+		}, scheduler.Failed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := httptest.NewServer(tc.handler)
+			defer up.Close()
+			adm := &ctlAdmitter{}
+			rec := newRecorder()
+			_, gw := startGateway(t, Config{Pools: []Pool{{Name: "p", Upstream: up.URL}}}, WithAdmitter(adm), WithRecorder(rec))
+			res, err := http.DefaultClient.Do(mustReq(context.Background(), gw+"/v1/completions", `{"prompt":"x","stream":true}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.ReadAll(res.Body)
+			res.Body.Close()
+			if r := rec.next(t); r.Outcome != tc.want {
+				t.Errorf("record outcome %v, want %v", r.Outcome, tc.want)
+			}
+			_, released := adm.snapshot()
+			if diff := cmp.Diff(map[scheduler.Outcome]int{tc.want: 1}, released); diff != "" {
+				t.Errorf("releases (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -366,13 +366,13 @@ func (s *stream) continueStream() error {
 	s.res.Body.Close()
 	s.a.stop()
 	for {
-		x.releaseForRetry()
-		generated := x.obs.tokens()
-		body, ok, err := sp.continuationBody(x.body, x.obs.output(), generated)
+		x.core.Requeued()
+		generated := x.core.Observer().Progress().Tokens
+		body, ok, err := sp.continuationBody(x.body, x.output(), generated)
 		if err != nil {
 			return err
 		}
-		if !ok || x.obs.finished() {
+		if !ok || x.core.Observer().Observation().FinishReason != "" {
 			// Preempted after the last token (max_tokens reached, or a
 			// finish reason already sent) but before [DONE]: nothing to
 			// continue. A usage chunk the upstream had not sent yet is lost.
@@ -385,7 +385,7 @@ func (s *stream) continueStream() error {
 		}
 		sp.before = generated
 		sp.rewriting = true
-		sp.sent, sp.got, sp.held = x.obs.output(), "", nil
+		sp.sent, sp.got, sp.held = x.output(), "", nil
 		sp.checking = sp.kind == filter.APIChat && strings.TrimSpace(sp.sent) != ""
 		a := x.newAttempt(ctx)
 		res, err := send(s.base, x, a, s.outreq, body)

@@ -25,15 +25,23 @@ const (
 	framingRaw framing = iota
 	framingSSE
 	framingGRPC
+	// framingGRPCWeb is binary gRPC-Web: gRPC's frames, with the status
+	// in a last frame (flag 0x80) instead of HTTP trailers.
+	framingGRPCWeb
 )
 
 func framingOf(res *http.Response) framing {
-	ct, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type"))
-	switch {
-	case ct == "text/event-stream":
-		return framingSSE
-	case len(ct) >= 16 && ct[:16] == "application/grpc":
+	ct := res.Header.Get("Content-Type")
+	switch filter.GRPCKindOf(ct) {
+	case filter.GRPC:
 		return framingGRPC
+	case filter.GRPCWeb:
+		return framingGRPCWeb
+	case filter.GRPCWebText:
+		return framingRaw // base64: no frame boundaries to keep
+	}
+	if mt, _, _ := mime.ParseMediaType(ct); mt == "text/event-stream" {
+		return framingSSE
 	}
 	return framingRaw
 }
@@ -86,12 +94,12 @@ func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Req
 		out.Trailer[k] = v
 	}
 	s.out = &out
-	if x.lease != nil && x.preemptible && x.meta.Spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK &&
+	if x.core.Lease() != nil && x.preemptible && x.core.Meta().Spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK &&
 		x.pool.Resume == ResumeContinue {
-		s.splice = newSplicer(x.meta.API)
+		s.splice = newSplicer(x.core.Meta().API)
 	}
 	s.t0 = x.g.clock.Now()
-	x.obs.responseHeaders(res, s.t0)
+	x.core.ResponseHead(s.t0, res.StatusCode, res.Header)
 	return s
 }
 
@@ -213,7 +221,7 @@ func (s *stream) fill(p []byte) (int, error) {
 	if cut == 0 && total == len(p) && len(p) > 0 { // no boundary in a full buffer
 		s.carry = s.carry[:0]
 		cut = total
-		if s.framing == framingGRPC && total >= 5 {
+		if s.framing.grpc() && total >= 5 {
 			// A frame larger than the buffer passes unaligned; remember
 			// how much of it is still to come.
 			s.frameLeft = 5 + int(binary.BigEndian.Uint32(p[1:5])) - total
@@ -254,7 +262,7 @@ func (s *stream) emitted(b []byte, at time.Time, aligned bool) {
 			s.splice = nil // cannot follow an event split by the buffer; no continuation
 		}
 	}
-	s.x.obs.chunk(b, at)
+	_ = s.x.core.Chunk(at, b) // parse errors are recorded in the observation
 }
 
 // cut returns the length of the longest prefix of b that ends at a unit
@@ -266,7 +274,7 @@ func (s *stream) cut(b []byte, eof bool) int {
 	switch s.framing {
 	case framingSSE:
 		return lastEventEnd(b)
-	case framingGRPC:
+	case framingGRPC, framingGRPCWeb:
 		return s.grpcCut(b)
 	}
 	return len(b)
@@ -345,13 +353,12 @@ func (s *stream) end(err error) {
 				return
 			}
 		}
-		s.x.releaseForRetry()
+		s.x.core.Requeued()
 		s.terminate(ErrPreemptedMidStream, scheduler.Preempted)
 	case errors.Is(cause, ErrUpstreamStalled):
 		s.terminate(fmt.Errorf("%w: nothing for %v", ErrUpstreamStalled, s.a.idleD), scheduler.Failed)
 	case s.outreq.Context().Err() != nil:
-		s.x.outcome = scheduler.Cancelled
-		s.x.termErr = s.outreq.Context().Err()
+		s.x.core.Cancel(s.outreq.Context().Err())
 		s.done, s.doneErr = true, err
 	default:
 		s.terminate(fmt.Errorf("%w: %v", ErrUpstreamReset, err), scheduler.Failed)
@@ -364,13 +371,13 @@ func (s *stream) finishOK() {
 	for k, v := range s.res.Trailer {
 		s.out.Trailer[k] = v
 	}
-	s.x.obs.trailers(s.res.Trailer, s.x.g.clock.Now())
-	switch {
-	case s.res.StatusCode >= 500 || s.res.StatusCode == http.StatusTooManyRequests:
-		s.x.outcome = scheduler.Failed
-	case s.framing == framingGRPC && grpcStatus(s.res) != "0":
-		s.x.outcome = scheduler.Failed
+	if s.res.Trailer != nil {
+		s.x.core.Trailers(s.x.g.clock.Now(), s.res.Trailer)
 	}
+	// The outcome follows the observation (filter.OutcomeOf), as the Envoy
+	// host's: an error status, a gRPC status other than OK (in trailers, a
+	// trailers-only response or gRPC-Web's trailer frame) or a truncated
+	// stream fail it.
 	s.serverTiming()
 }
 
@@ -381,7 +388,7 @@ func (s *stream) finishOK() {
 func (s *stream) delivered() bool {
 	switch s.framing {
 	case framingSSE:
-		return s.x.obs.complete()
+		return s.x.core.Observer().Observation().Complete
 	case framingRaw:
 		return s.res.ContentLength > 0 && s.sent >= s.res.ContentLength
 	}
@@ -393,25 +400,26 @@ func (s *stream) delivered() bool {
 // upstream's missing trailers are not waited for.
 func (s *stream) finishDelivered() {
 	s.done, s.doneErr = true, io.EOF
-	if s.res.StatusCode >= 500 || s.res.StatusCode == http.StatusTooManyRequests {
-		s.x.outcome = scheduler.Failed
-	}
 	s.serverTiming()
 }
 
-func grpcStatus(res *http.Response) string {
-	if v := res.Trailer.Get("Grpc-Status"); v != "" {
-		return v
-	}
-	return res.Header.Get("Grpc-Status")
+func (f framing) grpc() bool { return f == framingGRPC || f == framingGRPCWeb }
+
+// appendWebTrailer appends a gRPC-Web trailer frame carrying code and msg
+// (percent-encoded as grpc-message is).
+func appendWebTrailer(dst []byte, code int, msg string) []byte {
+	payload := "grpc-status: " + strconv.Itoa(code) + "\r\ngrpc-message: " + filter.GRPCMessage(msg) + "\r\n"
+	var pre [5]byte
+	pre[0] = 0x80
+	binary.BigEndian.PutUint32(pre[1:], uint32(len(payload)))
+	return append(append(dst, pre[:]...), payload...)
 }
 
 // terminate ends the client's response with a protocol-level error: an
 // OpenAI error event for SSE, grpc-status UNAVAILABLE in the trailers for
 // gRPC; other bodies are cut off (the connection is aborted).
 func (s *stream) terminate(err error, o scheduler.Outcome) {
-	s.x.termErr = err
-	s.x.outcome = o
+	s.x.core.Fail(err, o)
 	s.done = true
 	switch s.framing {
 	case framingSSE:
@@ -426,10 +434,16 @@ func (s *stream) terminate(err error, o scheduler.Outcome) {
 		s.out.Trailer.Set("Grpc-Status", strconv.Itoa(int(codes.Unavailable)))
 		s.out.Trailer.Set("Grpc-Message", filter.GRPCMessage(err.Error()))
 		s.doneErr = io.EOF
+	case framingGRPCWeb:
+		if !s.atBoundary {
+			s.doneErr = err // inside a frame: only cutting the body off is clean
+			break
+		}
+		s.pending = appendWebTrailer(s.pending, int(codes.Unavailable), err.Error())
+		s.doneErr = io.EOF
 	default:
 		s.doneErr = err
 	}
-	s.x.obs.failed(err, s.x.g.clock.Now())
 	s.serverTiming()
 }
 
@@ -445,7 +459,7 @@ func errorType(err error) string {
 
 func (s *stream) serverTiming() {
 	if s.x.rt.cfg.ServerTiming {
-		s.out.Trailer.Set("Server-Timing", s.x.obs.serverTiming(true))
+		s.out.Trailer.Set("Server-Timing", s.x.core.ServerTiming(s.x.g.clock.Now(), true))
 	}
 }
 

@@ -60,8 +60,8 @@ func (x *exchange) newAttempt(parent context.Context) *attempt {
 		a.idle = a.clk.AfterFunc(a.idleD, a.checkIdle)
 		a.idleMu.Unlock()
 	}
-	if x.lease != nil && x.preemptible {
-		pre := x.lease.Preempt()
+	if l := x.core.Lease(); l != nil && x.preemptible {
+		pre := l.Preempt()
 		a.done = make(chan struct{})
 		go func() {
 			defer close(a.done)
@@ -157,7 +157,7 @@ func (t *attemptTransport) RoundTrip(outreq *http.Request) (*http.Response, erro
 		switch {
 		case errors.Is(cause, errPreemptSignal) && outreq.Context().Err() == nil:
 			// Nothing reached the client: requeue at the front of the class.
-			x.releaseForRetry()
+			x.core.Requeued()
 			if aerr := x.admitAgain(outreq.Context()); aerr != nil {
 				return nil, aerr
 			}
@@ -183,6 +183,6 @@ func send(base http.RoundTripper, x *exchange, a *attempt, outreq *http.Request,
 	x.routeToLease(req)
 	// Stamped as the last step before the send, so that upstream TTFT
 	// holds no gateway work of its own.
-	x.obs.upstreamSent(x.g.clock.Now())
+	x.core.UpstreamSent(x.g.clock.Now())
 	return base.RoundTrip(req)
 }

@@ -108,8 +108,8 @@ func FuzzRequestBody(f *testing.F) {
 			t.Fatalf("DecodeData: %+v", r)
 		}
 		sf := s.Filter().(*streamFilter)
-		if sf.maxToks < 0 || sf.promptToks < 0 {
-			t.Fatalf("negative sizes: max %d prompt %d", sf.maxToks, sf.promptToks)
+		if sf.x.Meta().MaxTokens < 0 || sf.x.Meta().PromptTokens < 0 {
+			t.Fatalf("negative sizes: max %d prompt %d", sf.x.Meta().MaxTokens, sf.x.Meta().PromptTokens)
 		}
 		if string(s.Upstream()) != string(body) {
 			t.Fatal("body changed on the way upstream")

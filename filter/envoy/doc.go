@@ -4,7 +4,10 @@
 // package imports only the SDK's api package, so it is tested in plain Go
 // through filter/filtertest.
 //
-// Per request: DecodeHeaders classifies the request (route, API key,
+// Per request the filter drives the core's sequence, filter.Exchange (the
+// same the gateway drives), and keeps what only Envoy has: SDK callbacks,
+// buffering, relocation as the body streams, the admission goroutine and
+// OnDestroy. DecodeHeaders classifies the request (route, API key,
 // tenant, trusted priority header, rules), removes the trusted marker
 // header (a secret between trusted hops) before the request goes upstream,
 // and asks the scheduler for admission, holding the request in Envoy (api.Running) while it is queued.
@@ -20,8 +23,9 @@
 //
 // Goroutines and ownership:
 //   - Envoy calls every callback of one request on one worker thread. That
-//     thread owns the observer, the relocation state and the flags that
-//     only callbacks touch (finished, completed, preemptCh, progress).
+//     thread owns the core's Exchange (observer, lease, outcome, Record),
+//     the relocation state and the flags that only callbacks touch (live,
+//     noted, completed, preemptCh).
 //   - A held request has one admission goroutine, started by admit() and
 //     owned by the request: it blocks in Admitter.Admit on a context that
 //     OnDestroy cancels, and its last action is exactly one Continue or
@@ -29,9 +33,10 @@
 //     admission that raced with OnDestroy is released at once). It defers
 //     RecoverPanic and turns a scheduler panic into an INTERNAL reply.
 //   - streamFilter.mu guards what both sides touch: holding, destroyed,
-//     cancel, admitted, released, outcome, preempted. The lease is
-//     published through an atomic pointer before Continue, so encode
-//     callbacks read it without locking.
+//     cancel, admitted. The lease is published through an atomic pointer
+//     before Continue; the worker thread hands it to the Exchange
+//     (noteAdmitted) at its next callback, so the Exchange is never
+//     touched by the admission goroutine.
 //   - Header maps and buffers are used only inside the callback that
 //     received them (the JSON relocation and the priority guard keep the
 //     request header map from DecodeHeaders to the buffered DecodeData,

@@ -21,9 +21,12 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 )
 
-// streamFilter is the filter of one request. Envoy calls its callbacks on
-// one worker thread; the only other goroutine is the admission goroutine of
-// a held request (see doc.go).
+// streamFilter is the filter of one request: the SDK's callbacks mapped
+// onto the core's per-request sequence (filter.Exchange), plus what only
+// the Envoy host has: buffering, relocation as the body streams, the
+// admission goroutine, and OnDestroy. Envoy calls its callbacks on one
+// worker thread; the only other goroutine is the admission goroutine of a
+// held request (see doc.go).
 type streamFilter struct {
 	cb   api.FilterCallbackHandler
 	cfg  *FilterConfig
@@ -38,38 +41,28 @@ type streamFilter struct {
 	// them after it was started).
 	grpc     bool
 	path     string
-	reqID    string
-	class    filter.Class
 	received time.Time
-	affinity string // the pool's affinity header value, "" when none
 
-	// passthrough: not a generation call on its route (filter.IsGeneration):
-	// proxied without admission and recorded apart. Set in DecodeHeaders.
-	passthrough bool
-
-	// Worker-thread state.
-	obs        *filter.Observer
-	httpPlan   *relocate.HTTPPlan
-	grpcPlan   *relocate.GRPCPlan
-	grpcRW     *relocate.GRPCRewriter
-	relocOut   []byte
-	decoding   bool      // the request is being buffered for relocation
-	guard      guardKind // the body is held for the engine priority guard
-	guardMode  filter.EnginePriority
-	guardBuf   []byte // the body collected so far (not buffered by Envoy)
-	grpcEnc    string
-	sizing     bool // the JSON body is being buffered to read model and sizes
-	reqHV      headers
-	peer       netip.Addr
-	model      string
-	modelRead  bool // noteModel ran
-	promptToks int
-	maxToks    int
-	observed   bool                    // obs received response headers
-	finished   bool                    // obs.Finish was called
-	completed  bool                    // OnStreamComplete ran
-	progress   filter.ProgressReporter // reports to the lease
-	preemptCh  <-chan struct{}
+	// Worker-thread state. x is the core's sequence; live while it is
+	// started and not yet ended or dropped.
+	x        filter.Exchange
+	xcfg     filter.ExchangeConfig
+	live     bool
+	httpPlan *relocate.HTTPPlan
+	grpcPlan *relocate.GRPCPlan
+	grpcRW   *relocate.GRPCRewriter
+	relocOut []byte
+	decoding bool   // the request is being buffered for relocation
+	guarding bool   // the body is held for the engine priority guard
+	guardBuf []byte // the body collected so far (not buffered by Envoy)
+	sizing   bool   // the JSON body is being buffered to read model and sizes
+	reqHV    headers
+	// modelRead: the first request chunk was offered to NoteModel.
+	modelRead bool
+	// noted: the admission goroutine's lease was handed to x.
+	noted     bool
+	completed bool // OnStreamComplete ran
+	preemptCh <-chan struct{}
 
 	// sizeBuf holds a JSON body read before admission (for its size, or
 	// to relocate a prompt into it) that Envoy handed over before its end
@@ -79,7 +72,7 @@ type streamFilter struct {
 	sizeBuf []byte
 
 	// lease is set by the admission goroutine before it continues the
-	// request; encode callbacks read it.
+	// request; the worker thread hands it to x (noteAdmitted).
 	lease atomic.Pointer[leaseBox]
 
 	mu        sync.Mutex // guards the fields below
@@ -87,13 +80,31 @@ type streamFilter struct {
 	destroyed bool
 	cancel    context.CancelFunc
 	admitted  time.Time
-	released  bool
-	outcome   scheduler.Outcome
-	preempted bool
 }
 
-// leaseBox lets an interface value live behind an atomic.Pointer.
-type leaseBox struct{ scheduler.Lease }
+// leaseBox lets an interface value live behind an atomic.Pointer. It
+// counts the request out of the in-flight gauge at its first release (the
+// core releases it exactly once, on the worker thread) and keeps the
+// lease's endpoint visible (scheduler.Routed).
+type leaseBox struct {
+	scheduler.Lease
+	m        *metrics
+	released bool
+}
+
+// Release gives the lease back and updates the in-flight gauge once.
+func (b *leaseBox) Release(o scheduler.Outcome) {
+	if !b.released {
+		b.released = true
+		b.m.inflight.Increment(-1)
+	}
+	b.Lease.Release(o)
+}
+
+// Endpoint is the wrapped lease's endpoint.
+func (b *leaseBox) Endpoint() string { return scheduler.EndpointOf(b.Lease) }
+
+var _ scheduler.Routed = (*leaseBox)(nil)
 
 var _ api.StreamFilter = (*streamFilter)(nil)
 
@@ -170,72 +181,78 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	f.received = f.startTime()
 	f.path = h.Path()
 	ct, _ := h.Get("content-type")
-	f.grpc = strings.HasPrefix(ct, "application/grpc")
-	if id, ok := h.Get("x-request-id"); ok && id != "" {
-		f.reqID = id
-	} else {
-		f.reqID = f.path + "@" + strconv.FormatInt(f.received.UnixNano(), 10)
+	f.grpc = filter.GRPCKindOf(ct) != filter.GRPCNone
+	reqID, ok := h.Get("x-request-id")
+	if !ok || reqID == "" {
+		reqID = f.path + "@" + strconv.FormatInt(f.received.UnixNano(), 10)
 	}
 	hv := f.stripMarker(h)
 	var genPaths []string // the route's generation paths; nil: the defaults
 	if f.cfg.Listener != nil {
 		if r := f.cfg.Listener.Route(f.path, hv.Get, f.grpc); r != nil {
 			genPaths = r.Generation
-		}
-	}
-	f.passthrough = !filter.IsGeneration(genPaths, h.Method(), f.path)
-	if f.routeClass == "" && f.cfg.Listener != nil {
-		if r := f.cfg.Listener.Route(f.path, hv.Get, f.grpc); r != nil {
-			if r.Pool != nil && f.pool == f.cfg.Pool {
-				f.pool = r.Pool
-			}
-			if r.Class != nil {
-				f.routeClass = r.Class.Name
+			if f.routeClass == "" {
+				if r.Pool != nil && f.pool == f.cfg.Pool {
+					f.pool = r.Pool
+				}
+				if r.Class != nil {
+					f.routeClass = r.Class.Name
+				}
 			}
 		}
 	}
 	peer, _ := netip.ParseAddrPort(f.cb.StreamInfo().DownstreamRemoteAddress())
-	f.peer = peer.Addr()
-	f.classify(hv)
+	var affinity string
 	if f.pool != nil && f.pool.AffinityHeader != "" {
-		f.affinity = hv.Get(f.pool.AffinityHeader)
+		affinity = hv.Get(f.pool.AffinityHeader)
 	}
 
 	// ITL samples feed only the OpenTelemetry histogram; without a recorder
 	// the summary is enough. Pooled observers reuse the sample buffer.
 	opts := filter.Options{MaxITLSamples: -1}
-	if rec := f.cfg.rt.recorder(f.cfg.Mesh); rec != nil {
+	rec := f.cfg.rt.recorder(f.cfg.Mesh)
+	if rec != nil {
 		opts.MaxITLSamples = 0
 		// Every gap reaches the histogram, however long the stream.
 		if gb, ok := rec.(interface{ GapBuckets() *filter.GapBuckets }); ok {
 			opts.GapBuckets = gb.GapBuckets()
 		}
 	}
-	if f.grpc {
-		opts.GRPCMethod = f.path
+	f.xcfg = filter.ExchangeConfig{Classifier: f.cfg.classifier, SizeBody: f.cfg.needBody,
+		GuardMaxMessage: f.relocation().MaxMessage, Observer: opts, Recorder: rec}
+	ce, _ := h.Get("content-encoding")
+	genc, _ := h.Get("grpc-encoding")
+	head := filter.RequestHead{Path: f.path, ContentType: ct, ContentEncoding: ce, GRPCEncoding: genc, Headers: hv,
+		Peer: peer.Addr(), Received: f.received, ID: reqID, RouteClass: f.routeClass, Affinity: affinity,
+		Passthrough: !filter.IsGeneration(genPaths, h.Method(), f.path), HasBody: !endStream}
+	if f.pool != nil {
+		head.Pool, head.ClassPriority = f.pool.Name, f.pool.ClassEnginePriority()
 	}
-	f.obs = filter.GetObserver(opts)
-	f.obs.MarkReceived(f.received)
+	f.x.Start(&f.xcfg, head)
+	f.live = true
 
 	// The body is read before admission when the config needs the model
-	// (classification rules) or the request's size (token capacity): an
-	// OpenAI JSON body, or the message of a gRPC generation the core sizes
-	// (llm.v1, vLLM), as the gateway sizes it.
-	sizable := strings.HasPrefix(ct, "application/json") && !f.grpc ||
-		f.grpc && (f.path == filter.MethodLLMV1 || f.path == filter.MethodVLLM)
-	wantBody := f.cfg.needBody && !endStream && sizable
-	if done, st := f.planPriorityGuard(h, hv, ct, endStream); done {
-		return st
+	// (classification rules) or the request's size (token capacity), and
+	// held for the engine priority guard (bodypriority.go).
+	plan := f.x.Plan()
+	if plan.Refuse != nil {
+		return f.priorityRefused(f.cb.DecoderFilterCallbacks(), plan.Refuse)
+	}
+	if plan.Guard != filter.GuardNone {
+		f.guarding = true
+		if plan.DropContentLength {
+			h.Del("content-length")
+		}
 	}
 	if rel := f.cfg.rt.reloc; rel != nil {
 		if done, st := f.planRelocation(h, hv, endStream); done {
 			if st == api.StopAndBuffer {
-				f.sizing, f.reqHV = wantBody, hv
+				f.sizing, f.reqHV = plan.Size, hv
 			}
 			return st
 		}
 	}
-	if wantBody && f.grpcRW == nil {
+	if plan.Size && f.grpcRW == nil {
 		// The header map stays valid until the buffered DecodeData. (A
 		// relocated gRPC message streams through the rewriter instead.)
 		f.sizing, f.reqHV = true, hv
@@ -244,42 +261,17 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	return f.admit()
 }
 
-// noteModel reads the model for the Record from the first request chunk
-// when it holds the whole JSON body or the first gRPC message, as the
-// gateway records it; a body read before admission (readBody) sets it
-// too. It runs once per request, on the request path only.
-func (f *streamFilter) noteModel(b []byte, endStream bool) {
-	f.modelRead = true
-	if f.model != "" || f.obs == nil || (!f.grpc && !endStream) {
-		return
-	}
-	f.model = filter.RequestModel(f.path, b, f.grpc)
-}
-
-// classify picks the request's class from trusted configuration and the
-// request (model only once the body was read).
-func (f *streamFilter) classify(hv headers) {
-	f.class = f.cfg.classifier.Classify(filter.RequestInfo{
-		Path: f.path, Model: f.model, RouteClass: f.routeClass, Peer: f.peer, Headers: hv,
-	}).Class
-}
-
-// readBody reads the model and sizes of a buffered request
-// (filter.ReadRequestMeta), then classifies again with the model. A body
-// it cannot read leaves them unknown.
+// readBody reads the model and sizes of a buffered request, then
+// classifies again with the model (the core's Size). A body it cannot
+// read leaves them unknown.
 func (f *streamFilter) readBody(body []byte) {
 	f.sizing = false
 	hv := f.reqHV
 	f.reqHV = headers{}
-	// The core reads it as the gateway does (sizes are estimates: the
-	// model's tokenizer is not at hand).
-	m := filter.ReadRequestMeta(f.path, body, f.grpc)
-	if m.Model != "" {
-		f.model = m.Model
-	}
-	f.maxToks, f.promptToks = m.MaxTokens, m.PromptTokens
-	if f.model != "" && hv.h != nil {
-		f.classify(hv)
+	if hv.h != nil {
+		f.x.Size(body, hv)
+	} else {
+		f.x.Size(body, nil)
 	}
 }
 
@@ -290,15 +282,14 @@ func (f *streamFilter) admit() api.StatusType {
 	if err != nil {
 		f.m.unavailable.Increment(1)
 		api.LogErrorf("llmesh: scheduler unavailable: %v", err)
-		return f.reply(f.cb.DecoderFilterCallbacks(), filter.ReplyFor(fmtErr(scheduler.ErrUnavailable, err)))
+		return f.reply(f.cb.DecoderFilterCallbacks(), f.x.Reply(fmtErr(scheduler.ErrUnavailable, err)))
 	}
-	if adm == nil || f.passthrough {
+	if adm == nil || f.x.Passthrough() {
 		// Not a generation call (model list, health…): never queued.
-		f.obs.MarkAdmitted(f.received)
+		f.x.Admitted(f.received, nil)
 		return api.Continue
 	}
-	req := scheduler.Request{ID: f.reqID, Pool: f.pool.Name, Class: f.class.Name, Arrival: f.received,
-		PromptTokens: f.promptToks, MaxTokens: f.maxToks, Affinity: f.affinity}
+	req := f.x.Request()
 	ctx, cancel := context.WithCancel(context.Background())
 	f.mu.Lock()
 	f.holding = true
@@ -338,7 +329,7 @@ func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm 
 	f.cancel = nil
 	if err == nil && !destroyed {
 		f.admitted = now
-		f.lease.Store(&leaseBox{lease})
+		f.lease.Store(&leaseBox{Lease: lease, m: f.m})
 	}
 	f.mu.Unlock()
 	f.m.queued.Increment(-1)
@@ -397,11 +388,12 @@ func (f *streamFilter) countAdmitError(err error) {
 
 func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.DecoderFilterCallbacks(), &status)
-	if !f.modelRead {
-		f.noteModel(b.Bytes(), endStream)
+	if !f.modelRead && f.live {
+		f.modelRead = true
+		f.x.NoteModel(b.Bytes(), endStream)
 	}
 	switch {
-	case f.guard != guardNone:
+	case f.guarding:
 		return f.guardBody(b, endStream)
 	case f.decoding:
 		return f.relocateBody(b, endStream)
@@ -425,7 +417,7 @@ func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status 
 	// the upstream has not answered, so the client gets the retryable
 	// reply, not a reset, and the slot is free without waiting for the
 	// upstream's first byte (the gateway cancels at once too).
-	if f.obs != nil && !f.finished {
+	if f.live && !f.x.Finished() {
 		if st, stop := f.checkPreempt(f.cb.DecoderFilterCallbacks()); stop {
 			return st
 		}
@@ -438,7 +430,7 @@ func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status 
 // never send request trailers).
 func (f *streamFilter) DecodeTrailers(api.RequestTrailerMap) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.DecoderFilterCallbacks(), &status)
-	if f.guard != guardNone {
+	if f.guarding {
 		return f.guardTrailers()
 	}
 	if f.httpPlan != nil {
@@ -462,7 +454,7 @@ func (f *streamFilter) DecodeTrailers(api.RequestTrailerMap) (status api.StatusT
 
 func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)
-	if f.obs == nil {
+	if !f.live {
 		return api.Continue
 	}
 	if st, stop := f.checkPreempt(f.cb.EncoderFilterCallbacks()); stop {
@@ -472,35 +464,36 @@ func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (s
 	f.noteAdmitted()
 	f.noteUpstreamSent()
 	code, _ := h.Status()
-	f.obs.ResponseHeaders(now, code, headers{h: h})
-	f.observed = true
+	f.x.ResponseHead(now, code, headers{h: h})
 	if f.cfg.Mesh.Telemetry.ServerTiming {
 		// Only the queue time is known now; gRPC gets the rest in trailers.
-		obs := f.obs.Observation()
-		if v := filter.ServerTiming(&obs); v != "" {
+		if v := f.x.ServerTiming(now, false); v != "" {
 			h.Add("server-timing", v)
 		}
 	}
 	if endStream {
-		f.obs.Trailers(now, headers{h: h})
-		f.finish(now, nil)
+		f.x.Trailers(now, headers{h: h})
+		f.x.Finish(now, nil)
 	}
 	return api.Continue
 }
 
-// noteAdmitted copies the admission time into the observer on the worker
-// thread (the observer is not shared with the admission goroutine).
+// noteAdmitted hands the admission goroutine's lease to the core on the
+// worker thread (the core is not shared with that goroutine), once.
 func (f *streamFilter) noteAdmitted() {
-	if f.lease.Load() == nil {
+	if f.noted || !f.live {
 		return
 	}
+	lb := f.lease.Load()
+	if lb == nil {
+		return
+	}
+	f.noted = true
 	f.mu.Lock()
 	t := f.admitted
 	f.mu.Unlock()
-	f.obs.MarkAdmitted(t)
-	if f.preemptCh == nil {
-		f.preemptCh = f.lease.Load().Preempt()
-	}
+	f.x.Admitted(t, lb)
+	f.preemptCh = lb.Preempt()
 }
 
 // noteUpstreamSent marks when the request went upstream, once a response
@@ -510,49 +503,45 @@ func (f *streamFilter) noteAdmitted() {
 // from its send.
 func (f *streamFilter) noteUpstreamSent() {
 	t := f.received
-	if f.lease.Load() != nil {
+	if f.noted {
 		f.mu.Lock()
 		t = f.admitted
 		f.mu.Unlock()
 	}
-	f.obs.MarkUpstreamSent(t)
+	f.x.UpstreamSent(t)
 }
 
 // EncodeData is the hot path: one call per response chunk. It allocates
 // nothing (see BenchmarkEncodeData).
 func (f *streamFilter) EncodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)
-	if f.obs == nil || f.finished {
+	if !f.live || f.x.Finished() {
 		return api.Continue
 	}
 	if st, stop := f.checkPreempt(f.cb.EncoderFilterCallbacks()); stop {
 		return st
 	}
 	now := f.clk.Now()
-	if err := f.obs.Observe(now, b.Bytes()); err != nil {
+	if err := f.x.Chunk(now, b.Bytes()); err != nil {
 		// Returned once; the response is proxied regardless.
 		f.m.observeErrors.Increment(1)
 	}
-	if lb := f.lease.Load(); lb != nil {
-		f.progress.Report(lb.Lease, f.obs)
-	}
 	if endStream {
-		f.finish(now, nil)
+		f.x.Finish(now, nil)
 	}
 	return api.Continue
 }
 
 func (f *streamFilter) EncodeTrailers(h api.ResponseTrailerMap) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)
-	if f.obs == nil || f.finished {
+	if !f.live || f.x.Finished() {
 		return api.Continue
 	}
 	now := f.clk.Now()
-	f.obs.Trailers(now, headers{h: h})
-	f.finish(now, nil)
+	f.x.Trailers(now, headers{h: h})
+	f.x.Finish(now, nil)
 	if f.cfg.Mesh.Telemetry.ServerTiming {
-		obs := f.obs.Observation()
-		if v := filter.ServerTiming(&obs); v != "" {
+		if v := f.x.ServerTiming(now, true); v != "" {
 			h.Add("server-timing", v)
 		}
 	}
@@ -566,56 +555,20 @@ func (f *streamFilter) EncodeTrailers(h api.ResponseTrailerMap) (status api.Stat
 // early. A finished request is not stopped again: Envoy runs the local
 // reply sent from DecodeData back through this filter's EncodeHeaders.
 func (f *streamFilter) checkPreempt(cb api.FilterProcessCallbacks) (api.StatusType, bool) {
-	if f.finished {
+	if f.x.Finished() {
 		return api.Continue, false
 	}
 	if f.preemptCh == nil {
-		lb := f.lease.Load()
-		if lb == nil {
+		f.noteAdmitted()
+		if f.preemptCh == nil {
 			return api.Continue, false
 		}
-		f.preemptCh = lb.Preempt()
 	}
 	select {
 	case <-f.preemptCh:
 	default:
 		return api.Continue, false
 	}
-	f.mu.Lock()
-	f.preempted = true
-	f.mu.Unlock()
 	f.m.preempted.Increment(1)
-	now := f.clk.Now()
-	f.obs.SetError(filter.ErrorPreempted, "preempted by the scheduler")
-	f.finish(now, scheduler.ErrPreempted)
-	return f.reply(cb, filter.ReplyFor(scheduler.ErrPreempted)), true
-}
-
-// finish ends the observation once and releases the lease.
-func (f *streamFilter) finish(now time.Time, cause error) {
-	if f.finished {
-		return
-	}
-	f.finished = true
-	f.obs.Finish(now, cause)
-	f.mu.Lock()
-	preempted := f.preempted
-	f.mu.Unlock()
-	obs := f.obs.Observation()
-	f.release(filter.OutcomeOf(&obs, preempted))
-}
-
-// release ends the admission exactly once.
-func (f *streamFilter) release(o scheduler.Outcome) {
-	lb := f.lease.Load()
-	f.mu.Lock()
-	if f.released || lb == nil {
-		f.mu.Unlock()
-		return
-	}
-	f.released = true
-	f.outcome = o
-	f.mu.Unlock()
-	lb.Release(o)
-	f.m.inflight.Increment(-1)
+	return f.reply(cb, f.x.Preempted(f.clk.Now())), true
 }

@@ -44,80 +44,53 @@ func (f *streamFilter) OnStreamComplete() {
 }
 
 func (f *streamFilter) complete() {
-	if f.completed || f.obs == nil {
+	if f.completed || !f.live {
 		return
 	}
 	f.completed = true
 	now := f.clk.Now()
 	f.noteAdmitted()
-	if !f.finished {
-		cause := errStreamEnded
+	var cause error
+	if !f.x.Finished() {
+		cause = errStreamEnded
 		if _, ok := f.cb.StreamInfo().ResponseCode(); !ok || f.downstreamEnded() {
 			// No response at all, or Envoy saw the downstream end the
 			// stream: the client went away first.
 			cause = errors.Join(errStreamEnded, scheduler.ErrCancelled)
 		}
-		f.finish(now, cause)
 	}
-	obs := f.obs.Observation()
-	if obs.OK() {
+	// The core's Record goes to the recorder: the same as the gateway's.
+	rec := f.x.End(now, cause)
+	f.live = false
+	if rec.OK() {
 		f.m.completed.Increment(1)
 	} else {
 		f.m.failed.Increment(1)
 	}
-	f.setMetadata(&obs)
-	if r := f.cfg.rt.recorder(f.cfg.Mesh); r != nil {
-		r.Record(f.record(&obs))
-	}
-}
-
-// record is the core's Record of the finished request, as the gateway
-// reports it. A passthrough request (not a generation) is counted apart
-// and kept out of generation metrics.
-func (f *streamFilter) record(obs *filter.Observation) filter.Record {
-	f.mu.Lock()
-	preempted, outcome := f.preempted, f.outcome
-	f.mu.Unlock()
-	rec := filter.Record{Observation: *obs, Class: f.class.Name, Model: f.model, Outcome: outcome,
-		Passthrough: f.passthrough}
-	if f.pool != nil {
-		rec.Pool = f.pool.Name
-	}
-	if preempted {
-		// The Envoy host ends a preempted request at once: one preemption.
-		rec.Preemptions = 1
-		rec.Err = scheduler.ErrPreempted
-	}
-	if lb := f.lease.Load(); lb != nil {
-		rec.Endpoint = scheduler.EndpointOf(lb.Lease)
-	}
-	return rec
+	f.setMetadata(&rec)
 }
 
 // setMetadata publishes the measurement for access logs. Values are
 // float64, string and bool only: what structpb.NewValue accepts.
-func (f *streamFilter) setMetadata(obs *filter.Observation) {
+func (f *streamFilter) setMetadata(rec *filter.Record) {
 	md := f.cb.StreamInfo().DynamicMetadata()
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	f.mu.Lock()
-	preempted := f.preempted
-	f.mu.Unlock()
-	md.Set(MetadataNamespace, "class", f.class.Name)
-	md.Set(MetadataNamespace, "queue_ms", ms(obs.QueueTime))
-	if obs.HasTTFT {
-		md.Set(MetadataNamespace, "ttft_ms", ms(obs.TTFT))
+	md.Set(MetadataNamespace, "class", rec.Class)
+	md.Set(MetadataNamespace, "queue_ms", ms(rec.QueueTime))
+	if rec.HasTTFT {
+		md.Set(MetadataNamespace, "ttft_ms", ms(rec.TTFT))
 	}
-	if obs.HasTPOT {
-		md.Set(MetadataNamespace, "tpot_ms", ms(obs.TPOT))
+	if rec.HasTPOT {
+		md.Set(MetadataNamespace, "tpot_ms", ms(rec.TPOT))
 	}
-	md.Set(MetadataNamespace, "decode_steps", float64(obs.DecodeSteps))
-	md.Set(MetadataNamespace, "output_tokens", float64(obs.OutputTokens))
-	md.Set(MetadataNamespace, "preempted", preempted)
-	if f.passthrough {
+	md.Set(MetadataNamespace, "decode_steps", float64(rec.DecodeSteps))
+	md.Set(MetadataNamespace, "output_tokens", float64(rec.OutputTokens))
+	md.Set(MetadataNamespace, "preempted", rec.Preemptions > 0)
+	if rec.Passthrough {
 		md.Set(MetadataNamespace, "generation", false)
 	}
-	if obs.ErrorKind != filter.ErrorNone {
-		md.Set(MetadataNamespace, "error", obs.ErrorKind.String())
+	if rec.ErrorKind != filter.ErrorNone {
+		md.Set(MetadataNamespace, "error", rec.ErrorKind.String())
 	}
 }
 
@@ -149,19 +122,23 @@ func (f *streamFilter) OnDestroy(reason api.DestroyReason) {
 	if cancel != nil {
 		cancel()
 	}
-	if f.obs == nil {
+	if !f.live {
 		return
 	}
-	if !holding {
-		if !f.finished {
-			f.finish(f.clk.Now(), scheduler.ErrCancelled)
-		}
-		f.release(scheduler.Cancelled)
-		filter.PutObserver(f.obs)
+	if holding {
+		// The admission goroutine gives back any lease it still gets; the
+		// observer is left to the garbage collector.
+		f.live = false
+		return
 	}
-	// While held the admission goroutine may still read request fields;
-	// the observer is left to the garbage collector.
-	f.obs = nil
+	f.noteAdmitted()
+	f.live = false
+	f.x.Finish(f.clk.Now(), scheduler.ErrCancelled)
+	if !f.x.Released() {
+		f.x.SetOutcome(scheduler.Cancelled)
+		f.x.Release()
+	}
+	f.x.Drop()
 }
 
 // recoverQuiet keeps a panic in a non-phase callback (logs, destroy) from

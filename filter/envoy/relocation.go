@@ -23,7 +23,11 @@ import (
 func (f *streamFilter) planRelocation(h api.RequestHeaderMap, hv headers, endStream bool) (bool, api.StatusType) {
 	rel := f.cfg.rt.reloc
 	dcb := f.cb.DecoderFilterCallbacks()
-	if f.grpc {
+	switch f.x.GRPCKind() {
+	case filter.GRPCWebText:
+		// Base64 frames are not decoded: nothing is relocated into them.
+		return false, 0
+	case filter.GRPC, filter.GRPCWeb:
 		plan, err := rel.PlanGRPC(f.path, hv)
 		if err != nil {
 			return true, f.relocationFailed(dcb, err)
@@ -70,8 +74,8 @@ func (f *streamFilter) onRelocated(kind string, n int) { f.m.relocated.Increment
 // noteRefused records in the observation that the filter answered the
 // request itself, as the gateway records its refusals.
 func (f *streamFilter) noteRefused(err error) {
-	if f.obs != nil && !f.finished {
-		f.obs.SetError(filter.ErrorHTTPStatus, err.Error())
+	if f.live && !f.x.Finished() {
+		f.x.Refused(err)
 	}
 }
 
@@ -82,7 +86,7 @@ func (f *streamFilter) relocationFailed(cb api.FilterProcessCallbacks, err error
 	}
 	f.noteRefused(err)
 	f.finishOnPanic() // releases anything held; the observer is not used again
-	return f.reply(cb, filter.ReplyFor(err))
+	return f.reply(cb, f.x.Reply(err))
 }
 
 // relocateBody rewrites request body data (DecodeData) per the plan made

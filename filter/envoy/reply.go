@@ -70,8 +70,8 @@ func (f *streamFilter) recoverCallback(cb api.FilterProcessCallbacks, status *ap
 // a second panic (a broken observer, for example).
 func (f *streamFilter) finishOnPanic() {
 	defer func() { _ = recover() }()
-	if f.obs != nil && !f.finished {
-		f.finished = true
-		f.release(scheduler.Failed)
+	if f.live && !f.x.Finished() {
+		f.noteAdmitted()
+		f.x.Abort(scheduler.Failed)
 	}
 }

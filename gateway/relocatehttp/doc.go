@@ -1,13 +1,15 @@
 // Package relocatehttp is the net/http host of prompt relocation: a
 // middleware that the gateway wraps around its handler. For a gRPC call
-// (HTTP/2, content-type application/grpc) whose configured metadata value is
+// (application/grpc, or binary application/grpc-web, which has the same
+// framing; filter.GRPCKindOf decides) whose configured metadata value is
 // over the threshold, it removes the header, reads the first message,
 // appends the value as the configured protobuf field and lets the rest of
 // the body stream through; for an HTTP request it moves the header into the
 // JSON body and sets the new Content-Length. Limits and bad input are
 // answered here: 413 / 400 / 415 with an OpenAI-style error body, or a gRPC
 // trailers-only response (RESOURCE_EXHAUSTED, INVALID_ARGUMENT,
-// UNIMPLEMENTED) whose message names the limit.
+// UNIMPLEMENTED) whose message names the limit. gRPC-Web-text (base64) is
+// passed through as it is: its frames are not decoded.
 //
 // The server in front must accept the oversized header in the first place:
 // http.Server.MaxHeaderBytes bounds what net/http reads and is what HTTP/2

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 
 	"github.com/llmesh/llmesh/filter"
@@ -49,8 +48,14 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	if IsGRPC(r) {
+	switch filter.GRPCKindOf(r.Header.Get("Content-Type")) {
+	case filter.GRPC, filter.GRPCWeb:
 		m.serveGRPC(w, r, rel)
+		return
+	case filter.GRPCWebText:
+		// Base64 frames are not decoded: nothing is relocated into them
+		// (and no JSON rule applies to them).
+		m.next.ServeHTTP(w, r)
 		return
 	}
 	if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
@@ -145,22 +150,19 @@ func readAtMost(rd io.Reader, buf []byte, n int64) ([]byte, error) {
 	return buf, nil
 }
 
-// IsGRPC reports whether r is a gRPC call (application/grpc, with or
-// without a +codec or parameters; not gRPC-Web).
+// IsGRPC reports whether r is a gRPC call whose messages relocation
+// rewrites: application/grpc or binary application/grpc-web (the same
+// framing), with or without a +codec or parameters (filter.GRPCKindOf);
+// not gRPC-Web-text, whose base64 body is passed through as it is.
 func IsGRPC(r *http.Request) bool {
-	ct := r.Header.Get("Content-Type")
-	if !strings.HasPrefix(ct, "application/grpc") {
-		return false
-	}
-	rest := ct[len("application/grpc"):]
-	return rest == "" || rest[0] == '+' || rest[0] == ';'
+	return filter.GRPCKindOf(r.Header.Get("Content-Type")).Framed()
 }
 
 func (m *Middleware) refuseGRPC(w http.ResponseWriter, r *http.Request, err error) {
 	if m.opts.OnRefused != nil {
 		m.opts.OnRefused(r, err)
 	}
-	WriteGRPCError(w, err)
+	writeGRPCError(w, filter.GRPCKindOf(r.Header.Get("Content-Type")), err)
 }
 
 func (m *Middleware) refuseHTTP(w http.ResponseWriter, r *http.Request, err error) {
@@ -172,10 +174,13 @@ func (m *Middleware) refuseHTTP(w http.ResponseWriter, r *http.Request, err erro
 
 // WriteGRPCError answers a gRPC call with a trailers-only response carrying
 // the status code and message of the core's reply for err (filter.ReplyFor).
-func WriteGRPCError(w http.ResponseWriter, err error) {
+func WriteGRPCError(w http.ResponseWriter, err error) { writeGRPCError(w, filter.GRPC, err) }
+
+// writeGRPCError is WriteGRPCError answering with kind's content type.
+func writeGRPCError(w http.ResponseWriter, kind filter.GRPCKind, err error) {
 	r := filter.ReplyFor(err)
 	h := w.Header()
-	h.Set("Content-Type", "application/grpc")
+	h.Set("Content-Type", kind.ContentType())
 	h.Set("Grpc-Status", strconv.Itoa(r.GRPCCode))
 	h.Set("Grpc-Message", filter.GRPCMessage(r.Message))
 	w.WriteHeader(http.StatusOK)
