@@ -88,6 +88,9 @@ public:
   void deferredDelete(std::shared_ptr<void> o);
   // run runs f on the worker and waits for it.
   void run(const std::function<void()>& f);
+  // afterTask, when set before the first post, runs on the worker after
+  // every task (the interactive mode reports what the task did).
+  std::function<void()> afterTask;
   void stop();
 
 private:
@@ -409,6 +412,9 @@ public:
   std::string start_time; // RFC 3339, set at creation
   int response_code{0};
   std::string response_code_details;
+  // response_flags is StreamInfo's legacyResponseFlags() bit vector
+  // (envoy/stream_info/stream_info.h CoreResponseFlag), response.flags.
+  uint64_t response_flags{0};
   std::map<std::string, std::map<std::string, std::string>> metadata; // ns -> key -> Value bytes
   std::map<std::string, std::string> filter_state;
   std::string override_host;
@@ -426,6 +432,8 @@ public:
   std::string end_reason;
   int dec_watermark_{0}, enc_watermark_{0};
   bool quiet{false}; // bench: record no events
+  size_t emitted{0};  // interactive: events already written out
+  bool end_emitted{false};
 
 private:
   friend class Filter;
