@@ -60,10 +60,13 @@ type Options struct {
 // happen.
 //
 // Goroutines: one reader owns the host's stdout and hands each event to
-// its stream's channel; mu guards stdin, the stream channels and the
-// notes.
+// its stream's channel; wmu serializes writes to stdin; mu guards the
+// stream channels and the notes. A write never holds mu: the host may be
+// blocked writing events until the reader takes them, and the reader
+// takes mu to hand them on.
 type Driver struct {
 	cmd  *exec.Cmd
+	wmu  sync.Mutex
 	in   io.WriteCloser
 	done chan struct{} // closed when the reader has returned
 
@@ -179,8 +182,8 @@ func bytesOf(s string) string {
 
 // Send writes steps, one a line.
 func (d *Driver) Send(lines ...string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
 	var b strings.Builder
 	for _, l := range lines {
 		b.WriteString(l)
@@ -249,7 +252,9 @@ func (d *Driver) TakeNotes() []Event {
 // what it holds and writes its report, which Close returns (the same JSON
 // as a scenario run's) with the host's exit status as the error.
 func (d *Driver) Close() ([]byte, error) {
+	d.wmu.Lock()
 	_ = d.in.Close()
+	d.wmu.Unlock()
 	<-d.done
 	err := d.cmd.Wait()
 	d.mu.Lock()

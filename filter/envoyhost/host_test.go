@@ -60,6 +60,12 @@ var soDir string
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if p := closeDriven(); len(p) > 0 {
+		fmt.Fprintf(os.Stderr, "the driven host:\n  %s\n", strings.Join(p, "\n  "))
+		if code == 0 {
+			code = 1
+		}
+	}
 	if soDir != "" {
 		os.RemoveAll(soDir)
 	}

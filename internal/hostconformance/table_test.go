@@ -289,7 +289,14 @@ var table = []tcase{
 // as it passes after admission (without buffering it, unless the config
 // needs it before admission); a request refused or cancelled while queued
 // never hands its body to the filter. The gateway reads every body first.
-const modelUnread = "bug: the Envoy host records no model for a request that ended while queued (its body never reached the filter)"
+// Envoy's source confirms it and so does the real SDK host, which shows
+// the same empty Model on these rows: while Go holds the request headers
+// (status Running, state ProcessingHeader) golang_filter.cc doData appends
+// each decodeData chunk to the C++ data buffer (ProcessorState
+// addBufferData) and returns StopIterationNoBuffer; Go gets the body only
+// once it continues the headers, which a refused or cancelled request
+// never does.
+const modelUnread = "bug: the Envoy host records no model for a request that ended while queued (its body never reached the filter: Envoy buffers it in C++ while Go holds the headers)"
 
 // replyObserved declares the fields of the row's Record i that the real
 // SDK host shows from the filter's own local reply.
