@@ -67,7 +67,7 @@ func sdkBinaries(t *testing.T) (host, so string) {
 	if so == "" {
 		out, err := exec.Command("go", "env", "CGO_ENABLED").Output()
 		if err != nil || strings.TrimSpace(string(out)) != "1" {
-			t.Skipf("SKIP: cgo is off (go env CGO_ENABLED: %q %v): no llmesh filter .so to load", out, err)
+			t.Skipf("SKIP: cgo is off (go env CGO_ENABLED: %q %v): no llmesh filter .so to load", strings.TrimSpace(string(out)), err)
 		}
 		so, err = envoyhost.BuildSO("./internal/hostconformance/recso", t.TempDir())
 		if err != nil {
