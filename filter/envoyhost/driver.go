@@ -201,7 +201,7 @@ func (d *Driver) Config(js string) error {
 // Open creates a stream and returns its events; they stop after the
 // "ended" event once Drop was called.
 func (d *Driver) Open(name string) (<-chan Event, error) {
-	ch := make(chan Event, 4096)
+	ch := make(chan Event, 512)
 	d.mu.Lock()
 	if d.streams[name] != nil {
 		d.mu.Unlock()
