@@ -91,9 +91,9 @@ func startSDK(t *testing.T, up upstreams) *sdkHost {
 		Files:  []*os.File{pw},
 		Stderr: &lockedWriter{w: &stderr},
 	})
-	pw.Close()
+	_ = pw.Close()
 	if err != nil {
-		pr.Close()
+		_ = pr.Close()
 		t.Fatal(err)
 	}
 	h := &sdkHost{d: d, up: up, rec: newRecords(), count: newSDKAdmissions()}
@@ -105,7 +105,7 @@ func startSDK(t *testing.T, up upstreams) *sdkHost {
 	t.Cleanup(func() {
 		rep, err := d.Close()
 		<-tapsDone
-		pr.Close()
+		_ = pr.Close()
 		checkHostReport(t, rep, err, stderr.String())
 	})
 	if err := d.Config(`{"listener": "main", "mesh": ` + js + `}`); err != nil {
