@@ -312,6 +312,14 @@ loop:
 		case e = <-events:
 		case <-timeout.C:
 			t.Errorf("envoy-sdk: stream %s did not end within %v (%+v)", name, streamTimeout, out)
+			if out.Reset {
+				// Not even a reset ended it: leave it to the host's report.
+				stop()
+				if pumping {
+					<-pumped
+				}
+				return out
+			}
 			_ = h.d.Send(name + " reset")
 			out.Reset = true
 			timeout.Reset(streamTimeout)
