@@ -406,9 +406,12 @@ void Stream::clientReset() {
     return;
   }
   record("downstream", "client_reset", true);
-  // A client that goes away closes its connection: the connection manager
-  // flags the stream DownstreamConnectionTermination (DC).
-  response_flags |= 1u << 14;
+  // A client that goes away: an HTTP/1.1 client closes its connection, and
+  // the connection manager flags the stream DownstreamConnectionTermination
+  // (DC); a gRPC client is on HTTP/2 and resets its stream, which the codec
+  // details as remote_reset, flagged DownstreamRemoteReset (DR;
+  // conn_manager_impl.cc onResetStream).
+  response_flags |= isGrpc() ? uint64_t(1) << 28 : uint64_t(1) << 14;
   endStream("client reset");
 }
 
