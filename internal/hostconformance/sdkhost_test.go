@@ -48,33 +48,64 @@ type sdkHost struct {
 }
 
 // sdkBinaries are the host and the tapped .so: LLMESH_ENVOYHOST and
-// LLMESH_CONFORMANCE_SO name prebuilt ones; otherwise both are built (the
-// host cached by its sources). A missing C++ compiler or cgo skips.
+// LLMESH_CONFORMANCE_SO name prebuilt ones; otherwise both are built once
+// per test binary (the host also cached by its sources). A missing C++
+// compiler or cgo skips.
 func sdkBinaries(t *testing.T) (host, so string) {
 	t.Helper()
+	binOnce.Do(func() { binHost, binSO, binSkip, binErr = buildSDKBinaries() })
+	if binSkip != "" {
+		t.Skip(binSkip)
+	}
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binHost, binSO
+}
+
+var (
+	binOnce                 sync.Once
+	binHost, binSO, binSkip string
+	binErr                  error
+)
+
+func buildSDKBinaries() (host, so, skip string, err error) {
 	host = os.Getenv("LLMESH_ENVOYHOST")
 	if host == "" {
-		var err error
 		host, err = envoyhost.BuildHost()
 		if errors.Is(err, envoyhost.ErrNoCompiler) {
-			t.Skipf("SKIP: %v: the table runs through the fake SDK only", err)
+			return "", "", fmt.Sprintf("SKIP: %v: the table runs through the fake SDK only", err), nil
 		}
 		if err != nil {
-			t.Fatal(err)
+			return "", "", "", err
 		}
 	}
 	so = os.Getenv("LLMESH_CONFORMANCE_SO")
 	if so == "" {
-		out, err := exec.Command("go", "env", "CGO_ENABLED").Output()
-		if err != nil || strings.TrimSpace(string(out)) != "1" {
-			t.Skipf("SKIP: cgo is off (go env CGO_ENABLED: %q %v): no llmesh filter .so to load", strings.TrimSpace(string(out)), err)
+		out, cerr := exec.Command("go", "env", "CGO_ENABLED").Output()
+		if cerr != nil || strings.TrimSpace(string(out)) != "1" {
+			return "", "", fmt.Sprintf("SKIP: cgo is off (go env CGO_ENABLED: %q %v): no llmesh filter .so to load", strings.TrimSpace(string(out)), cerr), nil
 		}
-		so, err = envoyhost.BuildSO("./internal/hostconformance/recso", t.TempDir())
-		if err != nil {
-			t.Fatal(err)
+		dir, derr := os.MkdirTemp("", "llmesh-conformance-so-")
+		if derr != nil {
+			return "", "", "", derr
 		}
+		soDir = dir
+		so, err = envoyhost.BuildSO("./internal/hostconformance/recso", dir)
 	}
-	return host, so
+	return host, so, "", err
+}
+
+// soDir is the temporary directory of a .so the test built, removed by
+// TestMain.
+var soDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if soDir != "" {
+		_ = os.RemoveAll(soDir)
+	}
+	os.Exit(code)
 }
 
 func startSDK(t *testing.T, up upstreams) *sdkHost {
