@@ -3,7 +3,9 @@
 // v1.36). It ports, in its own words, the per-stream state machine of
 // contrib/golang/filters/http/source/{golang_filter,processor_state}.cc, the
 // guards of cgo.cc, the library loading of contrib/golang/common/dso/dso.cc
-// and the parts of source/common/http/filter_manager.cc the filter relies on.
+// and the parts of source/common/http/filter_manager.cc the filter relies on
+// (with utility.cc prepareLocalReply, and the response flags that
+// conn_manager_impl.cc and the router set, envoy/stream_info/stream_info.h).
 // Anything Envoy would ASSERT is recorded as a violation, which fails a run.
 #pragma once
 
