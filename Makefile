@@ -65,6 +65,13 @@ filter-host: filter ## Run every Envoy host scenario (filter/envoyhost) against 
 	echo "filter-host: $$(grep -c '^    --- PASS' $$out) of $$(grep -c '^    --- ' $$out) scenarios pass"; \
 	if [ $$rc -ne 0 ] || grep -q '^--- SKIP' $$out; then cat $$out; fi; rm -f $$out; exit $$rc
 
+.PHONY: host-conformance
+host-conformance: ## Run the cross-host conformance table through the gateway, the fake SDK and the real filter .so under the Envoy host.
+	@mkdir -p $(BIN)
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(BIN)/llmesh-filter-conformance.so ./internal/hostconformance/recso
+	LLMESH_CONFORMANCE_SO=$(BIN)/llmesh-filter-conformance.so \
+		$(GO) test -count=1 -v -run '^TestHostConformance' ./internal/hostconformance/
+
 .PHONY: test-e2e
 test-e2e: e2e-deps ## Run only the end-to-end tests (real processes on loopback).
 	$(GO) test -count=1 -timeout 15m -v ./e2e/...

@@ -27,5 +27,11 @@
 // then client and upstream events per stream, waits on stream conditions,
 // and expect lines that TestScenarios checks against the host's JSON
 // report. Each scenario runs in its own process, because the Go runtime in
-// the .so cannot be unloaded. See docs/envoy.md for the format.
+// the .so cannot be unloaded. See docs/envoy-testing.md for the format.
+//
+// In driven mode (envoyhost -i) one process takes steps on stdin and writes
+// each event as a JSON line as it happens; Driver is its Go client, which
+// the cross-host conformance table (internal/hostconformance) uses to play
+// Envoy's codec and router around the real .so. BuildHost and BuildSO build
+// the binaries for tests.
 package envoyhost

@@ -10,8 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -26,21 +24,7 @@ var (
 	buildErr, buildSkip error
 )
 
-func moduleRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
-
-// envoyModuleDir is where the Go module cache holds the SDK's sources.
-func envoyModuleDir() (string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/envoyproxy/envoy")
-	cmd.Dir = moduleRoot()
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m github.com/envoyproxy/envoy: %v", err)
-	}
-	return strings.TrimSpace(string(out)), nil
-}
+func envoyModuleDir() (string, error) { return EnvoyModuleDir() }
 
 func buildForBench(b *testing.B) (so, host string) { return build(b) }
 
@@ -55,7 +39,10 @@ func build(t testing.TB) (so, host string) {
 			}
 		}
 		if hostPath == "" {
-			hostPath, buildErr = buildHost()
+			hostPath, buildErr = BuildHost()
+			if errors.Is(buildErr, ErrNoCompiler) {
+				buildSkip, buildErr = buildErr, nil
+			}
 		}
 	})
 	if buildSkip != nil {
@@ -73,6 +60,12 @@ var soDir string
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if p := closeDriven(); len(p) > 0 {
+		fmt.Fprintf(os.Stderr, "the driven host:\n  %s\n", strings.Join(p, "\n  "))
+		if code == 0 {
+			code = 1
+		}
+	}
 	if soDir != "" {
 		os.RemoveAll(soDir)
 	}
@@ -85,77 +78,7 @@ func buildSO() (string, error) {
 		return "", err
 	}
 	soDir = dir
-	so := filepath.Join(dir, "llmesh-filter.so")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", so, "./cmd/llmesh-filter")
-	cmd.Dir = moduleRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-Wno-deprecated-declarations")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building llmesh-filter.so: %v\n%s", err, out)
-	}
-	return so, nil
-}
-
-// hostSources are the host's C++ files.
-func hostSources() ([]string, error) {
-	files, err := filepath.Glob(filepath.Join(moduleRoot(), "filter", "envoyhost", "host", "*"))
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(files)
-	return files, nil
-}
-
-func buildHost() (string, error) {
-	cxx := os.Getenv("CXX")
-	if cxx == "" {
-		cxx = "g++"
-	}
-	if _, err := exec.LookPath(cxx); err != nil {
-		buildSkip = fmt.Errorf("no C++ compiler (%s) on PATH: the Envoy host scenarios cannot run", cxx)
-		return "", buildSkip
-	}
-	mod, err := envoyModuleDir()
-	if err != nil {
-		return "", err
-	}
-	files, err := hostSources()
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	var ccs []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "%s\n%d\n", filepath.Base(f), len(b))
-		h.Write(b)
-		if strings.HasSuffix(f, ".cc") {
-			ccs = append(ccs, f)
-		}
-	}
-	api := filepath.Join(mod, "contrib", "golang", "common", "go", "api")
-	fmt.Fprintf(h, "%s\n", api)
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "llmesh-envoyhost", hex.EncodeToString(h.Sum(nil))[:16])
-	bin := filepath.Join(dir, "envoyhost")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	tmp := bin + fmt.Sprintf(".%d", os.Getpid())
-	args := append([]string{"-std=c++17", "-O1", "-g", "-Wall", "-pthread", "-rdynamic", "-I" + api, "-o", tmp}, ccs...)
-	args = append(args, "-ldl")
-	if out, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the host: %s %s: %v\n%s", cxx, strings.Join(args, " "), err, out)
-	}
-	return bin, os.Rename(tmp, bin)
+	return BuildSO("./cmd/llmesh-filter", dir)
 }
 
 // report is the host's JSON output.
@@ -199,15 +122,6 @@ type event struct {
 	Data    string      `json:"data"`
 	Code    int         `json:"code"`
 	Details string      `json:"details"`
-}
-
-// bytesOf undoes the host's JSON escaping of raw bytes (\u00XX).
-func bytesOf(s string) string {
-	b := make([]byte, 0, len(s))
-	for _, r := range s {
-		b = append(b, byte(r))
-	}
-	return string(b)
 }
 
 // runHost runs one scenario in its own process.

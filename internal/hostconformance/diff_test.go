@@ -77,4 +77,17 @@ func TestOnlyFraming(t *testing.T) {
 			t.Errorf("onlyFraming(%v) = %v, want %v", keys(tc.diffs), got, tc.want)
 		}
 	}
+	for _, tc := range []struct {
+		diffs map[string]string
+		want  bool
+	}{
+		{map[string]string{"Records[1].Queued": ""}, true},
+		{map[string]string{"Records[0].Queued": "", "Records[0].TokenChunks": ""}, true},
+		{map[string]string{"Records[0].Queued": "", "Records[0].Class": ""}, false},
+		{map[string]string{"Client.Status": ""}, false},
+	} {
+		if got := onlyTiming(tc.diffs); got != tc.want {
+			t.Errorf("onlyTiming(%v) = %v, want %v", keys(tc.diffs), got, tc.want)
+		}
+	}
 }

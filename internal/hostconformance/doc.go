@@ -1,16 +1,20 @@
 // Package hostconformance holds the cross-host conformance table: the same
-// requests go through the embedded gateway (gateway/) and through the Envoy
-// host (filter/envoy driven by the fake SDK in filter/filtertest, Envoy's
-// router played by the test) in front of the real simulated engine, and what
-// each host recorded and what its client saw are compared field by field.
+// requests go through the embedded gateway (gateway/) and through an Envoy
+// host in front of the real simulated engine, and what each host recorded
+// and what its client saw are compared field by field. There are two Envoy
+// hosts, Envoy's router played by the test in both: filter/envoy driven by
+// the fake SDK in filter/filtertest (TestHostConformance), and the real
+// filter .so (recso: the product filter with recorder taps) under the C++
+// host of filter/envoyhost in its driven mode (TestHostConformanceRealSDK).
 //
-// The package has no code of its own: it is a test package that imports both
-// hosts, which neither host's own tests may do without an import cycle or a
-// dependency of one host on the other. It lives under internal/ because it
-// runs in-process (the e2e/ tests drive real processes).
+// The package has no code of its own (recso is the test build of the .so):
+// it is a test package that imports both hosts, which neither host's own
+// tests may do without an import cycle or a dependency of one host on the
+// other. It lives under internal/ because it drives the hosts' libraries
+// (the e2e/ tests drive the products' processes).
 //
 // A difference between the hosts is either declared in the table with its
-// reason (intended, per the design) or marked "bug:" until it is fixed; a
-// declaration that no longer differs fails the test, so the table shrinks as
-// the hosts converge.
+// reason (intended, per the design) or marked "bug:" until it is fixed, for
+// every Envoy host or for one of them; a declaration that no longer differs
+// fails the test, so the table shrinks as the hosts converge.
 package hostconformance

@@ -91,9 +91,9 @@ func startEnvoy(t *testing.T, up upstreams, extra ...filter.Recorder) *envoyHost
 	return h
 }
 
-func (h *envoyHost) name() string     { return "envoy" }
-func (h *envoyHost) recs() *records   { return h.rec }
-func (h *envoyHost) adm() *admissions { return h.count }
+func (h *envoyHost) name() string          { return "envoy-fake" }
+func (h *envoyHost) recs() *records        { return h.rec }
+func (h *envoyHost) adm() admissionWatcher { return h.count }
 
 // do drives one stream: decode phases, the upstream exchange, encode
 // phases, then the stream's end as Envoy reports it.

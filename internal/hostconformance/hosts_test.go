@@ -269,13 +269,29 @@ func (a *admissions) drain() {
 	}
 }
 
-// host is one of the two data planes under test.
+// host is one of the data planes under test.
 type host interface {
 	name() string
 	do(t *testing.T, r request) response
 	recs() *records
-	adm() *admissions
+	adm() admissionWatcher
 }
+
+// admissionWatcher tells a scenario that requests reached the host's
+// scheduler.
+type admissionWatcher interface {
+	// wait blocks until n more requests reached Admit.
+	wait(t *testing.T, n int)
+	// waitQueued blocks until a request of class waits in the scheduler.
+	waitQueued(t *testing.T, class string)
+	// drain forgets what was not waited for.
+	drain()
+}
+
+var (
+	_ admissionWatcher = (*admissions)(nil)
+	_ admissionWatcher = (*sdkAdmissions)(nil)
+)
 
 // upstreams are where the mesh's pools point (the sim, usually behind a
 // recorder of what the engine received).
@@ -363,9 +379,9 @@ func startGateway(t *testing.T, up upstreams, extra ...gateway.Recorder) *gatewa
 	return h
 }
 
-func (h *gatewayHost) name() string     { return "gateway" }
-func (h *gatewayHost) recs() *records   { return h.rec }
-func (h *gatewayHost) adm() *admissions { return h.count }
+func (h *gatewayHost) name() string          { return "gateway" }
+func (h *gatewayHost) recs() *records        { return h.rec }
+func (h *gatewayHost) adm() admissionWatcher { return h.count }
 func (h *gatewayHost) do(t *testing.T, r request) response {
 	t.Helper()
 	c := h.h1

@@ -164,11 +164,15 @@ var table = []tcase{
 
 	// The guard refuses a body it cannot read reliably.
 	{name: "guard: body not strict JSON refused", wantStatus: 400,
-		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":NaN}`, "x-lane", "guard")},
+		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":NaN}`, "x-lane", "guard"),
+		sdk: replyObserved(0, "Protocol", "HTTPStatus"),
+	},
 	{name: "guard: malformed llm.v1 message refused", wantStatus: 200, wantGRPC: "3",
 		req: func(string) request {
 			return request{path: llmv1.Generation_Generate_FullMethodName, headers: hdrs(grpcCT), body: []byte{0, 0, 0, 0, 2, 0x1a, 0x09}}
-		}},
+		},
+		sdk: replyObserved(0, "Protocol", "HTTPStatus", "Complete", "HasGRPCStatus", "GRPCStatus", "GRPCMessage"),
+	},
 
 	// Relocation.
 	{name: "relocation: header prompt into the body", wantStatus: 200,
@@ -178,11 +182,17 @@ var table = []tcase{
 	{name: "relocation: metadata prompt into llm.v1", wantStatus: 200, wantGRPC: "0",
 		req: llm(&llmv1.GenerateRequest{Model: "MODEL", MaxTokens: 3}, "x-llmesh-prompt", longPrompt)},
 	{name: "relocation: header over max", wantStatus: 413,
-		req: completion(`{"model":"MODEL","max_tokens":3}`, "x-llmesh-prompt", strings.Repeat("x", 3000))},
+		req: completion(`{"model":"MODEL","max_tokens":3}`, "x-llmesh-prompt", strings.Repeat("x", 3000)),
+		sdk: replyObserved(0, "Protocol", "HTTPStatus"),
+	},
 	{name: "relocation: metadata over max", wantStatus: 200, wantGRPC: "8",
-		req: llm(&llmv1.GenerateRequest{Model: "MODEL", MaxTokens: 3}, "x-llmesh-prompt", strings.Repeat("x", 3000))},
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", MaxTokens: 3}, "x-llmesh-prompt", strings.Repeat("x", 3000)),
+		sdk: replyObserved(0, "Protocol", "HTTPStatus", "Complete", "HasGRPCStatus", "GRPCStatus", "GRPCMessage"),
+	},
 	{name: "relocation: body not JSON", wantStatus: 400,
-		req: completion(`not json`, "x-llmesh-prompt", longPrompt)},
+		req: completion(`not json`, "x-llmesh-prompt", longPrompt),
+		sdk: replyObserved(0, "Protocol", "HTTPStatus"),
+	},
 
 	// Upstream errors and faults.
 	{name: "upstream 429", wantStatus: 429,
@@ -202,7 +212,7 @@ var table = []tcase{
 	{name: "upstream stalls mid-stream", wantStatus: 200,
 		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":4,"stream":true}`, fault, "stall=5s"),
 		differ: map[string]string{
-			"Client.Body": "the gateway's stream idle timeout ends a stalled upstream; on Envoy that timeout is the router's (stream_idle_timeout), outside the filter, and this fake router has none",
+			"Client.Body": "the gateway's stream idle timeout ends a stalled upstream; on Envoy that timeout is the router's (stream_idle_timeout), outside the filter, and the test's router has none",
 			"Records[0]":  "see Client.Body",
 		}},
 
@@ -214,6 +224,17 @@ var table = []tcase{
 			return r
 		}},
 
+	{name: "client cancels mid-stream on gRPC", wantStatus: 200,
+		req: func(m string) request {
+			r := llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "p", MaxTokens: 8, Sampling: &llmv1.SamplingParams{IgnoreEos: true}}, fault, "stall=2s")(m)
+			r.cancelAfter = 1
+			return r
+		},
+		sdk: map[string]string{"Records[0].ErrorKind": "bug: an HTTP/2 client that resets its stream is flagged DownstreamRemoteReset " +
+			"(DR, bit 28 of response.flags: conn_manager_impl.cc onResetStream, the codec detailing remote_reset), not DC; " +
+			"filter/envoy lifecycle.go downstreamEnded looks at DC only, so it records a gRPC client gone mid-stream as an upstream reset " +
+			"(the fake SDK's test router sets DC for every client reset)"}},
+
 	// Scheduling.
 	{name: "queued behind a slot holder", scenario: queued, wantStatus: 200,
 		req: completion(`{"model":"MODEL","prompt":"wait","max_tokens":2}`)},
@@ -223,10 +244,16 @@ var table = []tcase{
 		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "wait", MaxTokens: 2})},
 	{name: "queue full", scenario: queueFull, wantStatus: 429,
 		req:    completion(`{"model":"MODEL","prompt":"full","max_tokens":1}`, "x-tenant-id", "lim"),
-		differ: map[string]string{"Records[1].ErrorKind": fakeLocalReply, "Records[1].Model": modelUnread}},
+		differ: map[string]string{"Records[1].Model": modelUnread},
+		fake:   map[string]string{"Records[1].ErrorKind": fakeLocalReply},
+		sdk:    replyObserved(1, "Protocol", "HTTPStatus", "Complete", "Chunks", "ResponseBytesPos"),
+	},
 	{name: "max wait passed", scenario: queued, wantStatus: 503,
 		req:    completion(`{"model":"MODEL","prompt":"impatient","max_tokens":1}`, "x-tenant-id", "imp"),
-		differ: map[string]string{"Records[0].ErrorKind": fakeLocalReply, "Records[0].Model": modelUnread}},
+		differ: map[string]string{"Records[0].Model": modelUnread},
+		fake:   map[string]string{"Records[0].ErrorKind": fakeLocalReply},
+		sdk:    replyObserved(0, "Protocol", "HTTPStatus", "Complete", "Chunks", "ResponseBytesPos"),
+	},
 	{name: "preempted mid-stream", scenario: preempted, wantStatus: 200,
 		req: completion(`{"model":"MODEL","prompt":"a batch job","max_tokens":6,"stream":true,"stream_options":{"include_usage":true}}`, fault, "stall=2s"),
 		differ: map[string]string{
@@ -257,17 +284,47 @@ var table = []tcase{
 		differ: map[string]string{"Records[0].Model": modelUnread}},
 	{name: "queue full on gRPC", scenario: queueFull, wantStatus: 200, wantGRPC: "8",
 		req:    llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "full", MaxTokens: 1}, "x-tenant-id", "lim"),
-		differ: map[string]string{"Records[1].ErrorKind": fakeLocalReply, "Records[1].Model": modelUnread}},
+		differ: map[string]string{"Records[1].Model": modelUnread},
+		fake:   map[string]string{"Records[1].ErrorKind": fakeLocalReply},
+		sdk:    replyObserved(1, "Protocol", "HTTPStatus", "Complete", "HasGRPCStatus", "GRPCStatus", "GRPCMessage", "ErrorKind"),
+	},
 	{name: "max wait passed on gRPC", scenario: queued, wantStatus: 200, wantGRPC: "14",
 		req:    llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "impatient", MaxTokens: 1}, "x-tenant-id", "imp"),
-		differ: map[string]string{"Records[0].ErrorKind": fakeLocalReply, "Records[0].Model": modelUnread}},
+		differ: map[string]string{"Records[0].Model": modelUnread},
+		fake:   map[string]string{"Records[0].ErrorKind": fakeLocalReply},
+		sdk:    replyObserved(0, "Protocol", "HTTPStatus", "Complete", "HasGRPCStatus", "GRPCStatus", "GRPCMessage", "ErrorKind"),
+	},
 }
 
 // modelUnread: the Envoy host reads the model for the Record from the body
 // as it passes after admission (without buffering it, unless the config
 // needs it before admission); a request refused or cancelled while queued
 // never hands its body to the filter. The gateway reads every body first.
-const modelUnread = "bug: the Envoy host records no model for a request that ended while queued (its body never reached the filter)"
+// Envoy's source confirms it and so does the real SDK host, which shows
+// the same empty Model on these rows: while Go holds the request headers
+// (status Running, state ProcessingHeader) golang_filter.cc doData appends
+// each decodeData chunk to the C++ data buffer (ProcessorState
+// addBufferData) and returns StopIterationNoBuffer; Go gets the body only
+// once it continues the headers, which a refused or cancelled request
+// never does.
+const modelUnread = "bug: the Envoy host records no model for a request that ended while queued (its body never reached the filter: Envoy buffers it in C++ while Go holds the headers)"
+
+// replyObserved declares the fields of the row's Record i that the real
+// SDK host shows from the filter's own local reply.
+func replyObserved(i int, fields ...string) map[string]string {
+	m := map[string]string{}
+	for _, f := range fields {
+		m[fmt.Sprintf("Records[%d].%s", i, f)] = localReplyObserved
+	}
+	return m
+}
+
+// localReplyObserved: found by the real SDK host.
+const localReplyObserved = "bug: the Envoy filter observes its own local reply as the response: Envoy runs a decoder " +
+	"local reply through the encoder filters, the golang filter's encode half included (filter_manager.cc " +
+	"sendLocalReplyViaFilterChain; golang_filter.cc encodeHeaders \"may enter encodeHeaders in any state\"), and " +
+	"the filter records the reply's status, protocol and body as the engine's; the gateway records a refusal with " +
+	"no response (HTTPStatus 0, Protocol auto). The fake SDK does not run local replies through the encoder (fakeLocalReply)"
 
 // fakeLocalReply: a difference of the fake SDK, not of the filter.
 const fakeLocalReply = "fake: filtertest does not run a decoder local reply through the filter's encode callbacks as Envoy does " +

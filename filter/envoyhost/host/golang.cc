@@ -809,6 +809,8 @@ CAPIStatus Filter::getStringPropertyCommon(const std::string& path, uint64_t* da
     req_->strValue = stream_.peer;
   } else if (path == "response.code" && stream_.response_code != 0) {
     req_->strValue = std::to_string(stream_.response_code);
+  } else if (path == "response.flags") {
+    req_->strValue = std::to_string(stream_.response_flags);
   } else {
     return CAPIValueNotFound;
   }

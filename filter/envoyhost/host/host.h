@@ -3,7 +3,9 @@
 // v1.36). It ports, in its own words, the per-stream state machine of
 // contrib/golang/filters/http/source/{golang_filter,processor_state}.cc, the
 // guards of cgo.cc, the library loading of contrib/golang/common/dso/dso.cc
-// and the parts of source/common/http/filter_manager.cc the filter relies on.
+// and the parts of source/common/http/filter_manager.cc the filter relies on
+// (with utility.cc prepareLocalReply, and the response flags that
+// conn_manager_impl.cc and the router set, envoy/stream_info/stream_info.h).
 // Anything Envoy would ASSERT is recorded as a violation, which fails a run.
 #pragma once
 
@@ -88,6 +90,9 @@ public:
   void deferredDelete(std::shared_ptr<void> o);
   // run runs f on the worker and waits for it.
   void run(const std::function<void()>& f);
+  // afterTask, when set before the first post, runs on the worker after
+  // every task (the interactive mode reports what the task did).
+  std::function<void()> afterTask;
   void stop();
 
 private:
@@ -409,6 +414,9 @@ public:
   std::string start_time; // RFC 3339, set at creation
   int response_code{0};
   std::string response_code_details;
+  // response_flags is StreamInfo's legacyResponseFlags() bit vector
+  // (envoy/stream_info/stream_info.h CoreResponseFlag), response.flags.
+  uint64_t response_flags{0};
   std::map<std::string, std::map<std::string, std::string>> metadata; // ns -> key -> Value bytes
   std::map<std::string, std::string> filter_state;
   std::string override_host;
@@ -426,6 +434,8 @@ public:
   std::string end_reason;
   int dec_watermark_{0}, enc_watermark_{0};
   bool quiet{false}; // bench: record no events
+  size_t emitted{0};  // interactive: events already written out
+  bool end_emitted{false};
 
 private:
   friend class Filter;

@@ -4,12 +4,22 @@
 // statuses, violations and the objects Go finalized.
 //
 //   envoyhost [-v] [-o out.json] llmesh-filter.so scenario.txt
+//   envoyhost -i [-v] llmesh-filter.so
+//
+// With -i (driven) the steps come one a line on stdin, in the scenario
+// language plus `drop NAME` (forget an ended stream) and `sync TOKEN`;
+// every event is written to stdout as one JSON line as it happens
+// ({"stream", "seq", "side", "kind", …}; {"stream", "kind": "ended"} when
+// the stream ended; "violation" and "error" lines), and at the end of
+// stdin a {"kind": "report"} line and the JSON report.
 //
 // Exit status: 0 when the scenario ran without violations or failed waits,
 // 1 otherwise, 2 for a usage or scenario error.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <iostream>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -35,13 +45,33 @@ std::atomic<uint64_t> seq{0};
 bool verbose = false;
 uint32_t log_level = 3; // warn
 
+// Driven mode: events go to stdout as they happen, one JSON line each.
+bool driven = false;
+std::mutex out_mu;
+
+void emitLine(const std::string& line) {
+  std::lock_guard<std::mutex> l(out_mu);
+  fwrite(line.data(), 1, line.size(), stdout);
+  fputc('\n', stdout);
+  fflush(stdout);
+}
+
+void emitNote(const std::string& kind, const std::string& details) {
+  emitLine("{\"kind\": " + jsonStr(kind) + ", \"details\": " + jsonStr(details) + "}");
+}
+
 } // namespace
 
 void violation(const std::string& what) {
-  std::lock_guard<std::mutex> l(rec_mu);
-  violations.push_back(what);
-  if (verbose) {
-    fprintf(stderr, "VIOLATION: %s\n", what.c_str());
+  {
+    std::lock_guard<std::mutex> l(rec_mu);
+    violations.push_back(what);
+    if (verbose) {
+      fprintf(stderr, "VIOLATION: %s\n", what.c_str());
+    }
+  }
+  if (driven) {
+    emitNote("violation", what);
   }
 }
 
@@ -261,6 +291,32 @@ std::string nowRFC3339() {
   return o;
 }
 
+// eventJSON renders one event's fields (no braces).
+std::string eventJSON(const Event& e) {
+  std::ostringstream so;
+  so << "\"seq\": " << e.seq << ", \"side\": " << jsonStr(e.side) << ", \"kind\": " << jsonStr(e.kind)
+     << ", \"end\": " << (e.end ? "true" : "false");
+  if (!e.headers.e.empty()) {
+    so << ", \"headers\": [";
+    bool fh = true;
+    for (auto& kv : e.headers.e) {
+      so << (fh ? "" : ", ") << "[" << jsonStr(kv.first) << ", " << jsonStr(kv.second) << "]";
+      fh = false;
+    }
+    so << "]";
+  }
+  if (!e.data.empty()) {
+    so << ", \"data\": " << jsonStr(e.data);
+  }
+  if (e.code != 0) {
+    so << ", \"code\": " << e.code;
+  }
+  if (!e.details.empty()) {
+    so << ", \"details\": " << jsonStr(e.details);
+  }
+  return so.str();
+}
+
 struct Run {
   std::string so;
   std::string plugin{"llmesh"};
@@ -271,6 +327,9 @@ struct Run {
   std::vector<std::string> config_errors;
   std::map<std::string, std::unique_ptr<Stream>> streams;
   std::vector<std::string> order;
+  // live are the streams of each worker whose events are written out in
+  // driven mode; each list is touched only on its worker.
+  std::vector<std::vector<Stream*>> live;
 
   Stream* stream(const std::string& n, std::string* err) {
     auto it = streams.find(n);
@@ -285,9 +344,55 @@ struct Run {
     if (!workers.empty()) {
       return true;
     }
+    live.resize(concurrency);
     for (uint32_t i = 0; i < concurrency; i++) {
       workers.push_back(std::make_unique<Dispatcher>(i));
+      if (driven) {
+        workers.back()->afterTask = [this, i] { flush(i); };
+      }
     }
+    return true;
+  }
+
+  // flush writes out what the last task on worker w did to its streams.
+  void flush(uint32_t w) {
+    for (Stream* s : live[w]) {
+      for (; s->emitted < s->events.size(); s->emitted++) {
+        const Event& e = s->events[s->emitted];
+        std::string line = "{\"stream\": " + jsonStr(s->name()) + ", " + eventJSON(e);
+        if (e.side == "upstream" && e.kind == "headers") {
+          line += ", \"override_host\": " + jsonStr(s->override_host);
+        }
+        emitLine(line + "}");
+      }
+      if (s->ended() && !s->end_emitted) {
+        s->end_emitted = true;
+        emitLine("{\"stream\": " + jsonStr(s->name()) + ", \"kind\": \"ended\", \"details\": " +
+                 jsonStr(s->end_reason) + "}");
+      }
+    }
+  }
+
+  // drop forgets an ended stream (driven mode: a table of many requests).
+  bool drop(const std::string& name, std::string* err) {
+    Stream* s = stream(name, err);
+    if (s == nullptr) {
+      return false;
+    }
+    bool ended = false;
+    s->dispatcher().run([&] {
+      ended = s->ended();
+      if (ended) {
+        auto& l = live[s->dispatcher().id()];
+        l.erase(std::remove(l.begin(), l.end(), s), l.end());
+        streams.erase(name);
+      }
+    });
+    if (!ended) {
+      *err = "drop " + name + ": the stream has not ended";
+      return false;
+    }
+    order.erase(std::remove(order.begin(), order.end(), name), order.end());
     return true;
   }
 
@@ -515,6 +620,7 @@ struct Run {
         if (!peer.empty()) {
           s->peer = peer;
         }
+        live[w].push_back(s.get());
       });
       streams[name] = std::move(s);
       order.push_back(name);
@@ -726,26 +832,7 @@ struct Run {
         so << "}, \"events\": [";
         bool fe = true;
         for (auto& e : s->events) {
-          so << (fe ? "\n   " : ",\n   ") << "{\"seq\": " << e.seq << ", \"side\": " << jsonStr(e.side)
-             << ", \"kind\": " << jsonStr(e.kind) << ", \"end\": " << (e.end ? "true" : "false");
-          if (!e.headers.e.empty()) {
-            so << ", \"headers\": [";
-            bool fh = true;
-            for (auto& kv : e.headers.e) {
-              so << (fh ? "" : ", ") << "[" << jsonStr(kv.first) << ", " << jsonStr(kv.second) << "]";
-              fh = false;
-            }
-            so << "]";
-          }
-          if (!e.data.empty()) {
-            so << ", \"data\": " << jsonStr(e.data);
-          }
-          if (e.code != 0) {
-            so << ", \"code\": " << e.code;
-          }
-          if (!e.details.empty()) {
-            so << ", \"details\": " << jsonStr(e.details);
-          }
+          so << (fe ? "\n   " : ",\n   ") << "{" << eventJSON(e);
           so << "}";
           fe = false;
         }
@@ -813,6 +900,67 @@ struct Run {
 } // namespace
 } // namespace envoyhost
 
+namespace envoyhost {
+namespace {
+
+// drive runs steps read from stdin until it ends (driven mode).
+int drive(Run& run) {
+  std::string text;
+  int no = 0;
+  std::string err;
+  while (std::getline(std::cin, text)) {
+    no++;
+    Line l{no, {}, ""};
+    err.clear();
+    if (!tokenize(text, l.tok, &err)) {
+      emitNote("error", "line " + std::to_string(no) + ": " + err);
+      continue;
+    }
+    if (l.tok.empty()) {
+      continue;
+    }
+    const std::string last = l.tok.back();
+    if (last.rfind("<<", 0) == 0) {
+      std::string marker = last.substr(2);
+      l.tok.pop_back();
+      while (std::getline(std::cin, text) && text != marker) {
+        no++;
+        l.block += text + "\n";
+      }
+      no++;
+    }
+    const std::string cmd = plain(l.tok[0]);
+    bool ok = true;
+    if (cmd == "drop" && l.tok.size() == 2) {
+      ok = run.drop(plain(l.tok[1]), &err);
+    } else if (cmd == "sync" && l.tok.size() == 2) {
+      // Every step before it has run: its events are out.
+      for (auto& w : run.workers) {
+        w->run([] {});
+      }
+      emitNote("sync", plain(l.tok[1]));
+    } else {
+      ok = run.exec(l, &err);
+    }
+    if (!ok) {
+      emitNote("error", "line " + std::to_string(l.no) + ": " + err);
+    }
+  }
+  run.finish();
+  std::string rep = run.report();
+  {
+    std::lock_guard<std::mutex> l(out_mu);
+    fputs("{\"kind\": \"report\"}\n", stdout);
+    fwrite(rep.data(), 1, rep.size(), stdout);
+    fflush(stdout);
+  }
+  std::lock_guard<std::mutex> l(rec_mu);
+  return violations.empty() && failures.empty() ? 0 : 1;
+}
+
+} // namespace
+} // namespace envoyhost
+
 int main(int argc, char** argv) {
   using namespace envoyhost;
   std::string out_path;
@@ -821,14 +969,29 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "-v") {
       verbose = true;
+    } else if (a == "-i") {
+      driven = true;
     } else if (a == "-o" && i + 1 < argc) {
       out_path = argv[++i];
     } else {
       args.push_back(a);
     }
   }
+  if (driven && args.size() == 1) {
+    std::string err;
+    if (!dso.load(args[0], &err)) {
+      fprintf(stderr, "envoyhost: load %s: %s\n", args[0].c_str(), err.c_str());
+      return 2;
+    }
+    Run run;
+    run.so = args[0];
+    int rc = drive(run);
+    // Go's threads are still running: leave without static destructors.
+    _exit(rc);
+  }
   if (args.size() != 2) {
-    fprintf(stderr, "usage: envoyhost [-v] [-o out.json] llmesh-filter.so scenario.txt\n");
+    fprintf(stderr, "usage: envoyhost [-v] [-o out.json] llmesh-filter.so scenario.txt\n"
+                    "       envoyhost -i [-v] llmesh-filter.so   (steps on stdin, events on stdout)\n");
     return 2;
   }
   std::ifstream in(args[1]);

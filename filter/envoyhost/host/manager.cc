@@ -125,6 +125,9 @@ void Dispatcher::loop() {
     }
     f();
     deferred_.clear();
+    if (afterTask) {
+      afterTask();
+    }
   }
 }
 
@@ -302,6 +305,22 @@ Event& Stream::record(const std::string& side, const std::string& kind, bool end
 
 enum CallState { kDecoding = 1, kEncoding = 2 };
 
+// percentEncode is Http::Utility::PercentEncoding::encode with its
+// default reserved "%": what Envoy does to a grpc-message.
+static std::string percentEncode(const std::string& v) {
+  std::string o;
+  for (unsigned char c : v) {
+    if (c < ' ' || c >= '~' || c == '%') {
+      char b[4];
+      snprintf(b, sizeof b, "%%%02X", c);
+      o += b;
+    } else {
+      o.push_back(static_cast<char>(c));
+    }
+  }
+  return o;
+}
+
 void Stream::clientHeaders(HeaderMap h, bool end_stream) {
   if (ended_ || filter_ == nullptr) {
     return;
@@ -387,6 +406,12 @@ void Stream::clientReset() {
     return;
   }
   record("downstream", "client_reset", true);
+  // A client that goes away: an HTTP/1.1 client closes its connection, and
+  // the connection manager flags the stream DownstreamConnectionTermination
+  // (DC); a gRPC client is on HTTP/2 and resets its stream, which the codec
+  // details as remote_reset, flagged DownstreamRemoteReset (DR;
+  // conn_manager_impl.cc onResetStream).
+  response_flags |= isGrpc() ? uint64_t(1) << 28 : uint64_t(1) << 14;
   endStream("client reset");
 }
 
@@ -491,6 +516,8 @@ void Stream::upstreamReset() {
     return;
   }
   record("upstream", "upstream_reset", true);
+  // The router flags UpstreamRemoteReset (UR).
+  response_flags |= 1u << 4;
   if (!resp_headers_set_) {
     // The router answers for the engine.
     LocalReply r;
@@ -637,51 +664,61 @@ void Stream::sendLocalReply(const LocalReply& r) {
   response_code_details = r.details;
   // The request side is done: Envoy ends the stream once the reply is sent.
   dec_.aborted = true;
+  // The reply's headers as Utility::prepareLocalReply builds them: the
+  // status, then the filter's headers (modify_headers, addCopy), then the
+  // gRPC trailers-only form or the body's length and a default type.
   HeaderMap h;
+  h.add(":status", std::to_string(r.code));
+  for (auto& kv : r.headers) {
+    h.add(kv.first, kv.second);
+  }
   bool grpc = isGrpc();
   bool body = false;
   if (grpc) {
-    h.add(":status", "200");
-    h.add("content-type", "application/grpc");
-    int64_t gs = r.grpc_status;
-    if (gs < 0) {
-      switch (r.code) {
-      case 400:
-        gs = 13;
-        break;
-      case 401:
-        gs = 16;
-        break;
-      case 403:
-        gs = 7;
-        break;
-      case 404:
-        gs = 12;
-        break;
-      case 429:
-      case 502:
-      case 503:
-      case 504:
-        gs = 14;
-        break;
-      default:
-        gs = 2;
+    h.set(":status", "200");
+    h.set("content-type", "application/grpc");
+    if (h.get("grpc-status") == nullptr || h.get("grpc-status")->empty()) {
+      int64_t gs = r.grpc_status;
+      if (gs < 0) {
+        // Grpc::Utility::httpToGrpcStatus
+        switch (r.code) {
+        case 400:
+          gs = 13;
+          break;
+        case 401:
+          gs = 16;
+          break;
+        case 403:
+          gs = 7;
+          break;
+        case 404:
+          gs = 12;
+          break;
+        case 429:
+        case 502:
+        case 503:
+        case 504:
+          gs = 14;
+          break;
+        default:
+          gs = 2;
+        }
       }
+      h.set("grpc-status", std::to_string(gs));
     }
-    h.add("grpc-status", std::to_string(gs));
     if (!r.body.empty()) {
-      h.add("grpc-message", r.body);
+      h.set("grpc-message", percentEncode(r.body));
     }
-  } else {
-    h.add(":status", std::to_string(r.code));
-    if (!r.body.empty()) {
-      h.add("content-length", std::to_string(r.body.size()));
+    h.remove("content-length");
+  } else if (!r.body.empty()) {
+    h.set("content-length", std::to_string(r.body.size()));
+    if (h.get("content-type") == nullptr) {
       h.add("content-type", "text/plain");
-      body = true;
     }
-  }
-  for (auto& kv : r.headers) {
-    h.add(kv.first, kv.second);
+    body = true;
+  } else {
+    h.remove("content-length");
+    h.remove("content-type");
   }
   if (!resp_headers_set_) {
     // Through the encoder chain: the same filter's encode callbacks run.
