@@ -76,7 +76,7 @@ func (s *Scheduler) AdmitQueued(ctx context.Context, req Request, queued func())
 type Pending struct {
 	s *Scheduler
 	t Ticket
-	w *waiter
+	w waiter // in s.waiters while the request waits
 	r admitResult
 	// decided: r holds the answer, taken from w.ch.
 	decided bool
@@ -97,10 +97,10 @@ func (s *Scheduler) Queue(req Request) (*Pending, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &waiter{ch: make(chan admitResult, 1)}
-	s.waiters[t] = w
+	p := &Pending{s: s, t: t, w: waiter{ch: make(chan admitResult, 1)}}
+	s.waiters[t] = &p.w
 	s.stepLocked(now)
-	return &Pending{s: s, t: t, w: w}, nil
+	return p, nil
 }
 
 // Decided returns the answer when there is one already, without waiting;

@@ -348,7 +348,9 @@ func (p *Pending) Wait(ctx context.Context) (scheduler.Lease, error) { return p.
 type admission struct {
 	s    *Set
 	req  scheduler.Request
-	w    *waiter
+	w    *waiter // &wv
+	wv   waiter
+	tl   trackedLease // the lease handed out, in the same allocation
 	last *runtime
 	rt   *runtime           // where pend waits
 	pend *scheduler.Pending // queued on rt, not yet answered
@@ -362,7 +364,9 @@ func (s *Set) admission(req scheduler.Request) *admission {
 		// Fixed now, so that a move to a new scheduler keeps the place.
 		req.Arrival = s.clk.Now()
 	}
-	return &admission{s: s, req: req, w: &waiter{}}
+	a := &admission{s: s, req: req}
+	a.w = &a.wv
+	return a
 }
 
 // pending reports whether the last run stopped at a wait.
@@ -453,7 +457,8 @@ func (a *admission) step(ctx context.Context, block bool) (scheduler.Lease, erro
 		if err != nil {
 			return nil, err, true
 		}
-		return &trackedLease{Lease: l, s: s, rt: a.rt}, nil, true
+		a.tl = trackedLease{Lease: l, s: s, rt: a.rt}
+		return &a.tl, nil, true
 	}
 }
 
