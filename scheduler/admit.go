@@ -91,6 +91,16 @@ type Lease interface {
 	QueueTime() time.Duration
 }
 
+// PreemptNotifier is implemented by leases that can call a function when
+// they are preempted, for a host that watches many leases without a
+// goroutine per lease (the shared service).
+type PreemptNotifier interface {
+	// OnPreempt has f called once, when Preempt's channel closes (at once
+	// if it is closed already). f runs with the scheduler's lock held: it
+	// must not block or call into the scheduler.
+	OnPreempt(f func())
+}
+
 // Routed is implemented by leases bound to one endpoint of their pool.
 type Routed interface {
 	// Endpoint is the endpoint's name (its host:port), or "" when the pool

@@ -61,45 +61,96 @@ func (s *Scheduler) AdmitQueued(ctx context.Context, req Request, queued func())
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCancelled, err)
 	}
+	p, err := s.Queue(req)
+	if err != nil {
+		return nil, err
+	}
+	if queued != nil {
+		queued()
+	}
+	return p.Wait(ctx)
+}
+
+// Pending is a request Queue placed: decided at once (Decided) or waiting
+// for its turn (Wait).
+type Pending struct {
+	s *Scheduler
+	t Ticket
+	w waiter // in s.waiters while the request waits
+	r admitResult
+	// decided: r holds the answer, taken from w.ch.
+	decided bool
+}
+
+// Queue places req in its queue and runs the step its arrival causes,
+// without waiting: the answer is there at once when that step admitted or
+// rejected it (Decided), else Wait waits for it. Admit is Queue and Wait.
+// Errors are Admit's for a request refused before queueing.
+func (s *Scheduler) Queue(req Request) (*Pending, error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
 		return nil, ErrClosed
 	}
 	now := s.clk.Now()
 	t, err := s.m.Arrive(now, req)
 	if err != nil {
-		s.mu.Unlock()
 		return nil, err
 	}
-	w := &waiter{ch: make(chan admitResult, 1)}
-	s.waiters[t] = w
+	p := &Pending{s: s, t: t, w: waiter{ch: make(chan admitResult, 1)}}
+	s.waiters[t] = &p.w
 	s.stepLocked(now)
-	s.mu.Unlock()
-	if queued != nil {
-		queued()
-	}
+	return p, nil
+}
 
-	select {
-	case r := <-w.ch:
-		if r.err != nil {
-			return nil, r.err
+// Decided returns the answer when there is one already, without waiting;
+// ok is false while the request still waits.
+func (p *Pending) Decided() (l Lease, err error, ok bool) {
+	if !p.decided {
+		select {
+		case p.r = <-p.w.ch:
+			p.decided = true
+		default:
+			return nil, nil, false
 		}
-		return r.l, nil
+	}
+	return p.result()
+}
+
+func (p *Pending) result() (Lease, error, bool) {
+	if p.r.err != nil {
+		return nil, p.r.err, true
+	}
+	return p.r.l, nil, true
+}
+
+// Wait blocks until the request is admitted, rejected, or ctx ends (then it
+// leaves the queue, as with Admit).
+func (p *Pending) Wait(ctx context.Context) (Lease, error) {
+	if p.decided {
+		l, err, _ := p.result()
+		return l, err
+	}
+	s := p.s
+	select {
+	case r := <-p.w.ch:
+		p.r, p.decided = r, true
+		l, err, _ := p.result()
+		return l, err
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
 	select {
-	case r := <-w.ch:
+	case r := <-p.w.ch:
 		// Admitted (or rejected) while ctx ended: the caller will not use
 		// the lease, so it is released here.
 		if r.l != nil {
 			s.releaseLocked(r.l, Cancelled)
 		}
 	default:
-		delete(s.waiters, t)
+		delete(s.waiters, p.t)
 		now := s.clk.Now()
-		s.m.Cancel(now, t)
+		s.m.Cancel(now, p.t)
 		s.stepLocked(now)
 	}
 	s.mu.Unlock()
@@ -126,6 +177,9 @@ func (s *Scheduler) stepLocked(now time.Time) {
 	for _, t := range d.Preempted {
 		if l := s.leases[t]; l != nil {
 			close(l.preempt)
+			if l.onPreempt != nil {
+				l.onPreempt()
+			}
 		}
 	}
 	s.armLocked(now, d.Wake)
@@ -273,16 +327,34 @@ type lease struct {
 	queue    time.Duration
 	endpoint string
 	released bool // guarded by s.mu
+	// onPreempt is called (under s.mu) when the lease is preempted; see
+	// OnPreempt. Guarded by s.mu.
+	onPreempt func()
 }
 
 var (
-	_ Lease  = (*lease)(nil)
-	_ Routed = (*lease)(nil)
+	_ Lease           = (*lease)(nil)
+	_ Routed          = (*lease)(nil)
+	_ PreemptNotifier = (*lease)(nil)
 )
 
 func (l *lease) Endpoint() string { return l.endpoint }
 
 func (l *lease) Preempt() <-chan struct{} { return l.preempt }
+
+// OnPreempt implements PreemptNotifier.
+func (l *lease) OnPreempt(f func()) {
+	l.s.mu.Lock()
+	select {
+	case <-l.preempt:
+		l.s.mu.Unlock()
+		f()
+		return
+	default:
+	}
+	l.onPreempt = f
+	l.s.mu.Unlock()
+}
 
 func (l *lease) QueueTime() time.Duration { return l.queue }
 

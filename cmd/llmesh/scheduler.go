@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler/server"
@@ -17,7 +18,7 @@ import (
 // runScheduler is `llmesh scheduler serve`: the shared scheduler service.
 func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml [--admin ADDR] [--cpuprofile FILE]")
+		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml [--admin ADDR] [--cpuprofile FILE] [--trace FILE]")
 		return withExitCode(2, nil)
 	}
 	fs := flag.NewFlagSet("scheduler serve", flag.ContinueOnError)
@@ -26,6 +27,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	cfgPath := fs.String("config", "", "mesh config file (pools, classes, scheduler settings; watched, valid changes apply live)")
 	admin := fs.String("admin", "", "optional HTTP address for /metrics (Prometheus) and /healthz")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the service to `FILE` until it stops (go tool pprof)")
+	traceOut := fs.String("trace", "", "write a Go execution trace of the service to `FILE` until it stops (go tool trace)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return withExitCode(2, nil)
 	}
@@ -71,6 +73,14 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			f.Close()
 		}()
 	}
+	if *traceOut != "" {
+		stop, err := startTrace(*traceOut)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		defer stop()
+	}
 	var adminL net.Listener
 	if *admin != "" {
 		if adminL, err = net.Listen("tcp", *admin); err != nil {
@@ -89,4 +99,22 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			fmt.Fprintf(stdout, "scheduler service listening on %s\n", a)
 		},
 	})
+}
+
+// startTrace writes a Go execution trace (runtime/trace) to path until
+// the returned stop is called: the tool that shows where a request waits
+// for a processor between goroutines (go tool trace, -pprof=sched).
+func startTrace(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		trace.Stop()
+		f.Close()
+	}, nil
 }

@@ -34,6 +34,7 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	protocol := fs.String("protocol", "session", "session (one multiplexed stream per proxy) or stream (one stream per admission, the older protocol)")
 	seed := fs.Uint64("seed", 1, "seed of the arrivals and the request mix")
 	jsonOut := fs.String("json", "", "write the report as JSON to `FILE` (- for stdout)")
+	traceOut := fs.String("trace", "", "write a Go execution trace of the client to `FILE` for the run (go tool trace)")
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(exitUsage, nil)
 	}
@@ -86,6 +87,13 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(exitUsage, err)
+	}
+	if *traceOut != "" {
+		stop, err := startTrace(*traceOut)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	rep, err := loadgen.Run(ctx, o)
 	if err != nil {

@@ -2,12 +2,16 @@ package client_test
 
 import (
 	"context"
+	"net"
 	"sync/atomic"
 	"testing"
+
+	"google.golang.org/grpc"
 
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
+	"github.com/llmesh/llmesh/scheduler/server"
 )
 
 // BenchmarkWire is admit → first token → release through a real service
@@ -20,12 +24,20 @@ func BenchmarkWire(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		opts client.Options
-	}{{"session", client.Options{}}, {"stream", client.Options{StreamPerAdmission: true}}} {
+		set  bool // the service schedules through pools.Set, as scheduler serve does
+	}{
+		{"session", client.Options{}, false},
+		{"session-set", client.Options{}, true},
+		{"stream", client.Options{StreamPerAdmission: true}, false},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
-			svc := startService(b, "127.0.0.1:0", config(1<<20, preemptive.New()))
+			addr := startService(b, "127.0.0.1:0", config(1<<20, preemptive.New())).addr
+			if tc.set {
+				addr = startSetService(b, config(1<<20, preemptive.New()))
+			}
 			var cs []*client.Client
 			for range 8 {
-				c, err := client.New(svc.addr, tc.opts)
+				c, err := client.New(addr, tc.opts)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -50,4 +62,31 @@ func BenchmarkWire(b *testing.B) {
 			})
 		})
 	}
+}
+
+// startSetService serves cfg through pools.Set (server.NewSchedulers) on
+// loopback until the benchmark ends.
+func startSetService(b *testing.B, cfg scheduler.Config) string {
+	b.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	set, err := server.NewSchedulers(cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := grpc.NewServer()
+	server.New(set, nil).Register(g)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.Serve(l)
+	}()
+	b.Cleanup(func() {
+		g.Stop()
+		<-done
+		_ = set.Close()
+	})
+	return l.Addr().String()
 }

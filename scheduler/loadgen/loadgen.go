@@ -100,6 +100,10 @@ type Report struct {
 	// (Admitted), both loops. Time a request waits in the service's queue
 	// counts; how late this client made the call does not.
 	Decision Quantiles `json:"decision_us"`
+	// Queued is the part of Decision the service says the request waited
+	// in its queue (the lease's QueueTime: for capacity or a bound such as
+	// max_prefill_tokens); the rest is the protocol's and the hosts'.
+	Queued Quantiles `json:"queued_us"`
 	// FromScheduled is, open loop, from the arrival's scheduled send time
 	// to the answer: Decision plus ScheduleLag, what a caller arriving on
 	// that schedule would see if this client were never late.
@@ -194,6 +198,7 @@ func Gaps(kind string, rate float64, rng *rand.Rand) func() time.Duration {
 type recorder struct {
 	mu        sync.Mutex
 	decisions []time.Duration // from the Admit call
+	queued    []time.Duration // the service's queue time
 	scheduled []time.Duration // from the scheduled send (open loop)
 	lags      []time.Duration
 	samples   []string
@@ -271,9 +276,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if o.Rate > 0 {
 		rep.Mode, rep.TargetRate, rep.Arrivals, rep.Inflight = "open", o.Rate, o.Arrivals, 0
 	}
-	var decisions, scheduled, lags []time.Duration
+	var decisions, queued, scheduled, lags []time.Duration
 	for _, rc := range recs {
 		decisions = append(decisions, rc.decisions...)
+		queued = append(queued, rc.queued...)
 		scheduled = append(scheduled, rc.scheduled...)
 		lags = append(lags, rc.lags...)
 		rep.Sent += rc.sent.Load()
@@ -291,6 +297,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		rep.AdmissionsPerS = float64(rep.Admissions) / measured.Seconds()
 	}
 	rep.Decision = quantiles(decisions)
+	rep.Queued = quantiles(queued)
 	if o.Rate > 0 {
 		q, s := quantiles(lags), quantiles(scheduled)
 		rep.ScheduleLag, rep.FromScheduled = &q, &s
@@ -441,6 +448,7 @@ func (r *run) one(ctx context.Context, a scheduler.Admitter, rec *recorder, req 
 		rec.admitted.Add(1)
 		rec.mu.Lock()
 		rec.decisions = append(rec.decisions, decided.Sub(begin))
+		rec.queued = append(rec.queued, l.QueueTime())
 		if open {
 			rec.scheduled = append(rec.scheduled, decided.Sub(from))
 			rec.lags = append(rec.lags, begin.Sub(from))

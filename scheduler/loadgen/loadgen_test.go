@@ -271,6 +271,7 @@ func TestReportText(t *testing.T) {
 	for name, r := range map[string]loadgen.Report{
 		"open": {Mode: "open", Proxies: 8, TargetRate: 40000, Arrivals: "poisson", DurationS: 10, Sent: 399_872, Admissions: 399_871, AdmissionsPerS: 39_987.1,
 			Decision:      loadgen.Quantiles{N: 399_871, P50: 84.2, P99: 612.5, P999: 1480, Max: 5210},
+			Queued:        loadgen.Quantiles{N: 399_871, P50: 1, P99: 150, P999: 900, Max: 4000},
 			FromScheduled: &loadgen.Quantiles{N: 399_871, P50: 95, P99: 700, P999: 1700, Max: 5300}, ScheduleLag: &loadgen.Quantiles{N: 399_871, P50: 9, P99: 120, P999: 400, Max: 2100},
 			Errors: 1, ErrorSamples: []string{"scheduler: unavailable: connection refused"}},
 		"closed": {Mode: "closed", Proxies: 8, Inflight: 128, DurationS: 10, Sent: 612_007, Admissions: 612_004, AdmissionsPerS: 61_200.4,

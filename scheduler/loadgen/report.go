@@ -20,6 +20,9 @@ func (r Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "%-14s p50 %.0f µs, p99 %.0f µs, p99.9 %.0f µs, max %.0f µs (%d samples)\n", name, x.P50, x.P99, x.P999, x.Max, x.N)
 	}
 	q("decision", r.Decision)
+	if r.Queued.N > 0 {
+		q("  queued", r.Queued)
+	}
 	if r.FromScheduled != nil {
 		q("from schedule", *r.FromScheduled)
 	}

@@ -318,53 +318,164 @@ func (s *Set) applyLocked(sl *slot) {
 // A request waiting when its pool's scheduler is replaced queues again on
 // the new one, in its turn (see prepareLocked).
 func (s *Set) Admit(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
+	a := s.admission(req)
+	return a.run(ctx, true)
+}
+
+// AdmitNow is Admit without waiting: done is true with Admit's answer when
+// the pool's scheduler decided in the step req's arrival caused (or
+// refused it); otherwise the request waits in its queue and Pending.Wait
+// finishes the Admit. The shared service answers most admissions this way,
+// in the goroutine that received them.
+func (s *Set) AdmitNow(ctx context.Context, req scheduler.Request) (l scheduler.Lease, err error, p *Pending) {
+	a := s.admission(req)
+	l, err = a.run(ctx, false)
+	if a.pending() {
+		return nil, nil, &Pending{a: a}
+	}
+	return l, err, nil
+}
+
+// Pending is an AdmitNow that waits in its queue.
+type Pending struct{ a *admission }
+
+// Wait finishes the Admit: it blocks until the request is admitted,
+// rejected, or ctx ends (see scheduler.Admitter).
+func (p *Pending) Wait(ctx context.Context) (scheduler.Lease, error) { return p.a.run(ctx, true) }
+
+// admission is one Admit in progress: where it waits, so that a run that
+// would block (AdmitNow's) can return and a later run go on from there.
+type admission struct {
+	s    *Set
+	req  scheduler.Request
+	w    *waiter // &wv
+	wv   waiter
+	tl   trackedLease // the lease handed out, in the same allocation
+	last *runtime
+	rt   *runtime           // where pend waits
+	pend *scheduler.Pending // queued on rt, not yet answered
+	gate <-chan struct{}    // waiting for the pool's moves to end
+	turn chan struct{}      // waiting for the turn to queue on a successor
+	done bool
+}
+
+func (s *Set) admission(req scheduler.Request) *admission {
 	if req.Arrival.IsZero() {
 		// Fixed now, so that a move to a new scheduler keeps the place.
 		req.Arrival = s.clk.Now()
 	}
-	w := &waiter{}
-	defer s.settled(w)
-	var last *runtime
+	a := &admission{s: s, req: req}
+	a.w = &a.wv
+	return a
+}
+
+// pending reports whether the last run stopped at a wait.
+func (a *admission) pending() bool { return !a.done }
+
+// run goes on with the admission; with block false it returns (pending)
+// where it would wait.
+func (a *admission) run(ctx context.Context, block bool) (scheduler.Lease, error) {
+	l, err, done := a.step(ctx, block)
+	if done {
+		a.done = true
+		a.s.settled(a.w)
+	}
+	return l, err
+}
+
+func (a *admission) step(ctx context.Context, block bool) (scheduler.Lease, error, bool) {
+	s, w := a.s, a.w
+	cancelled := func() (scheduler.Lease, error, bool) {
+		return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err()), true
+	}
 	for {
-		rt, gate, arrived, err := s.enter(req.Pool, w)
-		if err != nil {
-			return nil, err
-		}
-		if gate != nil {
+		switch {
+		case a.gate != nil:
 			// Requests already waiting are moving to a new scheduler;
 			// this one queues after them.
+			if !block {
+				return nil, nil, false
+			}
 			select {
-			case <-gate:
-				continue
+			case <-a.gate:
+				a.gate = nil
 			case <-ctx.Done():
-				return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+				return cancelled()
+			}
+			continue
+		case a.turn != nil:
+			if !block {
+				return nil, nil, false
+			}
+			select {
+			case <-a.turn:
+				a.turn = nil
+			case <-ctx.Done():
+				return cancelled()
+			}
+			continue
+		case a.pend == nil:
+			rt, gate, arrived, err := s.enter(a.req.Pool, w)
+			if err != nil {
+				return nil, err, true
+			}
+			if gate != nil {
+				a.gate = gate
+				continue
+			}
+			if rt == a.last {
+				// Closed but still current: only Close does that.
+				s.leave(rt, w, nil)
+				return nil, scheduler.ErrClosed, true
+			}
+			a.last, a.rt = rt, rt
+			if err := ctx.Err(); err != nil {
+				s.leave(rt, w, nil)
+				return cancelled()
+			}
+			p, err := rt.sched.Queue(a.req)
+			if err == nil {
+				arrived.fire()
+				a.pend = p
+			} else if a.leave(nil, err) {
+				continue
+			} else {
+				return nil, err, true
 			}
 		}
-		if rt == last {
-			// Closed but still current: only Close does that.
-			s.leave(rt, w, nil)
-			return nil, scheduler.ErrClosed
-		}
-		last = rt
-		l, err := rt.sched.AdmitQueued(ctx, req, arrived.fire)
-		turn := s.leave(rt, w, l)
-		if errors.Is(err, scheduler.ErrClosed) {
-			// Replaced while waiting: queue again on the successor.
-			if turn != nil {
-				w.migrant = true
-				select {
-				case <-turn:
-				case <-ctx.Done():
-					return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
-				}
+		l, err, ok := a.pend.Decided()
+		if !ok {
+			if !block {
+				return nil, nil, false
 			}
+			l, err = a.pend.Wait(ctx)
+		}
+		a.pend = nil
+		if a.leave(l, err) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, err, true
 		}
-		return &trackedLease{Lease: l, s: s, rt: rt}, nil
+		a.tl = trackedLease{Lease: l, s: s, rt: a.rt}
+		return &a.tl, nil, true
 	}
+}
+
+// leave ends the wait on a.rt with its answer (l or err); true means the
+// scheduler was replaced meanwhile and the request queues again on the
+// successor (after a.turn, when set).
+func (a *admission) leave(l scheduler.Lease, err error) bool {
+	turn := a.s.leave(a.rt, a.w, l)
+	if !errors.Is(err, scheduler.ErrClosed) {
+		return false
+	}
+	// Replaced while waiting: queue again on the successor.
+	if turn != nil {
+		a.w.migrant = true
+		a.turn = turn
+	}
+	return true
 }
 
 // trackedLease counts a lease against its runtime until released.
@@ -377,6 +488,12 @@ type trackedLease struct {
 
 // Endpoint implements scheduler.Routed.
 func (l *trackedLease) Endpoint() string { return scheduler.EndpointOf(l.Lease) }
+
+var _ scheduler.PreemptNotifier = (*trackedLease)(nil)
+
+// OnPreempt implements scheduler.PreemptNotifier (a Set's leases are a
+// scheduler.Scheduler's, which do).
+func (l *trackedLease) OnPreempt(f func()) { l.Lease.(scheduler.PreemptNotifier).OnPreempt(f) }
 
 // Release implements scheduler.Lease.
 func (l *trackedLease) Release(o scheduler.Outcome) {

@@ -6,16 +6,21 @@
 // each named by a lease id the proxy chose; a message carries the messages
 // of several leases, so a busy proxy sends and receives few, large
 // messages. Concurrency of a session: the handler's goroutine alone
-// receives and dispatches (Start, Progress, Done) and releases the leases
-// the proxy says Done for; each Start gets a goroutine that waits for the
-// admission, queues the answer, waits for a preemption (which it queues
-// too) or the lease's end. Whichever of those goroutines finds the send
-// lock free sends everything queued, in one message, until the queue is
-// empty; the others only queue (flat combining: no goroutine of its own
-// for sending, and a busy session's answers share messages). The session's
-// mu guards its lease table and the send queue. When the stream ends, the
-// handler ends every lease it still holds (Cancelled; a request still
-// waiting leaves its queue), waits for those goroutines, and returns.
+// receives and dispatches (Start, Progress, Done). A Start the scheduler
+// decides in the step of its arrival (free capacity: the usual case) is
+// admitted there, in that goroutine (pools.Set.AdmitNow,
+// scheduler.Scheduler.Queue), and the answers decided while handling one
+// received message are sent together right after it; a Start that has to
+// wait gets a goroutine until its answer. A lease's preemption is queued
+// by a callback of the lease (scheduler.PreemptNotifier), run by whichever
+// goroutine stepped the scheduler, and sent by the session's sender
+// goroutine. Whichever goroutine finds the send lock free sends everything
+// queued, in one message, until the queue is empty; the others only queue
+// (flat combining). The handler releases the leases the proxy says Done
+// for. The session's mu guards its lease table and the send queue. When
+// the stream ends, the handler ends every lease it still holds (Cancelled:
+// it releases the admitted ones; a request still waiting leaves its queue),
+// waits for the session's goroutines, and returns.
 //
 // The older protocol, one Admit stream per admission, is still served.
 // Concurrency: gRPC runs each stream's handler in its own goroutine; that

@@ -18,6 +18,7 @@ import (
 type Server struct {
 	schedulerv1.UnimplementedSchedulerServer
 	admitter scheduler.Admitter
+	now      admitNow // admitter's, when it can answer without waiting; nil: Session waits in a goroutine per Start
 	clk      clock.Clock
 	sessions atomic.Int64 // open Session streams
 }
@@ -30,7 +31,7 @@ func New(a scheduler.Admitter, clk clock.Clock) *Server {
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	return &Server{admitter: a, clk: clk}
+	return &Server{admitter: a, now: nowOf(a), clk: clk}
 }
 
 // Register adds the service to g.

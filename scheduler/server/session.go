@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/trace"
 	"sync"
 	"time"
 
@@ -11,37 +13,84 @@ import (
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
 	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/pools"
 )
 
 // Session implements the multiplexed service (see the package comment):
 // one stream per proxy, many leases on it.
 func (s *Server) Session(stream schedulerv1.Scheduler_SessionServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
-	ss := &session{srv: s, ctx: ctx, stream: stream, leases: map[uint64]*held{}}
+	ss := &session{srv: s, ctx: ctx, stream: stream, leases: map[uint64]*held{}, wake: make(chan struct{}, 1)}
 	s.sessions.Add(1)
 	defer s.sessions.Add(-1)
+	ss.wg.Add(1)
+	go ss.sendLoop()
 	err := ss.recvLoop()
 	// The proxy is gone, gave up or broke the protocol: every lease of the
-	// session ends here, pending admissions leave their queues. Only the
-	// admit goroutines send, so none does once they have ended.
+	// session ends here, pending admissions leave their queues.
 	ss.endAll()
 	cancel()
 	ss.wg.Wait()
 	return err
 }
 
+// admitNow admits req without waiting when the scheduler decides in the
+// step of its arrival (done); otherwise wait finishes the admission, with
+// Admit's answers.
+type admitNow func(ctx context.Context, req scheduler.Request) (l scheduler.Lease, err error, wait func(context.Context) (scheduler.Lease, error))
+
+// setNow is pools.Set's (and MeshSet's) AdmitNow.
+type setNow interface {
+	AdmitNow(ctx context.Context, req scheduler.Request) (scheduler.Lease, error, *pools.Pending)
+}
+
+var _ setNow = (*pools.Set)(nil)
+
+// nowOf is a's admitNow, or nil for an Admitter that can only wait.
+func nowOf(a scheduler.Admitter) admitNow {
+	switch a := a.(type) {
+	case setNow:
+		return func(ctx context.Context, req scheduler.Request) (scheduler.Lease, error, func(context.Context) (scheduler.Lease, error)) {
+			l, err, p := a.AdmitNow(ctx, req)
+			if p != nil {
+				return nil, nil, p.Wait
+			}
+			return l, err, nil
+		}
+	case *scheduler.Scheduler:
+		return func(ctx context.Context, req scheduler.Request) (scheduler.Lease, error, func(context.Context) (scheduler.Lease, error)) {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, err), nil
+			}
+			p, err := a.Queue(req)
+			if err != nil {
+				return nil, err, nil
+			}
+			if l, err, ok := p.Decided(); ok {
+				return l, err, nil
+			}
+			return nil, nil, p.Wait
+		}
+	}
+	return nil
+}
+
 // session is one proxy's stream. The handler's goroutine alone receives
-// (recvLoop) and releases the leases the proxy is done with; each Start
-// gets a goroutine (admit) that waits for the admission, then for a
-// preemption or the lease's end. An answer is queued in out and sent by
-// whichever admit goroutine holds sendMu, which sends everything queued
-// meanwhile in the same message (flush). mu guards leases, out and every
-// held's fields; sendMu the stream's send side and spare.
+// (recvLoop): it admits each Start where the scheduler decides at once,
+// queues the answer and, after each received message, sends what it
+// queued (flush); it releases the leases the proxy is done with. A Start
+// that has to wait for its turn gets a goroutine (wait) until its answer.
+// Preemptions are queued by a callback of the lease (run by whichever
+// goroutine stepped the scheduler) and sent by sendLoop. Whoever holds
+// sendMu sends everything queued meanwhile in the same message (flush).
+// mu guards leases, out and every held's fields; sendMu the stream's send
+// side and spare.
 type session struct {
 	srv    *Server
 	ctx    context.Context // ends with the stream
 	stream schedulerv1.Scheduler_SessionServer
-	wg     sync.WaitGroup // admit goroutines
+	wg     sync.WaitGroup // wait goroutines, sendLoop, preemption watchers
+	wake   chan struct{}  // cap 1: a preemption was queued
 
 	mu     sync.Mutex
 	leases map[uint64]*held
@@ -56,11 +105,12 @@ type session struct {
 // held is one lease of a session, from Start to its end.
 type held struct {
 	lease    scheduler.Lease // nil until admitted
-	ended    chan struct{}   // closed at Done or the session's end
-	ctx      leaseCtx        // the pending admission's: done when ended closes
+	ended    chan struct{}   // closed at Done or the session's end; nil unless something waits on it
+	ctx      leaseCtx        // a waiting admission's: done when ended closes
 	outcome  scheduler.Outcome
 	done     bool
-	released bool // Release was called (by recvLoop or admit)
+	released bool // Release was called (or is being called)
+	preempt  bool // the Preempt answer was queued
 
 	// The Admitted answer, in the lease's own allocation: written once,
 	// before it is queued, and read by the Send that marshals it.
@@ -80,6 +130,9 @@ func (ss *session) recvLoop() error {
 				return err
 			}
 		}
+		// The answers decided while handling the message leave together,
+		// now: no goroutine of its own, no wait for a tick.
+		ss.flush()
 	}
 }
 
@@ -94,8 +147,7 @@ func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
 		if err != nil {
 			return err
 		}
-		h := &held{ended: make(chan struct{})}
-		h.ctx = leaseCtx{Context: ss.ctx, ended: h.ended}
+		h := &held{}
 		ss.mu.Lock()
 		if _, dup := ss.leases[id]; dup {
 			ss.mu.Unlock()
@@ -103,8 +155,8 @@ func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
 		}
 		ss.leases[id] = h
 		ss.mu.Unlock()
-		ss.wg.Add(1)
-		go ss.admit(&h.ctx, id, h, req)
+		ss.stamp("svc.recv", id)
+		ss.start(id, h, req)
 	case *schedulerv1.LeaseRequest_Progress:
 		ss.mu.Lock()
 		h := ss.leases[id]
@@ -123,9 +175,7 @@ func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
 		if h := ss.leases[id]; h != nil {
 			delete(ss.leases, id)
 			ss.end(h, o)
-			if h.lease != nil {
-				// Released here rather than by its admit goroutine: the
-				// capacity is free before that goroutine has woken.
+			if h.lease != nil && !h.released {
 				l, h.released = h.lease, true
 			}
 		}
@@ -140,13 +190,136 @@ func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
 	return nil
 }
 
+// start admits a Start: at once in the receiving goroutine when the
+// scheduler decides in the step of its arrival (the usual case with free
+// capacity), else in a goroutine that waits for its turn.
+func (ss *session) start(id uint64, h *held, req scheduler.Request) {
+	if ss.srv.now != nil {
+		l, err, wait := ss.srv.now(ss.ctx, req)
+		if wait == nil {
+			ss.stamp("svc.run", id)
+			ss.stamp("svc.decided", id)
+			ss.decided(id, h, l, err)
+			return
+		}
+		ss.waitFor(h, wait, id)
+		return
+	}
+	ss.waitFor(h, func(ctx context.Context) (scheduler.Lease, error) { return ss.srv.admitter.Admit(ctx, req) }, id)
+}
+
+// waitFor runs admit in a goroutine of its own, with a context that ends
+// with the lease (the proxy's Done or the session's end), and answers.
+func (ss *session) waitFor(h *held, admit func(context.Context) (scheduler.Lease, error), id uint64) {
+	// Only recvLoop ends leases, and it is here: nothing has ended h yet.
+	h.ended = make(chan struct{})
+	h.ctx = leaseCtx{Context: ss.ctx, ended: h.ended}
+	ss.wg.Add(1)
+	go func() {
+		defer ss.wg.Done()
+		ss.stamp("svc.run", id)
+		l, err := admit(&h.ctx)
+		ss.stamp("svc.decided", id)
+		ss.decided(id, h, l, err)
+		ss.flush()
+	}()
+}
+
+// decided queues the answer to a Start (Admitted or Rejected) and watches
+// an admitted lease for its preemption. Called without ss.mu.
+func (ss *session) decided(id uint64, h *held, lease scheduler.Lease, err error) {
+	ss.mu.Lock()
+	if err != nil {
+		if !h.done {
+			delete(ss.leases, id)
+			ss.end(h, scheduler.Cancelled)
+			if !errors.Is(err, scheduler.ErrCancelled) {
+				ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Rejected{Rejected: rejection(err)}})
+			}
+		}
+		ss.mu.Unlock()
+		return
+	}
+	if h.done { // withdrawn while the scheduler admitted it
+		o := h.outcome
+		h.released = true
+		ss.mu.Unlock()
+		lease.Release(o)
+		return
+	}
+	h.lease = lease
+	h.admitted.QueueNs, h.admitted.Endpoint = int64(lease.QueueTime()), scheduler.EndpointOf(lease)
+	h.admittedMsg.Admitted = &h.admitted
+	h.admittedResp.Lease, h.admittedResp.Msg = id, &h.admittedMsg
+	ss.send(&h.admittedResp)
+	ss.mu.Unlock()
+	if n, ok := lease.(scheduler.PreemptNotifier); ok {
+		n.OnPreempt(func() { ss.preempted(id, h) })
+		return
+	}
+	// A lease that cannot call back: a goroutine watches it.
+	ss.mu.Lock()
+	if h.done {
+		ss.mu.Unlock()
+		return
+	}
+	if h.ended == nil {
+		h.ended = make(chan struct{})
+	}
+	ended := h.ended
+	ss.mu.Unlock()
+	ss.wg.Add(1)
+	go func() {
+		defer ss.wg.Done()
+		select {
+		case <-lease.Preempt():
+			ss.preempted(id, h)
+		case <-ended:
+		}
+	}()
+}
+
+// preempted queues h's Preempt answer for sendLoop. It runs in whichever
+// goroutine stepped the scheduler, under the scheduler's lock: it only
+// queues and wakes.
+func (ss *session) preempted(id uint64, h *held) {
+	ss.mu.Lock()
+	queued := !h.done && !h.preempt
+	if queued {
+		h.preempt = true
+		ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Preempt{Preempt: &schedulerv1.Preempt{}}})
+	}
+	ss.mu.Unlock()
+	if queued {
+		select {
+		case ss.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sendLoop sends what preemptions queue until the session's end.
+func (ss *session) sendLoop() {
+	defer ss.wg.Done()
+	for {
+		select {
+		case <-ss.wake:
+			ss.flush()
+		case <-ss.ctx.Done():
+			return
+		}
+	}
+}
+
 // end marks h ended with o; ss.mu is held.
 func (ss *session) end(h *held, o scheduler.Outcome) {
 	if h.done {
 		return
 	}
 	h.done, h.outcome = true, o
-	close(h.ended)
+	if h.ended != nil {
+		close(h.ended)
+	}
 }
 
 // leaseCtx is a lease's context while its admission is pending: done when
@@ -169,62 +342,23 @@ func (c *leaseCtx) Err() error {
 	}
 }
 
+// endAll ends every lease of the session (Cancelled) and releases the
+// admitted ones; a request still waiting leaves its queue (its goroutine
+// sees the lease's end).
 func (ss *session) endAll() {
+	var release []scheduler.Lease
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	for id, h := range ss.leases {
 		delete(ss.leases, id)
 		ss.end(h, scheduler.Cancelled)
-	}
-}
-
-// admit waits for one admission and owns its lease until it ends.
-func (ss *session) admit(ctx context.Context, id uint64, h *held, req scheduler.Request) {
-	defer ss.wg.Done()
-	lease, err := ss.srv.admitter.Admit(ctx, req)
-	ss.mu.Lock()
-	if err != nil {
-		if !h.done {
-			delete(ss.leases, id)
-			ss.end(h, scheduler.Cancelled)
-			if !errors.Is(err, scheduler.ErrCancelled) {
-				ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Rejected{Rejected: rejection(err)}})
-			}
+		if h.lease != nil && !h.released {
+			h.released = true
+			release = append(release, h.lease)
 		}
-		ss.mu.Unlock()
-		ss.flush()
-		return
 	}
-	if h.done { // withdrawn while the scheduler admitted it
-		o := h.outcome
-		ss.mu.Unlock()
-		lease.Release(o)
-		return
-	}
-	h.lease = lease
-	h.admitted.QueueNs, h.admitted.Endpoint = int64(lease.QueueTime()), scheduler.EndpointOf(lease)
-	h.admittedMsg.Admitted = &h.admitted
-	h.admittedResp.Lease, h.admittedResp.Msg = id, &h.admittedMsg
-	ss.send(&h.admittedResp)
 	ss.mu.Unlock()
-	ss.flush()
-	select {
-	case <-lease.Preempt():
-		ss.mu.Lock()
-		if !h.done {
-			ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Preempt{Preempt: &schedulerv1.Preempt{}}})
-		}
-		ss.mu.Unlock()
-		ss.flush()
-		<-h.ended
-	case <-h.ended:
-	}
-	ss.mu.Lock()
-	release := !h.released
-	h.released = true
-	ss.mu.Unlock()
-	if release { // the session ended: recvLoop released nothing
-		lease.Release(h.outcome)
+	for _, l := range release {
+		l.Release(scheduler.Cancelled)
 	}
 }
 
@@ -255,6 +389,11 @@ func (ss *session) flush() {
 				ss.resp.Leases = batch
 				err := ss.stream.Send(&ss.resp)
 				ss.resp.Leases = nil
+				if trace.IsEnabled() {
+					for _, m := range batch {
+						ss.stamp("svc.sent", m.GetLease())
+					}
+				}
 				if err != nil {
 					// The stream is broken; recvLoop sees it too and ends
 					// the session.
@@ -294,4 +433,13 @@ func (s *Server) request(start *schedulerv1.Start) (scheduler.Request, error) {
 		Requeue:      start.GetRequeue(),
 		Affinity:     start.GetAffinity(),
 	}, nil
+}
+
+// stamp marks a lease's step in a Go execution trace, when one is running
+// (scheduler serve --trace): what the decision latency's parts are made
+// of. Without a trace it costs an atomic load.
+func (ss *session) stamp(step string, id uint64) {
+	if trace.IsEnabled() {
+		trace.Log(ss.ctx, step, fmt.Sprintf("%p/%d", ss, id))
+	}
 }
