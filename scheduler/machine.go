@@ -53,6 +53,7 @@ type entry struct {
 	preempts   int // preemptions before this admission (by Request.ID)
 	preempting bool
 	runIdx     int
+	slot       int       // in its pool's slotIndex (slotwait.go)
 	ep         *endpoint // where it runs, once admitted
 	target     *endpoint // where preemption made room for it; nil: none
 }
@@ -120,6 +121,11 @@ type pool struct {
 	// preemption but probes.
 	abort   abortState
 	victims victimQueue // preemptgate.go
+	// run indexes the running requests for the preemption walk
+	// (slotwait.go); kept only when track, that is when the policy
+	// preempts.
+	run   slotIndex
+	track bool
 }
 
 // Machine is the scheduler's pure state machine. It owns no goroutines and
@@ -188,6 +194,10 @@ func NewMachine(cfg Config) (*Machine, error) {
 			limit:      pc.MaxInflight,
 			queues:     make([]queue, len(m.classes)),
 			endpoints:  newEndpoints(pc),
+			track:      pc.Policy.Preempts(),
+		}
+		if p.track {
+			p.run = newSlotIndex(len(m.classes))
 		}
 		m.pools = append(m.pools, p)
 		m.poolByName[pc.Name] = p
@@ -296,6 +306,7 @@ func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
 		return false
 	}
 	freed := false
+	wasFirst, was := e.firstToken, e.tokens
 	if (pr.FirstToken || pr.Tokens > 0) && !e.firstToken {
 		e.firstToken = true
 		e.firstAt = now
@@ -310,6 +321,9 @@ func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
 		if e.tokens > 1 && now.After(e.firstAt) {
 			e.pool.tpot.observe(now.Sub(e.firstAt) / time.Duration(e.tokens-1))
 		}
+	}
+	if e.pool.track && (e.firstToken != wasFirst || e.tokens != was) {
+		e.pool.run.progressed(e, wasFirst)
 	}
 	return freed
 }
@@ -333,6 +347,9 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 	}
 	p := e.pool
 	delete(m.entries, t)
+	if p.track && !e.preempting {
+		p.run.left(p, e)
+	}
 	last := p.running[len(p.running)-1]
 	p.running[e.runIdx], last.runIdx = last, e.runIdx
 	p.running[len(p.running)-1] = nil
@@ -520,6 +537,9 @@ func (m *Machine) admit(now time.Time, p *pool, d *Decisions) {
 		e.runIdx = len(p.running)
 		p.running = append(p.running, e)
 		p.victims.admitted(m, p, e)
+		if p.track {
+			p.run.admitted(p, e)
+		}
 		p.inflight++
 		p.tokens += e.cost
 		p.prefilling += e.req.PromptTokens

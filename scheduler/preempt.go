@@ -78,10 +78,15 @@ func (m *Machine) slotWait(now time.Time, p *pool) time.Duration {
 	if p.inflight-p.preempting <= 0 {
 		return 0
 	}
+	// The least of each class's heap and of the requests in prefill is
+	// the least of all (slotwait.go).
 	w := forever
-	for _, r := range p.running {
-		if !r.preempting {
-			w = min(w, m.remaining(now, p, r))
+	for _, r := range p.run.prefill {
+		w = min(w, m.remaining(now, p, r))
+	}
+	for _, h := range p.run.byClass {
+		if len(h) > 0 {
+			w = min(w, m.remaining(now, p, h[0].e))
 		}
 	}
 	return w
@@ -191,10 +196,10 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 	// them is as little urgent as the least urgent possible victim, no
 	// request further on can be covered.
 	nVictims, worstVictim := 0, 0
-	for _, r := range p.running {
-		if !r.preempting && r.class.Preemptible && r.preempts < p.Preemption.MaxPerRequest && r.Priority > m.top {
-			nVictims++
-			worstVictim = max(worstVictim, r.Priority)
+	for ci, n := range p.run.under {
+		if cl := m.classes[ci]; n > 0 && cl.Preemptible && cl.Priority > m.top {
+			nVictims += n
+			worstVictim = max(worstVictim, cl.Priority)
 		}
 	}
 	if nVictims == 0 {
@@ -294,6 +299,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 		}
 		for _, c := range cands[:n] {
 			v := c.entry
+			p.run.left(p, v)
 			v.preempting = true
 			p.preempting++
 			v.ep.preempting++
