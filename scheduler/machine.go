@@ -142,7 +142,7 @@ type Machine struct {
 	classByNm  map[string]*class
 	defClass   *class
 	top        int // the most urgent class priority (lowest value)
-	entries    map[Ticket]*entry
+	entries    ticketTable
 	next       Ticket
 	seq        uint64
 	preempted  map[string]preemptRecord // by pool + "\x00" + Request.ID
@@ -171,7 +171,6 @@ func NewMachine(cfg Config) (*Machine, error) {
 		cfg:        cfg,
 		poolByName: map[string]*pool{},
 		classByNm:  map[string]*class{},
-		entries:    map[Ticket]*entry{},
 		preempted:  map[string]preemptRecord{},
 	}
 	for i, c := range cfg.Classes {
@@ -262,7 +261,7 @@ func (m *Machine) Arrive(now time.Time, req Request) (Ticket, error) {
 			e.preempts = r.count
 		}
 	}
-	m.entries[e.ticket] = e
+	m.entries.put(e)
 	if req.Requeue {
 		q.pushFront(e)
 		p.counts.Requeued++
@@ -278,7 +277,7 @@ func (m *Machine) Arrive(now time.Time, req Request) (Ticket, error) {
 // is finished as Cancelled. Unknown tickets are ignored, so callers may
 // cancel from every exit path.
 func (m *Machine) Cancel(now time.Time, t Ticket) {
-	e := m.entries[t]
+	e := m.entries.get(t)
 	if e == nil {
 		return
 	}
@@ -288,7 +287,7 @@ func (m *Machine) Cancel(now time.Time, t Ticket) {
 	}
 	e.pool.queues[e.class.index].remove(e)
 	e.pool.counts.Cancelled++
-	delete(m.entries, t)
+	m.entries.remove(t)
 }
 
 // Progress records stream progress of a running request; it feeds victim
@@ -301,7 +300,7 @@ func (m *Machine) Progress(now time.Time, t Ticket, pr Progress) {
 // progress is Progress; it reports whether the request's first token freed
 // prefill budget, which may let waiting requests in (the runtime steps then).
 func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
-	e := m.entries[t]
+	e := m.entries.get(t)
 	if e == nil || e.state != running {
 		return false
 	}
@@ -337,7 +336,7 @@ func (m *Machine) FirstToken(now time.Time, t Ticket) {
 // waiting ticket is cancelled. Unknown tickets are ignored, so every
 // admission is released at most once however often Finish is called.
 func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
-	e := m.entries[t]
+	e := m.entries.get(t)
 	if e == nil {
 		return
 	}
@@ -346,7 +345,7 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 		return
 	}
 	p := e.pool
-	delete(m.entries, t)
+	m.entries.remove(t)
 	if p.track && !e.preempting {
 		p.run.left(p, e)
 	}
@@ -443,7 +442,7 @@ func (m *Machine) expire(now time.Time, p *pool, d *Decisions) {
 				break
 			}
 			q.remove(e)
-			delete(m.entries, e.ticket)
+			m.entries.remove(e.ticket)
 			p.counts.Rejected++
 			d.Rejected = append(d.Rejected, Rejection{e.ticket,
 				fmt.Errorf("%w: waited %v, over class %q queue.max_wait %v", ErrRejected, now.Sub(e.Arrival), cl.Name, cl.MaxWait)})
