@@ -26,14 +26,15 @@ type Result struct {
 	Engine     EngineInfo     `json:"engine"`
 	Pool       PoolInfo       `json:"pool"`
 	Saturation SaturationInfo `json:"saturation"`
-	// Engines, Proxies, Routing and HopMs describe the fleet (fleet.go):
-	// 1, 1, the routing asked for and 0 for a single host in front of a
-	// single engine.
-	Engines int     `json:"engines"`
-	Proxies int     `json:"proxies"`
-	Routing string  `json:"routing"`
-	HopMs   float64 `json:"hop_ms"`
-	Runs    []*Run  `json:"runs"`
+	// Engines, Proxies, Routing, Schedulers and HopMs describe the fleet
+	// (fleet.go): 1, 1, the routing asked for, shared and 0 for a single
+	// host in front of a single engine.
+	Engines    int     `json:"engines"`
+	Proxies    int     `json:"proxies"`
+	Routing    string  `json:"routing"`
+	Schedulers string  `json:"schedulers"`
+	HopMs      float64 `json:"hop_ms"`
+	Runs       []*Run  `json:"runs"`
 	// Floor is the admission floor per load (keyed by loadKey): what the
 	// most extreme admission gives the most urgent class on this engine.
 	Floor map[string]*Floor `json:"floor"`
@@ -178,7 +179,7 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 		sat.Method += fmt.Sprintf("; times %d engines", n)
 	}
 	res := &Result{Workload: w.Spec.Name, Profile: o.Profile, Saturation: *sat, Pool: poolInfo(w, o),
-		Engines: o.Engines, Proxies: o.Proxies, Routing: o.Routing, HopMs: ms(o.Hop)}
+		Engines: o.Engines, Proxies: o.Proxies, Routing: o.Routing, Schedulers: o.Schedulers, HopMs: ms(o.Hop)}
 	if err := res.fillEngine(o); err != nil {
 		return nil, err
 	}
