@@ -388,15 +388,21 @@ func (f *fleet) deliver(m msg) {
 		f.lose(a, lost)
 		f.touch(e)
 	case mProgress:
-		s := f.sched(m.v)
-		s.m.Progress(f.now, m.tk, scheduler.Progress{FirstToken: true, Tokens: m.n})
-		s.needStep = s.needStep || m.requeue
+		f.progress(m.v, m.tk, m.n, m.requeue)
 	case mFinish:
 		s := f.sched(m.v)
 		delete(s.byTicket, m.tk)
 		s.m.Finish(f.now, m.tk, m.out)
 		s.needStep = true
 	}
+}
+
+// progress reports v's n tokens to its scheduler; first marks the
+// attempt's first token, after which the scheduler steps.
+func (f *fleet) progress(v *vreq, tk scheduler.Ticket, n int, first bool) {
+	s := f.sched(v)
+	s.m.Progress(f.now, tk, scheduler.Progress{FirstToken: true, Tokens: n})
+	s.needStep = s.needStep || first
 }
 
 // lose books the work of a cancelled attempt as recomputed.
@@ -519,11 +525,18 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 				v.waitEng, v.prefill = v.schedAt.Sub(v.admitted), time.Duration(client-ns(v.schedAt))
 			}
 			if f.recordAll {
+				if v.rec.ChunkNS == nil {
+					// One token per chunk, MaxTokens in all: one allocation.
+					v.rec.ChunkNS = make([]int64, 0, max(1, v.it.MaxTokens))
+				}
 				v.rec.ChunkNS = append(v.rec.ChunkNS, client)
 			}
-			// requeue marks the attempt's first token, which may free
-			// prefill budget.
-			f.sendBack(msg{kind: mProgress, v: v, tk: v.ticket, n: v.sent, requeue: !a.progressed})
+			// The attempt's first token may free prefill budget.
+			if f.hop == 0 {
+				f.progress(v, v.ticket, v.sent, !a.progressed) // as sendBack would
+			} else {
+				f.sendBack(msg{kind: mProgress, v: v, tk: v.ticket, n: v.sent, requeue: !a.progressed})
+			}
 			a.progressed = true
 		}
 		if ev.Flags.Has(sim.EvFinished) {

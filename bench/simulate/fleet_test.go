@@ -389,3 +389,43 @@ func TestPerProxySchedulersPreemptOnlyTheirOwn(t *testing.T) {
 		t.Errorf("per proxy: %d victims at proxy 1, %d at proxy 0, urgent request queued %v; want none and a wait for its own", po, px, per.reqs[5].queued)
 	}
 }
+
+// BenchmarkFleet is one run of the speed goal's fleet (64 engines behind
+// 8 proxies, the standard workload at 570 req/s, load 1.0, for 10 virtual
+// seconds of arrivals) under each policy: the cost that bench simulate
+// pays per policy and load, a sixtieth of the goal's 10 minutes.
+func BenchmarkFleet(b *testing.B) {
+	w, err := workloads.LoadStandard()
+	if err != nil {
+		b.Fatal(err)
+	}
+	o, err := Options{Engines: 64, Proxies: 8, Duration: 10 * time.Second}.withDefaults(w)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sw := o.prepare(w).ScaleRate(570 / naturalRate(w))
+	items, err := collect(sw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"fifo", "priority", "preemptive"} {
+		b.Run(name, func(b *testing.B) {
+			tokens := 0
+			for b.Loop() {
+				pol, err := policy.Lookup(name)
+				if err != nil {
+					b.Fatal(err)
+				}
+				f, err := newFleet(sw, pol, o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := f.run(items); err != nil {
+					b.Fatal(err)
+				}
+				tokens = int(f.c.computed)
+			}
+			b.ReportMetric(float64(tokens), "tokens/run")
+		})
+	}
+}

@@ -207,7 +207,10 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 	runErrs := make([]error, len(jobs))
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for range min(len(jobs), runtime.GOMAXPROCS(0)) {
+	// Twice as many workers as processors: with one each, the last jobs
+	// run on fewer processors than there are (three equal runs on two
+	// take twice one run, not one and a half).
+	for range min(len(jobs), 2*runtime.GOMAXPROCS(0)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
