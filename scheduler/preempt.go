@@ -52,7 +52,10 @@ func (m *Machine) prefillFor(p *pool, promptTokens int) time.Duration {
 	return p.prefill.value()
 }
 
-// remaining predicts how long running request r still needs.
+// remaining predicts how long running request r still needs. The slot
+// index (slotwait.go) relies on its shape: with a first token, a function
+// of the tokens left that does not decrease as they grow, the same for
+// every request of a class (TestSlotIndexIsTheWalk checks).
 func (m *Machine) remaining(now time.Time, p *pool, r *entry) time.Duration {
 	speed := r.class.TPOT
 	if p.tpot.known {
