@@ -180,13 +180,16 @@ func TestFleetTextGolden(t *testing.T) {
 
 // Every request pays its hops: arrival → scheduler → proxy → engine, and
 // the token back to the proxy, so no TTFT is below four hops; and the
-// admission reaches the engine two hops after the decision.
+// admission reaches the engine two hops after the decision. For either
+// routing and either scheduler layout.
 func TestFleetHops(t *testing.T) {
 	w := testWorkload(t)
 	const hop = 5 * time.Millisecond
-	for _, r := range []string{RoutingEndpointAware, RoutingPool} {
+	for _, c := range [][2]string{{RoutingEndpointAware, SchedulersShared}, {RoutingPool, SchedulersShared},
+		{RoutingEndpointAware, SchedulersPerProxy}, {RoutingPool, SchedulersPerProxy}} {
+		r := c[0] + " " + c[1]
 		o := testOptions()
-		o.Engines, o.Proxies, o.Hop, o.Routing, o.Duration = 2, 3, hop, r, 20*time.Second
+		o.Engines, o.Proxies, o.Hop, o.Routing, o.Schedulers, o.Duration = 2, 3, hop, c[0], c[1], 20*time.Second
 		res, err := Evaluate(w, []string{"preemptive"}, []float64{0.5}, o)
 		if err != nil {
 			t.Fatal(err)
