@@ -164,10 +164,10 @@ func (h *engineHeap) Pop() any {
 	return e
 }
 
-// fleet is one discrete-event run of a scheduler machine in front of many
-// engines. Events: the next arrival at a proxy, the earliest end of an
-// engine step, the next message due, the machine's wake-up and the
-// metrics tick.
+// fleet is one discrete-event run of scheduler machines (one shared, or
+// one per proxy) in front of many engines. Events: the next arrival at a
+// proxy, the earliest end of an engine step, the next message due, the
+// machines' wake-ups and the metrics tick.
 type fleet struct {
 	// ss are the scheduler machines: one shared by every proxy, or one
 	// per proxy (layout.go).
