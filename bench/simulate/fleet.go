@@ -202,6 +202,7 @@ type fleet struct {
 	// on an arrival, a release, a first token, a limit change and its own
 	// wake-up. Progress beyond the first token changes no decision.
 	stepAll bool
+	touched int // stepEnded's loads land here, so that they are not dropped
 }
 
 // fleetSched is one scheduler machine of a fleet and what the fleet knows
@@ -495,6 +496,16 @@ func (f *fleet) touch(e *fleetEngine) {
 func (f *fleet) stepEnded(e *fleetEngine) {
 	e.stepping = false
 	client := ns(f.now) + f.hop // the proxy sees it a hop later
+	// Load every attempt and request of the step before acting on any:
+	// independent loads overlap their cache misses, where the loop below
+	// takes them one after the other.
+	var touch int
+	for _, ev := range e.events {
+		if a := f.byEng[ev.ID]; a != nil {
+			touch += a.v.sent
+		}
+	}
+	f.touched += touch
 	for _, ev := range e.events {
 		a := f.byEng[ev.ID]
 		if a == nil {
