@@ -140,7 +140,7 @@ const maxItems = 5_000_000
 
 // Evaluate measures the saturation rate of w on the engine, then runs every
 // policy at every load (load × saturation requests per second; no loads
-// means the workload's own rate). Runs execute in parallel, one per CPU;
+// means the workload's own rate). Runs execute in parallel, two per CPU;
 // each is deterministic, so the result is too.
 func Evaluate(w *workload.Workload, policies []string, loads []float64, o Options) (*Result, error) {
 	o, err := o.withDefaults(w)
