@@ -281,7 +281,7 @@ func (m *Machine) SetEndpointLoad(poolName, name string, l EndpointLoad) error {
 // EndpointOf returns the endpoint a running ticket is bound to, and false
 // for a ticket that is not running.
 func (m *Machine) EndpointOf(t Ticket) (string, bool) {
-	e := m.entries[t]
+	e := m.entries.get(t)
 	if e == nil || e.state != running {
 		return "", false
 	}

@@ -38,23 +38,26 @@ const (
 )
 
 type entry struct {
-	Entry
+	// What Progress reads, once per streamed token, comes first: two cache
+	// lines rather than one field in each of five.
 	ticket     Ticket
-	req        Request
+	state      state
+	firstToken bool
+	preempting bool
+	removed    bool // left its queue (admitted, cancelled or rejected)
+	tokens     int
+	slot       int // in its pool's slotIndex (slotwait.go)
 	pool       *pool
 	class      *class
-	state      state
-	removed    bool // left its queue (admitted, cancelled or rejected)
-	cost       int
-	admitted   time.Time
-	firstToken bool
 	firstAt    time.Time
-	tokens     int
-	preempts   int // preemptions before this admission (by Request.ID)
-	preempting bool
-	runIdx     int
-	ep         *endpoint // where it runs, once admitted
-	target     *endpoint // where preemption made room for it; nil: none
+	Entry
+	req      Request
+	cost     int
+	admitted time.Time
+	preempts int // preemptions before this admission (by Request.ID)
+	runIdx   int
+	ep       *endpoint // where it runs, once admitted
+	target   *endpoint // where preemption made room for it; nil: none
 }
 
 type class struct {
@@ -120,6 +123,11 @@ type pool struct {
 	// preemption but probes.
 	abort   abortState
 	victims victimQueue // preemptgate.go
+	// run indexes the running requests for the preemption walk
+	// (slotwait.go); kept only when track, that is when the policy
+	// preempts.
+	run   slotIndex
+	track bool
 }
 
 // Machine is the scheduler's pure state machine. It owns no goroutines and
@@ -136,7 +144,7 @@ type Machine struct {
 	classByNm  map[string]*class
 	defClass   *class
 	top        int // the most urgent class priority (lowest value)
-	entries    map[Ticket]*entry
+	entries    ticketTable
 	next       Ticket
 	seq        uint64
 	preempted  map[string]preemptRecord // by pool + "\x00" + Request.ID
@@ -165,7 +173,6 @@ func NewMachine(cfg Config) (*Machine, error) {
 		cfg:        cfg,
 		poolByName: map[string]*pool{},
 		classByNm:  map[string]*class{},
-		entries:    map[Ticket]*entry{},
 		preempted:  map[string]preemptRecord{},
 	}
 	for i, c := range cfg.Classes {
@@ -188,6 +195,10 @@ func NewMachine(cfg Config) (*Machine, error) {
 			limit:      pc.MaxInflight,
 			queues:     make([]queue, len(m.classes)),
 			endpoints:  newEndpoints(pc),
+			track:      pc.Policy.Preempts(),
+		}
+		if p.track {
+			p.run = newSlotIndex(len(m.classes))
 		}
 		m.pools = append(m.pools, p)
 		m.poolByName[pc.Name] = p
@@ -252,7 +263,7 @@ func (m *Machine) Arrive(now time.Time, req Request) (Ticket, error) {
 			e.preempts = r.count
 		}
 	}
-	m.entries[e.ticket] = e
+	m.entries.put(e)
 	if req.Requeue {
 		q.pushFront(e)
 		p.counts.Requeued++
@@ -268,7 +279,7 @@ func (m *Machine) Arrive(now time.Time, req Request) (Ticket, error) {
 // is finished as Cancelled. Unknown tickets are ignored, so callers may
 // cancel from every exit path.
 func (m *Machine) Cancel(now time.Time, t Ticket) {
-	e := m.entries[t]
+	e := m.entries.get(t)
 	if e == nil {
 		return
 	}
@@ -278,7 +289,7 @@ func (m *Machine) Cancel(now time.Time, t Ticket) {
 	}
 	e.pool.queues[e.class.index].remove(e)
 	e.pool.counts.Cancelled++
-	delete(m.entries, t)
+	m.entries.remove(t)
 }
 
 // Progress records stream progress of a running request; it feeds victim
@@ -291,11 +302,12 @@ func (m *Machine) Progress(now time.Time, t Ticket, pr Progress) {
 // progress is Progress; it reports whether the request's first token freed
 // prefill budget, which may let waiting requests in (the runtime steps then).
 func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
-	e := m.entries[t]
+	e := m.entries.get(t)
 	if e == nil || e.state != running {
 		return false
 	}
 	freed := false
+	wasFirst, was := e.firstToken, e.tokens
 	if (pr.FirstToken || pr.Tokens > 0) && !e.firstToken {
 		e.firstToken = true
 		e.firstAt = now
@@ -311,6 +323,9 @@ func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
 			e.pool.tpot.observe(now.Sub(e.firstAt) / time.Duration(e.tokens-1))
 		}
 	}
+	if e.pool.track && (e.firstToken != wasFirst || e.tokens != was) {
+		e.pool.run.progressed(e, wasFirst)
+	}
 	return freed
 }
 
@@ -323,7 +338,7 @@ func (m *Machine) FirstToken(now time.Time, t Ticket) {
 // waiting ticket is cancelled. Unknown tickets are ignored, so every
 // admission is released at most once however often Finish is called.
 func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
-	e := m.entries[t]
+	e := m.entries.get(t)
 	if e == nil {
 		return
 	}
@@ -332,7 +347,10 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 		return
 	}
 	p := e.pool
-	delete(m.entries, t)
+	m.entries.remove(t)
+	if p.track && !e.preempting {
+		p.run.left(p, e)
+	}
 	last := p.running[len(p.running)-1]
 	p.running[e.runIdx], last.runIdx = last, e.runIdx
 	p.running[len(p.running)-1] = nil
@@ -426,7 +444,7 @@ func (m *Machine) expire(now time.Time, p *pool, d *Decisions) {
 				break
 			}
 			q.remove(e)
-			delete(m.entries, e.ticket)
+			m.entries.remove(e.ticket)
 			p.counts.Rejected++
 			d.Rejected = append(d.Rejected, Rejection{e.ticket,
 				fmt.Errorf("%w: waited %v, over class %q queue.max_wait %v", ErrRejected, now.Sub(e.Arrival), cl.Name, cl.MaxWait)})
@@ -520,6 +538,9 @@ func (m *Machine) admit(now time.Time, p *pool, d *Decisions) {
 		e.runIdx = len(p.running)
 		p.running = append(p.running, e)
 		p.victims.admitted(m, p, e)
+		if p.track {
+			p.run.admitted(p, e)
+		}
 		p.inflight++
 		p.tokens += e.cost
 		p.prefilling += e.req.PromptTokens

@@ -52,7 +52,10 @@ func (m *Machine) prefillFor(p *pool, promptTokens int) time.Duration {
 	return p.prefill.value()
 }
 
-// remaining predicts how long running request r still needs.
+// remaining predicts how long running request r still needs. The slot
+// index (slotwait.go) relies on its shape: with a first token, a function
+// of the tokens left that does not decrease as they grow, the same for
+// every request of a class (TestSlotIndexIsTheWalk checks).
 func (m *Machine) remaining(now time.Time, p *pool, r *entry) time.Duration {
 	speed := r.class.TPOT
 	if p.tpot.known {
@@ -78,10 +81,15 @@ func (m *Machine) slotWait(now time.Time, p *pool) time.Duration {
 	if p.inflight-p.preempting <= 0 {
 		return 0
 	}
+	// The least of each class's heap and of the requests in prefill is
+	// the least of all (slotwait.go).
 	w := forever
-	for _, r := range p.running {
-		if !r.preempting {
-			w = min(w, m.remaining(now, p, r))
+	for _, r := range p.run.prefill {
+		w = min(w, m.remaining(now, p, r))
+	}
+	for _, h := range p.run.byClass {
+		if len(h) > 0 {
+			w = min(w, m.remaining(now, p, h[0].e))
 		}
 	}
 	return w
@@ -191,10 +199,10 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 	// them is as little urgent as the least urgent possible victim, no
 	// request further on can be covered.
 	nVictims, worstVictim := 0, 0
-	for _, r := range p.running {
-		if !r.preempting && r.class.Preemptible && r.preempts < p.Preemption.MaxPerRequest && r.Priority > m.top {
-			nVictims++
-			worstVictim = max(worstVictim, r.Priority)
+	for ci, n := range p.run.under {
+		if cl := m.classes[ci]; n > 0 && cl.Preemptible && cl.Priority > m.top {
+			nVictims += n
+			worstVictim = max(worstVictim, cl.Priority)
 		}
 	}
 	if nVictims == 0 {
@@ -294,6 +302,7 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 		}
 		for _, c := range cands[:n] {
 			v := c.entry
+			p.run.left(p, v)
 			v.preempting = true
 			p.preempting++
 			v.ep.preempting++

@@ -164,7 +164,7 @@ func (s *Scheduler) stepLocked(now time.Time) {
 	for _, t := range d.Admitted {
 		w := s.waiters[t]
 		delete(s.waiters, t)
-		e := s.m.entries[t]
+		e := s.m.entries.get(t)
 		l := &lease{s: s, t: t, preempt: make(chan struct{}), queue: now.Sub(e.Arrival), endpoint: e.ep.Name}
 		s.leases[t] = l
 		w.ch <- admitResult{l: l}

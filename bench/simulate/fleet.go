@@ -15,7 +15,8 @@ import (
 )
 
 // A fleet is Options.Engines engine replicas behind Options.Proxies hosts
-// that share one scheduler machine, in virtual time. Two routings:
+// in virtual time, the hosts sharing one scheduler machine or each with its
+// own share of it (Options.Schedulers, layout.go). Two routings:
 //
 //   - RoutingEndpointAware: the pool has one endpoint per engine, each
 //     with its own limit (learned from that engine's load) and load
@@ -163,12 +164,14 @@ func (h *engineHeap) Pop() any {
 	return e
 }
 
-// fleet is one discrete-event run of a scheduler machine in front of many
-// engines. Events: the next arrival at a proxy, the earliest end of an
-// engine step, the next message due, the machine's wake-up and the
-// metrics tick.
+// fleet is one discrete-event run of scheduler machines (one shared, or
+// one per proxy) in front of many engines. Events: the next arrival at a
+// proxy, the earliest end of an engine step, the next message due, the
+// machines' wake-ups and the metrics tick.
 type fleet struct {
-	m         *scheduler.Machine
+	// ss are the scheduler machines: one shared by every proxy, or one
+	// per proxy (layout.go).
+	ss        []*fleetSched
 	classes   []workload.Class
 	prio      []int
 	routing   string
@@ -178,15 +181,13 @@ type fleet struct {
 	steps     engineHeap
 	dirty     []*fleetEngine
 	ended     []*fleetEngine
-	q         msgQueue // every message takes one hop
-	q2        msgQueue // engine → proxy → scheduler: two hops
-	byTicket  map[scheduler.Ticket]*vreq
+	q         msgQueue   // every message takes one hop
+	q2        msgQueue   // engine → proxy → scheduler: two hops
 	byEng     []*attempt // by engine sequence: the attempts an engine holds
 	nextEng   uint64
-	wake      time.Time
 	interval  time.Duration
 	rule      capacity.Rule // pool routing: the pool's; endpoint-aware: each endpoint's
-	limit     int           // pool routing: the pool's current limit
+	limit     int           // pool routing: the pool's current limit (the sum of the machines')
 	proxies   int
 	out       [][]int32 // pool routing: per proxy, its requests outstanding per engine
 	rr        []int
@@ -196,11 +197,21 @@ type fleet struct {
 	recordAll bool
 	late      bool
 	reqs      []vreq
-	// stepAll steps the machine at every event, as loop.go does; by
-	// default it steps as the hosts' runtime does (scheduler/runtime.go):
+	// stepAll steps the machines at every event, as loop.go does; by
+	// default each steps as the hosts' runtime does (scheduler/runtime.go):
 	// on an arrival, a release, a first token, a limit change and its own
 	// wake-up. Progress beyond the first token changes no decision.
-	stepAll  bool
+	stepAll bool
+	touched int // stepEnded's loads land here, so that they are not dropped
+}
+
+// fleetSched is one scheduler machine of a fleet and what the fleet knows
+// of it.
+type fleetSched struct {
+	m        *scheduler.Machine
+	index    int // in fleet.ss
+	byTicket map[scheduler.Ticket]*vreq
+	wake     time.Time
 	needStep bool
 }
 
@@ -232,7 +243,7 @@ func newFleet(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, er
 	}
 	f := &fleet{
 		classes: w.Classes, routing: o.Routing, hop: int64(o.Hop), proxies: o.Proxies,
-		epIndex: map[string]int{}, byTicket: map[scheduler.Ticket]*vreq{}, byEng: []*attempt{nil},
+		epIndex: map[string]int{}, byEng: []*attempt{nil},
 		interval: o.MetricsInterval, late: o.LateHandoff, recordAll: true,
 	}
 	for i := range o.Engines {
@@ -260,10 +271,26 @@ func newFleet(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, er
 	for _, c := range w.Classes {
 		f.prio = append(f.prio, c.Priority)
 	}
-	if f.m, err = scheduler.NewMachine(fleetConfig(w, pol, o)); err != nil {
-		return nil, fmt.Errorf("scheduler: %w", err)
+	cfgs := []scheduler.Config{fleetConfig(w, pol, o)}
+	if o.Schedulers == SchedulersPerProxy {
+		cfgs = perProxyConfigs(cfgs[0], o)
+	}
+	for i, cfg := range cfgs {
+		m, err := scheduler.NewMachine(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: %w", err)
+		}
+		f.ss = append(f.ss, &fleetSched{m: m, index: i, byTicket: map[scheduler.Ticket]*vreq{}})
 	}
 	return f, nil
+}
+
+// sched is the machine that schedules v: its proxy's, or the shared one.
+func (f *fleet) sched(v *vreq) *fleetSched {
+	if len(f.ss) == 1 {
+		return f.ss[0]
+	}
+	return f.ss[v.proxy]
 }
 
 // send queues a message due one hop after now.
@@ -304,7 +331,8 @@ func (f *fleet) deliver(m msg) {
 	switch m.kind {
 	case mArrive:
 		v := m.v
-		tk, err := f.m.Arrive(f.now, scheduler.Request{
+		s := f.sched(v)
+		tk, err := s.m.Arrive(f.now, scheduler.Request{
 			ID: v.id, Pool: poolName, Class: f.classes[v.it.Class].Name,
 			PromptTokens: v.it.PromptTokens, MaxTokens: v.it.MaxTokens, Arrival: v.at, Requeue: m.requeue,
 		})
@@ -317,8 +345,8 @@ func (f *fleet) deliver(m msg) {
 			return
 		}
 		v.ticket = tk
-		f.byTicket[tk] = v
-		f.needStep = true
+		s.byTicket[tk] = v
+		s.needStep = true
 	case mAdmitted:
 		f.start(m.v, m.n)
 	case mPreempt:
@@ -333,7 +361,7 @@ func (f *fleet) deliver(m msg) {
 		if err != nil {
 			if !a.detached {
 				f.detach(a)
-				f.send(msg{kind: mFinish, tk: v.ticket, out: scheduler.Failed})
+				f.send(msg{kind: mFinish, v: v, tk: v.ticket, out: scheduler.Failed})
 				f.end(v, result.StatusError, err.Error(), f.at(ns(f.now)+f.hop))
 			}
 			return
@@ -361,13 +389,21 @@ func (f *fleet) deliver(m msg) {
 		f.lose(a, lost)
 		f.touch(e)
 	case mProgress:
-		f.m.Progress(f.now, m.tk, scheduler.Progress{FirstToken: true, Tokens: m.n})
-		f.needStep = f.needStep || m.requeue
+		f.progress(m.v, m.tk, m.n, m.requeue)
 	case mFinish:
-		delete(f.byTicket, m.tk)
-		f.m.Finish(f.now, m.tk, m.out)
-		f.needStep = true
+		s := f.sched(m.v)
+		delete(s.byTicket, m.tk)
+		s.m.Finish(f.now, m.tk, m.out)
+		s.needStep = true
 	}
+}
+
+// progress reports v's n tokens to its scheduler; first marks the
+// attempt's first token, after which the scheduler steps.
+func (f *fleet) progress(v *vreq, tk scheduler.Ticket, n int, first bool) {
+	s := f.sched(v)
+	s.m.Progress(f.now, tk, scheduler.Progress{FirstToken: true, Tokens: n})
+	s.needStep = s.needStep || first
 }
 
 // lose books the work of a cancelled attempt as recomputed.
@@ -437,7 +473,7 @@ func (f *fleet) preempt(v *vreq, tk scheduler.Ticket) {
 	}
 	f.detach(a)
 	f.send(msg{kind: mAbort, a: a})
-	f.send(msg{kind: mFinish, tk: tk, out: scheduler.Preempted})
+	f.send(msg{kind: mFinish, v: v, tk: tk, out: scheduler.Preempted})
 	f.send(msg{kind: mArrive, v: v, requeue: true})
 	f.c.preemptions++
 	v.rec.Preemptions++
@@ -460,6 +496,16 @@ func (f *fleet) touch(e *fleetEngine) {
 func (f *fleet) stepEnded(e *fleetEngine) {
 	e.stepping = false
 	client := ns(f.now) + f.hop // the proxy sees it a hop later
+	// Load every attempt and request of the step before acting on any:
+	// independent loads overlap their cache misses, where the loop below
+	// takes them one after the other.
+	var touch int
+	for _, ev := range e.events {
+		if a := f.byEng[ev.ID]; a != nil {
+			touch += a.v.sent
+		}
+	}
+	f.touched += touch
 	for _, ev := range e.events {
 		a := f.byEng[ev.ID]
 		if a == nil {
@@ -490,18 +536,25 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 				v.waitEng, v.prefill = v.schedAt.Sub(v.admitted), time.Duration(client-ns(v.schedAt))
 			}
 			if f.recordAll {
+				if v.rec.ChunkNS == nil {
+					// One token per chunk, MaxTokens in all: one allocation.
+					v.rec.ChunkNS = make([]int64, 0, max(1, v.it.MaxTokens))
+				}
 				v.rec.ChunkNS = append(v.rec.ChunkNS, client)
 			}
-			// requeue marks the attempt's first token, which may free
-			// prefill budget.
-			f.sendBack(msg{kind: mProgress, tk: v.ticket, n: v.sent, requeue: !a.progressed})
+			// The attempt's first token may free prefill budget.
+			if f.hop == 0 {
+				f.progress(v, v.ticket, v.sent, !a.progressed) // as sendBack would
+			} else {
+				f.sendBack(msg{kind: mProgress, v: v, tk: v.ticket, n: v.sent, requeue: !a.progressed})
+			}
 			a.progressed = true
 		}
 		if ev.Flags.Has(sim.EvFinished) {
 			f.byEng[ev.ID] = nil
 			f.detach(a)
 			e.util.Requests++
-			f.sendBack(msg{kind: mFinish, tk: v.ticket, out: scheduler.Done})
+			f.sendBack(msg{kind: mFinish, v: v, tk: v.ticket, out: scheduler.Done})
 			f.end(v, result.StatusOK, "", f.at(client))
 		}
 	}
@@ -526,9 +579,12 @@ func (f *fleet) startStep(e *fleetEngine) error {
 
 // tick re-derives the limits from the engines' load, as the hosts'
 // capacity watchers do from /metrics: per endpoint (with its load report
-// for the picker), or once for the pool from the summed load.
+// for the picker), or once for the pool from the summed load. Each
+// proxy's own scheduler gets its share of every limit (layout.go).
 func (f *fleet) tick() {
-	f.c.bounds.add(f.m.Bounds(poolName))
+	for _, s := range f.ss {
+		f.c.bounds.add(s.m.Bounds(poolName))
+	}
 	if f.routing == RoutingPool {
 		var s capacity.Sample
 		kv := 0.0
@@ -540,8 +596,11 @@ func (f *fleet) tick() {
 		s.KVUsage = kv / float64(len(f.engines))
 		s.HasRunning, s.HasWaiting, s.HasKV = true, true, true
 		if next := f.rule.Next(f.limit, s); next != f.limit {
-			f.limit, f.needStep = next, true
-			_ = f.m.SetLimit(poolName, next) // the pool exists
+			f.limit = next
+			for _, s := range f.ss {
+				s.needStep = true
+				_ = s.m.SetLimit(poolName, share(next, len(f.ss), s.index, 0)) // the pool exists
+			}
 			f.c.limitMin = min(f.c.limitMin, next)
 		}
 		return
@@ -553,42 +612,53 @@ func (f *fleet) tick() {
 			HasRunning: true, HasWaiting: true, HasKV: true,
 		}
 		if next := f.rule.Next(e.limit, s); next != e.limit {
-			e.limit, f.needStep = next, true
-			_ = f.m.SetEndpointLimit(poolName, e.name, next) // the endpoint exists
+			e.limit = next
+			for _, s := range f.ss {
+				s.needStep = true
+				_ = s.m.SetEndpointLimit(poolName, e.name, share(next, len(f.ss), s.index, e.index)) // the endpoint exists
+			}
 		}
-		_ = f.m.SetEndpointLoad(poolName, e.name, scheduler.EndpointLoad{Running: e.eng.Running(), Waiting: e.eng.Waiting(), KVUsage: e.eng.KVUsage()})
+		for _, s := range f.ss {
+			_ = s.m.SetEndpointLoad(poolName, e.name, scheduler.EndpointLoad{Running: e.eng.Running(), Waiting: e.eng.Waiting(), KVUsage: e.eng.KVUsage()})
+		}
 		sum += e.limit
 	}
 	f.c.limitMin = min(f.c.limitMin, sum)
 }
 
-// decide steps the machine until it has nothing more to decide at now;
-// its decisions leave for the proxies.
+// decide steps the machines until they have nothing more to decide at
+// now; their decisions leave for the proxies.
 func (f *fleet) decide() {
-	if !f.stepAll && !f.needStep && (f.wake.IsZero() || f.wake.After(f.now)) {
+	for _, s := range f.ss {
+		f.decideOn(s)
+	}
+}
+
+func (f *fleet) decideOn(s *fleetSched) {
+	if !f.stepAll && !s.needStep && (s.wake.IsZero() || s.wake.After(f.now)) {
 		return
 	}
-	f.needStep = false
+	s.needStep = false
 	for {
-		d := f.m.Step(f.now)
-		f.wake = d.Wake
+		d := s.m.Step(f.now)
+		s.wake = d.Wake
 		for _, tk := range d.Admitted {
-			v := f.byTicket[tk]
+			v := s.byTicket[tk]
 			ep := -1
 			if f.routing == RoutingEndpointAware {
-				name, _ := f.m.EndpointOf(tk)
+				name, _ := s.m.EndpointOf(tk)
 				ep = f.epIndex[name]
 			}
 			f.send(msg{kind: mAdmitted, v: v, n: ep})
 		}
 		for _, rj := range d.Rejected {
-			if v := f.byTicket[rj.Ticket]; v != nil {
-				delete(f.byTicket, rj.Ticket)
+			if v := s.byTicket[rj.Ticket]; v != nil {
+				delete(s.byTicket, rj.Ticket)
 				f.end(v, result.StatusRejected, rj.Err.Error(), f.at(ns(f.now)+f.hop))
 			}
 		}
 		for _, tk := range d.Preempted {
-			f.send(msg{kind: mPreempt, v: f.byTicket[tk], tk: tk})
+			f.send(msg{kind: mPreempt, v: s.byTicket[tk], tk: tk})
 		}
 		if len(d.Preempted) == 0 || f.hop > 0 {
 			return
@@ -665,7 +735,9 @@ func (f *fleet) run(items []workload.Item) ([]result.Record, error) {
 		if t, ok := f.q2.peek(); ok {
 			pick(f.at(t))
 		}
-		pick(f.wake)
+		for _, s := range f.ss {
+			pick(s.wake)
+		}
 		pick(nextTick)
 		if next.IsZero() {
 			return nil, fmt.Errorf("simulate: stuck at %v with %d of %d requests ended", f.now.Sub(epoch), f.finished, len(items))

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -179,13 +180,16 @@ func TestFleetTextGolden(t *testing.T) {
 
 // Every request pays its hops: arrival → scheduler → proxy → engine, and
 // the token back to the proxy, so no TTFT is below four hops; and the
-// admission reaches the engine two hops after the decision.
+// admission reaches the engine two hops after the decision. For either
+// routing and either scheduler layout.
 func TestFleetHops(t *testing.T) {
 	w := testWorkload(t)
 	const hop = 5 * time.Millisecond
-	for _, r := range []string{RoutingEndpointAware, RoutingPool} {
+	for _, c := range [][2]string{{RoutingEndpointAware, SchedulersShared}, {RoutingPool, SchedulersShared},
+		{RoutingEndpointAware, SchedulersPerProxy}, {RoutingPool, SchedulersPerProxy}} {
+		r := c[0] + " " + c[1]
 		o := testOptions()
-		o.Engines, o.Proxies, o.Hop, o.Routing, o.Duration = 2, 3, hop, r, 20*time.Second
+		o.Engines, o.Proxies, o.Hop, o.Routing, o.Schedulers, o.Duration = 2, 3, hop, c[0], c[1], 20*time.Second
 		res, err := Evaluate(w, []string{"preemptive"}, []float64{0.5}, o)
 		if err != nil {
 			t.Fatal(err)
@@ -217,9 +221,214 @@ func TestFleetOptionErrors(t *testing.T) {
 		{Options{Routing: "random"}, `routing: "random"`},
 		{Options{Hop: -time.Millisecond}, "hop: -1ms"},
 		{Options{Engines: 2, Predictor: PredictTiming}, "predictor: timing"},
+		{Options{Schedulers: "each"}, `schedulers: "each"`},
+		{Options{Proxies: 8, MaxInflight: 4, Schedulers: SchedulersPerProxy}, "max_inflight 4 is less than"},
+		{Options{Engines: 2, Proxies: 9, MaxInflight: 4, Routing: RoutingPool, Schedulers: SchedulersPerProxy}, "max_inflight × engines 8"},
 	} {
 		if _, err := c.o.withDefaults(w); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want one naming %q", c.o, err, c.want)
 		}
+	}
+}
+
+// Every limit split among the proxies sums to the limit, no two proxies'
+// shares of one limit differ by more than one, and over the endpoints the
+// extra slots go round: no proxy's total is more than one above another's.
+func TestShareSplitsEveryLimit(t *testing.T) {
+	for _, c := range [][3]int{{64, 8, 64}, {64, 3, 5}, {5, 4, 7}, {1, 1, 3}, {7, 7, 2}, {10, 16, 4}} {
+		n, m, eps := c[0], c[1], c[2]
+		totals := make([]int, m)
+		for j := range eps {
+			sum, lo, hi := 0, n, 0
+			for i := range m {
+				s := share(n, m, i, j)
+				sum, lo, hi = sum+s, min(lo, s), max(hi, s)
+				totals[i] += s
+			}
+			if sum != n || hi-lo > 1 {
+				t.Errorf("share(%d, %d, ·, %d): sum %d, shares in [%d, %d]", n, m, j, sum, lo, hi)
+			}
+		}
+		if eps >= m && slices.Max(totals)-slices.Min(totals) > 1 {
+			t.Errorf("%d over %d proxies, %d endpoints: totals %v", n, m, eps, totals)
+		}
+	}
+	w := testWorkload(t)
+	o, err := Options{Engines: 3, Proxies: 4, MaxInflight: 6, MaxPrefillTokens: 1000, ReserveUrgent: 1, Schedulers: SchedulersPerProxy}.withDefaults(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, _ := policy.Lookup("preemptive")
+	shared := fleetConfig(w, pol, o)
+	var pool, prefill, reserve int
+	eps := make([]int, 3)
+	for _, c := range perProxyConfigs(shared, o) {
+		p := c.Pools[0]
+		pool, prefill, reserve = pool+p.MaxInflight, prefill+p.MaxPrefillTokens, reserve+p.ReserveUrgent
+		for j, ep := range p.Endpoints {
+			eps[j] += ep.MaxInflight
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("a proxy's config: %v", err)
+		}
+	}
+	sp := shared.Pools[0]
+	if pool != sp.MaxInflight || prefill != sp.MaxPrefillTokens || reserve != sp.ReserveUrgent || !slices.Equal(eps, []int{6, 6, 6}) {
+		t.Errorf("shares sum to pool %d, prefill %d, reserve %d, endpoints %v; shared %d, %d, %d, 6 each",
+			pool, prefill, reserve, eps, sp.MaxInflight, sp.MaxPrefillTokens, sp.ReserveUrgent)
+	}
+	if sp.Endpoints[0].MaxInflight != 6 {
+		t.Errorf("splitting changed the shared config: %+v", sp.Endpoints[0])
+	}
+}
+
+// runItems runs hand-made items (proxy = index mod proxies) through a
+// fleet of one engine with static capacity and returns the fleet.
+func runItems(t *testing.T, o Options, pol string, items []workload.Item) *fleet {
+	t.Helper()
+	w := testWorkload(t)
+	o.Engines, o.MetricsInterval, o.StaticBounds = 1, -1, true
+	o, err := o.withDefaults(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Lookup(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := newFleet(w, p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range items {
+		items[i].Index = i
+	}
+	recs, err := f.run(items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range recs {
+		if r.Status != result.StatusOK {
+			t.Fatalf("item %d: %s %s", i, r.Status, r.Error)
+		}
+	}
+	return f
+}
+
+// With a scheduler per proxy, one proxy queues while another's share of
+// the same engine stands empty: four slots, two per proxy; proxy 0 gets
+// four long requests, proxy 1 four short ones. Shared, proxy 0's third
+// request takes a slot as soon as the first short one ends; per proxy, it
+// waits for one of proxy 0's own long ones, well after proxy 1 is done.
+func TestPerProxySchedulersQueueBesideRoom(t *testing.T) {
+	var items []workload.Item
+	for i := range 8 {
+		it := workload.Item{Class: 1, PromptTokens: 256, MaxTokens: 400}
+		if i%2 == 1 {
+			it.MaxTokens = 8
+		}
+		items = append(items, it)
+	}
+	// third is how long proxy 0's third request queued, and when proxy 1's
+	// first and last requests ended.
+	third := func(f *fleet) (queued, first, last time.Duration) {
+		first = time.Duration(1 << 62)
+		for i, v := range f.reqs {
+			if i%2 == 1 {
+				first, last = min(first, time.Duration(v.rec.DoneNS)), max(last, time.Duration(v.rec.DoneNS))
+			}
+		}
+		return f.reqs[4].queued, first, last
+	}
+	o := Options{Proxies: 2, MaxInflight: 4}
+	sq, sFirst, _ := third(runItems(t, o, "fifo", slices.Clone(items)))
+	o.Schedulers = SchedulersPerProxy
+	pq, _, pLast := third(runItems(t, o, "fifo", slices.Clone(items)))
+	t.Logf("proxy 0's third request queued %v shared (proxy 1's first end %v), %v per proxy (proxy 1's last end %v)", sq, sFirst, pq, pLast)
+	if sq > sFirst {
+		t.Errorf("shared: proxy 0's third request queued %v, past proxy 1's first end at %v", sq, sFirst)
+	}
+	if pq <= pLast {
+		t.Errorf("per proxy: proxy 0's third request queued %v, not past proxy 1's last end at %v (its share was free)", pq, pLast)
+	}
+}
+
+// With a scheduler per proxy, preemption sees only its own proxy's
+// requests: proxy 1's share is full of urgent work and proxy 0's of
+// preemptible batch work when an urgent request reaches proxy 1. Shared,
+// a batch request of proxy 0 is preempted for it; per proxy, nothing is,
+// and it waits for one of proxy 1's own to end.
+func TestPerProxySchedulersPreemptOnlyTheirOwn(t *testing.T) {
+	items := []workload.Item{
+		{Class: 1, PromptTokens: 256, MaxTokens: 500}, // proxy 0
+		{Class: 0, PromptTokens: 256, MaxTokens: 500}, // proxy 1
+		{Class: 1, PromptTokens: 256, MaxTokens: 500},
+		{Class: 0, PromptTokens: 256, MaxTokens: 500},
+		{Class: 1, PromptTokens: 256, MaxTokens: 8, At: time.Second},
+		{Class: 0, PromptTokens: 256, MaxTokens: 8, At: time.Second}, // the urgent one
+	}
+	o := Options{Proxies: 2, MaxInflight: 4}
+	shared := runItems(t, o, "preemptive", slices.Clone(items))
+	o.Schedulers = SchedulersPerProxy
+	per := runItems(t, o, "preemptive", slices.Clone(items))
+	victims := func(f *fleet) (own, other int) {
+		for i, v := range f.reqs {
+			if v.rec.Preemptions > 0 && i%2 == 1 {
+				own++
+			} else if v.rec.Preemptions > 0 {
+				other++
+			}
+		}
+		return own, other
+	}
+	so, sx := victims(shared)
+	po, px := victims(per)
+	t.Logf("urgent request queued %v shared (%d victims at proxy 1, %d at proxy 0), %v per proxy (%d, %d)",
+		shared.reqs[5].queued, so, sx, per.reqs[5].queued, po, px)
+	if sx == 0 || shared.reqs[5].queued > 100*time.Millisecond {
+		t.Errorf("shared: %d victims at proxy 0, urgent request queued %v; want a victim and a short wait", sx, shared.reqs[5].queued)
+	}
+	if po+px != 0 || per.reqs[5].queued < time.Second {
+		t.Errorf("per proxy: %d victims at proxy 1, %d at proxy 0, urgent request queued %v; want none and a wait for its own", po, px, per.reqs[5].queued)
+	}
+}
+
+// BenchmarkFleet is one run of the speed goal's fleet (64 engines behind
+// 8 proxies, the standard workload at 570 req/s, load 1.0, for 10 virtual
+// seconds of arrivals) under each policy: the cost that bench simulate
+// pays per policy and load, a sixtieth of the goal's 10 minutes.
+func BenchmarkFleet(b *testing.B) {
+	w, err := workloads.LoadStandard()
+	if err != nil {
+		b.Fatal(err)
+	}
+	o, err := Options{Engines: 64, Proxies: 8, Duration: 10 * time.Second}.withDefaults(w)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sw := o.prepare(w).ScaleRate(570 / naturalRate(w))
+	items, err := collect(sw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"fifo", "priority", "preemptive"} {
+		b.Run(name, func(b *testing.B) {
+			tokens := 0
+			for b.Loop() {
+				pol, err := policy.Lookup(name)
+				if err != nil {
+					b.Fatal(err)
+				}
+				f, err := newFleet(sw, pol, o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := f.run(items); err != nil {
+					b.Fatal(err)
+				}
+				tokens = int(f.c.computed)
+			}
+			b.ReportMetric(float64(tokens), "tokens/run")
+		})
 	}
 }

@@ -102,9 +102,13 @@ type Options struct {
 	// Engines times MaxInflight, MaxInflightTokens, MaxPrefillTokens and
 	// ReserveUrgent, and load 1.0 is Engines times one engine's saturation.
 	Engines int
-	// Proxies is the number of hosts in front of the engines, sharing one
-	// scheduler; 0 means 1. Requests are spread over them round-robin.
+	// Proxies is the number of hosts in front of the engines; 0 means 1.
+	// Requests are spread over them round-robin.
 	Proxies int
+	// Schedulers is the fleet's scheduler layout: SchedulersShared (empty:
+	// the default), one machine for every proxy, or SchedulersPerProxy,
+	// one per proxy with its share of every bound (layout.go).
+	Schedulers string
 	// Routing is RoutingEndpointAware (empty: the default) or RoutingPool.
 	Routing string
 	// Hop is the one-way network delay of every message between a proxy
@@ -200,6 +204,23 @@ func (o Options) withDefaults(w *workload.Workload) (Options, error) {
 	}
 	if o.Hop < 0 {
 		errs = append(errs, fmt.Errorf("hop: %v must not be negative", o.Hop))
+	}
+	switch o.Schedulers {
+	case "":
+		o.Schedulers = SchedulersShared
+	case SchedulersShared:
+	case SchedulersPerProxy:
+		// Every proxy needs a slot of its own on every endpoint (or in the
+		// pool, under pool routing): a share of 0 would mean no bound.
+		least, of := o.MaxInflight, "max_inflight"
+		if o.Routing == RoutingPool {
+			least, of = o.MaxInflight*o.Engines, "max_inflight × engines"
+		}
+		if o.MaxInflight > 0 && least < o.Proxies {
+			errs = append(errs, fmt.Errorf("schedulers: %s gives each of %d proxies a share of every limit; %s %d is less than that", SchedulersPerProxy, o.Proxies, of, least))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("schedulers: %q must be %s or %s", o.Schedulers, SchedulersShared, SchedulersPerProxy))
 	}
 	if o.fleet() && o.Predictor == PredictTiming {
 		errs = append(errs, fmt.Errorf("predictor: %s asks one engine's timing model; a fleet (engines %d, proxies %d, hop %v) uses %s", PredictTiming, o.Engines, o.Proxies, o.Hop, PredictObserved))

@@ -136,7 +136,11 @@ func WriteText(w io.Writer, r *Result, brief bool) error {
 		fmt.Fprintf(ew, ", limit from engine load every %gms", r.Pool.MetricsIntervalMs)
 	}
 	if r.Engines > 1 || r.Proxies > 1 || r.HopMs > 0 {
-		fmt.Fprintf(ew, "\nfleet: %d engines behind %d proxies sharing one scheduler, routing %s, hop %gms; pool options per engine", r.Engines, r.Proxies, r.Routing, r.HopMs)
+		layout := "sharing one scheduler"
+		if r.Schedulers == SchedulersPerProxy {
+			layout = "each with its own scheduler and its share of every limit"
+		}
+		fmt.Fprintf(ew, "\nfleet: %d engines behind %d proxies %s, routing %s, hop %gms; pool options per engine", r.Engines, r.Proxies, layout, r.Routing, r.HopMs)
 	}
 	fmt.Fprintf(ew, "\nsaturation: %.2f req/s (%.0f output tok/s), measured over %.1f s of a %d-request backlog\n\n",
 		r.Saturation.RPS, r.Saturation.OutputTokensPerS, r.Saturation.WindowS, r.Saturation.Requests)

@@ -26,14 +26,15 @@ type Result struct {
 	Engine     EngineInfo     `json:"engine"`
 	Pool       PoolInfo       `json:"pool"`
 	Saturation SaturationInfo `json:"saturation"`
-	// Engines, Proxies, Routing and HopMs describe the fleet (fleet.go):
-	// 1, 1, the routing asked for and 0 for a single host in front of a
-	// single engine.
-	Engines int     `json:"engines"`
-	Proxies int     `json:"proxies"`
-	Routing string  `json:"routing"`
-	HopMs   float64 `json:"hop_ms"`
-	Runs    []*Run  `json:"runs"`
+	// Engines, Proxies, Routing, Schedulers and HopMs describe the fleet
+	// (fleet.go): 1, 1, the routing asked for, shared and 0 for a single
+	// host in front of a single engine.
+	Engines    int     `json:"engines"`
+	Proxies    int     `json:"proxies"`
+	Routing    string  `json:"routing"`
+	Schedulers string  `json:"schedulers"`
+	HopMs      float64 `json:"hop_ms"`
+	Runs       []*Run  `json:"runs"`
 	// Floor is the admission floor per load (keyed by loadKey): what the
 	// most extreme admission gives the most urgent class on this engine.
 	Floor map[string]*Floor `json:"floor"`
@@ -139,7 +140,7 @@ const maxItems = 5_000_000
 
 // Evaluate measures the saturation rate of w on the engine, then runs every
 // policy at every load (load × saturation requests per second; no loads
-// means the workload's own rate). Runs execute in parallel, one per CPU;
+// means the workload's own rate). Runs execute in parallel, two per CPU;
 // each is deterministic, so the result is too.
 func Evaluate(w *workload.Workload, policies []string, loads []float64, o Options) (*Result, error) {
 	o, err := o.withDefaults(w)
@@ -178,7 +179,7 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 		sat.Method += fmt.Sprintf("; times %d engines", n)
 	}
 	res := &Result{Workload: w.Spec.Name, Profile: o.Profile, Saturation: *sat, Pool: poolInfo(w, o),
-		Engines: o.Engines, Proxies: o.Proxies, Routing: o.Routing, HopMs: ms(o.Hop)}
+		Engines: o.Engines, Proxies: o.Proxies, Routing: o.Routing, Schedulers: o.Schedulers, HopMs: ms(o.Hop)}
 	if err := res.fillEngine(o); err != nil {
 		return nil, err
 	}
@@ -206,7 +207,10 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 	runErrs := make([]error, len(jobs))
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for range min(len(jobs), runtime.GOMAXPROCS(0)) {
+	// Twice as many workers as processors: with one each, the last jobs
+	// run on fewer processors than there are (three equal runs on two
+	// take twice one run, not one and a half).
+	for range min(len(jobs), 2*runtime.GOMAXPROCS(0)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

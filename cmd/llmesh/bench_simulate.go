@@ -50,7 +50,8 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		minRun    = fs.Duration("min-run-time", simulate.DefaultMinRunTime, "preemption guard: minimum run time of a victim")
 		maxPer    = fs.Int("max-per-request", simulate.DefaultMaxPerRequest, "preemption guard: most preemptions of one request")
 		engines   = fs.Int("engines", 1, "fleet: engine replicas behind the pool; --max-inflight, --max-prefill-tokens and --reserve-urgent are per engine")
-		proxies   = fs.Int("proxies", 1, "fleet: hosts in front of the engines, sharing one scheduler")
+		proxies   = fs.Int("proxies", 1, "fleet: hosts in front of the engines")
+		scheds    = fs.String("schedulers", simulate.SchedulersShared, "fleet: "+simulate.SchedulersShared+" (one scheduler for every proxy) or "+simulate.SchedulersPerProxy+" (each proxy its own, with its share of every engine's limit)")
 		routing   = fs.String("routing", simulate.RoutingEndpointAware, "fleet: "+simulate.RoutingEndpointAware+" (the lease's endpoint) or "+simulate.RoutingPool+" (pool-level admission, least-request host choice by the proxy)")
 		hop       = fs.Duration("hop", 0, "fleet: one-way network delay between a proxy and the scheduler, and between a proxy and an engine")
 		rate      = fs.Float64("rate", 0, "arrival rate in req/s, replacing the workload's (not with --loads or --trace)")
@@ -104,6 +105,9 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if *routing != simulate.RoutingEndpointAware && *routing != simulate.RoutingPool {
 		errs = append(errs, fmt.Errorf("--routing: %q must be %s or %s", *routing, simulate.RoutingEndpointAware, simulate.RoutingPool))
 	}
+	if *scheds != simulate.SchedulersShared && *scheds != simulate.SchedulersPerProxy {
+		errs = append(errs, fmt.Errorf("--schedulers: %q must be %s or %s", *scheds, simulate.SchedulersShared, simulate.SchedulersPerProxy))
+	}
 	if *hop < 0 {
 		errs = append(errs, fmt.Errorf("--hop: %v must not be negative", *hop))
 	}
@@ -131,7 +135,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		w = w.ScaleRate(*rate / w.Spec.Arrival.Rate)
 	}
 	o := simulate.Options{
-		Engines: *engines, Proxies: *proxies, Routing: *routing, Hop: *hop,
+		Engines: *engines, Proxies: *proxies, Routing: *routing, Schedulers: *scheds, Hop: *hop,
 		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
 		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep, LongPrefillTokenThreshold: *longPre},
 		MetricsInterval: *interval, MaxPrefillTokens: *prefill, ReserveUrgent: *reserve, LateHandoff: *late, StaticBounds: *static,

@@ -92,16 +92,17 @@ func FuzzParseLoads(f *testing.F) {
 
 func TestBenchSimulateFleet(t *testing.T) {
 	out, errOut, err := benchMain(t, "simulate", "--policies", "priority", "--loads", "1", "--duration", "10s",
-		"--engines", "3", "--proxies", "2", "--routing", "pool", "--hop", "1ms", "--json", "-")
+		"--engines", "3", "--proxies", "2", "--routing", "pool", "--schedulers", "per-proxy", "--hop", "1ms", "--json", "-")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
 	var doc struct {
-		Engines int     `json:"engines"`
-		Proxies int     `json:"proxies"`
-		Routing string  `json:"routing"`
-		HopMs   float64 `json:"hop_ms"`
-		Runs    []struct {
+		Engines    int     `json:"engines"`
+		Proxies    int     `json:"proxies"`
+		Routing    string  `json:"routing"`
+		Schedulers string  `json:"schedulers"`
+		HopMs      float64 `json:"hop_ms"`
+		Runs       []struct {
 			Sim struct {
 				Endpoints []struct {
 					Name            string  `json:"name"`
@@ -116,7 +117,7 @@ func TestBenchSimulateFleet(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
-	if doc.Engines != 3 || doc.Proxies != 2 || doc.Routing != "pool" || doc.HopMs != 1 || len(doc.Runs) != 1 {
+	if doc.Engines != 3 || doc.Proxies != 2 || doc.Routing != "pool" || doc.Schedulers != "per-proxy" || doc.HopMs != 1 || len(doc.Runs) != 1 {
 		t.Fatalf("fleet fields: %+v", doc)
 	}
 	s := doc.Runs[0].Sim
@@ -128,11 +129,11 @@ func TestBenchSimulateFleet(t *testing.T) {
 			t.Errorf("engine %s did nothing: %+v", e.Name, e)
 		}
 	}
-	_, _, err = benchMain(t, "simulate", "--engines", "0", "--proxies", "-1", "--routing", "random", "--hop", "-1ms", "--rate", "5", "--loads", "1")
+	_, _, err = benchMain(t, "simulate", "--engines", "0", "--proxies", "-1", "--routing", "random", "--schedulers", "each", "--hop", "-1ms", "--rate", "5", "--loads", "1")
 	if exitCodeOf(err) != 2 {
 		t.Fatalf("exit code %d (%v), want 2", exitCodeOf(err), err)
 	}
-	for _, want := range []string{"--engines", "--proxies", `--routing: "random"`, "--hop", "--rate"} {
+	for _, want := range []string{"--engines", "--proxies", `--routing: "random"`, `--schedulers: "each"`, "--hop", "--rate"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}
