@@ -20,6 +20,10 @@ import "time"
 //     itself takes (the abort lands at the end of the engine step in
 //     flight: one step, the pool's observed time per output token) frees
 //     its slot by itself as soon; it is never a victim.
+//   - In an overloaded pool (tune.go) the engine has no idle time in which
+//     a recompute is made up: it is throughput the less urgent backlog
+//     loses for good, and the lateness of every request behind it. A
+//     victim with anything sunk is then not eligible, whatever the gain.
 //
 // Among eligible victims the cheapest recompute goes first, then the one
 // farthest from finishing, then the design's order (no first token yet →
@@ -128,7 +132,7 @@ func (m *Machine) worthIt(now time.Time, p *pool, vs []*entry, gain time.Duratio
 		if p.tpot.known {
 			step = p.tpot.value()
 		}
-		if c.remaining <= step || c.recompute >= gain {
+		if c.remaining <= step || c.recompute >= gain || (p.obs.overloaded && m.sunk(now, p, v) > 0) {
 			continue
 		}
 		out = append(out, c)

@@ -33,15 +33,29 @@ import (
 //     at most the objective times Preemption.Target. The cost rules
 //     (cost.go) keep what it preempts cheap.
 //
-// Overload release: both derived bounds are 0 while a request of a less
+// Overload release: the pool is overloaded while a request of a less
 // urgent class has waited more than PoolConfig.OverloadRelease (default
-// DefaultOverloadRelease) × its class's TTFT
-// objective. The pool is then overloaded (it is not catching up on its
-// less urgent work), and there every slot and every prefill token held
-// back for the urgent class is throughput the others lose, which under a
-// client timeout turns into timed-out requests; the urgent class keeps
-// preemption (the budget and the cost rules are unchanged). A class
-// without a TTFT objective never releases.
+// DefaultOverloadRelease) × its class's TTFT objective: it is not catching
+// up on its less urgent work, so every slot, every prefill token and every
+// recomputed token taken from that work is throughput it never gets back
+// (under a client timeout, timed-out requests: each second the backlog
+// loses moves the moment its waits pass the timeout earlier, and every
+// request after that moment is lost). Then:
+//
+//   - the derived reserve is 0: a held slot is a sequence less in the
+//     engine's batch;
+//   - the derived prefill cap is one engine step's token budget
+//     (overloadPrefillCap) per endpoint: a larger backlog of admitted
+//     prompts does not make the engine's steps fuller, it only queues in
+//     the engine in front of the next urgent prompt (with no bound there
+//     the urgent class waits behind every admitted prompt; with the
+//     calm-time bound, about one prompt, prefill is serialized and a
+//     prefill-bound engine loses throughput);
+//   - the preemption budget is the whole objective, and a victim must
+//     have nothing sunk (cost.go): a recompute is throughput lost for
+//     good.
+//
+// A class without a TTFT objective never releases.
 //
 // Static settings override: a bound set above 0 is used as given, and
 // StaticBounds keeps 0 meaning off.
@@ -53,6 +67,10 @@ const (
 	maxPrefillCap = 8192
 	queueShare    = 0.5
 	rateAlpha     = 0.05 // rates move slower than the per-request estimates
+	// overloadPrefillCap is the prefill cap of an overloaded pool, per
+	// endpoint: one engine step's token budget at vLLM's default
+	// max_num_batched_tokens, the most prefill one step takes.
+	overloadPrefillCap = 8192
 )
 
 // DefaultOverloadRelease is PoolConfig.OverloadRelease's default factor.
@@ -195,8 +213,11 @@ func (m *Machine) reserveFor(p *pool) int {
 
 // prefillCap is the pool's max_prefill_tokens in effect (0: no bound).
 func (m *Machine) prefillCap(p *pool) int {
-	if n := p.MaxPrefillTokens; n > 0 || !m.tuned(p) || p.obs.overloaded {
+	if n := p.MaxPrefillTokens; n > 0 || !m.tuned(p) {
 		return n
+	}
+	if p.obs.overloaded {
+		return overloadPrefillCap * len(p.endpoints)
 	}
 	n := derivePrefillCap(m.urgentTTFT(), p.obs.perToken())
 	if n > 0 && p.obs.otherPrompt.known {

@@ -120,7 +120,8 @@ pools:
 
 // TestOverloadReleasesBounds: once a batch request has waited ten times
 // its class's 5 s TTFT objective the pool is overloaded: the derived
-// reserve and prefill cap are 0 and the preemption budget is the whole
+// reserve is 0, the derived prefill cap one engine step's budget (8192
+// tokens on the pool's one endpoint) and the preemption budget the whole
 // urgent objective, so the capacity held back for the urgent class goes to
 // the work that is falling behind. When the queue has caught up the derived
 // bounds are back. Bounds set in the config are not released (the budget,
@@ -174,7 +175,7 @@ func overloadBounds(t *testing.T, pc scheduler.PoolConfig, static bool) {
 		t.Errorf("static %v: waited 49s: %+v, want the calm bounds %+v", static, got, calm)
 	}
 	m.Step(late.Add(51 * time.Second))
-	want := scheduler.Bounds{PreemptionBudget: 200 * time.Millisecond, Derived: true}
+	want := scheduler.Bounds{MaxPrefillTokens: 8192, PreemptionBudget: 200 * time.Millisecond, Derived: true}
 	if static {
 		want = calm
 		want.PreemptionBudget = 200 * time.Millisecond
