@@ -41,6 +41,9 @@ type observed struct {
 	urgentArrivals rate
 	otherFinishes  rate
 	otherPrompt    ewma // prompt tokens of the other classes' arrivals
+	// prefilled is the pool's prefill throughput: prompt tokens of
+	// requests that reached their first token, per second (tune.go).
+	prefilled tokenRate
 	// overloaded: a less urgent request has waited past the overload
 	// release factor × its class's TTFT objective (tune.go); set at every
 	// step.
@@ -48,13 +51,14 @@ type observed struct {
 }
 
 // firstToken records that a request with prompt prompt tokens, admitted
-// took ago, produced its first token.
-func (o *observed) firstToken(prompt int, took time.Duration) {
+// took ago, produced its first token at now.
+func (o *observed) firstToken(now time.Time, prompt int, took time.Duration) {
 	if prompt <= 0 || took < 0 {
 		return
 	}
 	o.prefillTime.observe(took)
 	o.prefillPrompt.observe(time.Duration(prompt))
+	o.prefilled.add(now, prompt)
 }
 
 // perToken is the observed prefill time per prompt token; 0 before any

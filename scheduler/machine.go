@@ -300,7 +300,7 @@ func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
 		e.firstToken = true
 		e.firstAt = now
 		e.pool.prefill.observe(now.Sub(e.admitted))
-		e.pool.obs.firstToken(e.req.PromptTokens, now.Sub(e.admitted))
+		e.pool.obs.firstToken(now, e.req.PromptTokens, now.Sub(e.admitted))
 		e.pool.prefilling -= e.req.PromptTokens
 		e.ep.prefilling -= e.req.PromptTokens
 		freed = m.prefillCap(e.pool) > 0 && e.req.PromptTokens > 0

@@ -44,13 +44,16 @@ import (
 //
 //   - the derived reserve is 0: a held slot is a sequence less in the
 //     engine's batch;
-//   - the derived prefill cap is one engine step's token budget
-//     (overloadPrefillCap) per endpoint: a larger backlog of admitted
-//     prompts does not make the engine's steps fuller, it only queues in
-//     the engine in front of the next urgent prompt (with no bound there
-//     the urgent class waits behind every admitted prompt; with the
-//     calm-time bound, about one prompt, prefill is serialized and a
-//     prefill-bound engine loses throughput);
+//   - the derived prefill cap is what the pool prefills in queueShare of
+//     the urgent objective at its observed prefill throughput, and at
+//     least one engine step's token budget (overloadPrefillCap) per
+//     endpoint: a larger backlog of admitted prompts does not make the
+//     engines' steps fuller, it only queues in front of the next urgent
+//     prompt (with no bound the urgent class waits behind every admitted
+//     prompt; with the calm-time bound, about one prompt, prefill is
+//     serialized and a prefill-bound engine loses throughput). The
+//     throughput term covers an endpoint that is several engines (pool
+//     routing), whose steps the pool cannot count;
 //   - the preemption budget is the whole objective, and a victim must
 //     have nothing sunk (cost.go): a recompute is throughput lost for
 //     good.
@@ -123,6 +126,39 @@ func (r *rate) event(now time.Time) {
 	}
 	r.gap += rateAlpha * (g - r.gap)
 }
+
+// tokenRate is a moving average of a token count per second, over
+// windows of at least tokenWindow.
+type tokenRate struct {
+	start time.Time
+	acc   float64
+	v     float64
+	known bool
+	seen  bool
+}
+
+const tokenWindow = time.Second
+
+func (r *tokenRate) add(now time.Time, n int) {
+	if !r.seen || now.Before(r.start) {
+		r.start, r.acc, r.seen = now, 0, true
+	}
+	r.acc += float64(n)
+	el := now.Sub(r.start)
+	if el < tokenWindow {
+		return
+	}
+	x := r.acc / el.Seconds()
+	if !r.known {
+		r.v, r.known = x, true
+	} else {
+		r.v += ewmaAlpha * (x - r.v)
+	}
+	r.start, r.acc = now, 0
+}
+
+// perSecond is the observed rate; 0 before a whole window.
+func (r *tokenRate) perSecond() float64 { return r.v }
 
 // perSecond is the observed rate; 0 before two events.
 func (r *rate) perSecond() float64 {
@@ -217,7 +253,11 @@ func (m *Machine) prefillCap(p *pool) int {
 		return n
 	}
 	if p.obs.overloaded {
-		return overloadPrefillCap * len(p.endpoints)
+		n := overloadPrefillCap * len(p.endpoints)
+		if r := p.obs.prefilled.perSecond(); r > 0 {
+			n = max(n, int(min(float64(maxTokens), r*queueShare*m.urgentTTFT().Seconds())))
+		}
+		return n
 	}
 	n := derivePrefillCap(m.urgentTTFT(), p.obs.perToken())
 	if n > 0 && p.obs.otherPrompt.known {

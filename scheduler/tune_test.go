@@ -216,3 +216,28 @@ func steadyTraffic(t *testing.T, m *scheduler.Machine) time.Time {
 	}
 	return now
 }
+
+// TestOverloadPrefillCapFollowsThroughput: an overloaded pool's prefill cap
+// is what it prefills in half the urgent objective at its observed prefill
+// throughput when that is more than one engine step (an endpoint that is
+// several engines): prompts of 20,000 tokens reaching their first token
+// every 100 ms are 200,000 tokens a second, so ≈ 20,000 tokens in 100 ms.
+func TestOverloadPrefillCapFollowsThroughput(t *testing.T) {
+	m := newMachine(t, preemptivePool(16, rails))
+	now := at(0)
+	for i := 0; i < 200; i++ {
+		tk := arrive(t, m, now, scheduler.Request{Class: "batch", PromptTokens: 20000, MaxTokens: 10})
+		m.Step(now)
+		m.Progress(now.Add(50*time.Millisecond), tk, scheduler.Progress{FirstToken: true, Tokens: 1})
+		m.Finish(now.Add(60*time.Millisecond), tk, scheduler.Done)
+		now = now.Add(100 * time.Millisecond)
+	}
+	for i := 0; i < 17; i++ {
+		arrive(t, m, now, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
+	}
+	m.Step(now)
+	m.Step(now.Add(51 * time.Second))
+	if got := m.Bounds("p").MaxPrefillTokens; got < 20000 || got > 20100 {
+		t.Errorf("overloaded at 200,000 prefilled tokens/s: prefill cap %d, want ≈ 20,000", got)
+	}
+}
