@@ -37,9 +37,10 @@ import "time"
 type observed struct {
 	prefillTime   ewma // admit → first token, of requests with a known prompt size
 	prefillPrompt ewma // their prompt tokens (as a Duration count)
-	// urgentArrivals and otherFinishes feed the derived reserve (tune.go).
+	// urgentArrivals and finishes (of every class) feed the derived
+	// reserve (tune.go).
 	urgentArrivals rate
-	otherFinishes  rate
+	finishes       rate
 	otherPrompt    ewma // prompt tokens of the other classes' arrivals
 	// prefilled is the pool's prefill throughput: prompt tokens of
 	// requests that reached their first token, per second (tune.go).

@@ -351,7 +351,7 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 	switch o {
 	case Done:
 		p.counts.Done++
-		p.obs.finished(now, e.Priority == m.top)
+		p.obs.finished(now)
 	case Failed:
 		p.counts.Failed++
 	case Cancelled:

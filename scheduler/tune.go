@@ -12,11 +12,12 @@ import (
 // shifts:
 //
 //   - reserve_urgent: a reserved slot, once taken by an urgent request, is
-//     free again at the next finish of a less urgent request (the others are
-//     then admitted only below limit − reserve). So the reserve runs out only
-//     when more than R urgent requests arrive between two such finishes. With
-//     urgent arrivals at rate λ and other finishes at rate μ, the number of
-//     urgent arrivals before the next finish is geometric:
+//     free again at the next finish of any request, urgent or not (the
+//     others are admitted only below limit − reserve, so a slot a finish
+//     frees stays with the reserve). So the reserve runs out only when more
+//     than R urgent requests arrive between two finishes. With urgent
+//     arrivals at rate λ and finishes at rate μ, the number of urgent
+//     arrivals before the next finish is geometric:
 //     P(N > r) = q^(r+1), q = λ/(λ+μ). R is the smallest r with
 //     q^(r+1) ≤ reserveMiss, at most an eighth of the limit; 0 until both
 //     rates are observed.
@@ -180,15 +181,11 @@ func (o *observed) arrival(now time.Time, urgent bool, prompt int) {
 	}
 }
 
-// finished records a completed request that was not urgent.
-func (o *observed) finished(now time.Time, urgent bool) {
-	if !urgent {
-		o.otherFinishes.event(now)
-	}
-}
+// finished records a completed request.
+func (o *observed) finished(now time.Time) { o.finishes.event(now) }
 
 // deriveReserve is the reserve for urgent arrivals at lambda per second and
-// other finishes at mu per second on a pool of limit slots.
+// finishes at mu per second on a pool of limit slots.
 func deriveReserve(lambda, mu float64, limit int) int {
 	if !(lambda > 0) || !(mu > 0) || limit < 2 {
 		return 0
@@ -242,7 +239,7 @@ func (m *Machine) urgentTTFT() time.Duration {
 func (m *Machine) reserveFor(p *pool) int {
 	r := p.ReserveUrgent
 	if r == 0 && m.tuned(p) && !p.obs.overloaded {
-		r = deriveReserve(p.obs.urgentArrivals.perSecond(), p.obs.otherFinishes.perSecond(), p.limit)
+		r = deriveReserve(p.obs.urgentArrivals.perSecond(), p.obs.finishes.perSecond(), p.limit)
 	}
 	return max(0, min(r, p.limit-1))
 }
