@@ -155,6 +155,9 @@ func TestAbortWatchOneLowReport(t *testing.T) {
 func TestAbortProbe(t *testing.T) {
 	pc := preemptivePool(4, rails)
 	pc.Preemption.AbortProbe = 10 * time.Second
+	// No derived reserve: the urgent finishes below would hold a slot of
+	// the four back from the batch refill the test counts on.
+	pc.StaticBounds = true
 	m := newMachine(t, pc)
 	fillBatch(t, m, 4)
 	observe := func(ms, held int) scheduler.AbortChange {

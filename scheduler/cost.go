@@ -20,6 +20,10 @@ import "time"
 //     itself takes (the abort lands at the end of the engine step in
 //     flight: one step, the pool's observed time per output token) frees
 //     its slot by itself as soon; it is never a victim.
+//   - In an overloaded pool (tune.go) the engine has no idle time in which
+//     a recompute is made up: it is throughput the less urgent backlog
+//     loses for good, and the lateness of every request behind it. A
+//     victim with anything sunk is then not eligible, whatever the gain.
 //
 // Among eligible victims the cheapest recompute goes first, then the one
 // farthest from finishing, then the design's order (no first token yet →
@@ -33,10 +37,14 @@ import "time"
 type observed struct {
 	prefillTime   ewma // admit → first token, of requests with a known prompt size
 	prefillPrompt ewma // their prompt tokens (as a Duration count)
-	// urgentArrivals and otherFinishes feed the derived reserve (tune.go).
+	// urgentArrivals and finishes (of every class) feed the derived
+	// reserve (tune.go).
 	urgentArrivals rate
-	otherFinishes  rate
+	finishes       rate
 	otherPrompt    ewma // prompt tokens of the other classes' arrivals
+	// prefilled is the pool's prefill throughput: prompt tokens of
+	// requests that reached their first token, per second (tune.go).
+	prefilled tokenRate
 	// overloaded: a less urgent request has waited past the overload
 	// release factor × its class's TTFT objective (tune.go); set at every
 	// step.
@@ -44,13 +52,14 @@ type observed struct {
 }
 
 // firstToken records that a request with prompt prompt tokens, admitted
-// took ago, produced its first token.
-func (o *observed) firstToken(prompt int, took time.Duration) {
+// took ago, produced its first token at now.
+func (o *observed) firstToken(now time.Time, prompt int, took time.Duration) {
 	if prompt <= 0 || took < 0 {
 		return
 	}
 	o.prefillTime.observe(took)
 	o.prefillPrompt.observe(time.Duration(prompt))
+	o.prefilled.add(now, prompt)
 }
 
 // perToken is the observed prefill time per prompt token; 0 before any
@@ -128,7 +137,7 @@ func (m *Machine) worthIt(now time.Time, p *pool, vs []*entry, gain time.Duratio
 		if p.tpot.known {
 			step = p.tpot.value()
 		}
-		if c.remaining <= step || c.recompute >= gain {
+		if c.remaining <= step || c.recompute >= gain || (p.obs.overloaded && m.sunk(now, p, v) > 0) {
 			continue
 		}
 		out = append(out, c)

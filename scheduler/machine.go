@@ -312,7 +312,7 @@ func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
 		e.firstToken = true
 		e.firstAt = now
 		e.pool.prefill.observe(now.Sub(e.admitted))
-		e.pool.obs.firstToken(e.req.PromptTokens, now.Sub(e.admitted))
+		e.pool.obs.firstToken(now, e.req.PromptTokens, now.Sub(e.admitted))
 		e.pool.prefilling -= e.req.PromptTokens
 		e.ep.prefilling -= e.req.PromptTokens
 		freed = m.prefillCap(e.pool) > 0 && e.req.PromptTokens > 0
@@ -369,7 +369,7 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 	switch o {
 	case Done:
 		p.counts.Done++
-		p.obs.finished(now, e.Priority == m.top)
+		p.obs.finished(now)
 	case Failed:
 		p.counts.Failed++
 	case Cancelled:

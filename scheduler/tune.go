@@ -12,11 +12,12 @@ import (
 // shifts:
 //
 //   - reserve_urgent: a reserved slot, once taken by an urgent request, is
-//     free again at the next finish of a less urgent request (the others are
-//     then admitted only below limit − reserve). So the reserve runs out only
-//     when more than R urgent requests arrive between two such finishes. With
-//     urgent arrivals at rate λ and other finishes at rate μ, the number of
-//     urgent arrivals before the next finish is geometric:
+//     free again at the next finish of any request, urgent or not (the
+//     others are admitted only below limit − reserve, so a slot a finish
+//     frees stays with the reserve). So the reserve runs out only when more
+//     than R urgent requests arrive between two finishes. With urgent
+//     arrivals at rate λ and finishes at rate μ, the number of urgent
+//     arrivals before the next finish is geometric:
 //     P(N > r) = q^(r+1), q = λ/(λ+μ). R is the smallest r with
 //     q^(r+1) ≤ reserveMiss, at most an eighth of the limit; 0 until both
 //     rates are observed.
@@ -33,15 +34,32 @@ import (
 //     at most the objective times Preemption.Target. The cost rules
 //     (cost.go) keep what it preempts cheap.
 //
-// Overload release: both derived bounds are 0 while a request of a less
+// Overload release: the pool is overloaded while a request of a less
 // urgent class has waited more than PoolConfig.OverloadRelease (default
-// DefaultOverloadRelease) × its class's TTFT
-// objective. The pool is then overloaded (it is not catching up on its
-// less urgent work), and there every slot and every prefill token held
-// back for the urgent class is throughput the others lose, which under a
-// client timeout turns into timed-out requests; the urgent class keeps
-// preemption (the budget and the cost rules are unchanged). A class
-// without a TTFT objective never releases.
+// DefaultOverloadRelease) × its class's TTFT objective: it is not catching
+// up on its less urgent work, so every slot, every prefill token and every
+// recomputed token taken from that work is throughput it never gets back
+// (under a client timeout, timed-out requests: each second the backlog
+// loses moves the moment its waits pass the timeout earlier, and every
+// request after that moment is lost). Then:
+//
+//   - the derived reserve is 0: a held slot is a sequence less in the
+//     engine's batch;
+//   - the derived prefill cap is what the pool prefills in queueShare of
+//     the urgent objective at its observed prefill throughput, and at
+//     least one engine step's token budget (overloadPrefillCap) per
+//     endpoint: a larger backlog of admitted prompts does not make the
+//     engines' steps fuller, it only queues in front of the next urgent
+//     prompt (with no bound the urgent class waits behind every admitted
+//     prompt; with the calm-time bound, about one prompt, prefill is
+//     serialized and a prefill-bound engine loses throughput). The
+//     throughput term covers an endpoint that is several engines (pool
+//     routing), whose steps the pool cannot count;
+//   - the preemption budget is the whole objective, and a victim must
+//     have nothing sunk (cost.go): a recompute is throughput lost for
+//     good.
+//
+// A class without a TTFT objective never releases.
 //
 // Static settings override: a bound set above 0 is used as given, and
 // StaticBounds keeps 0 meaning off.
@@ -53,6 +71,10 @@ const (
 	maxPrefillCap = 8192
 	queueShare    = 0.5
 	rateAlpha     = 0.05 // rates move slower than the per-request estimates
+	// overloadPrefillCap is the prefill cap of an overloaded pool, per
+	// endpoint: one engine step's token budget at vLLM's default
+	// max_num_batched_tokens, the most prefill one step takes.
+	overloadPrefillCap = 8192
 )
 
 // DefaultOverloadRelease is PoolConfig.OverloadRelease's default factor.
@@ -106,6 +128,39 @@ func (r *rate) event(now time.Time) {
 	r.gap += rateAlpha * (g - r.gap)
 }
 
+// tokenRate is a moving average of a token count per second, over
+// windows of at least tokenWindow.
+type tokenRate struct {
+	start time.Time
+	acc   float64
+	v     float64
+	known bool
+	seen  bool
+}
+
+const tokenWindow = time.Second
+
+func (r *tokenRate) add(now time.Time, n int) {
+	if !r.seen || now.Before(r.start) {
+		r.start, r.acc, r.seen = now, 0, true
+	}
+	r.acc += float64(n)
+	el := now.Sub(r.start)
+	if el < tokenWindow {
+		return
+	}
+	x := r.acc / el.Seconds()
+	if !r.known {
+		r.v, r.known = x, true
+	} else {
+		r.v += ewmaAlpha * (x - r.v)
+	}
+	r.start, r.acc = now, 0
+}
+
+// perSecond is the observed rate; 0 before a whole window.
+func (r *tokenRate) perSecond() float64 { return r.v }
+
 // perSecond is the observed rate; 0 before two events.
 func (r *rate) perSecond() float64 {
 	if !r.known || r.gap <= 0 {
@@ -126,15 +181,11 @@ func (o *observed) arrival(now time.Time, urgent bool, prompt int) {
 	}
 }
 
-// finished records a completed request that was not urgent.
-func (o *observed) finished(now time.Time, urgent bool) {
-	if !urgent {
-		o.otherFinishes.event(now)
-	}
-}
+// finished records a completed request.
+func (o *observed) finished(now time.Time) { o.finishes.event(now) }
 
 // deriveReserve is the reserve for urgent arrivals at lambda per second and
-// other finishes at mu per second on a pool of limit slots.
+// finishes at mu per second on a pool of limit slots.
 func deriveReserve(lambda, mu float64, limit int) int {
 	if !(lambda > 0) || !(mu > 0) || limit < 2 {
 		return 0
@@ -188,14 +239,21 @@ func (m *Machine) urgentTTFT() time.Duration {
 func (m *Machine) reserveFor(p *pool) int {
 	r := p.ReserveUrgent
 	if r == 0 && m.tuned(p) && !p.obs.overloaded {
-		r = deriveReserve(p.obs.urgentArrivals.perSecond(), p.obs.otherFinishes.perSecond(), p.limit)
+		r = deriveReserve(p.obs.urgentArrivals.perSecond(), p.obs.finishes.perSecond(), p.limit)
 	}
 	return max(0, min(r, p.limit-1))
 }
 
 // prefillCap is the pool's max_prefill_tokens in effect (0: no bound).
 func (m *Machine) prefillCap(p *pool) int {
-	if n := p.MaxPrefillTokens; n > 0 || !m.tuned(p) || p.obs.overloaded {
+	if n := p.MaxPrefillTokens; n > 0 || !m.tuned(p) {
+		return n
+	}
+	if p.obs.overloaded {
+		n := overloadPrefillCap * len(p.endpoints)
+		if r := p.obs.prefilled.perSecond(); r > 0 {
+			n = max(n, int(min(float64(maxTokens), r*queueShare*m.urgentTTFT().Seconds())))
+		}
 		return n
 	}
 	n := derivePrefillCap(m.urgentTTFT(), p.obs.perToken())

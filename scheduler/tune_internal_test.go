@@ -13,8 +13,9 @@ func TestDeriveReserve(t *testing.T) {
 	}{
 		{0, 5, 64, 0},      // no urgent traffic seen
 		{1, 0, 64, 0},      // no finishes seen
-		{1.78, 7.1, 64, 1}, // the standard workload at load 1.0: q = 0.2
-		{5.7, 5.7, 64, 3},  // a 50/50 mix: q = 0.5, 0.5^4 ≤ 0.1
+		{1.78, 8.9, 64, 1}, // the standard workload at load 1.0 (finishes of both classes): q ≈ 0.17
+		{5.7, 11.4, 64, 2}, // a 50/50 mix: q = 1/3, (1/3)^3 ≤ 0.1
+		{5.7, 5.7, 64, 3},  // q = 0.5, 0.5^4 ≤ 0.1
 		{50, 1, 64, 8},     // at most an eighth of the limit
 		{1, 1, 1, 0},       // a one-slot pool reserves nothing
 	} {

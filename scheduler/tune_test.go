@@ -12,7 +12,7 @@ import (
 )
 
 // A preemptive pool with no bounds configured derives them from what it
-// observes: a reserve once urgent arrivals and other finishes have rates,
+// observes: a reserve once urgent arrivals and finishes have rates,
 // a prefill cap once a prefill was timed; StaticBounds and a policy that
 // does not preempt keep them off, and a static bound is used as given.
 func TestDerivedBounds(t *testing.T) {
@@ -27,7 +27,7 @@ func TestDerivedBounds(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	// q = λ/(λ+μ) = 2/(2+8) = 0.2: q² = 0.04 ≤ 0.1, so one slot; the cap is
+	// q = λ/(λ+μ) = 2/(2+10) ≈ 0.17: q² ≈ 0.03 ≤ 0.1, so one slot; the cap is
 	// 10% of the 200 ms objective at 50 µs per token = 400 tokens, raised
 	// to the other classes' mean prompt, 1000.
 	// The budget: twice the 50 ms prefill, at least half the objective.
@@ -120,7 +120,8 @@ pools:
 
 // TestOverloadReleasesBounds: once a batch request has waited ten times
 // its class's 5 s TTFT objective the pool is overloaded: the derived
-// reserve and prefill cap are 0 and the preemption budget is the whole
+// reserve is 0, the derived prefill cap one engine step's budget (8192
+// tokens on the pool's one endpoint) and the preemption budget the whole
 // urgent objective, so the capacity held back for the urgent class goes to
 // the work that is falling behind. When the queue has caught up the derived
 // bounds are back. Bounds set in the config are not released (the budget,
@@ -174,7 +175,7 @@ func overloadBounds(t *testing.T, pc scheduler.PoolConfig, static bool) {
 		t.Errorf("static %v: waited 49s: %+v, want the calm bounds %+v", static, got, calm)
 	}
 	m.Step(late.Add(51 * time.Second))
-	want := scheduler.Bounds{PreemptionBudget: 200 * time.Millisecond, Derived: true}
+	want := scheduler.Bounds{MaxPrefillTokens: 8192, PreemptionBudget: 200 * time.Millisecond, Derived: true}
 	if static {
 		want = calm
 		want.PreemptionBudget = 200 * time.Millisecond
@@ -214,4 +215,53 @@ func steadyTraffic(t *testing.T, m *scheduler.Machine) time.Time {
 		now = now.Add(100 * time.Millisecond)
 	}
 	return now
+}
+
+// TestOverloadPrefillCapFollowsThroughput: an overloaded pool's prefill cap
+// is what it prefills in half the urgent objective at its observed prefill
+// throughput when that is more than one engine step (an endpoint that is
+// several engines): prompts of 20,000 tokens reaching their first token
+// every 100 ms are 200,000 tokens a second, so ≈ 20,000 tokens in 100 ms.
+func TestOverloadPrefillCapFollowsThroughput(t *testing.T) {
+	m := newMachine(t, preemptivePool(16, rails))
+	now := at(0)
+	for i := 0; i < 200; i++ {
+		tk := arrive(t, m, now, scheduler.Request{Class: "batch", PromptTokens: 20000, MaxTokens: 10})
+		m.Step(now)
+		m.Progress(now.Add(50*time.Millisecond), tk, scheduler.Progress{FirstToken: true, Tokens: 1})
+		m.Finish(now.Add(60*time.Millisecond), tk, scheduler.Done)
+		now = now.Add(100 * time.Millisecond)
+	}
+	for i := 0; i < 17; i++ {
+		arrive(t, m, now, scheduler.Request{Class: "batch", PromptTokens: 10, MaxTokens: 10})
+	}
+	m.Step(now)
+	m.Step(now.Add(51 * time.Second))
+	if got := m.Bounds("p").MaxPrefillTokens; got < 20000 || got > 20100 {
+		t.Errorf("overloaded at 200,000 prefilled tokens/s: prefill cap %d, want ≈ 20,000", got)
+	}
+}
+
+// TestReserveCountsEveryFinish: a finish of an urgent request frees a
+// reserved slot as well as any other finish, so the derived reserve counts
+// every class's finishes: urgent arrivals at 2/s against finishes at 4/s
+// (2/s of each class) give q = 1/3 and a reserve of 2 (counting only the
+// batch finishes would give q = 1/2 and 3).
+func TestReserveCountsEveryFinish(t *testing.T) {
+	m := newMachine(t, preemptivePool(64, rails))
+	now := at(0)
+	for i := 0; i < 400; i++ {
+		class := "batch"
+		if i%2 == 0 {
+			class = "interactive"
+		}
+		tk := arrive(t, m, now, scheduler.Request{Class: class, PromptTokens: 1000, MaxTokens: 10})
+		m.Step(now)
+		m.Progress(now.Add(50*time.Millisecond), tk, scheduler.Progress{FirstToken: true, Tokens: 1})
+		m.Finish(now.Add(60*time.Millisecond), tk, scheduler.Done)
+		now = now.Add(250 * time.Millisecond)
+	}
+	if got := m.Bounds("p").ReserveUrgent; got != 2 {
+		t.Errorf("reserve %d, want 2", got)
+	}
 }

@@ -34,10 +34,12 @@ const (
 // logged, not asserted, so that the test guards everything else. Remove an
 // entry when it is fixed.
 var knownMisses = map[string]string{
-	// In overload the capacity the derived bounds hold back costs this
-	// prefill-bound shape throughput (60 s: 97.2%; 30 min, where the
-	// workload's timeout amplifies it: 87.5% with the overload release).
-	"long-prompt-short-output/1.2/tokens": "other-class output tokens below 98% of priority's in overload",
+	// The calm-time prefill cap (about one batch prompt in prefill) costs
+	// this prefill-bound shape throughput (60 s: 97.2%). In 60 s no batch
+	// request waits the 50 s that puts the pool in overload, where the cap
+	// is one engine step; over 30 minutes it is (98.2%), and
+	// TestRobustnessOverload checks the overloaded pool in a short run.
+	"long-prompt-short-output/1.2/tokens": "other-class output tokens below 98% of priority's before the pool is found overloaded",
 }
 
 var robustLoads = []float64{0.5, 0.9, 1.0, 1.2}
@@ -112,6 +114,12 @@ func azureTraceOrEmpty() string {
 // result (priority and preemptive at each load).
 func checkRobust(t *testing.T, shape string, res *Result) {
 	t.Helper()
+	checkRobustAt(t, shape, res, robustLoads)
+}
+
+// checkRobustAt is checkRobust at the given loads.
+func checkRobustAt(t *testing.T, shape string, res *Result, loads []float64) {
+	t.Helper()
 	type pair struct{ pri, pre *Run }
 	byLoad := map[float64]*pair{}
 	for _, r := range res.Runs {
@@ -137,7 +145,7 @@ func checkRobust(t *testing.T, shape string, res *Result) {
 		}
 		return s
 	}
-	for _, l := range robustLoads {
+	for _, l := range loads {
 		p := byLoad[l]
 		if p == nil || p.pri == nil || p.pre == nil {
 			t.Fatalf("load %v: runs missing", l)
@@ -166,5 +174,31 @@ func checkRobust(t *testing.T, shape string, res *Result) {
 		if r := p.pre.Sim.RecomputedOfComputed; r > 0.02 {
 			fail("recompute", "load %v: recomputed %.2f%% of computed tokens, want ≤ 2%%", l, 100*r)
 		}
+	}
+}
+
+// TestRobustnessOverload holds the overloaded pool (scheduler/tune.go: the
+// derived bounds' overload release) to the robustness invariants at load
+// 1.2. In TestRobustnessSet's 60 virtual seconds no batch request waits
+// the default 10 × its 5 s objective, so the release is brought down to
+// 1 × (5 s) to put the pool in overload within the run: the prefill cap of
+// one engine step and victims with nothing sunk must keep the prefill-bound
+// shape at 98% of priority's batch tokens, below priority's urgent P99
+// (before them: 2,621 against 1,087 ms). The 50/50 mix is not held to it
+// here: released at 5 s waits its pool goes in and out of overload many
+// times a minute, and its urgent P99 over the minute is 437 against
+// priority's 410 ms (at the default release, over 30 minutes, 462 against
+// 494).
+func TestRobustnessOverload(t *testing.T) {
+	shapes := robustShapes(t)
+	for _, name := range []string{"long-prompt-short-output"} {
+		t.Run(name, func(t *testing.T) {
+			o := Options{SaturationRequests: robustSaturation, SkipFloor: true, Duration: robustVirtual, OverloadRelease: 1}
+			res, err := Evaluate(shapes[name], []string{"priority", "preemptive"}, []float64{1.2}, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRobustAt(t, name, res, []float64{1.2})
+		})
 	}
 }

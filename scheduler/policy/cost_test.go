@@ -22,6 +22,7 @@ func TestConformanceCostRules(t *testing.T) {
 			t.Run("WaitingCheaper", func(t *testing.T) { costWaitingCheaper(t, p) })
 			t.Run("FinishingNeverVictim", func(t *testing.T) { costFinishingNeverVictim(t, p) })
 			t.Run("CheapestVictimFirst", func(t *testing.T) { costCheapestFirst(t, p) })
+			t.Run("OverloadNothingSunk", func(t *testing.T) { costOverloadNothingSunk(t, p) })
 		})
 	}
 }
@@ -133,4 +134,36 @@ func costCheapestFirst(t *testing.T, p scheduler.Policy) {
 		t.Fatal(err)
 	}
 	want(t, p, m.Step(ms(1000)), []scheduler.Ticket{b[1]})
+}
+
+// In an overloaded pool a victim must have nothing sunk: the same victim
+// (no prompt size known, so its recompute counts as free) is preempted
+// while the batch request waiting behind has waited 4 s, and not once it
+// has waited 6 s, past ten times its class's 500 ms objective (the derived
+// bounds' overload release, scheduler/tune.go).
+func costOverloadNothingSunk(t *testing.T, p scheduler.Policy) {
+	for _, waited := range []int{4000, 6000} {
+		m := machine(t, p, scheduler.PoolConfig{MaxInflight: 1, Preemption: costRails})
+		b, err := m.Arrive(ms(0), scheduler.Request{ID: "b", Class: "batch", MaxTokens: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := m.Step(ms(0)); len(d.Admitted) != 1 {
+			t.Fatalf("admitted %v, want the batch request", d.Admitted)
+		}
+		if _, err := m.Arrive(ms(0), scheduler.Request{ID: "w", Class: "batch", MaxTokens: 10}); err != nil {
+			t.Fatal(err)
+		}
+		m.Progress(ms(10), b, scheduler.Progress{FirstToken: true, Tokens: 1})
+		m.Progress(ms(waited), b, scheduler.Progress{FirstToken: true, Tokens: waited / 10})
+		if _, err := m.Arrive(ms(waited), scheduler.Request{Class: "interactive", MaxTokens: 10}); err != nil {
+			t.Fatal(err)
+		}
+		var victims []scheduler.Ticket
+		if waited < 5000 {
+			victims = []scheduler.Ticket{b}
+		}
+		t.Logf("batch waited %d ms", waited)
+		want(t, p, m.Step(ms(waited)), victims)
+	}
 }
