@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/gateway"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/sim"
@@ -93,8 +94,10 @@ func TestClientGoneWhileQueued(t *testing.T) {
 		t.Errorf("a cancelled client got a response: %d", r.StatusCode)
 	}
 	r := e.rec.next(t)
-	if r.Outcome != scheduler.Cancelled || r.OutputTokens != 0 {
-		t.Errorf("queued request's record outcome %v tokens %d, want Cancelled with nothing sent", r.Outcome, r.OutputTokens)
+	// Never admitted, so no admission was released (Record.Outcome is
+	// Done, as in the Envoy host); the cancellation is the error kind.
+	if r.Outcome != scheduler.Done || r.ErrorKind != filter.ErrorCancelled || r.OutputTokens != 0 {
+		t.Errorf("queued request's record outcome %v error kind %v tokens %d, want Done (never admitted), cancelled, nothing sent", r.Outcome, r.ErrorKind, r.OutputTokens)
 	}
 	poll.Until(t, "queue empty", func() (bool, string) {
 		p := e.stats(t)
