@@ -55,7 +55,7 @@ func (c *grpcClient) Do(ctx context.Context, req *Request, rec *result.Record, n
 	var (
 		counted, usage = 0, -1
 		trailer        metadata.MD
-		recv           func() (tokens bool, final int, err error)
+		recv           func() (tokens int, final int, err error)
 	)
 	rec.SentNS = now()
 	if c.vllm {
@@ -68,20 +68,20 @@ func (c *grpcClient) Do(ctx context.Context, req *Request, rec *result.Record, n
 			c.fail(ctx, rec, now, err, nil)
 			return
 		}
-		recv = func() (bool, int, error) {
+		recv = func() (int, int, error) {
 			m, err := s.Recv()
 			if err != nil {
-				return false, -1, err
+				return 0, -1, err
 			}
 			if ch := m.GetChunk(); ch != nil {
-				return len(ch.TokenIds) > 0, -1, nil
+				return len(ch.TokenIds), -1, nil
 			}
 			if done := m.GetComplete(); done != nil {
 				// proto3: an unset completion_tokens reads as 0, which
 				// setOutput does not trust over streamed tokens.
-				return false, int(done.CompletionTokens), nil
+				return 0, int(done.CompletionTokens), nil
 			}
-			return false, -1, nil
+			return 0, -1, nil
 		}
 	} else {
 		r := &llmv1.GenerateRequest{Model: req.Model, Prompt: prompt, MaxTokens: uint32(req.MaxTokens),
@@ -94,20 +94,27 @@ func (c *grpcClient) Do(ctx context.Context, req *Request, rec *result.Record, n
 			c.fail(ctx, rec, now, err, nil)
 			return
 		}
-		recv = func() (bool, int, error) {
+		recv = func() (int, int, error) {
 			m, err := s.Recv()
 			if err != nil {
-				return false, -1, err
+				return 0, -1, err
 			}
 			final := -1
 			if m.Usage != nil {
 				final = int(m.Usage.CompletionTokens)
 			}
-			return len(m.TokenIds) > 0 || m.Text != "", final, nil
+			// An engine that falls behind sends several tokens in one
+			// message: count its token ids, not messages (text without
+			// ids is one token).
+			n := len(m.TokenIds)
+			if n == 0 && m.Text != "" {
+				n = 1
+			}
+			return n, final, nil
 		}
 	}
 	for {
-		tok, final, err := recv()
+		toks, final, err := recv()
 		t := now()
 		if errors.Is(err, io.EOF) {
 			setOutput(rec, counted, usage)
@@ -125,12 +132,12 @@ func (c *grpcClient) Do(ctx context.Context, req *Request, rec *result.Record, n
 		if final >= 0 {
 			usage = final
 		}
-		if tok {
+		if toks > 0 {
 			if rec.FirstTokenNS == 0 {
 				rec.FirstTokenNS = t
 			}
 			rec.ChunkNS = append(rec.ChunkNS, t)
-			counted++
+			counted += toks
 		}
 	}
 }

@@ -1,9 +1,13 @@
 package client
 
 import (
+	"net"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/sim/server"
@@ -72,5 +76,43 @@ func TestRoleChunkFirst(t *testing.T) {
 		if rec.Status != result.StatusOK || rec.OutputTokens != 6 || len(rec.ChunkNS) != 6 {
 			t.Errorf("%s: status %s %q output %d chunks %d; want 6 token chunks", protocol, rec.Status, rec.Error, rec.OutputTokens, len(rec.ChunkNS))
 		}
+	}
+}
+
+// batchedServer is an llm.v1 engine that fell behind: it sends its tokens
+// several ids per message and never fills usage.
+type batchedServer struct {
+	llmv1.UnimplementedGenerationServer
+}
+
+func (batchedServer) Generate(_ *llmv1.GenerateRequest, st grpc.ServerStreamingServer[llmv1.GenerateResponse]) error {
+	for _, ids := range [][]uint32{{1, 2, 3}, {4}, {5, 6}} {
+		if err := st.Send(&llmv1.GenerateResponse{TokenIds: ids, Text: "t"}); err != nil {
+			return err
+		}
+	}
+	return st.Send(&llmv1.GenerateResponse{FinishReason: "length"})
+}
+
+// TestGRPCCountsTokenIDs: without usage the output tokens are the streamed
+// token ids, not the messages that carried them (3 messages, 6 tokens).
+func TestGRPCCountsTokenIDs(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	llmv1.RegisterGenerationServer(s, batchedServer{})
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Stop)
+	c, err := New(workload.ProtocolGRPC, ln.Addr().String(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rec := do(t, c, Request{ID: "1", Model: "m", PromptTokens: 5, MaxTokens: 6, Stream: true})
+	if rec.Status != result.StatusOK || rec.OutputTokens != 6 || rec.OutputTokensSource != result.SourceStream || len(rec.ChunkNS) != 3 {
+		t.Errorf("status %s output %d from %q in %d chunks; want 6 from %q in 3 chunks",
+			rec.Status, rec.OutputTokens, rec.OutputTokensSource, len(rec.ChunkNS), result.SourceStream)
 	}
 }
