@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,25 +12,6 @@ import (
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
-
-// simMetric reads one series' value from a sim's own /metrics.
-func simMetric(t *testing.T, s *simtest.Sim, name string) float64 {
-	t.Helper()
-	res, err := http.Get(s.HTTPURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			return v
-		}
-	}
-	return 0
-}
 
 // TestEndpointsPreemptOnUrgentSim: two sims, one slot each, both running
 // a long batch stream. An interactive request preempts one of them; the

@@ -67,10 +67,6 @@ func endpointGateway(t *testing.T, limit int, affinityHeader string) (sims [2]*s
 	return sims, gw, rec
 }
 
-func completion(model string, tokens int) string {
-	return `{"model":"` + model + `","prompt":"hello there","max_tokens":` + strconv.Itoa(tokens) + `,"stream":true}`
-}
-
 // TestEndpointsTwoSims: requests through one pool reach both sims, each at
 // most its endpoint limit at once (from the sims' own peak), and every
 // record names the sim it went to.

@@ -1,18 +1,17 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"net"
 	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/llmesh/llmesh/internal/gatewaytest"
 )
 
 func TestMain(m *testing.M) {
@@ -65,62 +64,16 @@ func startGateway(t testing.TB, cfg Config, opts ...Option) (*Gateway, string) {
 	return g, "http://" + ln.Addr().String()
 }
 
-// readSSE reads a whole event stream and returns the data payloads and the
-// event names (empty for plain data events).
-func readSSE(t testing.TB, res *http.Response) (datas, events []string) {
-	t.Helper()
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	var ev string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			ev = ""
-		case strings.HasPrefix(line, "event:"):
-			ev = strings.TrimSpace(line[6:])
-		case strings.HasPrefix(line, "data:"):
-			datas = append(datas, strings.TrimSpace(line[5:]))
-			events = append(events, ev)
-		}
-	}
-	return datas, events
-}
+// The request helpers shared with the gateway process tests.
+var (
+	readSSE     = gatewaytest.ReadSSE
+	sseUpstream = gatewaytest.SSEUpstream
+	post        = gatewaytest.Post
+	simMetric   = gatewaytest.SimMetric
+	completion  = gatewaytest.Completion
+	expMeshFor  = gatewaytest.ExpMeshFor
+	complete    = gatewaytest.Complete
+	mustReq     = gatewaytest.MustReq
+)
 
-// sseUpstream serves n completion chunks then [DONE], flushing each.
-func sseUpstream(n int, gap time.Duration) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		f := w.(http.Flusher)
-		f.Flush()
-		for i := 0; i < n; i++ {
-			if gap > 0 {
-				select {
-				case <-time.After(gap):
-				case <-r.Context().Done():
-					return
-				}
-			}
-			_, _ = w.Write([]byte(`data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"t` + string(rune('a'+i%26)) + `","finish_reason":null}]}` + "\n\n"))
-			f.Flush()
-		}
-		_, _ = w.Write([]byte(`data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"","finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":` + strconv.Itoa(n) + `,"total_tokens":` + strconv.Itoa(n+3) + `}}` + "\n\n"))
-		_, _ = w.Write([]byte("data: [DONE]\n\n"))
-		f.Flush()
-	}
-}
-
-func post(t testing.TB, ctx context.Context, url, body string) *http.Response {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	return res
-}
+const expMesh = gatewaytest.ExpMesh

@@ -407,14 +407,6 @@ func TestAdmissionErrorsMapToStatus(t *testing.T) {
 	t.Logf("servers ended: %v, %v", first, second)
 }
 
-func mustReq(ctx context.Context, url, body string) *http.Request {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		panic(err)
-	}
-	return req
-}
-
 // TestPreemptionAtLastToken: a preemption that lands after the last token
 // must not start a continuation that generates more; the client gets the
 // same text and a clean end either way the race goes.

@@ -23,64 +23,6 @@ import (
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
-// expMesh is a mesh with one pool on ENGINE split by experiment "ab" into
-// arm "fifo" (weight 3, header x-arm: fifo) and arm "prio" (weight 1,
-// header x-arm: prio, policy priority). Requests with x-class: urgent take
-// the urgent class, others batch. EXTRA is appended to the experiment.
-const expMesh = `listeners:
-  - name: main
-    address: 127.0.0.1:1
-    routes:
-      - {name: urgent, match: {path_prefix: /v1/, headers: {x-class: urgent}}, pool: sim, class: urgent}
-      - {name: rest, match: {path_prefix: /v1/}, pool: sim, class: batch}
-pools:
-  - name: sim
-    protocol: openai
-    endpoints: [ENGINE]
-    capacity: {max_inflight: 1}
-    scheduler: {policy: fifo}
-classes:
-  - {name: urgent, priority: 0}
-  - {name: batch, priority: 10}
-default_class: batch
-experiments:
-  - name: ab
-    pool: sim
-    arms:
-      - {name: fifo, weight: 3, headers: {x-arm: fifo}}
-      - {name: prio, weight: 1, headers: {x-arm: prio}, scheduler: {policy: priority}}
-EXTRA`
-
-func expMeshFor(s *simtest.Sim, extra string) string {
-	m := strings.Replace(expMesh, "ENGINE", strings.TrimPrefix(s.HTTPURL, "http://"), 1)
-	return strings.Replace(m, "EXTRA", extra, 1)
-}
-
-// complete sends one short streamed completion and returns the arm header
-// and the HTTP status, after reading the whole stream.
-func complete(t *testing.T, ctx context.Context, url, model string, maxTokens int, hdr map[string]string) (arm string, status int) {
-	t.Helper()
-	body := fmt.Sprintf(`{"model":%q,"prompt":"one two three","max_tokens":%d,"stream":true}`, model, maxTokens)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Errorf("POST: %v", err)
-		return "", 0
-	}
-	defer res.Body.Close()
-	if _, err := io.Copy(io.Discard, res.Body); err != nil {
-		t.Errorf("reading the stream: %v", err)
-	}
-	return res.Header.Get(gateway.ArmHeader), res.StatusCode
-}
-
 // seededDraw is a concurrency-safe seeded uniform source.
 func seededDraw(seed uint64) func() float64 {
 	var mu sync.Mutex
