@@ -19,21 +19,30 @@ const MetadataNamespace = "llmesh"
 // response never finished (client reset, upstream reset, timeout).
 var errStreamEnded = errors.New("stream ended before the response finished")
 
-// downstreamConnectionTermination is Envoy's DC response flag in the
-// response.flags attribute's bit vector (StreamInfo::ResponseFlag).
-const downstreamConnectionTermination = 0x4000
+// Envoy's response flags that say the downstream ended the stream, as bits
+// of the response.flags attribute (StreamInfo::legacyResponseFlags: bit n
+// is CoreResponseFlag n, envoy/stream_info/stream_info.h).
+const (
+	// downstreamConnectionTermination (DC, flag 14): the client's
+	// connection closed, how an HTTP/1.1 client goes away.
+	downstreamConnectionTermination = 1 << 14
+	// downstreamRemoteReset (DR, flag 28): the client reset its stream, how
+	// an HTTP/2 client (every gRPC client) goes away (conn_manager_impl.cc
+	// onResetStream, for a codec reset detailed remote_reset).
+	downstreamRemoteReset = 1 << 28
+)
 
 // downstreamEnded reports whether Envoy flagged the stream as ended by the
-// downstream (DC): a client that went away mid-response, which without the
-// flag looks like an upstream reset. A host that does not answer the
-// attribute reports false.
+// downstream (DC or DR): a client that went away mid-response, which
+// without the flag looks like an upstream reset. A host that does not
+// answer the attribute reports false.
 func (f *streamFilter) downstreamEnded() bool {
 	v, err := f.cb.GetProperty("response.flags")
 	if err != nil {
 		return false
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
-	return err == nil && n&downstreamConnectionTermination != 0
+	return err == nil && n&(downstreamConnectionTermination|downstreamRemoteReset) != 0
 }
 
 // OnStreamComplete runs before Envoy writes access logs: the observation

@@ -202,14 +202,17 @@ func TestServerTiming(t *testing.T) {
 
 // TestResetMidStreamWhoEnded: a stream reset after the response started is
 // a client cancel when Envoy flags it DC (downstream connection
-// termination) and an upstream reset otherwise (UR, or a host that does
-// not answer response.flags).
+// termination: an HTTP/1.1 client closed) or DR (downstream remote reset:
+// an HTTP/2 client reset its stream), and an upstream reset otherwise (UR,
+// or a host that does not answer response.flags).
 func TestResetMidStreamWhoEnded(t *testing.T) {
 	for _, tc := range []struct {
 		flags string // "" leaves the attribute unanswered
 		want  string
 	}{
 		{"16384", "cancelled"},
+		{"268435456", "cancelled"},
+		{"268435472", "cancelled"}, // DR with UR: the router reset the upstream after the client left
 		{"16", "upstream_reset"},
 		{"", "upstream_reset"},
 	} {

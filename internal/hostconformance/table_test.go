@@ -229,11 +229,7 @@ var table = []tcase{
 			r := llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "p", MaxTokens: 8, Sampling: &llmv1.SamplingParams{IgnoreEos: true}}, fault, "stall=2s")(m)
 			r.cancelAfter = 1
 			return r
-		},
-		sdk: map[string]string{"Records[0].ErrorKind": "bug: an HTTP/2 client that resets its stream is flagged DownstreamRemoteReset " +
-			"(DR, bit 28 of response.flags: conn_manager_impl.cc onResetStream, the codec detailing remote_reset), not DC; " +
-			"filter/envoy lifecycle.go downstreamEnded looks at DC only, so it records a gRPC client gone mid-stream as an upstream reset " +
-			"(the fake SDK's test router sets DC for every client reset)"}},
+		}},
 
 	// Scheduling.
 	{name: "queued behind a slot holder", scenario: queued, wantStatus: 200,
