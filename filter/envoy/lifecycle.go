@@ -59,6 +59,7 @@ func (f *streamFilter) complete() {
 	f.completed = true
 	now := f.clk.Now()
 	f.noteAdmitted()
+	f.noteAdmitError()
 	var cause error
 	if !f.x.Finished() {
 		cause = errStreamEnded
