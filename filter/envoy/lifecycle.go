@@ -133,6 +133,14 @@ func (f *streamFilter) OnDestroy(reason api.DestroyReason) {
 		cancel()
 	}
 	if !f.live {
+		// Envoy completed the stream (its own local reply, the buffer
+		// limit's 413 for one) while the admission goroutine still waited:
+		// a lease it stored since was never handed to the Exchange. One it
+		// gets from now on it gives back itself (destroyed).
+		if lb := f.lease.Load(); lb != nil && !f.noted {
+			f.noted = true
+			lb.Release(scheduler.Cancelled)
+		}
 		return
 	}
 	if holding {

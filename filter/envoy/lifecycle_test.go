@@ -1,16 +1,21 @@
 package envoy
 
 import (
+	"context"
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter/filtertest"
+	"github.com/llmesh/llmesh/scheduler"
 )
 
 func TestMain(m *testing.M) {
@@ -231,4 +236,61 @@ func TestResetMidStreamWhoEnded(t *testing.T) {
 		noViolations(t, s)
 		want(t, "flags "+tc.flags+": metadata error", s.Metadata(MetadataNamespace)["error"], tc.want)
 	}
+}
+
+// gateAdmitter admits once gate is closed, with a lease that counts its
+// releases.
+type gateAdmitter struct {
+	gate     chan struct{}
+	released chan scheduler.Outcome
+}
+
+func (g *gateAdmitter) Admit(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
+	select {
+	case <-g.gate:
+		return &countLease{released: g.released}, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+	}
+}
+
+type countLease struct{ released chan scheduler.Outcome }
+
+func (l *countLease) Preempt() <-chan struct{}    { return nil }
+func (l *countLease) Progress(scheduler.Progress) {}
+func (l *countLease) Release(o scheduler.Outcome) { l.released <- o }
+func (l *countLease) QueueTime() time.Duration    { return 0 }
+
+// TestAdmittedAfterStreamComplete: Envoy may complete a held stream (a
+// local reply of its own, such as the buffer limit's 413, prepared while
+// the filter's DecodeData started admission) while the admission goroutine
+// still waits; an admission that lands after OnStreamComplete and before
+// OnDestroy is released once, as cancelled, and leaves the in-flight gauge
+// at zero.
+func TestAdmittedAfterStreamComplete(t *testing.T) {
+	g := &gateAdmitter{gate: make(chan struct{}), released: make(chan scheduler.Outcome, 2)}
+	h := newHarness(t, `{"mesh": `+testMesh("fifo", "")+`}`, false, func(e *Env) {
+		e.NewAdmitter = func(*config.Config) (scheduler.Admitter, error) { return g, nil }
+	})
+	s := h.stream(filtertest.Options{})
+	p := s.StartDecodeHeaders(sseRequest(), true)
+	s.Filter().OnStreamComplete()
+	close(g.gate)
+	if r := p.Wait(); r.Status != api.Continue {
+		t.Fatalf("held DecodeHeaders ended %+v, want Continue", r)
+	}
+	s.Destroy(api.Terminate)
+	select {
+	case o := <-g.released:
+		want(t, "outcome", o, scheduler.Cancelled)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the admission was never released")
+	}
+	select {
+	case o := <-g.released:
+		t.Errorf("released twice (again %v)", o)
+	default:
+	}
+	want(t, "inflight", h.gauge(GaugeInflight), 0)
+	noViolations(t, s)
 }
