@@ -525,6 +525,14 @@ func (f *streamFilter) noteAdmitted() {
 		return
 	}
 	f.noted = true
+	if f.x.Finished() {
+		// The response ended before the admission came back (Envoy
+		// answered the held request itself, the buffer limit's 413 for
+		// one): the lease was never used, and the Exchange, which
+		// released what it held when it finished, would not release it.
+		lb.Release(scheduler.Cancelled)
+		return
+	}
 	f.mu.Lock()
 	t := f.admitted
 	f.mu.Unlock()

@@ -261,36 +261,57 @@ func (l *countLease) Progress(scheduler.Progress) {}
 func (l *countLease) Release(o scheduler.Outcome) { l.released <- o }
 func (l *countLease) QueueTime() time.Duration    { return 0 }
 
-// TestAdmittedAfterStreamComplete: Envoy may complete a held stream (a
-// local reply of its own, such as the buffer limit's 413, prepared while
-// the filter's DecodeData started admission) while the admission goroutine
-// still waits; an admission that lands after OnStreamComplete and before
-// OnDestroy is released once, as cancelled, and leaves the in-flight gauge
-// at zero.
+// TestAdmittedAfterStreamComplete: Envoy may answer a held stream itself
+// (the buffer limit's 413, prepared while the filter's DecodeData started
+// admission, runs through the filter's encode half) and complete it while
+// the admission goroutine still waits. An admission that lands after the
+// response ended, or after OnStreamComplete, was never used: it is
+// released once, as cancelled, and leaves the in-flight gauge at zero.
 func TestAdmittedAfterStreamComplete(t *testing.T) {
-	g := &gateAdmitter{gate: make(chan struct{}), released: make(chan scheduler.Outcome, 2)}
-	h := newHarness(t, `{"mesh": `+testMesh("fifo", "")+`}`, false, func(e *Env) {
-		e.NewAdmitter = func(*config.Config) (scheduler.Admitter, error) { return g, nil }
-	})
-	s := h.stream(filtertest.Options{})
-	p := s.StartDecodeHeaders(sseRequest(), true)
-	s.Filter().OnStreamComplete()
-	close(g.gate)
-	if r := p.Wait(); r.Status != api.Continue {
-		t.Fatalf("held DecodeHeaders ended %+v, want Continue", r)
+	for _, tc := range []struct {
+		name string
+		// before runs while the admission waits; after once it landed.
+		before, after func(s *filtertest.Stream)
+		outcome       scheduler.Outcome
+	}{
+		{name: "after the response ended",
+			before: func(s *filtertest.Stream) {
+				s.EncodeHeaders(filtertest.ResponseHeaders(413, "content-type", "text/plain"), false)
+				s.EncodeData([]byte("Payload Too Large"), true)
+			},
+			after:   func(s *filtertest.Stream) { s.Complete() },
+			outcome: scheduler.Cancelled},
+		{name: "after OnStreamComplete",
+			before:  func(s *filtertest.Stream) { s.Filter().OnStreamComplete() },
+			after:   func(s *filtertest.Stream) { s.Destroy(api.Terminate) },
+			outcome: scheduler.Cancelled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &gateAdmitter{gate: make(chan struct{}), released: make(chan scheduler.Outcome, 2)}
+			h := newHarness(t, `{"mesh": `+testMesh("fifo", "")+`}`, false, func(e *Env) {
+				e.NewAdmitter = func(*config.Config) (scheduler.Admitter, error) { return g, nil }
+			})
+			s := h.stream(filtertest.Options{})
+			p := s.StartDecodeHeaders(sseRequest(), true)
+			tc.before(s)
+			close(g.gate)
+			if r := p.Wait(); r.Status != api.Continue {
+				t.Fatalf("held DecodeHeaders ended %+v, want Continue", r)
+			}
+			tc.after(s)
+			select {
+			case o := <-g.released:
+				want(t, "outcome", o, tc.outcome)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the admission was never released")
+			}
+			select {
+			case o := <-g.released:
+				t.Errorf("released twice (again %v)", o)
+			default:
+			}
+			want(t, "inflight", h.gauge(GaugeInflight), 0)
+			noViolations(t, s)
+		})
 	}
-	s.Destroy(api.Terminate)
-	select {
-	case o := <-g.released:
-		want(t, "outcome", o, scheduler.Cancelled)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the admission was never released")
-	}
-	select {
-	case o := <-g.released:
-		t.Errorf("released twice (again %v)", o)
-	default:
-	}
-	want(t, "inflight", h.gauge(GaugeInflight), 0)
-	noViolations(t, s)
 }
