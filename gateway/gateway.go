@@ -74,24 +74,12 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithHandlerWrapper wraps the data-plane handler, for example with the
-// prompt relocation middleware (nil is ignored). Wrappers apply in order,
-// the first outermost.
-func WithHandlerWrapper(wrap func(http.Handler) http.Handler) Option {
-	return func(g *Gateway) {
-		if wrap != nil {
-			g.wrappers = append(g.wrappers, wrap)
-		}
-	}
-}
-
 // WithRelocation moves oversized prompts from headers and gRPC metadata
 // into the body (gateway/relocatehttp) before the handler reads the
 // request; rel is used for every request (a nil rel relocates nothing).
 // A request the relocation refuses is answered with the core's reply
 // (filter.ReplyFor) and recorded like any other refusal. onRelocated is
-// called per relocated value; nil does nothing. It runs inside the
-// WithHandlerWrapper wrappers.
+// called per relocated value; nil does nothing.
 func WithRelocation(rel *relocate.Relocator, onRelocated relocate.OnRelocated) Option {
 	return func(g *Gateway) { g.relocator, g.onRelocated = rel, onRelocated }
 }
@@ -134,7 +122,6 @@ type Gateway struct {
 	log        *slog.Logger
 	recorders  []Recorder
 	gapBuckets *filter.GapBuckets // from a recorder; nil: none
-	wrappers   []func(http.Handler) http.Handler
 	handler    http.Handler
 	// relocator, when set, relocates prompts in front of the handler.
 	relocator   *relocate.Relocator
@@ -187,9 +174,6 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	if g.relocator != nil {
 		h = relocatehttp.New(h, g.relocator, relocatehttp.Options{OnRelocated: g.onRelocated, OnRefused: g.relocationRefused})
 	}
-	for i := len(g.wrappers) - 1; i >= 0; i-- {
-		h = g.wrappers[i](h)
-	}
 	g.handler = h
 	g.ready.Store(true)
 	return g, nil
@@ -222,7 +206,7 @@ func (g *Gateway) Arm(pool string) (experiment, arm string) {
 // SetClassifier swaps the classifier (nil: route classes only).
 func (g *Gateway) SetClassifier(c *filter.Classifier) { g.classifier.Store(c) }
 
-// Handler is the data-plane handler with its wrappers, for hosts that run
+// Handler is the data-plane handler (with the relocation), for hosts that run
 // their own server (Serve uses it).
 func (g *Gateway) Handler() http.Handler { return g.handler }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/filtertest"
 )
 
@@ -26,9 +27,19 @@ const refusalMesh = `{
 
 // TestAdmissionRefused: a full class queue answers 429 (gRPC
 // RESOURCE_EXHAUSTED) and a request past its class's max wait 503 (gRPC
-// UNAVAILABLE), both with the retry hint.
+// UNAVAILABLE), both with the retry hint. The fake runs the reply through
+// the filter's encode half, as Envoy does; the Record is the refusal, as
+// the gateway records it, not the reply observed as the engine's response.
 func TestAdmissionRefused(t *testing.T) {
-	h := newHarness(t, `{"mesh": `+refusalMesh+`, "retry_after": "3s"}`, true)
+	var mu sync.Mutex
+	var recs []filter.Record
+	h := newHarness(t, `{"mesh": `+refusalMesh+`, "retry_after": "3s"}`, true, func(e *Env) {
+		e.Recorder = filter.RecorderFunc(func(r filter.Record) {
+			mu.Lock()
+			recs = append(recs, r)
+			mu.Unlock()
+		})
+	})
 	a := h.stream(filtertest.Options{})
 	wantStatus(t, "A", a.DecodeHeaders(sseRequest(), true), api.Continue)
 	b := h.stream(filtertest.Options{})
@@ -61,8 +72,24 @@ func TestAdmissionRefused(t *testing.T) {
 			}
 			want(t, tc.header, rep.Headers[tc.header], []string{tc.value})
 			want(t, tc.stat, h.counter(tc.stat)-before, 1)
+			mu.Lock()
+			n := len(recs)
+			mu.Unlock()
 			s.Complete()
 			noViolations(t, s)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(recs) != n+1 {
+				t.Fatalf("%d Records, want 1", len(recs)-n)
+			}
+			r := recs[n]
+			got := fmt.Sprintf("status %d protocol %v complete %v chunks %d bytes %d error %v grpc %v",
+				r.HTTPStatus, r.Protocol, r.Complete, r.Chunks, r.ResponseBytes, r.ErrorKind, r.HasGRPCStatus)
+			want(t, "Record", got, "status 0 protocol auto complete false chunks 0 bytes 0 error http_status grpc false")
+			if r.Err == nil {
+				t.Error("Record.Err: nil, want the admission error")
+			}
+			want(t, "metadata error", s.Metadata(MetadataNamespace)["error"], "http_status")
 		})
 	}
 	a.Complete()

@@ -17,7 +17,11 @@
 // priority removed before admission (bodypriority.go), after relocation. EncodeHeaders/EncodeData/EncodeTrailers feed the
 // stream observer and report progress to the lease; a preemption takes
 // effect at the next callback with a retryable local reply, which Envoy
-// turns into a stream reset once response headers went out.
+// turns into a stream reset once response headers went out. Envoy runs a
+// local reply sent while decoding (or from the admission goroutine)
+// through the encoder filters, this filter's encode half included; the
+// filter passes its own reply through unobserved, so the Record of a
+// refused request is the refusal, as the gateway records it.
 // OnStreamComplete finishes the measurement, releases the admission and
 // writes dynamic metadata (namespace "llmesh") for access logs.
 //
@@ -33,7 +37,9 @@
 //     admission that raced with OnDestroy is released at once). It defers
 //     RecoverPanic and turns a scheduler panic into an INTERNAL reply.
 //   - streamFilter.mu guards what both sides touch: holding, destroyed,
-//     cancel, admitted. The lease is published through an atomic pointer
+//     cancel, admitted, and the admission's error, which the worker thread
+//     records in the Exchange at its next callback (noteAdmitError);
+//     replied is an atomic flag set before any local reply. The lease is published through an atomic pointer
 //     before Continue; the worker thread hands it to the Exchange
 //     (noteAdmitted) at its next callback, so the Exchange is never
 //     touched by the admission goroutine.

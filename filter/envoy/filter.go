@@ -74,12 +74,22 @@ type streamFilter struct {
 	// lease is set by the admission goroutine before it continues the
 	// request; the worker thread hands it to x (noteAdmitted).
 	lease atomic.Pointer[leaseBox]
+	// replied: the filter sent a local reply (from a callback or the
+	// admission goroutine). Envoy runs a reply sent while decoding
+	// through the encoder filters, this filter's encode half included;
+	// those callbacks carry the filter's own answer, not the engine's
+	// response, and pass through unobserved.
+	replied atomic.Bool
 
 	mu        sync.Mutex // guards the fields below
 	holding   bool       // the admission goroutine owns the decode phase
 	destroyed bool
 	cancel    context.CancelFunc
 	admitted  time.Time
+	// admitErr is the admission's error, set by the admission goroutine
+	// before it replies; the worker thread records it in x
+	// (noteAdmitError).
+	admitErr error
 }
 
 // leaseBox lets an interface value live behind an atomic.Pointer. It
@@ -282,7 +292,9 @@ func (f *streamFilter) admit() api.StatusType {
 	if err != nil {
 		f.m.unavailable.Increment(1)
 		api.LogErrorf("llmesh: scheduler unavailable: %v", err)
-		return f.reply(f.cb.DecoderFilterCallbacks(), f.x.Reply(fmtErr(scheduler.ErrUnavailable, err)))
+		err = fmtErr(scheduler.ErrUnavailable, err)
+		f.noteRefused(err)
+		return f.reply(f.cb.DecoderFilterCallbacks(), f.x.Reply(err))
 	}
 	if adm == nil || f.x.Passthrough() {
 		// Not a generation call (model list, health…): never queued.
@@ -330,6 +342,9 @@ func (f *streamFilter) hold(ctx context.Context, cancel context.CancelFunc, adm 
 	if err == nil && !destroyed {
 		f.admitted = now
 		f.lease.Store(&leaseBox{Lease: lease, m: f.m})
+	}
+	if err != nil && !destroyed {
+		f.admitErr = err
 	}
 	f.mu.Unlock()
 	f.m.queued.Increment(-1)
@@ -454,7 +469,10 @@ func (f *streamFilter) DecodeTrailers(api.RequestTrailerMap) (status api.StatusT
 
 func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)
-	if !f.live {
+	if !f.live || f.replied.Load() {
+		// Not ours to observe, or the filter's own local reply on its way
+		// through the encoder filters: the Record keeps the refusal, as
+		// the gateway records it (no response from the engine).
 		return api.Continue
 	}
 	if st, stop := f.checkPreempt(f.cb.EncoderFilterCallbacks()); stop {
@@ -478,6 +496,24 @@ func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (s
 	return api.Continue
 }
 
+// noteAdmitError records in x, on the worker thread, the admission error
+// the admission goroutine replied with, as the gateway records it: a
+// refusal (queue full, max wait, rejected), or the client gone.
+func (f *streamFilter) noteAdmitError() {
+	f.mu.Lock()
+	err := f.admitErr
+	f.admitErr = nil
+	f.mu.Unlock()
+	if err == nil || !f.live || f.x.Finished() {
+		return
+	}
+	if errors.Is(err, scheduler.ErrCancelled) {
+		f.x.Cancel(err)
+		return
+	}
+	f.x.Refused(err)
+}
+
 // noteAdmitted hands the admission goroutine's lease to the core on the
 // worker thread (the core is not shared with that goroutine), once.
 func (f *streamFilter) noteAdmitted() {
@@ -489,6 +525,14 @@ func (f *streamFilter) noteAdmitted() {
 		return
 	}
 	f.noted = true
+	if f.x.Finished() {
+		// The response ended before the admission came back (Envoy
+		// answered the held request itself, the buffer limit's 413 for
+		// one): the lease was never used, and the Exchange, which
+		// released what it held when it finished, would not release it.
+		lb.Release(scheduler.Cancelled)
+		return
+	}
 	f.mu.Lock()
 	t := f.admitted
 	f.mu.Unlock()
@@ -515,7 +559,7 @@ func (f *streamFilter) noteUpstreamSent() {
 // nothing (see BenchmarkEncodeData).
 func (f *streamFilter) EncodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)
-	if !f.live || f.x.Finished() {
+	if !f.live || f.x.Finished() || f.replied.Load() {
 		return api.Continue
 	}
 	if st, stop := f.checkPreempt(f.cb.EncoderFilterCallbacks()); stop {
@@ -534,7 +578,7 @@ func (f *streamFilter) EncodeData(b api.BufferInstance, endStream bool) (status 
 
 func (f *streamFilter) EncodeTrailers(h api.ResponseTrailerMap) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)
-	if !f.live || f.x.Finished() {
+	if !f.live || f.x.Finished() || f.replied.Load() {
 		return api.Continue
 	}
 	now := f.clk.Now()

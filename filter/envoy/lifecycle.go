@@ -19,21 +19,30 @@ const MetadataNamespace = "llmesh"
 // response never finished (client reset, upstream reset, timeout).
 var errStreamEnded = errors.New("stream ended before the response finished")
 
-// downstreamConnectionTermination is Envoy's DC response flag in the
-// response.flags attribute's bit vector (StreamInfo::ResponseFlag).
-const downstreamConnectionTermination = 0x4000
+// Envoy's response flags that say the downstream ended the stream, as bits
+// of the response.flags attribute (StreamInfo::legacyResponseFlags: bit n
+// is CoreResponseFlag n, envoy/stream_info/stream_info.h).
+const (
+	// downstreamConnectionTermination (DC, flag 14): the client's
+	// connection closed, how an HTTP/1.1 client goes away.
+	downstreamConnectionTermination = 1 << 14
+	// downstreamRemoteReset (DR, flag 28): the client reset its stream, how
+	// an HTTP/2 client (every gRPC client) goes away (conn_manager_impl.cc
+	// onResetStream, for a codec reset detailed remote_reset).
+	downstreamRemoteReset = 1 << 28
+)
 
 // downstreamEnded reports whether Envoy flagged the stream as ended by the
-// downstream (DC): a client that went away mid-response, which without the
-// flag looks like an upstream reset. A host that does not answer the
-// attribute reports false.
+// downstream (DC or DR): a client that went away mid-response, which
+// without the flag looks like an upstream reset. A host that does not
+// answer the attribute reports false.
 func (f *streamFilter) downstreamEnded() bool {
 	v, err := f.cb.GetProperty("response.flags")
 	if err != nil {
 		return false
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
-	return err == nil && n&downstreamConnectionTermination != 0
+	return err == nil && n&(downstreamConnectionTermination|downstreamRemoteReset) != 0
 }
 
 // OnStreamComplete runs before Envoy writes access logs: the observation
@@ -50,6 +59,7 @@ func (f *streamFilter) complete() {
 	f.completed = true
 	now := f.clk.Now()
 	f.noteAdmitted()
+	f.noteAdmitError()
 	var cause error
 	if !f.x.Finished() {
 		cause = errStreamEnded
@@ -123,6 +133,14 @@ func (f *streamFilter) OnDestroy(reason api.DestroyReason) {
 		cancel()
 	}
 	if !f.live {
+		// Envoy completed the stream (its own local reply, the buffer
+		// limit's 413 for one) while the admission goroutine still waited:
+		// a lease it stored since was never handed to the Exchange. One it
+		// gets from now on it gives back itself (destroyed).
+		if lb := f.lease.Load(); lb != nil && !f.noted {
+			f.noted = true
+			lb.Release(scheduler.Cancelled)
+		}
 		return
 	}
 	if holding {

@@ -1,16 +1,21 @@
 package envoy
 
 import (
+	"context"
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/filter/filtertest"
+	"github.com/llmesh/llmesh/scheduler"
 )
 
 func TestMain(m *testing.M) {
@@ -202,14 +207,17 @@ func TestServerTiming(t *testing.T) {
 
 // TestResetMidStreamWhoEnded: a stream reset after the response started is
 // a client cancel when Envoy flags it DC (downstream connection
-// termination) and an upstream reset otherwise (UR, or a host that does
-// not answer response.flags).
+// termination: an HTTP/1.1 client closed) or DR (downstream remote reset:
+// an HTTP/2 client reset its stream), and an upstream reset otherwise (UR,
+// or a host that does not answer response.flags).
 func TestResetMidStreamWhoEnded(t *testing.T) {
 	for _, tc := range []struct {
 		flags string // "" leaves the attribute unanswered
 		want  string
 	}{
 		{"16384", "cancelled"},
+		{"268435456", "cancelled"},
+		{"268435472", "cancelled"}, // DR with UR: the router reset the upstream after the client left
 		{"16", "upstream_reset"},
 		{"", "upstream_reset"},
 	} {
@@ -227,5 +235,83 @@ func TestResetMidStreamWhoEnded(t *testing.T) {
 		s.Destroy(api.Terminate)
 		noViolations(t, s)
 		want(t, "flags "+tc.flags+": metadata error", s.Metadata(MetadataNamespace)["error"], tc.want)
+	}
+}
+
+// gateAdmitter admits once gate is closed, with a lease that counts its
+// releases.
+type gateAdmitter struct {
+	gate     chan struct{}
+	released chan scheduler.Outcome
+}
+
+func (g *gateAdmitter) Admit(ctx context.Context, req scheduler.Request) (scheduler.Lease, error) {
+	select {
+	case <-g.gate:
+		return &countLease{released: g.released}, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+	}
+}
+
+type countLease struct{ released chan scheduler.Outcome }
+
+func (l *countLease) Preempt() <-chan struct{}    { return nil }
+func (l *countLease) Progress(scheduler.Progress) {}
+func (l *countLease) Release(o scheduler.Outcome) { l.released <- o }
+func (l *countLease) QueueTime() time.Duration    { return 0 }
+
+// TestAdmittedAfterStreamComplete: Envoy may answer a held stream itself
+// (the buffer limit's 413, prepared while the filter's DecodeData started
+// admission, runs through the filter's encode half) and complete it while
+// the admission goroutine still waits. An admission that lands after the
+// response ended, or after OnStreamComplete, was never used: it is
+// released once, as cancelled, and leaves the in-flight gauge at zero.
+func TestAdmittedAfterStreamComplete(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// before runs while the admission waits; after once it landed.
+		before, after func(s *filtertest.Stream)
+		outcome       scheduler.Outcome
+	}{
+		{name: "after the response ended",
+			before: func(s *filtertest.Stream) {
+				s.EncodeHeaders(filtertest.ResponseHeaders(413, "content-type", "text/plain"), false)
+				s.EncodeData([]byte("Payload Too Large"), true)
+			},
+			after:   func(s *filtertest.Stream) { s.Complete() },
+			outcome: scheduler.Cancelled},
+		{name: "after OnStreamComplete",
+			before:  func(s *filtertest.Stream) { s.Filter().OnStreamComplete() },
+			after:   func(s *filtertest.Stream) { s.Destroy(api.Terminate) },
+			outcome: scheduler.Cancelled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &gateAdmitter{gate: make(chan struct{}), released: make(chan scheduler.Outcome, 2)}
+			h := newHarness(t, `{"mesh": `+testMesh("fifo", "")+`}`, false, func(e *Env) {
+				e.NewAdmitter = func(*config.Config) (scheduler.Admitter, error) { return g, nil }
+			})
+			s := h.stream(filtertest.Options{})
+			p := s.StartDecodeHeaders(sseRequest(), true)
+			tc.before(s)
+			close(g.gate)
+			if r := p.Wait(); r.Status != api.Continue {
+				t.Fatalf("held DecodeHeaders ended %+v, want Continue", r)
+			}
+			tc.after(s)
+			select {
+			case o := <-g.released:
+				want(t, "outcome", o, tc.outcome)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the admission was never released")
+			}
+			select {
+			case o := <-g.released:
+				t.Errorf("released twice (again %v)", o)
+			default:
+			}
+			want(t, "inflight", h.gauge(GaugeInflight), 0)
+			noViolations(t, s)
+		})
 	}
 }

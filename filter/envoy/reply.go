@@ -47,6 +47,8 @@ func (f *streamFilter) reply(cb api.FilterProcessCallbacks, r filter.Reply) api.
 		}
 	}
 	hdrs["x-llmesh-reply"] = []string{r.Details}
+	// Before the reply: Envoy may run it through EncodeHeaders at once.
+	f.replied.Store(true)
 	cb.SendLocalReply(r.HTTPStatus, body, hdrs, grpc, r.Details)
 	return api.LocalReply
 }

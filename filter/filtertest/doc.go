@@ -21,15 +21,19 @@
 //   - request trailers after a buffered body: the body goes to DecodeData
 //     first without endStream (Envoy's doTrailer), and StopAndBuffer there
 //     is a violation, since Envoy then sends the held request on.
+//   - a local reply sent while decoding (from a callback, or from a
+//     goroutine while the phase is held) runs through the filter's own
+//     encode callbacks before the stream ends, as Envoy's filter manager
+//     runs it through the encoder filter chain: EncodeHeaders with the
+//     headers Envoy builds (trailers-only for gRPC), then EncodeData with
+//     the body. A reply sent while encoding, or once the upstream's
+//     response headers reached the filter, goes to the client directly.
 //
 // Where it still differs from Envoy (filter/envoyhost runs the real SDK
-// for these): a local reply does not run through the filter's own encode
-// callbacks, it ends the stream (the host's scenarios cover each place the
-// filter sends one: rejected from DecodeHeaders, queue_full from the
-// admission goroutine, preempt_before_response and its gRPC twin from
-// DecodeData, preempt_midstream from EncodeData); stream info, properties
-// and stats are simplified; there is one goroutine per test stream, not a
-// worker thread.
+// for these): stream info, properties and stats are simplified; there is
+// one goroutine per test stream, not a worker thread, and the encode half
+// of a reply from a goroutine runs on the goroutine that waits for the
+// phase (Pending.Wait).
 //
 // Ownership: a Stream is driven by one test goroutine (the "Envoy worker");
 // the filter under test may call the process callbacks (Continue,

@@ -23,7 +23,7 @@ type Pending struct {
 // panics the way the SDK's shim does.
 func (s *Stream) begin(p *process, name string, bind func(*phase), call func() api.StatusType, after func(api.StatusType)) *Pending {
 	s.mu.Lock()
-	if s.ended() {
+	if s.destroyed || (s.reply != nil && !(s.replyEncoding && p == &s.enc)) {
 		s.mu.Unlock()
 		return &Pending{s: s, res: &Result{Skipped: true, Status: api.LocalReply}}
 	}
@@ -106,6 +106,9 @@ func (w *Pending) Wait() Result {
 		}
 	}
 	w.res = &r
+	if r.Status == api.LocalReply && p == &s.dec {
+		s.encodeReply()
+	}
 	return r
 }
 

@@ -91,6 +91,9 @@ type Stream struct {
 	routeClears routeCounter
 	lateCalls   int
 	override    *Override
+	// replyEncoded: a local reply sent while decoding ran through the
+	// filter's encode callbacks (encodeReply); replyEncoding while it runs.
+	replyEncoded, replyEncoding bool
 }
 
 var _ api.FilterCallbackHandler = (*Stream)(nil)

@@ -195,9 +195,15 @@ func (h *envoyHost) do(t *testing.T, r request) response {
 				releaseStarted(&r)
 			}
 			if r.cancelAfter > 0 && reads >= r.cancelAfter {
-				// The client went away: Envoy flags the stream DC
-				// (downstream connection termination) and destroys it.
-				props["response.flags"] = "16384"
+				// The client went away and Envoy destroys the stream,
+				// flagged as its connection manager does: an HTTP/1.1
+				// client closes its connection (DC, downstream connection
+				// termination), a gRPC client is on HTTP/2 and resets its
+				// stream (DR, downstream remote reset).
+				props["response.flags"] = strconv.Itoa(1 << 14)
+				if r.grpc() {
+					props["response.flags"] = strconv.Itoa(1 << 28)
+				}
 				out.Cancelled = true
 				reset(s)
 				return out
