@@ -42,7 +42,7 @@ type envoyHost struct {
 type envoyRecorder struct{ r *records }
 
 func (e envoyRecorder) Record(r filter.Record) {
-	e.r.add(recOf(&r.Observation, r.Class, r.Model))
+	e.r.add(recOf(&r))
 }
 
 var _ envoy.Recorder = envoyRecorder{}

@@ -122,15 +122,22 @@ type rec struct {
 	EnginePreempted  int
 	ContentEncoding  string
 	ResponseBytesPos bool
+	// What the host decided, beside what it observed.
+	Pool        string
+	Outcome     string
+	Preemptions int
+	Passthrough bool
 }
 
 // queuedAtLeast tells a request that waited for a slot from one admitted at
 // once; the scenarios that queue hold the slot for far longer.
 const queuedAtLeast = 15 * time.Millisecond
 
-func recOf(o *filter.Observation, class, model string) rec {
+func recOf(r *filter.Record) rec {
+	o := &r.Observation
 	return rec{
-		Class: class, Model: model, Protocol: o.Protocol.String(), HTTPStatus: o.HTTPStatus,
+		Pool: r.Pool, Outcome: r.Outcome.String(), Preemptions: r.Preemptions, Passthrough: r.Passthrough,
+		Class: r.Class, Model: r.Model, Protocol: o.Protocol.String(), HTTPStatus: o.HTTPStatus,
 		GRPCStatus: o.GRPCStatus, HasGRPCStatus: o.HasGRPCStatus, GRPCMessage: o.GRPCMessage,
 		ErrorKind: o.ErrorKind.String(), Complete: o.Complete, OutputTokens: o.OutputTokens,
 		CountedTokens: o.CountedTokens, PromptTokens: o.PromptTokens, UsageReported: o.UsageReported,
@@ -351,7 +358,7 @@ func startGateway(t *testing.T, up upstreams, extra ...gateway.Recorder) *gatewa
 		gateway.WithAdmitter(h.count),
 		gateway.WithClassifier(cls),
 		gateway.WithRecorder(gateway.RecorderFunc(func(r gateway.Record) {
-			h.rec.add(recOf(&r.Observation, r.Class, r.Model))
+			h.rec.add(recOf(&r))
 		})),
 		gateway.WithRelocation(rel, nil),
 		// A tee: the telemetry recorder's gap layout reaches the gateway.

@@ -211,7 +211,7 @@ func (h *sdkHost) taps(t *testing.T, r io.Reader) {
 		}
 		switch l.Kind {
 		case "record":
-			h.rec.add(recOf(&l.Record.Observation, l.Record.Class, l.Record.Model))
+			h.rec.add(recOf(l.Record))
 		case "admit":
 			h.count.ch <- struct{}{}
 		case "queued":

@@ -164,12 +164,14 @@ var table = []tcase{
 
 	// The guard refuses a body it cannot read reliably.
 	{name: "guard: body not strict JSON refused", wantStatus: 400,
-		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":NaN}`, "x-lane", "guard"),
+		req:    completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":NaN}`, "x-lane", "guard"),
+		differ: map[string]string{"Records[0].Outcome": guardAdmitted},
 	},
 	{name: "guard: malformed llm.v1 message refused", wantStatus: 200, wantGRPC: "3",
 		req: func(string) request {
 			return request{path: llmv1.Generation_Generate_FullMethodName, headers: hdrs(grpcCT), body: []byte{0, 0, 0, 0, 2, 0x1a, 0x09}}
 		},
+		differ: map[string]string{"Records[0].Outcome": guardAdmitted},
 	},
 
 	// Relocation.
@@ -294,3 +296,11 @@ var table = []tcase{
 // queueing (StopAndBuffer in DecodeHeaders), a cost the filter takes only
 // when the config needs the body.
 const modelUnread = "the Envoy host reads the model from the body as it passes after admission; a request that ends while queued never hands it to the filter (golang_filter.cc doData buffers it in C++ while Go holds the headers), and the filter buffers a body before admission only when the config needs it; the gateway reads every body first"
+
+// guardAdmitted: the Envoy host admits a request whose body it does not
+// need for sizing from its headers, and checks the engine-priority guard
+// on the body as it streams past (nothing buffered); a refused body then
+// releases that admission as failed. The gateway reads the body before it
+// admits, so its refusal was never admitted (Outcome done: nothing was
+// released).
+const guardAdmitted = "the Envoy host admits from the headers and checks the priority guard on the body as it streams, so a refusal releases an admission (failed); the gateway checks the body it has read before admitting (never admitted: done)"
