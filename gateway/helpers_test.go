@@ -76,4 +76,7 @@ var (
 	mustReq     = gatewaytest.MustReq
 )
 
-const expMesh = gatewaytest.ExpMesh
+const (
+	expMesh   = gatewaytest.ExpMesh
+	relocMesh = gatewaytest.RelocMesh
+)

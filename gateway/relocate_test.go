@@ -8,23 +8,6 @@ import (
 	"github.com/llmesh/llmesh/config"
 )
 
-const relocMesh = `listeners:
-  - name: main
-    address: 127.0.0.1:1
-    routes:
-      - match: {path_prefix: /llm.v1.Generation/}
-        pool: engine
-pools:
-  - name: engine
-    protocol: grpc
-    endpoints: [SIM]
-classes:
-  - {name: interactive, priority: 0}
-default_class: interactive
-relocation:
-  grpc:
-    - {method: /llm.v1.Generation/Generate, metadata: x-prompt-raw, field: 2, threshold: 4096, max: 4194304}
-`
 
 func TestRelocationHeaderLimitFromMesh(t *testing.T) {
 	for _, tc := range []struct {

@@ -62,7 +62,7 @@ func replyHeaders(r *LocalReply, grpc bool) (h *HeaderMap, body string) {
 		if v := h.h["grpc-status"]; len(v) == 0 || v[0] == "" {
 			gs := r.GRPCStatus
 			if gs < 0 {
-				gs = httpToGRPCStatus(r.Code)
+				gs = HTTPToGRPCStatus(r.Code)
 			}
 			h.h["grpc-status"] = []string{strconv.FormatInt(gs, 10)}
 		}
@@ -83,8 +83,9 @@ func replyHeaders(r *LocalReply, grpc bool) (h *HeaderMap, body string) {
 	return h, body
 }
 
-// httpToGRPCStatus is Envoy's Grpc::Utility::httpToGrpcStatus.
-func httpToGRPCStatus(code int) int64 {
+// HTTPToGRPCStatus is Envoy's Grpc::Utility::httpToGrpcStatus: the gRPC
+// status of a local reply sent with an HTTP code and no grpc-status.
+func HTTPToGRPCStatus(code int) int64 {
 	switch code {
 	case 400:
 		return 13

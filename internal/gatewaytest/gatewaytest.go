@@ -173,3 +173,24 @@ func MustReq(ctx context.Context, url, body string) *http.Request {
 	}
 	return req
 }
+
+// RelocMesh is a mesh with one llm.v1 pool on [SIM] whose Generate calls
+// carry their prompt in metadata x-prompt-raw, relocated into field 2
+// from 4 KiB up to 4 MiB.
+const RelocMesh = `listeners:
+  - name: main
+    address: 127.0.0.1:1
+    routes:
+      - match: {path_prefix: /llm.v1.Generation/}
+        pool: engine
+pools:
+  - name: engine
+    protocol: grpc
+    endpoints: [SIM]
+classes:
+  - {name: interactive, priority: 0}
+default_class: interactive
+relocation:
+  grpc:
+    - {method: /llm.v1.Generation/Generate, metadata: x-prompt-raw, field: 2, threshold: 4096, max: 4194304}
+`

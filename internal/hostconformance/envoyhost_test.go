@@ -296,30 +296,12 @@ func localReply(r *filtertest.LocalReply, grpc bool) response {
 	out.ContentType = "application/grpc"
 	code := r.GRPCStatus
 	if code < 0 {
-		code = httpToGRPC(r.Code)
+		code = filtertest.HTTPToGRPCStatus(r.Code)
 	}
 	out.GRPCStatus = strconv.FormatInt(code, 10)
 	out.GRPCMessage = r.Body
 	out.Pushback = hdr.Get("Grpc-Retry-Pushback-Ms") != ""
 	return out
-}
-
-// httpToGRPC is Envoy's Grpc::Utility::httpToGrpcStatus.
-func httpToGRPC(code int) int64 {
-	switch code {
-	case 400:
-		return 13
-	case 401:
-		return 16
-	case 403:
-		return 7
-	case 404:
-		return 12
-	case 429, 502, 503, 504:
-		return 14
-	default:
-		return 2
-	}
 }
 
 func (r response) String() string {

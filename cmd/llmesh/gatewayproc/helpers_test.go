@@ -23,4 +23,7 @@ var (
 	mustReq     = gatewaytest.MustReq
 )
 
-const expMesh = gatewaytest.ExpMesh
+const (
+	expMesh   = gatewaytest.ExpMesh
+	relocMesh = gatewaytest.RelocMesh
+)

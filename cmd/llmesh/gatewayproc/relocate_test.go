@@ -20,23 +20,6 @@ import (
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
-const relocMesh = `listeners:
-  - name: main
-    address: 127.0.0.1:1
-    routes:
-      - match: {path_prefix: /llm.v1.Generation/}
-        pool: engine
-pools:
-  - name: engine
-    protocol: grpc
-    endpoints: [SIM]
-classes:
-  - {name: interactive, priority: 0}
-default_class: interactive
-relocation:
-  grpc:
-    - {method: /llm.v1.Generation/Generate, metadata: x-prompt-raw, field: 2, threshold: 4096, max: 4194304}
-`
 
 // TestRunRelocatesGRPCPromptToSim: a grpc-go client sends a 2 MiB prompt in
 // metadata through the gateway to the sim; the gateway's client side
