@@ -79,23 +79,7 @@ func TestSessionAdmissionPaths(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			send := func(rs ...*schedulerv1.LeaseRequest) {
-				t.Helper()
-				if err := s.Send(&schedulerv1.SessionRequest{Leases: rs}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			recv := func() *schedulerv1.LeaseResponse {
-				t.Helper()
-				m, err := s.Recv()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(m.GetLeases()) != 1 {
-					t.Fatalf("got %d answers in one message, want 1: %v", len(m.GetLeases()), m)
-				}
-				return m.GetLeases()[0]
-			}
+			send, recv := sessionIO(t, s)
 			startClass := func(id uint64, class string) *schedulerv1.LeaseRequest {
 				return &schedulerv1.LeaseRequest{Lease: id, Msg: &schedulerv1.LeaseRequest_Start{Start: &schedulerv1.Start{Class: class}}}
 			}

@@ -58,23 +58,7 @@ func TestSessionWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send := func(rs ...*schedulerv1.LeaseRequest) {
-		t.Helper()
-		if err := s.Send(&schedulerv1.SessionRequest{Leases: rs}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	recv := func() *schedulerv1.LeaseResponse {
-		t.Helper()
-		m, err := s.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(m.GetLeases()) != 1 {
-			t.Fatalf("got %d answers in one message, want 1: %v", len(m.GetLeases()), m)
-		}
-		return m.GetLeases()[0]
-	}
+	send, recv := sessionIO(t, s)
 	// 7 is admitted, 9 and 11 wait (the pool holds one), 12 finds the
 	// queue full. (The leases of one message are admitted concurrently, so
 	// the test waits for each step.)
@@ -265,4 +249,27 @@ func TestSilentProxyLosesItsLeases(t *testing.T) {
 	waitMetric(t, metrics, `llmesh_scheduler_inflight{pool="gpu"} 0`)
 	t.Logf("leases freed %v after the connection went silent", time.Since(begin).Round(100*time.Millisecond))
 	waitMetric(t, metrics, `llmesh_scheduler_service_sessions 0`)
+}
+
+// sessionIO sends lease messages on s in one stream message and receives
+// one answer per stream message, failing t on a stream error.
+func sessionIO(t *testing.T, s grpc.BidiStreamingClient[schedulerv1.SessionRequest, schedulerv1.SessionResponse]) (send func(...*schedulerv1.LeaseRequest), recv func() *schedulerv1.LeaseResponse) {
+	send = func(rs ...*schedulerv1.LeaseRequest) {
+		t.Helper()
+		if err := s.Send(&schedulerv1.SessionRequest{Leases: rs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv = func() *schedulerv1.LeaseResponse {
+		t.Helper()
+		m, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.GetLeases()) != 1 {
+			t.Fatalf("got %d answers in one message, want 1: %v", len(m.GetLeases()), m)
+		}
+		return m.GetLeases()[0]
+	}
+	return send, recv
 }
