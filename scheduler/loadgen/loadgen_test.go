@@ -127,34 +127,30 @@ func TestRunOpenLoopSendsTheSchedule(t *testing.T) {
 	}
 }
 
-// The open loop sends on time to well under a millisecond (a timer alone
-// wakes up to a millisecond late), and reports the latency from the Admit
-// call (Decision) apart from that from the scheduled send (FromScheduled,
-// never less).
+// The open loop reports the latency from the Admit call (Decision) apart
+// from that from the scheduled send (FromScheduled, never less), and how
+// late each send was against the schedule (ScheduleLag, one per send). How
+// late is a speed figure, so it is a benchmark's metric
+// (BenchmarkOpenLoop's lag-p50-µs: well under a millisecond on an idle
+// host, where a timer alone wakes up ~500 µs late), not asserted here.
 func TestOpenLoopSendsOnTime(t *testing.T) {
 	_, proxies := service(t, 64, 2)
-	// A timer alone is late by a median of about 500 µs whatever the
-	// machine's load (it sleeps in whole milliseconds); a loaded machine
-	// can spoil one run's spin, so the best of three counts.
-	best := math.Inf(1)
-	for range 3 {
-		rep, err := loadgen.Run(context.Background(), loadgen.Options{
-			Proxies: proxies, Rate: 2000, Arrivals: "poisson", Duration: 500 * time.Millisecond, Mix: mix,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rep.ScheduleLag == nil || rep.FromScheduled == nil || rep.ScheduleLag.N < 500 || rep.FromScheduled.N != rep.Decision.N {
-			t.Fatalf("report %+v", rep)
-		}
-		if rep.FromScheduled.P50 < rep.Decision.P50 || rep.FromScheduled.Max < rep.Decision.Max {
-			t.Errorf("from scheduled %+v is less than decision %+v", *rep.FromScheduled, rep.Decision)
-		}
-		if best = min(best, rep.ScheduleLag.P50); best < 300 {
-			return
-		}
+	rep, err := loadgen.Run(context.Background(), loadgen.Options{
+		Proxies: proxies, Rate: 2000, Arrivals: "poisson", Duration: 500 * time.Millisecond, Mix: mix,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Errorf("schedule lag p50 %v µs at best of three runs, want under 300 µs", best)
+	if rep.ScheduleLag == nil || rep.FromScheduled == nil || rep.ScheduleLag.N < 500 || rep.FromScheduled.N != rep.Decision.N {
+		t.Fatalf("report %+v", rep)
+	}
+	if rep.FromScheduled.P50 < rep.Decision.P50 || rep.FromScheduled.Max < rep.Decision.Max {
+		t.Errorf("from scheduled %+v is less than decision %+v", *rep.FromScheduled, rep.Decision)
+	}
+	if rep.ScheduleLag.P50 < 0 || rep.ScheduleLag.Max < rep.ScheduleLag.P50 {
+		t.Errorf("schedule lag %+v is not a lateness distribution", *rep.ScheduleLag)
+	}
+	t.Logf("schedule lag p50 %.0f µs, p99 %.0f µs (a speed figure: BenchmarkOpenLoop)", rep.ScheduleLag.P50, rep.ScheduleLag.P99)
 }
 
 // The open loop times a request from its scheduled send, so time spent
