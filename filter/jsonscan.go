@@ -1,6 +1,10 @@
 package filter
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/llmesh/llmesh/internal/jsonscan"
+)
 
 // jsonScanner walks just enough JSON to pull out the fields the observer
 // needs, without allocating and without building values. It is lenient
@@ -12,16 +16,7 @@ type jsonScanner struct {
 	bad bool
 }
 
-func (s *jsonScanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
+func (s *jsonScanner) ws() { s.i = jsonscan.Space(s.b, s.i) }
 
 // peek returns the next non-space byte, or 0 at the end.
 func (s *jsonScanner) peek() byte {
