@@ -117,26 +117,38 @@ func (s *jsonScanner) str() (raw []byte, escaped bool) {
 	return s.longStr(start)
 }
 
-// longStr finds the closing quote of a string starting at start with a
-// vectorised scan; a quote preceded by an odd run of backslashes is
-// escaped, so it keeps looking past it.
+// longStr finds the closing quote of a string starting at start with
+// closingQuote's vectorised scan.
 func (s *jsonScanner) longStr(start int) (raw []byte, escaped bool) {
-	for j := start; ; {
-		q := bytes.IndexByte(s.b[j:], '"')
+	end := closingQuote(s.b[start:])
+	if end < 0 {
+		s.bad = true
+		s.i = len(s.b)
+		return nil, false
+	}
+	s.i = start + end + 1
+	raw = s.b[start : start+end]
+	return raw, bytes.IndexByte(raw, '\\') >= 0
+}
+
+// closingQuote is the index in b (a JSON string's contents and what
+// follows) of the quote that ends the string: the first quote preceded by
+// an even run of backslashes (an odd run escapes it). -1 when none. The
+// observer's scanner and the SSE template agree on where a string ends
+// because both use it.
+func closingQuote(b []byte) int {
+	for j := 0; ; {
+		q := bytes.IndexByte(b[j:], '"')
 		if q < 0 {
-			s.bad = true
-			s.i = len(s.b)
-			return nil, false
+			return -1
 		}
 		end := j + q
 		bs := 0
-		for k := end - 1; k >= start && s.b[k] == '\\'; k-- {
+		for k := end - 1; k >= 0 && b[k] == '\\'; k-- {
 			bs++
 		}
 		if bs%2 == 0 {
-			s.i = end + 1
-			raw = s.b[start:end]
-			return raw, bytes.IndexByte(raw, '\\') >= 0
+			return end
 		}
 		j = end + 1
 	}
