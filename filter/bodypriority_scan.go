@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/llmesh/llmesh/internal/jsonscan"
@@ -54,7 +53,7 @@ func (s *strictJSON) members(open int) (segs []segment, closeAt int, hit bool, e
 		if err != nil {
 			return nil, 0, false, err
 		}
-		isPrio := keyIs(s.b[i:kend], escaped, priorityKey)
+		isPrio := jsonscan.KeyEquals(s.b[i:kend], escaped, priorityKey)
 		i = s.ws(kend)
 		if i >= len(s.b) || s.b[i] != ':' {
 			return nil, 0, false, s.fail(i, "expected ':' after a member name")
@@ -78,18 +77,6 @@ func (s *strictJSON) members(open int) (segs []segment, closeAt int, hit bool, e
 			return nil, 0, false, s.fail(i, "expected ',' or '}' after a member")
 		}
 	}
-}
-
-// keyIs compares a quoted member name with name after unescaping.
-func keyIs(quoted []byte, escaped bool, name string) bool {
-	if !escaped {
-		return string(quoted[1:len(quoted)-1]) == name
-	}
-	var k string
-	if json.Unmarshal(quoted, &k) != nil {
-		return false
-	}
-	return k == name
 }
 
 // str validates the string starting at b[i] == '"' and returns the index

@@ -3,7 +3,6 @@ package relocate
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"unicode/utf8"
@@ -158,7 +157,7 @@ func scanObject(b []byte, key string) (object, error) {
 				return o, errNotJSON
 			}
 			o.members++
-			if keyEquals(name, escaped, key) {
+			if jsonscan.KeyEquals(name, escaped, key) {
 				o.valStart, o.valEnd = vs, i
 			}
 			i = jsonscan.Space(b, i)
@@ -177,16 +176,6 @@ func scanObject(b []byte, key string) (object, error) {
 		return o, errNotJSON
 	}
 	return o, nil
-}
-
-// keyEquals compares a quoted JSON key with name, decoding escapes only
-// when the key has any.
-func keyEquals(quoted []byte, escaped bool, name string) bool {
-	if !escaped {
-		return string(quoted[1:len(quoted)-1]) == name
-	}
-	var s string
-	return json.Unmarshal(quoted, &s) == nil && s == name
 }
 
 // appendUserMessage appends {"role":"user","content":value}.
