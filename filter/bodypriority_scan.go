@@ -1,9 +1,9 @@
 package filter
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
+
+	"github.com/llmesh/llmesh/internal/jsonscan"
 )
 
 // The strict JSON scanner behind RewriteJSONPriority: RFC 8259 only, so
@@ -24,17 +24,7 @@ func (s *strictJSON) fail(i int, format string, args ...any) error {
 	return fmt.Errorf("%w: invalid JSON at byte %d: %s", ErrPriorityBody, i, fmt.Sprintf(format, args...))
 }
 
-func (s *strictJSON) ws(i int) int {
-	for i < len(s.b) {
-		switch s.b[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
+func (s *strictJSON) ws(i int) int { return jsonscan.Space(s.b, i) }
 
 // end checks that only white space follows the top-level value.
 func (s *strictJSON) end(i int) error {
@@ -63,7 +53,7 @@ func (s *strictJSON) members(open int) (segs []segment, closeAt int, hit bool, e
 		if err != nil {
 			return nil, 0, false, err
 		}
-		isPrio := keyIs(s.b[i:kend], escaped, priorityKey)
+		isPrio := jsonscan.KeyEquals(s.b[i:kend], escaped, priorityKey)
 		i = s.ws(kend)
 		if i >= len(s.b) || s.b[i] != ':' {
 			return nil, 0, false, s.fail(i, "expected ':' after a member name")
@@ -89,68 +79,45 @@ func (s *strictJSON) members(open int) (segs []segment, closeAt int, hit bool, e
 	}
 }
 
-// keyIs compares a quoted member name with name after unescaping.
-func keyIs(quoted []byte, escaped bool, name string) bool {
-	if !escaped {
-		return string(quoted[1:len(quoted)-1]) == name
+// str validates the string starting at b[i] == '"' and returns the index
+// after its closing quote and whether it contains escapes. jsonscan
+// decides; only a string it refuses is walked again, to say why.
+func (s *strictJSON) str(i int) (end int, escaped bool, err error) {
+	if end, escaped, ok := jsonscan.String(s.b, i); ok {
+		return end, escaped, nil
 	}
-	var k string
-	if json.Unmarshal(quoted, &k) != nil {
-		return false
-	}
-	return k == name
+	return 0, false, s.badString(i)
 }
 
-// str validates the string starting at b[i] == '"' and returns the index
-// after its closing quote and whether it contains escapes.
-func (s *strictJSON) str(i int) (end int, escaped bool, err error) {
-	start := i
-	i++
-	for i < len(s.b) {
-		// Most string bytes need no attention: skip them in a tight loop.
-		for i < len(s.b) && plainStringByte[s.b[i]] {
-			i++
-		}
-		if i >= len(s.b) {
-			break
-		}
-		c := s.b[i]
-		switch {
+// badString explains why jsonscan.String refused the string at b[start].
+func (s *strictJSON) badString(start int) error {
+	for i := start + 1; i < len(s.b); i++ {
+		switch c := s.b[i]; {
 		case c == '"':
-			return i + 1, escaped, nil
+			// jsonscan.String refused a string this walk accepts: they
+			// disagree, which FuzzRewriteJSONPriority would catch.
+			return s.fail(start, "invalid string")
 		case c == '\\':
-			escaped = true
 			if i+1 >= len(s.b) {
-				return 0, false, s.fail(i, "unterminated escape")
+				return s.fail(i, "unterminated escape")
 			}
 			switch s.b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
+				i++
 			case 'u':
 				if i+6 > len(s.b) || !isHex4(s.b[i+2:i+6]) {
-					return 0, false, s.fail(i, `\u must be followed by four hex digits`)
+					return s.fail(i, `\u must be followed by four hex digits`)
 				}
-				i += 6
+				i += 5
 			default:
-				return 0, false, s.fail(i, "invalid escape \\%c", s.b[i+1])
+				return s.fail(i, "invalid escape \\%c", s.b[i+1])
 			}
 		case c < 0x20:
-			return 0, false, s.fail(i, "control character 0x%02x in a string", c)
-		default:
-			i++
+			return s.fail(i, "control character 0x%02x in a string", c)
 		}
 	}
-	return 0, false, s.fail(start, "unterminated string")
+	return s.fail(start, "unterminated string")
 }
-
-// plainStringByte marks the bytes a JSON string may hold without further
-// checks: everything but '"', '\\' and control characters.
-var plainStringByte = func() (t [256]bool) {
-	for c := 0x20; c < 256; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
 
 func isHex4(b []byte) bool {
 	for _, c := range b {
@@ -201,20 +168,23 @@ func (s *strictJSON) value(i int) (int, error) {
 			}
 			i = end
 		case c == 't':
-			if !bytes.HasPrefix(s.b[i:], []byte("true")) {
+			end, ok := jsonscan.Literal(s.b, i, "true")
+			if !ok {
 				return 0, s.fail(i, "invalid literal")
 			}
-			i += 4
+			i = end
 		case c == 'f':
-			if !bytes.HasPrefix(s.b[i:], []byte("false")) {
+			end, ok := jsonscan.Literal(s.b, i, "false")
+			if !ok {
 				return 0, s.fail(i, "invalid literal")
 			}
-			i += 5
+			i = end
 		case c == 'n':
-			if !bytes.HasPrefix(s.b[i:], []byte("null")) {
+			end, ok := jsonscan.Literal(s.b, i, "null")
+			if !ok {
 				return 0, s.fail(i, "invalid literal")
 			}
-			i += 4
+			i = end
 		default:
 			return 0, s.fail(i, "unexpected character %q", c)
 		}
@@ -274,38 +244,9 @@ func containerName(c byte) string {
 
 // number validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
 func (s *strictJSON) number(i int) (int, error) {
-	start := i
-	if s.b[i] == '-' {
-		i++
+	end, ok := jsonscan.Number(s.b, i)
+	if !ok {
+		return 0, s.fail(i, "invalid number")
 	}
-	digits := func() int {
-		n := 0
-		for i < len(s.b) && '0' <= s.b[i] && s.b[i] <= '9' {
-			i++
-			n++
-		}
-		return n
-	}
-	switch {
-	case i < len(s.b) && s.b[i] == '0':
-		i++
-	case digits() == 0:
-		return 0, s.fail(start, "invalid number")
-	}
-	if i < len(s.b) && s.b[i] == '.' {
-		i++
-		if digits() == 0 {
-			return 0, s.fail(start, "invalid number")
-		}
-	}
-	if i < len(s.b) && (s.b[i] == 'e' || s.b[i] == 'E') {
-		i++
-		if i < len(s.b) && (s.b[i] == '+' || s.b[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			return 0, s.fail(start, "invalid number")
-		}
-	}
-	return i, nil
+	return end, nil
 }

@@ -156,6 +156,10 @@ func TestRewriteJSONPriorityRefusesWhatItCannotRead(t *testing.T) {
 		{"bad escape", `{"a\x":1}`, `invalid escape \x`},
 		{"short unicode escape", `{"\u00":1}`, `\u must be followed by four hex digits`},
 		{"control character", "{\"a\":\"x\x01\"}", "control character 0x01"},
+		{"control character after an escaped quote", "{\"a\":\"x\\\"\x1f\"}", "byte 9: control character 0x1f"},
+		{"control character in a long string", "{\"a\":\"" + strings.Repeat("x", 20) + "\n\"}", "byte 26: control character 0x0a"},
+		{"escape at the end", `{"a":"\`, "byte 6: unterminated escape"},
+		{"bad escape in a long string", `{"a":"` + strings.Repeat("y", 17) + `\q"}`, "byte 23: invalid escape \\q"},
 		{"invalid UTF-8", "{\"pri\xffority\":-1}", "not valid UTF-8"},
 		{"UTF-16", "{\x00\"\x00p\x00\"\x00:\x001\x00}\x00", "byte 1"},
 		{"leading zero", `{"priority":-01}`, "byte 14: expected ',' or '}'"},
@@ -471,6 +475,9 @@ func FuzzRewriteJSONPriority(f *testing.F) {
 		case err != nil:
 			if !errors.Is(err, ErrPriorityBody) {
 				t.Fatalf("error %v is not ErrPriorityBody", err)
+			}
+			if strings.HasSuffix(err.Error(), ": invalid string") {
+				t.Fatalf("%q: the string check and its explanation disagree: %v", body, err)
 			}
 			if valid {
 				t.Fatalf("valid JSON %q refused: %v", body, err)

@@ -84,27 +84,6 @@ func (c *chunkTemplate) match(data []byte) (raw []byte, ok bool) {
 	return rest[:end], true
 }
 
-// closingQuote is the index in b (a JSON string's contents and what
-// follows) of the quote that ends the string, as jsonScanner.str finds it:
-// the first quote preceded by an even run of backslashes. -1 when none.
-func closingQuote(b []byte) int {
-	for j := 0; ; {
-		q := bytes.IndexByte(b[j:], '"')
-		if q < 0 {
-			return -1
-		}
-		end := j + q
-		bs := 0
-		for k := end - 1; k >= 0 && b[k] == '\\'; k-- {
-			bs++
-		}
-		if bs%2 == 0 {
-			return end
-		}
-		j = end + 1
-	}
-}
-
 // fastEvent answers a whole event at the start of p, a line start with no
 // event in progress, from the template: "data: " + prefix + text + suffix
 // + a blank line, with the text on that one line. It returns the bytes it

@@ -62,22 +62,16 @@ func fastEvent(data []byte) (f fastFields, ok bool) {
 		case '[':
 			stack = append(stack, frame{})
 		case '"':
-			j := i + 1
-			for data[j] != '"' {
-				if data[j] == '\\' {
-					j++
-				}
-				j++
-			}
-			s := data[i+1 : j]
-			i = j
+			end, escaped, _ := jsonscan.String(data, i) // data is valid
+			s := data[i+1 : end-1]
+			i = end - 1
 			if !expectKey {
 				continue
 			}
 			expectKey = false
 			top := &stack[len(stack)-1]
 			top.key = s
-			if bytes.IndexByte(s, '\\') >= 0 {
+			if escaped {
 				return f, false // an escaped key might decode to a special one
 			}
 			v := bytes.TrimLeft(data[i+1:], " \t\r\n:")

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -158,4 +159,59 @@ func FuzzRewriteJSON(f *testing.F) {
 			t.Fatalf("prompt %s, want %q (%v)", top["prompt"], value, err)
 		}
 	})
+}
+
+// FuzzScanObject: scanObject accepts exactly the documents json.Valid
+// accepts whose top-level value is an object, and finds the last member of
+// the name asked for, as encoding/json does.
+func FuzzScanObject(f *testing.F) {
+	for _, s := range scanObjectSeeds() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		checkScanObject(t, []byte(body))
+	})
+}
+
+func scanObjectSeeds() []string {
+	return []string{
+		`{"prompt":"x"}`, ` { "a" : 1 , "prompt" : [1,{"b":"]"}], "prompt":null } `, `{}`, `{ }`, `[]`, `""`, ``, ` `,
+		`{"a":1,}`, `{"a":1}x`, `{"a" 1}`, `{"a":}`, `{"a":"\x01"}`, `{"prompt":"\q"}`, `{"pr\u006fmpt":"y"}`,
+		`{"a":01}`, `{"a":-}`, `{"a":tru}`, `{"a":[1,2}`, `{"a":{"b":1]}`, "{\"a\":\"\xff\"}", `{"a":1} {}`,
+		`{"a":` + strings.Repeat("[", jsonDepth-1) + strings.Repeat("]", jsonDepth-1) + `}`,
+		`{"a":` + strings.Repeat("[", jsonDepth) + strings.Repeat("]", jsonDepth) + `}`,
+	}
+}
+
+// jsonDepth is encoding/json's nesting limit.
+const jsonDepth = 10000
+
+func checkScanObject(t *testing.T, body []byte) {
+	t.Helper()
+	o, err := scanObject(body, "prompt")
+	var top map[string]json.RawMessage
+	want := json.Valid(body) && json.Unmarshal(body, &top) == nil && top != nil
+	if (err == nil) != want {
+		t.Fatalf("scanObject(%.80q): err %v, want accepted %v", body, err, want)
+	}
+	if err == nil {
+		got, has := json.RawMessage(nil), o.valStart >= 0
+		if has {
+			got = body[o.valStart:o.valEnd]
+		}
+		if wantV, ok := top["prompt"]; ok != has || has && string(wantV) != string(got) {
+			t.Fatalf("scanObject(%.80q): prompt %q (%v), want %q (%v)", body, got, has, wantV, ok)
+		}
+		if body[o.closing] != '}' {
+			t.Fatalf("scanObject(%.80q): closing at %d is %q", body, o.closing, body[o.closing])
+		}
+	} else if !errors.Is(err, ErrMalformed) {
+		t.Fatalf("error %v is not ErrMalformed", err)
+	}
+}
+
+func TestScanObjectMatchesValid(t *testing.T) {
+	for _, s := range scanObjectSeeds() {
+		checkScanObject(t, []byte(s))
+	}
 }

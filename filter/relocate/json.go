@@ -3,11 +3,12 @@ package relocate
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/llmesh/llmesh/internal/jsonscan"
 )
 
 // JSONBody is a rewritten JSON request body in three pieces: the original
@@ -54,9 +55,6 @@ func RewriteJSON(body []byte, plan *HTTPPlan, on OnRelocated) (*JSONBody, error)
 	rule := plan.Rule
 	if len(body) > rule.MaxBody {
 		return nil, &LimitError{Limit: rule.limitPath, What: "request body", Size: int64(len(body)), Max: int64(rule.MaxBody)}
-	}
-	if !json.Valid(body) {
-		return nil, fmt.Errorf("%w: request body is not valid JSON", ErrMalformed)
 	}
 	obj, err := scanObject(body, plan.Field)
 	if err != nil {
@@ -118,101 +116,66 @@ type object struct {
 	valStart, valEnd int // span of the wanted member's value; -1 when absent
 }
 
-// scanObject walks the top-level members of a valid JSON document and finds
-// the last member named key (JSON parsers keep the last duplicate).
+var (
+	errNotJSON   = fmt.Errorf("%w: request body is not valid JSON", ErrMalformed)
+	errNotObject = fmt.Errorf("%w: request body is not a JSON object", ErrMalformed)
+)
+
+// scanObject validates b, accepting exactly what json.Valid accepts, and
+// walks the top-level members of the object it must be, finding the last
+// member named key (JSON parsers keep the last duplicate). One pass does
+// both: the body is read once.
 func scanObject(b []byte, key string) (object, error) {
 	o := object{valStart: -1, valEnd: -1}
-	i := skipSpace(b, 0)
+	i := jsonscan.Space(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return o, fmt.Errorf("%w: request body is not a JSON object", ErrMalformed)
-	}
-	i = skipSpace(b, i+1)
-	for b[i] != '}' {
-		ks := i
-		i = skipString(b, i)
-		name := b[ks:i]
-		i = skipSpace(b, i)
-		i = skipSpace(b, i+1) // ':'
-		vs := i
-		i = skipValue(b, i)
-		o.members++
-		if keyEquals(name, key) {
-			o.valStart, o.valEnd = vs, i
+		if jsonscan.Valid(b) {
+			return o, errNotObject
 		}
-		i = skipSpace(b, i)
-		if b[i] == ',' {
-			i = skipSpace(b, i+1)
-		}
+		return o, errNotJSON
 	}
-	o.closing = i
-	return o, nil
-}
-
-// keyEquals compares a quoted JSON key with name, decoding escapes only
-// when the key has any.
-func keyEquals(quoted []byte, name string) bool {
-	inner := quoted[1 : len(quoted)-1]
-	if bytes.IndexByte(inner, '\\') < 0 {
-		return string(inner) == name
-	}
-	var s string
-	return json.Unmarshal(quoted, &s) == nil && s == name
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string starting at b[i] == '"'.
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return i
-}
-
-// skipValue returns the index after the value starting at b[i]; b is valid
-// JSON, so brackets balance outside strings.
-func skipValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i)
+	i = jsonscan.Space(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		o.closing = i
+	} else {
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return o, errNotJSON
+			}
+			kend, escaped, ok := jsonscan.String(b, i)
+			if !ok {
+				return o, errNotJSON
+			}
+			name := b[i:kend]
+			i = jsonscan.Space(b, kend)
+			if i >= len(b) || b[i] != ':' {
+				return o, errNotJSON
+			}
+			vs := jsonscan.Space(b, i+1)
+			// The object itself is one of json.Valid's levels.
+			if i, ok = jsonscan.Value(b, vs, jsonscan.MaxDepth-1); !ok {
+				return o, errNotJSON
+			}
+			o.members++
+			if jsonscan.KeyEquals(name, escaped, key) {
+				o.valStart, o.valEnd = vs, i
+			}
+			i = jsonscan.Space(b, i)
+			if i < len(b) && b[i] == ',' {
+				i = jsonscan.Space(b, i+1)
 				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
 			}
-			i++
-		}
-		return i
-	default:
-		for i < len(b) {
-			switch b[i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return i
+			if i < len(b) && b[i] == '}' {
+				o.closing = i
+				break
 			}
-			i++
+			return o, errNotJSON
 		}
-		return i
 	}
+	if jsonscan.Space(b, o.closing+1) != len(b) {
+		return o, errNotJSON
+	}
+	return o, nil
 }
 
 // appendUserMessage appends {"role":"user","content":value}.

@@ -9,6 +9,7 @@ package jsonscan
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"math/bits"
 )
 
@@ -277,4 +278,18 @@ func Value(b []byte, i, maxDepth int) (int, bool) {
 func Valid(b []byte) bool {
 	end, ok := Value(b, Space(b, 0), MaxDepth)
 	return ok && Space(b, end) == len(b)
+}
+
+// KeyEquals reports whether quoted, a member name as String validated it
+// (quotes included, escaped as String reported), names name once
+// unescaped, as every JSON parser reads it ("priorit\u0079" is
+// "priority"). Only an escaped name is decoded, so raw bytes that are not
+// UTF-8 compare as themselves (encoding/json reads each as U+FFFD): the
+// same answer for any name that is UTF-8 without U+FFFD.
+func KeyEquals(quoted []byte, escaped bool, name string) bool {
+	if !escaped {
+		return string(quoted[1:len(quoted)-1]) == name
+	}
+	var k string
+	return json.Unmarshal(quoted, &k) == nil && k == name
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzValid holds Valid to json.Valid's answer, and Value under a smaller
@@ -70,4 +71,30 @@ func BenchmarkValid(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzKeyEquals holds KeyEquals to encoding/json's reading of the name
+// (for names that are UTF-8 without U+FFFD, see KeyEquals).
+func FuzzKeyEquals(f *testing.F) {
+	for _, s := range [][2]string{
+		{`"priority"`, "priority"}, {`"priorit\u0079"`, "priority"}, {`"pri\"ority"`, `pri"ority`},
+		{`"Priority"`, "priority"}, {`"a\/b"`, "a/b"}, {`"\ud83d\ude00"`, "\U0001F600"}, {`"\ud83d"`, "?"},
+		{`""`, ""}, {`"x"`, ""}, {"\"\xff\"", "\xff"}, {`"\u00e9t\u00e9"`, "été"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, quoted, name string) {
+		b := []byte(quoted)
+		end, escaped, ok := String(b, 0)
+		if len(b) == 0 || b[0] != '"' || !ok || end != len(b) || strings.ContainsRune(name, utf8.RuneError) {
+			return
+		}
+		var want string
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatalf("json.Unmarshal(%q): %v after String accepted it", quoted, err)
+		}
+		if got := KeyEquals(b, escaped, name); got != (want == name) {
+			t.Fatalf("KeyEquals(%q, %q) = %v, encoding/json reads %q", quoted, name, got, want)
+		}
+	})
 }
