@@ -5,8 +5,3 @@ import "github.com/llmesh/llmesh/filter"
 // ServerTiming is filter.ServerTiming, the Server-Timing value of an
 // observation (the core formats it; both hosts send it).
 func ServerTiming(obs *filter.Observation) string { return filter.ServerTiming(obs) }
-
-// AppendServerTiming is filter.AppendServerTiming.
-func AppendServerTiming(dst []byte, obs *filter.Observation) []byte {
-	return filter.AppendServerTiming(dst, obs)
-}

@@ -172,11 +172,9 @@ func (m *Middleware) refuseHTTP(w http.ResponseWriter, r *http.Request, err erro
 	WriteHTTPError(w, err)
 }
 
-// WriteGRPCError answers a gRPC call with a trailers-only response carrying
-// the status code and message of the core's reply for err (filter.ReplyFor).
-func WriteGRPCError(w http.ResponseWriter, err error) { writeGRPCError(w, filter.GRPC, err) }
-
-// writeGRPCError is WriteGRPCError answering with kind's content type.
+// writeGRPCError answers a gRPC call with a trailers-only response of kind's
+// content type carrying the status code and message of the core's reply for
+// err (filter.ReplyFor).
 func writeGRPCError(w http.ResponseWriter, kind filter.GRPCKind, err error) {
 	r := filter.ReplyFor(err)
 	h := w.Header()
