@@ -8,7 +8,6 @@ import (
 	"github.com/llmesh/llmesh/config"
 )
 
-
 func TestRelocationHeaderLimitFromMesh(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -20,7 +20,6 @@ import (
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
-
 // TestRunRelocatesGRPCPromptToSim: a grpc-go client sends a 2 MiB prompt in
 // metadata through the gateway to the sim; the gateway's client side
 // accepts the header, the prompt arrives in GenerateRequest.prompt (the
