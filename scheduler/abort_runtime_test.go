@@ -1,39 +1,20 @@
 package scheduler_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
 	"github.com/llmesh/llmesh/scheduler/server"
 )
-
-// lockedBuffer is a log sink the scheduler's goroutines and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // unhonouredGauge reads llmesh_preemption_abort_unhonoured{pool} from c.
 func unhonouredGauge(t *testing.T, c prometheus.Collector, pool string) float64 {
@@ -74,7 +55,7 @@ func poolGauge(t *testing.T, c prometheus.Collector, name, pool string) float64 
 // engine stops that one: the gauge is back at 0, an info line says
 // preemption is back on.
 func TestAbortProbeRecovers(t *testing.T) {
-	var logs lockedBuffer
+	var logs proctest.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
 	t.Cleanup(func() { slog.SetDefault(prev) })

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,33 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/server"
 )
-
-// syncBuf is a log sink tests can poll.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // poll waits until cond holds.
 func poll(t *testing.T, what string, cond func() bool) {
@@ -92,7 +73,7 @@ func metrics(t *testing.T, admin string) string {
 func TestRunReloadsConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mesh.yaml")
 	writeFile(t, path, reloadMesh("1", "fifo"))
-	var log syncBuf
+	var log proctest.Buffer
 	admin, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

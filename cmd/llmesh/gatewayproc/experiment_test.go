@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmesh/llmesh/gateway"
+	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler/server"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
@@ -196,7 +197,7 @@ func TestExperimentReloadSwitchesArms(t *testing.T) {
 	s := simtest.Start(t, simtest.WithTimeScale(10))
 	path := filepath.Join(t.TempDir(), "mesh.yaml")
 	writeMesh(t, path, expMeshFor(s, "    active: fifo\n"))
-	logs := &syncBuf{}
+	logs := &proctest.Buffer{}
 	data, _ := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

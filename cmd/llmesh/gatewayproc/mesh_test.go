@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler/pools"
 )
 
@@ -45,7 +46,7 @@ func TestSchedulerConfigKeepsPreemptionTarget(t *testing.T) {
 func TestRunLogsBoundAdminAddress(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	defer up.Close()
-	logs := &syncBuf{}
+	logs := &proctest.Buffer{}
 	_, admin := startRun(t, Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", Upstream: up.URL,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	bound := strings.TrimPrefix(admin, "http://")

@@ -1,7 +1,6 @@
 package gatewayproc
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -11,28 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/internal/proctest"
 )
-
-// syncBuf is a log sink tests can poll.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // startRun runs Run until the test ends and returns the data and admin
 // base URLs.
@@ -167,7 +149,7 @@ func TestRunMeshConfigReload(t *testing.T) {
 		}
 	}
 	write(mesh("a"))
-	logs := &syncBuf{}
+	logs := &proctest.Buffer{}
 	data, _ := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	ask := func() string {
 		res := post(t, context.Background(), data+"/v1/completions", `{"prompt":"x"}`)
@@ -254,7 +236,7 @@ func TestRunReloadAppliesSchedulerSettings(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "mesh.yaml")
 	writeMesh(t, path, mesh("1"))
-	logs := &syncBuf{}
+	logs := &proctest.Buffer{}
 	data, admin := startRun(t, Config{ConfigPath: path, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	codes := make(chan int, 2)
@@ -331,7 +313,7 @@ func TestRunReloadRejectedKeepsScheduler(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "mesh.yaml")
 	writeMesh(t, path, mesh("main", "1"))
-	logs := &syncBuf{}
+	logs := &proctest.Buffer{}
 	data, admin := startRun(t, Config{ConfigPath: path, Listener: "main", Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	const limit = `llmesh_scheduler_limit{pool="a"}`
