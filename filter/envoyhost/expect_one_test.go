@@ -9,9 +9,9 @@ import (
 // the streams, and say which when they do not.
 func TestExpectOneOf(t *testing.T) {
 	r := &report{Streams: map[string]streamReport{
-		"a": {Events: []event{{Seq: 1, Side: "filter", Kind: "local_reply", Code: 429}}},
-		"b": {Events: []event{{Seq: 2, Side: "upstream", Kind: "headers"}}},
-		"c": {Events: []event{{Seq: 3, Side: "filter", Kind: "local_reply", Code: 429}}},
+		"a": {Events: []Event{{Seq: 1, Side: "filter", Kind: "local_reply", Code: 429}}},
+		"b": {Events: []Event{{Seq: 2, Side: "upstream", Kind: "headers"}}},
+		"c": {Events: []Event{{Seq: 3, Side: "filter", Kind: "local_reply", Code: 429}}},
 	}}
 	for _, c := range []struct {
 		line, problem string

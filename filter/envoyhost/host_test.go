@@ -110,18 +110,7 @@ type streamReport struct {
 	DestroyState string                            `json:"destroy_state"`
 	OverrideHost string                            `json:"override_host"`
 	Metadata     map[string]map[string]interface{} `json:"metadata"`
-	Events       []event                           `json:"events"`
-}
-
-type event struct {
-	Seq     uint64      `json:"seq"`
-	Side    string      `json:"side"`
-	Kind    string      `json:"kind"`
-	End     bool        `json:"end"`
-	Headers [][2]string `json:"headers"`
-	Data    string      `json:"data"`
-	Code    int         `json:"code"`
-	Details string      `json:"details"`
+	Events       []Event                           `json:"events"` // the driven mode's events, without their stream
 }
 
 // runHost runs one scenario in its own process.
