@@ -341,6 +341,8 @@ type SchedulerService struct {
 	Address  string
 	FailOpen bool
 	Timeout  time.Duration
+	// Transport is ServiceTransportGRPC or ServiceTransportFramed.
+	Transport string
 }
 
 // Experiment is a compiled experiment.
