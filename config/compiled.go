@@ -341,7 +341,8 @@ type SchedulerService struct {
 	Address  string
 	FailOpen bool
 	Timeout  time.Duration
-	// Transport is ServiceTransportGRPC or ServiceTransportFramed.
+	// Transport is ServiceTransportAuto, ServiceTransportGRPC or
+	// ServiceTransportFramed.
 	Transport string
 }
 

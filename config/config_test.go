@@ -182,7 +182,7 @@ classification:
 				`relocation.http[0].field: "a.b" must be a plain top-level JSON field name`,
 				`scheduler_service.address: is required`,
 				`scheduler_service.failure_mode: "maybe" must be "fail_open" or "fail_closed"`,
-				`scheduler_service.transport: "quic" must be "grpc" or "framed"`,
+				`scheduler_service.transport: "quic" must be "auto", "grpc" or "framed"`,
 			},
 		},
 		{

@@ -27,6 +27,7 @@ const (
 	DefaultFailureMode      = "fail_open"
 	DefaultServiceTimeout   = "1s"
 	// The shared scheduler service's transports (scheduler_service.transport).
+	ServiceTransportAuto   = "auto"
 	ServiceTransportGRPC   = "grpc"
 	ServiceTransportFramed = "framed"
 	DefaultRelocField      = "prompt"
@@ -181,7 +182,7 @@ func ApplyDefaults(m *Mesh) {
 			s.Timeout = DefaultServiceTimeout
 		}
 		if s.Transport == "" {
-			s.Transport = ServiceTransportGRPC
+			s.Transport = ServiceTransportAuto
 		}
 	}
 }

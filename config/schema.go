@@ -387,9 +387,10 @@ type SchedulerServiceSpec struct {
 	FailureMode string `yaml:"failure_mode,omitempty"`
 	// Timeout for reaching the service; default "1s".
 	Timeout string `yaml:"timeout,omitempty"`
-	// Transport of the proxies' sessions: "grpc" (default) or "framed"
-	// (the same messages over plain TCP, far cheaper for the service per
-	// message; the service accepts both on its one address).
+	// Transport of the proxies' sessions: "framed" (the messages over
+	// plain TCP, far cheaper for the service per message), "grpc" (a gRPC
+	// stream), or "auto" (default: framed, gRPC with a service that does
+	// not speak it). The service accepts both on its one address.
 	Transport string `yaml:"transport,omitempty"`
 }
 

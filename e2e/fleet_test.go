@@ -66,9 +66,9 @@ func TestTwoGatewaysShareOneSchedulerOverThreeSims(t *testing.T) {
 	schedAddr := sched.WaitOutput(t, schedulerRE)[1]
 	schedAdmin := "http://" + sched.WaitOutput(t, schedulerAdminRE)[1]
 	proctest.WaitHTTP(t, schedAdmin+"/healthz", sched)
-	path := proctest.WriteTemp(t, "mesh.yaml", fleetMesh(sims, schedAddr))
-	// The second gateway's session is framed (plain TCP), the first's a
-	// gRPC stream: one service, one address, both transports.
+	// The first gateway's session is a gRPC stream, the second's framed
+	// (plain TCP): one service, one address, both transports.
+	path := proctest.WriteTemp(t, "mesh.yaml", strings.Replace(fleetMesh(sims, schedAddr), "timeout: 30s}", "timeout: 30s, transport: grpc}", 1))
 	framedPath := proctest.WriteTemp(t, "mesh-framed.yaml", strings.Replace(fleetMesh(sims, schedAddr), "timeout: 30s}", "timeout: 30s, transport: framed}", 1))
 	gws := []*gatewayProc{startGateway(t, "gateway-a", "--config", path), startGateway(t, "gateway-b", "--config", framedPath)}
 

@@ -75,9 +75,12 @@ func TestSchedulerBench(t *testing.T) {
 		var stdout strings.Builder
 		args := []string{"scheduler", "bench", "--target", addr, "--config", path, "--proxies", "2",
 			"--rate", "400", "--duration", "300ms", "--warmup", "0s", "--json", out}
-		if protocol == "framed" {
+		switch protocol {
+		case "framed":
 			args = append(args, "--transport", "framed")
-		} else {
+		case "session":
+			args = append(args, "--transport", "grpc")
+		default:
 			args = append(args, "--protocol", protocol)
 		}
 		err := Main(context.Background(), args, &stdout, io.Discard)

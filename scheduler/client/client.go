@@ -45,15 +45,19 @@ type Options struct {
 	// when the service does not implement Session, trying Session again
 	// every sessionRetry, so a service upgraded in place is used fully).
 	StreamPerAdmission bool
-	// Transport carries the Session: TransportGRPC (the default, "" too) or
-	// TransportFramed, the same messages over a plain TCP connection
-	// (scheduler/framed), which costs the service far less per message.
-	// The service accepts both on one address.
+	// Transport carries the Session: TransportFramed, the messages over a
+	// plain TCP connection (scheduler/framed), which costs the service far
+	// less per message; TransportGRPC, a gRPC stream; or TransportAuto
+	// (the default, "" too): framed, and gRPC while the service does not
+	// speak it (an older service, an HTTP/2 proxy in between), trying
+	// framed again every sessionRetry. The service accepts both on one
+	// address.
 	Transport string
 }
 
 // The transports of Options.Transport.
 const (
+	TransportAuto   = "auto"
 	TransportGRPC   = "grpc"
 	TransportFramed = "framed"
 )
@@ -73,10 +77,12 @@ type Client struct {
 
 	openMu sync.Mutex // one caller opens a session at a time
 	// Guarded by openMu (framed transport): after a failed dial, until
-	// dialRetry, opening fails at once with dialErr.
+	// dialRetry, opening fails at once with dialErr; with TransportAuto,
+	// sessions are gRPC streams until framedRetry.
 	dialRetry   time.Time
 	dialErr     error
 	dialBackoff time.Duration
+	framedRetry time.Time
 	// legacyUntil (UnixNano on opts.Clock): until then the service is
 	// taken to lack Session and admissions use Admit streams.
 	legacyUntil atomic.Int64
@@ -94,15 +100,16 @@ func New(target string, opts Options) (*Client, error) {
 		opts.Timeout = time.Second
 	}
 	switch opts.Transport {
-	case "", TransportGRPC:
-		opts.Transport = TransportGRPC
+	case "":
+		opts.Transport = TransportAuto
+	case TransportAuto, TransportGRPC:
 	case TransportFramed:
 		if opts.StreamPerAdmission {
 			return nil, fmt.Errorf("scheduler client: transport %q carries sessions only, not a stream per admission", TransportFramed)
 		}
 		return &Client{target: target, opts: opts, live: map[*lease]struct{}{}}, nil
 	default:
-		return nil, fmt.Errorf("scheduler client: transport %q is not %q or %q", opts.Transport, TransportGRPC, TransportFramed)
+		return nil, fmt.Errorf("scheduler client: transport %q is not %q, %q or %q", opts.Transport, TransportAuto, TransportGRPC, TransportFramed)
 	}
 	// Reconnect quickly after a service restart: backoff from 100ms to 1s.
 	dial := append([]grpc.DialOption{

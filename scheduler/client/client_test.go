@@ -92,9 +92,9 @@ func (s *service) queued() int {
 // protocol of older services); TestPerAdmissionStreams sets it.
 var perAdmission bool
 
-// transport is the session transport newClient uses ("": gRPC);
-// TestFramedTransport sets it.
-var transport string
+// transport is the session transport newClient uses when a test names
+// none; TestFramedTransport sets it to framed.
+var transport = client.TransportGRPC
 
 func newClient(t *testing.T, addr string, opts client.Options) *client.Client {
 	t.Helper()

@@ -129,27 +129,21 @@ func (c *Client) openSession(ctx context.Context) (*session, error) {
 // dialSession opens a Session stream on c's transport; cancel ends it.
 // ctx bounds only the opening.
 func (c *Client) dialSession(ctx context.Context) (sessionStream, func(), error) {
-	if c.opts.Transport == TransportFramed {
-		// After a failed dial, admissions fail at once (to the failure
-		// mode) until the backoff passes, as gRPC's reconnect backoff
-		// does: a service that is down costs each request no dial.
-		now := c.opts.Clock.Now()
-		if now.Before(c.dialRetry) {
-			return nil, nil, c.dialErr
-		}
-		dctx, done := context.WithTimeout(ctx, c.opts.Timeout)
-		defer done()
-		fc, err := framed.Dial(dctx, c.target)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
-			}
-			c.dialBackoff = min(max(2*c.dialBackoff, 100*time.Millisecond), time.Second)
-			c.dialRetry, c.dialErr = now.Add(c.dialBackoff), err
+	now := c.opts.Clock.Now()
+	tr := c.opts.Transport
+	if tr == TransportFramed || (tr == TransportAuto && !now.Before(c.framedRetry)) {
+		fc, err := c.dialFramed(ctx, now)
+		switch {
+		case err == nil:
+			return fc, func() { _ = fc.Close() }, nil
+		case tr == TransportAuto && errors.Is(err, framed.ErrProtocol):
+			// A service older than the framed transport, or an HTTP/2
+			// proxy in between: gRPC sessions until the next try (a
+			// service upgraded in place is then used fully).
+			c.framedRetry = now.Add(sessionRetry)
+		default:
 			return nil, nil, err
 		}
-		c.dialBackoff = 0
-		return fc, func() { _ = fc.Close() }, nil
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	stop := context.AfterFunc(ctx, cancel)
@@ -163,6 +157,31 @@ func (c *Client) dialSession(ctx context.Context) (sessionStream, func(), error)
 		return nil, nil, err
 	}
 	return stream, cancel, nil
+}
+
+// dialFramed opens a framed session. After a failed dial, admissions fail
+// at once (to the failure mode) until the backoff passes, as gRPC's
+// reconnect backoff does: a service that is down costs each request no
+// dial. Called with c.openMu held.
+func (c *Client) dialFramed(ctx context.Context, now time.Time) (*framed.ClientConn, error) {
+	if now.Before(c.dialRetry) {
+		return nil, c.dialErr
+	}
+	dctx, done := context.WithTimeout(ctx, c.opts.Timeout)
+	defer done()
+	fc, err := framed.Dial(dctx, c.target)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+		}
+		if !errors.Is(err, framed.ErrProtocol) {
+			c.dialBackoff = min(max(2*c.dialBackoff, 100*time.Millisecond), time.Second)
+			c.dialRetry, c.dialErr = now.Add(c.dialBackoff), err
+		}
+		return nil, err
+	}
+	c.dialBackoff = 0
+	return fc, nil
 }
 
 // admit sends req's Start and waits for the answer or ctx's end.

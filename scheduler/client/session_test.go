@@ -45,7 +45,7 @@ func TestPerAdmissionStreams(t *testing.T) {
 // plain TCP, served on the same address as gRPC.
 func TestFramedTransport(t *testing.T) {
 	transport = client.TransportFramed
-	defer func() { transport = "" }()
+	defer func() { transport = client.TransportGRPC }()
 	for _, tc := range []struct {
 		name string
 		f    func(*testing.T)
@@ -106,6 +106,56 @@ func TestFramedAgainstGRPCOnlyService(t *testing.T) {
 	_, err = c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
 	if !errors.Is(err, scheduler.ErrUnavailable) || !strings.Contains(err.Error(), "transport grpc") {
 		t.Fatalf("Admit: %v, want ErrUnavailable naming the gRPC transport", err)
+	}
+}
+
+// The default transport, auto: framed with a service that speaks it, gRPC
+// with one that does not.
+func TestAutoTransport(t *testing.T) {
+	cs, sched, addr := startCounting(t, config(2, fifo.New()), false)
+	c := newClient(t, addr, client.Options{Transport: client.TransportAuto})
+	l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(scheduler.Done)
+	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 1 })
+	if s, g := cs.sessions.Load(), cs.grpcSessions.Load(); s != 1 || g != 0 {
+		t.Fatalf("auto with a framed service: %d sessions, %d over gRPC; want 1 framed", s, g)
+	}
+
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := scheduler.New(config(2, fifo.New()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	oc := &countingService{Server: server.New(old, nil)}
+	g := grpc.NewServer() // an older service: gRPC only
+	schedulerv1.RegisterSchedulerServer(g, oc)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.Serve(gl)
+	}()
+	defer func() {
+		g.Stop()
+		<-done
+	}()
+	c2 := newClient(t, gl.Addr().String(), client.Options{Transport: client.TransportAuto})
+	for i := 0; i < 3; i++ {
+		l, err := c2.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+		if err != nil {
+			t.Fatalf("auto with a gRPC-only service, admission %d: %v", i, err)
+		}
+		l.Release(scheduler.Done)
+	}
+	waitFor(t, "released", func() bool { return old.Stats()[0].Done == 3 })
+	if g := oc.grpcSessions.Load(); g != 1 {
+		t.Fatalf("auto with a gRPC-only service: %d gRPC sessions, want 1", g)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -46,6 +47,12 @@ type Conn[In, Out proto.Message] struct {
 
 	sendMu sync.Mutex
 	out    []byte
+
+	// frames counts the frames received (pings and pongs too), for the
+	// service's liveness check (watch).
+	frames atomic.Uint64
+	// pong: this side answers a ping (the client's side).
+	pong bool
 }
 
 // ServerConn is the service's side: it receives SessionRequest.
@@ -61,6 +68,7 @@ func newConn[In, Out proto.Message](parent context.Context, c net.Conn, r *bufio
 	}
 	ctx, cancel := context.WithCancel(parent)
 	fc := &Conn[In, Out]{c: c, r: r, newIn: newIn, ctx: ctx, cancel: cancel}
+	fc.frames.Store(1) // the preface
 	// The connection closes with its context: a cancelled session (the
 	// client's, or a stopping service) unblocks Recv and Send.
 	context.AfterFunc(ctx, func() { _ = c.Close() })
@@ -87,12 +95,26 @@ func (fc *Conn[In, Out]) CloseSend() error {
 }
 
 // Recv reads the next frame's message; io.EOF at a clean end between
-// frames.
+// frames. Pings are answered (the client's side) and pongs taken, never
+// returned.
 func (fc *Conn[In, Out]) Recv() (In, error) {
 	var zero In
-	b, err := readFrame(fc.r, fc.hdr[:], fc.in)
-	if err != nil {
-		return zero, err
+	var b []byte
+	for {
+		var err error
+		b, err = readFrame(fc.r, fc.hdr[:], fc.in)
+		if err != nil {
+			return zero, err
+		}
+		fc.frames.Add(1)
+		if len(b) > 0 {
+			break
+		}
+		if fc.pong {
+			if err := fc.writeFrame(nil); err != nil {
+				return zero, err
+			}
+		}
 	}
 	fc.in = b[:0]
 	m := fc.newIn()
@@ -102,7 +124,8 @@ func (fc *Conn[In, Out]) Recv() (In, error) {
 	return m, nil
 }
 
-// Send writes m as one frame, in one write.
+// Send writes m as one frame, in one write. An empty message is sent as
+// nothing: a frame of length 0 is a ping.
 func (fc *Conn[In, Out]) Send(m Out) error {
 	fc.sendMu.Lock()
 	defer fc.sendMu.Unlock()
@@ -112,13 +135,61 @@ func (fc *Conn[In, Out]) Send(m Out) error {
 		return fmt.Errorf("scheduler session: %w", err)
 	}
 	n := len(b) - 4
-	if n == 0 || n > MaxFrame {
-		return fmt.Errorf("%w: a message of %d bytes cannot be sent (1 to %d)", ErrProtocol, n, MaxFrame)
+	if n == 0 {
+		return nil
+	}
+	if n > MaxFrame {
+		return fmt.Errorf("%w: a message of %d bytes cannot be sent (at most %d)", ErrProtocol, n, MaxFrame)
 	}
 	binary.BigEndian.PutUint32(b, uint32(n))
 	fc.out = b[:0]
 	_, err = fc.c.Write(b)
 	return err
+}
+
+// writeFrame writes a frame holding b (empty: a ping or its pong).
+func (fc *Conn[In, Out]) writeFrame(b []byte) error {
+	fc.sendMu.Lock()
+	defer fc.sendMu.Unlock()
+	f := binary.BigEndian.AppendUint32(fc.out[:0], uint32(len(b)))
+	f = append(f, b...)
+	fc.out = f[:0]
+	_, err := fc.c.Write(f)
+	return err
+}
+
+// watch is the service's liveness check of a session, gRPC's keepalive
+// pings in frames: when no frame came for about idle, it pings; when none
+// came for timeout after that, it closes the connection, which ends the
+// session and frees its leases. It ends with the connection.
+func (fc *Conn[In, Out]) watch(idle, timeout time.Duration) {
+	seen := fc.frames.Load()
+	pinged := false
+	t := time.NewTimer(idle)
+	defer t.Stop()
+	for {
+		select {
+		case <-fc.ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := fc.frames.Load()
+		switch {
+		case now != seen:
+			seen, pinged = now, false
+			t.Reset(idle)
+		case !pinged:
+			if fc.writeFrame(nil) != nil {
+				fc.Close()
+				return
+			}
+			pinged = true
+			t.Reset(timeout)
+		default:
+			fc.Close() // the ping went unanswered
+			return
+		}
+	}
 }
 
 // readFrame reads one frame into buf (grown as needed) and returns its
@@ -131,8 +202,8 @@ func readFrame(r *bufio.Reader, hdr []byte, buf []byte) ([]byte, error) {
 		return nil, err // io.EOF: a clean end between frames
 	}
 	n := binary.BigEndian.Uint32(hdr)
-	if n == 0 || n > MaxFrame {
-		return nil, fmt.Errorf("%w: frame length %d is outside 1..%d", ErrProtocol, n, MaxFrame)
+	if n > MaxFrame {
+		return nil, fmt.Errorf("%w: frame length %d is over %d", ErrProtocol, n, MaxFrame)
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)
@@ -187,5 +258,7 @@ func Dial(ctx context.Context, addr string) (*ClientConn, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("scheduler session with %s: %w", addr, err)
 	}
-	return newConn[*schedulerv1.SessionResponse, *schedulerv1.SessionRequest](context.Background(), c, r, Keepalive, func() *schedulerv1.SessionResponse { return new(schedulerv1.SessionResponse) }), nil
+	fc := newConn[*schedulerv1.SessionResponse, *schedulerv1.SessionRequest](context.Background(), c, r, Keepalive, func() *schedulerv1.SessionResponse { return new(schedulerv1.SessionResponse) })
+	fc.pong = true
+	return fc, nil
 }

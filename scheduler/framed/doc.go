@@ -16,14 +16,19 @@
 //
 //	client → service: the preface "LLMESH-SESSION/1\r\n", then frames
 //	service → client: the same preface, then frames
-//	frame: a 4-byte big-endian length n (1 ≤ n ≤ MaxFrame), then n bytes
-//	       of one protobuf message: SessionRequest from the client,
+//	frame: a 4-byte big-endian length n (n ≤ MaxFrame), then n bytes of
+//	       one protobuf message: SessionRequest from the client,
 //	       SessionResponse from the service
+//	ping:  a frame of length 0 from the service; the client answers with
+//	       a frame of length 0
 //
 // Either side ends the session by closing the connection (the client may
-// half-close first). A frame that is too long, empty or not a valid message
-// ends the session with a protocol error. Liveness is TCP keepalive, with
-// the same bounds as the gRPC service's pings.
+// half-close first). A frame that is too long or not a valid message ends
+// the session with a protocol error. Liveness is gRPC's keepalive in
+// frames: the service pings a session that sent no frame for a while
+// (10 s) and closes it when no frame follows within a timeout (5 s), so a
+// proxy that vanished or stopped frees its leases; TCP keepalive with the
+// same bounds runs underneath.
 //
 // The service accepts both transports on one address: Mux looks at the
 // first byte of each connection ('L' begins the preface above; a gRPC

@@ -33,7 +33,9 @@ type Mux struct {
 }
 
 // NewMux returns a mux over l; nothing is accepted until Serve. ka is the
-// framed connections' TCP keepalive (Keepalive when its Idle is 0).
+// framed connections' TCP keepalive (Keepalive when its Idle is 0), and
+// its Idle and Interval the session pings': a ping after Idle without a
+// frame, the connection closed when Interval passes without one after it.
 func NewMux(l net.Listener, ka net.KeepAliveConfig) *Mux {
 	if ka.Idle <= 0 {
 		ka = Keepalive
@@ -98,6 +100,11 @@ func (m *Mux) route(ctx context.Context, c net.Conn, handle func(*ServerConn) er
 	}
 	m.conns[sc] = struct{}{}
 	m.mu.Unlock()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		sc.watch(m.ka.Idle, m.ka.Interval)
+	}()
 	_ = handle(sc)
 	sc.Close()
 	m.mu.Lock()
