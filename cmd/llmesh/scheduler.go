@@ -53,7 +53,6 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return withExitCode(2, fmt.Errorf("--config: %w", err))
 	}
-	defer tuneGC()()
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err

@@ -102,8 +102,6 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 		defer stop()
 	}
-	// The client's own collections would count in its latencies.
-	defer tuneGC()()
 	rep, err := loadgen.Run(ctx, o)
 	if err != nil {
 		return err

@@ -82,28 +82,9 @@ func TestFramedUsesNoGRPCStream(t *testing.T) {
 // connection at the preface: framed admissions fail over per the failure
 // mode, with an error that says why.
 func TestFramedAgainstGRPCOnlyService(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := scheduler.New(config(2, fifo.New()), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sched.Close()
-	g := grpc.NewServer()
-	server.New(sched, nil).Register(g)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = g.Serve(l)
-	}()
-	defer func() {
-		g.Stop()
-		<-done
-	}()
-	c := newClient(t, l.Addr().String(), client.Options{Transport: client.TransportFramed})
-	_, err = c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+	_, _, addr := startGRPCOnly(t, config(2, fifo.New()))
+	c := newClient(t, addr, client.Options{Transport: client.TransportFramed})
+	_, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
 	if !errors.Is(err, scheduler.ErrUnavailable) || !strings.Contains(err.Error(), "transport grpc") {
 		t.Fatalf("Admit: %v, want ErrUnavailable naming the gRPC transport", err)
 	}
@@ -124,28 +105,8 @@ func TestAutoTransport(t *testing.T) {
 		t.Fatalf("auto with a framed service: %d sessions, %d over gRPC; want 1 framed", s, g)
 	}
 
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	old, err := scheduler.New(config(2, fifo.New()), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Close()
-	oc := &countingService{Server: server.New(old, nil)}
-	g := grpc.NewServer() // an older service: gRPC only
-	schedulerv1.RegisterSchedulerServer(g, oc)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = g.Serve(gl)
-	}()
-	defer func() {
-		g.Stop()
-		<-done
-	}()
-	c2 := newClient(t, gl.Addr().String(), client.Options{Transport: client.TransportAuto})
+	oc, old, oldAddr := startGRPCOnly(t, config(2, fifo.New()))
+	c2 := newClient(t, oldAddr, client.Options{Transport: client.TransportAuto})
 	for i := 0; i < 3; i++ {
 		l, err := c2.Admit(context.Background(), scheduler.Request{Class: "interactive"})
 		if err != nil {
@@ -191,7 +152,21 @@ func (c *countingService) Session(s schedulerv1.Scheduler_SessionServer) error {
 	return c.Server.Session(s)
 }
 
+// startGRPCOnly is startCounting for a service older than the framed
+// transport: gRPC on its address, nothing else.
+func startGRPCOnly(t *testing.T, cfg scheduler.Config) (*countingService, *scheduler.Scheduler, string) {
+	t.Helper()
+	return serveCounting(t, cfg, false, false)
+}
+
 func startCounting(t *testing.T, cfg scheduler.Config, noSession bool) (*countingService, *scheduler.Scheduler, string) {
+	t.Helper()
+	return serveCounting(t, cfg, noSession, true)
+}
+
+// serveCounting serves a counting service on a loopback port: gRPC, and
+// framed sessions on the same address when framedToo.
+func serveCounting(t *testing.T, cfg scheduler.Config, noSession, framedToo bool) (*countingService, *scheduler.Scheduler, string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -208,6 +183,10 @@ func startCounting(t *testing.T, cfg scheduler.Config, noSession bool) (*countin
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if !framedToo {
+			_ = g.Serve(l)
+			return
+		}
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
