@@ -287,9 +287,13 @@ func (b *builder) service(m *Mesh) {
 	if s.FailureMode != FailOpen && s.FailureMode != FailClosed {
 		b.c.add("scheduler_service.failure_mode", 0, "%q must be %q or %q", s.FailureMode, FailOpen, FailClosed)
 	}
+	if s.Transport != ServiceTransportAuto && s.Transport != ServiceTransportGRPC && s.Transport != ServiceTransportFramed {
+		b.c.add("scheduler_service.transport", 0, "%q must be %q, %q or %q", s.Transport, ServiceTransportAuto, ServiceTransportGRPC, ServiceTransportFramed)
+	}
 	b.cfg.SchedulerService = &SchedulerService{
-		Address:  s.Address,
-		FailOpen: s.FailureMode == FailOpen,
-		Timeout:  b.duration("scheduler_service.timeout", s.Timeout, true),
+		Address:   s.Address,
+		FailOpen:  s.FailureMode == FailOpen,
+		Timeout:   b.duration("scheduler_service.timeout", s.Timeout, true),
+		Transport: s.Transport,
 	}
 }

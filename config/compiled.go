@@ -341,6 +341,9 @@ type SchedulerService struct {
 	Address  string
 	FailOpen bool
 	Timeout  time.Duration
+	// Transport is ServiceTransportAuto, ServiceTransportGRPC or
+	// ServiceTransportFramed.
+	Transport string
 }
 
 // Experiment is a compiled experiment.
