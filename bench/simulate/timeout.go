@@ -108,5 +108,6 @@ func (f *fleet) abandon(v *vreq) {
 // lateForClient reports whether what reaches v's proxy at client (ns
 // since epoch) comes after its client gave up.
 func (f *fleet) lateForClient(v *vreq, client int64) bool {
-	return f.clients.after > 0 && client > ns(v.at)+int64(f.clients.after)
+	// v.at is epoch + v.it.At: no time arithmetic per token.
+	return f.clients.after > 0 && client > int64(v.it.At)+int64(f.clients.after)
 }
