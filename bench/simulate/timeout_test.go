@@ -235,3 +235,74 @@ func TestFleetOfOneIsTheLoopWithTimeouts(t *testing.T) {
 		t.Logf("%s: %d records, %d withdrawn, %d cancelled running", name, len(got), f.c.timeoutsQueued, f.c.timeoutsRunning)
 	}
 }
+
+// In every fleet layout at 8 times saturation, a client that gives up has
+// its record end exactly at its timeout, every other record within it, and
+// no record holds a token its client would have received after it left.
+func TestTimeoutRecordsInEveryLayout(t *testing.T) {
+	w := testWorkload(t)
+	const timeout = 4 * time.Second
+	w.Spec.Timeout = workload.Duration(timeout)
+	for _, o := range []Options{
+		{Engines: 3, Proxies: 2},
+		{Engines: 3, Proxies: 2, Hop: time.Millisecond, Routing: RoutingPool},
+		{Engines: 2, Proxies: 2, Hop: 500 * time.Microsecond, Schedulers: SchedulersPerProxy},
+		{Engines: 2, Proxies: 3, Hop: 2 * time.Millisecond, LateHandoff: true},
+	} {
+		o.SaturationRequests, o.Duration = 300, 10*time.Second
+		o, err := o.withDefaults(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sat, err := saturation(o.prepare(w), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sw := o.prepare(w).ScaleRate(8 * sat.RPS * float64(o.Engines) / naturalRate(w))
+		items, err := collect(sw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"fifo", "preemptive"} {
+			pol, _ := policy.Lookup(name)
+			f, err := newFleet(sw, pol, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.clients = newClientTimeouts(timeout)
+			recs, err := f.run(items)
+			if err != nil {
+				t.Fatal(err)
+			}
+			what := func() string {
+				return name + " " + o.Routing + " " + o.Schedulers + " hop " + o.Hop.String()
+			}
+			n := map[result.Status]int{}
+			for i, r := range recs {
+				n[r.Status]++
+				took := time.Duration(r.DoneNS - r.SentNS)
+				switch {
+				case r.Status == result.StatusTimeout && took != timeout:
+					t.Fatalf("%s: request %d timed out after %v, not at %v", what(), i, took, timeout)
+				case took > timeout:
+					t.Fatalf("%s: request %d (%s) ended after %v, past the timeout", what(), i, r.Status, took)
+				case len(r.ChunkNS) != r.OutputTokens:
+					t.Fatalf("%s: request %d has %d chunk times for %d tokens", what(), i, len(r.ChunkNS), r.OutputTokens)
+				case len(r.ChunkNS) > 0 && r.ChunkNS[len(r.ChunkNS)-1] > r.DoneNS:
+					t.Fatalf("%s: request %d has a token after its end", what(), i)
+				case r.FirstTokenNS > r.DoneNS:
+					t.Fatalf("%s: request %d has its first token after its end", what(), i)
+				}
+			}
+			if n[result.StatusTimeout] == 0 || n[result.StatusTimeout] != f.c.timeoutsQueued+f.c.timeoutsRunning {
+				t.Errorf("%s: %d timed-out records, %d withdrawn + %d cancelled", what(), n[result.StatusTimeout], f.c.timeoutsQueued, f.c.timeoutsRunning)
+			}
+			for _, e := range f.engines {
+				if e.util.RunningPeak > f.engines[0].eng.Config().MaxNumSeqs {
+					t.Errorf("%s: engine %s ran %d sequences", what(), e.name, e.util.RunningPeak)
+				}
+			}
+			t.Logf("%s: %v, %d withdrawn, %d cancelled running", what(), n, f.c.timeoutsQueued, f.c.timeoutsRunning)
+		}
+	}
+}
