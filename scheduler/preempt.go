@@ -352,14 +352,28 @@ func (m *Machine) feasibleCands(p *pool, slots, toks int, cs []candidate) bool {
 // lower-priority requests in flight before each one). wake is when a
 // request now protected by MinRunTime becomes eligible.
 func (m *Machine) victims(now time.Time, p *pool, above int) ([]*entry, int, time.Time) {
+	// The counts per class (slotwait.go) give how many less urgent requests
+	// run and whether any may be a victim at all; only then is a pass over
+	// the running requests needed.
+	lower, possible := 0, 0
+	for ci, cl := range m.classes {
+		if cl.Priority > above {
+			lower += p.run.active[ci]
+			if cl.Preemptible {
+				possible += p.run.under[ci]
+			}
+		}
+	}
+	allowed := max(0, lower-max(1, p.Preemption.MinLowerInflight)+1)
+	if possible == 0 {
+		return nil, allowed, time.Time{}
+	}
 	var vs []*entry
 	var wake time.Time
-	lower := 0
 	for _, r := range p.running {
 		if r.preempting || r.Priority <= above {
 			continue
 		}
-		lower++
 		if !r.class.Preemptible || r.preempts >= p.Preemption.MaxPerRequest {
 			continue
 		}
@@ -371,7 +385,7 @@ func (m *Machine) victims(now time.Time, p *pool, above int) ([]*entry, int, tim
 		}
 		vs = append(vs, r)
 	}
-	return vs, max(0, lower-max(1, p.Preemption.MinLowerInflight)+1), wake
+	return vs, allowed, wake
 }
 
 func victimOrder(a, b *entry) int {

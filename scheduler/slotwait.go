@@ -17,6 +17,12 @@ package scheduler
 //     looked at one by one.
 //   - The walk's bound on victims counts, per class, the running requests
 //     not being preempted that are under max_per_request.
+//   - The victim search (preempt.go, victims) counts, per class, the
+//     running requests not being preempted: with those and the counts
+//     under max_per_request it knows without a pass how many less urgent
+//     requests run and when none of them may be a victim, which under a
+//     backlog of less urgent requests at risk is nearly every search (no
+//     class is less urgent than theirs).
 //
 // Only pools whose policy preempts keep the index.
 type slotIndex struct {
@@ -25,6 +31,8 @@ type slotIndex struct {
 	prefill []*entry
 	// under: per class, requests under max_per_request (the victim bound).
 	under []int
+	// active: per class, every request (not being preempted).
+	active []int
 }
 
 // leftItem is one request in a leftHeap with its tokens left, kept in the
@@ -38,7 +46,7 @@ type leftItem struct {
 type leftHeap []leftItem
 
 func newSlotIndex(classes int) slotIndex {
-	return slotIndex{byClass: make([]leftHeap, classes), under: make([]int, classes)}
+	return slotIndex{byClass: make([]leftHeap, classes), under: make([]int, classes), active: make([]int, classes)}
 }
 
 // tokensLeft is what remaining counts for r's decode.
@@ -48,6 +56,7 @@ func tokensLeft(r *entry) int { return max(0, r.req.MaxTokens-r.tokens) }
 func (x *slotIndex) admitted(p *pool, e *entry) {
 	e.slot = len(x.prefill)
 	x.prefill = append(x.prefill, e)
+	x.active[e.class.index]++
 	if e.preempts < p.Preemption.MaxPerRequest {
 		x.under[e.class.index]++
 	}
@@ -74,6 +83,7 @@ func (x *slotIndex) progressed(e *entry, wasFirst bool) {
 // left removes e, which stops counting: it finished or is being preempted.
 // Call it once, while e.preempting is still false.
 func (x *slotIndex) left(p *pool, e *entry) {
+	x.active[e.class.index]--
 	if e.preempts < p.Preemption.MaxPerRequest {
 		x.under[e.class.index]--
 	}

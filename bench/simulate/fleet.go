@@ -65,6 +65,7 @@ const (
 	mAbort                   // proxy → engine: cancel an attempt
 	mProgress                // proxy → scheduler: n tokens so far
 	mFinish                  // proxy → scheduler: the lease ends with out
+	mCancel                  // proxy → scheduler: the client gave up (timeout.go)
 )
 
 type msg struct {
@@ -118,6 +119,9 @@ type attempt struct {
 	// detached: the proxy cancelled it; the engine runs it until the
 	// abort lands and its tokens are thrown away.
 	detached bool
+	// abandoned: cancelled because its client gave up, not to run again:
+	// what it computed is not recomputed.
+	abandoned bool
 }
 
 // fleetEngine is one engine replica and its step in flight.
@@ -203,6 +207,7 @@ type fleet struct {
 	// wake-up. Progress beyond the first token changes no decision.
 	stepAll bool
 	touched int // stepEnded's loads land here, so that they are not dropped
+	clients clientTimeouts
 }
 
 // fleetSched is one scheduler machine of a fleet and what the fleet knows
@@ -337,6 +342,9 @@ func (f *fleet) deliver(m msg) {
 			PromptTokens: v.it.PromptTokens, MaxTokens: v.it.MaxTokens, Arrival: v.at, Requeue: m.requeue,
 		})
 		if err != nil {
+			if v.abandoned {
+				return // its client has gone: nobody to answer
+			}
 			st := result.StatusRejected
 			if !errors.Is(err, scheduler.ErrQueueFull) && !errors.Is(err, scheduler.ErrRejected) {
 				st = result.StatusError
@@ -395,6 +403,15 @@ func (f *fleet) deliver(m msg) {
 		delete(s.byTicket, m.tk)
 		s.m.Finish(f.now, m.tk, m.out)
 		s.needStep = true
+	case mCancel:
+		// Its arrival or requeue, sent before, has been delivered: the
+		// ticket is the current one, waiting or admitted meanwhile.
+		s := f.sched(m.v)
+		if tk := m.v.ticket; s.byTicket[tk] == m.v {
+			delete(s.byTicket, tk)
+			s.m.Cancel(f.now, tk)
+			s.needStep = true
+		}
 	}
 }
 
@@ -408,6 +425,9 @@ func (f *fleet) progress(v *vreq, tk scheduler.Ticket, n int, first bool) {
 
 // lose books the work of a cancelled attempt as recomputed.
 func (f *fleet) lose(a *attempt, lost int) {
+	if a.abandoned {
+		return
+	}
 	f.c.recomputed += int64(lost)
 	a.v.rec.RecomputedTokens += lost
 }
@@ -416,6 +436,9 @@ func (f *fleet) lose(a *attempt, lost int) {
 // lease's endpoint, or least-request) and sends the request there, from
 // scratch or as a continuation.
 func (f *fleet) start(v *vreq, ep int) {
+	if v.abandoned {
+		return // the withdrawal on its way to the scheduler releases the lease
+	}
 	if !v.wasAdmit {
 		v.wasAdmit, v.queued = true, f.now.Sub(v.at)
 	}
@@ -464,6 +487,9 @@ func (f *fleet) detach(a *attempt) {
 // cancel upstream, release the lease as preempted and queue again at the
 // front of the class.
 func (f *fleet) preempt(v *vreq, tk scheduler.Ticket) {
+	if v.abandoned {
+		return // its client gave up; the release is on its way
+	}
 	a := v.att
 	if a == nil || v.done || v.ticket != tk {
 		// It finished before the preemption reached the proxy; its finish
@@ -524,6 +550,15 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 			continue
 		}
 		v := a.v
+		if f.lateForClient(v, client) {
+			// The proxy would get it after the client gave up, when it
+			// has cancelled the attempt (timeout.go); the engine is done
+			// with a finished one all the same.
+			if ev.Flags.Has(sim.EvFinished) {
+				f.byEng[ev.ID] = nil
+			}
+			continue
+		}
 		if ev.Flags.Has(sim.EvFirstScheduled) {
 			v.schedAt = e.stepStart
 		}
@@ -735,6 +770,7 @@ func (f *fleet) run(items []workload.Item) ([]result.Record, error) {
 		if t, ok := f.q2.peek(); ok {
 			pick(f.at(t))
 		}
+		pick(f.clients.next(reqs[:arrived]))
 		for _, s := range f.ss {
 			pick(s.wake)
 		}
@@ -755,6 +791,10 @@ func (f *fleet) run(items []workload.Item) ([]result.Record, error) {
 		for arrived < len(items) && !reqs[arrived].at.After(f.now) {
 			f.send(msg{kind: mArrive, v: &reqs[arrived]})
 			arrived++
+			active = f.now
+		}
+		for v := f.clients.due(reqs[:arrived], f.now); v != nil; v = f.clients.due(reqs[:arrived], f.now) {
+			f.abandon(v)
 			active = f.now
 		}
 		if f.now.Sub(active) > maxIdle {

@@ -432,3 +432,48 @@ func BenchmarkFleet(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFleetOverload times the goal's fleet at 5,000 req/s, 8.8 times
+// what it completes, for 5 s of arrivals with a 10 s client timeout, so
+// that the backlog reaches the timeout within the run and clients give up
+// (timeout.go): the overload path of the scheduler (a backlog at risk at
+// every step) and of the simulator (withdrawals and cancellations).
+func BenchmarkFleetOverload(b *testing.B) {
+	w, err := workloads.LoadStandard()
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.Spec.Timeout = workload.Duration(10 * time.Second)
+	o, err := Options{Engines: 64, Proxies: 8, Duration: 5 * time.Second}.withDefaults(w)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sw := o.prepare(w).ScaleRate(5000 / naturalRate(w))
+	items, err := collect(sw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"fifo", "priority", "preemptive"} {
+		b.Run(name, func(b *testing.B) {
+			var timeouts int
+			for b.Loop() {
+				pol, err := policy.Lookup(name)
+				if err != nil {
+					b.Fatal(err)
+				}
+				f, err := newFleet(sw, pol, o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				f.recordAll = false
+				f.clients = newClientTimeouts(sw.Spec.Timeout.D())
+				if _, err := f.run(items); err != nil {
+					b.Fatal(err)
+				}
+				timeouts = f.c.timeoutsQueued + f.c.timeoutsRunning
+			}
+			b.ReportMetric(float64(len(items)), "requests/run")
+			b.ReportMetric(float64(timeouts), "timeouts/run")
+		})
+	}
+}

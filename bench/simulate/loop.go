@@ -39,8 +39,10 @@ type vreq struct {
 	prefill  time.Duration // of upstream: schedAt → first token (its prefill steps)
 	wasAdmit bool
 	done     bool
-	proxy    int      // fleet.go: the host it arrived at
-	att      *attempt // fleet.go: the attempt the proxy follows; nil when none
+	// abandoned: the client gave up at the workload's timeout (timeout.go).
+	abandoned bool
+	proxy     int      // fleet.go: the host it arrived at
+	att       *attempt // fleet.go: the attempt the proxy follows; nil when none
 }
 
 // counters are what one loop measured beyond the records.
@@ -55,6 +57,8 @@ type counters struct {
 	engineRecomputed int64
 	steps            int64
 	limitMin         int // lowest pool limit the capacity rule set
+	timeoutsQueued   int // given up by the client while waiting (timeout.go)
+	timeoutsRunning  int // given up by the client while running
 	end              time.Time
 	bounds           boundsSamples
 }
@@ -109,6 +113,7 @@ type loop struct {
 	late      bool          // Options.LateHandoff
 	reqs      []vreq        // the run's requests, for the TTFT breakdown
 	util      EndpointUtil
+	clients   clientTimeouts
 }
 
 // newLoop builds the machine and the engine for one run.
@@ -457,6 +462,7 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 		if l.stepping {
 			pick(l.stepEnd)
 		}
+		pick(l.clients.next(reqs[:arrived]))
 		pick(l.wake)
 		if !nextTick.IsZero() {
 			pick(nextTick)
@@ -477,6 +483,10 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 		for arrived < len(items) && !reqs[arrived].at.After(l.now) {
 			l.arrive(&reqs[arrived], false)
 			arrived++
+			active = l.now
+		}
+		for v := l.clients.due(reqs[:arrived], l.now); v != nil; v = l.clients.due(reqs[:arrived], l.now) {
+			l.abandon(v)
 			active = l.now
 		}
 		if l.now.Sub(active) > maxIdle {

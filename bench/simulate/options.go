@@ -114,6 +114,14 @@ type Options struct {
 	// Hop is the one-way network delay of every message between a proxy
 	// and the scheduler and between a proxy and an engine; 0 means none.
 	Hop time.Duration
+	// RunPastTimeout lets every request run to its end, reporting one
+	// that took longer than the workload's timeout as a timeout after the
+	// fact. By default the simulated client gives up at the timeout, as
+	// the harness's client does (bench/runner puts each request under the
+	// workload's timeout): a waiting request is withdrawn from the
+	// scheduler's queue, a running one is cancelled on its engine and its
+	// lease released as cancelled.
+	RunPastTimeout bool
 }
 
 // fleet reports whether o asks for more than today's single host in

@@ -34,7 +34,9 @@ type Result struct {
 	Routing    string  `json:"routing"`
 	Schedulers string  `json:"schedulers"`
 	HopMs      float64 `json:"hop_ms"`
-	Runs       []*Run  `json:"runs"`
+	// RunPastTimeout is Options.RunPastTimeout: the client never gave up.
+	RunPastTimeout bool   `json:"run_past_timeout,omitempty"`
+	Runs           []*Run `json:"runs"`
 	// Floor is the admission floor per load (keyed by loadKey): what the
 	// most extreme admission gives the most urgent class on this engine.
 	Floor map[string]*Floor `json:"floor"`
@@ -104,6 +106,12 @@ type RunStats struct {
 	MinPoolLimit           int     `json:"min_pool_limit"`
 	VirtualSeconds         float64 `json:"virtual_seconds"`
 	Requests               int     `json:"requests"`
+	// TimeoutsQueued and TimeoutsRunning are the requests whose client
+	// gave up at the workload's timeout (timeout.go): withdrawn while
+	// waiting for admission (or for the proxy to learn of it), and
+	// cancelled while running.
+	TimeoutsQueued  int `json:"timeouts_queued,omitempty"`
+	TimeoutsRunning int `json:"timeouts_running,omitempty"`
 	// Breakdown splits each class's TTFT (measured requests that completed,
 	// the ones whose TTFT the class report counts) into waiting in the scheduler and the engine's part.
 	Breakdown map[string]Breakdown `json:"ttft_breakdown"`
@@ -179,7 +187,8 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 		sat.Method += fmt.Sprintf("; times %d engines", n)
 	}
 	res := &Result{Workload: w.Spec.Name, Profile: o.Profile, Saturation: *sat, Pool: poolInfo(w, o),
-		Engines: o.Engines, Proxies: o.Proxies, Routing: o.Routing, Schedulers: o.Schedulers, HopMs: ms(o.Hop)}
+		Engines: o.Engines, Proxies: o.Proxies, Routing: o.Routing, Schedulers: o.Schedulers, HopMs: ms(o.Hop),
+		RunPastTimeout: o.RunPastTimeout}
 	if err := res.fillEngine(o); err != nil {
 		return nil, err
 	}
@@ -257,6 +266,10 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		tokens += it.MaxTokens
 	}
 	recordAll := tokens <= itlTokenBudget
+	var clients clientTimeouts
+	if !o.RunPastTimeout {
+		clients = newClientTimeouts(w.Spec.Timeout.D())
+	}
 	var (
 		recs []result.Record
 		c    counters
@@ -269,6 +282,7 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 			return nil, err
 		}
 		f.recordAll = recordAll
+		f.clients = clients
 		if recs, err = f.run(items); err != nil {
 			return nil, fmt.Errorf("%s at load %g: %w", pol.Name(), load, err)
 		}
@@ -282,6 +296,7 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 			return nil, err
 		}
 		l.recordAll = recordAll
+		l.clients = clients
 		if recs, err = l.run(items); err != nil {
 			return nil, fmt.Errorf("%s at load %g: %w", pol.Name(), load, err)
 		}
@@ -289,7 +304,7 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		l.util.Name = engineName(0)
 		util = []EndpointUtil{l.util}
 	}
-	if to := w.Spec.Timeout.D(); to > 0 {
+	if to := w.Spec.Timeout.D(); to > 0 && o.RunPastTimeout {
 		for i := range recs {
 			if r := &recs[i]; r.Status == result.StatusOK && time.Duration(r.DoneNS-r.SentNS) > to {
 				r.Status, r.Error = result.StatusTimeout, fmt.Sprintf("ran %v, past the workload's timeout %v", time.Duration(r.DoneNS-r.SentNS), to)
@@ -302,6 +317,7 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		Preemptions: c.preemptions, Requeues: c.requeues, Continuations: c.continuations, LateFinishes: c.lateFinish,
 		EnginePreemptions: c.enginePreempts, EngineRecomputedTokens: c.engineRecomputed, EngineSteps: c.steps,
 		MinPoolLimit: c.limitMin, VirtualSeconds: c.end.Sub(epoch).Seconds(), Requests: len(items), ITLOmitted: !recordAll,
+		TimeoutsQueued: c.timeoutsQueued, TimeoutsRunning: c.timeoutsRunning,
 	}}
 	run.Sim.Endpoints, run.Sim.Imbalance = utilisation(util, c.end.Sub(epoch))
 	run.Sim.Breakdown = breakdown(reqs, w)

@@ -40,6 +40,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		release   = fs.Float64("overload-release", scheduler.DefaultOverloadRelease, "pool: the derived bounds give way while a less urgent request has waited more than this many times its TTFT objective (0: never)")
 		static    = fs.Bool("static-bounds", false, "pool: keep --max-prefill-tokens and --reserve-urgent as given (0: off) for preemptive policies too, instead of deriving the ones left at 0 from observed traffic")
 		late      = fs.Bool("late-handoff", false, "admissions in reaction to a step's tokens reach the engine's step after next, as with a real engine loop (default: the next step, optimistic)")
+		pastTO    = fs.Bool("run-past-timeout", false, "let every request run to its end and report one past the workload's timeout as a timeout after the fact (default: the client gives up at the timeout, as the harness's does)")
 		interval  = fs.Duration("metrics-interval", simulate.DefaultMetricsInterval, "re-derive the pool limit from the engine's load this often (0: static capacity)")
 		maxSeqs   = fs.Int("max-num-seqs", 256, "engine: most running sequences")
 		maxBatch  = fs.Int("max-num-batched-tokens", 8192, "engine: most tokens per step")
@@ -139,6 +140,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
 		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep, LongPrefillTokenThreshold: *longPre},
 		MetricsInterval: *interval, MaxPrefillTokens: *prefill, ReserveUrgent: *reserve, LateHandoff: *late, StaticBounds: *static,
+		RunPastTimeout:  *pastTO,
 		OverloadRelease: overloadRelease(*release),
 		Preemption:      scheduler.PreemptionConfig{MinLowerInflight: 1, MinRunTime: *minRun, MaxPerRequest: *maxPer, Target: *target},
 	}
