@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"time"
 
 	"github.com/llmesh/llmesh/config"
@@ -35,6 +36,7 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	seed := fs.Uint64("seed", 1, "seed of the arrivals and the request mix")
 	jsonOut := fs.String("json", "", "write the report as JSON to `FILE` (- for stdout)")
 	traceOut := fs.String("trace", "", "write a Go execution trace of the client to `FILE` for the run (go tool trace)")
+	serviceMetrics := fs.String("service-metrics", "", "the service's Prometheus `URL` (scheduler serve --admin ADDR: http://ADDR/metrics): report its CPU per admission over the measured window")
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(exitUsage, nil)
 	}
@@ -57,6 +59,11 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	if *affinity < 0 {
 		errs = append(errs, fmt.Errorf("--affinity-keys: %d must not be negative", *affinity))
 	}
+	if *serviceMetrics != "" {
+		if u, err := url.Parse(*serviceMetrics); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--service-metrics: %q must be an http:// or https:// URL", *serviceMetrics))
+		}
+	}
 	var mix loadgen.Mix
 	if *cfgPath != "" {
 		mesh, err := config.LoadFile(*cfgPath)
@@ -70,6 +77,9 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	o := loadgen.Options{Rate: *rate, Inflight: *inflight, Arrivals: *arrivals, Warmup: *warmup, Duration: *duration,
 		FirstToken: *firstToken, Hold: *hold, Mix: mix, Seed: *seed}
+	if *serviceMetrics != "" {
+		o.ServiceCPU = loadgen.PrometheusCPU(*serviceMetrics, nil)
+	}
 	if len(errs) == 0 {
 		// Clients connect lazily: making them first lets Validate see the
 		// proxies with the rest of the flags.
