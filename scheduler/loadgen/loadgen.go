@@ -381,7 +381,11 @@ func (r *run) sampleCPU(ctx context.Context) cpuWindow {
 // on a timer and spins (yielding to other goroutines) with the real
 // clock: Go's timers wake up to about a millisecond late (the runtime
 // sleeps in whole milliseconds), which would add up to a millisecond of
-// schedule lag to every send.
+// schedule lag to every send. With one processor (GOMAXPROCS 1, a client
+// pinned to one core) it does not spin: a goroutine that is always
+// runnable keeps the only processor from polling the network, so every
+// answer would wait for the runtime's monitor (10 ms); the timers'
+// lateness shows in the schedule lag instead.
 const spinAhead = time.Millisecond
 
 // openLoop sends the arrivals at their scheduled times, to the proxies in
@@ -394,7 +398,7 @@ func (r *run) openLoop(ctx context.Context, recs []*recorder, rng *rand.Rand, st
 	var reqs sync.WaitGroup
 	defer reqs.Wait()
 	spin := time.Duration(0)
-	if _, real := r.clk.(clock.Real); real {
+	if _, real := r.clk.(clock.Real); real && runtime.GOMAXPROCS(0) > 1 {
 		spin = spinAhead
 	}
 	next := start.Add(gap())
