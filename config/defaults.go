@@ -42,6 +42,10 @@ const (
 	FailClosed              = "fail_closed"
 )
 
+// DefaultReportDelay is scheduler_service.report_delay's default
+// (scheduler/client.DefaultReportDelay).
+const DefaultReportDelay = "150us"
+
 // KnownResume are the values of pools[].preemption.resume.
 var KnownResume = []string{ResumeContinue, ResumeRequeue, ResumeOff}
 
@@ -176,6 +180,9 @@ func ApplyDefaults(m *Mesh) {
 		}
 		if s.Timeout == "" {
 			s.Timeout = DefaultServiceTimeout
+		}
+		if s.ReportDelay == "" {
+			s.ReportDelay = DefaultReportDelay
 		}
 	}
 }

@@ -36,6 +36,7 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	seed := fs.Uint64("seed", 1, "seed of the arrivals and the request mix")
 	jsonOut := fs.String("json", "", "write the report as JSON to `FILE` (- for stdout)")
 	traceOut := fs.String("trace", "", "write a Go execution trace of the client to `FILE` for the run (go tool trace)")
+	reportDelay := fs.Duration("report-delay", client.DefaultReportDelay, "how long the proxies hold a lease's progress and release for their next message (mesh scheduler_service.report_delay); 0 sends each at once")
 	serviceMetrics := fs.String("service-metrics", "", "the service's Prometheus `URL` (scheduler serve --admin ADDR: http://ADDR/metrics): report its CPU per admission over the measured window")
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(exitUsage, nil)
@@ -58,6 +59,9 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	if *affinity < 0 {
 		errs = append(errs, fmt.Errorf("--affinity-keys: %d must not be negative", *affinity))
+	}
+	if *reportDelay < 0 {
+		errs = append(errs, fmt.Errorf("--report-delay: %v must not be negative", *reportDelay))
 	}
 	if *serviceMetrics != "" {
 		if u, err := url.Parse(*serviceMetrics); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -84,7 +88,7 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 		// Clients connect lazily: making them first lets Validate see the
 		// proxies with the rest of the flags.
 		for range *proxies {
-			c, err := client.New(*target, client.Options{StreamPerAdmission: *protocol == "stream"})
+			c, err := client.New(*target, client.Options{StreamPerAdmission: *protocol == "stream", ReportDelay: client.ReportDelayOf(*reportDelay)})
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -180,16 +181,42 @@ func (s *session) enqueue(l *sLease, wake bool) {
 }
 
 // sendLoop sends what Progress and Release queue (they never block the
-// request's own goroutine on the stream).
+// request's own goroutine on the stream), Options.ReportDelay after the
+// first of them unless an Admit's flush has taken them by then.
 func (s *session) sendLoop() {
 	defer s.c.wg.Done()
+	delay := s.c.opts.ReportDelay
+	var t clock.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-s.wake:
-			s.flush()
 		case <-s.ended:
 			return
 		}
+		if delay > 0 {
+			if t == nil {
+				t = s.c.opts.Clock.NewTimer(delay)
+			} else {
+				t.Reset(delay)
+			}
+			select {
+			case <-t.C():
+			case <-s.ended:
+				return
+			}
+			// What the pokes of the wait announced is queued already: the
+			// flush below takes it, so they need no round of their own.
+			select {
+			case <-s.wake:
+			default:
+			}
+		}
+		s.flush()
 	}
 }
 

@@ -3,12 +3,15 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -40,11 +43,51 @@ func TestPerAdmissionStreams(t *testing.T) {
 }
 
 // countingService serves the scheduler and counts the streams of each
-// method, so a test can tell how a client talks to it.
+// method and the Session messages received, so a test can tell how a
+// client talks to it.
 type countingService struct {
 	*server.Server
 	admits, sessions atomic.Int64
 	noSession        bool // answer Session with Unimplemented, as older services do
+
+	mu       sync.Mutex
+	received [][]string // per Session message received: its leases' messages ("1:start", "1:done")
+}
+
+// messages is what the service received so far, one entry per message.
+func (c *countingService) messages() [][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.received)
+}
+
+// countingStream records each message the service receives.
+type countingStream struct {
+	schedulerv1.Scheduler_SessionServer
+	c *countingService
+}
+
+func (s countingStream) Recv() (*schedulerv1.SessionRequest, error) {
+	m, err := s.Scheduler_SessionServer.Recv()
+	if err == nil {
+		var msg []string
+		for _, r := range m.GetLeases() {
+			kind := "?"
+			switch r.GetMsg().(type) {
+			case *schedulerv1.LeaseRequest_Start:
+				kind = "start"
+			case *schedulerv1.LeaseRequest_Progress:
+				kind = "progress"
+			case *schedulerv1.LeaseRequest_Done:
+				kind = "done"
+			}
+			msg = append(msg, fmt.Sprintf("%d:%s", r.GetLease(), kind))
+		}
+		s.c.mu.Lock()
+		s.c.received = append(s.c.received, msg)
+		s.c.mu.Unlock()
+	}
+	return m, err
 }
 
 func (c *countingService) Admit(s schedulerv1.Scheduler_AdmitServer) error {
@@ -57,7 +100,7 @@ func (c *countingService) Session(s schedulerv1.Scheduler_SessionServer) error {
 	if c.noSession {
 		return status.Error(codes.Unimplemented, "method Session not implemented")
 	}
-	return c.Server.Session(s)
+	return c.Server.Session(countingStream{s, c})
 }
 
 func startCounting(t *testing.T, cfg scheduler.Config, noSession bool) (*countingService, *scheduler.Scheduler, string) {
@@ -265,5 +308,60 @@ func TestSessionOpenHonoursContext(t *testing.T) {
 	}
 	if d := time.Since(begin); d > 10*time.Second {
 		t.Fatalf("Admit returned after %v, its context ended after 200ms", d)
+	}
+}
+
+// A lease's Progress and Release wait for the session's next message: the
+// next Admit's Start carries them, so a busy proxy sends one message per
+// admission. With the fake clock never advanced the sender's delay never
+// ends, so only the Start can have carried them.
+func TestSessionReportsRideWithTheNextStart(t *testing.T) {
+	cs, sched, addr := startCounting(t, config(4, fifo.New()), false)
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	c := newClient(t, addr, client.Options{Clock: clk, ReportDelay: time.Millisecond})
+	ctx := context.Background()
+	a, err := c.Admit(ctx, scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Progress(scheduler.Progress{FirstToken: true, Tokens: 1})
+	a.Release(scheduler.Done)
+	b, err := c.Admit(ctx, scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{{"1:start"}, {"1:progress", "1:done", "2:start"}}
+	if diff := cmp.Diff(want, cs.messages()); diff != "" {
+		t.Fatalf("messages received (-want +got):\n%s", diff)
+	}
+	if st := sched.Stats()[0]; st.Done != 1 || st.InFlight != 1 {
+		t.Fatalf("counters %+v, in flight %d: want the first released before the second's admission", st.Counters, st.InFlight)
+	}
+	// Nothing comes next: once the delay has passed the sender sends the
+	// release alone.
+	b.Release(scheduler.Done)
+	waitFor(t, "the sender's delay", func() bool { return clk.Timers() > 0 })
+	clk.Advance(time.Millisecond)
+	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 2 })
+	want = append(want, []string{"2:done"})
+	if diff := cmp.Diff(want, cs.messages()); diff != "" {
+		t.Fatalf("messages received (-want +got):\n%s", diff)
+	}
+}
+
+// With a negative ReportDelay every report leaves at once, in a message
+// of its own (no clock advanced, no Start to ride with).
+func TestSessionReportsAtOnce(t *testing.T) {
+	cs, sched, addr := startCounting(t, config(4, fifo.New()), false)
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	c := newClient(t, addr, client.Options{Clock: clk, ReportDelay: -1})
+	a, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Release(scheduler.Done)
+	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 1 })
+	if diff := cmp.Diff([][]string{{"1:start"}, {"1:done"}}, cs.messages()); diff != "" {
+		t.Fatalf("messages received (-want +got):\n%s", diff)
 	}
 }

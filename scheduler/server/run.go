@@ -105,7 +105,7 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	if ka.Timeout <= 0 {
 		ka.Timeout = 5 * time.Second
 	}
-	g := grpc.NewServer(grpc.KeepaliveParams(ka))
+	g := grpc.NewServer(append(GRPCOptions(), grpc.KeepaliveParams(ka))...)
 	srv := New(sched, o.Clock)
 	srv.Register(g)
 	hs := health.NewServer()
@@ -136,6 +136,14 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 			Name: "llmesh_scheduler_service_sessions",
 			Help: "Open Session streams: proxies connected to the service (older proxies use a stream per admission instead).",
 		}, func() float64 { return float64(srv.Sessions()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "llmesh_scheduler_service_messages_received_total",
+				Help: "Session messages received from proxies; each carries one or more leases' messages.",
+			}, func() float64 { r, _ := srv.Messages(); return float64(r) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "llmesh_scheduler_service_messages_sent_total",
+				Help: "Session messages sent to proxies; each carries one or more leases' answers.",
+			}, func() float64 { _, s := srv.Messages(); return float64(s) }),
 			// process_cpu_seconds_total and the Go runtime's own: what
 			// scheduler bench --service-metrics divides by the admissions.
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())

@@ -125,6 +125,7 @@ func (ss *session) recvLoop() error {
 		if err != nil {
 			return nil // EOF, a cancelled stream or a broken connection
 		}
+		ss.srv.received.Add(1)
 		for _, r := range m.GetLeases() {
 			if err := ss.handle(r); err != nil {
 				return err
@@ -387,6 +388,7 @@ func (ss *session) flush() {
 				// Send marshals before it returns, so the message and
 				// the answers in it are free again after it.
 				ss.resp.Leases = batch
+				ss.srv.sent.Add(1)
 				err := ss.stream.Send(&ss.resp)
 				ss.resp.Leases = nil
 				if trace.IsEnabled() {

@@ -327,7 +327,8 @@ func buildHost(ctx context.Context, rc Config, log *slog.Logger) (*host, error) 
 			// The shared service orders requests across gateways; the
 			// in-process scheduler takes over while it is unreachable when
 			// the config says fail_open.
-			c, err := client.New(mesh.SchedulerService.Address, client.Options{FailOpen: mesh.SchedulerService.FailOpen, Fallback: s})
+			c, err := client.New(mesh.SchedulerService.Address, client.Options{FailOpen: mesh.SchedulerService.FailOpen, Fallback: s,
+				ReportDelay: client.ReportDelayOf(mesh.SchedulerService.ReportDelay)})
 			if err != nil {
 				_ = s.Close()
 				_ = tele.Shutdown(ctx)
