@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
 	"github.com/llmesh/llmesh/clock"
@@ -67,9 +68,19 @@ type countingStream struct {
 	c *countingService
 }
 
-func (s countingStream) Recv() (*schedulerv1.SessionRequest, error) {
-	m, err := s.Scheduler_SessionServer.Recv()
+// RecvMsg is what the service receives with; m is its own type, a
+// proto.Message decoded by gRPC's codec (the test server has no other).
+func (s countingStream) RecvMsg(into any) error {
+	err := s.Scheduler_SessionServer.RecvMsg(into)
 	if err == nil {
+		b, err := proto.Marshal(into.(proto.Message))
+		if err != nil {
+			return err
+		}
+		m := &schedulerv1.SessionRequest{}
+		if err := proto.Unmarshal(b, m); err != nil {
+			return err
+		}
 		var msg []string
 		for _, r := range m.GetLeases() {
 			kind := "?"
@@ -87,7 +98,7 @@ func (s countingStream) Recv() (*schedulerv1.SessionRequest, error) {
 		s.c.received = append(s.c.received, msg)
 		s.c.mu.Unlock()
 	}
-	return m, err
+	return err
 }
 
 func (c *countingService) Admit(s schedulerv1.Scheduler_AdmitServer) error {

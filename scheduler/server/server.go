@@ -42,13 +42,17 @@ func New(a scheduler.Admitter, clk clock.Clock) *Server {
 const WindowSize = 1 << 20
 
 // GRPCOptions are the gRPC server options the service runs with (Run uses
-// them): static flow-control windows, since gRPC's default dynamic window
+// them): a codec that leaves a Session's requests to the service's own
+// decoder, and static flow-control windows, since gRPC's default dynamic window
 // probes the bandwidth with a ping and a window update every round trip
 // while data flows, extra frames, system calls and wake-ups for every few
 // of a session's small messages (scheduler/client sets the same on its
 // side).
 func GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.InitialWindowSize(WindowSize), grpc.InitialConnWindowSize(WindowSize)}
+	return []grpc.ServerOption{grpc.InitialWindowSize(WindowSize), grpc.InitialConnWindowSize(WindowSize),
+		// Session requests decoded by hand into reused structures
+		// (wire.go); every other message as gRPC does.
+		grpc.ForceServerCodecV2(newCodec())}
 }
 
 // Register adds the service to g.
@@ -77,7 +81,8 @@ func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
 	if start == nil {
 		return status.Error(codes.InvalidArgument, "scheduler: the first message must be start")
 	}
-	req, err := s.request(start)
+	sm := startOf(start)
+	req, err := s.request(&sm)
 	if err != nil {
 		return err
 	}

@@ -120,14 +120,32 @@ type held struct {
 }
 
 func (ss *session) recvLoop() error {
+	// Received into and decoded into the same structures every time (see
+	// wire.go).
+	var (
+		in   wireRequest
+		msgs []leaseMsg
+		n    = names{}
+	)
 	for {
-		m, err := ss.stream.Recv()
-		if err != nil {
+		in.isRaw = false
+		if err := ss.stream.RecvMsg(&in); err != nil {
 			return nil // EOF, a cancelled stream or a broken connection
 		}
 		ss.srv.received.Add(1)
-		for _, r := range m.GetLeases() {
-			if err := ss.handle(r); err != nil {
+		if in.isRaw {
+			var err error
+			if msgs, err = decodeSessionRequest(in.raw, msgs, n); err != nil {
+				return status.Errorf(codes.InvalidArgument, "scheduler: %v", err)
+			}
+		} else {
+			msgs = msgs[:0]
+			for _, r := range in.GetLeases() {
+				msgs = append(msgs, leaseMsgOf(r))
+			}
+		}
+		for i := range msgs {
+			if err := ss.handle(&msgs[i]); err != nil {
 				return err
 			}
 		}
@@ -137,14 +155,14 @@ func (ss *session) recvLoop() error {
 	}
 }
 
-func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
-	id := r.GetLease()
-	switch msg := r.GetMsg().(type) {
-	case *schedulerv1.LeaseRequest_Start:
+func (ss *session) handle(r *leaseMsg) error {
+	id := r.lease
+	switch r.kind {
+	case kindStart:
 		if id == 0 {
 			return status.Error(codes.InvalidArgument, "scheduler: lease_request.lease must not be 0")
 		}
-		req, err := ss.srv.request(msg.Start)
+		req, err := ss.srv.request(&r.start)
 		if err != nil {
 			return err
 		}
@@ -158,7 +176,7 @@ func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
 		ss.mu.Unlock()
 		ss.stamp("svc.recv", id)
 		ss.start(id, h, req)
-	case *schedulerv1.LeaseRequest_Progress:
+	case kindProgress:
 		ss.mu.Lock()
 		h := ss.leases[id]
 		var l scheduler.Lease
@@ -167,10 +185,10 @@ func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
 		}
 		ss.mu.Unlock()
 		if l != nil {
-			l.Progress(scheduler.Progress{FirstToken: msg.Progress.GetFirstToken(), Tokens: int(msg.Progress.GetTokens())})
+			l.Progress(scheduler.Progress{FirstToken: r.firstToken, Tokens: int(r.tokens)})
 		}
-	case *schedulerv1.LeaseRequest_Done:
-		o := outcome(msg.Done.GetOutcome())
+	case kindDone:
+		o := outcome(r.outcome)
 		var l scheduler.Lease
 		ss.mu.Lock()
 		if h := ss.leases[id]; h != nil {
@@ -419,21 +437,21 @@ func (ss *session) flush() {
 
 // request turns a Start into a scheduler request (shared by Admit and
 // Session).
-func (s *Server) request(start *schedulerv1.Start) (scheduler.Request, error) {
-	age := time.Duration(start.GetAgeNs())
+func (s *Server) request(start *startMsg) (scheduler.Request, error) {
+	age := time.Duration(start.ageNs)
 	if age < 0 {
-		return scheduler.Request{}, status.Errorf(codes.InvalidArgument, "scheduler: start.age_ns %d must not be negative", start.GetAgeNs())
+		return scheduler.Request{}, status.Errorf(codes.InvalidArgument, "scheduler: start.age_ns %d must not be negative", start.ageNs)
 	}
 	age = min(age, maxAge)
 	return scheduler.Request{
-		ID:           start.GetId(),
-		Pool:         start.GetPool(),
-		Class:        start.GetClass(),
-		PromptTokens: int(start.GetPromptTokens()),
-		MaxTokens:    int(start.GetMaxTokens()),
+		ID:           start.id,
+		Pool:         start.pool,
+		Class:        start.class,
+		PromptTokens: int(start.promptTokens),
+		MaxTokens:    int(start.maxTokens),
 		Arrival:      s.clk.Now().Add(-age),
-		Requeue:      start.GetRequeue(),
-		Affinity:     start.GetAffinity(),
+		Requeue:      start.requeue,
+		Affinity:     start.affinity,
 	}, nil
 }
 
