@@ -300,6 +300,10 @@ func (c *Client) Close() error {
 	s := c.sess
 	c.mu.Unlock()
 	if s != nil {
+		// Reports still waiting for the report delay go first, so the
+		// service counts their outcomes (the stream's end would release
+		// them as cancelled).
+		s.flush()
 		s.cancel() // its receiver ends the session
 	}
 	err := c.conn.Close()

@@ -376,3 +376,24 @@ func TestSessionReportsAtOnce(t *testing.T) {
 		t.Fatalf("messages received (-want +got):\n%s", diff)
 	}
 }
+
+// Close sends the reports still waiting for the delay before it ends the
+// session, so the service counts a release as done, not cancelled.
+func TestSessionCloseSendsWaitingReports(t *testing.T) {
+	_, sched, addr := startCounting(t, config(4, fifo.New()), false)
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	c, err := client.New(addr, client.Options{Clock: clk, ReportDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(scheduler.Done)
+	c.Close()
+	waitFor(t, "released", func() bool { return sched.Stats()[0].InFlight == 0 })
+	if st := sched.Stats()[0]; st.Done != 1 || st.Cancelled != 0 {
+		t.Fatalf("counters %+v, want the release done", st.Counters)
+	}
+}
