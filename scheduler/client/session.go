@@ -275,23 +275,31 @@ func (s *session) flush() {
 	}
 }
 
-// messages builds the messages of the queued leases in s.msgs; c.mu and
-// s.sendMu are held.
+// messages builds the messages of the queued leases in s.msgs, the
+// Starts first: the service answers them before it applies the reports
+// that ride along (a release costs it a scheduler step), so those add
+// nothing to the decision latency. c.mu and s.sendMu are held.
 func (s *session) messages(batch []*sLease) []*schedulerv1.LeaseRequest {
 	msgs := s.msgs[:0]
 	for _, l := range batch {
-		l.queued = false
-		if l.start != nil {
+		if start := l.start; start != nil {
+			l.start = nil
 			if l.released {
-				// Withdrawn before the service heard of it.
-				l.start = nil
+				// Withdrawn before the service heard of it: nothing to
+				// send at all.
+				l.queued = false
 				continue
 			}
-			l.startMsg.Start = l.start
+			l.startMsg.Start = start
 			l.startReq.Lease, l.startReq.Msg = l.id, &l.startMsg
 			msgs = append(msgs, &l.startReq)
-			l.start = nil
 		}
+	}
+	for _, l := range batch {
+		if !l.queued {
+			continue // withdrawn above
+		}
+		l.queued = false
 		if l.progress != l.sent {
 			l.sent = l.progress
 			l.progressBody.FirstToken, l.progressBody.Tokens = l.progress.FirstToken, clampU32(l.progress.Tokens)

@@ -145,6 +145,12 @@ func (ss *session) recvLoop() error {
 			}
 		}
 		for i := range msgs {
+			if i > 0 && msgs[i].kind != kindStart && msgs[i-1].kind == kindStart {
+				// The answers to the Starts leave before the reports
+				// that rode with them are applied (a release steps the
+				// scheduler): those add nothing to the decision latency.
+				ss.flush()
+			}
 			if err := ss.handle(&msgs[i]); err != nil {
 				return err
 			}
