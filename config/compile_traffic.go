@@ -289,6 +289,9 @@ func (b *builder) service(m *Mesh) {
 	if s.FailureMode != FailOpen && s.FailureMode != FailClosed {
 		b.c.add("scheduler_service.failure_mode", 0, "%q must be %q or %q", s.FailureMode, FailOpen, FailClosed)
 	}
+	if s.Transport != ServiceTransportAuto && s.Transport != ServiceTransportGRPC && s.Transport != ServiceTransportFramed {
+		b.c.add("scheduler_service.transport", 0, "%q must be %q, %q or %q", s.Transport, ServiceTransportAuto, ServiceTransportGRPC, ServiceTransportFramed)
+	}
 	delay := b.duration("scheduler_service.report_delay", s.ReportDelay, false)
 	if delay > MaxReportDelay {
 		b.c.add("scheduler_service.report_delay", 0, "%q is over the limit of %s (a release may arrive that late)", s.ReportDelay, MaxReportDelay)
@@ -297,6 +300,7 @@ func (b *builder) service(m *Mesh) {
 		Address:     s.Address,
 		FailOpen:    s.FailureMode == FailOpen,
 		Timeout:     b.duration("scheduler_service.timeout", s.Timeout, true),
+		Transport:   s.Transport,
 		ReportDelay: delay,
 	}
 }

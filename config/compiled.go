@@ -341,6 +341,9 @@ type SchedulerService struct {
 	Address  string
 	FailOpen bool
 	Timeout  time.Duration
+	// Transport is ServiceTransportAuto, ServiceTransportGRPC or
+	// ServiceTransportFramed.
+	Transport string
 	// ReportDelay is how long progress and release reports may wait for
 	// the proxy's next message; 0 sends each at once.
 	ReportDelay time.Duration

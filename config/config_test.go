@@ -143,7 +143,7 @@ relocation:
   http: [{field: a.b}]
 experiments:
   - {name: ab, pool: sim, arms: [{name: x, weight: -1}, {name: x}], active: y}
-scheduler_service: {failure_mode: maybe}
+scheduler_service: {failure_mode: maybe, transport: quic}
 classification:
   priority_header: {trusted_sources: [10.0.0.0/33]}
 `,
@@ -182,6 +182,7 @@ classification:
 				`relocation.http[0].field: "a.b" must be a plain top-level JSON field name`,
 				`scheduler_service.address: is required`,
 				`scheduler_service.failure_mode: "maybe" must be "fail_open" or "fail_closed"`,
+				`scheduler_service.transport: "quic" must be "auto", "grpc" or "framed"`,
 			},
 		},
 		{

@@ -26,20 +26,24 @@ const (
 	DefaultOTLPInterval     = "10s"
 	DefaultFailureMode      = "fail_open"
 	DefaultServiceTimeout   = "1s"
-	DefaultRelocField       = "prompt"
-	FieldTypeString         = "string"
-	FieldTypeBytes          = "bytes"
-	CompressedRecompress    = "recompress"
-	CompressedRefuse        = "refuse"
-	ProtocolOpenAI          = "openai"
-	ProtocolGRPC            = "grpc"
-	EnginePriorityStrip     = "strip"
-	EnginePriorityClass     = "class"
-	ResumeContinue          = "continue"
-	ResumeRequeue           = "requeue"
-	ResumeOff               = "off"
-	FailOpen                = "fail_open"
-	FailClosed              = "fail_closed"
+	// The shared scheduler service's transports (scheduler_service.transport).
+	ServiceTransportAuto   = "auto"
+	ServiceTransportGRPC   = "grpc"
+	ServiceTransportFramed = "framed"
+	DefaultRelocField      = "prompt"
+	FieldTypeString        = "string"
+	FieldTypeBytes         = "bytes"
+	CompressedRecompress   = "recompress"
+	CompressedRefuse       = "refuse"
+	ProtocolOpenAI         = "openai"
+	ProtocolGRPC           = "grpc"
+	EnginePriorityStrip    = "strip"
+	EnginePriorityClass    = "class"
+	ResumeContinue         = "continue"
+	ResumeRequeue          = "requeue"
+	ResumeOff              = "off"
+	FailOpen               = "fail_open"
+	FailClosed             = "fail_closed"
 )
 
 // DefaultReportDelay is scheduler_service.report_delay's default
@@ -180,6 +184,9 @@ func ApplyDefaults(m *Mesh) {
 		}
 		if s.Timeout == "" {
 			s.Timeout = DefaultServiceTimeout
+		}
+		if s.Transport == "" {
+			s.Transport = ServiceTransportAuto
 		}
 		if s.ReportDelay == "" {
 			s.ReportDelay = DefaultReportDelay

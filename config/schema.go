@@ -387,6 +387,11 @@ type SchedulerServiceSpec struct {
 	FailureMode string `yaml:"failure_mode,omitempty"`
 	// Timeout for reaching the service; default "1s".
 	Timeout string `yaml:"timeout,omitempty"`
+	// Transport of the proxies' sessions: "framed" (the messages over
+	// plain TCP, far cheaper for the service per message), "grpc" (a gRPC
+	// stream), or "auto" (default: framed, gRPC with a service that does
+	// not speak it). The service accepts both on its one address.
+	Transport string `yaml:"transport,omitempty"`
 	// ReportDelay is how long a proxy may hold a request's progress and
 	// release reports to send them with its next message to the service
 	// (normally the next request's admission), so a busy proxy sends about

@@ -50,7 +50,8 @@ admin: {address: 127.0.0.1:0}
 
 // TestTwoGatewaysShareOneSchedulerOverThreeSims runs two `llmesh gateway`
 // processes on one `llmesh scheduler serve` in front of three `llmesh sim`
-// processes of one slot each. Three long batch streams (two through one
+// processes of one slot each (one gateway's session over gRPC, the other's
+// framed). Three long batch streams (two through one
 // gateway, one through the other) fill the three sims; then an interactive
 // request through the second gateway preempts one of them. By the sims' own
 // metrics: no sim ever held more than its one slot (llmesh_sim:requests_peak;
@@ -65,8 +66,11 @@ func TestTwoGatewaysShareOneSchedulerOverThreeSims(t *testing.T) {
 	schedAddr := sched.WaitOutput(t, schedulerRE)[1]
 	schedAdmin := "http://" + sched.WaitOutput(t, schedulerAdminRE)[1]
 	proctest.WaitHTTP(t, schedAdmin+"/healthz", sched)
-	path := proctest.WriteTemp(t, "mesh.yaml", fleetMesh(sims, schedAddr))
-	gws := []*gatewayProc{startGateway(t, "gateway-a", "--config", path), startGateway(t, "gateway-b", "--config", path)}
+	// The first gateway's session is a gRPC stream, the second's framed
+	// (plain TCP): one service, one address, both transports.
+	path := proctest.WriteTemp(t, "mesh.yaml", strings.Replace(fleetMesh(sims, schedAddr), "timeout: 30s}", "timeout: 30s, transport: grpc}", 1))
+	framedPath := proctest.WriteTemp(t, "mesh-framed.yaml", strings.Replace(fleetMesh(sims, schedAddr), "timeout: 30s}", "timeout: 30s, transport: framed}", 1))
+	gws := []*gatewayProc{startGateway(t, "gateway-a", "--config", path), startGateway(t, "gateway-b", "--config", framedPath)}
 
 	metric := func(s *proctest.Sim, name string) float64 {
 		v, _ := metricSum(proctest.MustGet(t, s.URL+"/metrics"), name)

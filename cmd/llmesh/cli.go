@@ -68,7 +68,9 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 			cc.RunE = groupRun
 		} else {
 			run := c.run
-			if parentPath == "bench" {
+			if parentPath == "bench" || parentPath == "scheduler" {
+				// The scheduler service, like the bench commands, allocates
+				// for every message (harness.GCPercent says what it buys).
 				run = tunedGC(run)
 			}
 			adapt(cc, run, stdout, stderr)
@@ -100,7 +102,7 @@ func groupRun(cmd *cobra.Command, args []string) error {
 	return cmd.Help()
 }
 
-// tunedGC runs a bench command with the harness's GC settings.
+// tunedGC runs a bench or scheduler command with the harness's GC settings.
 func tunedGC(run func(context.Context, []string, io.Writer, io.Writer) error) func(context.Context, []string, io.Writer, io.Writer) error {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer harness.TuneGC()()

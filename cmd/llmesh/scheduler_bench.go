@@ -33,6 +33,7 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	hold := fs.Duration("hold", 0, "time from the first token to release")
 	affinity := fs.Int("affinity-keys", 0, "distinct affinity keys requests carry (0: none)")
 	protocol := fs.String("protocol", "session", "session (one multiplexed stream per proxy) or stream (one stream per admission, the older protocol)")
+	transport := fs.String("transport", client.TransportAuto, "session transport: auto (framed, gRPC with a service that lacks it), framed (plain TCP) or grpc; as scheduler_service.transport")
 	seed := fs.Uint64("seed", 1, "seed of the arrivals and the request mix")
 	jsonOut := fs.String("json", "", "write the report as JSON to `FILE` (- for stdout)")
 	traceOut := fs.String("trace", "", "write a Go execution trace of the client to `FILE` for the run (go tool trace)")
@@ -56,6 +57,12 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	if *protocol != "session" && *protocol != "stream" {
 		errs = append(errs, fmt.Errorf("--protocol: %q must be session or stream", *protocol))
+	}
+	switch {
+	case *transport != client.TransportAuto && *transport != client.TransportGRPC && *transport != client.TransportFramed:
+		errs = append(errs, fmt.Errorf("--transport: %q must be %s, %s or %s", *transport, client.TransportAuto, client.TransportGRPC, client.TransportFramed))
+	case *transport == client.TransportFramed && *protocol == "stream":
+		errs = append(errs, fmt.Errorf("--transport: %s carries sessions only (--protocol session)", client.TransportFramed))
 	}
 	if *affinity < 0 {
 		errs = append(errs, fmt.Errorf("--affinity-keys: %d must not be negative", *affinity))
@@ -88,7 +95,8 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 		// Clients connect lazily: making them first lets Validate see the
 		// proxies with the rest of the flags.
 		for range *proxies {
-			c, err := client.New(*target, client.Options{StreamPerAdmission: *protocol == "stream", ReportDelay: client.ReportDelayOf(*reportDelay)})
+			c, err := client.New(*target, client.Options{StreamPerAdmission: *protocol == "stream", Transport: *transport,
+				ReportDelay: client.ReportDelayOf(*reportDelay)})
 			if err != nil {
 				return err
 			}

@@ -57,8 +57,9 @@ func TestSchedulerServe(t *testing.T) {
 }
 
 func TestSchedulerBenchFlags(t *testing.T) {
-	wantUsage(t, mainErr("scheduler", "bench", "--target", "nonsense", "--protocol", "carrier-pigeon", "--proxies", "0", "--service-metrics", "127.0.0.1:9/metrics"),
-		`--target: "nonsense"`, "--config: required", "--proxies: 0 must be at least 1", `--protocol: "carrier-pigeon"`,
+	wantUsage(t, mainErr("scheduler", "bench", "--target", "nonsense", "--protocol", "carrier-pigeon", "--proxies", "0", "--transport", "smoke",
+		"--service-metrics", "127.0.0.1:9/metrics"),
+		`--target: "nonsense"`, "--config: required", "--proxies: 0 must be at least 1", `--protocol: "carrier-pigeon"`, `--transport: "smoke"`,
 		`--service-metrics: "127.0.0.1:9/metrics" must be an http:// or https:// URL`)
 	mesh := proctest.WriteTemp(t, "mesh.yaml", "pools:\n  - {name: gpu, protocol: openai, endpoints: [127.0.0.1:1]}\n")
 	wantUsage(t, mainErr("scheduler", "bench", "--target", "127.0.0.1:1", "--config", mesh, "--rate", "10", "--inflight", "4"),
@@ -75,12 +76,21 @@ func TestSchedulerBench(t *testing.T) {
 	s := serve(t, "scheduler", "serve", "--listen", "127.0.0.1:0", "--config", path, "--admin", "127.0.0.1:0")
 	addr := proctest.WaitMatch(t, &s.stdout, schedulerListeningRE, s)[1]
 	metrics := proctest.WaitMatch(t, &s.stdout, schedulerAdminRE, s)[1]
-	for _, protocol := range []string{"session", "stream"} {
+	for _, protocol := range []string{"session", "stream", "framed"} {
 		out := filepath.Join(t.TempDir(), "bench.json")
 		var stdout strings.Builder
-		err := Main(context.Background(), []string{"scheduler", "bench", "--target", addr, "--config", path, "--proxies", "2",
-			"--rate", "400", "--duration", "300ms", "--warmup", "0s", "--protocol", protocol, "--json", out,
-			"--service-metrics", metrics}, &stdout, io.Discard)
+		args := []string{"scheduler", "bench", "--target", addr, "--config", path, "--proxies", "2",
+			"--rate", "400", "--duration", "300ms", "--warmup", "0s", "--json", out,
+			"--service-metrics", metrics}
+		switch protocol {
+		case "framed":
+			args = append(args, "--transport", "framed")
+		case "session":
+			args = append(args, "--transport", "grpc")
+		default:
+			args = append(args, "--protocol", protocol)
+		}
+		err := Main(context.Background(), args, &stdout, io.Discard)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", protocol, err, stdout.String())
 		}

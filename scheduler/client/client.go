@@ -45,6 +45,14 @@ type Options struct {
 	// when the service does not implement Session, trying Session again
 	// every sessionRetry, so a service upgraded in place is used fully).
 	StreamPerAdmission bool
+	// Transport carries the Session: TransportFramed, the messages over a
+	// plain TCP connection (scheduler/framed), which costs the service far
+	// less per message; TransportGRPC, a gRPC stream; or TransportAuto
+	// (the default, "" too): framed, and gRPC while the service does not
+	// speak it (an older service, an HTTP/2 proxy in between), trying
+	// framed again every sessionRetry. The service accepts both on one
+	// address.
+	Transport string
 	// ReportDelay is how long a Session lease's Progress and Release may
 	// wait to travel with the session's next message (mesh
 	// scheduler_service.report_delay): the next Admit's Start takes every
@@ -76,11 +84,19 @@ func ReportDelayOf(d time.Duration) time.Duration {
 	return d
 }
 
+// The transports of Options.Transport.
+const (
+	TransportAuto   = "auto"
+	TransportGRPC   = "grpc"
+	TransportFramed = "framed"
+)
+
 // Client is a scheduler.Admitter backed by the shared service.
 type Client struct {
-	conn *grpc.ClientConn
-	api  schedulerv1.SchedulerClient
-	opts Options
+	target string
+	conn   *grpc.ClientConn // nil with TransportFramed
+	api    schedulerv1.SchedulerClient
+	opts   Options
 
 	mu     sync.Mutex
 	closed bool
@@ -89,6 +105,13 @@ type Client struct {
 	wg     sync.WaitGroup
 
 	openMu sync.Mutex // one caller opens a session at a time
+	// Guarded by openMu (framed transport): after a failed dial, until
+	// dialRetry, opening fails at once with dialErr; with TransportAuto,
+	// sessions are gRPC streams until framedRetry.
+	dialRetry   time.Time
+	dialErr     error
+	dialBackoff time.Duration
+	framedRetry time.Time
 	// legacyUntil (UnixNano on opts.Clock): until then the service is
 	// taken to lack Session and admissions use Admit streams.
 	legacyUntil atomic.Int64
@@ -107,6 +130,18 @@ func New(target string, opts Options) (*Client, error) {
 	}
 	if opts.ReportDelay == 0 {
 		opts.ReportDelay = DefaultReportDelay
+	}
+	switch opts.Transport {
+	case "":
+		opts.Transport = TransportAuto
+	case TransportAuto, TransportGRPC:
+	case TransportFramed:
+		if opts.StreamPerAdmission {
+			return nil, fmt.Errorf("scheduler client: transport %q carries sessions only, not a stream per admission", TransportFramed)
+		}
+		return &Client{target: target, opts: opts, live: map[*lease]struct{}{}}, nil
+	default:
+		return nil, fmt.Errorf("scheduler client: transport %q is not %q, %q or %q", opts.Transport, TransportAuto, TransportGRPC, TransportFramed)
 	}
 	// Reconnect quickly after a service restart: backoff from 100ms to 1s.
 	dial := append([]grpc.DialOption{
@@ -127,7 +162,7 @@ func New(target string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler client: %w", err)
 	}
-	return &Client{conn: conn, api: schedulerv1.NewSchedulerClient(conn), opts: opts, live: map[*lease]struct{}{}}, nil
+	return &Client{target: target, conn: conn, api: schedulerv1.NewSchedulerClient(conn), opts: opts, live: map[*lease]struct{}{}}, nil
 }
 
 // Admit asks the service for an admission (see scheduler.Admitter).
@@ -306,7 +341,10 @@ func (c *Client) Close() error {
 		s.flush()
 		s.cancel() // its receiver ends the session
 	}
-	err := c.conn.Close()
+	var err error
+	if c.conn != nil {
+		err = c.conn.Close()
+	}
 	c.wg.Wait()
 	return err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
+	"github.com/llmesh/llmesh/scheduler/framed"
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
 	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
 	"github.com/llmesh/llmesh/scheduler/server"
@@ -25,6 +26,7 @@ type service struct {
 	addr  string
 	sched *scheduler.Scheduler
 	g     *grpc.Server
+	mux   *framed.Mux
 	done  chan struct{}
 }
 
@@ -49,11 +51,21 @@ func startService(t testing.TB, addr string, cfg scheduler.Config) *service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &service{addr: l.Addr().String(), sched: sched, g: grpc.NewServer(), done: make(chan struct{})}
-	server.New(sched, nil).Register(s.g)
+	// Both transports on one address, as scheduler/server.Run serves them.
+	s := &service{addr: l.Addr().String(), sched: sched, g: grpc.NewServer(), mux: framed.NewMux(l, net.KeepAliveConfig{}), done: make(chan struct{})}
+	srv := server.New(sched, nil)
+	srv.Register(s.g)
 	go func() {
 		defer close(s.done)
-		_ = s.g.Serve(l)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.mux.Serve(context.Background(), func(c *framed.ServerConn) error { return srv.ServeSession(c) })
+		}()
+		_ = s.g.Serve(s.mux.Other())
+		s.mux.Close()
+		wg.Wait()
 	}()
 	t.Cleanup(s.stop)
 	return s
@@ -61,6 +73,7 @@ func startService(t testing.TB, addr string, cfg scheduler.Config) *service {
 
 func (s *service) stop() {
 	s.g.Stop()
+	s.mux.Close()
 	<-s.done
 	s.sched.Close()
 }
@@ -79,9 +92,16 @@ func (s *service) queued() int {
 // protocol of older services); TestPerAdmissionStreams sets it.
 var perAdmission bool
 
+// transport is the session transport newClient uses when a test names
+// none; TestFramedTransport sets it to framed.
+var transport = client.TransportGRPC
+
 func newClient(t *testing.T, addr string, opts client.Options) *client.Client {
 	t.Helper()
 	opts.StreamPerAdmission = opts.StreamPerAdmission || perAdmission
+	if opts.Transport == "" {
+		opts.Transport = transport
+	}
 	c, err := client.New(addr, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +185,7 @@ func TestTwoClientsShareOneCapacity(t *testing.T) {
 // A proxy that goes away frees its slots.
 func TestDeadClientFreesSlots(t *testing.T) {
 	svc := startService(t, "127.0.0.1:0", config(2, fifo.New()))
-	dying, err := client.New(svc.addr, client.Options{StreamPerAdmission: perAdmission})
+	dying, err := client.New(svc.addr, client.Options{StreamPerAdmission: perAdmission, Transport: transport})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,17 +11,25 @@ import (
 	"github.com/llmesh/llmesh/api/schedulerv1"
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/framed"
 )
 
 // errSessionEnded reports a session that ended while a request waited for
 // its answer (the stream's own error is the cause when there is one).
 var errSessionEnded = errors.New("scheduler session ended")
 
+// sessionStream is the client's side of a Session: a gRPC stream or a
+// framed connection.
+type sessionStream interface {
+	Send(*schedulerv1.SessionRequest) error
+	Recv() (*schedulerv1.SessionResponse, error)
+}
+
 // session is one Session stream of the client: every admission of this
 // proxy is a lease on it, named by an id the client counts up.
 type session struct {
 	c      *Client
-	stream schedulerv1.Scheduler_SessionClient
+	stream sessionStream
 	cancel func()
 	ended  chan struct{} // closed when the session is over
 	err    error         // why it ended; set before ended is closed
@@ -100,15 +108,8 @@ func (c *Client) openSession(ctx context.Context) (*session, error) {
 	if s != nil {
 		return s, nil
 	}
-	sctx, cancel := context.WithCancel(context.Background())
-	stop := context.AfterFunc(ctx, cancel)
-	stream, err := c.api.Session(sctx)
-	if !stop() {
-		cancel()
-		return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
-	}
+	stream, cancel, err := c.dialSession(ctx)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
 	s = &session{c: c, stream: stream, cancel: cancel, ended: make(chan struct{}), leases: map[uint64]*sLease{},
@@ -124,6 +125,64 @@ func (c *Client) openSession(ctx context.Context) (*session, error) {
 	go s.recvLoop()
 	go s.sendLoop()
 	return s, nil
+}
+
+// dialSession opens a Session stream on c's transport; cancel ends it.
+// ctx bounds only the opening.
+func (c *Client) dialSession(ctx context.Context) (sessionStream, func(), error) {
+	now := c.opts.Clock.Now()
+	tr := c.opts.Transport
+	if tr == TransportFramed || (tr == TransportAuto && !now.Before(c.framedRetry)) {
+		fc, err := c.dialFramed(ctx, now)
+		switch {
+		case err == nil:
+			return fc, func() { _ = fc.Close() }, nil
+		case tr == TransportAuto && errors.Is(err, framed.ErrProtocol):
+			// A service older than the framed transport, or an HTTP/2
+			// proxy in between: gRPC sessions until the next try (a
+			// service upgraded in place is then used fully).
+			c.framedRetry = now.Add(sessionRetry)
+		default:
+			return nil, nil, err
+		}
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel)
+	stream, err := c.api.Session(sctx)
+	if !stop() {
+		cancel()
+		return nil, nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+	}
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return stream, cancel, nil
+}
+
+// dialFramed opens a framed session. After a failed dial, admissions fail
+// at once (to the failure mode) until the backoff passes, as gRPC's
+// reconnect backoff does: a service that is down costs each request no
+// dial. Called with c.openMu held.
+func (c *Client) dialFramed(ctx context.Context, now time.Time) (*framed.ClientConn, error) {
+	if now.Before(c.dialRetry) {
+		return nil, c.dialErr
+	}
+	dctx, done := context.WithTimeout(ctx, c.opts.Timeout)
+	defer done()
+	fc, err := framed.Dial(dctx, c.target)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())
+		}
+		if !errors.Is(err, framed.ErrProtocol) {
+			c.dialBackoff = min(max(2*c.dialBackoff, 100*time.Millisecond), time.Second)
+			c.dialRetry, c.dialErr = now.Add(c.dialBackoff), err
+		}
+		return nil, err
+	}
+	c.dialBackoff = 0
+	return fc, nil
 }
 
 // admit sends req's Start and waits for the answer or ctx's end.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
+	"github.com/llmesh/llmesh/scheduler/framed"
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
 	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
 	"github.com/llmesh/llmesh/scheduler/server"
@@ -43,12 +45,101 @@ func TestPerAdmissionStreams(t *testing.T) {
 	}
 }
 
+// The wire tests again over the framed transport: the same sessions over
+// plain TCP, served on the same address as gRPC.
+func TestFramedTransport(t *testing.T) {
+	transport = client.TransportFramed
+	defer func() { transport = client.TransportGRPC }()
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"share", TestTwoClientsShareOneCapacity}, {"dead", TestDeadClientFreesSlots},
+		{"preempt", TestPreemptOverTheWire}, {"rejections", TestRejectionsAndCancel},
+		{"restart", TestServiceRestart}, {"endpoint", TestLeaseEndpointOverTheWire},
+		{"failure", TestFailureModes}, {"multiplex", TestSessionMultiplexesLeases},
+		{"preempt-lease", TestSessionPreemptReachesItsLease}, {"withdraw", TestSessionWithdraw},
+		{"open-context", TestSessionOpenHonoursContext},
+	} {
+		t.Run(tc.name, tc.f)
+	}
+}
+
+// A framed client talks to the service without any gRPC stream.
+func TestFramedUsesNoGRPCStream(t *testing.T) {
+	cs, sched, addr := startCounting(t, config(2, fifo.New()), false)
+	c := newClient(t, addr, client.Options{Transport: client.TransportFramed})
+	for i := 0; i < 5; i++ {
+		l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(scheduler.Done)
+	}
+	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 5 })
+	if a, s, g := cs.admits.Load(), cs.sessions.Load(), cs.grpcSessions.Load(); a != 0 || s != 1 || g != 0 {
+		t.Fatalf("%d Admit streams, %d sessions (%d over gRPC), want 0, 1 framed", a, s, g)
+	}
+}
+
+// A service older than the framed transport (gRPC only) closes the
+// connection at the preface: framed admissions fail over per the failure
+// mode, with an error that says why.
+func TestFramedAgainstGRPCOnlyService(t *testing.T) {
+	_, _, addr := startGRPCOnly(t, config(2, fifo.New()))
+	c := newClient(t, addr, client.Options{Transport: client.TransportFramed})
+	_, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+	if !errors.Is(err, scheduler.ErrUnavailable) || !strings.Contains(err.Error(), "transport grpc") {
+		t.Fatalf("Admit: %v, want ErrUnavailable naming the gRPC transport", err)
+	}
+}
+
+// The default transport, auto: framed with a service that speaks it, gRPC
+// with one that does not.
+func TestAutoTransport(t *testing.T) {
+	cs, sched, addr := startCounting(t, config(2, fifo.New()), false)
+	c := newClient(t, addr, client.Options{Transport: client.TransportAuto})
+	l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(scheduler.Done)
+	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 1 })
+	if s, g := cs.sessions.Load(), cs.grpcSessions.Load(); s != 1 || g != 0 {
+		t.Fatalf("auto with a framed service: %d sessions, %d over gRPC; want 1 framed", s, g)
+	}
+
+	oc, old, oldAddr := startGRPCOnly(t, config(2, fifo.New()))
+	c2 := newClient(t, oldAddr, client.Options{Transport: client.TransportAuto})
+	for i := 0; i < 3; i++ {
+		l, err := c2.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+		if err != nil {
+			t.Fatalf("auto with a gRPC-only service, admission %d: %v", i, err)
+		}
+		l.Release(scheduler.Done)
+	}
+	waitFor(t, "released", func() bool { return old.Stats()[0].Done == 3 })
+	if g := oc.grpcSessions.Load(); g != 1 {
+		t.Fatalf("auto with a gRPC-only service: %d gRPC sessions, want 1", g)
+	}
+}
+
+func TestTransportOption(t *testing.T) {
+	if _, err := client.New("127.0.0.1:1", client.Options{Transport: "quic"}); err == nil || !strings.Contains(err.Error(), `transport "quic"`) {
+		t.Fatalf("unknown transport: %v", err)
+	}
+	if _, err := client.New("127.0.0.1:1", client.Options{Transport: client.TransportFramed, StreamPerAdmission: true}); err == nil {
+		t.Fatal("framed with a stream per admission: no error")
+	}
+}
+
 // countingService serves the scheduler and counts the streams of each
 // method and the Session messages received, so a test can tell how a
 // client talks to it.
 type countingService struct {
 	*server.Server
-	admits, sessions atomic.Int64
+	admits, sessions atomic.Int64 // sessions: over either transport
+	grpcSessions     atomic.Int64
 	noSession        bool // answer Session with Unimplemented, as older services do
 
 	mu       sync.Mutex
@@ -108,13 +199,28 @@ func (c *countingService) Admit(s schedulerv1.Scheduler_AdmitServer) error {
 
 func (c *countingService) Session(s schedulerv1.Scheduler_SessionServer) error {
 	c.sessions.Add(1)
+	c.grpcSessions.Add(1)
 	if c.noSession {
 		return status.Error(codes.Unimplemented, "method Session not implemented")
 	}
 	return c.Server.Session(countingStream{s, c})
 }
 
+// startGRPCOnly is startCounting for a service older than the framed
+// transport: gRPC on its address, nothing else.
+func startGRPCOnly(t *testing.T, cfg scheduler.Config) (*countingService, *scheduler.Scheduler, string) {
+	t.Helper()
+	return serveCounting(t, cfg, false, false)
+}
+
 func startCounting(t *testing.T, cfg scheduler.Config, noSession bool) (*countingService, *scheduler.Scheduler, string) {
+	t.Helper()
+	return serveCounting(t, cfg, noSession, true)
+}
+
+// serveCounting serves a counting service on a loopback port: gRPC, and
+// framed sessions on the same address when framedToo.
+func serveCounting(t *testing.T, cfg scheduler.Config, noSession, framedToo bool) (*countingService, *scheduler.Scheduler, string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -127,13 +233,30 @@ func startCounting(t *testing.T, cfg scheduler.Config, noSession bool) (*countin
 	cs := &countingService{Server: server.New(sched, nil), noSession: noSession}
 	g := grpc.NewServer()
 	schedulerv1.RegisterSchedulerServer(g, cs)
+	mux := framed.NewMux(l, net.KeepAliveConfig{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = g.Serve(l)
+		if !framedToo {
+			_ = g.Serve(l)
+			return
+		}
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = mux.Serve(context.Background(), func(c *framed.ServerConn) error {
+				cs.sessions.Add(1)
+				return cs.Server.ServeSession(c)
+			})
+		}()
+		_ = g.Serve(mux.Other())
+		mux.Close()
+		wg.Wait()
 	}()
 	t.Cleanup(func() {
 		g.Stop()
+		mux.Close()
 		<-done
 		sched.Close()
 	})

@@ -21,6 +21,7 @@ import (
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/config/watch"
+	"github.com/llmesh/llmesh/scheduler/framed"
 )
 
 // Options configure Run.
@@ -158,19 +159,34 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 		}()
 		defer hsrv.Close() // runs before the WaitGroup wait above
 	}
+	// One address serves both transports: framed sessions
+	// (scheduler/framed) and gRPC, told apart by a connection's first byte.
+	mux := framed.NewMux(l, net.KeepAliveConfig{Enable: true, Idle: ka.Time, Interval: ka.Timeout, Count: 1})
+	muxc := make(chan error, 1)
+	go func() {
+		muxc <- mux.Serve(ctx, func(c *framed.ServerConn) error { return srv.ServeSession(c) })
+	}()
 	errc := make(chan error, 1)
-	go func() { errc <- g.Serve(l) }()
+	go func() { errc <- g.Serve(mux.Other()) }()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	if o.Ready != nil {
 		o.Ready(l.Addr())
 	}
 	select {
 	case err := <-errc:
+		mux.Close()
+		<-muxc //nolint:errcheck // the mux ends with the listener
+		return fmt.Errorf("scheduler server: %w", err)
+	case err := <-muxc:
+		g.Stop()
+		<-errc //nolint:errcheck // Serve's answer to Stop says nothing
 		return fmt.Errorf("scheduler server: %w", err)
 	case <-ctx.Done():
 		hs.Shutdown()
 		g.Stop()
 		<-errc //nolint:errcheck // Serve's answer to Stop says nothing about the shutdown
+		mux.Close()
+		<-muxc //nolint:errcheck // the mux ends with the listener
 		return nil
 	}
 }

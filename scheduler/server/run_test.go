@@ -88,19 +88,22 @@ func TestRunServesMesh(t *testing.T) {
 		t.Fatalf("health: %v %v", hr, err)
 	}
 
-	c, err := client.New(addr, client.Options{})
-	if err != nil {
-		t.Fatal(err)
+	// Both session transports on the one address.
+	for _, tr := range []string{client.TransportGRPC, client.TransportFramed} {
+		c, err := client.New(addr, client.Options{Transport: tr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.Admit(ctx, scheduler.Request{Class: "default"})
+		if err != nil {
+			t.Fatalf("%s: %v", tr, err)
+		}
+		if l.QueueTime() < 0 {
+			t.Fatalf("%s: queue time %v", tr, l.QueueTime())
+		}
+		l.Release(scheduler.Done)
+		c.Close()
 	}
-	defer c.Close()
-	l, err := c.Admit(ctx, scheduler.Request{Class: "default"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.QueueTime() < 0 {
-		t.Fatalf("queue time %v", l.QueueTime())
-	}
-	l.Release(scheduler.Done)
 }
 
 // The service serves every experiment arm's pool under the name the Envoy

@@ -19,6 +19,20 @@ import (
 // Session implements the multiplexed service (see the package comment):
 // one stream per proxy, many leases on it.
 func (s *Server) Session(stream schedulerv1.Scheduler_SessionServer) error {
+	return s.ServeSession(stream)
+}
+
+// SessionStream is one proxy's session as the service sees it: a gRPC
+// Session stream, or a framed connection (scheduler/framed).
+type SessionStream interface {
+	Context() context.Context
+	Recv() (*schedulerv1.SessionRequest, error)
+	Send(*schedulerv1.SessionResponse) error
+}
+
+// ServeSession serves one proxy's session until its stream ends, then ends
+// every lease it still holds.
+func (s *Server) ServeSession(stream SessionStream) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	ss := &session{srv: s, ctx: ctx, stream: stream, leases: map[uint64]*held{}, wake: make(chan struct{}, 1)}
 	s.sessions.Add(1)
@@ -88,7 +102,7 @@ func nowOf(a scheduler.Admitter) admitNow {
 type session struct {
 	srv    *Server
 	ctx    context.Context // ends with the stream
-	stream schedulerv1.Scheduler_SessionServer
+	stream SessionStream
 	wg     sync.WaitGroup // wait goroutines, sendLoop, preemption watchers
 	wake   chan struct{}  // cap 1: a preemption was queued
 
@@ -127,10 +141,23 @@ func (ss *session) recvLoop() error {
 		msgs []leaseMsg
 		n    = names{}
 	)
+	// A gRPC stream receives into in (the service's codec leaves the bytes
+	// to decodeSessionRequest); another stream (framed) decodes itself.
+	grpcStream, _ := ss.stream.(interface{ RecvMsg(any) error })
 	for {
+		var decoded []*schedulerv1.LeaseRequest
 		in.isRaw = false
-		if err := ss.stream.RecvMsg(&in); err != nil {
-			return nil // EOF, a cancelled stream or a broken connection
+		if grpcStream != nil {
+			if err := grpcStream.RecvMsg(&in); err != nil {
+				return nil // EOF, a cancelled stream or a broken connection
+			}
+			decoded = in.GetLeases()
+		} else {
+			m, err := ss.stream.Recv()
+			if err != nil {
+				return nil
+			}
+			decoded = m.GetLeases()
 		}
 		ss.srv.received.Add(1)
 		if in.isRaw {
@@ -140,7 +167,7 @@ func (ss *session) recvLoop() error {
 			}
 		} else {
 			msgs = msgs[:0]
-			for _, r := range in.GetLeases() {
+			for _, r := range decoded {
 				msgs = append(msgs, leaseMsgOf(r))
 			}
 		}

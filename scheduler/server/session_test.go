@@ -221,34 +221,39 @@ func (f *freezer) close() {
 }
 
 // A proxy whose connection goes silent (no FIN, no RST) loses its leases
-// once a keepalive ping goes unanswered, not hours later.
+// once a keepalive ping goes unanswered, not hours later: gRPC's pings, and
+// the framed transport's.
 func TestSilentProxyLosesItsLeases(t *testing.T) {
-	admin, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for _, tr := range []string{client.TransportGRPC, client.TransportFramed} {
+		t.Run(tr, func(t *testing.T) {
+			admin, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr, stop := startMesh(t, strings.Replace(mesh, "max_inflight: 1", "max_inflight: 4", 1), server.Options{
+				Admin: admin, Keepalive: keepalive.ServerParameters{Time: time.Second, Timeout: 500 * time.Millisecond},
+			})
+			defer stop()
+			metrics := "http://" + admin.Addr().String() + "/metrics"
+			f := newFreezer(t, addr)
+			c, err := client.New(f.l.Addr().String(), client.Options{Transport: tr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for range 2 {
+				if _, err := c.Admit(context.Background(), scheduler.Request{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitMetric(t, metrics, `llmesh_scheduler_inflight{pool="gpu"} 2`)
+			f.frozen.Store(true)
+			begin := time.Now()
+			waitMetric(t, metrics, `llmesh_scheduler_inflight{pool="gpu"} 0`)
+			t.Logf("leases freed %v after the connection went silent", time.Since(begin).Round(100*time.Millisecond))
+			waitMetric(t, metrics, `llmesh_scheduler_service_sessions 0`)
+		})
 	}
-	addr, stop := startMesh(t, strings.Replace(mesh, "max_inflight: 1", "max_inflight: 4", 1), server.Options{
-		Admin: admin, Keepalive: keepalive.ServerParameters{Time: time.Second, Timeout: 500 * time.Millisecond},
-	})
-	defer stop()
-	metrics := "http://" + admin.Addr().String() + "/metrics"
-	f := newFreezer(t, addr)
-	c, err := client.New(f.l.Addr().String(), client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	for range 2 {
-		if _, err := c.Admit(context.Background(), scheduler.Request{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitMetric(t, metrics, `llmesh_scheduler_inflight{pool="gpu"} 2`)
-	f.frozen.Store(true)
-	begin := time.Now()
-	waitMetric(t, metrics, `llmesh_scheduler_inflight{pool="gpu"} 0`)
-	t.Logf("leases freed %v after the connection went silent", time.Since(begin).Round(100*time.Millisecond))
-	waitMetric(t, metrics, `llmesh_scheduler_service_sessions 0`)
 }
 
 // sessionIO sends lease messages on s in one stream message and receives

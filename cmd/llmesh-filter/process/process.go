@@ -65,11 +65,11 @@ func (s *Schedulers) NewAdmitter(mc *config.Config) (scheduler.Admitter, error) 
 		return nil, scheduler.ErrClosed
 	}
 	if svc := mc.SchedulerService; svc != nil {
-		key := fmt.Sprintf("%s|%v", svc.Address, svc.FailOpen)
+		key := fmt.Sprintf("%s|%v|%v|%s", svc.Address, svc.FailOpen, svc.Timeout, svc.Transport)
 		if c := s.clients[key]; c != nil {
 			return c, nil
 		}
-		c, err := client.New(svc.Address, client.Options{FailOpen: svc.FailOpen, Clock: s.Clock,
+		c, err := client.New(svc.Address, client.Options{FailOpen: svc.FailOpen, Clock: s.Clock, Timeout: svc.Timeout, Transport: svc.Transport,
 			ReportDelay: client.ReportDelayOf(svc.ReportDelay)})
 		if err != nil {
 			return nil, fmt.Errorf("mesh.scheduler_service: %w", err)

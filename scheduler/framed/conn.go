@@ -1,0 +1,264 @@
+package framed
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/llmesh/llmesh/api/schedulerv1"
+)
+
+// Preface opens each direction of a connection.
+const Preface = "LLMESH-SESSION/1\r\n"
+
+// MaxFrame bounds one frame's message: far above any batch of lease
+// messages, far below what a broken or hostile peer could make a reader
+// allocate.
+const MaxFrame = 4 << 20
+
+// Keepalive are the TCP keepalive bounds of both sides: a peer that
+// vanished without closing (a host that lost power, a partition) is
+// noticed after about Idle + Interval×Count, and its session's leases are
+// freed, as the gRPC service's pings do (10s, then 5s).
+var Keepalive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 1}
+
+// ErrProtocol is wrapped by every error about what the peer sent.
+var ErrProtocol = errors.New("scheduler session protocol")
+
+// Conn is one session's connection, typed by what this side receives (In)
+// and sends (Out).
+type Conn[In, Out proto.Message] struct {
+	c      net.Conn
+	r      *bufio.Reader
+	newIn  func() In
+	hdr    [4]byte
+	in     []byte
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	sendMu sync.Mutex
+	out    []byte
+
+	// frames counts the frames received (pings and pongs too), for the
+	// service's liveness check (watch).
+	frames atomic.Uint64
+	// pong: this side answers a ping (the client's side).
+	pong bool
+}
+
+// ServerConn is the service's side: it receives SessionRequest.
+type ServerConn = Conn[*schedulerv1.SessionRequest, *schedulerv1.SessionResponse]
+
+// ClientConn is the proxy's side: it receives SessionResponse.
+type ClientConn = Conn[*schedulerv1.SessionResponse, *schedulerv1.SessionRequest]
+
+func newConn[In, Out proto.Message](parent context.Context, c net.Conn, r *bufio.Reader, ka net.KeepAliveConfig, newIn func() In) *Conn[In, Out] {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetKeepAliveConfig(ka)
+		_ = tc.SetNoDelay(true)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	fc := &Conn[In, Out]{c: c, r: r, newIn: newIn, ctx: ctx, cancel: cancel}
+	fc.frames.Store(1) // the preface
+	// The connection closes with its context: a cancelled session (the
+	// client's, or a stopping service) unblocks Recv and Send.
+	context.AfterFunc(ctx, func() { _ = c.Close() })
+	return fc
+}
+
+// Context ends when the connection is closed (by either side's Close, or
+// the parent context given when it was made).
+func (fc *Conn[In, Out]) Context() context.Context { return fc.ctx }
+
+// Close closes the connection; the peer's Recv then ends.
+func (fc *Conn[In, Out]) Close() error {
+	fc.cancel()
+	return nil
+}
+
+// CloseSend half-closes: the peer's Recv returns io.EOF while this side
+// can still receive.
+func (fc *Conn[In, Out]) CloseSend() error {
+	if tc, ok := fc.c.(*net.TCPConn); ok {
+		return tc.CloseWrite()
+	}
+	return fc.Close()
+}
+
+// Recv reads the next frame's message; io.EOF at a clean end between
+// frames. Pings are answered (the client's side) and pongs taken, never
+// returned.
+func (fc *Conn[In, Out]) Recv() (In, error) {
+	var zero In
+	var b []byte
+	for {
+		var err error
+		b, err = readFrame(fc.r, fc.hdr[:], fc.in)
+		if err != nil {
+			return zero, err
+		}
+		fc.frames.Add(1)
+		if len(b) > 0 {
+			break
+		}
+		if fc.pong {
+			if err := fc.writeFrame(nil); err != nil {
+				return zero, err
+			}
+		}
+	}
+	fc.in = b[:0]
+	m := fc.newIn()
+	if err := proto.Unmarshal(b, m); err != nil {
+		return zero, fmt.Errorf("%w: frame of %d bytes is not a %s: %w", ErrProtocol, len(b), m.ProtoReflect().Descriptor().Name(), err)
+	}
+	return m, nil
+}
+
+// Send writes m as one frame, in one write. An empty message is sent as
+// nothing: a frame of length 0 is a ping.
+func (fc *Conn[In, Out]) Send(m Out) error {
+	fc.sendMu.Lock()
+	defer fc.sendMu.Unlock()
+	b := append(fc.out[:0], 0, 0, 0, 0)
+	b, err := proto.MarshalOptions{}.MarshalAppend(b, m)
+	if err != nil {
+		return fmt.Errorf("scheduler session: %w", err)
+	}
+	n := len(b) - 4
+	if n == 0 {
+		return nil
+	}
+	if n > MaxFrame {
+		return fmt.Errorf("%w: a message of %d bytes cannot be sent (at most %d)", ErrProtocol, n, MaxFrame)
+	}
+	binary.BigEndian.PutUint32(b, uint32(n))
+	fc.out = b[:0]
+	_, err = fc.c.Write(b)
+	return err
+}
+
+// writeFrame writes a frame holding b (empty: a ping or its pong).
+func (fc *Conn[In, Out]) writeFrame(b []byte) error {
+	fc.sendMu.Lock()
+	defer fc.sendMu.Unlock()
+	f := binary.BigEndian.AppendUint32(fc.out[:0], uint32(len(b)))
+	f = append(f, b...)
+	fc.out = f[:0]
+	_, err := fc.c.Write(f)
+	return err
+}
+
+// watch is the service's liveness check of a session, gRPC's keepalive
+// pings in frames: when no frame came for about idle, it pings; when none
+// came for timeout after that, it closes the connection, which ends the
+// session and frees its leases. It ends with the connection.
+func (fc *Conn[In, Out]) watch(idle, timeout time.Duration) {
+	seen := fc.frames.Load()
+	pinged := false
+	t := time.NewTimer(idle)
+	defer t.Stop()
+	for {
+		select {
+		case <-fc.ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := fc.frames.Load()
+		switch {
+		case now != seen:
+			seen, pinged = now, false
+			t.Reset(idle)
+		case !pinged:
+			if fc.writeFrame(nil) != nil {
+				fc.Close()
+				return
+			}
+			pinged = true
+			t.Reset(timeout)
+		default:
+			fc.Close() // the ping went unanswered
+			return
+		}
+	}
+}
+
+// readFrame reads one frame into buf (grown as needed) and returns its
+// message bytes.
+func readFrame(r *bufio.Reader, hdr []byte, buf []byte) ([]byte, error) {
+	if _, err := io.ReadFull(r, hdr[:4]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%w: connection ended inside a frame's length", ErrProtocol)
+		}
+		return nil, err // io.EOF: a clean end between frames
+	}
+	n := binary.BigEndian.Uint32(hdr)
+	if n > MaxFrame {
+		return nil, fmt.Errorf("%w: frame length %d is over %d", ErrProtocol, n, MaxFrame)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, fmt.Errorf("%w: connection ended inside a frame of %d bytes: %w", ErrProtocol, n, err)
+	}
+	return buf, nil
+}
+
+// readPreface checks the peer's preface, failing at its first wrong byte
+// (a gRPC service answers with HTTP/2 frames that begin with 0x00).
+func readPreface(r *bufio.Reader) error {
+	for i := 0; i < len(Preface); i++ {
+		b, err := r.ReadByte()
+		if err != nil {
+			return fmt.Errorf("%w: no preface: %w", ErrProtocol, err)
+		}
+		if b != Preface[i] {
+			return fmt.Errorf("%w: byte %d of the preface is %q, not %q", ErrProtocol, i, b, Preface[i])
+		}
+	}
+	return nil
+}
+
+// Dial opens a session with the service at addr: it connects, sends the
+// preface and waits for the service's, all within ctx. The connection then
+// outlives ctx until Close.
+func Dial(ctx context.Context, addr string) (*ClientConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	r := bufio.NewReaderSize(c, 64<<10)
+	err = func() error {
+		if _, err := io.WriteString(c, Preface); err != nil {
+			return err
+		}
+		if err := readPreface(r); err != nil {
+			return fmt.Errorf("%w (a service older than the framed transport closes the connection: use transport grpc)", err)
+		}
+		return nil
+	}()
+	if !stop() {
+		_ = c.Close()
+		return nil, fmt.Errorf("scheduler session with %s: %w", addr, ctx.Err())
+	}
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("scheduler session with %s: %w", addr, err)
+	}
+	fc := newConn[*schedulerv1.SessionResponse, *schedulerv1.SessionRequest](context.Background(), c, r, Keepalive, func() *schedulerv1.SessionResponse { return new(schedulerv1.SessionResponse) })
+	fc.pong = true
+	return fc, nil
+}
