@@ -1,6 +1,8 @@
 package config
 
 import (
+	"time"
+
 	"net/netip"
 	"strings"
 )
@@ -290,10 +292,19 @@ func (b *builder) service(m *Mesh) {
 	if s.Transport != ServiceTransportAuto && s.Transport != ServiceTransportGRPC && s.Transport != ServiceTransportFramed {
 		b.c.add("scheduler_service.transport", 0, "%q must be %q, %q or %q", s.Transport, ServiceTransportAuto, ServiceTransportGRPC, ServiceTransportFramed)
 	}
+	delay := b.duration("scheduler_service.report_delay", s.ReportDelay, false)
+	if delay > MaxReportDelay {
+		b.c.add("scheduler_service.report_delay", 0, "%q is over the limit of %s (a release may arrive that late)", s.ReportDelay, MaxReportDelay)
+	}
 	b.cfg.SchedulerService = &SchedulerService{
-		Address:   s.Address,
-		FailOpen:  s.FailureMode == FailOpen,
-		Timeout:   b.duration("scheduler_service.timeout", s.Timeout, true),
-		Transport: s.Transport,
+		Address:     s.Address,
+		FailOpen:    s.FailureMode == FailOpen,
+		Timeout:     b.duration("scheduler_service.timeout", s.Timeout, true),
+		Transport:   s.Transport,
+		ReportDelay: delay,
 	}
 }
+
+// MaxReportDelay bounds scheduler_service.report_delay: the service sees a
+// release up to that late, so the slot stays taken that long.
+const MaxReportDelay = 10 * time.Millisecond

@@ -344,6 +344,9 @@ type SchedulerService struct {
 	// Transport is ServiceTransportAuto, ServiceTransportGRPC or
 	// ServiceTransportFramed.
 	Transport string
+	// ReportDelay is how long progress and release reports may wait for
+	// the proxy's next message; 0 sends each at once.
+	ReportDelay time.Duration
 }
 
 // Experiment is a compiled experiment.

@@ -186,6 +186,28 @@ classification:
 			},
 		},
 		{
+			name: "scheduler_service.report_delay out of range",
+			src: `
+pools:
+  - {name: r, protocol: grpc, endpoints: [h:1]}
+scheduler_service: {address: "127.0.0.1:7070", report_delay: 1s}
+`,
+			want: []string{
+				`scheduler_service.report_delay: "1s" is over the limit of 10ms (a release may arrive that late)`,
+			},
+		},
+		{
+			name: "scheduler_service.report_delay negative",
+			src: `
+pools:
+  - {name: r, protocol: grpc, endpoints: [h:1]}
+scheduler_service: {address: "127.0.0.1:7070", report_delay: -1us}
+`,
+			want: []string{
+				`scheduler_service.report_delay: "-1us" must be positive`,
+			},
+		},
+		{
 			name: "preemption target of the wrong type",
 			src: `
 pools:
@@ -611,6 +633,23 @@ func BenchmarkLoad(b *testing.B) {
 	for b.Loop() {
 		if _, err := config.Load(data); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// scheduler_service.report_delay defaults to 150 µs; "0s" turns it off.
+func TestServiceReportDelay(t *testing.T) {
+	for src, want := range map[string]time.Duration{
+		`{address: "127.0.0.1:7070"}`:                      150 * time.Microsecond,
+		`{address: "127.0.0.1:7070", report_delay: 0s}`:    0,
+		`{address: "127.0.0.1:7070", report_delay: 500us}`: 500 * time.Microsecond,
+	} {
+		cfg, err := config.Load([]byte("pools:\n  - {name: r, protocol: grpc, endpoints: [h:1]}\nscheduler_service: " + src + "\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if got := cfg.SchedulerService.ReportDelay; got != want {
+			t.Errorf("%s: report delay %v, want %v", src, got, want)
 		}
 	}
 }

@@ -46,6 +46,10 @@ const (
 	FailClosed             = "fail_closed"
 )
 
+// DefaultReportDelay is scheduler_service.report_delay's default
+// (scheduler/client.DefaultReportDelay).
+const DefaultReportDelay = "150us"
+
 // KnownResume are the values of pools[].preemption.resume.
 var KnownResume = []string{ResumeContinue, ResumeRequeue, ResumeOff}
 
@@ -183,6 +187,9 @@ func ApplyDefaults(m *Mesh) {
 		}
 		if s.Transport == "" {
 			s.Transport = ServiceTransportAuto
+		}
+		if s.ReportDelay == "" {
+			s.ReportDelay = DefaultReportDelay
 		}
 	}
 }

@@ -392,6 +392,13 @@ type SchedulerServiceSpec struct {
 	// stream), or "auto" (default: framed, gRPC with a service that does
 	// not speak it). The service accepts both on its one address.
 	Transport string `yaml:"transport,omitempty"`
+	// ReportDelay is how long a proxy may hold a request's progress and
+	// release reports to send them with its next message to the service
+	// (normally the next request's admission), so a busy proxy sends about
+	// one message per request; admissions never wait. The service sees a
+	// release up to this late. "0s" sends each report at once; at most
+	// MaxReportDelay; default "150us".
+	ReportDelay string `yaml:"report_delay,omitempty"`
 }
 
 // ExperimentSpec compares scheduler configs on one pool.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"time"
 
 	"github.com/llmesh/llmesh/config"
@@ -36,6 +37,8 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	seed := fs.Uint64("seed", 1, "seed of the arrivals and the request mix")
 	jsonOut := fs.String("json", "", "write the report as JSON to `FILE` (- for stdout)")
 	traceOut := fs.String("trace", "", "write a Go execution trace of the client to `FILE` for the run (go tool trace)")
+	reportDelay := fs.Duration("report-delay", client.DefaultReportDelay, "how long the proxies hold a lease's progress and release for their next message (mesh scheduler_service.report_delay); 0 sends each at once")
+	serviceMetrics := fs.String("service-metrics", "", "the service's Prometheus `URL` (scheduler serve --admin ADDR: http://ADDR/metrics): report its CPU per admission over the measured window")
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(exitUsage, nil)
 	}
@@ -64,6 +67,14 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	if *affinity < 0 {
 		errs = append(errs, fmt.Errorf("--affinity-keys: %d must not be negative", *affinity))
 	}
+	if *reportDelay < 0 {
+		errs = append(errs, fmt.Errorf("--report-delay: %v must not be negative", *reportDelay))
+	}
+	if *serviceMetrics != "" {
+		if u, err := url.Parse(*serviceMetrics); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--service-metrics: %q must be an http:// or https:// URL", *serviceMetrics))
+		}
+	}
 	var mix loadgen.Mix
 	if *cfgPath != "" {
 		mesh, err := config.LoadFile(*cfgPath)
@@ -77,11 +88,15 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	o := loadgen.Options{Rate: *rate, Inflight: *inflight, Arrivals: *arrivals, Warmup: *warmup, Duration: *duration,
 		FirstToken: *firstToken, Hold: *hold, Mix: mix, Seed: *seed}
+	if *serviceMetrics != "" {
+		o.ServiceCPU = loadgen.PrometheusCPU(*serviceMetrics, nil)
+	}
 	if len(errs) == 0 {
 		// Clients connect lazily: making them first lets Validate see the
 		// proxies with the rest of the flags.
 		for range *proxies {
-			c, err := client.New(*target, client.Options{StreamPerAdmission: *protocol == "stream", Transport: *transport})
+			c, err := client.New(*target, client.Options{StreamPerAdmission: *protocol == "stream", Transport: *transport,
+				ReportDelay: client.ReportDelayOf(*reportDelay)})
 			if err != nil {
 				return err
 			}

@@ -27,7 +27,10 @@ func TestSchedulerFlags(t *testing.T) {
 	wantUsage(t, mainErr("scheduler", "run"), `unknown command "run"`)
 }
 
-var schedulerListeningRE = regexp.MustCompile(`scheduler service listening on (\S+)`)
+var (
+	schedulerListeningRE = regexp.MustCompile(`scheduler service listening on (\S+)`)
+	schedulerAdminRE     = regexp.MustCompile(`scheduler admin on (http://\S+)`)
+)
 
 func TestSchedulerServe(t *testing.T) {
 	mesh := "pools:\n  - {name: gpu, protocol: openai, endpoints: [127.0.0.1:1], capacity: {max_inflight: 2}, scheduler: {policy: preemptive}}\n" +
@@ -54,8 +57,10 @@ func TestSchedulerServe(t *testing.T) {
 }
 
 func TestSchedulerBenchFlags(t *testing.T) {
-	wantUsage(t, mainErr("scheduler", "bench", "--target", "nonsense", "--protocol", "carrier-pigeon", "--proxies", "0", "--transport", "smoke"),
-		`--target: "nonsense"`, "--config: required", "--proxies: 0 must be at least 1", `--protocol: "carrier-pigeon"`, `--transport: "smoke"`)
+	wantUsage(t, mainErr("scheduler", "bench", "--target", "nonsense", "--protocol", "carrier-pigeon", "--proxies", "0", "--transport", "smoke",
+		"--service-metrics", "127.0.0.1:9/metrics"),
+		`--target: "nonsense"`, "--config: required", "--proxies: 0 must be at least 1", `--protocol: "carrier-pigeon"`, `--transport: "smoke"`,
+		`--service-metrics: "127.0.0.1:9/metrics" must be an http:// or https:// URL`)
 	mesh := proctest.WriteTemp(t, "mesh.yaml", "pools:\n  - {name: gpu, protocol: openai, endpoints: [127.0.0.1:1]}\n")
 	wantUsage(t, mainErr("scheduler", "bench", "--target", "127.0.0.1:1", "--config", mesh, "--rate", "10", "--inflight", "4"),
 		"rate and inflight: set one")
@@ -68,13 +73,15 @@ func TestSchedulerBenchFlags(t *testing.T) {
 // session streams.
 func TestSchedulerBench(t *testing.T) {
 	path := filepath.Join(repoRoot(t), "examples", "mesh-fleet.yaml")
-	s := serve(t, "scheduler", "serve", "--listen", "127.0.0.1:0", "--config", path)
+	s := serve(t, "scheduler", "serve", "--listen", "127.0.0.1:0", "--config", path, "--admin", "127.0.0.1:0")
 	addr := proctest.WaitMatch(t, &s.stdout, schedulerListeningRE, s)[1]
+	metrics := proctest.WaitMatch(t, &s.stdout, schedulerAdminRE, s)[1]
 	for _, protocol := range []string{"session", "stream", "framed"} {
 		out := filepath.Join(t.TempDir(), "bench.json")
 		var stdout strings.Builder
 		args := []string{"scheduler", "bench", "--target", addr, "--config", path, "--proxies", "2",
-			"--rate", "400", "--duration", "300ms", "--warmup", "0s", "--json", out}
+			"--rate", "400", "--duration", "300ms", "--warmup", "0s", "--json", out,
+			"--service-metrics", metrics}
 		switch protocol {
 		case "framed":
 			args = append(args, "--transport", "framed")
@@ -97,6 +104,11 @@ func TestSchedulerBench(t *testing.T) {
 		}
 		if rep.Admissions == 0 || rep.Errors != 0 || rep.Mode != "open" || rep.Proxies != 2 {
 			t.Errorf("%s: report %+v", protocol, rep)
+		}
+		// The service's CPU counter counts in 10 ms ticks: a short run may
+		// read 0 s, but it reads.
+		if rep.ServiceCPU == nil || rep.ServiceCPU.Error != "" || !strings.Contains(stdout.String(), "service CPU per admission: ") {
+			t.Errorf("%s: service CPU %+v, stdout %q", protocol, rep.ServiceCPU, stdout.String())
 		}
 		if !strings.Contains(stdout.String(), "scheduler bench: open loop, 2 proxies, target 400/s") {
 			t.Errorf("%s: stdout %q", protocol, stdout.String())

@@ -76,7 +76,7 @@ func startSetService(b *testing.B, cfg scheduler.Config) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(server.GRPCOptions()...) // as scheduler serve runs it
 	server.New(set, nil).Register(g)
 	done := make(chan struct{})
 	go func() {

@@ -53,6 +53,35 @@ type Options struct {
 	// framed again every sessionRetry. The service accepts both on one
 	// address.
 	Transport string
+	// ReportDelay is how long a Session lease's Progress and Release may
+	// wait to travel with the session's next message (mesh
+	// scheduler_service.report_delay): the next Admit's Start takes every
+	// report queued by then, and the sender sends what is left once the
+	// delay has passed, so a busy proxy sends about one message per
+	// admission instead of two or three. Starts never wait. The service
+	// sees a release up to the delay late (the Go runtime's timers may
+	// fire up to about a millisecond late on an idle proxy). 0 means
+	// DefaultReportDelay; negative sends each report at once.
+	ReportDelay time.Duration
+}
+
+// WindowSize is the HTTP/2 flow-control window of a client's stream and
+// connection (static: set, it turns off gRPC's bandwidth probing). A
+// session's messages are small; 1 MiB is hundreds of milliseconds of them
+// at any rate the service sustains.
+const WindowSize = 1 << 20
+
+// DefaultReportDelay is Options.ReportDelay's default.
+const DefaultReportDelay = 150 * time.Microsecond
+
+// ReportDelayOf is Options.ReportDelay for a configured delay where 0
+// means none (mesh scheduler_service.report_delay, scheduler bench
+// --report-delay).
+func ReportDelayOf(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
 
 // The transports of Options.Transport.
@@ -99,6 +128,9 @@ func New(target string, opts Options) (*Client, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
 	}
+	if opts.ReportDelay == 0 {
+		opts.ReportDelay = DefaultReportDelay
+	}
 	switch opts.Transport {
 	case "":
 		opts.Transport = TransportAuto
@@ -118,6 +150,13 @@ func New(target string, opts Options) (*Client, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: opts.Timeout,
 		}),
+		// Static flow-control windows: gRPC's default dynamic window
+		// probes the bandwidth with a ping (and a window update) every
+		// round trip while data flows, extra frames, system calls and
+		// wake-ups on both hosts for every few small messages. The
+		// service sets the same (scheduler/server.GRPCOptions).
+		grpc.WithInitialWindowSize(WindowSize),
+		grpc.WithInitialConnWindowSize(WindowSize),
 	}, opts.DialOptions...)
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
@@ -296,6 +335,10 @@ func (c *Client) Close() error {
 	s := c.sess
 	c.mu.Unlock()
 	if s != nil {
+		// Reports still waiting for the report delay go first, so the
+		// service counts their outcomes (the stream's end would release
+		// them as cancelled).
+		s.flush()
 		s.cancel() // its receiver ends the session
 	}
 	var err error

@@ -7,7 +7,9 @@
 // the answer or its context's end (then it queues a Done, which withdraws
 // the request). Admit sends its Start itself; Progress and Release wake
 // the session's sender goroutine instead, so a request's own goroutine
-// never waits on the stream. Whoever finds the send lock free sends
+// never waits on the stream, and the sender sends them after
+// Options.ReportDelay unless an Admit's send has taken them by then (so
+// they ride with the next Start); Close sends what still waits. Whoever finds the send lock free sends
 // everything queued in one message (for every lease with something new:
 // its Start, latest Progress, coalesced, and Done); the others only queue.
 // One receiver goroutine alone receives: it hands

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/framed"
 )
@@ -239,16 +240,42 @@ func (s *session) enqueue(l *sLease, wake bool) {
 }
 
 // sendLoop sends what Progress and Release queue (they never block the
-// request's own goroutine on the stream).
+// request's own goroutine on the stream), Options.ReportDelay after the
+// first of them unless an Admit's flush has taken them by then.
 func (s *session) sendLoop() {
 	defer s.c.wg.Done()
+	delay := s.c.opts.ReportDelay
+	var t clock.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-s.wake:
-			s.flush()
 		case <-s.ended:
 			return
 		}
+		if delay > 0 {
+			if t == nil {
+				t = s.c.opts.Clock.NewTimer(delay)
+			} else {
+				t.Reset(delay)
+			}
+			select {
+			case <-t.C():
+			case <-s.ended:
+				return
+			}
+			// What the pokes of the wait announced is queued already: the
+			// flush below takes it, so they need no round of their own.
+			select {
+			case <-s.wake:
+			default:
+			}
+		}
+		s.flush()
 	}
 }
 
@@ -307,23 +334,31 @@ func (s *session) flush() {
 	}
 }
 
-// messages builds the messages of the queued leases in s.msgs; c.mu and
-// s.sendMu are held.
+// messages builds the messages of the queued leases in s.msgs, the
+// Starts first: the service answers them before it applies the reports
+// that ride along (a release costs it a scheduler step), so those add
+// nothing to the decision latency. c.mu and s.sendMu are held.
 func (s *session) messages(batch []*sLease) []*schedulerv1.LeaseRequest {
 	msgs := s.msgs[:0]
 	for _, l := range batch {
-		l.queued = false
-		if l.start != nil {
+		if start := l.start; start != nil {
+			l.start = nil
 			if l.released {
-				// Withdrawn before the service heard of it.
-				l.start = nil
+				// Withdrawn before the service heard of it: nothing to
+				// send at all.
+				l.queued = false
 				continue
 			}
-			l.startMsg.Start = l.start
+			l.startMsg.Start = start
 			l.startReq.Lease, l.startReq.Msg = l.id, &l.startMsg
 			msgs = append(msgs, &l.startReq)
-			l.start = nil
 		}
+	}
+	for _, l := range batch {
+		if !l.queued {
+			continue // withdrawn above
+		}
+		l.queued = false
 		if l.progress != l.sent {
 			l.sent = l.progress
 			l.progressBody.FirstToken, l.progressBody.Tokens = l.progress.FirstToken, clampU32(l.progress.Tokens)

@@ -3,16 +3,20 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
 	"github.com/llmesh/llmesh/clock"
@@ -130,12 +134,62 @@ func TestTransportOption(t *testing.T) {
 }
 
 // countingService serves the scheduler and counts the streams of each
-// method, so a test can tell how a client talks to it.
+// method and the Session messages received, so a test can tell how a
+// client talks to it.
 type countingService struct {
 	*server.Server
 	admits, sessions atomic.Int64 // sessions: over either transport
 	grpcSessions     atomic.Int64
 	noSession        bool // answer Session with Unimplemented, as older services do
+
+	mu       sync.Mutex
+	received [][]string // per Session message received: its leases' messages ("1:start", "1:done")
+}
+
+// messages is what the service received so far, one entry per message.
+func (c *countingService) messages() [][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.received)
+}
+
+// countingStream records each message the service receives.
+type countingStream struct {
+	schedulerv1.Scheduler_SessionServer
+	c *countingService
+}
+
+// RecvMsg is what the service receives with; m is its own type, a
+// proto.Message decoded by gRPC's codec (the test server has no other).
+func (s countingStream) RecvMsg(into any) error {
+	err := s.Scheduler_SessionServer.RecvMsg(into)
+	if err == nil {
+		b, err := proto.Marshal(into.(proto.Message))
+		if err != nil {
+			return err
+		}
+		m := &schedulerv1.SessionRequest{}
+		if err := proto.Unmarshal(b, m); err != nil {
+			return err
+		}
+		var msg []string
+		for _, r := range m.GetLeases() {
+			kind := "?"
+			switch r.GetMsg().(type) {
+			case *schedulerv1.LeaseRequest_Start:
+				kind = "start"
+			case *schedulerv1.LeaseRequest_Progress:
+				kind = "progress"
+			case *schedulerv1.LeaseRequest_Done:
+				kind = "done"
+			}
+			msg = append(msg, fmt.Sprintf("%d:%s", r.GetLease(), kind))
+		}
+		s.c.mu.Lock()
+		s.c.received = append(s.c.received, msg)
+		s.c.mu.Unlock()
+	}
+	return err
 }
 
 func (c *countingService) Admit(s schedulerv1.Scheduler_AdmitServer) error {
@@ -149,7 +203,7 @@ func (c *countingService) Session(s schedulerv1.Scheduler_SessionServer) error {
 	if c.noSession {
 		return status.Error(codes.Unimplemented, "method Session not implemented")
 	}
-	return c.Server.Session(s)
+	return c.Server.Session(countingStream{s, c})
 }
 
 // startGRPCOnly is startCounting for a service older than the framed
@@ -388,5 +442,82 @@ func TestSessionOpenHonoursContext(t *testing.T) {
 	}
 	if d := time.Since(begin); d > 10*time.Second {
 		t.Fatalf("Admit returned after %v, its context ended after 200ms", d)
+	}
+}
+
+// A lease's Progress and Release wait for the session's next message: the
+// next Admit's Start carries them, so a busy proxy sends one message per
+// admission. With the fake clock never advanced the sender's delay never
+// ends, so only the Start can have carried them.
+func TestSessionReportsRideWithTheNextStart(t *testing.T) {
+	cs, sched, addr := startCounting(t, config(4, fifo.New()), false)
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	c := newClient(t, addr, client.Options{Clock: clk, ReportDelay: time.Millisecond})
+	ctx := context.Background()
+	a, err := c.Admit(ctx, scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Progress(scheduler.Progress{FirstToken: true, Tokens: 1})
+	a.Release(scheduler.Done)
+	b, err := c.Admit(ctx, scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{{"1:start"}, {"2:start", "1:progress", "1:done"}}
+	if diff := cmp.Diff(want, cs.messages()); diff != "" {
+		t.Fatalf("messages received (-want +got):\n%s", diff)
+	}
+	waitFor(t, "the first released", func() bool { return sched.Stats()[0].Done == 1 })
+	if st := sched.Stats()[0]; st.InFlight != 1 {
+		t.Fatalf("counters %+v, in flight %d: want the second admitted, the first released", st.Counters, st.InFlight)
+	}
+	// Nothing comes next: once the delay has passed the sender sends the
+	// release alone.
+	b.Release(scheduler.Done)
+	waitFor(t, "the sender's delay", func() bool { return clk.Timers() > 0 })
+	clk.Advance(time.Millisecond)
+	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 2 })
+	want = append(want, []string{"2:done"})
+	if diff := cmp.Diff(want, cs.messages()); diff != "" {
+		t.Fatalf("messages received (-want +got):\n%s", diff)
+	}
+}
+
+// With a negative ReportDelay every report leaves at once, in a message
+// of its own (no clock advanced, no Start to ride with).
+func TestSessionReportsAtOnce(t *testing.T) {
+	cs, sched, addr := startCounting(t, config(4, fifo.New()), false)
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	c := newClient(t, addr, client.Options{Clock: clk, ReportDelay: -1})
+	a, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Release(scheduler.Done)
+	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 1 })
+	if diff := cmp.Diff([][]string{{"1:start"}, {"1:done"}}, cs.messages()); diff != "" {
+		t.Fatalf("messages received (-want +got):\n%s", diff)
+	}
+}
+
+// Close sends the reports still waiting for the delay before it ends the
+// session, so the service counts a release as done, not cancelled.
+func TestSessionCloseSendsWaitingReports(t *testing.T) {
+	_, sched, addr := startCounting(t, config(4, fifo.New()), false)
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	c, err := client.New(addr, client.Options{Clock: clk, ReportDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(scheduler.Done)
+	c.Close()
+	waitFor(t, "released", func() bool { return sched.Stats()[0].InFlight == 0 })
+	if st := sched.Stats()[0]; st.Done != 1 || st.Cancelled != 0 {
+		t.Fatalf("counters %+v, want the release done", st.Counters)
 	}
 }

@@ -50,6 +50,12 @@ type Options struct {
 	Seed uint64
 	// Clock measures and schedules; nil is the real clock.
 	Clock clock.Clock
+	// ServiceCPU, when set, reads the CPU time the service has used so far
+	// (PrometheusCPU(url) reads the service's Prometheus endpoint): Run reads
+	// it as the measured window starts and as it ends and reports the
+	// service's CPU per admission, a figure far steadier than latency on
+	// a busy machine. Nil reports none.
+	ServiceCPU func(context.Context) (time.Duration, error)
 }
 
 // Mix is the requests' pools, classes and sizes.
@@ -120,6 +126,21 @@ type Report struct {
 	// Dropped are open-loop arrivals not sent because MaxOutstanding
 	// requests were already outstanding.
 	Dropped uint64 `json:"dropped"`
+	// ServiceCPU is the service's CPU time over the measured window, when
+	// Options.ServiceCPU is set (and the run was not stopped early).
+	ServiceCPU *ServiceCPU `json:"service_cpu,omitempty"`
+}
+
+// ServiceCPU is what the service's CPU counter said over the measured
+// window.
+type ServiceCPU struct {
+	// Seconds of CPU the service used; PerAdmissionUS is that divided by
+	// the admissions, in microseconds. The counter (process_cpu_seconds_total)
+	// counts in the kernel's ticks, 10 ms on Linux.
+	Seconds        float64 `json:"seconds"`
+	PerAdmissionUS float64 `json:"per_admission_us"`
+	// Error says why there are no figures when reading the counter failed.
+	Error string `json:"error,omitempty"`
 }
 
 // Quantiles of a latency sample, in microseconds.
@@ -241,6 +262,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		recs[i] = &recorder{}
 	}
 	var wg sync.WaitGroup
+	var cpu cpuWindow
+	if o.ServiceCPU != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cpu = r.sampleCPU(ctx)
+		}()
+	}
 	if o.Rate > 0 {
 		// One pacer for every proxy: a spinning sender per proxy would
 		// keep every P busy, and a Go program whose Ps never go idle polls
@@ -296,6 +325,15 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if measured > 0 {
 		rep.AdmissionsPerS = float64(rep.Admissions) / measured.Seconds()
 	}
+	switch {
+	case cpu.err != nil:
+		rep.ServiceCPU = &ServiceCPU{Error: cpu.err.Error()}
+	case o.ServiceCPU != nil && ctx.Err() == nil:
+		rep.ServiceCPU = &ServiceCPU{Seconds: cpu.used.Seconds()}
+		if rep.Admissions > 0 {
+			rep.ServiceCPU.PerAdmissionUS = float64(cpu.used) / float64(time.Microsecond) / float64(rep.Admissions)
+		}
+	}
 	rep.Decision = quantiles(decisions)
 	rep.Queued = quantiles(queued)
 	if o.Rate > 0 {
@@ -305,11 +343,49 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	return rep, nil
 }
 
+// cpuWindow is the service's CPU time over the measured window.
+type cpuWindow struct {
+	used time.Duration
+	err  error
+}
+
+// sampleCPU reads the service's CPU time as the measured window starts and
+// as it ends.
+func (r *run) sampleCPU(ctx context.Context) cpuWindow {
+	var at [2]time.Duration
+	for i, when := range []time.Time{r.measureFrom, r.stop} {
+		t := r.clk.NewTimer(max(0, when.Sub(r.clk.Now())))
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return cpuWindow{}
+		}
+		t.Stop()
+		v, err := r.o.ServiceCPU(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return cpuWindow{}
+			}
+			return cpuWindow{err: fmt.Errorf("service CPU: %w", err)}
+		}
+		at[i] = v
+	}
+	if at[1] < at[0] {
+		return cpuWindow{err: fmt.Errorf("service CPU: went back from %v to %v (did the service restart?)", at[0], at[1])}
+	}
+	return cpuWindow{used: at[1] - at[0]}
+}
+
 // spinAhead is how long before a send time the open loop stops sleeping
 // on a timer and spins (yielding to other goroutines) with the real
 // clock: Go's timers wake up to about a millisecond late (the runtime
 // sleeps in whole milliseconds), which would add up to a millisecond of
-// schedule lag to every send.
+// schedule lag to every send. With one processor (GOMAXPROCS 1, a client
+// pinned to one core) it does not spin: a goroutine that is always
+// runnable keeps the only processor from polling the network, so every
+// answer would wait for the runtime's monitor (10 ms); the timers'
+// lateness shows in the schedule lag instead.
 const spinAhead = time.Millisecond
 
 // openLoop sends the arrivals at their scheduled times, to the proxies in
@@ -322,7 +398,7 @@ func (r *run) openLoop(ctx context.Context, recs []*recorder, rng *rand.Rand, st
 	var reqs sync.WaitGroup
 	defer reqs.Wait()
 	spin := time.Duration(0)
-	if _, real := r.clk.(clock.Real); real {
+	if _, real := r.clk.(clock.Real); real && runtime.GOMAXPROCS(0) > 1 {
 		spin = spinAhead
 	}
 	next := start.Add(gap())

@@ -269,9 +269,11 @@ func TestReportText(t *testing.T) {
 			Decision:      loadgen.Quantiles{N: 399_871, P50: 84.2, P99: 612.5, P999: 1480, Max: 5210},
 			Queued:        loadgen.Quantiles{N: 399_871, P50: 1, P99: 150, P999: 900, Max: 4000},
 			FromScheduled: &loadgen.Quantiles{N: 399_871, P50: 95, P99: 700, P999: 1700, Max: 5300}, ScheduleLag: &loadgen.Quantiles{N: 399_871, P50: 9, P99: 120, P999: 400, Max: 2100},
-			Errors: 1, ErrorSamples: []string{"scheduler: unavailable: connection refused"}},
+			Errors: 1, ErrorSamples: []string{"scheduler: unavailable: connection refused"},
+			ServiceCPU: &loadgen.ServiceCPU{Seconds: 7.25, PerAdmissionUS: 18.13}},
 		"closed": {Mode: "closed", Proxies: 8, Inflight: 128, DurationS: 10, Sent: 612_007, Admissions: 612_004, AdmissionsPerS: 61_200.4,
-			Decision: loadgen.Quantiles{N: 612_004, P50: 1500, P99: 4100, P999: 7000, Max: 12000}, Rejected: 3},
+			Decision: loadgen.Quantiles{N: 612_004, P50: 1500, P99: 4100, P999: 7000, Max: 12000}, Rejected: 3,
+			ServiceCPU: &loadgen.ServiceCPU{Error: "service CPU: GET http://127.0.0.1:9/metrics: connection refused"}},
 	} {
 		var b strings.Builder
 		if err := r.WriteText(&b); err != nil {

@@ -30,6 +30,13 @@ func (r Report) WriteText(w io.Writer) error {
 		q("schedule lag", *r.ScheduleLag)
 	}
 	fmt.Fprintf(&b, "rejected %d, errors %d, dropped %d\n", r.Rejected, r.Errors, r.Dropped)
+	switch c := r.ServiceCPU; {
+	case c == nil:
+	case c.Error != "":
+		fmt.Fprintf(&b, "service CPU per admission: unknown (%s)\n", c.Error)
+	default:
+		fmt.Fprintf(&b, "service CPU per admission: %.1f µs (%.2f s over the measured window)\n", c.PerAdmissionUS, c.Seconds)
+	}
 	for _, s := range r.ErrorSamples {
 		fmt.Fprintf(&b, "  error: %s\n", s)
 	}

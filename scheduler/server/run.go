@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"google.golang.org/grpc"
@@ -42,8 +43,9 @@ type Options struct {
 	// Ready, when non-nil, is called with the listening address once the
 	// service accepts streams.
 	Ready func(addr net.Addr)
-	// Admin, when non-nil, serves GET /metrics (Prometheus, see Collector)
-	// and GET /healthz over HTTP; nil serves neither.
+	// Admin, when non-nil, serves GET /metrics (Prometheus: Collector's
+	// metrics, the process's CPU and memory, the Go runtime's) and GET
+	// /healthz over HTTP; nil serves neither.
 	Admin net.Listener
 	// Keepalive is how the service notices a proxy that vanished without
 	// closing its connection (a host that lost power, a partition): after
@@ -104,7 +106,7 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	if ka.Timeout <= 0 {
 		ka.Timeout = 5 * time.Second
 	}
-	g := grpc.NewServer(grpc.KeepaliveParams(ka))
+	g := grpc.NewServer(append(GRPCOptions(), grpc.KeepaliveParams(ka))...)
 	srv := New(sched, o.Clock)
 	srv.Register(g)
 	hs := health.NewServer()
@@ -134,7 +136,18 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 		reg.MustRegister(NewCollector(sched.Stats), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "llmesh_scheduler_service_sessions",
 			Help: "Open Session streams: proxies connected to the service (older proxies use a stream per admission instead).",
-		}, func() float64 { return float64(srv.Sessions()) }))
+		}, func() float64 { return float64(srv.Sessions()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "llmesh_scheduler_service_messages_received_total",
+				Help: "Session messages received from proxies; each carries one or more leases' messages.",
+			}, func() float64 { r, _ := srv.Messages(); return float64(r) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "llmesh_scheduler_service_messages_sent_total",
+				Help: "Session messages sent to proxies; each carries one or more leases' answers.",
+			}, func() float64 { _, s := srv.Messages(); return float64(s) }),
+			// process_cpu_seconds_total and the Go runtime's own: what
+			// scheduler bench --service-metrics divides by the admissions.
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })

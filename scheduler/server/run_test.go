@@ -239,6 +239,9 @@ func TestAdminMetrics(t *testing.T) {
 		`llmesh_scheduler_endpoint_running{endpoint="127.0.0.1:1",pool="gpu"} 0`,
 		`llmesh_scheduler_endpoint_kv_usage{endpoint="127.0.0.1:1",pool="gpu"} 0`,
 		`llmesh_scheduler_service_sessions 1`,
+		"llmesh_scheduler_service_messages_received_total 1\n",
+		"llmesh_scheduler_service_messages_sent_total 1\n",
+		"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total ",
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)

@@ -21,6 +21,9 @@ type Server struct {
 	now      admitNow // admitter's, when it can answer without waiting; nil: Session waits in a goroutine per Start
 	clk      clock.Clock
 	sessions atomic.Int64 // open Session streams
+	// Session messages received and sent (each carries one or more
+	// leases' messages).
+	received, sent atomic.Uint64
 }
 
 var _ schedulerv1.SchedulerServer = (*Server)(nil)
@@ -34,6 +37,24 @@ func New(a scheduler.Admitter, clk clock.Clock) *Server {
 	return &Server{admitter: a, now: nowOf(a), clk: clk}
 }
 
+// WindowSize is the HTTP/2 flow-control window of the service's streams
+// and connections (see GRPCOptions).
+const WindowSize = 1 << 20
+
+// GRPCOptions are the gRPC server options the service runs with (Run uses
+// them): a codec that leaves a Session's requests to the service's own
+// decoder, and static flow-control windows, since gRPC's default dynamic window
+// probes the bandwidth with a ping and a window update every round trip
+// while data flows, extra frames, system calls and wake-ups for every few
+// of a session's small messages (scheduler/client sets the same on its
+// side).
+func GRPCOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.InitialWindowSize(WindowSize), grpc.InitialConnWindowSize(WindowSize),
+		// Session requests decoded by hand into reused structures
+		// (wire.go); every other message as gRPC does.
+		grpc.ForceServerCodecV2(newCodec())}
+}
+
 // Register adds the service to g.
 func (s *Server) Register(g *grpc.Server) { schedulerv1.RegisterSchedulerServer(g, s) }
 
@@ -44,6 +65,10 @@ const maxAge = 24 * time.Hour
 // Sessions is the number of open Session streams (one per connected proxy
 // that uses them).
 func (s *Server) Sessions() int { return int(s.sessions.Load()) }
+
+// Messages is how many Session messages the service has received and
+// sent; each carries the messages of one or more leases.
+func (s *Server) Messages() (received, sent uint64) { return s.received.Load(), s.sent.Load() }
 
 // Admit implements the one-stream-per-admission service (see the package
 // comment); proxies of this version use Session.
@@ -56,7 +81,8 @@ func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
 	if start == nil {
 		return status.Error(codes.InvalidArgument, "scheduler: the first message must be start")
 	}
-	req, err := s.request(start)
+	sm := startOf(start)
+	req, err := s.request(&sm)
 	if err != nil {
 		return err
 	}

@@ -134,13 +134,51 @@ type held struct {
 }
 
 func (ss *session) recvLoop() error {
+	// Received into and decoded into the same structures every time (see
+	// wire.go).
+	var (
+		in   wireRequest
+		msgs []leaseMsg
+		n    = names{}
+	)
+	// A gRPC stream receives into in (the service's codec leaves the bytes
+	// to decodeSessionRequest); another stream (framed) decodes itself.
+	grpcStream, _ := ss.stream.(interface{ RecvMsg(any) error })
 	for {
-		m, err := ss.stream.Recv()
-		if err != nil {
-			return nil // EOF, a cancelled stream or a broken connection
+		var decoded []*schedulerv1.LeaseRequest
+		in.isRaw = false
+		if grpcStream != nil {
+			if err := grpcStream.RecvMsg(&in); err != nil {
+				return nil // EOF, a cancelled stream or a broken connection
+			}
+			decoded = in.GetLeases()
+		} else {
+			m, err := ss.stream.Recv()
+			if err != nil {
+				return nil
+			}
+			decoded = m.GetLeases()
 		}
-		for _, r := range m.GetLeases() {
-			if err := ss.handle(r); err != nil {
+		ss.srv.received.Add(1)
+		if in.isRaw {
+			var err error
+			if msgs, err = decodeSessionRequest(in.raw, msgs, n); err != nil {
+				return status.Errorf(codes.InvalidArgument, "scheduler: %v", err)
+			}
+		} else {
+			msgs = msgs[:0]
+			for _, r := range decoded {
+				msgs = append(msgs, leaseMsgOf(r))
+			}
+		}
+		for i := range msgs {
+			if i > 0 && msgs[i].kind != kindStart && msgs[i-1].kind == kindStart {
+				// The answers to the Starts leave before the reports
+				// that rode with them are applied (a release steps the
+				// scheduler): those add nothing to the decision latency.
+				ss.flush()
+			}
+			if err := ss.handle(&msgs[i]); err != nil {
 				return err
 			}
 		}
@@ -150,14 +188,14 @@ func (ss *session) recvLoop() error {
 	}
 }
 
-func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
-	id := r.GetLease()
-	switch msg := r.GetMsg().(type) {
-	case *schedulerv1.LeaseRequest_Start:
+func (ss *session) handle(r *leaseMsg) error {
+	id := r.lease
+	switch r.kind {
+	case kindStart:
 		if id == 0 {
 			return status.Error(codes.InvalidArgument, "scheduler: lease_request.lease must not be 0")
 		}
-		req, err := ss.srv.request(msg.Start)
+		req, err := ss.srv.request(&r.start)
 		if err != nil {
 			return err
 		}
@@ -171,7 +209,7 @@ func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
 		ss.mu.Unlock()
 		ss.stamp("svc.recv", id)
 		ss.start(id, h, req)
-	case *schedulerv1.LeaseRequest_Progress:
+	case kindProgress:
 		ss.mu.Lock()
 		h := ss.leases[id]
 		var l scheduler.Lease
@@ -180,10 +218,10 @@ func (ss *session) handle(r *schedulerv1.LeaseRequest) error {
 		}
 		ss.mu.Unlock()
 		if l != nil {
-			l.Progress(scheduler.Progress{FirstToken: msg.Progress.GetFirstToken(), Tokens: int(msg.Progress.GetTokens())})
+			l.Progress(scheduler.Progress{FirstToken: r.firstToken, Tokens: int(r.tokens)})
 		}
-	case *schedulerv1.LeaseRequest_Done:
-		o := outcome(msg.Done.GetOutcome())
+	case kindDone:
+		o := outcome(r.outcome)
 		var l scheduler.Lease
 		ss.mu.Lock()
 		if h := ss.leases[id]; h != nil {
@@ -401,6 +439,7 @@ func (ss *session) flush() {
 				// Send marshals before it returns, so the message and
 				// the answers in it are free again after it.
 				ss.resp.Leases = batch
+				ss.srv.sent.Add(1)
 				err := ss.stream.Send(&ss.resp)
 				ss.resp.Leases = nil
 				if trace.IsEnabled() {
@@ -431,21 +470,21 @@ func (ss *session) flush() {
 
 // request turns a Start into a scheduler request (shared by Admit and
 // Session).
-func (s *Server) request(start *schedulerv1.Start) (scheduler.Request, error) {
-	age := time.Duration(start.GetAgeNs())
+func (s *Server) request(start *startMsg) (scheduler.Request, error) {
+	age := time.Duration(start.ageNs)
 	if age < 0 {
-		return scheduler.Request{}, status.Errorf(codes.InvalidArgument, "scheduler: start.age_ns %d must not be negative", start.GetAgeNs())
+		return scheduler.Request{}, status.Errorf(codes.InvalidArgument, "scheduler: start.age_ns %d must not be negative", start.ageNs)
 	}
 	age = min(age, maxAge)
 	return scheduler.Request{
-		ID:           start.GetId(),
-		Pool:         start.GetPool(),
-		Class:        start.GetClass(),
-		PromptTokens: int(start.GetPromptTokens()),
-		MaxTokens:    int(start.GetMaxTokens()),
+		ID:           start.id,
+		Pool:         start.pool,
+		Class:        start.class,
+		PromptTokens: int(start.promptTokens),
+		MaxTokens:    int(start.maxTokens),
 		Arrival:      s.clk.Now().Add(-age),
-		Requeue:      start.GetRequeue(),
-		Affinity:     start.GetAffinity(),
+		Requeue:      start.requeue,
+		Affinity:     start.affinity,
 	}, nil
 }
 

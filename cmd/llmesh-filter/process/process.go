@@ -69,7 +69,8 @@ func (s *Schedulers) NewAdmitter(mc *config.Config) (scheduler.Admitter, error) 
 		if c := s.clients[key]; c != nil {
 			return c, nil
 		}
-		c, err := client.New(svc.Address, client.Options{FailOpen: svc.FailOpen, Clock: s.Clock, Timeout: svc.Timeout, Transport: svc.Transport})
+		c, err := client.New(svc.Address, client.Options{FailOpen: svc.FailOpen, Clock: s.Clock, Timeout: svc.Timeout, Transport: svc.Transport,
+			ReportDelay: client.ReportDelayOf(svc.ReportDelay)})
 		if err != nil {
 			return nil, fmt.Errorf("mesh.scheduler_service: %w", err)
 		}

@@ -328,7 +328,8 @@ func buildHost(ctx context.Context, rc Config, log *slog.Logger) (*host, error) 
 			// in-process scheduler takes over while it is unreachable when
 			// the config says fail_open.
 			c, err := client.New(mesh.SchedulerService.Address, client.Options{FailOpen: mesh.SchedulerService.FailOpen, Fallback: s,
-				Timeout: mesh.SchedulerService.Timeout, Transport: mesh.SchedulerService.Transport})
+				Timeout: mesh.SchedulerService.Timeout, Transport: mesh.SchedulerService.Transport,
+				ReportDelay: client.ReportDelayOf(mesh.SchedulerService.ReportDelay)})
 			if err != nil {
 				_ = s.Close()
 				_ = tele.Shutdown(ctx)
