@@ -99,29 +99,37 @@ func (fc *Conn[In, Out]) CloseSend() error {
 // returned.
 func (fc *Conn[In, Out]) Recv() (In, error) {
 	var zero In
-	var b []byte
-	for {
-		var err error
-		b, err = readFrame(fc.r, fc.hdr[:], fc.in)
-		if err != nil {
-			return zero, err
-		}
-		fc.frames.Add(1)
-		if len(b) > 0 {
-			break
-		}
-		if fc.pong {
-			if err := fc.writeFrame(nil); err != nil {
-				return zero, err
-			}
-		}
+	b, err := fc.RecvRaw()
+	if err != nil {
+		return zero, err
 	}
-	fc.in = b[:0]
 	m := fc.newIn()
 	if err := proto.Unmarshal(b, m); err != nil {
 		return zero, fmt.Errorf("%w: frame of %d bytes is not a %s: %w", ErrProtocol, len(b), m.ProtoReflect().Descriptor().Name(), err)
 	}
 	return m, nil
+}
+
+// RecvRaw is Recv without decoding: the next message's bytes, valid until
+// the next Recv or RecvRaw (for a receiver that decodes into structures of
+// its own).
+func (fc *Conn[In, Out]) RecvRaw() ([]byte, error) {
+	for {
+		b, err := readFrame(fc.r, fc.hdr[:], fc.in)
+		if err != nil {
+			return nil, err
+		}
+		fc.in = b[:0]
+		fc.frames.Add(1)
+		if len(b) > 0 {
+			return b, nil
+		}
+		if fc.pong {
+			if err := fc.writeFrame(nil); err != nil {
+				return nil, err
+			}
+		}
+	}
 }
 
 // Send writes m as one frame, in one write. An empty message is sent as

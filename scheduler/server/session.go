@@ -142,12 +142,20 @@ func (ss *session) recvLoop() error {
 		n    = names{}
 	)
 	// A gRPC stream receives into in (the service's codec leaves the bytes
-	// to decodeSessionRequest); another stream (framed) decodes itself.
+	// to decodeSessionRequest); a framed connection hands over its frame's
+	// bytes; another stream decodes itself.
 	grpcStream, _ := ss.stream.(interface{ RecvMsg(any) error })
+	rawStream, _ := ss.stream.(interface{ RecvRaw() ([]byte, error) })
 	for {
 		var decoded []*schedulerv1.LeaseRequest
 		in.isRaw = false
-		if grpcStream != nil {
+		if rawStream != nil {
+			b, err := rawStream.RecvRaw()
+			if err != nil {
+				return nil
+			}
+			in.raw, in.isRaw = b, true
+		} else if grpcStream != nil {
 			if err := grpcStream.RecvMsg(&in); err != nil {
 				return nil // EOF, a cancelled stream or a broken connection
 			}
