@@ -17,9 +17,10 @@ import (
 // reuses: the generated code allocates a message, a oneof wrapper and a
 // body for every lease's message, and a string for every name, about half
 // the service's allocations per admission. codec (GRPCOptions) hands the
-// service a SessionRequest's bytes instead of decoding them; a server
-// without it (grpc.NewServer() and Register) decodes as usual, and the
-// session takes the decoded message.
+// service a SessionRequest's bytes instead of decoding them, and a framed
+// connection hands over its frame's bytes (RecvRaw); a server without the
+// codec (grpc.NewServer() and Register) decodes as usual, and the session
+// takes the decoded message.
 
 // codec is gRPC's proto codec except for a session's requests (wireRequest),
 // which it keeps as bytes.
