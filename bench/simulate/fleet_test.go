@@ -31,16 +31,7 @@ func TestFleetOfOneIsTheLoop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o.SaturationRequests = 300
-		sat, err := saturation(o.prepare(w), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sw := o.prepare(w).ScaleRate(1.3 * sat.RPS / naturalRate(w))
-		items, err := collect(sw)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sw, items := overSaturation(t, w, &o)
 		pol, err := policy.Lookup(name)
 		if err != nil {
 			t.Fatal(err)
@@ -397,20 +388,50 @@ func TestPerProxySchedulersPreemptOnlyTheirOwn(t *testing.T) {
 // 8 proxies, the standard workload at 570 req/s, load 1.0, for 10 virtual
 // seconds of arrivals) under each policy: the cost that bench simulate
 // pays per policy and load, a sixtieth of the goal's 10 minutes.
-func BenchmarkFleet(b *testing.B) {
+// overSaturation is w at 1.3 times what o's engine completes (measured
+// with a short backlog, o.SaturationRequests set to 300) and its arrivals:
+// the load of the fleet-of-one comparisons.
+func overSaturation(t *testing.T, w *workload.Workload, o *Options) (*workload.Workload, []workload.Item) {
+	t.Helper()
+	o.SaturationRequests = 300
+	sat, err := saturation(o.prepare(w), *o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := o.prepare(w).ScaleRate(1.3 * sat.RPS / naturalRate(w))
+	items, err := collect(sw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sw, items
+}
+
+// fleetLoad is the standard workload at rate req/s for d of arrivals
+// (timeout: the clients' timeout, 0 the workload's) on the goal's fleet of
+// 64 engines behind 8 proxies, with its arrivals.
+func fleetLoad(b *testing.B, rate float64, d, timeout time.Duration) (*workload.Workload, Options, []workload.Item) {
+	b.Helper()
 	w, err := workloads.LoadStandard()
 	if err != nil {
 		b.Fatal(err)
 	}
-	o, err := Options{Engines: 64, Proxies: 8, Duration: 10 * time.Second}.withDefaults(w)
+	if timeout > 0 {
+		w.Spec.Timeout = workload.Duration(timeout)
+	}
+	o, err := Options{Engines: 64, Proxies: 8, Duration: d}.withDefaults(w)
 	if err != nil {
 		b.Fatal(err)
 	}
-	sw := o.prepare(w).ScaleRate(570 / naturalRate(w))
+	sw := o.prepare(w).ScaleRate(rate / naturalRate(w))
 	items, err := collect(sw)
 	if err != nil {
 		b.Fatal(err)
 	}
+	return sw, o, items
+}
+
+func BenchmarkFleet(b *testing.B) {
+	sw, o, items := fleetLoad(b, 570, 10*time.Second, 0)
 	for _, name := range []string{"fifo", "priority", "preemptive"} {
 		b.Run(name, func(b *testing.B) {
 			tokens := 0
@@ -439,20 +460,7 @@ func BenchmarkFleet(b *testing.B) {
 // (timeout.go): the overload path of the scheduler (a backlog at risk at
 // every step) and of the simulator (withdrawals and cancellations).
 func BenchmarkFleetOverload(b *testing.B) {
-	w, err := workloads.LoadStandard()
-	if err != nil {
-		b.Fatal(err)
-	}
-	w.Spec.Timeout = workload.Duration(10 * time.Second)
-	o, err := Options{Engines: 64, Proxies: 8, Duration: 5 * time.Second}.withDefaults(w)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sw := o.prepare(w).ScaleRate(5000 / naturalRate(w))
-	items, err := collect(sw)
-	if err != nil {
-		b.Fatal(err)
-	}
+	sw, o, items := fleetLoad(b, 5000, 5*time.Second, 10*time.Second)
 	for _, name := range []string{"fifo", "priority", "preemptive"} {
 		b.Run(name, func(b *testing.B) {
 			var timeouts int

@@ -195,16 +195,7 @@ func TestFleetOfOneIsTheLoopWithTimeouts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o.SaturationRequests = 300
-		sat, err := saturation(o.prepare(w), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sw := o.prepare(w).ScaleRate(1.3 * sat.RPS / naturalRate(w))
-		items, err := collect(sw)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sw, items := overSaturation(t, w, &o)
 		pol, _ := policy.Lookup(name)
 		l, err := newLoop(sw, pol, o)
 		if err != nil {
