@@ -352,3 +352,50 @@ func FuzzRecv(f *testing.F) {
 		}
 	})
 }
+
+// flakyListener fails its first Accept with a temporary error, as a
+// process out of file descriptors sees.
+type flakyListener struct {
+	net.Listener
+	failed bool
+}
+
+type tempErr struct{}
+
+func (tempErr) Error() string   { return "accept: too many open files" }
+func (tempErr) Temporary() bool { return true }
+func (tempErr) Timeout() bool   { return false }
+
+func (f *flakyListener) Accept() (net.Conn, error) {
+	if !f.failed {
+		f.failed = true
+		return nil, tempErr{}
+	}
+	return f.Listener.Accept()
+}
+
+// A temporary Accept failure does not stop the mux: the next connection
+// is served.
+func TestMuxOutlivesTemporaryAcceptErrors(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := NewMux(&flakyListener{Listener: l}, net.KeepAliveConfig{})
+	served := make(chan error, 1)
+	go func() {
+		served <- mux.Serve(context.Background(), func(c *ServerConn) error {
+			_, err := c.Recv()
+			return err
+		})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fc, err := Dial(ctx, l.Addr().String())
+	if err != nil {
+		t.Fatalf("after a temporary Accept error: %v", err)
+	}
+	fc.Close()
+	mux.Close()
+	<-served
+}

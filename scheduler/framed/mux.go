@@ -49,12 +49,25 @@ func NewMux(l net.Listener, ka net.KeepAliveConfig) *Mux {
 // returned.
 func (m *Mux) Serve(ctx context.Context, handle func(*ServerConn) error) error {
 	defer m.wg.Wait()
+	var backoff time.Duration
 	for {
 		c, err := m.l.Accept()
 		if err != nil {
+			// A temporary failure (out of file descriptors) is waited
+			// out, as gRPC's own Serve does; anything else ends the mux.
+			if t, ok := err.(interface{ Temporary() bool }); ok && t.Temporary() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				select {
+				case <-time.After(backoff):
+					continue
+				case <-m.done:
+					return net.ErrClosed
+				}
+			}
 			m.stop(err)
 			return err
 		}
+		backoff = 0
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
