@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/loadgen"
 )
@@ -121,6 +122,7 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
+	rep.Wire = wireOf(*protocol, o.Proxies, *reportDelay)
 	if err := rep.WriteText(stdout); err != nil {
 		return err
 	}
@@ -136,4 +138,23 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 		return fmt.Errorf("scheduler bench: no request was admitted (%d rejected, %d errors)", rep.Rejected, rep.Errors)
 	}
 	return nil
+}
+
+// wireOf describes how the proxies talked to the service: the protocol,
+// the transport their sessions used (what auto chose) and the report
+// delay.
+func wireOf(protocol string, proxies []scheduler.Admitter, delay time.Duration) string {
+	if protocol == "stream" {
+		return "a gRPC Admit stream per admission"
+	}
+	tr := ""
+	for _, p := range proxies {
+		if c, ok := p.(*client.Client); ok && tr == "" {
+			tr = c.SessionTransport()
+		}
+	}
+	if tr == "" {
+		tr = "none open at the end"
+	}
+	return fmt.Sprintf("session, transport %s, report delay %v", tr, delay)
 }

@@ -110,6 +110,11 @@ func TestSchedulerBench(t *testing.T) {
 		if rep.ServiceCPU == nil || rep.ServiceCPU.Error != "" || !strings.Contains(stdout.String(), "service CPU per admission: ") {
 			t.Errorf("%s: service CPU %+v, stdout %q", protocol, rep.ServiceCPU, stdout.String())
 		}
+		wantWire := map[string]string{"session": "session, transport grpc, report delay 150µs", "framed": "session, transport framed, report delay 150µs",
+			"stream": "a gRPC Admit stream per admission"}[protocol]
+		if rep.Wire != wantWire || !strings.Contains(stdout.String(), "wire           "+wantWire) {
+			t.Errorf("%s: wire %q, want %q; stdout %q", protocol, rep.Wire, wantWire, stdout.String())
+		}
 		if !strings.Contains(stdout.String(), "scheduler bench: open loop, 2 proxies, target 400/s") {
 			t.Errorf("%s: stdout %q", protocol, stdout.String())
 		}

@@ -18,6 +18,18 @@ import (
 // its answer (the stream's own error is the cause when there is one).
 var errSessionEnded = errors.New("scheduler session ended")
 
+// SessionTransport is the transport of the client's live session,
+// TransportFramed or TransportGRPC (what TransportAuto chose), or "" while
+// none is open.
+func (c *Client) SessionTransport() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess == nil {
+		return ""
+	}
+	return c.sess.transport
+}
+
 // sessionStream is the client's side of a Session: a gRPC stream or a
 // framed connection.
 type sessionStream interface {
@@ -29,7 +41,8 @@ type sessionStream interface {
 // proxy is a lease on it, named by an id the client counts up.
 type session struct {
 	c      *Client
-	stream sessionStream
+	stream    sessionStream
+	transport string // TransportFramed or TransportGRPC
 	cancel func()
 	ended  chan struct{} // closed when the session is over
 	err    error         // why it ended; set before ended is closed
@@ -112,7 +125,11 @@ func (c *Client) openSession(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s = &session{c: c, stream: stream, cancel: cancel, ended: make(chan struct{}), leases: map[uint64]*sLease{},
+	tr := TransportGRPC
+	if _, ok := stream.(*framed.ClientConn); ok {
+		tr = TransportFramed
+	}
+	s = &session{c: c, stream: stream, transport: tr, cancel: cancel, ended: make(chan struct{}), leases: map[uint64]*sLease{},
 		wake: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()

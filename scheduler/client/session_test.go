@@ -108,6 +108,9 @@ func TestAutoTransport(t *testing.T) {
 	if s, g := cs.sessions.Load(), cs.grpcSessions.Load(); s != 1 || g != 0 {
 		t.Fatalf("auto with a framed service: %d sessions, %d over gRPC; want 1 framed", s, g)
 	}
+	if tr := c.SessionTransport(); tr != client.TransportFramed {
+		t.Fatalf("SessionTransport %q with a framed service, want framed", tr)
+	}
 
 	oc, old, oldAddr := startGRPCOnly(t, config(2, fifo.New()))
 	c2 := newClient(t, oldAddr, client.Options{Transport: client.TransportAuto})
@@ -121,6 +124,9 @@ func TestAutoTransport(t *testing.T) {
 	waitFor(t, "released", func() bool { return old.Stats()[0].Done == 3 })
 	if g := oc.grpcSessions.Load(); g != 1 {
 		t.Fatalf("auto with a gRPC-only service: %d gRPC sessions, want 1", g)
+	}
+	if tr := c2.SessionTransport(); tr != client.TransportGRPC {
+		t.Fatalf("SessionTransport %q with a gRPC-only service, want grpc", tr)
 	}
 }
 

@@ -90,7 +90,10 @@ func MixFromMesh(c *config.Config) (Mix, error) {
 
 // Report is what a run measured. Latencies are in microseconds.
 type Report struct {
-	Mode       string  `json:"mode"` // "open" or "closed"
+	Mode string `json:"mode"` // "open" or "closed"
+	// Wire says how the proxies talked to the service (protocol,
+	// transport, report delay), when the caller says (scheduler bench).
+	Wire       string  `json:"wire,omitempty"`
 	Proxies    int     `json:"proxies"`
 	TargetRate float64 `json:"target_rate,omitempty"` // open loop, admissions/s
 	Arrivals   string  `json:"arrivals,omitempty"`

@@ -15,6 +15,9 @@ func (r Report) WriteText(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "scheduler bench: closed loop, %d proxies, %d in flight, %.1f s measured\n", r.Proxies, r.Inflight, r.DurationS)
 	}
+	if r.Wire != "" {
+		fmt.Fprintf(&b, "wire           %s\n", r.Wire)
+	}
 	fmt.Fprintf(&b, "admissions     %d (%.0f/s) of %d sent\n", r.Admissions, r.AdmissionsPerS, r.Sent)
 	q := func(name string, x Quantiles) {
 		fmt.Fprintf(&b, "%-14s p50 %.0f µs, p99 %.0f µs, p99.9 %.0f µs, max %.0f µs (%d samples)\n", name, x.P50, x.P99, x.P999, x.Max, x.N)
