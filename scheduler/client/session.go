@@ -40,12 +40,12 @@ type sessionStream interface {
 // session is one Session stream of the client: every admission of this
 // proxy is a lease on it, named by an id the client counts up.
 type session struct {
-	c      *Client
+	c         *Client
 	stream    sessionStream
 	transport string // TransportFramed or TransportGRPC
-	cancel func()
-	ended  chan struct{} // closed when the session is over
-	err    error         // why it ended; set before ended is closed
+	cancel    func()
+	ended     chan struct{} // closed when the session is over
+	err       error         // why it ended; set before ended is closed
 
 	// Guarded by c.mu (the client's one lock: sessions are short critical
 	// sections per message, and one lock keeps release ordering simple).
