@@ -32,31 +32,7 @@ func TestFleetOfOneIsTheLoop(t *testing.T) {
 			t.Fatal(err)
 		}
 		sw, items := overSaturation(t, w, &o)
-		pol, err := policy.Lookup(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := newLoop(sw, pol, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := l.run(items)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pol, _ = policy.Lookup(name)
-		f, err := newFleet(sw, pol, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.stepAll = true
-		got, err := f.run(items)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := cmp.Diff(want, got); d != "" {
-			t.Errorf("%s: fleet of one differs from the loop (-loop +fleet):\n%.3000s", name, d)
-		}
+		l, f, got := loopAgainstFleetOfOne(t, sw, items, name, o, clientTimeouts{})
 		if l.c.preemptions != f.c.preemptions || l.c.recomputed != f.c.recomputed || l.c.computed != f.c.computed {
 			t.Errorf("%s: counters loop %+v fleet %+v", name, l.c, f.c)
 		}
@@ -404,6 +380,42 @@ func overSaturation(t *testing.T, w *workload.Workload, o *Options) (*workload.W
 		t.Fatal(err)
 	}
 	return sw, items
+}
+
+// loopAgainstFleetOfOne runs items through the single-engine loop and
+// through a fleet of one engine (stepping every step, as the loop does)
+// under policy name, with clients giving up as clients says, and reports
+// where their records differ. It returns both runs and the fleet's records.
+func loopAgainstFleetOfOne(t *testing.T, sw *workload.Workload, items []workload.Item, name string, o Options, clients clientTimeouts) (*loop, *fleet, []result.Record) {
+	t.Helper()
+	pol, err := policy.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := newLoop(sw, pol, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.clients = clients
+	want, err := l.run(items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, _ = policy.Lookup(name)
+	f, err := newFleet(sw, pol, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.stepAll = true
+	f.clients = clients
+	got, err := f.run(items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("%s: fleet of one differs from the loop (-loop +fleet):\n%.3000s", name, d)
+	}
+	return l, f, got
 }
 
 // fleetLoad is the standard workload at rate req/s for d of arrivals

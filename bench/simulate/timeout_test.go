@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/scheduler/policy"
@@ -196,30 +194,7 @@ func TestFleetOfOneIsTheLoopWithTimeouts(t *testing.T) {
 			t.Fatal(err)
 		}
 		sw, items := overSaturation(t, w, &o)
-		pol, _ := policy.Lookup(name)
-		l, err := newLoop(sw, pol, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.clients = newClientTimeouts(w.Spec.Timeout.D())
-		want, err := l.run(items)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pol, _ = policy.Lookup(name)
-		f, err := newFleet(sw, pol, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.stepAll = true
-		f.clients = newClientTimeouts(w.Spec.Timeout.D())
-		got, err := f.run(items)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := cmp.Diff(want, got); d != "" {
-			t.Errorf("%s: fleet of one differs from the loop (-loop +fleet):\n%.3000s", name, d)
-		}
+		l, f, got := loopAgainstFleetOfOne(t, sw, items, name, o, newClientTimeouts(w.Spec.Timeout.D()))
 		if l.c.timeoutsQueued != f.c.timeoutsQueued || l.c.timeoutsRunning != f.c.timeoutsRunning || l.c.timeoutsRunning == 0 {
 			t.Errorf("%s: timeouts loop %d queued %d running, fleet %d, %d", name, l.c.timeoutsQueued, l.c.timeoutsRunning, f.c.timeoutsQueued, f.c.timeoutsRunning)
 		}
