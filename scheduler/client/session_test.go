@@ -69,14 +69,7 @@ func TestFramedTransport(t *testing.T) {
 func TestFramedUsesNoGRPCStream(t *testing.T) {
 	cs, sched, addr := startCounting(t, config(2, fifo.New()), false)
 	c := newClient(t, addr, client.Options{Transport: client.TransportFramed})
-	for i := 0; i < 5; i++ {
-		l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.Release(scheduler.Done)
-	}
-	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 5 })
+	admitAndRelease(t, c, sched, 5, 5)
 	if a, s, g := cs.admits.Load(), cs.sessions.Load(), cs.grpcSessions.Load(); a != 0 || s != 1 || g != 0 {
 		t.Fatalf("%d Admit streams, %d sessions (%d over gRPC), want 0, 1 framed", a, s, g)
 	}
@@ -99,12 +92,7 @@ func TestFramedAgainstGRPCOnlyService(t *testing.T) {
 func TestAutoTransport(t *testing.T) {
 	cs, sched, addr := startCounting(t, config(2, fifo.New()), false)
 	c := newClient(t, addr, client.Options{Transport: client.TransportAuto})
-	l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Release(scheduler.Done)
-	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 1 })
+	admitAndRelease(t, c, sched, 1, 1)
 	if s, g := cs.sessions.Load(), cs.grpcSessions.Load(); s != 1 || g != 0 {
 		t.Fatalf("auto with a framed service: %d sessions, %d over gRPC; want 1 framed", s, g)
 	}
@@ -114,14 +102,7 @@ func TestAutoTransport(t *testing.T) {
 
 	oc, old, oldAddr := startGRPCOnly(t, config(2, fifo.New()))
 	c2 := newClient(t, oldAddr, client.Options{Transport: client.TransportAuto})
-	for i := 0; i < 3; i++ {
-		l, err := c2.Admit(context.Background(), scheduler.Request{Class: "interactive"})
-		if err != nil {
-			t.Fatalf("auto with a gRPC-only service, admission %d: %v", i, err)
-		}
-		l.Release(scheduler.Done)
-	}
-	waitFor(t, "released", func() bool { return old.Stats()[0].Done == 3 })
+	admitAndRelease(t, c2, old, 3, 3)
 	if g := oc.grpcSessions.Load(); g != 1 {
 		t.Fatalf("auto with a gRPC-only service: %d gRPC sessions, want 1", g)
 	}
@@ -137,6 +118,21 @@ func TestTransportOption(t *testing.T) {
 	if _, err := client.New("127.0.0.1:1", client.Options{Transport: client.TransportFramed, StreamPerAdmission: true}); err == nil {
 		t.Fatal("framed with a stream per admission: no error")
 	}
+}
+
+// admitAndRelease admits n interactive requests through c one after the
+// other, releasing each as done, and waits until sched has counted done
+// requests in all.
+func admitAndRelease(t *testing.T, c *client.Client, sched *scheduler.Scheduler, n int, done uint64) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
+		if err != nil {
+			t.Fatalf("admission %d: %v", i, err)
+		}
+		l.Release(scheduler.Done)
+	}
+	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == done })
 }
 
 // countingService serves the scheduler and counts the streams of each
@@ -384,26 +380,14 @@ func TestSessionFallbackToAdmitStreams(t *testing.T) {
 	cs, sched, addr := startCounting(t, config(2, fifo.New()), true)
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	c := newClient(t, addr, client.Options{Clock: clk})
-	for i := 0; i < 3; i++ {
-		l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
-		if err != nil {
-			t.Fatalf("admission %d: %v", i, err)
-		}
-		l.Release(scheduler.Done)
-	}
-	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 3 })
+	admitAndRelease(t, c, sched, 3, 3)
 	if a, s := cs.admits.Load(), cs.sessions.Load(); a != 3 || s != 1 {
 		t.Fatalf("%d Admit streams and %d Session attempts, want 3 and 1", a, s)
 	}
 	// A minute later the client tries Session again (a service upgraded in
 	// place), finds none, and falls back once more.
 	clk.Advance(time.Minute)
-	l, err := c.Admit(context.Background(), scheduler.Request{Class: "interactive"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Release(scheduler.Done)
-	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 4 })
+	admitAndRelease(t, c, sched, 1, 4)
 	if a, s := cs.admits.Load(), cs.sessions.Load(); a != 4 || s != 2 {
 		t.Fatalf("after a minute: %d Admit streams and %d Session attempts, want 4 and 2", a, s)
 	}
