@@ -5,7 +5,7 @@
 // session's leases), without HTTP/2.
 //
 // Why a second transport: on a service with few cores, gRPC-Go's transport
-// costs three goroutine hand-offs per message (the connection's reader to
+// costs two goroutine hand-offs per message (the connection's reader to
 // the stream's handler, the handler to the connection's writer) and a
 // yield of the writer before each small write, and on two cores those
 // waits for a processor, not the scheduler's decision, make the decision
