@@ -14,8 +14,8 @@ import (
 // each, BenchmarkCapacitySim). The heap grows to about five times what
 // the run keeps (mostly its records) instead of twice. `llmesh scheduler
 // serve` and `scheduler bench` run with it too: their live heap is a few
-// MiB and they allocate for every message, so at 100 they collected about
-// fifteen times a second at 40,000 admissions/s, and on two cores the
+// MiB and they allocate for every message, so at 100 they collected 10–26
+// times a second at 40,000 admissions/s, and on two cores the
 // decision latency's p99 was 0.69–0.86 ms at 100 and 0.29–0.31 ms at 400
 // (framed sessions, service and client both; docs/results/scheduling.md).
 const GCPercent = 400
