@@ -27,7 +27,10 @@ func (c *Client) SessionTransport() string {
 	if c.sess == nil {
 		return ""
 	}
-	return c.sess.transport
+	if _, ok := c.sess.stream.(*framed.ClientConn); ok {
+		return TransportFramed
+	}
+	return TransportGRPC
 }
 
 // sessionStream is the client's side of a Session: a gRPC stream or a
@@ -40,12 +43,11 @@ type sessionStream interface {
 // session is one Session stream of the client: every admission of this
 // proxy is a lease on it, named by an id the client counts up.
 type session struct {
-	c         *Client
-	stream    sessionStream
-	transport string // TransportFramed or TransportGRPC
-	cancel    func()
-	ended     chan struct{} // closed when the session is over
-	err       error         // why it ended; set before ended is closed
+	c      *Client
+	stream sessionStream
+	cancel func()
+	ended  chan struct{} // closed when the session is over
+	err    error         // why it ended; set before ended is closed
 
 	// Guarded by c.mu (the client's one lock: sessions are short critical
 	// sections per message, and one lock keeps release ordering simple).
@@ -125,11 +127,7 @@ func (c *Client) openSession(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr := TransportGRPC
-	if _, ok := stream.(*framed.ClientConn); ok {
-		tr = TransportFramed
-	}
-	s = &session{c: c, stream: stream, transport: tr, cancel: cancel, ended: make(chan struct{}), leases: map[uint64]*sLease{},
+	s = &session{c: c, stream: stream, cancel: cancel, ended: make(chan struct{}), leases: map[uint64]*sLease{},
 		wake: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
