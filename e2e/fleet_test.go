@@ -15,8 +15,10 @@ import (
 
 // fleetMesh is a pool of the given sims, one slot each (the pool holds as
 // many), preemptive, with an interactive class for requests carrying
-// x-class: interactive and a preemptible batch class for the rest.
-func fleetMesh(sims []*proctest.Sim, service string) string {
+// x-class: interactive and a preemptible batch class for the rest; with a
+// service address, its scheduler is that service, reached over transport
+// (empty: the default).
+func fleetMesh(sims []*proctest.Sim, service, transport string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `listeners:
   - name: main
@@ -43,7 +45,11 @@ default_class: batch
 admin: {address: 127.0.0.1:0}
 `)
 	if service != "" {
-		fmt.Fprintf(&b, "scheduler_service: {address: %s, failure_mode: fail_closed, timeout: 30s}\n", service)
+		tr := ""
+		if transport != "" {
+			tr = ", transport: " + transport
+		}
+		fmt.Fprintf(&b, "scheduler_service: {address: %s, failure_mode: fail_closed, timeout: 30s%s}\n", service, tr)
 	}
 	return b.String()
 }
@@ -62,14 +68,14 @@ admin: {address: 127.0.0.1:0}
 func TestTwoGatewaysShareOneSchedulerOverThreeSims(t *testing.T) {
 	sims := []*proctest.Sim{startSim(t, "sim-a"), startSim(t, "sim-b"), startSim(t, "sim-c")}
 	sched := start(t, "scheduler", "scheduler", "serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
-		"--config", proctest.WriteTemp(t, "mesh.yaml", fleetMesh(sims, "")))
+		"--config", proctest.WriteTemp(t, "mesh.yaml", fleetMesh(sims, "", "")))
 	schedAddr := sched.WaitOutput(t, schedulerRE)[1]
 	schedAdmin := "http://" + sched.WaitOutput(t, schedulerAdminRE)[1]
 	proctest.WaitHTTP(t, schedAdmin+"/healthz", sched)
 	// The first gateway's session is a gRPC stream, the second's framed
 	// (plain TCP): one service, one address, both transports.
-	path := proctest.WriteTemp(t, "mesh.yaml", strings.Replace(fleetMesh(sims, schedAddr), "timeout: 30s}", "timeout: 30s, transport: grpc}", 1))
-	framedPath := proctest.WriteTemp(t, "mesh-framed.yaml", strings.Replace(fleetMesh(sims, schedAddr), "timeout: 30s}", "timeout: 30s, transport: framed}", 1))
+	path := proctest.WriteTemp(t, "mesh.yaml", fleetMesh(sims, schedAddr, "grpc"))
+	framedPath := proctest.WriteTemp(t, "mesh-framed.yaml", fleetMesh(sims, schedAddr, "framed"))
 	gws := []*gatewayProc{startGateway(t, "gateway-a", "--config", path), startGateway(t, "gateway-b", "--config", framedPath)}
 
 	metric := func(s *proctest.Sim, name string) float64 {
