@@ -213,3 +213,39 @@ func TestVictimQueueClockBack(t *testing.T) {
 		t.Errorf("first eligible = %v, %v; want the admission at 5 ms", at, ok)
 	}
 }
+
+// TestPreemptGateSkipsALeastUrgentBacklog: with only requests of the least
+// urgent class waiting, no running request can be their victim, so the
+// walk is skipped however full the pool and however long they waited; an
+// arrival of a more urgent class opens it again.
+func TestPreemptGateSkipsALeastUrgentBacklog(t *testing.T) {
+	m, err := NewMachine(fleetConfig(2, 4, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for range 8 + 100 {
+		if _, err := m.Arrive(now, Request{Class: "bulk", PromptTokens: 100, MaxTokens: 100}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := m.Step(now)
+	if len(d.Admitted) != 8 {
+		t.Fatalf("admitted %d, want the pool's 8", len(d.Admitted))
+	}
+	p := m.pools[0]
+	now = now.Add(time.Hour) // every waiting request long past any objective
+	var wake Decisions
+	if m.preemptCanAct(now, p, &wake) {
+		t.Fatal("the walk runs with only bulk requests waiting behind bulk victims")
+	}
+	if !wake.Wake.IsZero() {
+		t.Fatalf("wake-up %v asked for a walk that can never preempt", wake.Wake)
+	}
+	if _, err := m.Arrive(now, Request{Class: "standard", PromptTokens: 100, MaxTokens: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if !m.preemptCanAct(now, p, &wake) {
+		t.Fatal("the walk is skipped with a standard request waiting behind bulk victims")
+	}
+}
