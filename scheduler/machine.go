@@ -258,7 +258,7 @@ func (m *Machine) Arrive(now time.Time, req Request) (Ticket, error) {
 	if cl.TTFT > 0 {
 		e.Deadline = req.Arrival.Add(cl.TTFT)
 	}
-	if req.ID != "" {
+	if req.ID != "" && len(m.preempted) > 0 {
 		if r, ok := m.preempted[p.Name+"\x00"+req.ID]; ok {
 			e.preempts = r.count
 		}
@@ -378,7 +378,7 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 		p.counts.PreemptedDone++
 		e.ep.preemptReleased(now)
 	}
-	if e.req.ID != "" && o != Preempted {
+	if e.req.ID != "" && o != Preempted && len(m.preempted) > 0 {
 		delete(m.preempted, p.Name+"\x00"+e.req.ID)
 	}
 }
