@@ -215,7 +215,7 @@ type fleet struct {
 type fleetSched struct {
 	m        *scheduler.Machine
 	index    int // in fleet.ss
-	byTicket map[scheduler.Ticket]*vreq
+	byTicket ticketIndex
 	wake     time.Time
 	needStep bool
 }
@@ -285,7 +285,7 @@ func newFleet(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, er
 		if err != nil {
 			return nil, fmt.Errorf("scheduler: %w", err)
 		}
-		f.ss = append(f.ss, &fleetSched{m: m, index: i, byTicket: map[scheduler.Ticket]*vreq{}})
+		f.ss = append(f.ss, &fleetSched{m: m, index: i})
 	}
 	return f, nil
 }
@@ -353,7 +353,7 @@ func (f *fleet) deliver(m msg) {
 			return
 		}
 		v.ticket = tk
-		s.byTicket[tk] = v
+		s.byTicket.put(tk, v)
 		s.needStep = true
 	case mAdmitted:
 		f.start(m.v, m.n)
@@ -400,15 +400,15 @@ func (f *fleet) deliver(m msg) {
 		f.progress(m.v, m.tk, m.n, m.requeue)
 	case mFinish:
 		s := f.sched(m.v)
-		delete(s.byTicket, m.tk)
+		s.byTicket.remove(m.tk)
 		s.m.Finish(f.now, m.tk, m.out)
 		s.needStep = true
 	case mCancel:
 		// Its arrival or requeue, sent before, has been delivered: the
 		// ticket is the current one, waiting or admitted meanwhile.
 		s := f.sched(m.v)
-		if tk := m.v.ticket; s.byTicket[tk] == m.v {
-			delete(s.byTicket, tk)
+		if tk := m.v.ticket; s.byTicket.get(tk) == m.v {
+			s.byTicket.remove(tk)
 			s.m.Cancel(f.now, tk)
 			s.needStep = true
 		}
@@ -678,7 +678,7 @@ func (f *fleet) decideOn(s *fleetSched) {
 		d := s.m.Step(f.now)
 		s.wake = d.Wake
 		for _, tk := range d.Admitted {
-			v := s.byTicket[tk]
+			v := s.byTicket.get(tk)
 			ep := -1
 			if f.routing == RoutingEndpointAware {
 				name, _ := s.m.EndpointOf(tk)
@@ -687,13 +687,13 @@ func (f *fleet) decideOn(s *fleetSched) {
 			f.send(msg{kind: mAdmitted, v: v, n: ep})
 		}
 		for _, rj := range d.Rejected {
-			if v := s.byTicket[rj.Ticket]; v != nil {
-				delete(s.byTicket, rj.Ticket)
+			if v := s.byTicket.get(rj.Ticket); v != nil {
+				s.byTicket.remove(rj.Ticket)
 				f.end(v, result.StatusRejected, rj.Err.Error(), f.at(ns(f.now)+f.hop))
 			}
 		}
 		for _, tk := range d.Preempted {
-			f.send(msg{kind: mPreempt, v: s.byTicket[tk], tk: tk})
+			f.send(msg{kind: mPreempt, v: s.byTicket.get(tk), tk: tk})
 		}
 		if len(d.Preempted) == 0 || f.hop > 0 {
 			return
