@@ -329,6 +329,17 @@ func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
 	return freed
 }
 
+// TokensMatter reports whether progress beyond a request's first token
+// can change a decision in the named pool: only a preemptive policy reads
+// it (victim order, a running request's predicted remaining time and the
+// decode-speed estimate behind it). A host may leave such reports out
+// where it is false; the first token must always be reported, since it
+// ends the request's prefill. Unknown pools report true.
+func (m *Machine) TokensMatter(poolName string) bool {
+	p := m.poolByName[poolName]
+	return p == nil || p.Policy.Preempts()
+}
+
 // FirstToken is Progress with FirstToken set.
 func (m *Machine) FirstToken(now time.Time, t Ticket) {
 	m.Progress(now, t, Progress{FirstToken: true})

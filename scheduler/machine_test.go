@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
+	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
 	"github.com/llmesh/llmesh/scheduler/policy/priority"
 )
 
@@ -196,4 +197,23 @@ func TestAgingLiftsPriority(t *testing.T) {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
 	_ = hi
+}
+
+func TestTokensMatterOnlyToPreemption(t *testing.T) {
+	for _, tc := range []struct {
+		pol  scheduler.Policy
+		want bool
+	}{{fifo.New(), false}, {priority.New(), false}, {preemptive.New(), true}} {
+		m, err := scheduler.NewMachine(scheduler.Config{Pools: []scheduler.PoolConfig{{Name: "gpu", MaxInflight: 4, Policy: tc.pol}},
+			Classes: []scheduler.ClassConfig{{Name: "standard"}}, DefaultClass: "standard"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.TokensMatter("gpu"); got != tc.want {
+			t.Errorf("%s: TokensMatter = %v, want %v", tc.pol.Name(), got, tc.want)
+		}
+		if !m.TokensMatter("other") {
+			t.Errorf("%s: an unknown pool's tokens do not matter", tc.pol.Name())
+		}
+	}
 }

@@ -207,7 +207,11 @@ type fleet struct {
 	// wake-up. Progress beyond the first token changes no decision.
 	stepAll bool
 	touched int // stepEnded's loads land here, so that they are not dropped
-	clients clientTimeouts
+	// tokensMatter: the machines read progress beyond an attempt's first
+	// token (scheduler.Machine.TokensMatter); the proxies report it only
+	// then.
+	tokensMatter bool
+	clients      clientTimeouts
 }
 
 // fleetSched is one scheduler machine of a fleet and what the fleet knows
@@ -286,6 +290,7 @@ func newFleet(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, er
 			return nil, fmt.Errorf("scheduler: %w", err)
 		}
 		f.ss = append(f.ss, &fleetSched{m: m, index: i})
+		f.tokensMatter = f.tokensMatter || m.TokensMatter(poolName)
 	}
 	return f, nil
 }
@@ -577,8 +582,11 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 				}
 				v.rec.ChunkNS = append(v.rec.ChunkNS, client)
 			}
-			// The attempt's first token may free prefill budget.
-			if f.hop == 0 {
+			// The attempt's first token may free prefill budget; later
+			// ones are read only by a preemptive policy.
+			if a.progressed && !f.tokensMatter {
+				// Nothing to report.
+			} else if f.hop == 0 {
 				f.progress(v, v.ticket, v.sent, !a.progressed) // as sendBack would
 			} else {
 				f.sendBack(msg{kind: mProgress, v: v, tk: v.ticket, n: v.sent, requeue: !a.progressed})

@@ -497,3 +497,65 @@ func BenchmarkFleetOverload(b *testing.B) {
 		})
 	}
 }
+
+// TestUnreadTokensChangeNothing: under a policy that does not preempt the
+// hosts report only each admission's first token (TokensMatter); reporting
+// every token, as before, gives the same records, event for event, in the
+// single-engine loop and in a fleet with and without a hop.
+func TestUnreadTokensChangeNothing(t *testing.T) {
+	w := testWorkload(t)
+	for _, name := range []string{"fifo", "priority"} {
+		for _, hop := range []time.Duration{0, 500 * time.Microsecond} {
+			o := testOptions()
+			o.Engines, o.Proxies, o.Hop = 3, 2, hop
+			o, err := o.withDefaults(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sw, items := overSaturation(t, w, &o)
+			run := func(every bool) []result.Record {
+				pol, err := policy.Lookup(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := newFleet(sw, pol, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f.tokensMatter {
+					t.Fatalf("%s: the machine reads tokens beyond the first", name)
+				}
+				f.tokensMatter = every
+				recs, err := f.run(items)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return recs
+			}
+			if d := cmp.Diff(run(true), run(false)); d != "" {
+				t.Errorf("%s, hop %v: fleet records differ (-every token +first only):\n%.3000s", name, hop, d)
+			}
+		}
+		o, err := testOptions().withDefaults(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sw, items := overSaturation(t, w, &o)
+		run := func(every bool) []result.Record {
+			pol, _ := policy.Lookup(name)
+			l, err := newLoop(sw, pol, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.tokensMatter = every
+			recs, err := l.run(items)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return recs
+		}
+		if d := cmp.Diff(run(true), run(false)); d != "" {
+			t.Errorf("%s: loop records differ (-every token +first only):\n%.3000s", name, d)
+		}
+	}
+}

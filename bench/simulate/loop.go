@@ -43,6 +43,9 @@ type vreq struct {
 	abandoned bool
 	proxy     int      // fleet.go: the host it arrived at
 	att       *attempt // fleet.go: the attempt the proxy follows; nil when none
+	// reported: loop.go: the latest admission's first token has been
+	// reported to the machine.
+	reported bool
 }
 
 // counters are what one loop measured beyond the records.
@@ -114,6 +117,9 @@ type loop struct {
 	reqs      []vreq        // the run's requests, for the TTFT breakdown
 	util      EndpointUtil
 	clients   clientTimeouts
+	// tokensMatter: the machine reads progress beyond an admission's first
+	// token (scheduler.Machine.TokensMatter); the host reports it only then.
+	tokensMatter bool
 }
 
 // newLoop builds the machine and the engine for one run.
@@ -143,6 +149,7 @@ func newLoop(w *workload.Workload, pol scheduler.Policy, o Options) (*loop, erro
 	if l.m, err = scheduler.NewMachine(cfg); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
+	l.tokensMatter = l.m.TokensMatter(poolName)
 	return l, nil
 }
 
@@ -246,7 +253,7 @@ func (l *loop) admit(tk scheduler.Ticket) {
 	if !v.wasAdmit {
 		v.wasAdmit, v.queued = true, l.now.Sub(v.at)
 	}
-	v.admitted, v.schedAt = l.now, time.Time{}
+	v.admitted, v.schedAt, v.reported = l.now, time.Time{}, false
 	l.nextEng++
 	v.engID, v.computed = l.nextEng, 0
 	err := l.eng.Add(sim.SeqSpec{
@@ -329,7 +336,10 @@ func (l *loop) stepEnded() {
 			if l.recordAll {
 				v.rec.ChunkNS = append(v.rec.ChunkNS, t)
 			}
-			l.m.Progress(l.now, v.ticket, scheduler.Progress{FirstToken: true, Tokens: v.sent})
+			if !v.reported || l.tokensMatter {
+				l.m.Progress(l.now, v.ticket, scheduler.Progress{FirstToken: true, Tokens: v.sent})
+				v.reported = true
+			}
 		}
 		if ev.Flags.Has(sim.EvFinished) {
 			delete(l.byEng, ev.ID)
