@@ -2,7 +2,7 @@ package stats
 
 import (
 	"math"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/llmesh/llmesh/bench/result"
@@ -36,11 +36,7 @@ func timeline(recs []*result.Record, start, end int64) ([]result.Bucket, int, fl
 	classTTFT := make([]map[string]*metric, n)
 	e2e := make([]*metric, n)
 
-	type ev struct {
-		t int64
-		d int
-	}
-	evs := make([]ev, 0, 2*len(recs))
+	sends, dones := make([]int64, 0, len(recs)), make([]int64, 0, len(recs))
 	for _, r := range recs {
 		si, di := idx(r.SentNS), idx(r.DoneNS)
 		b[si].Sent++
@@ -51,7 +47,7 @@ func timeline(recs []*result.Record, start, end int64) ([]result.Bucket, int, fl
 		} else {
 			firstD[di]++
 		}
-		evs = append(evs, ev{r.SentNS, 1}, ev{r.DoneNS, -1})
+		sends, dones = append(sends, r.SentNS), append(dones, r.DoneNS)
 		if r.LLMesh != nil && r.LLMesh.HasQueue {
 			meshInD[si]++
 			meshOutD[idx(r.SentNS+r.LLMesh.QueueNS)]++
@@ -113,12 +109,18 @@ func timeline(recs []*result.Record, start, end int64) ([]result.Bucket, int, fl
 			b[i].E2EP50Ms = e2e[i].q(50)
 		}
 	}
-	// Peak concurrency by sweeping send (+1) and done (−1) events; ends sort
-	// before starts at the same instant.
-	sort.Slice(evs, func(i, j int) bool { return evs[i].t < evs[j].t || (evs[i].t == evs[j].t && evs[i].d < evs[j].d) })
-	cur, peak := 0, 0
-	for _, e := range evs {
-		cur += e.d
+	// Peak concurrency by sweeping send (+1) and done (−1) events in time
+	// order; ends come before starts at the same instant. The count peaks
+	// only at a send, so the sweep ends with the last one.
+	slices.Sort(sends)
+	slices.Sort(dones)
+	cur, peak, j := 0, 0, 0
+	for _, t := range sends {
+		for j < len(dones) && dones[j] <= t {
+			cur--
+			j++
+		}
+		cur++
 		peak = max(peak, cur)
 	}
 	var maxTok float64
