@@ -334,10 +334,12 @@ func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
 // it (victim order, a running request's predicted remaining time and the
 // decode-speed estimate behind it). A host may leave such reports out
 // where it is false; the first token must always be reported, since it
-// ends the request's prefill. Unknown pools report true.
+// ends the request's prefill. It is the pool's track: the running index
+// that progress updates exists only then. Stats' TPOTEstimate is fed only
+// by the reports given. Unknown pools report true.
 func (m *Machine) TokensMatter(poolName string) bool {
 	p := m.poolByName[poolName]
-	return p == nil || p.Policy.Preempts()
+	return p == nil || p.track
 }
 
 // FirstToken is Progress with FirstToken set.
