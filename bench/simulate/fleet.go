@@ -584,12 +584,12 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 			}
 			// The attempt's first token may free prefill budget; later
 			// ones are read only by a preemptive policy.
-			if a.progressed && !f.tokensMatter {
-				// Nothing to report.
-			} else if f.hop == 0 {
-				f.progress(v, v.ticket, v.sent, !a.progressed) // as sendBack would
-			} else {
-				f.sendBack(msg{kind: mProgress, v: v, tk: v.ticket, n: v.sent, requeue: !a.progressed})
+			if !a.progressed || f.tokensMatter {
+				if f.hop == 0 {
+					f.progress(v, v.ticket, v.sent, !a.progressed) // as sendBack would
+				} else {
+					f.sendBack(msg{kind: mProgress, v: v, tk: v.ticket, n: v.sent, requeue: !a.progressed})
+				}
 			}
 			a.progressed = true
 		}
