@@ -504,11 +504,22 @@ func BenchmarkFleetOverload(b *testing.B) {
 // single-engine loop and in a fleet with and without a hop.
 func TestUnreadTokensChangeNothing(t *testing.T) {
 	w := testWorkload(t)
+	fleet := func(hop time.Duration) Options {
+		o := testOptions()
+		o.Engines, o.Proxies, o.Hop = 3, 2, hop
+		return o
+	}
+	// Without a prefill bound nothing in the loop reads even the first
+	// token under these policies; with one, the first token frees budget.
+	bounded := testOptions()
+	bounded.MaxPrefillTokens = 2000
+	hosts := []struct {
+		name string
+		o    Options
+	}{{"fleet, hop 0s", fleet(0)}, {"fleet, hop 500µs", fleet(500 * time.Microsecond)}, {"loop", testOptions()}, {"loop, max_prefill_tokens", bounded}}
 	for _, name := range []string{"fifo", "priority"} {
-		for _, hop := range []time.Duration{0, 500 * time.Microsecond} {
-			o := testOptions()
-			o.Engines, o.Proxies, o.Hop = 3, 2, hop
-			o, err := o.withDefaults(w)
+		for _, h := range hosts {
+			o, err := h.o.withDefaults(w)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -518,44 +529,34 @@ func TestUnreadTokensChangeNothing(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				f, err := newFleet(sw, pol, o)
-				if err != nil {
-					t.Fatal(err)
+				var matter *bool
+				var run func([]workload.Item) ([]result.Record, error)
+				if o.fleet() {
+					f, err := newFleet(sw, pol, o)
+					if err != nil {
+						t.Fatal(err)
+					}
+					matter, run = &f.tokensMatter, f.run
+				} else {
+					l, err := newLoop(sw, pol, o)
+					if err != nil {
+						t.Fatal(err)
+					}
+					matter, run = &l.tokensMatter, l.run
 				}
-				if f.tokensMatter {
+				if *matter {
 					t.Fatalf("%s: the machine reads tokens beyond the first", name)
 				}
-				f.tokensMatter = every
-				recs, err := f.run(items)
+				*matter = every
+				recs, err := run(items)
 				if err != nil {
 					t.Fatal(err)
 				}
 				return recs
 			}
 			if d := cmp.Diff(run(true), run(false)); d != "" {
-				t.Errorf("%s, hop %v: fleet records differ (-every token +first only):\n%.3000s", name, hop, d)
+				t.Errorf("%s, %s: records differ (-every token +first only):\n%.3000s", name, h.name, d)
 			}
-		}
-		o, err := testOptions().withDefaults(w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sw, items := overSaturation(t, w, &o)
-		run := func(every bool) []result.Record {
-			pol, _ := policy.Lookup(name)
-			l, err := newLoop(sw, pol, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			l.tokensMatter = every
-			recs, err := l.run(items)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return recs
-		}
-		if d := cmp.Diff(run(true), run(false)); d != "" {
-			t.Errorf("%s: loop records differ (-every token +first only):\n%.3000s", name, d)
 		}
 	}
 }
