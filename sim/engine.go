@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/llmesh/llmesh/kvblock"
 )
 
 // BlockSize is the KV cache block size in tokens (vLLM's default).
@@ -87,6 +89,13 @@ type SeqSpec struct {
 	// Priority orders the waiting queue under the Priority policy: lower
 	// values first.
 	Priority int
+	// Blocks are the kvblock hashes of the sequence's full blocks of
+	// BlockSize tokens, prompt first, then (optionally) the output it is
+	// expected to generate. The prefix cache looks up the prompt's blocks
+	// and keeps each block once it is computed; a block past the end of
+	// Blocks is never shared. Nil: the sequence shares nothing, as if
+	// prefix caching were off for it.
+	Blocks []kvblock.Hash
 }
 
 // Event is what happened to one sequence in a step. Token events take
