@@ -140,10 +140,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// panic goes on (net/http logs it and closes the connection).
 		if p := recover(); p != nil {
 			if x.core.Outcome() == scheduler.Done {
-				x.core.SetOutcome(scheduler.Failed)
+				o := scheduler.Failed
 				if p == http.ErrAbortHandler {
-					x.core.SetOutcome(scheduler.Cancelled)
+					o = scheduler.Cancelled
 				}
+				x.core.SetOutcome(o)
 			}
 			x.finish()
 			panic(p)
