@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/kvblock"
 )
 
 func TestReadMooncake(t *testing.T) {
@@ -91,4 +93,37 @@ func FuzzReadMooncake(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestPromptBlocksMatchChainAndShareExactlyEqualPrefixes(t *testing.T) {
+	const vocab = 32768
+	a := []uint64{7, 8, 9}
+	b := []uint64{7, 8, 10}
+	for _, bs := range []int{16, 48, 500} {
+		toks := PromptTokens(nil, a, 1300, vocab)
+		if len(toks) != 1300 {
+			t.Fatalf("tokens = %d, want 1300", len(toks))
+		}
+		want := kvblock.Chain(nil, 0, toks, bs)
+		got, _ := PromptBlocks(nil, nil, a, 1300, bs, vocab)
+		if len(got) != len(want) {
+			t.Fatalf("block size %d: %d blocks, want %d", bs, len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("block size %d: block %d differs from kvblock.Chain", bs, i)
+			}
+		}
+	}
+	ga, _ := PromptBlocks(nil, nil, a, 1536, 16, vocab)
+	gb, _ := PromptBlocks(nil, nil, b, 1536, 16, vocab)
+	for i := range ga {
+		if shared := i < 1024/16; (ga[i] == gb[i]) != shared {
+			t.Fatalf("block %d: equal=%v, want %v", i, ga[i] == gb[i], shared)
+		}
+	}
+	moved, _ := PromptBlocks(nil, nil, []uint64{8, 7, 9}, 1536, 16, vocab)
+	if moved[0] == ga[0] || moved[32] == ga[0] {
+		t.Error("an id at another position gave the same block")
+	}
 }
