@@ -1,6 +1,8 @@
 package simulate
 
 import (
+	"fmt"
+
 	"github.com/llmesh/llmesh/bench/prefixlru"
 	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
@@ -72,4 +74,18 @@ func engineHits(engs []*sim.Engine) (int64, bool) {
 		hits += pc.PrefixHits()
 	}
 	return hits, len(engs) > 0
+}
+
+// prefixLine is the text report's prefix-cache line, or "" when nothing
+// could hit (no prompt has an identity and the engines report no hits).
+func prefixLine(p *PrefixCache) string {
+	if p == nil || p.PromptTokens == 0 || (p.UnboundedHitTokens == 0 && (p.HitTokens == nil || *p.HitTokens == 0)) {
+		return ""
+	}
+	pct := func(n int64) string { return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(p.PromptTokens)) }
+	hits := "engines keep no prefix counters"
+	if p.HitTokens != nil {
+		hits = "engines hit " + pct(*p.HitTokens)
+	}
+	return fmt.Sprintf("prefix cache: %s of %d prompt tokens; pooled LRU %s, unbounded %s\n", hits, p.PromptTokens, pct(p.PooledHitTokens), pct(p.UnboundedHitTokens))
 }
