@@ -83,9 +83,9 @@ func prefixLine(p *PrefixCache) string {
 		return ""
 	}
 	pct := func(n int64) string { return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(p.PromptTokens)) }
-	hits := "engines keep no prefix counters"
+	hits := "not counted by the engines"
 	if p.HitTokens != nil {
-		hits = "engines hit " + pct(*p.HitTokens)
+		hits = pct(*p.HitTokens)
 	}
-	return fmt.Sprintf("prefix cache: %s of %d prompt tokens; pooled LRU %s, unbounded %s\n", hits, p.PromptTokens, pct(p.PooledHitTokens), pct(p.UnboundedHitTokens))
+	return fmt.Sprintf("prefix cache hits of %d prompt tokens: engines %s; pooled LRU %s, unbounded %s\n", p.PromptTokens, hits, pct(p.PooledHitTokens), pct(p.UnboundedHitTokens))
 }
