@@ -370,6 +370,7 @@ func (f *fleet) deliver(m msg) {
 		err := a.eng.eng.Add(sim.SeqSpec{
 			ID: a.id, PromptTokens: v.it.PromptTokens + v.sent,
 			MaxTokens: v.it.MaxTokens - v.sent, Priority: f.prio[v.it.Class],
+			Blocks: promptBlocks(v.it),
 		})
 		if err != nil {
 			if !a.detached {

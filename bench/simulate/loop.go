@@ -259,6 +259,7 @@ func (l *loop) admit(tk scheduler.Ticket) {
 	err := l.eng.Add(sim.SeqSpec{
 		ID: v.engID, PromptTokens: v.it.PromptTokens + v.sent,
 		MaxTokens: v.it.MaxTokens - v.sent, Priority: l.prio[v.it.Class],
+		Blocks: promptBlocks(v.it),
 	})
 	if err != nil {
 		v.engID = 0

@@ -153,6 +153,9 @@ func WriteText(w io.Writer, r *Result, brief bool) error {
 			s := run.Sim
 			fmt.Fprintf(ew, "simulation: %d preemptions (%d requeued, %d continued, %d finished first); recomputed %d tokens = %.2f%% of computed; engine KV preemptions %d; min pool limit %d; %.1f s virtual\n\n",
 				s.Preemptions, s.Requeues, s.Continuations, s.LateFinishes, s.RecomputedTokens, 100*s.RecomputedOfComputed, s.EnginePreemptions, s.MinPoolLimit, s.VirtualSeconds)
+			if line := prefixLine(run.PrefixCache); line != "" {
+				fmt.Fprintln(ew, line)
+			}
 		}
 	}
 	cmp := r.Compare()

@@ -85,6 +85,9 @@ type Run struct {
 	ArrivalRPS float64 `json:"arrival_rps"`
 	// Sim holds the simulation's own counters.
 	Sim RunStats `json:"simulation"`
+	// PrefixCache is what the engines' prefix caches served, beside what
+	// model caches would (prefix.go).
+	PrefixCache *PrefixCache `json:"prefix_cache"`
 }
 
 // RunStats are counters of one run. Report.RecomputedTokensFraction is
@@ -275,6 +278,7 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		c    counters
 		reqs []vreq
 		util []EndpointUtil
+		engs []*sim.Engine
 	)
 	if o.fleet() {
 		f, err := newFleet(w, pol, o)
@@ -289,6 +293,7 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		c, reqs = f.c, f.reqs
 		for _, e := range f.engines {
 			util = append(util, e.util)
+			engs = append(engs, e.eng)
 		}
 	} else {
 		l, err := newLoop(w, pol, o)
@@ -303,6 +308,7 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		c, reqs = l.c, l.reqs
 		l.util.Name = engineName(0)
 		util = []EndpointUtil{l.util}
+		engs = []*sim.Engine{l.eng}
 	}
 	if to := w.Spec.Timeout.D(); to > 0 && o.RunPastTimeout {
 		for i := range recs {
@@ -320,6 +326,12 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		TimeoutsQueued: c.timeoutsQueued, TimeoutsRunning: c.timeoutsRunning,
 	}}
 	run.Sim.Endpoints, run.Sim.Imbalance = utilisation(util, c.end.Sub(epoch))
+	if len(engs) > 0 {
+		run.PrefixCache = prefixBounds(items, len(engs)*engs[0].Config().KVCacheTokens/sim.BlockSize)
+		if hits, ok := engineHits(engs); ok {
+			run.PrefixCache.HitTokens = &hits
+		}
+	}
 	run.Sim.Breakdown = breakdown(reqs, w)
 	if b := c.bounds; b.n > 0 {
 		bs := &BoundsStats{Samples: b.n, ReserveUrgentMean: float64(b.reserve) / float64(b.n),

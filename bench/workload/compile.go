@@ -19,6 +19,9 @@ type Workload struct {
 	Classes []Class
 	// Trace is the replayed trace for arrival process trace, else nil.
 	Trace []trace.Row
+	// TraceHashIDs, when set, are the Mooncake hash_ids of each Trace row
+	// (same index): the prompts' block identity.
+	TraceHashIDs [][]uint64
 }
 
 // Class is a compiled class.
@@ -136,6 +139,19 @@ func (w *Workload) WithTrace(rows []trace.Row) *Workload {
 	return &c
 }
 
+// WithMooncake is WithTrace for a Mooncake trace: items also carry the
+// rows' hash_ids, so prompts share blocks where the trace says they do.
+func (w *Workload) WithMooncake(rows []trace.MooncakeRow) *Workload {
+	plain := make([]trace.Row, len(rows))
+	ids := make([][]uint64, len(rows))
+	for i, r := range rows {
+		plain[i], ids[i] = r.Row, r.HashIDs
+	}
+	c := w.WithTrace(plain)
+	c.TraceHashIDs = ids
+	return c
+}
+
 // Item is one request to send.
 type Item struct {
 	// Index counts items from 0, warm-up included.
@@ -150,6 +166,10 @@ type Item struct {
 	PromptTokens, MaxTokens int
 	// Warmup marks items excluded from statistics.
 	Warmup bool
+	// HashIDs, for a Mooncake trace replay, are the prompt's 512-token
+	// block ids (trace.PromptTokens turns them into tokens); nil otherwise.
+	// Shared with the Workload: read only.
+	HashIDs []uint64
 }
 
 // Source produces a workload's items in order. Not safe for concurrent use.
@@ -189,6 +209,9 @@ func (s *Source) Next() (Item, bool) {
 			return Item{}, false
 		}
 		row = &s.w.Trace[s.traceAt]
+		if s.w.TraceHashIDs != nil {
+			it.HashIDs = s.w.TraceHashIDs[s.traceAt]
+		}
 		s.traceAt++
 		it.At = time.Duration(float64(row.At) * sp.Arrival.TimeScale)
 	case ArrivalClosed:

@@ -351,3 +351,31 @@ classes:
 		t.Error("WithTrace changed the original workload")
 	}
 }
+
+func TestWithMooncakeCarriesHashIDs(t *testing.T) {
+	w, err := load(t, `
+requests: 10
+arrival: {rate: 10}
+classes:
+  - {name: a, prompt_tokens: {value: 1}, output_tokens: {value: 1}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := []trace.MooncakeRow{
+		{Row: trace.Row{At: 0, PromptTokens: 600, OutputTokens: 3}, HashIDs: []uint64{1, 2}},
+		{Row: trace.Row{At: time.Second, PromptTokens: 100, OutputTokens: 4}, HashIDs: []uint64{1}},
+	}
+	its := items(w.WithMooncake(rows))
+	if len(its) != 2 {
+		t.Fatalf("%d items, want 2", len(its))
+	}
+	if d := cmp.Diff([]uint64{1, 2}, its[0].HashIDs); d != "" {
+		t.Errorf("item 0 hash ids (-want +got)\n%s", d)
+	}
+	if its[1].PromptTokens != 100 || its[1].MaxTokens != 4 || len(its[1].HashIDs) != 1 {
+		t.Errorf("item 1 = %+v", its[1])
+	}
+	if items(w)[0].HashIDs != nil {
+		t.Error("WithMooncake changed the original workload")
+	}
+}

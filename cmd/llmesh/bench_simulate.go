@@ -27,7 +27,8 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	fs.SetOutput(stderr)
 	var (
 		file      = fs.String("workload", "", "workload YAML `FILE` (default: the standard "+workloads.Standard+")")
-		traceFile = fs.String("trace", "", "Azure-format trace `CSV`: arrivals and lengths from it, classes by the workload's shares")
+		traceFile = fs.String("trace", "", "trace `FILE` (Azure CSV or Mooncake JSON lines): arrivals and lengths from it, classes by the workload's shares")
+		traceFmt  = fs.String("trace-format", "", "trace format: azure or mooncake (default: detected from the file)")
 		policies  = fs.String("policies", "", "comma-separated policies (default: all registered)")
 		loads     = fs.String("loads", "", "comma-separated load factors, each × the measured saturation rate (default: the workload's own rate)")
 		duration  = fs.Duration("duration", 0, "measured duration per run, replacing the workload's (not with --trace)")
@@ -85,6 +86,9 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if *duration > 0 && *traceFile != "" {
 		errs = append(errs, errors.New("--duration: a trace sets its own length"))
 	}
+	if _, err := trace.ParseFormat(*traceFmt); err != nil {
+		errs = append(errs, fmt.Errorf("--trace-format: %w", err))
+	}
 	if *prefill < 0 {
 		errs = append(errs, fmt.Errorf("--max-prefill-tokens: %d must not be negative", *prefill))
 	}
@@ -125,7 +129,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(2, err)
 	}
-	w, err := simWorkload(*file, *traceFile)
+	w, err := simWorkload(*file, *traceFile, trace.Format(*traceFmt))
 	if err != nil {
 		return err
 	}
@@ -193,7 +197,7 @@ func parseLoads(s string) ([]float64, error) {
 
 // simWorkload loads the workload (or the embedded standard one) and, with
 // a trace, replays the trace with the workload's classes.
-func simWorkload(file, traceFile string) (*workload.Workload, error) {
+func simWorkload(file, traceFile string, format trace.Format) (*workload.Workload, error) {
 	var w *workload.Workload
 	if file == "" {
 		var err error
@@ -207,14 +211,28 @@ func simWorkload(file, traceFile string) (*workload.Workload, error) {
 		}
 	}
 	if traceFile != "" {
-		rows, err := trace.ReadFile(traceFile)
-		if err != nil {
-			return nil, err
+		if format == "" {
+			var err error
+			if format, err = detectTraceFormat(traceFile); err != nil {
+				return nil, err
+			}
 		}
-		if len(rows) == 0 {
-			return nil, fmt.Errorf("%s: no requests", traceFile)
+		if format == trace.FormatMooncake {
+			rows, err := trace.ReadMooncakeFile(traceFile)
+			if err != nil {
+				return nil, err
+			}
+			w = w.WithMooncake(rows)
+		} else {
+			rows, err := trace.ReadFile(traceFile)
+			if err != nil {
+				return nil, err
+			}
+			if len(rows) == 0 {
+				return nil, fmt.Errorf("%s: no requests", traceFile)
+			}
+			w = w.WithTrace(rows)
 		}
-		w = w.WithTrace(rows)
 		w.Spec.Arrival.TimeScale = 1
 	}
 	return w, nil
@@ -227,4 +245,20 @@ func overloadRelease(f float64) float64 {
 		return -1
 	}
 	return f
+}
+
+// detectTraceFormat reads the first bytes of a trace file to tell its
+// format (trace.Detect).
+func detectTraceFormat(path string) (trace.Format, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("--trace: %w", err)
+	}
+	defer f.Close()
+	head := make([]byte, 512)
+	n, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("--trace: %w", err)
+	}
+	return trace.Detect(head[:n]), nil
 }

@@ -58,11 +58,11 @@ classes:
 
 func TestBenchSimulateBadFlags(t *testing.T) {
 	_, _, err := benchMain(t, "simulate", "--loads", "x,-1", "--max-per-request", "0", "--engine-policy", "lottery", "--duration", "-1s",
-		"--max-prefill-tokens", "-5", "--reserve-urgent", "64", "--long-prefill-token-threshold", "-3", "--overload-release", "0.5")
+		"--max-prefill-tokens", "-5", "--reserve-urgent", "64", "--long-prefill-token-threshold", "-3", "--overload-release", "0.5", "--trace-format", "parquet")
 	if exitCodeOf(err) != 2 {
 		t.Fatalf("exit code %d (%v), want 2", exitCodeOf(err), err)
 	}
-	for _, want := range []string{`"x"`, `"-1"`, "--max-per-request", "--engine-policy", "--duration", "--max-prefill-tokens", "--reserve-urgent", "--long-prefill-token-threshold", "--overload-release"} {
+	for _, want := range []string{`"x"`, `"-1"`, "--max-per-request", "--engine-policy", "--duration", "--max-prefill-tokens", "--reserve-urgent", "--long-prefill-token-threshold", "--overload-release", "--trace-format"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}

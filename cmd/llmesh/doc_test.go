@@ -110,10 +110,13 @@ var docSubstitutions = []docSubstitution{
 var docAppends = []struct {
 	re    *regexp.Regexp
 	flags string
+	// unless names a flag whose presence makes the append wrong (a
+	// trace sets its own length).
+	unless string
 }{
-	{regexp.MustCompile(`^llmesh bench (run|ab|sweep)\b`), "--duration 1s --warmup 0s"},
-	{regexp.MustCompile(`^llmesh bench simulate\b`), "--duration 60s"},
-	{regexp.MustCompile(`^llmesh demo\b`), "--repeats 1 --duration 1s --workload {testdata}/doctest-workload.yaml"},
+	{regexp.MustCompile(`^llmesh bench (run|ab|sweep)\b`), "--duration 1s --warmup 0s", ""},
+	{regexp.MustCompile(`^llmesh bench simulate\b`), "--duration 60s", "--trace "},
+	{regexp.MustCompile(`^llmesh demo\b`), "--repeats 1 --duration 1s --workload {testdata}/doctest-workload.yaml", ""},
 }
 
 // docRunnable are the programs a runnable block may call. Anything else
@@ -170,7 +173,7 @@ func docScript(t *testing.T, b docBlock, testdata string) (script string, output
 			}
 		}
 		for _, a := range docAppends {
-			if a.re.MatchString(code) {
+			if a.re.MatchString(code) && (a.unless == "" || !strings.Contains(code, a.unless)) {
 				add := strings.ReplaceAll(a.flags, "{testdata}", testdata)
 				for _, f := range strings.Fields(add) {
 					if strings.HasPrefix(f, "--") && strings.Contains(code, f+" ") {
