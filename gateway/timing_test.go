@@ -12,7 +12,7 @@ import (
 )
 
 // TestServerTimingTPOTUsesUsageTokens: TPOT divides by the output tokens
-// of the final usage when the stream reports one (DESIGN: output tokens),
+// of the final usage when the stream reports one (docs/architecture.md, Definitions: output tokens),
 // not by the token-bearing pieces the stream showed.
 func TestServerTimingTPOTUsesUsageTokens(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -84,7 +84,7 @@ type PoolConfig struct {
 	Endpoints []EndpointConfig
 }
 
-// PreemptionConfig holds the preemption guard rails (DESIGN.md).
+// PreemptionConfig holds the preemption guard rails (docs/architecture.md, Scheduling semantics).
 type PreemptionConfig struct {
 	// MinLowerInflight: preemption for a waiting request happens only while
 	// at least this many strictly-lower-priority requests are in flight and

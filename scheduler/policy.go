@@ -15,7 +15,7 @@ type Policy interface {
 	// arrival order with requeued requests in front.
 	Less(a, b *Entry) bool
 	// Preempts reports whether the machine may preempt in-flight requests
-	// whose TTFT objective is at risk (see DESIGN.md guard rails).
+	// whose TTFT objective is at risk (see docs/architecture.md, Scheduling semantics).
 	Preempts() bool
 }
 

@@ -239,7 +239,7 @@ type SLOResult struct {
 	Failed     bool
 }
 
-// JudgeSLO applies DESIGN's attainment rule: failed requests miss; TTFT
+// JudgeSLO applies the attainment rule of docs/architecture.md (Definitions): failed requests miss; TTFT
 // (proxy-side) must be ≤ the TTFT SLO; TPOT ≤ the TPOT SLO where TPOT is
 // defined (more than one output token).
 func JudgeSLO(obs *filter.Observation, c filter.Class) SLOResult {

@@ -1,6 +1,6 @@
 // Package stats turns per-request records into a run report: HdrHistogram
 // percentiles per class and overall, throughput, goodput and SLO attainment
-// (as DESIGN.md defines them: failed, rejected and dropped requests count as
+// (as docs/architecture.md defines them: failed, rejected and dropped requests count as
 // misses), violation breakdowns, schedule lag with validity, MLPerf-style
 // early stopping and a timeline for charts. It is pure: the live runner and
 // the virtual-time simulator both call Summarize.

@@ -34,7 +34,7 @@ type tcase struct {
 	wantGRPC   string
 	// differ declares the fields (a path prefix of the compared view, as
 	// diff paths print) that differ between the gateway and every Envoy
-	// host, with the reason: intended per DESIGN.md, or "bug: …" for a
+	// host, with the reason: intended per docs/architecture.md, or "bug: …" for a
 	// difference to fix. fake and sdk declare those of one Envoy host only:
 	// filter/envoy in the fake SDK, and the real .so under the C++ host. A
 	// declared field that turns out equal fails the row.
