@@ -213,9 +213,16 @@ func (m *TimingModel) stepSeconds(s *StepShape, layers int) float64 {
 // sequences that each have context tokens in the cache, as the calibration
 // measured it. Either part may be zero.
 func (m *TimingModel) Predict(prefill, batch, context int) time.Duration {
+	return m.PredictStep(prefill, 0, batch, context)
+}
+
+// PredictStep is Predict with the prefill's sequence already holding cached
+// tokens in the cache (a prefix-cache hit, or the chunks before this one):
+// the prefill's new tokens attend to those too.
+func (m *TimingModel) PredictStep(prefill, cached, batch, context int) time.Duration {
 	var s StepShape
 	s.AddDecodes(batch, context+1)
-	s.AddPrefill(prefill, 0)
+	s.AddPrefill(prefill, cached)
 	return m.StepDuration(&s)
 }
 
