@@ -168,6 +168,9 @@ func TestParseCalibrationErrors(t *testing.T) {
 		{`{"kind":"prefill","model":"m","T":0,"ms":1}`, "T: must be positive"},
 		{`{"kind":"decode","B":1,"ms":1}`, "model: missing"},
 		{`{"kind":"decode","model":"m","B":-3,"ms":1}`, "B: -3 out of range"},
+		{`{"kind":"prefill_cached","model":"m","T":0,"C":4096,"ms":1}`, "T: must be positive for prefill_cached"},
+		{`{"kind":"prefill_cached","model":"m","T":64,"C":-1,"ms":1}`, "C: -1 out of range"},
+		{`{"kind":"prefill_cached","model":"m","T":64,"C":1,"ms":1,"holdout":"yes"}`, "line 1"},
 		{`not json`, "line 1"},
 	} {
 		_, err := ParseCalibration([]byte(tc.in))
@@ -182,6 +185,9 @@ func TestParseCalibrationErrors(t *testing.T) {
 
 func FuzzParseCalibration(f *testing.F) {
 	for _, line := range bytes.Split(calibrationH200, []byte("\n"))[:8] {
+		f.Add(line)
+	}
+	for _, line := range bytes.Split(calibrationH200Cached, []byte("\n"))[:3] {
 		f.Add(line)
 	}
 	f.Add([]byte(`{"kind":"mixed","model":"llama3-8b","B":1e9,"C":2,"P":3,"ms":1}`))
