@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"bytes"
+	"os"
 	"testing"
 	"time"
 )
@@ -85,5 +87,32 @@ func TestCachedPrefixCostsMore(t *testing.T) {
 		if f := features(tm.Hardware, tm.Roofline, tm.Shape, tm.Shape.Layers, &s); f[featCrossAttn] != 0 {
 			t.Errorf("%s: cross attention feature %g without a cached prefix", name, f[featCrossAttn])
 		}
+	}
+}
+
+// The embedded copy of the cached-prefix data is the repository's file.
+func TestCachedCalibrationCopy(t *testing.T) {
+	data, err := os.ReadFile("../calibration/h200-prefix-cached.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data, calibrationH200Cached) {
+		t.Error("sim/calibration/h200-prefix-cached.jsonl differs from calibration/h200-prefix-cached.jsonl: copy it again")
+	}
+	cal, err := ParseCalibration(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, r := range cal.Points {
+		if r.Kind != KindPrefillCached {
+			t.Errorf("record of kind %q in the cached-prefix file", r.Kind)
+		}
+		if r.Holdout {
+			held++
+		}
+	}
+	if len(cal.Points) != 156 || held != 30 {
+		t.Errorf("%d points, %d held out; want 156 and 30", len(cal.Points), held)
 	}
 }
