@@ -101,7 +101,7 @@ type Fit struct {
 	// Points are the calibration points with predictions, including those
 	// left out of the fit (Used false) with the reason.
 	Points []FitPoint
-	sqErr  float64 // sum of squared relative errors over the fitted points
+	sqErr  float64 // weighted sum of squared relative errors over the fitted points
 }
 
 // FitPoint is one calibration point against the model.
@@ -125,13 +125,21 @@ const eagerFloorTokens = 1024
 // the decode points already fix, and they are the noisiest of the set
 // (llama3-8b's 64 tokens after 4096 cached measured slower than after 8192).
 // The rest weigh cachedPrefillWeight each against 1 for every other point:
-// the set is a hundred prefills, as many points as all other kinds
-// together, and at full weight it would pull the shared coefficients
-// towards prefills at the cost of decode and mixed steps.
+// they are 105 prefills against 127 points of all other kinds together, and
+// at full weight they would pull the shared coefficients towards prefills at
+// the cost of decode and mixed steps.
 const (
 	cachedFloorTokens   = 256
 	cachedPrefillWeight = 0.5
 )
+
+// fitWeight is a fitted point's weight in the least-squares sum.
+func fitWeight(r *Record) float64 {
+	if r.Kind == KindPrefillCached {
+		return cachedPrefillWeight
+	}
+	return 1
+}
 
 // stepOf turns a calibration record into the step it timed.
 func stepOf(r *Record) StepShape {
@@ -234,7 +242,8 @@ func FitProfiles(cal *Calibration, rl Roofline) (*Fit, error) {
 		return nil, fmt.Errorf("calibration: %d usable points, need at least %d", len(used), 2*numFeatures)
 	}
 	// Least squares on relative error: each row is the features over the
-	// measured time, with target 1. Solved on the normal equations.
+	// measured time, with target 1, weighted by fitWeight. Solved on the
+	// normal equations.
 	G := make([][]float64, numFeatures)
 	for i := range G {
 		G[i] = make([]float64, numFeatures)
@@ -247,10 +256,7 @@ func FitProfiles(cal *Calibration, rl Roofline) (*Fit, error) {
 		for i := range f {
 			f[i] *= inv
 		}
-		w := 1.0
-		if u.r.Kind == KindPrefillCached {
-			w = cachedPrefillWeight
-		}
+		w := fitWeight(&u.r)
 		for i := range f {
 			c[i] += w * f[i]
 			for j := range f {
@@ -261,11 +267,7 @@ func FitProfiles(cal *Calibration, rl Roofline) (*Fit, error) {
 	coef := nnls(G, c)
 	fit.sqErr = 0
 	for i := range used {
-		if used[i].r.Kind == KindPrefillCached {
-			fit.sqErr += cachedPrefillWeight
-		} else {
-			fit.sqErr++
-		}
+		fit.sqErr += fitWeight(&used[i].r)
 	}
 	for i := range coef {
 		fit.sqErr -= 2 * c[i] * coef[i]
