@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"os"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"time"
 

@@ -16,8 +16,8 @@ import (
 	"github.com/llmesh/llmesh/bench/progress"
 	"github.com/llmesh/llmesh/bench/report"
 	"github.com/llmesh/llmesh/bench/result"
-	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/stats"
+	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
 )
 

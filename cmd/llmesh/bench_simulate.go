@@ -224,4 +224,3 @@ func overloadRelease(f float64) float64 {
 	}
 	return f
 }
-
