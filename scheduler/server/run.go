@@ -54,6 +54,9 @@ type Options struct {
 	// frees its leases. Zero fields mean 10s and 5s (gRPC's own defaults,
 	// 2h and 20s, would hold a dead proxy's slots for hours).
 	Keepalive keepalive.ServerParameters
+	// Limits bound what one client can hold (sessions, leases, how long a
+	// preempted lease may stay open); zero fields take their defaults.
+	Limits Limits
 }
 
 // Run serves the shared scheduler for o.Mesh on l until ctx ends: one
@@ -108,6 +111,8 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	}
 	g := grpc.NewServer(append(GRPCOptions(), grpc.KeepaliveParams(ka))...)
 	srv := New(sched, o.Clock)
+	srv.SetLimits(o.Limits)
+	srv.SetLog(lw.printf)
 	srv.Register(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
