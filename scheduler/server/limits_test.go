@@ -3,9 +3,9 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 

@@ -136,8 +136,8 @@ type held struct {
 	ctx      leaseCtx        // a waiting admission's: done when ended closes
 	outcome  scheduler.Outcome
 	done     bool
-	released bool // Release was called (or is being called)
-	preempt  bool // the Preempt answer was queued
+	released bool        // Release was called (or is being called)
+	preempt  bool        // the Preempt answer was queued
 	grace    clock.Timer // ends the lease if the proxy ignores its Preempt
 
 	// The Admitted answer, in the lease's own allocation: written once,
