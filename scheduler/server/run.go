@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -54,6 +55,10 @@ type Options struct {
 	// frees its leases. Zero fields mean 10s and 5s (gRPC's own defaults,
 	// 2h and 20s, would hold a dead proxy's slots for hours).
 	Keepalive keepalive.ServerParameters
+	// TLS, when set, serves both transports over TLS with it (mTLS when it
+	// requires client certificates: tlsfiles.Server with a client CA);
+	// nil serves plaintext, to anyone who can connect.
+	TLS *tls.Config
 	// Limits bound what one client can hold (sessions, leases, how long a
 	// preempted lease may stay open); zero fields take their defaults.
 	Limits Limits
@@ -166,6 +171,9 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	}
 	// One address serves both transports: framed sessions
 	// (scheduler/framed) and gRPC, told apart by a connection's first byte.
+	if o.TLS != nil {
+		l = tls.NewListener(l, o.TLS)
+	}
 	mux := framed.NewMux(l, net.KeepAliveConfig{Enable: true, Idle: ka.Time, Interval: ka.Timeout, Count: 1})
 	muxc := make(chan error, 1)
 	go func() {
