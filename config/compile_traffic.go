@@ -296,7 +296,11 @@ func (b *builder) service(m *Mesh) {
 	if delay > MaxReportDelay {
 		b.c.add("scheduler_service.report_delay", 0, "%q is over the limit of %s (a release may arrive that late)", s.ReportDelay, MaxReportDelay)
 	}
+	if t := s.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
+		b.c.add("scheduler_service.tls.key_file", 0, "cert_file and key_file go together (a client certificate needs its key)")
+	}
 	b.cfg.SchedulerService = &SchedulerService{
+		TLS:         s.TLS,
 		Address:     s.Address,
 		FailOpen:    s.FailureMode == FailOpen,
 		Timeout:     b.duration("scheduler_service.timeout", s.Timeout, true),

@@ -2,8 +2,12 @@ package config
 
 import (
 	"crypto/subtle"
+	"crypto/tls"
+	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/llmesh/llmesh/internal/tlsfiles"
 )
 
 // Config is the compiled, validated, immutable runtime form of a Mesh:
@@ -347,6 +351,22 @@ type SchedulerService struct {
 	// ReportDelay is how long progress and release reports may wait for
 	// the proxy's next message; 0 sends each at once.
 	ReportDelay time.Duration
+	// TLS is nil for plaintext; its files are read when a host connects
+	// (ServiceTLS).
+	TLS *ServiceTLSSpec
+}
+
+// ServiceTLS is the TLS config a host reaches the service with, or nil
+// for plaintext; an error names the field whose file is bad.
+func (s *SchedulerService) ServiceTLS() (*tls.Config, error) {
+	if s.TLS == nil {
+		return nil, nil
+	}
+	c, err := tlsfiles.Client(s.TLS.CAFile, s.TLS.CertFile, s.TLS.KeyFile, s.TLS.ServerName)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler_service.tls: %w", err)
+	}
+	return c, nil
 }
 
 // Experiment is a compiled experiment.
