@@ -166,8 +166,13 @@ func (b *builder) trustedMarker(out *Classification, tm *TrustedMarkerSpec) {
 		b.c.add(join(p, "value"), 0, "must not contain control characters (they are invalid in header values)")
 	}
 	out.TrustedMarkerValue = tm.Value
+	if h, ok := parseSecretHash(tm.Value); ok {
+		out.trustedMarkerHash = h
+	} else if strings.HasPrefix(tm.Value, "sha256:") {
+		b.c.add(join(p, "value"), 0, `a "sha256:" value must be followed by 64 hex digits`)
+	}
 	if out.TrustedMarkerHeader == "" || out.TrustedMarkerValue == "" {
-		out.TrustedMarkerHeader, out.TrustedMarkerValue = "", ""
+		out.TrustedMarkerHeader, out.TrustedMarkerValue, out.trustedMarkerHash = "", "", nil
 	}
 }
 
