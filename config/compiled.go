@@ -3,8 +3,8 @@ package config
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"crypto/tls"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"strings"
