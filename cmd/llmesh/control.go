@@ -78,6 +78,8 @@ func runControl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		opts.TLS = tlsCfg
 	}
+	// SIGHUP: the server already applies every valid change of the file.
+	defer logHangups(opts.Logger, "the config file is watched; valid changes already apply as it changes")()
 	srv, err := control.New(opts)
 	if err != nil {
 		return fileUsage(err)

@@ -75,6 +75,10 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stdout, "gateway listening on %s\n", data)
 	}
+	// SIGHUP reloads the config file now (hangup.go).
+	hup, stop := hangups()
+	defer stop()
+	rc.Hangup = hup
 	return gatewayproc.Run(ctx, rc)
 }
 
