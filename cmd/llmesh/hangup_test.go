@@ -103,9 +103,9 @@ pools: [{name: sim, protocol: openai, endpoints: ["` + strings.TrimPrefix(sim.HT
 // log SIGHUP and keep serving.
 func TestHangupOtherCommandsKeepServing(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		args  []string
-		ready *regexp.Regexp // its first submatch is the base URL of health, which must answer after the signal
+		name   string
+		args   []string
+		ready  *regexp.Regexp // its first submatch is the base URL of health, which must answer after the signal
 		health string
 	}{
 		{"control", []string{"control", "--config", "../../examples/mesh.yaml", "--xds", "127.0.0.1:0", "--admin", "127.0.0.1:0"},
