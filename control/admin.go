@@ -41,7 +41,7 @@ func (s *Server) AdminHandler() http.Handler {
 	adminapi.RegisterExperiments(mux, s, http.StatusInternalServerError)
 	// A cross-site request (as a browser sends it from another site)
 	// that would change state is refused with 403.
-	return adminapi.Guard(mux)
+	return adminapi.Guard(mux, s.opts.AdminToken)
 }
 
 // VersionInfo is the body of GET /version.

@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"crypto/subtle"
 	"mime"
 	"net/http"
 	"net/url"
@@ -22,6 +23,11 @@ import (
 // listeners never allow.
 const Header = "X-LLMesh-Admin"
 
+// TokenEnv is the environment variable from which `llmesh gateway` and
+// `llmesh control` read the admin token (Guard's token): empty or unset,
+// none.
+const TokenEnv = "LLMESH_ADMIN_TOKEN"
+
 // Guard refuses, with 403 and {"error": …}, every request to next whose
 // method changes state (all but GET, HEAD and OPTIONS) when
 //
@@ -34,20 +40,39 @@ const Header = "X-LLMesh-Admin"
 //
 // Reads pass as they are. Other methods (PUT, DELETE, PATCH) are always
 // preflighted by browsers, so only the origin check applies to them.
-func Guard(next http.Handler) http.Handler {
+//
+// A non-empty token is also required of every state-changing request, as
+// "Authorization: Bearer <token>" (401 without it or with another one,
+// compared in constant time); reads stay open (Prometheus scrapes
+// /metrics). An empty token requires none.
+func Guard(next http.Handler, token string) http.Handler {
+	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if msg := crossSite(r); msg != "" {
 			WriteJSON(w, http.StatusForbidden, map[string]string{"error": msg})
+			return
+		}
+		if token != "" && changesState(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="llmesh admin"`)
+			WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": "admin " + r.Method + " needs authorization: Bearer <token> (the admin token, " + TokenEnv + ")"})
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// crossSite says why r is refused, "" when it may pass.
-func crossSite(r *http.Request) string {
+// changesState: every method but the reads.
+func changesState(r *http.Request) bool {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	return true
+}
+
+// crossSite says why r is refused, "" when it may pass.
+func crossSite(r *http.Request) string {
+	if !changesState(r) {
 		return ""
 	}
 	if o := r.Header.Get("Origin"); o != "" {

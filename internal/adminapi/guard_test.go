@@ -20,7 +20,7 @@ func TestGuardOverLoopback(t *testing.T) {
 	mux.HandleFunc("GET /experiments", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "{}") })
 	mux.HandleFunc("POST /experiments/{name}/active", func(w http.ResponseWriter, _ *http.Request) { switched.Add(1) })
 	mux.HandleFunc("DELETE /experiments/{name}/active", func(w http.ResponseWriter, _ *http.Request) { switched.Add(1) })
-	srv := httptest.NewServer(Guard(mux))
+	srv := httptest.NewServer(Guard(mux, ""))
 	defer srv.Close()
 	self := srv.URL // http://127.0.0.1:PORT
 	for _, tc := range []struct {
@@ -135,4 +135,58 @@ func FuzzGuard(f *testing.F) {
 			t.Fatalf("POST with content type %q and no %s passed", ct, Header)
 		}
 	})
+}
+
+// TestGuardToken: with a token, a state-changing request needs it as a
+// bearer token (401 otherwise, naming what is missing); reads stay open,
+// and the cross-site checks still come first.
+func TestGuardToken(t *testing.T) {
+	var switched atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {})
+	mux.HandleFunc("POST /experiments/{name}/active", func(w http.ResponseWriter, _ *http.Request) { switched.Add(1) })
+	srv := httptest.NewServer(Guard(mux, "s3cret"))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name, method, path, auth, origin string
+		want                             int
+	}{
+		{"no token", "POST", "/experiments/ab/active", "", "", 401},
+		{"another token", "POST", "/experiments/ab/active", "Bearer guess", "", 401},
+		{"the token without the scheme", "POST", "/experiments/ab/active", "s3cret", "", 401},
+		{"the token", "POST", "/experiments/ab/active", "Bearer s3cret", "", 200},
+		{"the token from another site", "POST", "/experiments/ab/active", "Bearer s3cret", "http://evil.example", 403},
+		{"reads stay open", "GET", "/metrics", "", "", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := switched.Load()
+			req, err := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(`{"arm":"x"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			if tc.origin != "" {
+				req.Header.Set("Origin", tc.origin)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out struct{ Error string }
+			_ = json.NewDecoder(res.Body).Decode(&out)
+			res.Body.Close()
+			if res.StatusCode != tc.want {
+				t.Fatalf("%d %q, want %d", res.StatusCode, out.Error, tc.want)
+			}
+			if tc.want == 401 && (!strings.Contains(out.Error, "Bearer <token>") || res.Header.Get("WWW-Authenticate") == "") {
+				t.Errorf("401 says %q (WWW-Authenticate %q)", out.Error, res.Header.Get("WWW-Authenticate"))
+			}
+			if changed := switched.Load() != before; changed != (tc.want == 200 && tc.method == "POST") {
+				t.Errorf("state changed: %v", changed)
+			}
+		})
+	}
 }

@@ -60,6 +60,9 @@ type Config struct {
 	// Ready, when non-nil, is called with the bound data and admin
 	// addresses (admin nil when there is none) once both listen.
 	Ready func(data, admin net.Addr)
+	// AdminToken, when not empty, is required of admin requests that
+	// change state (gateway.WithAdminToken).
+	AdminToken string
 	// Hangup, when not nil, asks for a reload of the config file each
 	// time it delivers (SIGHUP in `llmesh gateway`): the same reload as a
 	// file change, logged; in quick mode there is nothing to reload and
@@ -318,7 +321,8 @@ func buildHost(ctx context.Context, rc Config, log *slog.Logger) (*host, error) 
 		return nil, err
 	}
 	h.tele = tele
-	opts = append(opts, gateway.WithRecorder(telemetry.HostRecorder{R: tele.Recorder}), gateway.WithLogger(log), gateway.WithArmDraw(rc.ArmDraw))
+	opts = append(opts, gateway.WithRecorder(telemetry.HostRecorder{R: tele.Recorder}), gateway.WithLogger(log), gateway.WithArmDraw(rc.ArmDraw),
+		gateway.WithAdminToken(rc.AdminToken))
 	if mesh != nil {
 		// Arms may come with a reload: record per arm from the start.
 		arms, err := telemetry.NewArmRecorder(tele.MeterProvider, topts.Recorder)
