@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -76,6 +78,15 @@ func FuzzReadRequestMetaGRPC(f *testing.F) {
 		body := append([]byte{0, byte(len(b) >> 24), byte(len(b) >> 16), byte(len(b) >> 8), byte(len(b))}, b...)
 		got := ReadRequestMeta(path, body, true)
 		wm, wmax, wprompt := protoMeta(t, path, body)
+		if wmax > MaxOutputTokens {
+			// No engine can honour it: named, unsized (hosts refuse it).
+			if !strings.Contains(got.Invalid, "max_tokens: "+strconv.Itoa(wmax)+" exceeds") || got.MaxTokens != 0 {
+				t.Fatalf("%s: max_tokens %d read as %+v, want it named in Invalid", path, wmax, got)
+			}
+			wmax = 0
+		} else if got.Invalid != "" {
+			t.Fatalf("%s: max_tokens %d refused: %s", path, wmax, got.Invalid)
+		}
 		if got.Model != wm || got.MaxTokens != wmax || got.PromptTokens != wprompt || !got.Stream {
 			t.Fatalf("%s: got %+v, the generated code reads model %q, max %d, prompt tokens %d", path, got, wm, wmax, wprompt)
 		}
