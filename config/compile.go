@@ -139,6 +139,14 @@ func (b *builder) duration(path, v string, positive bool) time.Duration {
 	return d
 }
 
+// deref is *p, 0 for nil.
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
 func (b *builder) intRange(path string, v, lo, hi int) {
 	if v < lo || v > hi {
 		b.c.add(path, 0, "%d must be between %d and %d", v, lo, hi)
@@ -352,7 +360,7 @@ func (b *builder) pools(m *Mesh) {
 			Name:              src.Name,
 			Protocol:          Protocol(src.Protocol),
 			ConnectTimeout:    b.duration(join(p, "connect_timeout"), src.ConnectTimeout, true),
-			MaxInflight:       src.Capacity.MaxInflight,
+			MaxInflight:       cmp.Or(deref(src.Capacity.MaxInflight), DefaultMaxInflight),
 			MaxInflightTokens: src.Capacity.MaxInflightTokens,
 			Scheduler:         b.scheduler(join(p, "scheduler"), src.Scheduler),
 			EnginePriority:    cmp.Or(src.EnginePriority, EnginePriorityStrip),
@@ -366,7 +374,11 @@ func (b *builder) pools(m *Mesh) {
 		if src.AffinityHeader != "" {
 			pool.AffinityHeader = b.header(join(p, "affinity_header"), src.AffinityHeader)
 		}
-		b.intRange(join(p, "capacity.max_inflight"), src.Capacity.MaxInflight, 1, maxInflight)
+		if mi := src.Capacity.MaxInflight; mi != nil && *mi == 0 {
+			b.c.add(join(p, "capacity.max_inflight"), 0, "0 would admit nothing: must be between 1 and %d (leave it out for the default, %d)", maxInflight, DefaultMaxInflight)
+		} else if mi != nil {
+			b.intRange(join(p, "capacity.max_inflight"), *mi, 1, maxInflight)
+		}
 		b.intRange(join(p, "capacity.max_inflight_tokens"), src.Capacity.MaxInflightTokens, 0, 1<<40)
 		if mt := src.Capacity.Metrics; mt.URL != "" {
 			mp := join(p, "capacity.metrics")

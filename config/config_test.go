@@ -307,6 +307,19 @@ relocation:
 			},
 		},
 		{
+			// Absent means the default; 0 used to become the default
+			// silently while -1 was refused.
+			name: "max_inflight 0 refused, not read as absent",
+			src: `
+pools:
+  - {name: p, protocol: openai, endpoints: ["127.0.0.1:1"], capacity: {max_inflight: 0}}
+  - {name: q, protocol: openai, endpoints: ["127.0.0.1:2"], capacity: {max_inflight_tokens: 100}}
+`,
+			want: []string{
+				`pools[0].capacity.max_inflight: 0 would admit nothing: must be between 1 and 16777216 (leave it out for the default, 64)`,
+			},
+		},
+		{
 			name: "not a mapping",
 			src:  "- a\n- b\n",
 			want: []string{`must be a mapping, got a list (line 1)`},

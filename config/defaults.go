@@ -93,8 +93,9 @@ func ApplyDefaults(m *Mesh) {
 		if p.ConnectTimeout == "" {
 			p.ConnectTimeout = DefaultConnectTimeout
 		}
-		if p.Capacity.MaxInflight == 0 {
-			p.Capacity.MaxInflight = DefaultMaxInflight
+		if p.Capacity.MaxInflight == nil {
+			n := DefaultMaxInflight
+			p.Capacity.MaxInflight = &n
 		}
 		if (p.Capacity.Metrics.URL != "" || p.Capacity.Metrics.URLTemplate != "") && p.Capacity.Metrics.Interval == "" {
 			p.Capacity.Metrics.Interval = DefaultMetricsInterval

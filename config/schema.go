@@ -122,8 +122,10 @@ type PoolPreemptionSpec struct {
 
 // CapacitySpec bounds the pool's in-flight work.
 type CapacitySpec struct {
-	// MaxInflight is the number of sequences in flight; default 64.
-	MaxInflight int `yaml:"max_inflight,omitempty"`
+	// MaxInflight is the number of sequences in flight, at least 1; nil
+	// (absent) means the default, 64. A pointer so that an explicit 0,
+	// which would admit nothing, is refused instead of read as absent.
+	MaxInflight *int `yaml:"max_inflight,omitempty"`
 	// MaxInflightTokens bounds prompt+max tokens in flight; 0 means no bound.
 	MaxInflightTokens int `yaml:"max_inflight_tokens,omitempty"`
 	// Metrics, when its URL is set, learns capacity from the engine's

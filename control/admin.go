@@ -23,6 +23,10 @@ import (
 //	GET  /experiments                        experiments, arms and the active arm
 //	POST /experiments/{name}/active          body {"arm": "x"} (or ?arm=x): arm x takes all traffic; "" splits again
 //	DELETE /experiments/{name}/active        drop the switch; the file's active field applies
+//
+// POST and DELETE pass adminapi.Guard: same-host Origin or Referer when
+// one is sent, and for POST a JSON content type or the X-LLMesh-Admin
+// header.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -35,7 +39,9 @@ func (s *Server) AdminHandler() http.Handler {
 	})
 	// A failed DELETE is a failure to publish, not the client's doing.
 	adminapi.RegisterExperiments(mux, s, http.StatusInternalServerError)
-	return mux
+	// A cross-site request (as a browser sends it from another site)
+	// that would change state is refused with 403.
+	return adminapi.Guard(mux, s.opts.AdminToken)
 }
 
 // VersionInfo is the body of GET /version.

@@ -41,6 +41,9 @@ type Options struct {
 	TLS *tls.Config
 	// Logger receives reloads, rejected changes and NACKs; nil discards.
 	Logger *slog.Logger
+	// AdminToken, when not empty, is required ("Authorization: Bearer
+	// <token>") of admin requests that change state (adminapi.Guard).
+	AdminToken string
 	// Clock stamps node status and times the file debounce; nil is the
 	// wall clock.
 	Clock clock.Clock

@@ -395,6 +395,19 @@ func TestSwitchActiveArm(t *testing.T) {
 		json.NewDecoder(resp.Body).Decode(&out) //nolint:errcheck // checked by callers
 		return resp.StatusCode, out
 	}
+	// A cross-site request as a browser sends it from another site
+	// (adminapi.Guard): refused, nothing published.
+	xs, _ := http.NewRequest(http.MethodPost, "http://"+p.admin+"/experiments/policy-ab/active?arm=fifo", strings.NewReader("x"))
+	xs.Header.Set("Content-Type", "text/plain")
+	xs.Header.Set("Origin", "http://evil.example")
+	xres, err := http.DefaultClient.Do(xs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xres.Body.Close()
+	if xres.StatusCode != http.StatusForbidden || !strings.HasPrefix(p.srv.Version(), "1-") || p.srv.Config().Experiment("policy-ab").Active != nil {
+		t.Fatalf("cross-site switch: %d, version %s, active %v; want 403 and nothing published", xres.StatusCode, p.srv.Version(), p.srv.Config().Experiment("policy-ab").Active)
+	}
 	if code, out := post("/experiments/policy-ab/active", `{"arm": "nope"}`); code != http.StatusBadRequest || !strings.Contains(out["error"], `no arm "nope"`) {
 		t.Errorf("unknown arm: %d %v", code, out)
 	}

@@ -122,7 +122,10 @@ func IsJSONBody(contentType string) bool {
 // member first and drops the old ones with their commas. Duplicate keys
 // are all removed (parsers disagree on which one wins), and keys are
 // compared after unescaping ("priorit\u0079" is "priority" to every JSON
-// parser).
+// parser) and without regard to case, as encoding/json matches a struct
+// field: a Go engine reads {"PRIORITY":-100} as priority -100, and after
+// {"priority":10,"PRIORITY":-100} it keeps the last. Case variants are
+// removed like the key itself.
 //
 // The body must be strict RFC 8259 JSON in UTF-8 (an optional UTF-8 byte
 // order mark first); anything else fails with ErrPriorityBody and the

@@ -53,7 +53,7 @@ func (s *strictJSON) members(open int) (segs []segment, closeAt int, hit bool, e
 		if err != nil {
 			return nil, 0, false, err
 		}
-		isPrio := jsonscan.KeyEquals(s.b[i:kend], escaped, priorityKey)
+		isPrio := jsonscan.KeyEqualFold(s.b[i:kend], escaped, priorityKey)
 		i = s.ws(kend)
 		if i >= len(s.b) || s.b[i] != ':' {
 			return nil, 0, false, s.fail(i, "expected ':' after a member name")

@@ -55,7 +55,10 @@ func TestRewriteJSONPriority(t *testing.T) {
 		{"any value type", `{"priority":{"x":[1,{"priority":2}]},"a":[]}`, strip, `{"a":[]}`},
 		{"null value", `{"priority":null}`, strip, `{}`},
 		{"nested keys stay", `{"model":"m","messages":[{"role":"user","content":"hi","priority":-1}],"tools":[{"type":"function","function":{"parameters":{"properties":{"priority":{"type":"integer"}}}}}]}`, strip, ""},
-		{"similar keys stay", `{"Priority":-1,"priority_class":"x","priority ":1,"prio":2}`, strip, ""},
+		{"similar keys stay", `{"priority_class":"x","priority ":1,"prio":2,"priorit":3}`, strip, ""},
+		{"upper case", `{"PRIORITY":-100}`, strip, `{}`},
+		{"every case variant", `{"Priority":-1,"model":"m","pRiOrItY":-2,"PRIORIT\u0059":-3}`, strip, `{"model":"m"}`},
+		{"set replaces case variants", `{"model":"m","PRIORITY":-100}`, set(10), `{"priority":10,"model":"m"}`},
 		{"key as a value stays", `{"prompt":"priority","x":"\"priority\":-1"}`, strip, ""},
 		{"no priority", `{"model":"m","prompt":"hello"}`, strip, ""},
 		{"empty object", `{ }`, strip, ""},
@@ -220,14 +223,34 @@ func checkJSONRewrite(t *testing.T, in, out []byte, p EnginePriority) {
 	if err := json.Unmarshal(out, &after); err != nil {
 		t.Fatalf("output %q: %v", out, err)
 	}
-	delete(before, priorityKey)
+	for k := range before {
+		if strings.EqualFold(k, priorityKey) {
+			delete(before, k)
+		}
+	}
+	// What a Go engine reads: encoding/json matches field names
+	// case-insensitively and keeps the last match.
+	var engine struct {
+		P *json.RawMessage `json:"priority"`
+	}
+	if err := json.Unmarshal(out, &engine); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	for k := range after {
+		if k != priorityKey && strings.EqualFold(k, priorityKey) {
+			t.Fatalf("case variant %q still in %q", k, out)
+		}
+	}
 	got, ok := after[priorityKey]
 	switch p.Mode {
 	case PriorityStrip:
-		if ok {
+		if ok || engine.P != nil {
 			t.Fatalf("priority %s still in %q", got, out)
 		}
 	case PrioritySet:
+		if engine.P == nil || !bytes.Equal(*engine.P, got) {
+			t.Fatalf("encoding/json reads priority %s from %q, want %s", ptrString(engine.P), out, got)
+		}
 		var v int32
 		if err := json.Unmarshal(got, &v); err != nil || v != p.Value {
 			t.Fatalf("priority %s in %q, want %d", got, out, p.Value)
@@ -451,7 +474,8 @@ func splitFrames(t testing.TB, b []byte) [][]byte {
 func FuzzRewriteJSONPriority(f *testing.F) {
 	for _, s := range []string{
 		`{"priority":-100}`, `{"model":"m","priority":-5,"prompt":"p"}`, `{"priority":1,"priority":2}`,
-		`{"priorit\u0079":-7}`, `{"messages":[{"role":"user","content":"x","priority":-1}],"priority":3}`,
+		`{"priorit\u0079":-7}`, `{"PRIORITY":-100}`, `{"Priority":1,"pRIORITY":2,"priority":3}`,
+		`{"PRIORIT\u0059":-7,"model":"m"}`, `{"messages":[{"role":"user","content":"x","priority":-1}],"priority":3}`,
 		`{"a":[1,2.5e3,-0.1,true,false,null,{"b":"\"\\\/\b\f\n\r\t\u1234"}]}`, `[]`, `"x"`, ``, ` `,
 		"\xef\xbb\xbf{\"priority\":1}", `{"a":NaN}`, `{"a":1,}`, `{"a":1}x`, "{\"a\":\"\x01\"}", `{`, `[[[`,
 	} {
@@ -492,11 +516,11 @@ func FuzzRewriteJSONPriority(f *testing.F) {
 				t.Fatal("unchanged but different")
 			}
 			if !blank && bytes.HasPrefix(bytes.TrimLeft(trimmed, " \t\r\n"), []byte("{")) {
-				var m map[string]json.RawMessage
-				if json.Unmarshal(trimmed, &m) == nil {
-					if _, ok := m[priorityKey]; ok {
-						t.Fatalf("priority left in %q", body)
-					}
+				var m struct {
+					P *json.RawMessage `json:"priority"`
+				}
+				if json.Unmarshal(trimmed, &m) == nil && m.P != nil {
+					t.Fatalf("priority %s left in %q", *m.P, body)
 				}
 			}
 		default:
@@ -598,4 +622,11 @@ func BenchmarkRewriteGRPCPriority(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func ptrString(p *json.RawMessage) string {
+	if p == nil {
+		return "nothing"
+	}
+	return string(*p)
 }

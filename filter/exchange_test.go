@@ -68,7 +68,9 @@ func TestExchangeSequence(t *testing.T) {
 		t.Fatalf("plan (-want +got):\n%s", diff)
 	}
 	body := []byte(`{"model":"fast-model","prompt":"hello world!","max_tokens":3,"stream":true,"priority":-100}`)
-	x.Size(body, MapHeaders{})
+	if err := x.Size(body, MapHeaders{}); err != nil {
+		t.Fatal(err)
+	}
 	if got := x.Class().Name; got != "urgent" {
 		t.Fatalf("class after the model %q, want urgent", got)
 	}

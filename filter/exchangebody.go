@@ -107,8 +107,10 @@ func (x *Exchange) NoteModel(b []byte, whole bool) {
 // Size reads the model and sizes of the whole request body
 // (ReadRequestMeta) and classifies again with the model. h are the request
 // headers, valid during the call; nil keeps the class (the host no longer
-// has them). A body the core cannot read leaves the sizes unknown.
-func (x *Exchange) Size(body []byte, h Headers) {
+// has them). A body the core cannot read leaves the sizes unknown. The
+// error, an ErrBadRequest naming the field, is a request no engine can
+// serve (RequestMeta.Invalid): the host refuses it (Reply) after Refused.
+func (x *Exchange) Size(body []byte, h Headers) error {
 	model := x.meta.Model
 	x.meta = RequestMeta{}
 	if x.kind != GRPCWebText {
@@ -124,6 +126,10 @@ func (x *Exchange) Size(body []byte, h Headers) {
 	if x.cfg.KeepOutput && x.meta.Spliceable {
 		x.obs.opts.KeepOutput = true
 	}
+	if x.meta.Invalid != "" {
+		return fmt.Errorf("%w: %s", ErrBadRequest, x.meta.Invalid)
+	}
+	return nil
 }
 
 // Guard applies the engine-priority guard to the whole body: out is the

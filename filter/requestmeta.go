@@ -2,6 +2,8 @@ package filter
 
 import (
 	"encoding/binary"
+	"math"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -35,6 +37,27 @@ type RequestMeta struct {
 	Spliceable bool
 	// IncludeUsage: the client asked for the final usage chunk.
 	IncludeUsage bool
+	// Invalid, when not empty, names a field no engine can honour and
+	// why ("max_tokens: 4294967297 exceeds 2147483647"): hosts refuse the
+	// request as a bad request (Exchange.Size) instead of letting the
+	// scheduler reject it as if capacity were short. MaxTokens is 0 then.
+	Invalid string
+}
+
+// MaxOutputTokens is the largest output limit a request may name: vLLM
+// and the engine APIs hold max_tokens in 32 bits, and the scheduler's
+// token accounting refuses larger counts.
+const MaxOutputTokens = math.MaxInt32
+
+// checkOutputLimit sets m.MaxTokens to v, or names field in m.Invalid when
+// v is beyond MaxOutputTokens.
+func (m *RequestMeta) checkOutputLimit(field string, v int) {
+	if v > MaxOutputTokens {
+		m.Invalid = field + ": " + strconv.Itoa(v) + " exceeds " + strconv.Itoa(MaxOutputTokens)
+		m.MaxTokens = 0
+		return
+	}
+	m.MaxTokens = max(0, v)
 }
 
 // ReadRequestMeta reads the request body of an OpenAI-style JSON call (its
@@ -60,7 +83,20 @@ func ReadRequestMeta(path string, body []byte, grpc bool) RequestMeta {
 	}
 	m.Model = req.Model
 	m.Stream = req.Stream
-	m.MaxTokens = max(0, req.OutputLimit())
+	switch {
+	case req.MaxTokens != nil:
+		m.checkOutputLimit("max_tokens", *req.MaxTokens)
+	case req.MaxCompletionTokens != nil:
+		m.checkOutputLimit("max_completion_tokens", *req.MaxCompletionTokens)
+	}
+	if req.MaxTokens != nil && req.MaxCompletionTokens != nil && m.Invalid == "" {
+		// An engine that reads the other one would get it unchecked.
+		var other RequestMeta
+		other.checkOutputLimit("max_completion_tokens", *req.MaxCompletionTokens)
+		if other.Invalid != "" {
+			m.Invalid, m.MaxTokens = other.Invalid, 0
+		}
+	}
 	m.IncludeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	m.PromptTokens = req.PromptTokens()
 	single := (req.N == nil || *req.N == 1) && (req.BestOf == nil || *req.BestOf <= 1)
@@ -120,7 +156,7 @@ func readGRPCMeta(path string, body []byte) RequestMeta {
 			case num == llmv1TokenIDs && typ == protowire.VarintType:
 				ids++
 			case num == llmv1MaxTokens && typ == protowire.VarintType:
-				m.MaxTokens = int(uint32(x))
+				m.checkOutputLimit("max_tokens", int(uint32(x)))
 			}
 			return true
 		})
@@ -157,7 +193,7 @@ func readGRPCMeta(path string, body []byte) RequestMeta {
 			case num == vllmSampling && typ == protowire.BytesType:
 				return fields(v, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) bool {
 					if num == vllmSamplingTokens && typ == protowire.VarintType {
-						m.MaxTokens = int(uint32(x))
+						m.checkOutputLimit("sampling_params.max_tokens", int(uint32(x)))
 					}
 					return true
 				})

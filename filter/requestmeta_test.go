@@ -1,6 +1,8 @@
 package filter
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -76,6 +78,15 @@ func FuzzReadRequestMetaGRPC(f *testing.F) {
 		body := append([]byte{0, byte(len(b) >> 24), byte(len(b) >> 16), byte(len(b) >> 8), byte(len(b))}, b...)
 		got := ReadRequestMeta(path, body, true)
 		wm, wmax, wprompt := protoMeta(t, path, body)
+		if wmax > MaxOutputTokens {
+			// No engine can honour it: named, unsized (hosts refuse it).
+			if !strings.Contains(got.Invalid, "max_tokens: "+strconv.Itoa(wmax)+" exceeds") || got.MaxTokens != 0 {
+				t.Fatalf("%s: max_tokens %d read as %+v, want it named in Invalid", path, wmax, got)
+			}
+			wmax = 0
+		} else if got.Invalid != "" {
+			t.Fatalf("%s: max_tokens %d refused: %s", path, wmax, got.Invalid)
+		}
 		if got.Model != wm || got.MaxTokens != wmax || got.PromptTokens != wprompt || !got.Stream {
 			t.Fatalf("%s: got %+v, the generated code reads model %q, max %d, prompt tokens %d", path, got, wm, wmax, wprompt)
 		}
@@ -95,6 +106,16 @@ func TestReadRequestMeta(t *testing.T) {
 			RequestMeta{API: APIChat, Stream: true, MaxTokens: 3, PromptTokens: 1, Spliceable: true, IncludeUsage: true}},
 		{"negative max_tokens clamps", "/v1/completions", []byte(`{"prompt":"x","max_tokens":-4}`), false,
 			RequestMeta{API: APICompletions, PromptTokens: 1}},
+		{"max_tokens at the limit", "/v1/completions", []byte(`{"prompt":"x","max_tokens":2147483647}`), false,
+			RequestMeta{API: APICompletions, PromptTokens: 1, MaxTokens: 2147483647}},
+		{"max_tokens beyond 32 bits", "/v1/completions", []byte(`{"prompt":"x","max_tokens":4294967297}`), false,
+			RequestMeta{API: APICompletions, PromptTokens: 1, Invalid: "max_tokens: 4294967297 exceeds 2147483647"}},
+		{"max_completion_tokens beyond 32 bits", "/v1/chat/completions", []byte(`{"messages":[],"max_completion_tokens":2147483648}`), false,
+			RequestMeta{API: APIChat, Invalid: "max_completion_tokens: 2147483648 exceeds 2147483647"}},
+		{"max_completion_tokens beside a valid max_tokens", "/v1/completions", []byte(`{"max_tokens":3,"max_completion_tokens":2147483648}`), false,
+			RequestMeta{API: APICompletions, Invalid: "max_completion_tokens: 2147483648 exceeds 2147483647"}},
+		{"llm.v1 max_tokens beyond int32", MethodLLMV1, metaFrame(t, &llmv1.GenerateRequest{Model: "m", Prompt: "abcd", MaxTokens: 1 << 31}), true,
+			RequestMeta{Model: "m", Stream: true, PromptTokens: 1, Invalid: "max_tokens: 2147483648 exceeds 2147483647"}},
 		{"echo is not spliceable", "/v1/completions", []byte(`{"prompt":"x","stream":true,"echo":true}`), false,
 			RequestMeta{API: APICompletions, Stream: true, PromptTokens: 1}},
 		{"not json", "/v1/completions", []byte(`nope`), false, RequestMeta{}},

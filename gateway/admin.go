@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/llmesh/llmesh/internal/adminapi"
 )
 
 // AdminHandler serves the admin endpoints: /healthz (the process is up),
@@ -33,13 +35,15 @@ func (g *Gateway) AdminHandler(metrics http.Handler) http.Handler {
 
 // ServeAdmin serves AdminHandler(metrics) on ln until ctx ends, with the
 // endpoints register adds to the same mux (e.g. Experiments.Register); a
-// nil register adds none.
+// nil register adds none. Requests that change state pass
+// adminapi.Guard: a cross-site one (as a browser sends it from another
+// site) is refused with 403, and with WithAdminToken they need the token.
 func (g *Gateway) ServeAdmin(ctx context.Context, ln net.Listener, metrics http.Handler, register func(*http.ServeMux)) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", g.AdminHandler(metrics))
 	if register != nil {
 		register(mux)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: adminapi.Guard(mux, g.adminToken), ReadHeaderTimeout: 10 * time.Second}
 	return serveUntil(ctx, srv, ln, time.Second, nil)
 }

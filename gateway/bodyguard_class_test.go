@@ -52,6 +52,7 @@ func TestBodyPriorityClassHTTP(t *testing.T) {
 		want          string // the engine's priority, "" for the body as sent
 	}{
 		{"untrusted, priority sent", trustOthers, []string{"x-llmesh-class", "gold"}, `"priority":-100,"priorit\u0079":-200`, "class"},
+		{"untrusted, case variants", trustOthers, nil, `"PRIORITY":-100,"Priority":-200`, "class"},
 		{"untrusted, no priority", trustOthers, nil, "", "class"},
 		{"untrusted, string priority", trustOthers, nil, `"priority":"-9"`, "class"},
 		{"trusted peer", trustLoopback, nil, `"priority":-100`, ""},
@@ -110,6 +111,14 @@ func TestBodyPriorityClassHTTP(t *testing.T) {
 					}
 					if string(m["priority"]) != want {
 						t.Errorf("engine received priority %s, want %s: %s", m["priority"], want, bodies[0])
+					}
+					// What a Go engine reads: encoding/json matches keys
+					// case-insensitively and keeps the last match.
+					var eng struct {
+						P json.RawMessage `json:"priority"`
+					}
+					if err := json.Unmarshal(bodies[0], &eng); err != nil || string(eng.P) != want {
+						t.Errorf("encoding/json reads priority %s (%v), want %s: %s", eng.P, err, want, bodies[0])
 					}
 					if strings.Contains(path, "chat") && !bytes.Contains(bodies[0], []byte(`"priority":-7`)) {
 						t.Errorf("the message's own priority key changed: %s", bodies[0])

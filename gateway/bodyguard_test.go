@@ -81,7 +81,8 @@ func TestBodyPrioritySpoofingHTTP(t *testing.T) {
 					}
 					// A duplicate, escaped key: parsers that keep the last one
 					// would see it.
-					body = append(body[:len(body)-1], `,"priorit\u0079":-200}`...)
+					// Case variants: encoding/json reads them as the field.
+					body = append(body[:len(body)-1], `,"priorit\u0079":-200,"PRIORITY":-300,"Priority":-400}`...)
 					res := doJSON(t, gw+path, body, tc.headers...)
 					got, _ := io.ReadAll(res.Body)
 					res.Body.Close()
@@ -107,6 +108,12 @@ func TestBodyPrioritySpoofingHTTP(t *testing.T) {
 					}
 					if p, ok := m["priority"]; ok {
 						t.Fatalf("engine received priority %s from an untrusted client: %s", p, bodies[0])
+					}
+					var eng struct {
+						P *json.RawMessage `json:"priority"`
+					}
+					if err := json.Unmarshal(bodies[0], &eng); err != nil || eng.P != nil {
+						t.Fatalf("encoding/json reads a priority (%v) from an untrusted client's body: %s", err, bodies[0])
 					}
 					if strings.Contains(path, "chat") && !bytes.Contains(bodies[0], []byte(`"priority":-7`)) {
 						t.Errorf("the message's own priority key was removed: %s", bodies[0])

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/llmesh/llmesh/api/llmv1"
@@ -19,8 +20,16 @@ func FuzzRequestMeta(f *testing.F) {
 	f.Add("/v1/completions", []byte(`{"prompt":[1,2,3],"logprobs":2,"echo":true}`), false)
 	f.Add("/llm.v1.Generation/Generate", grpcFrame(&llmv1.GenerateRequest{Prompt: "abc", MaxTokens: 4}), true)
 	f.Add("/vllm.grpc.engine.VllmEngine/Generate", []byte{0, 0, 0, 0, 9, 1, 2}, true)
+	f.Add("/v1/completions", []byte(`{"prompt":"x","max_tokens":4294967297}`), false)
+	f.Add("/v1/chat/completions", []byte(`{"max_tokens":1,"max_completion_tokens":2147483648}`), false)
 	f.Fuzz(func(t *testing.T, path string, body []byte, grpc bool) {
 		m := filter.ReadRequestMeta(path, body, grpc)
+		if m.MaxTokens < 0 || m.MaxTokens > filter.MaxOutputTokens {
+			t.Fatalf("output limit %d outside [0, %d]", m.MaxTokens, filter.MaxOutputTokens)
+		}
+		if m.Invalid != "" && (m.MaxTokens != 0 || !strings.Contains(m.Invalid, "max_") || !strings.Contains(m.Invalid, "tokens: ")) {
+			t.Fatalf("invalid request %q does not name its field, or kept a size: %+v", m.Invalid, m)
+		}
 		if m.PromptTokens < 0 {
 			t.Fatalf("negative prompt tokens %d", m.PromptTokens)
 		}

@@ -65,6 +65,11 @@ func WithRecorder(r Recorder) Option {
 	}
 }
 
+// WithAdminToken requires token ("Authorization: Bearer <token>") of the
+// admin requests that change state (ServeAdmin, adminapi.Guard); "" (the
+// default) requires none.
+func WithAdminToken(token string) Option { return func(g *Gateway) { g.adminToken = token } }
+
 // WithLogger sets the logger (nil: slog.Default()).
 func WithLogger(l *slog.Logger) Option {
 	return func(g *Gateway) {
@@ -120,6 +125,7 @@ type Gateway struct {
 	admitter   scheduler.Admitter
 	clock      clock.Clock
 	log        *slog.Logger
+	adminToken string // WithAdminToken
 	recorders  []Recorder
 	gapBuckets *filter.GapBuckets // from a recorder; nil: none
 	handler    http.Handler

@@ -105,7 +105,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The gateway has the whole body anyway: it is always read for the
 	// model and sizes, then guarded (retries and continuations reuse the
 	// guarded body; relocation ran before, in front of the handler).
-	x.core.Size(body, r.Header)
+	if err := x.core.Size(body, r.Header); err != nil {
+		reply(w, kind, err)
+		x.core.Refused(err)
+		return
+	}
 	if x.body, err = x.guard(body); err != nil {
 		reply(w, kind, err)
 		x.core.Refused(err)

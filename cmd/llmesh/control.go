@@ -8,9 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/control"
+	"github.com/llmesh/llmesh/internal/adminapi"
 )
 
 // runControl is `llmesh control`: the xDS control plane for Envoy.
@@ -70,6 +72,7 @@ func runControl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		ConfigPath: *cfgPath,
 		Build:      build,
 		Logger:     slog.New(slog.NewTextHandler(stderr, nil)),
+		AdminToken: os.Getenv(adminapi.TokenEnv),
 	}
 	if *certFile != "" {
 		tlsCfg, err := control.ServerTLS(*certFile, *keyFile, *clientCA)
@@ -78,6 +81,8 @@ func runControl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		opts.TLS = tlsCfg
 	}
+	// SIGHUP: the server already applies every valid change of the file.
+	defer logHangups(opts.Logger, "the config file is watched; valid changes already apply as it changes")()
 	srv, err := control.New(opts)
 	if err != nil {
 		return fileUsage(err)

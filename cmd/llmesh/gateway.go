@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	"github.com/llmesh/llmesh/cmd/llmesh/gatewayproc"
 	"github.com/llmesh/llmesh/demo/stack"
+	"github.com/llmesh/llmesh/internal/adminapi"
 )
 
 // runGateway is `llmesh gateway`: the embedded data plane, from a mesh
@@ -75,6 +77,11 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stdout, "gateway listening on %s\n", data)
 	}
+	rc.AdminToken = os.Getenv(adminapi.TokenEnv)
+	// SIGHUP reloads the config file now (hangup.go).
+	hup, stop := hangups()
+	defer stop()
+	rc.Hangup = hup
 	return gatewayproc.Run(ctx, rc)
 }
 

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"runtime/pprof"
@@ -114,6 +115,8 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		defer adminL.Close()
 		fmt.Fprintf(stdout, "scheduler admin on http://%s/metrics\n", adminL.Addr())
 	}
+	// SIGHUP: the service already applies every valid change of the file.
+	defer logHangups(slog.New(slog.NewTextHandler(stderr, nil)), "the config file is watched; valid changes already apply as it changes")()
 	return server.Run(ctx, l, server.Options{
 		Mesh:       mesh,
 		ConfigPath: *cfgPath, // watched: valid changes apply live

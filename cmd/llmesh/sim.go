@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -249,6 +250,9 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(2, err)
 	}
+	// SIGHUP: the sim has no config file; it is logged and ignored
+	// (subscribed before the addresses are printed).
+	defer logHangups(slog.New(slog.NewTextHandler(stderr, nil)), "the sim has no config file; flags apply at start only")()
 	hl, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)

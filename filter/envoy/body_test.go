@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
@@ -34,12 +35,18 @@ func TestBodyReadForModelAndSize(t *testing.T) {
 		body      string
 		wantClass string
 		wantCode  int
+		wantReply string // in the reply's body
 	}{
-		{"model rule", `{"model":"big-model","prompt":"hi","max_tokens":10}`, "batch", 0},
-		{"other model", `{"model":"small","prompt":"hi","max_tokens":10}`, "interactive", 0},
-		{"chat", `{"model":"big-model","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":10}`, "batch", 0},
-		{"not openai", `[1,2,3]`, "interactive", 0},
-		{"never fits", `{"model":"small","prompt":"hi","max_tokens":5000}`, "", 503},
+		{"model rule", `{"model":"big-model","prompt":"hi","max_tokens":10}`, "batch", 0, ""},
+		{"other model", `{"model":"small","prompt":"hi","max_tokens":10}`, "interactive", 0, ""},
+		{"chat", `{"model":"big-model","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":10}`, "batch", 0, ""},
+		{"not openai", `[1,2,3]`, "interactive", 0, ""},
+		{"never fits", `{"model":"small","prompt":"hi","max_tokens":5000}`, "", 503, "max_inflight_tokens"},
+		// A client error, not a capacity shortage: 400 naming the field,
+		// never a 503 that asks the client to retry.
+		{"max_tokens beyond 32 bits", `{"model":"small","prompt":"hi","max_tokens":4294967297}`, "", 400, "max_tokens: 4294967297 exceeds 2147483647"},
+		{"max_completion_tokens beyond 32 bits", `{"model":"small","messages":[],"max_completion_tokens":2147483648}`, "", 400, "max_completion_tokens: 2147483648 exceeds"},
+		{"max_completion_tokens beside max_tokens", `{"model":"small","prompt":"hi","max_tokens":5,"max_completion_tokens":9999999999}`, "", 400, "max_completion_tokens: 9999999999 exceeds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := h.stream(filtertest.Options{})
@@ -49,6 +56,14 @@ func TestBodyReadForModelAndSize(t *testing.T) {
 			if tc.wantCode != 0 {
 				wantStatus(t, "DecodeData 2", r, api.LocalReply)
 				want(t, "code", s.Reply().Code, tc.wantCode)
+				if rep := s.Reply(); !strings.Contains(rep.Body, tc.wantReply) || (tc.wantCode == 400) != (rep.Details == "llmesh_bad_request") {
+					t.Errorf("reply %q (%s), want it to name %q", rep.Body, rep.Details, tc.wantReply)
+				}
+				if tc.wantCode == 400 {
+					if v := s.Reply().Headers["retry-after"]; len(v) > 0 {
+						t.Errorf("a client error told to retry after %s", v)
+					}
+				}
 				s.Complete()
 				noViolations(t, s)
 				return
@@ -160,6 +175,9 @@ func TestGRPCBodySizedForTokenBound(t *testing.T) {
 	}{
 		{"llm.v1 fits", llmv1.Generation_Generate_FullMethodName, &llmv1.GenerateRequest{Prompt: "hi", MaxTokens: 10}, 0},
 		{"llm.v1 never fits", llmv1.Generation_Generate_FullMethodName, &llmv1.GenerateRequest{Prompt: "hi", MaxTokens: 5000}, 14},
+		{"llm.v1 max_tokens beyond 32 bits", llmv1.Generation_Generate_FullMethodName, &llmv1.GenerateRequest{Prompt: "hi", MaxTokens: 1<<32 - 1}, 3},
+		{"vLLM max_tokens beyond 32 bits", vllmpb.VllmEngine_Generate_FullMethodName, &vllmpb.GenerateRequest{
+			Input: &vllmpb.GenerateRequest_Text{Text: "hi"}, SamplingParams: &vllmpb.SamplingParams{MaxTokens: proto.Uint32(1 << 31)}}, 3},
 		{"vLLM never fits", vllmpb.VllmEngine_Generate_FullMethodName, &vllmpb.GenerateRequest{
 			Input: &vllmpb.GenerateRequest_Text{Text: "hi"}, SamplingParams: &vllmpb.SamplingParams{MaxTokens: proto.Uint32(5000)}}, 14},
 	} {

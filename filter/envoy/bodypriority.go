@@ -91,7 +91,10 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 		return f.relocationFailed(dcb, err)
 	}
 	if f.sizing {
-		f.readBody(body) // the model may decide the class, and so the priority
+		// The model may decide the class, and so the priority.
+		if err := f.readBody(body); err != nil {
+			return f.refuseBody(dcb, err)
+		}
 	}
 	body, changed, err := f.x.Guard(body)
 	if err != nil {

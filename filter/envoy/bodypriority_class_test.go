@@ -58,6 +58,7 @@ func TestEnginePriorityClassThroughSim(t *testing.T) {
 		class   string
 	}{
 		{"untrusted, class from headers", byHeaders, []string{"x-llmesh-class", "gold"}, `,"priority":-100,"priorit\u0079":-200`, "7", "bulk"},
+		{"untrusted, case variants", byHeaders, nil, `,"PRIORITY":-100,"Priority":-200`, "7", "bulk"},
 		{"untrusted, no priority", byHeaders, nil, "", "7", "bulk"},
 		{"untrusted, class from the model", byModel, nil, `,"priority":-100`, "-5", "gold"},
 		{"trusted marker", byHeaders, []string{"x-mesh-trusted", "s3cret", "x-llmesh-class", "gold"}, `,"priority":-100`, "", "gold"},
@@ -87,6 +88,14 @@ func TestEnginePriorityClassThroughSim(t *testing.T) {
 			m := topLevel(t, got[0])
 			if string(m["priority"]) != tc.want || string(m["prompt"]) != `"hi"` || string(m["max_tokens"]) != "4" {
 				t.Errorf("%s stream=%v: engine received %s, want priority %s", tc.name, stream, got[0], tc.want)
+			}
+			// What a Go engine reads: encoding/json matches keys
+			// case-insensitively and keeps the last match.
+			var eng struct {
+				P json.RawMessage `json:"priority"`
+			}
+			if err := json.Unmarshal(got[0], &eng); err != nil || string(eng.P) != tc.want {
+				t.Errorf("%s stream=%v: encoding/json reads priority %s (%v), want %s: %s", tc.name, stream, eng.P, err, tc.want, got[0])
 			}
 			var dup map[string]any
 			if err := json.Unmarshal(got[0], &dup); err != nil || len(dup) != len(m) {

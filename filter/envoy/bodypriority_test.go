@@ -70,6 +70,7 @@ func TestEnginePriorityGuardJSON(t *testing.T) {
 		{"chat, nested priority kept", `{"model":"m","messages":[{"role":"user","content":"x","priority":-1}],"priority":-100}`, nil,
 			`{"model":"m","messages":[{"role":"user","content":"x","priority":-1}]}`},
 		{"duplicate escaped key", `{"priority":1,"model":"m","priorit\u0079":-100}`, nil, `{"model":"m"}`},
+		{"case variants", `{"PRIORITY":-100,"model":"m","Priority":-1,"PRIORIT\u0059":-2}`, nil, `{"model":"m"}`},
 		{"class header does not make it trusted", `{"model":"m","priority":-100}`, []string{"x-llmesh-class", "interactive"}, `{"model":"m"}`},
 		{"no priority", `{"model":"m","prompt":"hi"}`, nil, `{"model":"m","prompt":"hi"}`},
 		{"trusted marker", `{"model":"m","priority":-100}`, []string{"x-mesh-trusted", "s3cret"}, `{"model":"m","priority":-100}`},

@@ -273,16 +273,23 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 
 // readBody reads the model and sizes of a buffered request, then
 // classifies again with the model (the core's Size). A body it cannot
-// read leaves them unknown.
-func (f *streamFilter) readBody(body []byte) {
+// read leaves them unknown; the error is a request no engine can serve
+// (refuseBody answers it).
+func (f *streamFilter) readBody(body []byte) error {
 	f.sizing = false
 	hv := f.reqHV
 	f.reqHV = headers{}
 	if hv.h != nil {
-		f.x.Size(body, hv)
-	} else {
-		f.x.Size(body, nil)
+		return f.x.Size(body, hv)
 	}
+	return f.x.Size(body, nil)
+}
+
+// refuseBody answers a request whose body names what no engine can serve
+// (readBody's error), before admission.
+func (f *streamFilter) refuseBody(cb api.FilterProcessCallbacks, err error) api.StatusType {
+	f.noteRefused(err)
+	return f.reply(cb, f.x.Reply(err))
 }
 
 // admit starts admission: pass through without a scheduler, otherwise hold
@@ -425,7 +432,9 @@ func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status 
 				return f.relocationFailed(f.cb.DecoderFilterCallbacks(), err)
 			}
 		}
-		f.readBody(body)
+		if err := f.readBody(body); err != nil {
+			return f.refuseBody(f.cb.DecoderFilterCallbacks(), err)
+		}
 		return f.admit()
 	}
 	// A request still sending its body is stopped here when preempted:
@@ -458,7 +467,9 @@ func (f *streamFilter) DecodeTrailers(api.RequestTrailerMap) (status api.StatusT
 		// trailers once the request continues, and admit.
 		body := f.sizeBuf
 		f.sizeBuf = nil
-		f.readBody(body)
+		if err := f.readBody(body); err != nil {
+			return f.refuseBody(f.cb.DecoderFilterCallbacks(), err)
+		}
 		if len(body) > 0 {
 			f.cb.DecoderFilterCallbacks().AddData(body, false)
 		}

@@ -116,7 +116,9 @@ func (f *streamFilter) relocateBody(b api.BufferInstance, endStream bool) api.St
 			return f.relocationFailed(dcb, err)
 		}
 		if f.sizing {
-			f.readBody(body)
+			if err := f.readBody(body); err != nil {
+				return f.refuseBody(dcb, err)
+			}
 		}
 		f.reqHV = headers{}
 		return f.admit()

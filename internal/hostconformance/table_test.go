@@ -159,6 +159,8 @@ var table = []tcase{
 		req: chat(`{"model":"MODEL","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"stream":true}`, "x-lane", "guard", "x-tenant-id", "gold")},
 	{name: "guard: trusted marker passes the body", wantStatus: 200,
 		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":-3}`, "x-lane", "guard", "x-mesh-trusted", "s3cret")},
+	{name: "guard: case-variant priority members", wantStatus: 200,
+		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"PRIORITY":-100,"Priority":-2}`, "x-lane", "guard")},
 	{name: "guard: duplicate priority members", wantStatus: 200,
 		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":-1,"priorit\u0079":-2}`, "x-lane", "guard")},
 

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math/bits"
+	"strings"
 )
 
 // MaxDepth is encoding/json's nesting limit: json.Valid refuses a value
@@ -292,4 +293,19 @@ func KeyEquals(quoted []byte, escaped bool, name string) bool {
 	}
 	var k string
 	return json.Unmarshal(quoted, &k) == nil && k == name
+}
+
+// KeyEqualFold is KeyEquals under encoding/json's field matching: the
+// unescaped name equals name under simple Unicode case folding, so
+// "PRIORITY" and "Priority" both fill a struct field tagged "priority"
+// (and a Go engine that decodes into such a struct reads the last of
+// them). Guards that must catch every member a Go decoder would read use
+// this; raw bytes that are not UTF-8 compare as U+FFFD, as encoding/json
+// reads them.
+func KeyEqualFold(quoted []byte, escaped bool, name string) bool {
+	if !escaped {
+		return strings.EqualFold(string(quoted[1:len(quoted)-1]), name)
+	}
+	var k string
+	return json.Unmarshal(quoted, &k) == nil && strings.EqualFold(k, name)
 }

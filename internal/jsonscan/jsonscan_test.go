@@ -98,3 +98,30 @@ func FuzzKeyEquals(f *testing.F) {
 		}
 	})
 }
+
+// FuzzKeyEqualFold holds KeyEqualFold to encoding/json's field matching: a
+// member name is the name when it fills a struct field tagged with it.
+func FuzzKeyEqualFold(f *testing.F) {
+	for _, s := range []string{
+		`"priority"`, `"PRIORITY"`, `"Priority"`, `"pRiOrItY"`, `"PRIORIT\u0059"`, `"\u0050riority"`,
+		`"priorit"`, `"priority "`, `"prio\u0000rity"`, "\"\xff\"", `"\u212a"`, `"\u017f"`, `""`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, quoted string) {
+		b := []byte(quoted)
+		end, escaped, ok := String(b, 0)
+		if len(b) == 0 || b[0] != '"' || !ok || end != len(b) {
+			return
+		}
+		var v struct {
+			P *json.RawMessage `json:"priority"`
+		}
+		if err := json.Unmarshal([]byte("{"+quoted+":1}"), &v); err != nil {
+			t.Fatalf("json.Unmarshal of a member named %s: %v", quoted, err)
+		}
+		if got, want := KeyEqualFold(b, escaped, "priority"), v.P != nil; got != want {
+			t.Fatalf("KeyEqualFold(%s, priority) = %v, encoding/json fills the field: %v", quoted, got, want)
+		}
+	})
+}

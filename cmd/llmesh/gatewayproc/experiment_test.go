@@ -136,6 +136,7 @@ func TestExperimentAdminSwitch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		req.Header.Set("Content-Type", "application/json") // adminapi.Guard
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -146,6 +147,25 @@ func TestExperimentAdminSwitch(t *testing.T) {
 			t.Fatalf("%s %s: %v", method, url, err)
 		}
 		return res.StatusCode, out
+	}
+	// A cross-site request as a browser sends it from another site
+	// (adminapi.Guard): 403, and traffic stays split.
+	xs, err := http.NewRequestWithContext(ctx, http.MethodPost, admin+"/experiments/ab/active?arm=prio", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs.Header.Set("Content-Type", "text/plain")
+	xs.Header.Set("Origin", "http://evil.example")
+	xres, err := http.DefaultClient.Do(xs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xres.Body.Close()
+	if xres.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-site switch: %d, want 403", xres.StatusCode)
+	}
+	if arm, _ := complete(t, ctx, data, s.Model, 2, nil); arm != "fifo" {
+		t.Fatalf("after a refused cross-site switch, draw 0 went to %q, want fifo", arm)
 	}
 	if code, out := call(http.MethodPost, admin+"/experiments/ab/active", `{"arm":"prio"}`); code != 200 || out["version"] != "2" {
 		t.Fatalf("switch: %d %v", code, out)

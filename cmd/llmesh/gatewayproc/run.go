@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -59,6 +60,14 @@ type Config struct {
 	// Ready, when non-nil, is called with the bound data and admin
 	// addresses (admin nil when there is none) once both listen.
 	Ready func(data, admin net.Addr)
+	// AdminToken, when not empty, is required of admin requests that
+	// change state (gateway.WithAdminToken).
+	AdminToken string
+	// Hangup, when not nil, asks for a reload of the config file each
+	// time it delivers (SIGHUP in `llmesh gateway`): the same reload as a
+	// file change, logged; in quick mode there is nothing to reload and
+	// that is logged. Nil: only file changes reload.
+	Hangup <-chan os.Signal
 }
 
 // Run builds everything a Config describes, serves until ctx ends,
@@ -121,6 +130,9 @@ func Run(ctx context.Context, rc Config) error {
 	if h.watcher != nil {
 		goRun(func() error { return h.watcher.Run(ctx) })
 	}
+	if rc.Hangup != nil {
+		goRun(func() error { return h.hangups(ctx, rc.Hangup, log) })
+	}
 	admin := "none"
 	if adminAddr != nil {
 		admin = adminAddr.String() // the bound address, not a ":0" request
@@ -137,6 +149,32 @@ func Run(ctx context.Context, rc Config) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// hangups reloads the config file on each delivery of ch until ctx ends.
+// Watcher.Reload is serialised with the watcher's own reloads; a change
+// goes through OnChange, as a file event's does.
+func (h *host) hangups(ctx context.Context, ch <-chan os.Signal, log *slog.Logger) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ch:
+		}
+		if h.watcher == nil {
+			log.Info("SIGHUP received; no config file to reload (quick mode), still serving")
+			continue
+		}
+		changed, err := h.watcher.Reload()
+		switch {
+		case err != nil:
+			log.Error("SIGHUP: config reload failed; keeping the running config", "path", h.watcher.Path(), "err", err)
+		case changed:
+			log.Info("SIGHUP: config file reloaded", "path", h.watcher.Path())
+		default:
+			log.Info("SIGHUP: config file unchanged", "path", h.watcher.Path())
+		}
+	}
 }
 
 // host is what Run built.
@@ -283,7 +321,8 @@ func buildHost(ctx context.Context, rc Config, log *slog.Logger) (*host, error) 
 		return nil, err
 	}
 	h.tele = tele
-	opts = append(opts, gateway.WithRecorder(telemetry.HostRecorder{R: tele.Recorder}), gateway.WithLogger(log), gateway.WithArmDraw(rc.ArmDraw))
+	opts = append(opts, gateway.WithRecorder(telemetry.HostRecorder{R: tele.Recorder}), gateway.WithLogger(log), gateway.WithArmDraw(rc.ArmDraw),
+		gateway.WithAdminToken(rc.AdminToken))
 	if mesh != nil {
 		// Arms may come with a reload: record per arm from the start.
 		arms, err := telemetry.NewArmRecorder(tele.MeterProvider, topts.Recorder)
