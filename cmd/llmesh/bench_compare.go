@@ -194,8 +194,8 @@ func loadCompareReports(path, policy string, load float64, loadSet bool) (reps [
 	}
 	switch {
 	case probe.Results != nil:
-		if len(probe.Seeds) != len(probe.Results) {
-			return nil, nil, "", fmt.Errorf("%s: %d seeds but %d results", path, len(probe.Seeds), len(probe.Results))
+		if len(probe.Seeds) != len(probe.Results) || len(probe.Results) == 0 {
+			return nil, nil, "", fmt.Errorf("%s: %d seeds and %d results, want as many of each and at least one", path, len(probe.Seeds), len(probe.Results))
 		}
 		var errs []error
 		for i, r := range probe.Results {

@@ -77,3 +77,34 @@ classes:
 		t.Errorf("--seeds 0: %v", err)
 	}
 }
+
+// FuzzLoadCompareReports: whatever a results file holds, reading it never
+// panics, and a file it accepts yields one report per unit (one per seed
+// for a --seeds file), none of them nil.
+func FuzzLoadCompareReports(f *testing.F) {
+	f.Add([]byte(`{"valid": true, "classes": {"c": {}}}`), "", 0.0, false)
+	f.Add([]byte(`{"runs": [{"policy": "fifo", "load": 1, "classes": {}}, {"policy": "edf", "load": 1}]}`), "fifo", 1.0, true)
+	f.Add([]byte(`{"seeds": [1, 2], "results": [{"runs": [{"policy": "fifo"}]}, {"runs": [{"policy": "fifo"}]}]}`), "fifo", 0.0, false)
+	f.Add([]byte(`{"seeds": [1], "results": [{"runs": []}, {"runs": null}]}`), "", 0.0, false)
+	f.Add([]byte(`{"results": 3}`), "", 0.0, false)
+	f.Add([]byte(`{"seeds": [], "results": []}`), "", 0.0, false)
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte, policy string, load float64, loadSet bool) {
+		path := filepath.Join(dir, "r.json")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		reps, seeds, _, err := loadCompareReports(path, policy, load, loadSet)
+		if err != nil {
+			return
+		}
+		if len(reps) == 0 || seeds != nil && len(seeds) != len(reps) {
+			t.Fatalf("%d reports, %d seeds", len(reps), len(seeds))
+		}
+		for i, r := range reps {
+			if r == nil {
+				t.Fatalf("report %d is nil", i)
+			}
+		}
+	})
+}
