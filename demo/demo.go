@@ -134,6 +134,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
+	// Every input is checked before anything is written, so a mistyped
+	// policy leaves the previous outputs as they were.
+	var errs []error
+	for _, arm := range []struct{ name, policy string }{{"A", o.A}, {"B", o.B}} {
+		if err := o.CheckArm(arm.policy); err != nil {
+			errs = append(errs, fmt.Errorf("arm %s: %w", arm.name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("output directory %s: %w (choose another with --out)", o.OutDir, err)
 	}
@@ -177,7 +188,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	fmt.Fprintf(o.Stdout, "xDS control plane on %s (admin http://%s, snapshot version %s)\n", cp.xds, cp.admin, cp.srv.Version())
 
 	var mu sync.Mutex
-	var files []string
+	// Each run's records go to a temporary file, renamed to its final name
+	// only when the whole A/B succeeded (see writeOutputs).
+	var pending []pendingFile
 	runN := map[string]int{}
 	engine := map[string][]EngineTiming{}
 	arm := func(policy string) ab.Target {
@@ -204,28 +217,50 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		Run: func(ctx context.Context, ho harness.Options) (*result.Report, []result.Record, error) {
 			mu.Lock()
 			runN[ho.Label]++
-			name := filepath.Join(o.OutDir, fmt.Sprintf("requests-%s-%d.jsonl", ho.Label, runN[ho.Label]))
-			files = append(files, name)
+			name := fmt.Sprintf("requests-%s-%d.jsonl", ho.Label, runN[ho.Label])
 			mu.Unlock()
-			f, err := os.Create(name)
+			f, err := os.CreateTemp(o.OutDir, "."+name+".*")
 			if err != nil {
 				return nil, nil, err
 			}
 			defer f.Close()
+			mu.Lock()
+			pending = append(pending, pendingFile{tmp: f.Name(), path: filepath.Join(o.OutDir, name)})
+			mu.Unlock()
 			ho.JSONL = f
 			ho.Policy = ho.Label
 			return harness.Run(ctx, ho)
 		},
 	})
-	if res == nil {
-		return nil, err
+	if err != nil {
+		// A failed A/B replaces none of the previous outputs.
+		discard(pending)
+		if res == nil {
+			return nil, err
+		}
+		out := &Result{AB: res, Wall: time.Since(start), Engine: engine}
+		fmt.Fprintf(o.Stdout, "\nthe A/B failed; the outputs in %s were left as they were\n", o.OutDir)
+		printSummary(o.Stdout, o, res, engine)
+		return out, err
 	}
-	written, werr := writeOutputs(o, res)
-	files = append(written, files...)
+	files, werr := writeOutputs(o, res, pending)
 	out := &Result{AB: res, Files: files, Wall: time.Since(start), Engine: engine}
-	fmt.Fprintf(o.Stdout, "\nwrote %s (%d files, report.html first) in %s\n", o.OutDir, len(files), out.Wall.Round(time.Second))
+	if werr == nil {
+		fmt.Fprintf(o.Stdout, "\nwrote %s (%d files, report.html first) in %s\n", o.OutDir, len(files), out.Wall.Round(time.Second))
+	}
 	printSummary(o.Stdout, o, res, engine) // ends with the verdict
-	return out, errors.Join(err, werr)
+	return out, werr
+}
+
+// CheckArm reports whether policy can run as an arm with these options:
+// the arm's mesh config (policy, admission bounds, the workload's classes)
+// must load. It starts nothing and writes nothing.
+func (o Options) CheckArm(policy string) error {
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	_, err := meshYAML(o.shaped(), "127.0.0.1:8000", policy, o.MaxInflight, o.Bounds)
+	return err
 }
 
 // shaped returns the workload with the demo's run length.

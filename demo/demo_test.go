@@ -2,9 +2,11 @@ package demo_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,4 +134,81 @@ func TestRunRefusesUnwritableOutDir(t *testing.T) {
 	if err == nil {
 		t.Fatal("Run with an output directory under a file succeeded")
 	}
+}
+
+// previous fills dir with the outputs of an earlier demo and returns them.
+func previous(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	old := map[string]string{"report.html": "<p>old</p>", "report.md": "# old", "ab.json": `{"valid": true, "runs": []}`}
+	for name, body := range old {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return old
+}
+
+// leftAsWas checks that dir holds exactly the earlier outputs (and the mesh
+// files a run writes), no leftover temporary file among them.
+func leftAsWas(t *testing.T, dir string, old map[string]string, allowed ...string) {
+	t.Helper()
+	for name, body := range old {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || string(got) != body {
+			t.Errorf("%s was overwritten (%v): %q", name, err, got)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if _, ok := old[e.Name()]; !ok && !slices.Contains(allowed, e.Name()) {
+			t.Errorf("unexpected file %s in the output directory", e.Name())
+		}
+	}
+}
+
+// A mistyped policy is refused before anything is written: the previous
+// report stays whole instead of becoming an empty "valid" one.
+func TestRunUnknownPolicyWritesNothing(t *testing.T) {
+	out := t.TempDir()
+	old := previous(t, out)
+	res, err := demo.Run(context.Background(), demo.Options{OutDir: out, Workload: tinyWorkload(t), A: "nosuch", B: "alsonot", Gateway: runGateway})
+	if err == nil || res != nil {
+		t.Fatalf("Run with unknown policies: %v, %+v", err, res)
+	}
+	for _, want := range []string{`arm A`, `"nosuch" is not a known policy`, `arm B`, `"alsonot"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	leftAsWas(t, out, old)
+	if err := (demo.Options{Workload: tinyWorkload(t), Gateway: runGateway}).CheckArm("edf"); err != nil {
+		t.Errorf("CheckArm(edf): %v", err)
+	}
+}
+
+// An A/B that fails part way (the candidate's gateway does not start)
+// replaces none of the previous outputs and does not claim to be valid.
+func TestRunFailedArmKeepsPreviousOutputs(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	out := t.TempDir()
+	old := previous(t, out)
+	failB := func(ctx context.Context, gc stack.GatewayConfig) error {
+		if strings.Contains(gc.ConfigPath, "preemptive") {
+			return errors.New("gateway refused to start")
+		}
+		return runGateway(ctx, gc)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := demo.Run(ctx, demo.Options{OutDir: out, Quick: true, Workload: tinyWorkload(t), Repeats: 1, Duration: 500 * time.Millisecond, Load: 0.3, Gateway: failB})
+	if err == nil || !strings.Contains(err.Error(), "gateway refused to start") {
+		t.Fatalf("Run with a failing arm: %v", err)
+	}
+	if res == nil || res.AB == nil || res.AB.Valid || len(res.Files) != 0 {
+		t.Fatalf("result of a failed A/B: %+v", res)
+	}
+	leftAsWas(t, out, old, "mesh-envoy.yaml", "mesh-fifo.yaml", "mesh-preemptive.yaml")
 }

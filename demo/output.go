@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,36 +13,65 @@ import (
 	"github.com/llmesh/llmesh/bench/report"
 )
 
+// pendingFile is an output written to a temporary file in the output
+// directory, renamed to path once every output is ready.
+type pendingFile struct{ tmp, path string }
+
+// discard removes temporary files that will not be renamed into place.
+func discard(ps []pendingFile) {
+	for _, p := range ps {
+		os.Remove(p.tmp)
+	}
+}
+
 // writeOutputs writes ab.json, report.md, report.html and one JSON report
-// per run (re-renderable with `llmesh bench report`).
-func writeOutputs(o Options, res *ab.Result) ([]string, error) {
-	var files []string
+// per run (re-renderable with `llmesh bench report`), report.html first in
+// the list returned. Each goes to a temporary file first; only when all of
+// them (and the runs' records in runs) are written are they renamed into
+// place, so a failure leaves the previous outputs whole.
+func writeOutputs(o Options, res *ab.Result, runs []pendingFile) ([]string, error) {
+	var ready []pendingFile
 	write := func(name string, render func(io.Writer) error) error {
 		var buf bytes.Buffer
 		if err := render(&buf); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		path := filepath.Join(o.OutDir, name)
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		f, err := os.CreateTemp(o.OutDir, "."+name+".*")
+		if err != nil {
 			return err
 		}
-		files = append(files, path)
-		return nil
+		ready = append(ready, pendingFile{tmp: f.Name(), path: filepath.Join(o.OutDir, name)})
+		_, err = f.Write(buf.Bytes())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err
 	}
-	if err := write("ab.json", func(w io.Writer) error { return ab.WriteJSON(w, res) }); err != nil {
-		return files, err
-	}
+	err := errors.Join(
+		write("report.html", func(w io.Writer) error { return ab.HTML(w, res) }),
+		write("report.md", func(w io.Writer) error { return markdown(w, res) }),
+		write("ab.json", func(w io.Writer) error { return ab.WriteJSON(w, res) }),
+	)
 	for _, r := range res.Runs {
+		if err != nil {
+			break
+		}
 		name := fmt.Sprintf("run-%s-%d.json", armLabel(res, r), r.Repeat+1)
-		if err := write(name, func(w io.Writer) error { return report.WriteJSON(w, r.Report) }); err != nil {
+		err = write(name, func(w io.Writer) error { return report.WriteJSON(w, r.Report) })
+	}
+	ready = append(ready, runs...)
+	if err != nil {
+		discard(ready)
+		return nil, fmt.Errorf("writing the outputs to %s (the previous ones were left as they were): %w", o.OutDir, err)
+	}
+	var files []string
+	for i, p := range ready {
+		// Temporary files are private; the outputs are not.
+		if err := errors.Join(os.Chmod(p.tmp, 0o644), os.Rename(p.tmp, p.path)); err != nil {
+			discard(ready[i:])
 			return files, err
 		}
-	}
-	if err := write("report.md", func(w io.Writer) error { return markdown(w, res) }); err != nil {
-		return files, err
-	}
-	if err := write("report.html", func(w io.Writer) error { return ab.HTML(w, res) }); err != nil {
-		return files, err
+		files = append(files, p.path)
 	}
 	return files, nil
 }

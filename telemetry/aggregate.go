@@ -382,7 +382,7 @@ func (a *aggregation) record(s *series, obs *filter.Observation, kind int, slo S
 	if slo.TTFTMissed {
 		a.sumPoint(&pt.violations[sloTTFT], &pt.own.violations[sloTTFT], iViolations, s.sets.violations[sloTTFT]).value++
 	}
-	if slo.TPOTMissed {
+	if slo.TPOTMissed || slo.TPOTUnknown { // an unknown TPOT is a TPOT miss
 		a.sumPoint(&pt.violations[sloTPOT], &pt.own.violations[sloTPOT], iViolations, s.sets.violations[sloTPOT]).value++
 	}
 	if slo.Failed {

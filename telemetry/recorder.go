@@ -14,6 +14,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/slo/attainment"
 )
 
 // Metric names. GenAI semantic-convention names where they exist.
@@ -230,29 +231,23 @@ func (r *Recorder) lookup(class, model string) *series {
 }
 
 // SLOResult is how one request fared against its class's SLOs.
-type SLOResult struct {
-	// Met is true when the request succeeded and met every SLO its class
-	// has (a class without SLOs is met by every success).
-	Met        bool
-	TTFTMissed bool
-	TPOTMissed bool
-	Failed     bool
-}
+type SLOResult = attainment.Result
 
-// JudgeSLO applies the attainment rule of docs/architecture.md (Definitions): failed requests miss; TTFT
-// (proxy-side) must be ≤ the TTFT SLO; TPOT ≤ the TPOT SLO where TPOT is
-// defined (more than one output token).
+// JudgeSLO applies the attainment rule the bench applies too
+// (slo/attainment, docs/architecture.md Definitions) to an observation: a
+// failed request misses; TTFT (proxy-side) must be at most the TTFT SLO;
+// TPOT at most the TPOT SLO, and a TPOT that cannot be computed (fewer
+// than two output tokens) misses unless the engine ended the response at
+// its length limit (finish reason "length": the request asked for no
+// more). The hosts do not read max_tokens from the request, so the finish
+// reason stands for it.
 func JudgeSLO(obs *filter.Observation, c filter.Class) SLOResult {
-	var r SLOResult
-	r.Failed = !obs.OK()
-	if c.TTFT > 0 && (!obs.HasTTFT || obs.TTFT > c.TTFT) && !r.Failed {
-		r.TTFTMissed = true
-	}
-	if c.TPOT > 0 && obs.HasTPOT && obs.TPOT > c.TPOT {
-		r.TPOTMissed = true
-	}
-	r.Met = !r.Failed && !r.TTFTMissed && !r.TPOTMissed
-	return r
+	return attainment.Judge(attainment.Outcome{
+		Failed: !obs.OK(),
+		TTFT:   obs.TTFT, HasTTFT: obs.HasTTFT,
+		TPOT: obs.TPOT, HasTPOT: obs.HasTPOT,
+		LengthLimited: obs.FinishReason == "length",
+	}, attainment.Targets{TTFT: c.TTFT, TPOT: c.TPOT})
 }
 
 // Record records one finished request's metrics under class and model.
@@ -305,7 +300,7 @@ func (r *Recorder) Record(obs filter.Observation, class, model string) {
 	if slo.TTFTMissed {
 		r.violations.Add(ctx, 1, s.violations[sloTTFT]...)
 	}
-	if slo.TPOTMissed {
+	if slo.TPOTMissed || slo.TPOTUnknown { // an unknown TPOT is a TPOT miss
 		r.violations.Add(ctx, 1, s.violations[sloTPOT]...)
 	}
 	if slo.Failed {

@@ -68,7 +68,7 @@ func recordPerCall(r *Recorder, obs filter.Observation, class, model string) {
 	for _, v := range [...]struct {
 		hit  bool
 		name string
-	}{{slo.TTFTMissed, "ttft"}, {slo.TPOTMissed, "tpot"}, {slo.Failed, "failed"}} {
+	}{{slo.TTFTMissed, "ttft"}, {slo.TPOTMissed || slo.TPOTUnknown, "tpot"}, {slo.Failed, "failed"}} {
 		if v.hit {
 			r.violations.Add(ctx, 1, metric.WithAttributes(AttrClass.String(class), AttrModel.String(model), AttrSLO.String(v.name)))
 		}

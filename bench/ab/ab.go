@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/llmesh/llmesh/bench/harness"
 	"github.com/llmesh/llmesh/bench/result"
@@ -108,7 +109,8 @@ type Result struct {
 	// significant difference.
 	Verdict string `json:"verdict"`
 	Runs    []Run  `json:"runs"`
-	// Valid is false when any run was invalid (see the runs' reasons).
+	// Valid is false when any run was invalid (see the runs' reasons) or
+	// did not finish.
 	Valid bool `json:"valid"`
 }
 
@@ -155,10 +157,15 @@ func Compare(ctx context.Context, o Options) (*Result, error) {
 			}
 		}
 	}
+	// An A/B that did not run every run is no experiment: it never
+	// claims to be valid, whatever the runs that finished say.
+	if runErr != nil || len(res.Runs) != 2*o.Repeats {
+		res.Valid = false
+	}
 	res.Classes = deltas(samples["A"], samples["B"], o.Workload, o.Resamples)
 	res.Verdict = verdict(res)
 	if !res.Valid {
-		res.Verdict = inconclusive(res)
+		res.Verdict = inconclusive(res, runErr)
 	}
 	return res, runErr
 }
@@ -168,7 +175,14 @@ func Compare(ctx context.Context, o Options) (*Result, error) {
 // given (the deltas are still reported, for information).
 const Inconclusive = "Inconclusive"
 
-func inconclusive(res *Result) string {
+func inconclusive(res *Result, runErr error) string {
+	if want := 2 * res.Repeats; len(res.Runs) != want || runErr != nil {
+		cause := "stopped"
+		if runErr != nil {
+			cause = runErr.Error()
+		}
+		return fmt.Sprintf("%s: %d of %d runs finished (%s): no verdict", Inconclusive, len(res.Runs), want, cause)
+	}
 	n, first := 0, ""
 	for _, r := range res.Runs {
 		if r.Report != nil && !r.Report.Valid {
@@ -185,7 +199,7 @@ func validity(rep *result.Report) string {
 	if rep.Valid {
 		return "valid"
 	}
-	return fmt.Sprintf("INVALID %v", rep.InvalidReasons)
+	return "INVALID: " + strings.Join(rep.InvalidReasons, "; ")
 }
 
 func runArm(ctx context.Context, run func(context.Context, harness.Options) (*result.Report, []result.Record, error), t Target, w *workload.Workload, progress, jsonl io.Writer, id string) (*result.Report, []result.Record, error) {

@@ -3,6 +3,7 @@ package ab
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -197,5 +198,43 @@ classes: [{name: a, slo: {ttft: 1s}, prompt_tokens: {value: 8}, output_tokens: {
 		if d.Verdict != NoDiff {
 			t.Errorf("%+v", d)
 		}
+	}
+}
+
+// An A/B whose arm fails to start is no experiment: it is never valid and
+// gives no verdict, even though no finished run was invalid.
+func TestCompareFailedArmIsNotValid(t *testing.T) {
+	w := compile(t, `
+name: ab-fail
+requests: 5
+arrival: {process: constant, rate: 200}
+classes: [{name: a, prompt_tokens: {value: 8}, output_tokens: {value: 4}}]`)
+	broken := Func{Label: "nosuch", Start: func(context.Context) (string, func(), error) {
+		return "", nil, errors.New("no such policy")
+	}}
+	for _, tc := range []struct {
+		name string
+		a, b Target
+		runs int
+	}{
+		{"A fails", broken, URL{Endpoint: "127.0.0.1:1"}, 0},
+		{"B fails", URL{Endpoint: "127.0.0.1:1"}, broken, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func(_ context.Context, ho harness.Options) (*result.Report, []result.Record, error) {
+				return &result.Report{Label: ho.Label, Valid: true, Classes: map[string]*result.ClassReport{}}, nil, nil
+			}
+			res, err := Compare(context.Background(), Options{Workload: w, A: tc.a, B: tc.b, Repeats: 1, Run: run})
+			if err == nil || !strings.Contains(err.Error(), "no such policy") {
+				t.Fatalf("error %v, want the arm's start failure", err)
+			}
+			if res.Valid || len(res.Runs) != tc.runs || !strings.HasPrefix(res.Verdict, Inconclusive) || !strings.Contains(res.Verdict, "no such policy") {
+				t.Errorf("valid %v, %d runs, verdict %q: want invalid, %d runs, Inconclusive naming the cause", res.Valid, len(res.Runs), res.Verdict, tc.runs)
+			}
+			var js bytes.Buffer
+			if err := WriteJSON(&js, res); err != nil || !strings.Contains(js.String(), `"valid": false`) {
+				t.Errorf("JSON (%v) does not say invalid:\n%s", err, js.String())
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -170,6 +171,10 @@ func (c *grpcClient) fail(ctx context.Context, rec *result.Record, now Clock, er
 	case code == codes.Unavailable && len(trailer.Get("grpc-retry-pushback-ms")) > 0,
 		preemptedText(st.Message()):
 		s = result.StatusPreempted
+	case code == codes.Unavailable && strings.Contains(st.Message(), "while dialing"):
+		// grpc-go says only in words that its connection could not be
+		// made ("transport: Error while dialing: dial tcp …").
+		s = result.StatusUnreachable
 	}
 	fail(rec, now, s, int(code), fmt.Sprintf("gRPC %s: %s", code, st.Message()))
 }

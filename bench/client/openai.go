@@ -104,7 +104,11 @@ func (c *openAI) Do(ctx context.Context, req *Request, rec *result.Record, now C
 	rec.SentNS = now()
 	resp, err := c.hc.Do(hr)
 	if err != nil {
-		fail(rec, now, ctxStatus(ctx), 0, err.Error())
+		st := ctxStatus(ctx)
+		if st == result.StatusError && unreachable(err) {
+			st = result.StatusUnreachable
+		}
+		fail(rec, now, st, 0, err.Error())
 		return
 	}
 	defer resp.Body.Close()
@@ -272,6 +276,14 @@ func fail(rec *result.Record, now Clock, st result.Status, code int, msg string)
 	rec.Status = st
 	rec.Code = code
 	rec.Error = msg
+}
+
+// unreachable reports an error of a connection that could not be made
+// (refused, no route, an unknown host), as opposed to one that broke.
+func unreachable(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial"
 }
 
 // ctxStatus tells a timeout or run cancellation from other failures.

@@ -78,15 +78,25 @@ func Run(ctx context.Context, o Options) (*result.Report, []result.Record, error
 		}
 	}
 
+	// The runner's collector goroutine calls sink; it owns reach and the
+	// encoder.
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
 	var (
-		sink    func(*result.Record)
+		reach   reachability
 		bw      *bufio.Writer
+		enc     *json.Encoder
 		sinkErr error
 	)
 	if o.JSONL != nil {
 		bw = bufio.NewWriterSize(o.JSONL, 64<<10)
-		enc := json.NewEncoder(bw)
-		sink = func(r *result.Record) {
+		enc = json.NewEncoder(bw)
+	}
+	sink := func(r *result.Record) {
+		if err := reach.observe(r); err != nil {
+			stopRun(err)
+		}
+		if enc != nil {
 			r.Run = o.RunID
 			if sinkErr == nil {
 				sinkErr = enc.Encode(r)
@@ -105,7 +115,7 @@ func Run(ctx context.Context, o Options) (*result.Report, []result.Record, error
 	}
 	stop := progress.Start(ctx, o.Progress, label, expected(o.Workload), live)
 	start := time.Now()
-	recs, runErr := runner.Run(ctx, runner.Options{Workload: o.Workload, Client: c, Clock: o.Clock, Sink: sink, Live: live})
+	recs, runErr := runner.Run(runCtx, runner.Options{Workload: o.Workload, Client: c, Clock: o.Clock, Sink: sink, Live: live})
 	stop()
 	g, _ := sampler.Stop()
 	if bw != nil {
@@ -121,11 +131,58 @@ func Run(ctx context.Context, o Options) (*result.Report, []result.Record, error
 	if sinkErr != nil {
 		sinkErr = fmt.Errorf("writing per-request records: %w", sinkErr)
 	}
-	if runErr != nil {
+	if cause := context.Cause(runCtx); runErr != nil && errors.Is(cause, ErrUnreachable) {
+		runErr = cause
+		rep.Valid = false
+		rep.InvalidReasons = append(rep.InvalidReasons, "stopped early: "+runErr.Error())
+	} else if runErr != nil {
 		rep.Valid = false
 		rep.InvalidReasons = append(rep.InvalidReasons, "run interrupted: "+runErr.Error())
 	}
 	return rep, recs, errors.Join(runErr, sinkErr)
+}
+
+// A run gives up on a target it cannot reach instead of running its whole
+// length: while no request has got an answer and every one that ended so
+// far failed to connect (result.StatusUnreachable), the run stops once
+// UnreachableAttempts of them have failed or UnreachableGrace has passed
+// since the first failure, and Run returns ErrUnreachable with the cause.
+const (
+	UnreachableAttempts = 20
+	UnreachableGrace    = 5 * time.Second
+)
+
+// ErrUnreachable is what Run returns when it stopped early because the
+// target could not be reached.
+var ErrUnreachable = errors.New("target unreachable")
+
+// reachability watches the records of one run as they end.
+type reachability struct {
+	answered bool // some request reached the target
+	n        int  // requests that failed to connect
+	firstNS  int64
+	first    string
+}
+
+// observe folds in one ended request and returns ErrUnreachable, with the
+// cause, when the run should stop.
+func (u *reachability) observe(r *result.Record) error {
+	switch {
+	case u.answered || r.Status == result.StatusCancelled:
+		return nil
+	case r.Status != result.StatusUnreachable:
+		u.answered = true
+		return nil
+	}
+	if u.n == 0 {
+		u.firstNS, u.first = r.DoneNS, r.Error
+	}
+	u.n++
+	if since := time.Duration(r.DoneNS - u.firstNS); u.n >= UnreachableAttempts || since >= UnreachableGrace {
+		return fmt.Errorf("%w: none of the first %d requests (over %s) could connect and none completed; first error: %s",
+			ErrUnreachable, u.n, since.Round(time.Millisecond), u.first)
+	}
+	return nil
 }
 
 // expected estimates the number of requests for the progress bar; 0 when

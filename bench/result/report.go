@@ -79,13 +79,16 @@ type Report struct {
 	Policy   string  `json:"policy,omitempty"`
 	Load     float64 `json:"load,omitempty"`
 	// OfferedRPS is the arrival schedule's rate: n−1 gaps over the
-	// measured requests' first → last intended send. AchievedRPS is the
-	// measured requests sent per second of the run window (Duration: first
-	// send → last end), the window of every other per-second figure
-	// (throughput, goodput, tokens), so goodput ≤ throughput ≤ achieved;
-	// a run's tail (the last requests finishing) puts it below offered
-	// even when every request went out on time: ScheduleLagMs says whether
-	// the harness kept up.
+	// measured requests' first → last intended send (0 for a closed loop).
+	// AchievedRPS is the completed (ok) requests per second of the run
+	// window, the window of every other per-second figure (throughput,
+	// goodput, tokens): first send → last end (Duration), but never
+	// shorter than n / OfferedRPS, the time the schedule needs for the n
+	// measured arrivals. So by construction goodput ≤ throughput =
+	// achieved ≤ offered, and failed requests never count as achieved; a
+	// run's tail (the last requests finishing) puts achieved below offered
+	// even when every request went out on time and completed:
+	// ScheduleLagMs says whether the harness kept up.
 	OfferedRPS  float64 `json:"offered_rps"`
 	AchievedRPS float64 `json:"achieved_rps"`
 	// ScheduleLagMs is actual minus intended send time over measured

@@ -34,6 +34,10 @@ const (
 	StatusPreempted Status = "preempted"
 	// StatusDropped: the stream ended before its end marker.
 	StatusDropped Status = "dropped"
+	// StatusUnreachable: no connection to the target could be made
+	// (connection refused, no route, an unknown host): the request never
+	// reached it.
+	StatusUnreachable Status = "unreachable"
 	// StatusTimeout: the request ran past the workload's timeout.
 	StatusTimeout Status = "timeout"
 	// StatusCancelled: the run was interrupted while the request was in

@@ -7,14 +7,17 @@
 package stats
 
 import (
+	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/slo/attainment"
 )
 
 // Meta describes the run being summarized.
@@ -161,26 +164,21 @@ func (c *class) add(r *result.Record) {
 	for i := 1; i < len(r.ChunkNS); i++ {
 		c.itl.add(time.Duration(r.ChunkNS[i] - r.ChunkNS[i-1]))
 	}
+	// One judgement for the bench and the hosts (slo/attainment); each
+	// miss is counted once, under its first reason.
+	j := attainment.Judge(attainment.Outcome{
+		TTFT: ttft, HasTTFT: hasTTFT, TPOT: tpot, HasTPOT: hasTPOT, MaxTokens: r.MaxTokens,
+	}, attainment.Targets{TTFT: c.ttftSLO, TPOT: c.tpotSLO})
 	switch {
-	case c.ttftSLO > 0 && (!hasTTFT || ttft > c.ttftSLO):
+	case j.TTFTMissed:
 		v.TTFT++
-	case c.tpotSLO > 0 && hasTPOT && tpot > c.tpotSLO:
+	case j.TPOTMissed:
 		v.TPOT++
-	case c.tpotSLO > 0 && !hasTPOT && !singleToken(r):
-		// A TPOT that cannot be computed is unknown, and unknown does not
-		// meet an SLO (an engine that reported no usage once passed every
-		// TPOT SLO this way).
+	case j.TPOTUnknown:
 		v.TPOTUnknown++
 	default:
 		c.met++
 	}
-}
-
-// singleToken reports a request that asked for one output token and got
-// it: it has no time per output token to hold to an SLO.
-func singleToken(r *result.Record) bool {
-	_, hasTTFT := r.TTFT()
-	return hasTTFT && r.MaxTokens == 1 && r.OutputTokens == 1
 }
 
 func (c *class) finish(dur float64) {
@@ -309,32 +307,34 @@ func Summarize(recs []result.Record, m Meta) *result.Report {
 		dur = float64(end-start) / 1e9
 	}
 	rep.Duration = dur
-	for _, cl := range order {
-		cl.finish(dur)
-	}
 	all.met = allMet
-	all.finish(dur)
-	all.rep.SLOTTFTMs, all.rep.SLOTPOTMs, all.rep.AttainmentTarget, all.rep.MeetsTarget = 0, 0, 0, false
-	rep.Overall = all.rep
-	if dur > 0 {
-		rep.RequestThroughput = float64(rep.Completed) / dur
-		rep.RequestGoodput = float64(allMet) / dur
-		rep.OutputThroughput = float64(rep.TotalOutputTokens) / dur
-		rep.TotalTokenThroughput = float64(rep.TotalInputTokens+rep.TotalOutputTokens) / dur
-	}
-	// Every per-second figure of what happened (achieved, throughput,
-	// goodput, tokens) divides by the same run window, first send → last
-	// end, so goodput ≤ throughput ≤ achieved always holds; only offered
-	// is the arrival schedule's own rate (n−1 gaps over first → last
-	// intended send), which the run's tail does not stretch.
-	if dur > 0 {
-		rep.AchievedRPS = float64(len(measured)) / dur
-	}
-	if n := len(measured); n > 1 && lastIntended > firstIntended {
+	// Offered is the arrival schedule's own rate (n−1 gaps over first →
+	// last intended send), which the run's tail does not stretch. Every
+	// per-second figure of what happened (achieved, throughput, goodput,
+	// tokens) divides by one window: the run (first send → last end), but
+	// never shorter than the schedule needs for n arrivals (n / offered).
+	// Achieved counts completed requests only, so by construction
+	// goodput ≤ throughput = achieved ≤ offered: requests that failed at
+	// once (a dead port) never make a run look faster than its schedule.
+	if n := len(measured); n > 1 && lastIntended > firstIntended && !w.Closed() {
 		rep.OfferedRPS = float64(n-1) / (float64(lastIntended-firstIntended) / 1e9)
 	}
-	if w.Closed() {
-		rep.OfferedRPS = 0
+	window := dur
+	if rep.OfferedRPS > 0 {
+		window = max(window, float64(len(measured))/rep.OfferedRPS)
+	}
+	for _, cl := range order {
+		cl.finish(window)
+	}
+	all.finish(window)
+	all.rep.SLOTTFTMs, all.rep.SLOTPOTMs, all.rep.AttainmentTarget, all.rep.MeetsTarget = 0, 0, 0, false
+	rep.Overall = all.rep
+	if window > 0 {
+		rep.RequestThroughput = float64(rep.Completed) / window
+		rep.RequestGoodput = float64(allMet) / window
+		rep.OutputThroughput = float64(rep.TotalOutputTokens) / window
+		rep.TotalTokenThroughput = float64(rep.TotalInputTokens+rep.TotalOutputTokens) / window
+		rep.AchievedRPS = rep.RequestThroughput
 	}
 	lp := lag.percentiles()
 	rep.ScheduleLagMs = result.Lag{P50: lp.P50, P99: lp.P99, Max: lp.Max}
@@ -349,7 +349,7 @@ func Summarize(recs []result.Record, m Meta) *result.Report {
 	rep.Valid = true
 	if rep.Completed == 0 {
 		rep.Valid = false
-		rep.InvalidReasons = append(rep.InvalidReasons, "no request completed")
+		rep.InvalidReasons = append(rep.InvalidReasons, noneCompleted(rep, measured))
 	}
 	if !w.Closed() {
 		checkLag(sp, rep, lp.P99)
@@ -391,4 +391,31 @@ func engineAgreement(recs []*result.Record) *result.EngineAgreement {
 		a.Note = "most client TTFTs are shorter than the engine's own: the engine clock runs faster than real time (llmesh sim --time-scale); compare at scale 1"
 	}
 	return a
+}
+
+// noneCompleted says why a run had nothing to measure: the measured
+// requests' failures counted by status, and the first one's error (the
+// cause is usually the same for all of them, a dead port or a wrong URL).
+func noneCompleted(rep *result.Report, measured []*result.Record) string {
+	if len(measured) == 0 {
+		return "no request completed: none was measured"
+	}
+	var statuses []string
+	for st := range rep.Requests {
+		if st != result.StatusOK {
+			statuses = append(statuses, string(st))
+		}
+	}
+	sort.Strings(statuses)
+	kinds := make([]string, len(statuses))
+	for i, st := range statuses {
+		kinds[i] = fmt.Sprintf("%d %s", rep.Requests[result.Status(st)], st)
+	}
+	msg := "no request completed: " + strings.Join(kinds, ", ")
+	for _, r := range measured { // in index order
+		if r.Error != "" {
+			return msg + "; first error: " + r.Error
+		}
+	}
+	return msg
 }

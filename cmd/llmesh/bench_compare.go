@@ -95,18 +95,33 @@ func runBenchCompare(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	out := compareOutput{Alpha: alpha, Policy: policy, Load: load, Inputs: map[string][]string{}}
 	arms := map[string][]*result.Report{}
+	// seeds[arm][i] is unit i's seed when it came from a bench simulate
+	// --seeds file (-1 otherwise): such units must pair seed by seed.
+	seeds := map[string][]int64{}
 	for i, arm := range []string{"A", "B"} {
 		if i >= len(files) {
 			break
 		}
 		for _, f := range strings.Split(files[i], ",") {
-			rep, sum, err := loadCompareReport(f, policy, load, loadSet)
+			reps, ss, sum, err := loadCompareReports(f, policy, load, loadSet)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("arm %s: %w", arm, err))
 				continue
 			}
-			arms[arm] = append(arms[arm], rep)
+			arms[arm] = append(arms[arm], reps...)
+			for j := range reps {
+				s := int64(-1)
+				if ss != nil {
+					s = ss[j]
+				}
+				seeds[arm] = append(seeds[arm], s)
+			}
 			out.Inputs[arm] = append(out.Inputs[arm], f+" sha256:"+sum)
+		}
+	}
+	for i := 0; i < min(len(seeds["A"]), len(seeds["B"])); i++ {
+		if a, b := seeds["A"][i], seeds["B"][i]; a >= 0 && b >= 0 && a != b {
+			errs = append(errs, fmt.Errorf("unit %d: arm A ran seed %d, arm B seed %d; runs must be paired", i, a, b))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -156,39 +171,69 @@ func runBenchCompare(ctx context.Context, args []string, stdout, stderr io.Write
 	return nil
 }
 
-// loadCompareReport reads one unit's report: a bench run report, or the run
-// of a bench simulate result at policy and load.
-func loadCompareReport(path, policy string, load float64, loadSet bool) (*result.Report, string, error) {
+// loadCompareReports reads one file's units: a bench run report (one
+// unit), the run of a bench simulate result at policy and load (one unit),
+// or of every seed's result in a `bench simulate --seeds N` file (N units,
+// in seed order; seeds lists them, nil for the other kinds).
+func loadCompareReports(path, policy string, load float64, loadSet bool) (reps []*result.Report, seeds []int64, sum string, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
-	sum := sha256.Sum256(data)
+	h := sha256.Sum256(data)
+	sum = hex.EncodeToString(h[:])
 	var probe struct {
-		Runs []json.RawMessage `json:"runs"`
+		Runs    []json.RawMessage `json:"runs"`
+		Seeds   []int64           `json:"seeds"`
+		Results []struct {
+			Runs []json.RawMessage `json:"runs"`
+		} `json:"results"`
 	}
 	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, "", fmt.Errorf("%s: %w", path, err)
+		return nil, nil, "", fmt.Errorf("%s: %w", path, err)
 	}
-	if probe.Runs == nil {
-		var rep result.Report
-		if err := json.Unmarshal(data, &rep); err != nil {
-			return nil, "", fmt.Errorf("%s: %w", path, err)
+	switch {
+	case probe.Results != nil:
+		if len(probe.Seeds) != len(probe.Results) || len(probe.Results) == 0 {
+			return nil, nil, "", fmt.Errorf("%s: %d seeds and %d results, want as many of each and at least one", path, len(probe.Seeds), len(probe.Results))
 		}
-		if rep.Classes == nil {
-			return nil, "", fmt.Errorf("%s: neither a bench run report (no classes) nor a bench simulate result (no runs)", path)
+		var errs []error
+		for i, r := range probe.Results {
+			rep, err := pickSimulateRun(r.Runs, policy, load, loadSet)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: results[%d] (seed %d): %w", path, i, probe.Seeds[i], err))
+			}
+			reps = append(reps, rep)
 		}
-		return &rep, hex.EncodeToString(sum[:]), nil
+		return reps, probe.Seeds, sum, errors.Join(errs...)
+	case probe.Runs != nil:
+		rep, err := pickSimulateRun(probe.Runs, policy, load, loadSet)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("%s: %w", path, err)
+		}
+		return []*result.Report{rep}, nil, sum, nil
 	}
-	// --load picks by load factor; without it the policy must name one run
-	// (loads from --rate differ per seed, as each seed measures its own
-	// saturation).
+	var rep result.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return nil, nil, "", fmt.Errorf("%s: %w", path, err)
+	}
+	if rep.Classes == nil {
+		return nil, nil, "", fmt.Errorf("%s: neither a bench run report (no classes) nor a bench simulate result (no runs)", path)
+	}
+	return []*result.Report{&rep}, nil, sum, nil
+}
+
+// pickSimulateRun picks the run at policy and load of one bench simulate
+// result. --load picks by load factor; without it the policy must name one
+// run (loads from --rate differ per seed, as each seed measures its own
+// saturation).
+func pickSimulateRun(runs []json.RawMessage, policy string, load float64, loadSet bool) (*result.Report, error) {
 	var seen []string
 	var found []*result.Report
-	for i, raw := range probe.Runs {
+	for i, raw := range runs {
 		rep := new(result.Report)
 		if err := json.Unmarshal(raw, rep); err != nil {
-			return nil, "", fmt.Errorf("%s: runs[%d]: %w", path, i, err)
+			return nil, fmt.Errorf("runs[%d]: %w", i, err)
 		}
 		seen = append(seen, fmt.Sprintf("%s@%g", rep.Policy, rep.Load))
 		if (policy == "" || rep.Policy == policy) && (!loadSet || rep.Load == load) {
@@ -196,9 +241,9 @@ func loadCompareReport(path, policy string, load float64, loadSet bool) (*result
 		}
 	}
 	if len(found) != 1 {
-		return nil, "", fmt.Errorf("%s: %d runs match --policy %q --load %g, want one (has %s)", path, len(found), policy, load, strings.Join(seen, ", "))
+		return nil, fmt.Errorf("%d runs match --policy %q --load %g, want one (has %s)", len(found), policy, load, strings.Join(seen, ", "))
 	}
-	return found[0], hex.EncodeToString(sum[:]), nil
+	return found[0], nil
 }
 
 // writeAtomic writes to a temporary file beside path and renames it, so a

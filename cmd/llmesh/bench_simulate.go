@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,6 +35,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		loads     = fs.String("loads", "", "comma-separated load factors, each × the measured saturation rate (default: the workload's own rate)")
 		duration  = fs.Duration("duration", 0, "measured duration per run, replacing the workload's (not with --trace)")
 		seed      = fs.Int64("seed", 0, "random seed (default: the workload's)")
+		seeds     = fs.Int("seeds", 1, "run every policy and load over `N` seeds (--seed, --seed+1, …); --json then holds every seed's result, which bench compare reads as N paired units")
 		jsonOut   = fs.String("json", "", "write the result as one JSON object to `FILE` (- for stdout, instead of the tables)")
 		brief     = fs.Bool("brief", false, "print only the saturation point and the comparison table")
 		inflight  = fs.Int("max-inflight", simulate.DefaultMaxInflight, "pool capacity (max_inflight)")
@@ -119,6 +122,9 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if *rate < 0 || *rate != *rate {
 		errs = append(errs, fmt.Errorf("--rate: %v must be positive", *rate))
 	}
+	if *seeds < 1 || *seeds > 1000 {
+		errs = append(errs, fmt.Errorf("--seeds: %d must be in [1, 1000]", *seeds))
+	}
 	if *rate > 0 && (*loads != "" || *traceFile != "") {
 		errs = append(errs, errors.New("--rate: not with --loads or --trace (those set the rate)"))
 	}
@@ -166,6 +172,9 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *seeds > 1 {
+		return simulateSeeds(stdout, w, names, ls, o, *seeds, *jsonOut, *brief)
+	}
 	res, err := simulate.Evaluate(w, names, ls, o)
 	if err != nil {
 		return withExitCode(2, err)
@@ -176,6 +185,56 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		}
 	}
 	return simulate.WriteText(stdout, res, *brief)
+}
+
+// seededResult is the JSON of `bench simulate --seeds N`: one whole result
+// per seed, in seed order. bench compare reads each as one unit, so two
+// builds' files pair seed by seed.
+type seededResult struct {
+	Seeds []int64 `json:"seeds"`
+	// Results are what --json writes for one seed (simulate.WriteJSON).
+	Results []json.RawMessage `json:"results"`
+}
+
+// simulateSeeds evaluates the same policies and loads with n consecutive
+// seeds from o.Seed (or the workload's).
+func simulateSeeds(stdout io.Writer, w *workload.Workload, names []string, loads []float64, o simulate.Options, n int, jsonOut string, brief bool) error {
+	base := o.Seed
+	if base == 0 {
+		base = w.Spec.Seed
+	}
+	var out seededResult
+	var results []*simulate.Result
+	for i := range n {
+		o.Seed = base + int64(i)
+		res, err := simulate.Evaluate(w, names, loads, o)
+		if err != nil {
+			return withExitCode(2, fmt.Errorf("seed %d: %w", o.Seed, err))
+		}
+		var buf bytes.Buffer
+		if err := simulate.WriteJSON(&buf, res); err != nil {
+			return err
+		}
+		out.Seeds = append(out.Seeds, o.Seed)
+		out.Results = append(out.Results, buf.Bytes())
+		results = append(results, res)
+	}
+	if jsonOut != "" {
+		if err := writeFile(jsonOut, stdout, func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(out)
+		}); err != nil || jsonOut == "-" {
+			return err
+		}
+	}
+	for i, res := range results {
+		fmt.Fprintf(stdout, "== seed %d ==\n", out.Seeds[i])
+		if err := simulate.WriteText(stdout, res, brief); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func parseLoads(s string) ([]float64, error) {

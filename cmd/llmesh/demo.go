@@ -75,6 +75,15 @@ Flags:`)
 		}
 		o.Workload = w
 	}
+	// The arms are checked with the rest of the flags, before the demo
+	// writes anything to --out.
+	if len(errs) == 0 {
+		for _, arm := range []struct{ flag, policy string }{{"--a", *a}, {"--b", *b}} {
+			if err := o.CheckArm(arm.policy); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", arm.flag, err))
+			}
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(2, err)
 	}
