@@ -168,9 +168,9 @@ type seq struct {
 	prompt    int
 	maxTokens int
 	priority  int
-	order     uint64 // arrival order, for ties
-	output    int    // output tokens generated
-	computed  int    // tokens whose KV is in the cache
+	order     uint64         // arrival order, for ties
+	output    int            // output tokens generated
+	computed  int            // tokens whose KV is in the cache
 	table     []int32        // KV blocks held, in token order
 	hashes    []kvblock.Hash // SeqSpec.Blocks
 	hashed    int            // leading blocks of table registered or hit
