@@ -391,6 +391,9 @@ func (e *Engine) admit(q *seq, budget int) int {
 	for _, b := range hit {
 		e.pool.hold(b)
 	}
+	if q.table == nil {
+		q.table = make([]int32, 0, blocksFor(min(q.prompt+q.maxTokens, e.cfg.MaxModelLen)))
+	}
 	q.table = append(q.table[:0], hit...)
 	q.hashed = len(hit)
 	e.allocate(q, n)
