@@ -45,7 +45,15 @@
 // and the output generated so far. If nothing was preempted, waiting
 // sequences are admitted while slots (MaxNumSeqs), token budget and blocks
 // last, with chunked prefill. Sequences added or aborted between steps take
-// effect in the next step; Abort frees blocks at once. Events report, per
+// effect in the next step; Abort frees blocks at once.
+//
+// Prefix caching (on unless Config.DisablePrefixCaching) follows vLLM V1:
+// the blocks live in a pool with reference counts (blockpool.go); a
+// sequence with SeqSpec.Blocks names each full block once it is computed,
+// and is admitted with the longest run of its leading blocks found cached
+// (whole blocks, never the one holding its last token), computing only the
+// rest. Freed blocks keep their names in an LRU free queue until a new
+// block is needed. Events report, per
 // sequence, first scheduling, tokens, the first token, finishing and
 // preemptions. The step result's slices are reused by the next Step.
 //

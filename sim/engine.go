@@ -68,6 +68,14 @@ type Config struct {
 	// it (an urgent prompt, the decodes) share the step. 0 means no cap
 	// (vLLM's default with one partial prefill at a time).
 	LongPrefillTokenThreshold int
+	// DisablePrefixCaching turns the prefix cache off, as vLLM's
+	// --no-enable-prefix-caching does. When on (the default, as in vLLM
+	// V1), a sequence with Blocks is admitted with the longest run of its
+	// leading full blocks that are cached (never the block holding its last
+	// token) and computes only the rest; its blocks, once computed, stay
+	// hittable after it ends until the KV cache needs them (least recently
+	// freed first).
+	DisablePrefixCaching bool
 }
 
 // Errors Add returns.
@@ -160,10 +168,13 @@ type seq struct {
 	prompt    int
 	maxTokens int
 	priority  int
-	order     uint64 // arrival order, for ties
-	output    int    // output tokens generated
-	computed  int    // tokens whose KV is in the cache
-	blocks    int    // KV blocks held
+	order     uint64         // arrival order, for ties
+	output    int            // output tokens generated
+	computed  int            // tokens whose KV is in the cache
+	table     []int32        // KV blocks held, in token order
+	hashes    []kvblock.Hash // SeqSpec.Blocks
+	hashed    int            // leading blocks of table registered or hit
+	lost      int            // tokens computed when last preempted
 	state     seqState
 	scheduled bool // ever scheduled
 	schedN    int  // tokens scheduled in the current step
@@ -181,7 +192,8 @@ type Engine struct {
 	timing      *TimingModel
 	cfg         Config
 	totalBlocks int
-	freeBlocks  int
+	pool        *blockPool
+	hitBuf      []int32 // lookup scratch
 
 	seqs    map[uint64]*seq
 	running []*seq
@@ -193,6 +205,8 @@ type Engine struct {
 
 	preemptions      int64
 	recomputedTokens int64
+	prefixQueries    int64
+	prefixHits       int64
 	steps            int64
 }
 
@@ -241,7 +255,7 @@ func NewEngine(p *Profile, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{timing: p.Timing, cfg: cfg, seqs: map[uint64]*seq{}}
 	e.totalBlocks = cfg.KVCacheTokens / BlockSize
-	e.freeBlocks = e.totalBlocks
+	e.pool = newBlockPool(e.totalBlocks)
 	e.waiting.priority = cfg.Policy == Priority
 	return e, nil
 }
@@ -264,7 +278,7 @@ func (e *Engine) Add(s SeqSpec) error {
 	if blocksFor(s.PromptTokens+1) > e.totalBlocks {
 		return fmt.Errorf("%w: %d prompt tokens exceed the KV cache of %d tokens", ErrTooLong, s.PromptTokens, e.totalBlocks*BlockSize)
 	}
-	q := &seq{id: s.ID, prompt: s.PromptTokens, maxTokens: s.MaxTokens, priority: s.Priority, order: e.nextOrd, heapIdx: -1}
+	q := &seq{id: s.ID, prompt: s.PromptTokens, maxTokens: s.MaxTokens, priority: s.Priority, order: e.nextOrd, heapIdx: -1, hashes: s.Blocks}
 	e.nextOrd++
 	e.seqs[s.ID] = q
 	e.waiting.push(q)
@@ -294,8 +308,8 @@ func (e *Engine) Abort(id uint64) bool {
 }
 
 func (e *Engine) release(q *seq) {
-	e.freeBlocks += q.blocks
-	q.blocks = 0
+	e.pool.release(q.table)
+	q.table = nil
 	q.state = stateDone
 	delete(e.seqs, q.id)
 }
@@ -311,13 +325,26 @@ func (e *Engine) Waiting() int { return e.waiting.len() }
 
 // KVUsage is the fraction of KV cache blocks in use, in [0, 1].
 func (e *Engine) KVUsage() float64 {
-	return float64(e.totalBlocks-e.freeBlocks) / float64(e.totalBlocks)
+	return float64(e.totalBlocks-e.pool.free) / float64(e.totalBlocks)
 }
+
+// PrefixQueries is the total of prompt tokens looked up in the prefix
+// cache: each sequence with Blocks counts its prompt once, when first
+// admitted. (vLLM counts a request again at each step it waits for blocks
+// after its lookup, and counts lookups of preempted requests apart; here a
+// resumed sequence's lookup counts in neither counter, so hits over queries
+// is the share of prompt tokens served from the cache.)
+func (e *Engine) PrefixQueries() int64 { return e.prefixQueries }
+
+// PrefixHits is the total of prompt tokens first admissions found cached.
+func (e *Engine) PrefixHits() int64 { return e.prefixHits }
 
 // Preemptions is the total number of preemptions so far.
 func (e *Engine) Preemptions() int64 { return e.preemptions }
 
-// RecomputedTokens is the total of tokens recomputed after preemptions.
+// RecomputedTokens is the total of tokens recomputed after preemptions:
+// those computed when preempted, less those a resumed sequence found in
+// the prefix cache.
 func (e *Engine) RecomputedTokens() int64 { return e.recomputedTokens }
 
 // Steps is the number of non-empty steps run.
@@ -330,22 +357,74 @@ func blocksFor(tokens int) int { return (tokens + BlockSize - 1) / BlockSize }
 
 // allocate makes q hold enough blocks for n more computed tokens.
 func (e *Engine) allocate(q *seq, n int) bool {
-	need := blocksFor(q.computed+n) - q.blocks
+	need := blocksFor(q.computed+n) - len(q.table)
 	if need <= 0 {
 		return true
 	}
-	if need > e.freeBlocks {
+	if need > e.pool.free {
 		return false
 	}
-	e.freeBlocks -= need
-	q.blocks += need
+	for range need {
+		q.table = append(q.table, e.pool.take())
+	}
 	return true
 }
 
+// admit tries to start waiting sequence q (new or preempted) within
+// budget tokens: it looks up q's cached prefix, and takes the hit blocks
+// and new blocks for its first chunk if the free queue has them all (a hit
+// on a free block takes it from the queue too, as in vLLM). It returns the
+// tokens scheduled, or 0 if q does not fit.
+func (e *Engine) admit(q *seq, budget int) int {
+	hit := e.hitBuf[:0]
+	if !e.cfg.DisablePrefixCaching && q.hashes != nil {
+		hit = e.pool.lookup(hit, q.hashes, kvblock.Cacheable(q.tokens(), BlockSize))
+	}
+	e.hitBuf = hit
+	cached := len(hit) * BlockSize
+	q.computed = cached
+	n := min(e.chunk(q), budget)
+	if blocksFor(cached+n)-len(hit)+e.pool.evictable(hit) > e.pool.free {
+		q.computed = 0
+		return 0
+	}
+	for _, b := range hit {
+		e.pool.hold(b)
+	}
+	if q.table == nil {
+		q.table = make([]int32, 0, blocksFor(min(q.prompt+q.maxTokens, e.cfg.MaxModelLen)))
+	}
+	q.table = append(q.table[:0], hit...)
+	q.hashed = len(hit)
+	e.allocate(q, n)
+	if q.hashes != nil && !e.cfg.DisablePrefixCaching {
+		if !q.scheduled {
+			e.prefixQueries += int64(q.prompt)
+			e.prefixHits += int64(cached)
+		} else {
+			e.recomputedTokens -= int64(min(cached, q.lost))
+		}
+	}
+	return n
+}
+
+// register names q's blocks that its computed tokens have filled, so that
+// later sequences hit them.
+func (e *Engine) register(q *seq) {
+	if e.cfg.DisablePrefixCaching {
+		return
+	}
+	for end := min(q.computed/BlockSize, len(q.hashes)); q.hashed < end; q.hashed++ {
+		e.pool.register(q.table[q.hashed], q.hashes[q.hashed])
+	}
+}
+
 func (e *Engine) preempt(q *seq) {
-	e.freeBlocks += q.blocks
-	q.blocks = 0
+	e.pool.release(q.table)
+	q.table = q.table[:0]
+	q.hashed = 0
 	e.recomputedTokens += int64(q.computed)
+	q.lost = q.computed
 	q.computed = 0
 	q.state = stateWaiting
 	e.preemptions++
@@ -414,8 +493,8 @@ func (e *Engine) Step(now time.Time) *StepResult {
 	if !preempted {
 		for budget > 0 && len(e.running) < e.cfg.MaxNumSeqs && e.waiting.len() > 0 {
 			q := e.waiting.peek()
-			n := min(e.chunk(q), budget)
-			if !e.allocate(q, n) {
+			n := e.admit(q, budget)
+			if n == 0 {
 				break
 			}
 			e.waiting.pop()
@@ -495,6 +574,7 @@ func (e *Engine) finish(q *seq) bool {
 		e.res.Shape.AddPrefill(n, q.computed)
 	}
 	q.computed += n
+	e.register(q)
 	done := false
 	if q.computed == q.tokens() {
 		q.output++

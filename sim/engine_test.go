@@ -304,18 +304,8 @@ func BenchmarkEngineStep(b *testing.B) {
 // checkInvariants verifies the engine's bookkeeping.
 func checkInvariants(t *testing.T, e *Engine) {
 	t.Helper()
-	used := 0
-	for _, q := range e.seqs {
-		used += q.blocks
-		if q.blocks < blocksFor(q.computed) {
-			t.Fatalf("seq %d: %d blocks for %d computed tokens", q.id, q.blocks, q.computed)
-		}
-		if q.state == stateWaiting && q.blocks != 0 {
-			t.Fatalf("waiting seq %d holds %d blocks", q.id, q.blocks)
-		}
-	}
-	if used+e.freeBlocks != e.totalBlocks {
-		t.Fatalf("blocks: %d used + %d free != %d", used, e.freeBlocks, e.totalBlocks)
+	if err := e.checkBlocks(); err != nil {
+		t.Fatal(err)
 	}
 	if len(e.running) > e.cfg.MaxNumSeqs {
 		t.Fatalf("%d running over max %d", len(e.running), e.cfg.MaxNumSeqs)

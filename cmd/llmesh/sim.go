@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/llmesh/llmesh/clock"
@@ -189,6 +190,9 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	faultRate := fs.Float64("fault-rate", 0, "share of requests that fail on purpose, in [0, 1]")
 	faultKinds := fs.String("fault-kinds", "429,500,503,invalid", "faults drawn at --fault-rate: 429, 500, 503, invalid, drop-after=N, stall=DURATION")
 	defMax := fs.Int("default-max-tokens", 16, "max_tokens of requests that give none")
+	caching := true
+	fs.Var(prefixCachingFlag{&caching, true}, "enable-prefix-caching", "keep computed KV blocks and serve repeated prompt prefixes from them, as vLLM V1 does")
+	fs.Var(prefixCachingFlag{&caching, false}, "no-enable-prefix-caching", "turn prefix caching off (the later of the two flags wins)")
 	quirks := fs.String("quirks", "", "comma-separated engine quirks to reproduce: "+strings.Join(server.KnownQuirks(), ", "))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -238,7 +242,7 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		srv, err = server.New(server.Config{
 			Profile: *profile, ServedModelName: *served, Seed: *seed,
 			Engine: sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxTokens, KVCacheTokens: *kvTokens, MaxModelLen: *maxLen, Policy: pol,
-				LongPrefillTokenThreshold: *longPrefill},
+				LongPrefillTokenThreshold: *longPrefill, DisablePrefixCaching: !caching},
 			Clock:     clock.NewScaled(*scale),
 			FaultRate: *faultRate, FaultKinds: kinds, DefaultMaxTokens: *defMax,
 			Quirks: []string{*quirks},
@@ -265,8 +269,8 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	c := srv.Config()
-	fmt.Fprintf(stdout, "llmesh sim: model %s, policy %s, max-num-seqs %d, max-num-batched-tokens %d, long-prefill-token-threshold %d, kv cache %d tokens, max-model-len %d, time-scale %g\n",
-		c.ServedModelName, c.Engine.Policy, c.Engine.MaxNumSeqs, c.Engine.MaxNumBatchedTokens, c.Engine.LongPrefillTokenThreshold, c.Engine.KVCacheTokens, c.Engine.MaxModelLen, *scale)
+	fmt.Fprintf(stdout, "llmesh sim: model %s, policy %s, max-num-seqs %d, max-num-batched-tokens %d, long-prefill-token-threshold %d, kv cache %d tokens, max-model-len %d, prefix caching %s, time-scale %g\n",
+		c.ServedModelName, c.Engine.Policy, c.Engine.MaxNumSeqs, c.Engine.MaxNumBatchedTokens, c.Engine.LongPrefillTokenThreshold, c.Engine.KVCacheTokens, c.Engine.MaxModelLen, onOff(!c.Engine.DisablePrefixCaching), *scale)
 	fmt.Fprintf(stdout, "llmesh sim: http on http://%s\n", hl.Addr())
 	if gl != nil {
 		fmt.Fprintf(stdout, "llmesh sim: grpc on %s\n", gl.Addr())
@@ -275,4 +279,37 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stdout, "llmesh sim: quirks %s\n", *quirks)
 	}
 	return srv.Serve(ctx, hl, gl)
+}
+
+// prefixCachingFlag is one of the pair --enable-prefix-caching and
+// --no-enable-prefix-caching, which set one value as vLLM's boolean
+// options do: the one given last wins.
+type prefixCachingFlag struct {
+	v    *bool
+	sets bool // what the flag given as plain --name sets
+}
+
+func (f prefixCachingFlag) IsBoolFlag() bool { return true }
+
+func (f prefixCachingFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return strconv.FormatBool(*f.v == f.sets)
+}
+
+func (f prefixCachingFlag) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a boolean", s)
+	}
+	*f.v = b == f.sets
+	return nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }

@@ -26,7 +26,11 @@ type metrics struct {
 	success     prometheus.Counter
 	abortedC    prometheus.Counter
 	peakG       prometheus.Gauge
+	prefixQ     prometheus.Counter
+	prefixH     prometheus.Counter
 	lastPreempt int64 // engine total already counted; engine loop only
+	lastQ       int64 // prefix queries already counted; engine loop only
+	lastH       int64 // prefix hits already counted; engine loop only
 	peak        int   // most requests the engine held at once; engine loop only
 }
 
@@ -73,6 +77,8 @@ func newMetrics(model string) *metrics {
 		genT:        counter("vllm:generation_tokens_total", "Number of generation tokens processed.", nil),
 		success:     counter("vllm:request_success_total", "Count of successfully processed requests.", prometheus.Labels{"finished_reason": "length"}),
 		abortedC:    counter("llmesh_sim:requests_aborted_total", "Requests aborted by client disconnect or cancellation.", nil),
+		prefixQ:     counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", nil),
+		prefixH:     counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", nil),
 		peakG:       gauge("llmesh_sim:requests_peak", "Most requests (running and waiting) the engine held at once since it started."),
 	}
 }
@@ -84,6 +90,14 @@ func (m *metrics) gauges(e *sim.Engine) {
 	if p := e.Preemptions(); p > m.lastPreempt {
 		m.preemptions.Add(float64(p - m.lastPreempt))
 		m.lastPreempt = p
+	}
+	if q := e.PrefixQueries(); q > m.lastQ {
+		m.prefixQ.Add(float64(q - m.lastQ))
+		m.lastQ = q
+	}
+	if h := e.PrefixHits(); h > m.lastH {
+		m.prefixH.Add(float64(h - m.lastH))
+		m.lastH = h
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
 	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/kvblock"
 	"github.com/llmesh/llmesh/sim"
 )
 
@@ -287,6 +288,9 @@ func (s *Server) generate(ctx context.Context, req genRequest, emit func(ids []u
 		notify:  make(chan struct{}, 1),
 	}
 	st.spec = sim.SeqSpec{ID: st.id, PromptTokens: len(req.prompt), MaxTokens: req.maxTokens, Priority: req.priority}
+	if !s.cfg.Engine.DisablePrefixCaching {
+		st.spec.Blocks = seqBlocks(req)
+	}
 	if !s.loop.submit(st) {
 		return nil, errStopped
 	}
@@ -347,4 +351,18 @@ func (s *Server) generate(ctx context.Context, req genRequest, emit func(ids []u
 			return res, nil
 		}
 	}
+}
+
+// seqBlocks names the KV blocks of req's prompt and of the output it will
+// generate (synthetic output is a function of seed and prompt), so that a
+// request repeating a prompt, or continuing a conversation with the text
+// generated so far, hits the blocks earlier requests computed, as in vLLM.
+func seqBlocks(req genRequest) []kvblock.Hash {
+	toks := make([]uint32, len(req.prompt), len(req.prompt)+req.maxTokens)
+	copy(toks, req.prompt)
+	gen := sim.NewGenerator(req.seed, req.prompt)
+	for range req.maxTokens {
+		toks = append(toks, gen.Next())
+	}
+	return kvblock.Chain(make([]kvblock.Hash, 0, len(toks)/sim.BlockSize), 0, toks, sim.BlockSize)
 }
