@@ -42,6 +42,7 @@ type vreq struct {
 	// abandoned: the client gave up at the workload's timeout (timeout.go).
 	abandoned bool
 	proxy     int      // fleet.go: the host it arrived at
+	routed    bool     // fleet.go: counted by the routed prefix model
 	att       *attempt // fleet.go: the attempt the proxy follows; nil when none
 	// reported: loop.go: the latest admission's first token has been
 	// reported to the machine.
