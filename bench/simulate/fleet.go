@@ -369,7 +369,7 @@ func (f *fleet) deliver(m msg) {
 			PromptTokens: v.it.PromptTokens, MaxTokens: v.it.MaxTokens, Arrival: v.at, Requeue: m.requeue,
 		}
 		if f.prefix {
-			req.Blocks = promptBlocks(v.it)
+			req.Blocks = v.promptBlocks()
 		}
 		tk, err := s.m.Arrive(f.now, req)
 		if err != nil {
@@ -396,7 +396,7 @@ func (f *fleet) deliver(m msg) {
 		err := a.eng.eng.Add(sim.SeqSpec{
 			ID: a.id, PromptTokens: v.it.PromptTokens + v.sent,
 			MaxTokens: v.it.MaxTokens - v.sent, Priority: f.prio[v.it.Class],
-			Blocks: promptBlocks(v.it),
+			Blocks: v.promptBlocks(),
 		})
 		if err != nil {
 			if !a.detached {
@@ -480,7 +480,7 @@ func (f *fleet) start(v *vreq, ep int) {
 	}
 	if f.routed != nil && !v.routed {
 		v.routed = true
-		f.routed.observe(ep, v.it)
+		f.routed.observe(ep, v.it, v.promptBlocks())
 	}
 	e := f.engines[ep]
 	if f.out != nil {
@@ -628,6 +628,7 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 			f.byEng[ev.ID] = nil
 			f.detach(a)
 			e.util.Requests++
+			v.blocks = nil // finished: nothing sends its prompt again
 			f.sendBack(msg{kind: mFinish, v: v, tk: v.ticket, out: scheduler.Done})
 			f.end(v, result.StatusOK, "", f.at(client))
 		}

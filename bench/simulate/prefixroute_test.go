@@ -112,9 +112,13 @@ func TestRoutedModelOnlyWhereItMeansSomething(t *testing.T) {
 		t.Error("routed model without identities")
 	}
 	r := newRoutedCaches([]workload.Item{{PromptTokens: 1000, HashIDs: []uint64{1, 2}}}, 2, 1000)
-	r.observe(0, workload.Item{PromptTokens: 1000, HashIDs: []uint64{1, 2}})
-	r.observe(1, workload.Item{PromptTokens: 1000, HashIDs: []uint64{1, 3}}) // another engine: no hit
-	r.observe(0, workload.Item{PromptTokens: 1000, HashIDs: []uint64{1, 3}}) // shares block 1 with the first
+	observe := func(ep int, ids ...uint64) {
+		it := workload.Item{PromptTokens: 1000, HashIDs: ids}
+		r.observe(ep, it, promptBlocks(it))
+	}
+	observe(0, 1, 2)
+	observe(1, 1, 3) // another engine: no hit
+	observe(0, 1, 3) // shares block 1 with the first
 	if r.hits != 512 {
 		t.Errorf("routed hits %d, want 512 (one 512-token block, on engine 0)", r.hits)
 	}

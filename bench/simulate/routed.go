@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/llmesh/llmesh/bench/prefixlru"
-	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/kvblock"
 	"github.com/llmesh/llmesh/sim"
@@ -21,8 +20,6 @@ import (
 type routedCaches struct {
 	caches []*prefixlru.Cache
 	hits   int64
-	blocks []kvblock.Hash
-	buf    []uint32
 }
 
 // newRoutedCaches returns the model for engines of capacityBlocks blocks
@@ -45,18 +42,26 @@ func newRoutedCaches(items []workload.Item, engines, capacityBlocks int) *routed
 	return r
 }
 
-// observe counts item's first admission, sent to engine ep.
-func (r *routedCaches) observe(ep int, it workload.Item) {
+// observe counts item's first admission, sent to engine ep; blocks are
+// its prompt's (promptBlocks).
+func (r *routedCaches) observe(ep int, it workload.Item, blocks []kvblock.Hash) {
 	if it.HashIDs == nil {
 		return
 	}
-	r.blocks, r.buf = trace.PromptBlocks(r.blocks[:0], r.buf, it.HashIDs, it.PromptTokens, sim.BlockSize, sim.VocabSize)
-	blocks := r.blocks
 	if full := it.PromptTokens / sim.BlockSize; len(blocks) > full {
 		blocks = blocks[:full]
 	}
 	n := int64(r.caches[ep].Admit(blocks, kvblock.Cacheable(it.PromptTokens, sim.BlockSize)) * sim.BlockSize)
 	r.hits += n
+}
+
+// promptBlocks is v's prompt's blocks (promptBlocks), computed on first
+// use and kept until v finishes (fleet.go); nil without a prompt identity.
+func (v *vreq) promptBlocks() []kvblock.Hash {
+	if !v.hasBlocks {
+		v.blocks, v.hasBlocks = promptBlocks(v.it), true
+	}
+	return v.blocks
 }
 
 // routedLine is the text report's line for the routed model, or "" when
