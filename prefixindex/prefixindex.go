@@ -34,23 +34,21 @@ const MaxCapacity = 1 << 24
 // Index holds, per endpoint, an LRU set of block hashes.
 type Index struct {
 	eps []lru
-	// at maps an (endpoint, hash) pair to its slot in entries.
-	at      map[key]int32
+	// heads maps a block hash to the first of its entries (one per
+	// endpoint that holds it, chained by entry.same), so that a lookup
+	// serves every endpoint at once.
+	heads   map[kvblock.Hash]int32
 	entries []entry
-	// alive is Match's scratch list of endpoints still matching.
-	alive []int32
-}
-
-type key struct {
-	h  kvblock.Hash
-	ep int32
 }
 
 // entry is one block held by one endpoint, linked into that endpoint's
-// recency list (prev is towards the most recent end).
+// recency list (prev is towards the most recent end) and into its hash's
+// chain of holders.
 type entry struct {
 	h          kvblock.Hash
-	prev, next int32 // -1: none
+	ep         int32
+	prev, next int32 // recency; -1: none
+	same       int32 // the next holder of h; -1: none
 }
 
 // lru is one endpoint's recency list over Index.entries.
@@ -66,7 +64,7 @@ type lru struct {
 // nothing (it never matches). A capacity that is negative or above
 // MaxCapacity is an error naming the endpoint.
 func New(capacities []int) (*Index, error) {
-	x := &Index{eps: make([]lru, len(capacities)), at: map[key]int32{}}
+	x := &Index{eps: make([]lru, len(capacities)), heads: map[kvblock.Hash]int32{}}
 	for i, c := range capacities {
 		if c < 0 || c > MaxCapacity {
 			return nil, fmt.Errorf("prefixindex: capacities[%d]: %d blocks must be in [0, %d]", i, c, MaxCapacity)
@@ -82,12 +80,27 @@ func (x *Index) Endpoints() int { return len(x.eps) }
 // Len is the number of blocks endpoint ep holds.
 func (x *Index) Len(ep int) int { return x.eps[ep].n }
 
+// find is ep's entry for h, or -1.
+func (x *Index) find(h kvblock.Hash, ep int32) int32 {
+	s, ok := x.heads[h]
+	if !ok {
+		return -1
+	}
+	for ; s >= 0; s = x.entries[s].same {
+		if x.entries[s].ep == ep {
+			return s
+		}
+	}
+	return -1
+}
+
 // Record notes that the request whose prompt blocks are blocks (first block
 // first) was sent to endpoint ep: every block becomes the most recently
 // used of ep's set, the first block most recent of all, so that eviction
 // takes a prompt's tail before its head, as an engine freeing a sequence's
 // blocks from its end does. When blocks outnumber ep's capacity the leading
-// ones are kept. An endpoint out of range is ignored. O(len(blocks)).
+// ones are kept. An endpoint out of range is ignored. O(len(blocks)) map
+// operations.
 func (x *Index) Record(ep int, blocks []kvblock.Hash) {
 	if ep < 0 || ep >= len(x.eps) {
 		return
@@ -99,15 +112,16 @@ func (x *Index) Record(ep int, blocks []kvblock.Hash) {
 	if len(blocks) > l.capacity {
 		blocks = blocks[:l.capacity]
 	}
+	e32 := int32(ep)
 	for i := len(blocks) - 1; i >= 0; i-- {
-		k := key{blocks[i], int32(ep)}
-		if s, ok := x.at[k]; ok {
+		h := blocks[i]
+		if s := x.find(h, e32); s >= 0 {
 			x.unlink(l, s)
 			x.pushFront(l, s)
 			continue
 		}
 		if l.n == l.capacity {
-			x.evict(l, int32(ep))
+			x.evict(l)
 		}
 		s := l.free
 		if s >= 0 {
@@ -116,18 +130,35 @@ func (x *Index) Record(ep int, blocks []kvblock.Hash) {
 			s = int32(len(x.entries))
 			x.entries = append(x.entries, entry{})
 		}
-		x.entries[s].h = k.h
+		same := int32(-1)
+		if first, ok := x.heads[h]; ok {
+			same = first
+		}
+		x.entries[s] = entry{h: h, ep: e32, same: same}
+		x.heads[h] = s
 		x.pushFront(l, s)
 		l.n++
-		x.at[k] = s
 	}
 }
 
-// evict drops ep's least recently used block; its slot is l's to reuse.
-func (x *Index) evict(l *lru, ep int32) {
+// evict drops l's least recently used block; its slot is l's to reuse.
+func (x *Index) evict(l *lru) {
 	s := l.tail
 	x.unlink(l, s)
-	delete(x.at, key{x.entries[s].h, ep})
+	h, next := x.entries[s].h, x.entries[s].same
+	if first := x.heads[h]; first == s {
+		if next >= 0 {
+			x.heads[h] = next
+		} else {
+			delete(x.heads, h)
+		}
+	} else {
+		p := first
+		for x.entries[p].same != s {
+			p = x.entries[p].same
+		}
+		x.entries[p].same = next
+	}
 	l.n--
 	l.free = s
 }
@@ -162,33 +193,31 @@ func (x *Index) pushFront(l *lru, s int32) {
 // Match writes into dst (grown as needed and returned) the number of
 // leading blocks of blocks each endpoint holds, endpoint i at dst[i]: a
 // count stops at the endpoint's first miss. It changes no recency (only
-// Record, when the request is sent, does). O(len(blocks) × the endpoints
-// still matching).
+// Record, when the request is sent, does). One map lookup per block, up to
+// the first block that no endpoint still matching holds, and a walk over
+// that block's holders.
 func (x *Index) Match(dst []int, blocks []kvblock.Hash) []int {
 	if cap(dst) < len(x.eps) {
 		dst = make([]int, len(x.eps))
 	}
 	dst = dst[:len(x.eps)]
 	clear(dst)
-	alive := x.alive[:0]
-	for i := range x.eps {
-		if x.eps[i].n > 0 {
-			alive = append(alive, int32(i))
-		}
-	}
 	for i, h := range blocks {
-		if len(alive) == 0 {
+		s, ok := x.heads[h]
+		if !ok {
 			break
 		}
-		kept := alive[:0]
-		for _, ep := range alive {
-			if _, ok := x.at[key{h, ep}]; ok {
+		advanced := false
+		for ; s >= 0; s = x.entries[s].same {
+			// An endpoint that matched every block before this one.
+			if ep := x.entries[s].ep; dst[ep] == i {
 				dst[ep] = i + 1
-				kept = append(kept, ep)
+				advanced = true
 			}
 		}
-		alive = kept
+		if !advanced {
+			break
+		}
 	}
-	x.alive = alive[:0]
 	return dst
 }

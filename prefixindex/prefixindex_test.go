@@ -176,11 +176,29 @@ func FuzzIndex(f *testing.F) {
 				}
 				total += x.Len(i)
 			}
-			if len(x.at) != total {
-				t.Fatalf("index maps %d blocks, endpoints hold %d", len(x.at), total)
+			if held := x.held(t); held != total {
+				t.Fatalf("the hash chains hold %d entries, endpoints %d", held, total)
 			}
 		}
 	})
+}
+
+// held counts the entries on the hash chains, checking that each is on
+// its own hash's chain and that no endpoint appears twice in one.
+func (x *Index) held(t *testing.T) int {
+	n := 0
+	for h, s := range x.heads {
+		seen := map[int32]bool{}
+		for ; s >= 0; s = x.entries[s].same {
+			e := x.entries[s]
+			if e.h != h || seen[e.ep] {
+				t.Fatalf("chain of %x: entry %+v", h, e)
+			}
+			seen[e.ep] = true
+			n++
+		}
+	}
+	return n
 }
 
 func BenchmarkMatch(b *testing.B) {
