@@ -166,8 +166,13 @@ func (b *builder) trustedMarker(out *Classification, tm *TrustedMarkerSpec) {
 		b.c.add(join(p, "value"), 0, "must not contain control characters (they are invalid in header values)")
 	}
 	out.TrustedMarkerValue = tm.Value
+	if h, ok := parseSecretHash(tm.Value); ok {
+		out.trustedMarkerHash = h
+	} else if strings.HasPrefix(tm.Value, "sha256:") {
+		b.c.add(join(p, "value"), 0, `a "sha256:" value must be followed by 64 hex digits`)
+	}
 	if out.TrustedMarkerHeader == "" || out.TrustedMarkerValue == "" {
-		out.TrustedMarkerHeader, out.TrustedMarkerValue = "", ""
+		out.TrustedMarkerHeader, out.TrustedMarkerValue, out.trustedMarkerHash = "", "", nil
 	}
 }
 
@@ -296,7 +301,11 @@ func (b *builder) service(m *Mesh) {
 	if delay > MaxReportDelay {
 		b.c.add("scheduler_service.report_delay", 0, "%q is over the limit of %s (a release may arrive that late)", s.ReportDelay, MaxReportDelay)
 	}
+	if t := s.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
+		b.c.add("scheduler_service.tls.key_file", 0, "cert_file and key_file go together (a client certificate needs its key)")
+	}
 	b.cfg.SchedulerService = &SchedulerService{
+		TLS:         s.TLS,
 		Address:     s.Address,
 		FailOpen:    s.FailureMode == FailOpen,
 		Timeout:     b.duration("scheduler_service.timeout", s.Timeout, true),

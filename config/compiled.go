@@ -1,9 +1,16 @@
 package config
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
 	"net/netip"
+	"strings"
 	"time"
+
+	"github.com/llmesh/llmesh/internal/tlsfiles"
 )
 
 // Config is the compiled, validated, immutable runtime form of a Mesh:
@@ -267,6 +274,10 @@ type Classification struct {
 	// TrustedMarkerValue is then "" too, and never "" otherwise.
 	TrustedMarkerHeader string
 	TrustedMarkerValue  string
+	// trustedMarkerHash is set when TrustedMarkerValue was given as
+	// "sha256:<hex>" (as llmesh control pushes it): the request's marker
+	// is hashed and compared with it.
+	trustedMarkerHash *[sha256.Size]byte
 }
 
 // Marked reports whether value, the request's TrustedMarkerHeader value,
@@ -274,8 +285,41 @@ type Classification struct {
 // the peer. The comparison takes the same time wherever the values differ,
 // so the marker cannot be guessed byte by byte.
 func (c *Classification) Marked(value string) bool {
-	return c.TrustedMarkerHeader != "" && value != "" &&
-		subtle.ConstantTimeCompare([]byte(value), []byte(c.TrustedMarkerValue)) == 1
+	if c.TrustedMarkerHeader == "" || value == "" {
+		return false
+	}
+	if h := c.trustedMarkerHash; h != nil {
+		got := sha256.Sum256([]byte(value))
+		return subtle.ConstantTimeCompare(got[:], h[:]) == 1
+	}
+	return subtle.ConstantTimeCompare([]byte(value), []byte(c.TrustedMarkerValue)) == 1
+}
+
+// HashedSecret is secret as "sha256:<64 hex digits>", the form in which
+// classification.api_keys and trusted_marker.value may be written, so that
+// a config can carry them without the secrets themselves (llmesh control
+// pushes them so). A value already in that form is returned as it is.
+func HashedSecret(secret string) string {
+	if _, ok := parseSecretHash(secret); ok {
+		return secret
+	}
+	h := sha256.Sum256([]byte(secret))
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+// parseSecretHash decodes "sha256:<64 hex digits>".
+func parseSecretHash(s string) (*[sha256.Size]byte, bool) {
+	hexs, ok := strings.CutPrefix(s, "sha256:")
+	if !ok {
+		return nil, false
+	}
+	b, err := hex.DecodeString(hexs)
+	if err != nil || len(b) != sha256.Size {
+		return nil, false
+	}
+	var h [sha256.Size]byte
+	copy(h[:], b)
+	return &h, true
 }
 
 // Trusted reports whether the priority header from peer addr is honoured.
@@ -347,6 +391,22 @@ type SchedulerService struct {
 	// ReportDelay is how long progress and release reports may wait for
 	// the proxy's next message; 0 sends each at once.
 	ReportDelay time.Duration
+	// TLS is nil for plaintext; its files are read when a host connects
+	// (ServiceTLS).
+	TLS *ServiceTLSSpec
+}
+
+// ServiceTLS is the TLS config a host reaches the service with, or nil
+// for plaintext; an error names the field whose file is bad.
+func (s *SchedulerService) ServiceTLS() (*tls.Config, error) {
+	if s.TLS == nil {
+		return nil, nil
+	}
+	c, err := tlsfiles.Client(s.TLS.CAFile, s.TLS.CertFile, s.TLS.KeyFile, s.TLS.ServerName)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler_service.tls: %w", err)
+	}
+	return c, nil
 }
 
 // Experiment is a compiled experiment.

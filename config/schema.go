@@ -399,6 +399,25 @@ type SchedulerServiceSpec struct {
 	// release up to this late. "0s" sends each report at once; at most
 	// MaxReportDelay; default "150us".
 	ReportDelay string `yaml:"report_delay,omitempty"`
+	// TLS, when set, reaches the service over TLS (both transports); with
+	// cert_file and key_file, over mTLS. The files are read by each host
+	// when it connects.
+	TLS *ServiceTLSSpec `yaml:"tls,omitempty"`
+}
+
+// ServiceTLSSpec is how a host verifies the scheduler service and proves
+// itself to it.
+type ServiceTLSSpec struct {
+	// CAFile is the PEM bundle that signs the service's certificate; empty:
+	// the system's roots.
+	CAFile string `yaml:"ca_file,omitempty"`
+	// CertFile and KeyFile are the host's client certificate and key, for a
+	// service that requires them (scheduler serve --client-ca).
+	CertFile string `yaml:"cert_file,omitempty"`
+	KeyFile  string `yaml:"key_file,omitempty"`
+	// ServerName is the name the service's certificate must carry; empty:
+	// the host of address.
+	ServerName string `yaml:"server_name,omitempty"`
 }
 
 // ExperimentSpec compares scheduler configs on one pool.

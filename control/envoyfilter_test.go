@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"testing"
 
 	golang "github.com/envoyproxy/go-control-plane/contrib/envoy/extensions/filters/http/golang/v3alpha"
@@ -8,9 +9,11 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/filter/envoy"
 	"github.com/llmesh/llmesh/filter/settings"
 )
@@ -164,5 +167,76 @@ experiments:
 	}
 	if r := fm.Relocation; r.MaxMessage != 40<<20 || r.MaxBody != 4096 {
 		t.Errorf("relocation limits in the filter: max_message %d max_body %d", r.MaxMessage, r.MaxBody)
+	}
+}
+
+// TestXDSCarriesNoSecrets: the API keys and the trusted marker reach the
+// Envoy filter as SHA-256 hashes only, and the filter still honours the
+// key and the marker a request carries.
+func TestXDSCarriesNoSecrets(t *testing.T) {
+	cfg, err := config.Load([]byte(`
+listeners:
+  - name: main
+    address: 127.0.0.1:10000
+    routes: [{pool: gpu}]
+pools:
+  - {name: gpu, protocol: openai, endpoints: [127.0.0.1:9000]}
+classes:
+  - {name: premium, priority: 0}
+  - {name: batch, priority: 10}
+default_class: batch
+classification:
+  api_keys: {sk-live-4f9a2c: premium}
+  priority_header:
+    name: x-llmesh-class
+    trusted_marker: {header: x-edge-verified, value: edge-marker-77d1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Build(cfg, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gc golang.Config
+	var m hcm.HttpConnectionManager
+	ln := res[resource.ListenerType][0].(*listener.Listener)
+	wire, err := proto.Marshal(ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"sk-live-4f9a2c", "edge-marker-77d1"} {
+		if bytes.Contains(wire, []byte(secret)) {
+			t.Errorf("the Listener pushed over xDS contains the secret %q", secret)
+		}
+	}
+	if err := ln.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&m); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&gc); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := envoy.ParseSettings(gc.GetPluginConfig())
+	if err != nil {
+		t.Fatalf("the filter rejects the generated config: %v", err)
+	}
+	c := fc.Mesh.Classification
+	if !c.Marked("edge-marker-77d1") || c.Marked("edge-marker-77d2") || c.Marked(config.HashedSecret("edge-marker-77d1")) {
+		t.Error("the filter does not honour exactly the marker from its hash")
+	}
+	cl, err := filter.NewClassifierFromConfig(fc.Mesh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"Bearer sk-live-4f9a2c": "premium", "Bearer sk-live-4f9a2d": "batch"} {
+		got := cl.Classify(filter.RequestInfo{Path: "/v1/completions", Headers: filter.HeaderFunc(func(name string) string {
+			if name == "authorization" {
+				return key
+			}
+			return ""
+		})})
+		if got.Name != want {
+			t.Errorf("%s: class %s (%s), want %s", key, got.Name, got.Reason, want)
+		}
 	}
 }

@@ -41,6 +41,20 @@ func armPoolName(pool, arm string) string { return config.ArmPoolName(pool, arm)
 func envoyMesh(cfg *config.Config) (*config.Mesh, error) {
 	m := *cfg.Source
 	m.Admin = config.AdminSpec{}
+	// Secrets leave as hashes (config.HashedSecret): the filter compares a
+	// request's API key and trusted marker by their SHA-256, so an xDS
+	// client (or anyone reading Envoy's config dump) learns no key.
+	if keys := cfg.Source.Classification.APIKeys; len(keys) > 0 {
+		m.Classification.APIKeys = make(map[string]string, len(keys))
+		for k, c := range keys {
+			m.Classification.APIKeys[config.HashedSecret(k)] = c
+		}
+	}
+	if tm := cfg.Source.Classification.PriorityHeader.TrustedMarker; tm != nil {
+		hashed := *tm
+		hashed.Value = config.HashedSecret(tm.Value)
+		m.Classification.PriorityHeader.TrustedMarker = &hashed
+	}
 	m.Pools = slices.Clone(cfg.Source.Pools)
 	names := map[string]bool{}
 	for _, p := range m.Pools {

@@ -20,6 +20,35 @@ var calibrationH200 []byte
 // CalibrationH200 returns a copy of the embedded H200 calibration file.
 func CalibrationH200() []byte { return append([]byte(nil), calibrationH200...) }
 
+// calibrationH200Cached is the measured H200 data of prefills after a cached
+// prefix (a copy of calibration/h200-prefix-cached.jsonl at the repository
+// root); the built-in profiles are fitted to it too, except the points it
+// marks as held out.
+//
+//go:embed calibration/h200-prefix-cached.jsonl
+var calibrationH200Cached []byte
+
+// CalibrationH200Cached returns a copy of the embedded cached-prefix
+// prefill calibration file.
+func CalibrationH200Cached() []byte { return append([]byte(nil), calibrationH200Cached...) }
+
+// BuiltinCalibration is the data the built-in profiles are fitted to: the
+// embedded shape calibration and the cached-prefix prefills, with the card
+// ceilings of the former. Held-out points are included (marked Holdout);
+// FitProfiles leaves them out.
+func BuiltinCalibration() (*Calibration, error) {
+	cal, err := ParseCalibration(calibrationH200)
+	if err != nil {
+		return nil, fmt.Errorf("h200-bf16-decoder-shapes.jsonl: %w", err)
+	}
+	cached, err := ParseCalibration(calibrationH200Cached)
+	if err != nil {
+		return nil, fmt.Errorf("h200-prefix-cached.jsonl: %w", err)
+	}
+	cal.Points = append(cal.Points, cached.Points...)
+	return cal, nil
+}
+
 // Record kinds of the calibration file.
 const (
 	KindCeiling      = "ceiling"
@@ -28,11 +57,14 @@ const (
 	KindPrefillGraph = "prefill_graph"
 	KindDecode       = "decode"
 	KindMixed        = "mixed"
+	// KindPrefillCached is a prefill of T new tokens after C tokens whose KV
+	// is already in the cache, captured in a CUDA graph.
+	KindPrefillCached = "prefill_cached"
 )
 
 // Record is one line of a calibration file. Which fields are set depends on
 // Kind (see the calibration README): prefill records have T, decode records B
-// and C, mixed records B, C and P.
+// and C, mixed records B, C and P, prefill_cached records T and C.
 type Record struct {
 	Kind           string  `json:"kind"`
 	What           string  `json:"what,omitempty"`
@@ -47,6 +79,8 @@ type Record struct {
 	P              int     `json:"P,omitempty"`
 	MS             float64 `json:"ms,omitempty"`
 	Error          string  `json:"error,omitempty"`
+	// Holdout marks a point measured to test a fit, never to fit on.
+	Holdout bool `json:"holdout,omitempty"`
 }
 
 // Calibration is a parsed calibration file.
@@ -55,8 +89,8 @@ type Calibration struct {
 	// and bytes/s); zero when the file has none.
 	GEMMFLOPs       float64
 	CopyBytesPerSec float64
-	// Points are the timed records (prefill, prefill_graph, decode, mixed)
-	// without errors, in file order.
+	// Points are the timed records (prefill, prefill_graph, decode, mixed,
+	// prefill_cached) without errors, in file order.
 	Points []Record
 }
 
@@ -96,7 +130,7 @@ func ParseCalibration(data []byte) (*Calibration, error) {
 			case "d2d_copy_2GiB":
 				c.CopyBytesPerSec = r.TBps * 1e12
 			}
-		case KindPrefill, KindPrefillGraph, KindDecode, KindMixed:
+		case KindPrefill, KindPrefillGraph, KindDecode, KindMixed, KindPrefillCached:
 			if r.Error != "" {
 				continue
 			}
@@ -128,7 +162,7 @@ func (r *Record) validate() error {
 		return nil
 	case KindShape:
 		return nil
-	case KindPrefill, KindPrefillGraph, KindDecode, KindMixed:
+	case KindPrefill, KindPrefillGraph, KindDecode, KindMixed, KindPrefillCached:
 	default:
 		return fmt.Errorf("kind: unknown %q", r.Kind)
 	}
@@ -150,7 +184,7 @@ func (r *Record) validate() error {
 		return fmt.Errorf("ms: %v must be a finite positive number", r.MS)
 	}
 	switch r.Kind {
-	case KindPrefill, KindPrefillGraph:
+	case KindPrefill, KindPrefillGraph, KindPrefillCached:
 		if r.T == 0 {
 			return fmt.Errorf("T: must be positive for %s", r.Kind)
 		}

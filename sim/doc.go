@@ -9,11 +9,16 @@
 //
 // One step's time is a sum of physically shaped terms whose coefficients
 // are fitted once, jointly for all built-in profiles, to the embedded
-// calibration file (a copy of ../shared/calibration): per-layer overhead;
-// the linear layers as a roofline between reading the weights once
-// (bandwidth) and their FLOPs over all the step's tokens (compute), with a
-// smooth knee; KV bytes read by decode attention over bandwidth; causal
-// attention FLOPs of prefill chunks; and a fixed cost per attention call
+// calibration files (copies of ../shared/calibration's shape measurements
+// and of calibration/h200-prefix-cached.jsonl, prefills after a cached
+// prefix, less its held-out points): a fixed cost per step; per-layer
+// overhead; the linear layers as a roofline between reading the weights
+// once (bandwidth) and their FLOPs over all the step's tokens (compute),
+// with a smooth knee; KV bytes read by decode attention over bandwidth;
+// causal attention FLOPs of prefill chunks among their own tokens;
+// attention FLOPs of prefill chunks over the tokens of their sequence
+// already cached (a prefix-cache hit, earlier chunks), at a rate of their
+// own; and a fixed cost per attention call
 // per layer (the decode batch is one call, each prefill chunk one). Models
 // measured with fewer layers than they have (llama3-70b: 10 of 80) are
 // fitted at the measured layer count and predicted at the full one, so the

@@ -15,17 +15,27 @@ type ProfileFitStats struct {
 	MaxRelErr      float64 `json:"max_rel_err"`
 	Excluded       int     `json:"excluded"`
 	ExcludedMaxErr float64 `json:"excluded_max_rel_err"`
+	// HeldOut counts the points measured to test the fit (Record.Holdout),
+	// kept out of it; the errors are the model's on them.
+	HeldOut             int     `json:"held_out"`
+	HeldOutMedianRelErr float64 `json:"held_out_median_rel_err"`
+	HeldOutMaxRelErr    float64 `json:"held_out_max_rel_err"`
 }
 
 // Stats computes per-profile fit statistics over the fitted points, with
-// the excluded (launch-bound) points counted apart.
+// the held-out points and the excluded (launch- or overhead-bound) ones
+// counted apart.
 func (f *Fit) Stats() []ProfileFitStats {
 	var out []ProfileFitStats
 	for _, p := range f.Profiles {
 		st := ProfileFitStats{Profile: p.Name}
-		var errs []float64
+		var errs, held []float64
 		for _, fp := range f.Points {
 			if fp.Profile != p.Name {
+				continue
+			}
+			if fp.Holdout && !fp.Used {
+				held = append(held, fp.RelErr)
 				continue
 			}
 			if !fp.Used {
@@ -35,19 +45,26 @@ func (f *Fit) Stats() []ProfileFitStats {
 			}
 			errs = append(errs, fp.RelErr)
 		}
-		sort.Float64s(errs)
-		st.Points = len(errs)
-		if n := len(errs); n > 0 {
-			st.MaxRelErr = errs[n-1]
-			if n%2 == 1 {
-				st.MedianRelErr = errs[n/2]
-			} else {
-				st.MedianRelErr = (errs[n/2-1] + errs[n/2]) / 2
-			}
-		}
+		st.Points, st.MedianRelErr, st.MaxRelErr = medianMax(errs)
+		st.HeldOut, st.HeldOutMedianRelErr, st.HeldOutMaxRelErr = medianMax(held)
 		out = append(out, st)
 	}
 	return out
+}
+
+// medianMax is the count, median and maximum of errs (zeros when empty);
+// it sorts errs.
+func medianMax(errs []float64) (n int, median, worst float64) {
+	sort.Float64s(errs)
+	n = len(errs)
+	if n == 0 {
+		return 0, 0, 0
+	}
+	median = errs[n/2]
+	if n%2 == 0 {
+		median = (errs[n/2-1] + errs[n/2]) / 2
+	}
+	return n, median, errs[n-1]
 }
 
 // WriteReport prints the fit: the shared coefficients, per-profile median
@@ -59,9 +76,13 @@ func (f *Fit) WriteReport(w io.Writer, verbose bool) error {
 	tm := f.Profiles[0].Timing
 	fmt.Fprintf(w, "timing model (shared by all profiles): %s\n", tm)
 	fmt.Fprintf(w, "card ceilings: %.0f TFLOP/s bf16 GEMM, %.2f TB/s copy\n\n", tm.Hardware.FLOPs/1e12, tm.Hardware.BytesPerSecond/1e12)
-	fmt.Fprintf(w, "%-18s %6s %10s %10s   %s\n", "profile", "points", "median", "max", "excluded (eager prefill < 1K tokens, launch-bound)")
+	fmt.Fprintf(w, "%-18s %6s %10s %10s   %-26s %s\n", "profile", "points", "median", "max", "held out (median, max)", "excluded (launch- or overhead-bound short prefills)")
 	for _, st := range f.Stats() {
-		fmt.Fprintf(w, "%-18s %6d %9.1f%% %9.1f%%   %d (max %.1f%%)\n", st.Profile, st.Points, 100*st.MedianRelErr, 100*st.MaxRelErr, st.Excluded, 100*st.ExcludedMaxErr)
+		held := "0"
+		if st.HeldOut > 0 {
+			held = fmt.Sprintf("%d (%.1f%%, %.1f%%)", st.HeldOut, 100*st.HeldOutMedianRelErr, 100*st.HeldOutMaxRelErr)
+		}
+		fmt.Fprintf(w, "%-18s %6d %9.1f%% %9.1f%%   %-26s %d (max %.1f%%)\n", st.Profile, st.Points, 100*st.MedianRelErr, 100*st.MaxRelErr, held, st.Excluded, 100*st.ExcludedMaxErr)
 	}
 	if !verbose {
 		return nil

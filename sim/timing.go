@@ -56,10 +56,17 @@ type StepShape struct {
 	PrefillTokens int64
 	// PrefillChunks is the number of prefill chunks (one logits row each).
 	PrefillChunks int
-	// PrefillAttention is the sum over chunks of P*offset + P*P/2, where P is
-	// the chunk's length and offset the tokens of its sequence already in the
-	// cache: the causal attention work of the chunk in query-key pairs.
+	// PrefillAttention is the sum over chunks of P*P/2, where P is the
+	// chunk's length: the causal attention of the chunk's tokens among
+	// themselves, in query-key pairs.
 	PrefillAttention float64
+	// PrefillCrossAttention is the sum over chunks of P*offset, where offset
+	// is the tokens of the chunk's sequence already in the cache (a prefix
+	// cache hit or earlier chunks): the query-key pairs of the new tokens
+	// over the cached ones. It has its own coefficient: on the H200
+	// measurements (calibration/h200-prefix-cached.jsonl) a cached pair costs
+	// about 1.6 times as much as a pair of the self part.
+	PrefillCrossAttention float64
 }
 
 // AddDecode adds one decoding sequence whose attention reads context tokens.
@@ -82,7 +89,10 @@ func (s *StepShape) AddPrefill(n, offset int) {
 	s.PrefillTokens += int64(n)
 	s.PrefillChunks++
 	p := float64(n)
-	s.PrefillAttention += p*float64(offset) + p*p/2
+	s.PrefillAttention += p * p / 2
+	if offset > 0 {
+		s.PrefillCrossAttention += p * float64(offset)
+	}
 }
 
 // Empty reports whether the step computes nothing.
@@ -99,10 +109,11 @@ const (
 	featPrefillAttn        // causal attention FLOPs of prefill chunks / GEMM rate
 	featDecodeSeq          // per decoding sequence per layer (attention kernels)
 	featAttnPart           // per attention call per layer: the decode batch is one, each prefill chunk one
+	featCrossAttn          // attention FLOPs of prefill chunks over their cached prefix / GEMM rate
 	numFeatures
 )
 
-var featureNames = [numFeatures]string{"const_ms", "per_layer_ms", "linear", "kv_read", "prefill_attn", "per_seq_layer_us", "per_attn_call_layer_us"}
+var featureNames = [numFeatures]string{"const_ms", "per_layer_ms", "linear", "kv_read", "prefill_attn", "per_seq_layer_us", "per_attn_call_layer_us", "prefill_cross_attn"}
 
 // Hardware is a card's measured ceilings.
 type Hardware struct {
@@ -169,6 +180,7 @@ func features(hw Hardware, rl Roofline, sh Shape, layers int, s *StepShape) [num
 		parts++
 	}
 	f[featAttnPart] = parts * L * 1e-6
+	f[featCrossAttn] = attnFLOPsPerPair * L * s.PrefillCrossAttention / hw.FLOPs
 	return f
 }
 
@@ -201,9 +213,16 @@ func (m *TimingModel) stepSeconds(s *StepShape, layers int) float64 {
 // sequences that each have context tokens in the cache, as the calibration
 // measured it. Either part may be zero.
 func (m *TimingModel) Predict(prefill, batch, context int) time.Duration {
+	return m.PredictStep(prefill, 0, batch, context)
+}
+
+// PredictStep is Predict with the prefill's sequence already holding cached
+// tokens in the cache (a prefix-cache hit, or the chunks before this one):
+// the prefill's new tokens attend to those too.
+func (m *TimingModel) PredictStep(prefill, cached, batch, context int) time.Duration {
 	var s StepShape
 	s.AddDecodes(batch, context+1)
-	s.AddPrefill(prefill, 0)
+	s.AddPrefill(prefill, cached)
 	return m.StepDuration(&s)
 }
 

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/llmesh/llmesh/internal/jsonenc"
+	"github.com/llmesh/llmesh/sim"
 )
 
 // appendBody appends the JSON body of an OpenAI request to b. It writes
@@ -36,7 +37,14 @@ func appendBody(b []byte, req *Request, chat bool) []byte {
 	} else {
 		b = append(b, `,"prompt":`...)
 	}
-	b = appendPrompt(b, req.seed(), req.PromptTokens)
+	if req.Segments != nil {
+		// Vocabulary words are letters only: no escaping.
+		b = append(b, '"')
+		b = append(b, sim.Detokenize(req.promptIDs())...)
+		b = append(b, '"')
+	} else {
+		b = appendPrompt(b, req.seed(), req.PromptTokens)
+	}
 	if chat {
 		b = append(b, "}]"...)
 	}

@@ -2,9 +2,13 @@ package client
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmesh/llmesh/bench/trace"
+	"github.com/llmesh/llmesh/sim"
 )
 
 // referenceBody is the request body as a map marshalled by encoding/json:
@@ -84,4 +88,31 @@ func BenchmarkRequestBody(b *testing.B) {
 			_ = referenceBody(req, false)
 		}
 	})
+}
+
+// TestSegmentsPromptIsTheirTokens: a prompt with segments is sent as the
+// words of exactly their token ids, so the simulated engine's tokenizer
+// reads back the ids and equal segments give equal text.
+func TestSegmentsPromptIsTheirTokens(t *testing.T) {
+	segs := []trace.Segment{{ID: 7, Tokens: 40}, {ID: 9, Tokens: 13}}
+	req := &Request{Model: "m", PromptTokens: 53, MaxTokens: 4, Segments: segs}
+	for _, chat := range []bool{false, true} {
+		var body struct {
+			Prompt   string `json:"prompt"`
+			Messages []struct {
+				Content string `json:"content"`
+			} `json:"messages"`
+		}
+		if err := json.Unmarshal(appendBody(nil, req, chat), &body); err != nil {
+			t.Fatal(err)
+		}
+		text := body.Prompt
+		if chat {
+			text = body.Messages[0].Content
+		}
+		want := trace.PromptTokens(nil, segs, sim.VocabSize)
+		if got := sim.Tokenize(text); !slices.Equal(got, want) {
+			t.Fatalf("chat=%v: tokenized prompt differs from the segments' ids (%d vs %d tokens)", chat, len(got), len(want))
+		}
+	}
 }

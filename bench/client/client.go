@@ -13,7 +13,9 @@ import (
 	"strings"
 
 	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/sim"
 )
 
 // Request is one request to send.
@@ -33,6 +35,18 @@ type Request struct {
 	Headers map[string]string
 	// Stream asks for a streamed response (always true for gRPC).
 	Stream bool
+	// Segments, when set, give the prompt an identity (workload.Item): its
+	// tokens are trace.PromptTokens of them, sent as token ids over gRPC and
+	// as their words (sim.Word, one token each in the simulated engine's
+	// tokenizer) over the OpenAI API, so prompts with equal segments are
+	// equal text and an engine's prefix cache hits where they agree.
+	// PromptTokens is then their length.
+	Segments []trace.Segment
+}
+
+// promptIDs returns the token ids of a request with segments.
+func (req *Request) promptIDs() []uint32 {
+	return trace.PromptTokens(make([]uint32, 0, req.PromptTokens), req.Segments, sim.VocabSize)
 }
 
 // Clock gives the run-relative time in nanoseconds; every timestamp in a

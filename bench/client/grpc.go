@@ -51,7 +51,15 @@ func (c *grpcClient) Do(ctx context.Context, req *Request, rec *result.Record, n
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	prompt := Prompt(req.seed(), req.PromptTokens)
+	var (
+		prompt string
+		ids    []uint32
+	)
+	if req.Segments != nil {
+		ids = req.promptIDs()
+	} else {
+		prompt = Prompt(req.seed(), req.PromptTokens)
+	}
 	var (
 		counted, usage = 0, -1
 		trailer        metadata.MD
@@ -60,10 +68,14 @@ func (c *grpcClient) Do(ctx context.Context, req *Request, rec *result.Record, n
 	rec.SentNS = now()
 	if c.vllm {
 		mt := uint32(req.MaxTokens)
-		s, err := c.eng.Generate(ctx, &vllmpb.GenerateRequest{
+		gr := &vllmpb.GenerateRequest{
 			RequestId: req.ID, Input: &vllmpb.GenerateRequest_Text{Text: prompt}, Stream: true,
 			SamplingParams: &vllmpb.SamplingParams{MaxTokens: &mt, IgnoreEos: true},
-		}, grpc.Trailer(&trailer))
+		}
+		if ids != nil {
+			gr.Input = &vllmpb.GenerateRequest_Tokenized{Tokenized: &vllmpb.TokenizedInput{InputIds: ids}}
+		}
+		s, err := c.eng.Generate(ctx, gr, grpc.Trailer(&trailer))
 		if err != nil {
 			c.fail(ctx, rec, now, err, nil)
 			return
@@ -84,7 +96,7 @@ func (c *grpcClient) Do(ctx context.Context, req *Request, rec *result.Record, n
 			return 0, -1, nil
 		}
 	} else {
-		r := &llmv1.GenerateRequest{Model: req.Model, Prompt: prompt, MaxTokens: uint32(req.MaxTokens),
+		r := &llmv1.GenerateRequest{Model: req.Model, Prompt: prompt, PromptTokenIds: ids, MaxTokens: uint32(req.MaxTokens),
 			RequestId: req.ID, Sampling: &llmv1.SamplingParams{IgnoreEos: true}}
 		if req.SendPriority {
 			r.Priority = int32(req.Priority)

@@ -138,7 +138,7 @@ func expected(w *workload.Workload) int {
 	case sp.Arrival.Process == workload.ArrivalTrace:
 		return len(w.Trace)
 	case sp.Arrival.Process != workload.ArrivalClosed && sp.Duration > 0:
-		return int(sp.Arrival.Rate * (sp.Duration.D() + sp.Warmup.Duration.D()).Seconds())
+		return int(w.RequestRate() * (sp.Duration.D() + sp.Warmup.Duration.D()).Seconds())
 	}
 	return 0
 }

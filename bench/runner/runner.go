@@ -263,7 +263,7 @@ func (r *run) send(ctx context.Context, it workload.Item, intended int64) {
 		ID: strconv.Itoa(it.Index), Model: w.Spec.Model,
 		PromptTokens: it.PromptTokens, MaxTokens: it.MaxTokens,
 		Priority: c.Priority, SendPriority: c.SendPriority, Headers: c.Headers,
-		Stream: *w.Spec.Stream,
+		Stream: *w.Spec.Stream, Segments: it.Segments,
 	}
 	if r.o.Live != nil {
 		r.o.Live.start()

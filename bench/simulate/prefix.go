@@ -16,7 +16,8 @@ import (
 // one LRU holding the whole fleet's KV capacity (Pooled), and one that
 // never evicts (Unbounded). Both count whole sim.BlockSize blocks and never
 // the block holding a prompt's last token (kvblock.Cacheable). Only prompts
-// with an identity (a Mooncake trace replay) can hit; others count in
+// with an identity (workload.Item.Segments: a Mooncake replay, a system
+// prompt, a session's history) can hit; others count in
 // PromptTokens only.
 type PrefixCache struct {
 	PromptTokens int64 `json:"prompt_tokens"`
@@ -36,10 +37,10 @@ type PrefixCache struct {
 // on demand (one trace block of tokens at a time) so that no run keeps
 // whole prompts' tokens alive.
 func promptBlocks(it workload.Item) []kvblock.Hash {
-	if it.HashIDs == nil {
+	if it.Segments == nil {
 		return nil
 	}
-	b, _ := trace.PromptBlocks(nil, nil, it.HashIDs, it.PromptTokens, sim.BlockSize, sim.VocabSize)
+	b, _ := trace.PromptBlocks(nil, nil, it.Segments, sim.BlockSize, sim.VocabSize)
 	return b
 }
 
@@ -53,8 +54,8 @@ func prefixBounds(items []workload.Item, capacityBlocks int) *PrefixCache {
 	)
 	for _, it := range items {
 		blocks = blocks[:0]
-		if it.HashIDs != nil {
-			blocks, buf = trace.PromptBlocks(blocks, buf, it.HashIDs, it.PromptTokens, sim.BlockSize, sim.VocabSize)
+		if it.Segments != nil {
+			blocks, buf = trace.PromptBlocks(blocks, buf, it.Segments, sim.BlockSize, sim.VocabSize)
 		}
 		r.Observe(it.PromptTokens, blocks)
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
 )
 
@@ -11,8 +12,8 @@ import (
 // trace block share exactly its 32 engine blocks of 16 tokens.
 func TestPrefixBoundsFollowHashIDs(t *testing.T) {
 	items := []workload.Item{
-		{PromptTokens: 1000, HashIDs: []uint64{1, 2}},
-		{PromptTokens: 1000, HashIDs: []uint64{1, 3}},
+		{PromptTokens: 1000, Segments: trace.MooncakeSegments(nil, []uint64{1, 2}, 1000)},
+		{PromptTokens: 1000, Segments: trace.MooncakeSegments(nil, []uint64{1, 3}, 1000)},
 		{PromptTokens: 100}, // no identity: counts, never hits
 	}
 	got := prefixBounds(items, 0)

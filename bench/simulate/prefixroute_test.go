@@ -111,9 +111,12 @@ func TestRoutedModelOnlyWhereItMeansSomething(t *testing.T) {
 	if r := newRoutedCaches([]workload.Item{{PromptTokens: 100}}, 4, 100); r != nil {
 		t.Error("routed model without identities")
 	}
-	r := newRoutedCaches([]workload.Item{{PromptTokens: 1000, HashIDs: []uint64{1, 2}}}, 2, 1000)
+	item := func(ids ...uint64) workload.Item {
+		return workload.Item{PromptTokens: 1000, Segments: trace.MooncakeSegments(nil, ids, 1000)}
+	}
+	r := newRoutedCaches([]workload.Item{item(1, 2)}, 2, 1000)
 	observe := func(ep int, ids ...uint64) {
-		it := workload.Item{PromptTokens: 1000, HashIDs: ids}
+		it := item(ids...)
 		r.observe(ep, it, promptBlocks(it))
 	}
 	observe(0, 1, 2)

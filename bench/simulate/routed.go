@@ -27,7 +27,7 @@ type routedCaches struct {
 func newRoutedCaches(items []workload.Item, engines, capacityBlocks int) *routedCaches {
 	any := false
 	for _, it := range items {
-		if it.HashIDs != nil {
+		if it.Segments != nil {
 			any = true
 			break
 		}
@@ -45,7 +45,7 @@ func newRoutedCaches(items []workload.Item, engines, capacityBlocks int) *routed
 // observe counts item's first admission, sent to engine ep; blocks are
 // its prompt's (promptBlocks).
 func (r *routedCaches) observe(ep int, it workload.Item, blocks []kvblock.Hash) {
-	if it.HashIDs == nil {
+	if it.Segments == nil {
 		return
 	}
 	if full := it.PromptTokens / sim.BlockSize; len(blocks) > full {

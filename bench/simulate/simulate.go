@@ -375,11 +375,12 @@ func collect(w *workload.Workload) ([]workload.Item, error) {
 	return items, nil
 }
 
-// naturalRate is w's own arrival rate in requests per second: the arrival
-// rate, or a replayed trace's request count over its span.
+// naturalRate is w's own request rate in requests per second: the arrival
+// rate times the requests per arrival (a session's turns), or a replayed
+// trace's request count over its span.
 func naturalRate(w *workload.Workload) float64 {
 	if w.Spec.Arrival.Process != workload.ArrivalTrace {
-		return w.Spec.Arrival.Rate
+		return w.RequestRate()
 	}
 	rows := w.Trace
 	if len(rows) < 2 {

@@ -224,7 +224,7 @@ func Summarize(recs []result.Record, m Meta) *result.Report {
 		rep.MaxConcurrency = sp.Arrival.Concurrency
 	case workload.ArrivalTrace:
 	default:
-		rep.RequestRate = sp.Arrival.Rate
+		rep.RequestRate = w.RequestRate()
 	}
 	classes := map[string]*class{}
 	var order []*class

@@ -26,8 +26,8 @@ func lagBudget(sp *workload.Spec, rep *result.Report) (float64, string) {
 			ref, basis = v, what
 		}
 	}
-	if sp.Arrival.Rate > 0 {
-		consider(1e3/sp.Arrival.Rate, "mean arrival gap")
+	if rep.RequestRate > 0 { // the request rate (sessions bring several requests per arrival)
+		consider(1e3/rep.RequestRate, "mean arrival gap")
 	}
 	for _, c := range sp.Classes {
 		consider(ms(c.SLO.TTFT.D()), c.Name+" TTFT SLO")

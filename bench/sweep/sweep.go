@@ -136,7 +136,7 @@ func baseRate(w *workload.Workload) float64 {
 	case workload.ArrivalTrace:
 		return 1
 	}
-	return w.Spec.Arrival.Rate
+	return w.RequestRate()
 }
 
 func point(rate float64, rep *result.Report) Point {

@@ -100,12 +100,12 @@ func TestPromptBlocksMatchChainAndShareExactlyEqualPrefixes(t *testing.T) {
 	a := []uint64{7, 8, 9}
 	b := []uint64{7, 8, 10}
 	for _, bs := range []int{16, 48, 500} {
-		toks := PromptTokens(nil, a, 1300, vocab)
+		toks := PromptTokens(nil, MooncakeSegments(nil, a, 1300), vocab)
 		if len(toks) != 1300 {
 			t.Fatalf("tokens = %d, want 1300", len(toks))
 		}
 		want := kvblock.Chain(nil, 0, toks, bs)
-		got, _ := PromptBlocks(nil, nil, a, 1300, bs, vocab)
+		got, _ := PromptBlocks(nil, nil, MooncakeSegments(nil, a, 1300), bs, vocab)
 		if len(got) != len(want) {
 			t.Fatalf("block size %d: %d blocks, want %d", bs, len(got), len(want))
 		}
@@ -115,14 +115,14 @@ func TestPromptBlocksMatchChainAndShareExactlyEqualPrefixes(t *testing.T) {
 			}
 		}
 	}
-	ga, _ := PromptBlocks(nil, nil, a, 1536, 16, vocab)
-	gb, _ := PromptBlocks(nil, nil, b, 1536, 16, vocab)
+	ga, _ := PromptBlocks(nil, nil, MooncakeSegments(nil, a, 1536), 16, vocab)
+	gb, _ := PromptBlocks(nil, nil, MooncakeSegments(nil, b, 1536), 16, vocab)
 	for i := range ga {
 		if shared := i < 1024/16; (ga[i] == gb[i]) != shared {
 			t.Fatalf("block %d: equal=%v, want %v", i, ga[i] == gb[i], shared)
 		}
 	}
-	moved, _ := PromptBlocks(nil, nil, []uint64{8, 7, 9}, 1536, 16, vocab)
+	moved, _ := PromptBlocks(nil, nil, MooncakeSegments(nil, []uint64{8, 7, 9}, 1536), 16, vocab)
 	if moved[0] == ga[0] || moved[32] == ga[0] {
 		t.Error("an id at another position gave the same block")
 	}

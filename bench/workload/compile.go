@@ -1,9 +1,14 @@
 package workload
 
 import (
+	"container/heap"
+	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -22,6 +27,9 @@ type Workload struct {
 	// TraceHashIDs, when set, are the Mooncake hash_ids of each Trace row
 	// (same index): the prompts' block identity.
 	TraceHashIDs [][]uint64
+	// perArrival is the mean number of requests an arrival brings (1
+	// without sessions): see RequestRate.
+	perArrival float64
 }
 
 // Class is a compiled class.
@@ -34,6 +42,15 @@ type Class struct {
 	AttainmentTarget float64
 	Headers          map[string]string
 	prompt, output   sampler
+	// SystemPromptTokens and session: see ClassSpec.
+	SystemPromptTokens int
+	session            *sessionSampler
+}
+
+// sessionSampler is a compiled Session.
+type sessionSampler struct {
+	turns, think sampler
+	maxContext   int
 }
 
 // CompileOptions tune Compile.
@@ -96,9 +113,67 @@ func Compile(s *Spec, o CompileOptions) (*Workload, error) {
 		if cc.output, err = compileDist(c.Output, fmt.Sprintf("classes[%d].output_tokens", i), 1, load); err != nil {
 			return nil, err
 		}
+		cc.SystemPromptTokens = c.SystemPromptTokens
+		if ss := c.Session; ss != nil {
+			cc.session = &sessionSampler{maxContext: ss.MaxContextTokens}
+			if cc.session.turns, err = compileDist(ss.Turns, fmt.Sprintf("classes[%d].session.turns", i), 1, load); err != nil {
+				return nil, err
+			}
+			if cc.session.think, err = compileDist(ss.ThinkTimeMS, fmt.Sprintf("classes[%d].session.think_time_ms", i), 0, load); err != nil {
+				return nil, err
+			}
+		}
 		w.Classes = append(w.Classes, cc)
 	}
+	w.perArrival = w.requestsPerArrival()
 	return w, nil
+}
+
+// RequestRate is the workload's offered request rate in requests per
+// second for an open arrival process: the arrival rate times the mean
+// number of requests an arrival brings (a session's turns; 1 otherwise).
+// 0 for a closed loop or a trace.
+func (w *Workload) RequestRate() float64 {
+	switch w.Spec.Arrival.Process {
+	case ArrivalClosed, ArrivalTrace:
+		return 0
+	}
+	return w.Spec.Arrival.Rate * max(w.perArrival, 1)
+}
+
+// requestsPerArrival estimates the mean number of requests per arrival
+// from sessionSamples arrivals drawn with their own random streams (the
+// same every time for the same spec): the sessions' turns, each counted
+// unless the context cap ends the session first.
+func (w *Workload) requestsPerArrival() float64 {
+	any := false
+	for _, c := range w.Classes {
+		any = any || c.session != nil
+	}
+	if !any {
+		return 1
+	}
+	const sessionSamples = 4000
+	seed := uint64(w.Spec.Seed)
+	s := &Source{w: w, cls: rand.New(rand.NewPCG(seed, 0xe57c)), lens: rand.New(rand.NewPCG(seed, 0xe57d))}
+	total := 0
+	for range sessionSamples {
+		c := &w.Classes[s.pickClass()]
+		if c.session == nil {
+			total++
+			continue
+		}
+		hist := c.SystemPromptTokens
+		for range c.session.turns.sample(s.lens, nil, false) {
+			msg, out := c.prompt.sample(s.lens, nil, false), c.output.sample(s.lens, nil, true)
+			if hist+msg > MaxLength || (c.session.maxContext > 0 && hist+msg+out > c.session.maxContext) {
+				break
+			}
+			total++
+			hist += msg + out
+		}
+	}
+	return float64(total) / sessionSamples
 }
 
 // Closed reports whether the workload is a closed loop (arrival process
@@ -166,22 +241,62 @@ type Item struct {
 	PromptTokens, MaxTokens int
 	// Warmup marks items excluded from statistics.
 	Warmup bool
-	// HashIDs, for a Mooncake trace replay, are the prompt's 512-token
-	// block ids (trace.PromptTokens turns them into tokens); nil otherwise.
-	// Shared with the Workload: read only.
-	HashIDs []uint64
+	// Segments, when set, give the prompt's tokens an identity
+	// (trace.PromptTokens turns them into tokens; they hold PromptTokens
+	// tokens): a Mooncake replay's blocks, a class's system prompt, a
+	// session's history. Prompts share a prefix exactly where their
+	// segments agree. Nil: the prompt shares nothing with any other.
+	Segments []trace.Segment
+	// Session and Turn number a multi-turn session's requests (Session
+	// from 1 in order of arrival, Turn from 1); both 0 outside sessions.
+	Session uint64
+	Turn    int
 }
 
 // Source produces a workload's items in order. Not safe for concurrent use.
 type Source struct {
-	w              *Workload
-	arr, cls, lens *rand.Rand
-	next           int
-	at             time.Duration
-	measured       int
-	warmupEnd      time.Duration
-	warmupEndKnown bool
-	traceAt        int
+	w                   *Workload
+	arr, cls, lens, ids *rand.Rand
+	next                int
+	arrivals            int
+	at                  time.Duration // the next arrival's time, once arrReady
+	arrReady            bool
+	measured            int
+	warmupEnd           time.Duration
+	warmupEndKnown      bool
+	traceAt             int
+	turns               turnHeap // sessions' later turns, by send time
+	sessions            uint64
+}
+
+// pendingTurn is a session's next turn, due at at.
+type pendingTurn struct {
+	at      time.Duration
+	session uint64
+	class   int
+	turn    int
+	left    int             // turns after this one
+	history []trace.Segment // the prompt so far, without the new message
+}
+
+// turnHeap orders pending turns by time, then by session (deterministic).
+type turnHeap []*pendingTurn
+
+func (h turnHeap) Len() int { return len(h) }
+func (h turnHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].session < h[j].session
+}
+func (h turnHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *turnHeap) Push(x any)   { *h = append(*h, x.(*pendingTurn)) }
+func (h *turnHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return t
 }
 
 // Source returns a new item source; every Source of a Workload yields the
@@ -193,54 +308,161 @@ func (w *Workload) Source() *Source {
 		arr:  rand.New(rand.NewPCG(seed, 0xa77)),
 		cls:  rand.New(rand.NewPCG(seed, 0xc1a5)),
 		lens: rand.New(rand.NewPCG(seed, 0x1e45)),
+		ids:  rand.New(rand.NewPCG(seed, 0x5e55)),
 	}
+}
+
+// systemPromptID is the segment id of class i's system prompt: the same in
+// every run of the same workload name, different between classes.
+func (w *Workload) systemPromptID(i int) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(w.Spec.Name))
+	h.Write([]byte{0})
+	h.Write([]byte(w.Classes[i].Name))
+	return h.Sum64()
 }
 
 // Next returns the next item, or false when the workload is exhausted. For
 // a closed loop with only a duration bound it never ends; the runner stops
 // it by time.
 func (s *Source) Next() (Item, bool) {
+	for {
+		it, turn, sized, ok := s.nextArrival()
+		if !ok {
+			return Item{}, false
+		}
+		if !s.admit(&it) {
+			return Item{}, false
+		}
+		if turn != nil {
+			if !s.sessionTurn(&it, turn) {
+				continue // the session ended at its context cap
+			}
+		} else {
+			s.fill(&it, sized)
+		}
+		if !it.Warmup {
+			s.measured++
+		}
+		it.Index = s.next
+		s.next++
+		return it, true
+	}
+}
+
+// nextArrival returns the next item's time and class, either a new
+// arrival or a session's turn, whichever is due first; a replayed trace
+// row comes sized (sized true).
+func (s *Source) nextArrival() (it Item, turn *pendingTurn, sized, ok bool) {
 	sp := &s.w.Spec
-	it := Item{Index: s.next}
-	var row *trace.Row
 	switch sp.Arrival.Process {
 	case ArrivalTrace:
 		if s.traceAt >= len(s.w.Trace) {
-			return Item{}, false
+			return Item{}, nil, false, false
 		}
-		row = &s.w.Trace[s.traceAt]
+		row := &s.w.Trace[s.traceAt]
+		it.At = time.Duration(float64(row.At) * sp.Arrival.TimeScale)
+		it.Class = s.pickClass()
+		c := &s.w.Classes[it.Class]
+		it.PromptTokens = c.prompt.sample(s.lens, row, false)
+		it.MaxTokens = c.output.sample(s.lens, row, true)
 		if s.w.TraceHashIDs != nil {
-			it.HashIDs = s.w.TraceHashIDs[s.traceAt]
+			it.Segments = trace.MooncakeSegments(nil, s.w.TraceHashIDs[s.traceAt], it.PromptTokens)
 		}
 		s.traceAt++
-		it.At = time.Duration(float64(row.At) * sp.Arrival.TimeScale)
+		return it, nil, true, true
 	case ArrivalClosed:
-	default:
-		if s.next > 0 {
+		it.Class = s.pickClass()
+		return it, nil, false, true
+	}
+	if !s.arrReady {
+		if s.arrivals > 0 {
 			s.at += s.gap()
 		}
-		it.At = s.at
+		s.arrivals++
+		s.arrReady = true
 	}
-	it.Warmup = s.next < sp.Warmup.Requests || (!s.w.Closed() && it.At < sp.Warmup.Duration.D())
-	if !it.Warmup {
-		if !s.warmupEndKnown {
-			s.warmupEndKnown = true
-			s.warmupEnd = max(it.At, sp.Warmup.Duration.D())
-		}
-		if sp.Requests > 0 && s.measured >= sp.Requests {
-			return Item{}, false
-		}
-		if sp.Duration > 0 && !s.w.Closed() && it.At >= s.warmupEnd+sp.Duration.D() {
-			return Item{}, false
-		}
-		s.measured++
+	if len(s.turns) > 0 && s.turns[0].at < s.at {
+		t := heap.Pop(&s.turns).(*pendingTurn)
+		return Item{At: t.at, Class: t.class}, t, false, true
 	}
+	s.arrReady = false
+	it.At = s.at
 	it.Class = s.pickClass()
+	if c := &s.w.Classes[it.Class]; c.session != nil {
+		s.sessions++
+		t := &pendingTurn{at: it.At, session: s.sessions, class: it.Class, turn: 1}
+		t.left = c.session.turns.sample(s.lens, nil, false) - 1
+		if c.SystemPromptTokens > 0 {
+			t.history = []trace.Segment{{ID: s.w.systemPromptID(it.Class), Tokens: c.SystemPromptTokens}}
+		}
+		return it, t, false, true
+	}
+	return it, nil, false, true
+}
+
+// admit applies the warm-up and the run's bounds to an item due at it.At;
+// false ends the workload.
+func (s *Source) admit(it *Item) bool {
+	sp := &s.w.Spec
+	it.Warmup = s.next < sp.Warmup.Requests || (!s.w.Closed() && it.At < sp.Warmup.Duration.D())
+	if it.Warmup {
+		return true
+	}
+	if !s.warmupEndKnown {
+		s.warmupEndKnown = true
+		s.warmupEnd = max(it.At, sp.Warmup.Duration.D())
+	}
+	if sp.Requests > 0 && s.measured >= sp.Requests {
+		return false
+	}
+	if sp.Duration > 0 && !s.w.Closed() && it.At >= s.warmupEnd+sp.Duration.D() {
+		return false
+	}
+	return true
+}
+
+// fill sizes an item that is not a session's turn (unless sized) and
+// puts the class's system prompt in front of it.
+func (s *Source) fill(it *Item, sized bool) {
 	c := &s.w.Classes[it.Class]
-	it.PromptTokens = c.prompt.sample(s.lens, row, false)
-	it.MaxTokens = c.output.sample(s.lens, row, true)
-	s.next++
-	return it, true
+	if !sized {
+		it.PromptTokens = c.prompt.sample(s.lens, nil, false)
+		it.MaxTokens = c.output.sample(s.lens, nil, true)
+	}
+	if c.SystemPromptTokens > 0 {
+		sys := trace.Segment{ID: s.w.systemPromptID(it.Class), Tokens: c.SystemPromptTokens}
+		if it.Segments != nil { // a replayed prompt keeps its own identity after the system prompt
+			it.Segments = append([]trace.Segment{sys}, it.Segments...)
+		} else {
+			it.Segments = []trace.Segment{sys, {ID: s.ids.Uint64(), Tokens: it.PromptTokens}}
+		}
+		it.PromptTokens = min(it.PromptTokens+c.SystemPromptTokens, MaxLength)
+	}
+}
+
+// sessionTurn sizes a session's turn and schedules its next one; false
+// when the turn would pass the session's context cap (the session ends).
+func (s *Source) sessionTurn(it *Item, t *pendingTurn) bool {
+	c := &s.w.Classes[it.Class]
+	msg := c.prompt.sample(s.lens, nil, false)
+	out := c.output.sample(s.lens, nil, true)
+	hist := trace.SegmentsTokens(t.history)
+	if hist+msg > MaxLength || (c.session.maxContext > 0 && hist+msg+out > c.session.maxContext) {
+		return false
+	}
+	segs := make([]trace.Segment, len(t.history), len(t.history)+1)
+	copy(segs, t.history)
+	segs = append(segs, trace.Segment{ID: s.ids.Uint64(), Tokens: msg})
+	it.Segments, it.PromptTokens, it.MaxTokens = segs, hist+msg, out
+	it.Session, it.Turn = t.session, t.turn
+	if t.left > 0 {
+		think := time.Duration(c.session.think.sample(s.lens, nil, false)) * time.Millisecond
+		next := &pendingTurn{at: t.at + think, session: t.session, class: t.class, turn: t.turn + 1, left: t.left - 1}
+		next.history = append(segs[:len(segs):len(segs)], trace.Segment{ID: s.ids.Uint64(), Tokens: out})
+		heap.Push(&s.turns, next)
+	}
+	return true
 }
 
 func (s *Source) pickClass() int {
@@ -354,4 +576,42 @@ func (s sampler) sample(r *rand.Rand, row *trace.Row, output bool) int {
 		n = min(n, s.hi)
 	}
 	return min(n, MaxLength)
+}
+
+// WithTraceFile returns a copy that replays the trace at path (WithTrace
+// or WithMooncake) at its own pace (time scale 1); format empty means
+// detected from the file's first bytes (trace.Detect).
+func (w *Workload) WithTraceFile(path string, format trace.Format) (*Workload, error) {
+	if format == "" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("trace: %w", err)
+		}
+		head := make([]byte, 512)
+		n, err := io.ReadFull(f, head)
+		f.Close()
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("trace: %s: %w", path, err)
+		}
+		format = trace.Detect(head[:n])
+	}
+	var c *Workload
+	if format == trace.FormatMooncake {
+		rows, err := trace.ReadMooncakeFile(path)
+		if err != nil {
+			return nil, err
+		}
+		c = w.WithMooncake(rows)
+	} else {
+		rows, err := trace.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		c = w.WithTrace(rows)
+	}
+	if len(c.Trace) == 0 {
+		return nil, fmt.Errorf("trace: %s: no requests", path)
+	}
+	c.Spec.Arrival.TimeScale = 1
+	return c, nil
 }

@@ -138,6 +138,33 @@ type ClassSpec struct {
 	// Headers are sent with every request of the class (HTTP headers or gRPC
 	// metadata), for example a tenant or priority header.
 	Headers map[string]string `yaml:"headers"`
+	// SystemPromptTokens, when set, starts every prompt of the class with
+	// the same system prompt of this many tokens (one per class: a tenant
+	// with its own system prompt is a class with its own headers), which a
+	// prefix cache serves after its first request. prompt_tokens is then
+	// the length of what follows it.
+	SystemPromptTokens int `yaml:"system_prompt_tokens"`
+	// Session, when set, makes every arrival of the class a multi-turn
+	// conversation: prompt_tokens is each new user message's length,
+	// output_tokens each reply's.
+	Session *Session `yaml:"session"`
+}
+
+// Session describes a class's multi-turn conversations. Turn k's prompt is
+// the system prompt (if any), then every earlier turn's user message and
+// reply, then the new user message, so each turn resends the history that
+// an engine's prefix cache may still hold. Sessions are open-loop, as a
+// trace replay is: turn k+1 is sent think_time_ms after turn k was sent,
+// whether or not turn k's answer has ended (the think time includes it).
+type Session struct {
+	// Turns is the number of turns of a session (at least 1).
+	Turns Dist `yaml:"turns"`
+	// ThinkTimeMS is the gap between two turns' send times, in milliseconds.
+	ThinkTimeMS Dist `yaml:"think_time_ms"`
+	// MaxContextTokens, when set, ends a session before a turn whose prompt
+	// plus reply would exceed it (an engine refuses a prompt longer than
+	// its context; set it to the engine's max model length).
+	MaxContextTokens int `yaml:"max_context_tokens"`
 }
 
 // SLO is a per-request latency objective.
@@ -308,6 +335,16 @@ func (s *Spec) Default() {
 		}
 		if c.Output.Kind == DistEmpirical && c.Output.Column == "" {
 			c.Output.Column = "generated"
+		}
+		if ss := c.Session; ss != nil {
+			for _, d := range []*Dist{&ss.Turns, &ss.ThinkTimeMS} {
+				if d.Kind == "" && d.Value > 0 {
+					d.Kind = DistFixed
+				}
+			}
+			if ss.ThinkTimeMS == (Dist{}) {
+				ss.ThinkTimeMS.Kind = DistFixed
+			}
 		}
 	}
 }

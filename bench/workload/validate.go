@@ -118,6 +118,30 @@ func (s *Spec) Validate() error {
 			bad(p+".attainment_target", c.AttainmentTarget, "must be in (0, 1]")
 		}
 		errs = append(errs, c.Prompt.validate(p+".prompt_tokens", a.Process, 0)...)
+		if c.SystemPromptTokens < 0 || c.SystemPromptTokens > MaxLength {
+			bad(p+".system_prompt_tokens", c.SystemPromptTokens, fmt.Sprintf("must be in [0, %d]", MaxLength))
+		}
+		if ss := c.Session; ss != nil {
+			switch a.Process {
+			case ArrivalConstant, ArrivalPoisson, ArrivalGamma:
+			default:
+				bad(p+".session", a.Process, "needs arrival process constant, poisson or gamma (sessions arrive by rate)")
+			}
+			for _, d := range []struct {
+				dist   Dist
+				field  string
+				minLen int
+			}{{ss.Turns, "turns", 1}, {ss.ThinkTimeMS, "think_time_ms", 0}} {
+				if d.dist.Kind == DistTrace || d.dist.Kind == DistEmpirical {
+					bad(p+".session."+d.field+".kind", d.dist.Kind, "must be fixed, uniform or lognormal")
+					continue
+				}
+				errs = append(errs, d.dist.validate(p+".session."+d.field, a.Process, d.minLen)...)
+			}
+			if ss.MaxContextTokens < 0 || ss.MaxContextTokens > MaxLength {
+				bad(p+".session.max_context_tokens", ss.MaxContextTokens, fmt.Sprintf("must be in [0, %d] (0: no cap)", MaxLength))
+			}
+		}
 		errs = append(errs, c.Output.validate(p+".output_tokens", a.Process, 1)...)
 		for k, v := range c.Headers {
 			if k == "" || strings.ContainsAny(k, " \t\r\n:") || k != strings.TrimSpace(k) {

@@ -369,13 +369,13 @@ classes:
 	if len(its) != 2 {
 		t.Fatalf("%d items, want 2", len(its))
 	}
-	if d := cmp.Diff([]uint64{1, 2}, its[0].HashIDs); d != "" {
-		t.Errorf("item 0 hash ids (-want +got)\n%s", d)
+	if d := cmp.Diff([]trace.Segment{{ID: 1, Tokens: 512}, {ID: 2, Tokens: 88}}, its[0].Segments); d != "" {
+		t.Errorf("item 0 segments (-want +got)\n%s", d)
 	}
-	if its[1].PromptTokens != 100 || its[1].MaxTokens != 4 || len(its[1].HashIDs) != 1 {
+	if its[1].PromptTokens != 100 || its[1].MaxTokens != 4 || len(its[1].Segments) != 1 {
 		t.Errorf("item 1 = %+v", its[1])
 	}
-	if items(w)[0].HashIDs != nil {
+	if items(w)[0].Segments != nil {
 		t.Error("WithMooncake changed the original workload")
 	}
 }

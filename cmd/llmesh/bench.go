@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/bench/report"
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/stats"
+	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
 )
 
@@ -117,6 +118,8 @@ type workloadFlags struct {
 	file   string
 	q      harness.Quick
 	maxLag time.Duration
+	trace  string
+	format string
 	set    map[string]bool
 }
 
@@ -136,16 +139,45 @@ func (wf *workloadFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&wf.q.Seed, "seed", 0, "random seed (default: the workload's, else 1)")
 	fs.DurationVar(&wf.q.TTFTSLO, "ttft-slo", 0, "TTFT SLO of the quick class")
 	fs.DurationVar(&wf.q.TPOTSLO, "tpot-slo", 0, "TPOT SLO of the quick class")
+	fs.StringVar(&wf.trace, "trace", "", "replay trace `FILE` (Azure CSV or Mooncake JSON lines): arrivals and lengths from it, classes by the workload's shares; a Mooncake trace's prompts share tokens where its hash_ids agree")
+	fs.StringVar(&wf.format, "trace-format", "", "trace format: azure or mooncake (default: detected from the file)")
 	fs.DurationVar(&wf.maxLag, "max-lag", 0, "absolute budget for the schedule-lag p99, replacing the relative one (schedule_lag_fraction of the smallest TTFT SLO, TTFT P50 or arrival gap); 0: relative")
 }
 
 // load builds the workload: the file with explicitly set flags overriding
 // it, or the quick spec.
 func (wf *workloadFlags) load(fs *flag.FlagSet) (*workload.Workload, error) {
+	w, err := wf.loadSpec(fs)
+	if err != nil || wf.trace == "" {
+		return w, err
+	}
+	if _, err := trace.ParseFormat(wf.format); err != nil {
+		return nil, fmt.Errorf("--trace-format: %w", err)
+	}
+	if wf.set["rate"] || wf.set["concurrency"] {
+		return nil, errors.New("--trace: not with --rate or --concurrency (the trace sets the arrivals)")
+	}
+	w, err = w.WithTraceFile(wf.trace, trace.Format(wf.format))
+	if err != nil {
+		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	return w, nil
+}
+
+func (wf *workloadFlags) loadSpec(fs *flag.FlagSet) (*workload.Workload, error) {
 	wf.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { wf.set[f.Name] = true })
 	if wf.file == "" {
-		s := harness.QuickSpec(wf.q)
+		q := wf.q
+		if wf.trace != "" {
+			// The trace gives the arrivals and lengths; the quick spec
+			// only names the class, and its length bounds the run.
+			q.Rate, q.Concurrency = 1, 0
+			if q.Duration == 0 && q.Requests == 0 {
+				q.Requests = workload.MaxRequests
+			}
+		}
+		s := harness.QuickSpec(q)
 		if wf.set["max-lag"] {
 			s.MaxScheduleLagP99 = workload.Duration(wf.maxLag)
 		}

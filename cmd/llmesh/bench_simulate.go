@@ -143,7 +143,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		if w.Spec.Arrival.Rate <= 0 {
 			return withExitCode(2, fmt.Errorf("--rate: the workload's arrival process %q has no rate", w.Spec.Arrival.Process))
 		}
-		w = w.ScaleRate(*rate / w.Spec.Arrival.Rate)
+		w = w.ScaleRate(*rate / w.RequestRate())
 	}
 	o := simulate.Options{
 		Engines: *engines, Proxies: *proxies, Routing: *routing, PrefixWeight: *prefixW, Schedulers: *scheds, Hop: *hop,
@@ -217,29 +217,7 @@ func simWorkload(file, traceFile string, format trace.Format) (*workload.Workloa
 		}
 	}
 	if traceFile != "" {
-		if format == "" {
-			var err error
-			if format, err = detectTraceFormat(traceFile); err != nil {
-				return nil, err
-			}
-		}
-		if format == trace.FormatMooncake {
-			rows, err := trace.ReadMooncakeFile(traceFile)
-			if err != nil {
-				return nil, err
-			}
-			w = w.WithMooncake(rows)
-		} else {
-			rows, err := trace.ReadFile(traceFile)
-			if err != nil {
-				return nil, err
-			}
-			if len(rows) == 0 {
-				return nil, fmt.Errorf("%s: no requests", traceFile)
-			}
-			w = w.WithTrace(rows)
-		}
-		w.Spec.Arrival.TimeScale = 1
+		return w.WithTraceFile(traceFile, format)
 	}
 	return w, nil
 }
@@ -251,20 +229,4 @@ func overloadRelease(f float64) float64 {
 		return -1
 	}
 	return f
-}
-
-// detectTraceFormat reads the first bytes of a trace file to tell its
-// format (trace.Detect).
-func detectTraceFormat(path string) (trace.Format, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("--trace: %w", err)
-	}
-	defer f.Close()
-	head := make([]byte, 512)
-	n, err := io.ReadFull(f, head)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return "", fmt.Errorf("--trace: %w", err)
-	}
-	return trace.Detect(head[:n]), nil
 }

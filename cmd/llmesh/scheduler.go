@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,13 +13,14 @@ import (
 	"runtime/trace"
 
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/internal/tlsfiles"
 	"github.com/llmesh/llmesh/scheduler/server"
 )
 
 // runScheduler is `llmesh scheduler serve`: the shared scheduler service.
 func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml [--admin ADDR] [--cpuprofile FILE] [--trace FILE]")
+		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml [--tls-cert F --tls-key F [--client-ca F]] [--admin ADDR] [--cpuprofile FILE] [--trace FILE]")
 		return withExitCode(2, nil)
 	}
 	fs := flag.NewFlagSet("scheduler serve", flag.ContinueOnError)
@@ -28,6 +30,12 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	admin := fs.String("admin", "", "optional HTTP address for /metrics (Prometheus) and /healthz")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the service to `FILE` until it stops (go tool pprof)")
 	traceOut := fs.String("trace", "", "write a Go execution trace of the service to `FILE` until it stops (go tool trace)")
+	certFile := fs.String("tls-cert", "", "serve over TLS with this certificate `FILE` (PEM); both transports")
+	keyFile := fs.String("tls-key", "", "the TLS certificate's key `FILE` (PEM)")
+	clientCA := fs.String("client-ca", "", "require client certificates signed by this CA bundle `FILE` (mTLS; needs --tls-cert)")
+	maxSessions := fs.Int("max-sessions", server.DefaultMaxSessions, "open sessions at most (one per connected proxy)")
+	maxLeases := fs.Int("max-leases-per-session", server.DefaultMaxLeasesPerSession, "leases (waiting or admitted) one session may hold")
+	preemptGrace := fs.Duration("preempt-grace", server.DefaultPreemptGrace, "a preempted lease still open this long after its Preempt is ended by the service")
 	if err := fs.Parse(args[1:]); err != nil {
 		return withExitCode(2, nil)
 	}
@@ -44,6 +52,22 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *admin != "" {
 		if _, _, err := net.SplitHostPort(*admin); err != nil {
 			errs = append(errs, fmt.Errorf("--admin: %q: %w", *admin, err))
+		}
+	}
+	if *maxSessions < 1 {
+		errs = append(errs, fmt.Errorf("--max-sessions: %d must be at least 1", *maxSessions))
+	}
+	if *maxLeases < 1 {
+		errs = append(errs, fmt.Errorf("--max-leases-per-session: %d must be at least 1", *maxLeases))
+	}
+	if *preemptGrace <= 0 {
+		errs = append(errs, fmt.Errorf("--preempt-grace: %v must be positive", *preemptGrace))
+	}
+	var tlsCfg *tls.Config
+	if *certFile != "" || *keyFile != "" || *clientCA != "" {
+		var err error
+		if tlsCfg, err = tlsfiles.Server(*certFile, *keyFile, *clientCA); err != nil {
+			errs = append(errs, fmt.Errorf("--tls-cert, --tls-key, --client-ca: %w", err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -95,6 +119,8 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		ConfigPath: *cfgPath, // watched: valid changes apply live
 		Log:        stderr,
 		Admin:      adminL,
+		TLS:        tlsCfg,
+		Limits:     server.Limits{MaxSessions: *maxSessions, MaxLeasesPerSession: *maxLeases, PreemptGrace: *preemptGrace},
 		Ready: func(a net.Addr) {
 			fmt.Fprintf(stdout, "scheduler service listening on %s\n", a)
 		},

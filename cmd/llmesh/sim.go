@@ -34,7 +34,9 @@ func runSimPredict(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim predict", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	profile := fs.String("profile", sim.DefaultProfile, "profile: "+strings.Join(sim.Profiles(), ", "))
+	model := fs.String("model", "", "same as --profile")
 	prefill := fs.Int("prefill", 0, "prompt tokens of one prefill (may be combined with a decode batch: a mixed step)")
+	cached := fs.Int("cached", 0, "tokens of the prefill's sequence already in the KV cache (a prefix-cache hit); needs --prefill")
 	batch := fs.Int("decode-batch", 0, "sequences in one decode step")
 	ctxLen := fs.Int("context", 0, "context tokens of each decoding sequence")
 	jsonOut := fs.String("json", "", "write one JSON object with a numeric ms field to `FILE` (- for stdout)")
@@ -45,8 +47,22 @@ func runSimPredict(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
 	}
+	profileSet := false
+	fs.Visit(func(f *flag.Flag) { profileSet = profileSet || f.Name == "profile" })
+	if *model != "" {
+		if profileSet && *model != *profile {
+			errs = append(errs, fmt.Errorf("--model: %q disagrees with --profile %q (give one)", *model, *profile))
+		}
+		*profile = *model
+	}
 	if *prefill < 0 {
 		errs = append(errs, fmt.Errorf("--prefill: %d must not be negative", *prefill))
+	}
+	if *cached < 0 {
+		errs = append(errs, fmt.Errorf("--cached: %d must not be negative", *cached))
+	}
+	if *cached > 0 && *prefill == 0 {
+		errs = append(errs, errors.New("--cached: needs --prefill T (the new tokens computed after the cached ones)"))
 	}
 	if *batch < 0 {
 		errs = append(errs, fmt.Errorf("--decode-batch: %d must not be negative", *batch))
@@ -54,8 +70,8 @@ func runSimPredict(args []string, stdout, stderr io.Writer) error {
 	if *ctxLen < 0 {
 		errs = append(errs, fmt.Errorf("--context: %d must not be negative", *ctxLen))
 	}
-	if *prefill == 0 && *batch == 0 {
-		errs = append(errs, errors.New("give --prefill T, or --decode-batch B --context C, or both"))
+	if *prefill == 0 && *batch == 0 && *cached == 0 {
+		errs = append(errs, errors.New("give --prefill T [--cached C], or --decode-batch B --context C, or both"))
 	}
 	if *batch > 0 && *ctxLen == 0 {
 		errs = append(errs, errors.New("--context: required with --decode-batch"))
@@ -65,20 +81,25 @@ func runSimPredict(args []string, stdout, stderr io.Writer) error {
 	}
 	p, err := sim.LookupProfile(*profile)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("--profile: %w", err))
+		name := "--profile"
+		if *model != "" {
+			name = "--model"
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", name, err))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(2, err)
 	}
-	if *prefill+*ctxLen >= p.MaxContext*4 || *batch > 1<<20 {
+	if *prefill+*cached+*ctxLen >= p.MaxContext*4 || *batch > 1<<20 {
 		return withExitCode(2, fmt.Errorf("step too large for %s (context %d tokens)", p.Name, p.MaxContext))
 	}
-	d := p.Timing.Predict(*prefill, *batch, *ctxLen)
+	d := p.Timing.PredictStep(*prefill, *cached, *batch, *ctxLen)
 	ms := float64(d.Nanoseconds()) / 1e6
 	if *jsonOut != "" {
 		out := map[string]any{"profile": p.Name, "ms": ms}
 		if *prefill > 0 {
 			out["prefill_tokens"] = *prefill
+			out["cached_tokens"] = *cached
 		}
 		if *batch > 0 {
 			out["decode_batch"] = *batch
@@ -89,7 +110,11 @@ func runSimPredict(args []string, stdout, stderr io.Writer) error {
 	}
 	var parts []string
 	if *prefill > 0 {
-		parts = append(parts, fmt.Sprintf("prefill of %d tokens", *prefill))
+		part := fmt.Sprintf("prefill of %d tokens", *prefill)
+		if *cached > 0 {
+			part += fmt.Sprintf(" after %d cached", *cached)
+		}
+		parts = append(parts, part)
 	}
 	if *batch > 0 {
 		parts = append(parts, fmt.Sprintf("decode of %d sequences at context %d", *batch, *ctxLen))

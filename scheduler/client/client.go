@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -38,8 +40,12 @@ type Options struct {
 	// scheduler_service.timeout); while no connection is up, admissions
 	// fail over per FailOpen. 0 means 1s.
 	Timeout time.Duration
-	// DialOptions are added to the gRPC client's (plaintext by default).
+	// DialOptions are added to the gRPC client's.
 	DialOptions []grpc.DialOption
+	// TLS, when set, secures both transports with it (for mTLS it holds
+	// the client's certificate; tlsfiles.Client builds it); nil dials in
+	// plaintext.
+	TLS *tls.Config
 	// StreamPerAdmission uses one Admit stream per admission, the protocol
 	// of services older than Session; false multiplexes every admission
 	// over one Session stream (and falls back to Admit streams by itself
@@ -145,8 +151,12 @@ func New(target string, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("scheduler client: transport %q is not %q, %q or %q", opts.Transport, TransportAuto, TransportGRPC, TransportFramed)
 	}
 	// Reconnect quickly after a service restart: backoff from 100ms to 1s.
+	creds := insecure.NewCredentials()
+	if opts.TLS != nil {
+		creds = credentials.NewTLS(opts.TLS)
+	}
 	dial := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: opts.Timeout,

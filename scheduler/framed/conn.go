@@ -3,6 +3,7 @@ package framed
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -62,7 +63,11 @@ type ServerConn = Conn[*schedulerv1.SessionRequest, *schedulerv1.SessionResponse
 type ClientConn = Conn[*schedulerv1.SessionResponse, *schedulerv1.SessionRequest]
 
 func newConn[In, Out proto.Message](parent context.Context, c net.Conn, r *bufio.Reader, ka net.KeepAliveConfig, newIn func() In) *Conn[In, Out] {
-	if tc, ok := c.(*net.TCPConn); ok {
+	tcpOf := c
+	if tc, ok := c.(*tls.Conn); ok {
+		tcpOf = tc.NetConn()
+	}
+	if tc, ok := tcpOf.(*net.TCPConn); ok {
 		_ = tc.SetKeepAliveConfig(ka)
 		_ = tc.SetNoDelay(true)
 	}
@@ -238,12 +243,21 @@ func readPreface(r *bufio.Reader) error {
 	return nil
 }
 
-// Dial opens a session with the service at addr: it connects, sends the
-// preface and waits for the service's, all within ctx. The connection then
-// outlives ctx until Close.
-func Dial(ctx context.Context, addr string) (*ClientConn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+// Dial opens a session with the service at addr: it connects (over TLS
+// with tlsCfg, when not nil), sends the preface and waits for the
+// service's, all within ctx. The connection then outlives ctx until Close.
+func Dial(ctx context.Context, addr string, tlsCfg *tls.Config) (*ClientConn, error) {
+	var (
+		c   net.Conn
+		err error
+	)
+	if tlsCfg != nil {
+		d := tls.Dialer{Config: tlsCfg}
+		c, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func TestPingKeepsLiveSessions(t *testing.T) {
 	defer cancel()
 
 	// A client that reads answers the pings: its session lives on.
-	live, err := Dial(ctx, l.Addr().String())
+	live, err := Dial(ctx, l.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestMuxServesBothTransports(t *testing.T) {
 	}
 	cc.Close()
 
-	fc, err := Dial(ctx, l.Addr().String())
+	fc, err := Dial(ctx, l.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestMuxServesBothTransports(t *testing.T) {
 	fc.Close()
 
 	// Closing the mux ends a live session and both servers.
-	fc2, err := Dial(ctx, l.Addr().String())
+	fc2, err := Dial(ctx, l.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestDialRefusesOtherPeers(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = Dial(ctx, l.Addr().String())
+	_, err = Dial(ctx, l.Addr().String(), nil)
 	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "byte 0 of the preface") {
 		t.Fatalf("Dial: %v, want a preface error", err)
 	}
@@ -391,7 +391,7 @@ func TestMuxOutlivesTemporaryAcceptErrors(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	fc, err := Dial(ctx, l.Addr().String())
+	fc, err := Dial(ctx, l.Addr().String(), nil)
 	if err != nil {
 		t.Fatalf("after a temporary Accept error: %v", err)
 	}

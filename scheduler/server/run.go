@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -54,6 +55,13 @@ type Options struct {
 	// frees its leases. Zero fields mean 10s and 5s (gRPC's own defaults,
 	// 2h and 20s, would hold a dead proxy's slots for hours).
 	Keepalive keepalive.ServerParameters
+	// TLS, when set, serves both transports over TLS with it (mTLS when it
+	// requires client certificates: tlsfiles.Server with a client CA);
+	// nil serves plaintext, to anyone who can connect.
+	TLS *tls.Config
+	// Limits bound what one client can hold (sessions, leases, how long a
+	// preempted lease may stay open); zero fields take their defaults.
+	Limits Limits
 }
 
 // Run serves the shared scheduler for o.Mesh on l until ctx ends: one
@@ -108,6 +116,8 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	}
 	g := grpc.NewServer(append(GRPCOptions(), grpc.KeepaliveParams(ka))...)
 	srv := New(sched, o.Clock)
+	srv.SetLimits(o.Limits)
+	srv.SetLog(lw.printf)
 	srv.Register(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
@@ -161,6 +171,9 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	}
 	// One address serves both transports: framed sessions
 	// (scheduler/framed) and gRPC, told apart by a connection's first byte.
+	if o.TLS != nil {
+		l = tls.NewListener(l, o.TLS)
+	}
 	mux := framed.NewMux(l, net.KeepAliveConfig{Enable: true, Idle: ka.Time, Interval: ka.Timeout, Count: 1})
 	muxc := make(chan error, 1)
 	go func() {

@@ -24,6 +24,59 @@ type Server struct {
 	// Session messages received and sent (each carries one or more
 	// leases' messages).
 	received, sent atomic.Uint64
+	limits         Limits
+	logf           func(format string, args ...any)
+}
+
+// Limits bound what one client can hold of the service, so that a proxy
+// that misbehaves (or anyone who can connect) cannot take the service's
+// memory or a pool's slots for good. Zero fields take the defaults.
+type Limits struct {
+	// MaxSessions caps the open Session streams; one more is refused with
+	// RESOURCE_EXHAUSTED. Default DefaultMaxSessions.
+	MaxSessions int
+	// MaxLeasesPerSession caps the leases one session holds at once,
+	// waiting or admitted; a Start beyond it is rejected (the session
+	// stays). Default DefaultMaxLeasesPerSession.
+	MaxLeasesPerSession int
+	// PreemptGrace is how long a preempted lease may stay open after its
+	// Preempt was sent: a proxy that has not ended it by then has its lease
+	// ended by the service (outcome preempted), which frees the slot the
+	// preemption was for. Default DefaultPreemptGrace.
+	PreemptGrace time.Duration
+}
+
+// Defaults of Limits.
+const (
+	DefaultMaxSessions         = 1024
+	DefaultMaxLeasesPerSession = 16384
+	DefaultPreemptGrace        = 10 * time.Second
+)
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxSessions <= 0 {
+		l.MaxSessions = DefaultMaxSessions
+	}
+	if l.MaxLeasesPerSession <= 0 {
+		l.MaxLeasesPerSession = DefaultMaxLeasesPerSession
+	}
+	if l.PreemptGrace <= 0 {
+		l.PreemptGrace = DefaultPreemptGrace
+	}
+	return l
+}
+
+// SetLimits sets the service's limits; call it before serving.
+func (s *Server) SetLimits(l Limits) { s.limits = l.withDefaults() }
+
+// SetLog sets where protocol violations and limit refusals are reported
+// (one line each, naming the peer's session); nil discards them. Call it
+// before serving.
+func (s *Server) SetLog(logf func(format string, args ...any)) {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	s.logf = logf
 }
 
 var _ schedulerv1.SchedulerServer = (*Server)(nil)
@@ -34,7 +87,7 @@ func New(a scheduler.Admitter, clk clock.Clock) *Server {
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	return &Server{admitter: a, now: nowOf(a), clk: clk}
+	return &Server{admitter: a, now: nowOf(a), clk: clk, limits: Limits{}.withDefaults(), logf: func(string, ...any) {}}
 }
 
 // WindowSize is the HTTP/2 flow-control window of the service's streams

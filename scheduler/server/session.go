@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/pools"
 )
@@ -33,10 +35,14 @@ type SessionStream interface {
 // ServeSession serves one proxy's session until its stream ends, then ends
 // every lease it still holds.
 func (s *Server) ServeSession(stream SessionStream) error {
-	ctx, cancel := context.WithCancel(stream.Context())
-	ss := &session{srv: s, ctx: ctx, stream: stream, leases: map[uint64]*held{}, wake: make(chan struct{}, 1)}
-	s.sessions.Add(1)
+	if n := s.sessions.Add(1); n > int64(s.limits.MaxSessions) {
+		s.sessions.Add(-1)
+		s.logf("scheduler: session from %s refused: %d sessions open, the limit is %d\n", peerOf(stream.Context()), n-1, s.limits.MaxSessions)
+		return status.Errorf(codes.ResourceExhausted, "scheduler: %d sessions open, the limit is %d", n-1, s.limits.MaxSessions)
+	}
 	defer s.sessions.Add(-1)
+	ctx, cancel := context.WithCancel(stream.Context())
+	ss := &session{srv: s, ctx: ctx, stream: stream, leases: map[uint64]*held{}, wake: make(chan struct{}, 1), peer: peerOf(stream.Context())}
 	ss.wg.Add(1)
 	go ss.sendLoop()
 	err := ss.recvLoop()
@@ -110,6 +116,13 @@ type session struct {
 	leases map[uint64]*held
 	out    []*schedulerv1.LeaseResponse
 
+	// requeues is how many requeued Starts the session may still send:
+	// one per lease the service preempted. A Start marked requeue beyond
+	// them is a new arrival (it waits at the back and counts against the
+	// class's max_queue), so requeue cannot be used to jump a full queue.
+	requeues int
+	peer     string // the client's address, for the log
+
 	sendMu sync.Mutex
 	spare  []*schedulerv1.LeaseResponse // out's other buffer
 	resp   schedulerv1.SessionResponse  // the message Send marshals, reused
@@ -123,8 +136,9 @@ type held struct {
 	ctx      leaseCtx        // a waiting admission's: done when ended closes
 	outcome  scheduler.Outcome
 	done     bool
-	released bool // Release was called (or is being called)
-	preempt  bool // the Preempt answer was queued
+	released bool        // Release was called (or is being called)
+	preempt  bool        // the Preempt answer was queued
+	grace    clock.Timer // ends the lease if the proxy ignores its Preempt
 
 	// The Admitted answer, in the lease's own allocation: written once,
 	// before it is queued, and read by the Send that marshals it.
@@ -205,13 +219,30 @@ func (ss *session) handle(r *leaseMsg) error {
 		}
 		req, err := ss.srv.request(&r.start)
 		if err != nil {
+			ss.srv.logf("scheduler: session from %s ended: %v\n", ss.peer, err)
 			return err
 		}
 		h := &held{}
 		ss.mu.Lock()
 		if _, dup := ss.leases[id]; dup {
 			ss.mu.Unlock()
+			ss.srv.logf("scheduler: session from %s ended: lease %d started twice\n", ss.peer, id)
 			return status.Errorf(codes.InvalidArgument, "scheduler: lease_request.lease %d is already in use", id)
+		}
+		if max := ss.srv.limits.MaxLeasesPerSession; len(ss.leases) >= max {
+			ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Rejected{Rejected: &schedulerv1.Rejected{
+				Reason: schedulerv1.Rejected_REASON_QUEUE_FULL, Message: fmt.Sprintf("scheduler: the session holds %d leases, its limit", max)}}})
+			ss.mu.Unlock()
+			ss.srv.logf("scheduler: session from %s: lease %d rejected: the session holds %d leases, its limit\n", ss.peer, id, max)
+			return nil
+		}
+		if req.Requeue {
+			if ss.requeues > 0 {
+				ss.requeues--
+			} else {
+				req.Requeue = false
+				ss.srv.logf("scheduler: session from %s: lease %d marked requeue without a preempted lease to requeue; queued as a new arrival\n", ss.peer, id)
+			}
 		}
 		ss.leases[id] = h
 		ss.mu.Unlock()
@@ -347,7 +378,9 @@ func (ss *session) preempted(id uint64, h *held) {
 	queued := !h.done && !h.preempt
 	if queued {
 		h.preempt = true
+		ss.requeues++
 		ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Preempt{Preempt: &schedulerv1.Preempt{}}})
+		h.grace = ss.srv.clk.AfterFunc(ss.srv.limits.PreemptGrace, func() { ss.ignoredPreempt(id, h) })
 	}
 	ss.mu.Unlock()
 	if queued {
@@ -355,6 +388,26 @@ func (ss *session) preempted(id uint64, h *held) {
 		case ss.wake <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// ignoredPreempt ends h, preempted PreemptGrace ago and still open: the
+// proxy did not act on its Preempt, and the slot it holds was promised to
+// a more urgent request.
+func (ss *session) ignoredPreempt(id uint64, h *held) {
+	var l scheduler.Lease
+	ss.mu.Lock()
+	if !h.done && ss.leases[id] == h {
+		delete(ss.leases, id)
+		ss.end(h, scheduler.Preempted)
+		if h.lease != nil && !h.released {
+			l, h.released = h.lease, true
+		}
+	}
+	ss.mu.Unlock()
+	if l != nil {
+		ss.srv.logf("scheduler: session from %s: lease %d ignored its preemption for %v; ended by the service\n", ss.peer, id, ss.srv.limits.PreemptGrace)
+		l.Release(scheduler.Preempted)
 	}
 }
 
@@ -379,6 +432,9 @@ func (ss *session) end(h *held, o scheduler.Outcome) {
 	h.done, h.outcome = true, o
 	if h.ended != nil {
 		close(h.ended)
+	}
+	if h.grace != nil {
+		h.grace.Stop()
 	}
 }
 
@@ -503,6 +559,14 @@ func (s *Server) request(start *startMsg) (scheduler.Request, error) {
 		Affinity:     start.affinity,
 		Blocks:       start.blocks,
 	}, nil
+}
+
+// peerOf is the client's address in ctx, or "an unknown peer".
+func peerOf(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return "an unknown peer"
 }
 
 // stamp marks a lease's step in a Go execution trace, when one is running

@@ -65,12 +65,16 @@ func (s *Schedulers) NewAdmitter(mc *config.Config) (scheduler.Admitter, error) 
 		return nil, scheduler.ErrClosed
 	}
 	if svc := mc.SchedulerService; svc != nil {
-		key := fmt.Sprintf("%s|%v|%v|%s", svc.Address, svc.FailOpen, svc.Timeout, svc.Transport)
+		key := fmt.Sprintf("%s|%v|%v|%s|%+v", svc.Address, svc.FailOpen, svc.Timeout, svc.Transport, svc.TLS)
 		if c := s.clients[key]; c != nil {
 			return c, nil
 		}
+		tlsCfg, err := svc.ServiceTLS()
+		if err != nil {
+			return nil, fmt.Errorf("mesh.%w", err)
+		}
 		c, err := client.New(svc.Address, client.Options{FailOpen: svc.FailOpen, Clock: s.Clock, Timeout: svc.Timeout, Transport: svc.Transport,
-			ReportDelay: client.ReportDelayOf(svc.ReportDelay)})
+			ReportDelay: client.ReportDelayOf(svc.ReportDelay), TLS: tlsCfg})
 		if err != nil {
 			return nil, fmt.Errorf("mesh.scheduler_service: %w", err)
 		}

@@ -327,9 +327,15 @@ func buildHost(ctx context.Context, rc Config, log *slog.Logger) (*host, error) 
 			// The shared service orders requests across gateways; the
 			// in-process scheduler takes over while it is unreachable when
 			// the config says fail_open.
+			tlsCfg, err := mesh.SchedulerService.ServiceTLS()
+			if err != nil {
+				_ = s.Close()
+				_ = tele.Shutdown(ctx)
+				return nil, err
+			}
 			c, err := client.New(mesh.SchedulerService.Address, client.Options{FailOpen: mesh.SchedulerService.FailOpen, Fallback: s,
 				Timeout: mesh.SchedulerService.Timeout, Transport: mesh.SchedulerService.Transport,
-				ReportDelay: client.ReportDelayOf(mesh.SchedulerService.ReportDelay)})
+				ReportDelay: client.ReportDelayOf(mesh.SchedulerService.ReportDelay), TLS: tlsCfg})
 			if err != nil {
 				_ = s.Close()
 				_ = tele.Shutdown(ctx)

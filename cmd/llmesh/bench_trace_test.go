@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/llmesh/llmesh/bench/benchtest"
+	"github.com/llmesh/llmesh/sim"
+)
+
+// TestBenchRunReplaysMooncakePrefixes: llmesh bench run --trace sends a
+// Mooncake trace's prompts as text whose tokens agree exactly where the
+// rows' hash_ids agree (the first 512-token blocks), so an engine's
+// prefix cache would hit the same blocks.
+func TestBenchRunReplaysMooncakePrefixes(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "t.jsonl")
+	rows := `{"timestamp": 0, "input_length": 1200, "output_length": 3, "hash_ids": [1, 2, 3]}
+{"timestamp": 10, "input_length": 1100, "output_length": 3, "hash_ids": [1, 2, 4]}
+{"timestamp": 20, "input_length": 700, "output_length": 3, "hash_ids": [5, 2]}
+`
+	if err := os.WriteFile(tr, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		prompts = map[int][]uint32{}
+	)
+	inner := benchtest.Handler(benchtest.Config{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req struct {
+			Prompt    string `json:"prompt"`
+			MaxTokens int    `json:"max_tokens"`
+		}
+		if json.Unmarshal(body, &req) == nil {
+			ids := sim.Tokenize(req.Prompt)
+			mu.Lock()
+			prompts[len(ids)] = ids
+			mu.Unlock()
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		inner.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	out, stderr, err := benchMain(t, "run", "--target", srv.URL, "--trace", tr, "--quiet")
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out, stderr)
+	}
+	if !strings.Contains(out, "3 requests") {
+		t.Errorf("output:\n%s", out)
+	}
+	a, b, c := prompts[1200], prompts[1100], prompts[700]
+	if a == nil || b == nil || c == nil {
+		t.Fatalf("prompt lengths seen: %d prompts, want 1200, 1100 and 700 tokens", len(prompts))
+	}
+	common := func(x, y []uint32) int {
+		n := 0
+		for n < min(len(x), len(y)) && x[n] == y[n] {
+			n++
+		}
+		return n
+	}
+	if n := common(a, b); n != 1024 {
+		t.Errorf("rows sharing hash_ids [1 2] share %d leading tokens, want 1024", n)
+	}
+	if n := common(a, c); n > 1 { // a chance equal first token at most
+		t.Errorf("rows with different first hash ids share %d leading tokens", n)
+	}
+	_, _, err = benchMain(t, "run", "--target", srv.URL, "--trace", tr, "--trace-format", "parquet", "--quiet")
+	if err == nil || !strings.Contains(err.Error(), "--trace-format") {
+		t.Errorf("bad --trace-format: err = %v", err)
+	}
+	_, _, err = benchMain(t, "run", "--target", srv.URL, "--trace", filepath.Join(dir, "none.jsonl"), "--quiet")
+	if err == nil || !strings.Contains(err.Error(), "--trace") {
+		t.Errorf("missing trace: err = %v", err)
+	}
+}
