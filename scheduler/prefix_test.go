@@ -8,8 +8,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/kvblock"
 	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/pools"
 )
 
 // promptBlocks is a prompt's block hashes: n blocks of tokens numbered
@@ -235,5 +237,31 @@ func TestPrefixRoutingValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error containing %q", tc.pr, err, tc.want)
 		}
+	}
+}
+
+// A mesh pool's prefix_routing reaches the scheduler's pool; a pool
+// without it has prefix routing off.
+func TestPrefixRoutingFromMesh(t *testing.T) {
+	cfg, err := config.Load([]byte(`
+pools:
+  - {name: a, protocol: openai, endpoints: [h:1, h:2], prefix_routing: {weight: 2, capacity_blocks: 5000}}
+  - {name: b, protocol: openai, endpoints: [h:3]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := pools.Config(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []scheduler.PrefixRouting{{Weight: 2, CapacityBlocks: 5000}, {}}
+	for i, w := range want {
+		if got := sc.Pools[i].PrefixRouting; got != w {
+			t.Errorf("pool %s: prefix routing %+v, want %+v", sc.Pools[i].Name, got, w)
+		}
+	}
+	if _, err := scheduler.NewMachine(sc); err != nil {
+		t.Fatal(err)
 	}
 }
