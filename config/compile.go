@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmesh/llmesh/prefixindex"
 )
 
 // Limits on config values; values beyond them are field errors.
@@ -373,6 +375,13 @@ func (b *builder) pools(m *Mesh) {
 		b.endpoints(p, src, pool)
 		if src.AffinityHeader != "" {
 			pool.AffinityHeader = b.header(join(p, "affinity_header"), src.AffinityHeader)
+		}
+		if pr := src.PrefixRouting; pr != nil {
+			if w := pr.Weight; !(w > 0 && w <= 1e6) {
+				b.c.add(join(p, "prefix_routing.weight"), 0, "%v must be above 0 and at most 1e6", w)
+			}
+			b.intRange(join(p, "prefix_routing.capacity_blocks"), pr.CapacityBlocks, 1, prefixindex.MaxCapacity)
+			pool.PrefixWeight, pool.PrefixCapacityBlocks = pr.Weight, pr.CapacityBlocks
 		}
 		if mi := src.Capacity.MaxInflight; mi != nil && *mi == 0 {
 			b.c.add(join(p, "capacity.max_inflight"), 0, "0 would admit nothing: must be between 1 and %d (leave it out for the default, %d)", maxInflight, DefaultMaxInflight)

@@ -196,6 +196,11 @@ type Pool struct {
 	// AffinityHeader is the lower-cased request header whose value is the
 	// scheduler's affinity key; empty means none.
 	AffinityHeader string
+	// PrefixWeight > 0 turns on prefix routing with that weight, each
+	// endpoint remembering PrefixCapacityBlocks blocks
+	// (PoolSpec.PrefixRouting); 0 means off.
+	PrefixWeight         float64
+	PrefixCapacityBlocks int
 	// Resume is one of KnownResume: what a host does with a stream of the
 	// pool preempted after it sent bytes (PoolPreemptionSpec.Resume).
 	Resume string

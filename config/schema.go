@@ -105,9 +105,27 @@ type PoolSpec struct {
 	// room, so a conversation stays where its KV cache is; empty means
 	// none (the least loaded endpoint).
 	AffinityHeader string `yaml:"affinity_header,omitempty"`
+	// PrefixRouting makes the endpoint picker prefer the endpoint that was
+	// sent a request's leading prompt blocks before (its KV cache likely
+	// holds them); absent means off. Only requests that carry their
+	// prompt's block hashes (the scheduler service's Start.blocks) are
+	// routed by it.
+	PrefixRouting *PrefixRoutingSpec `yaml:"prefix_routing,omitempty"`
 	// Preemption is what a host does with the pool's streams that are
 	// preempted after they sent bytes to the client.
 	Preemption PoolPreemptionSpec `yaml:"preemption,omitempty"`
+}
+
+// PrefixRoutingSpec weighs an endpoint's likely prefix-cache hit against
+// its load (scheduler.PrefixRouting).
+type PrefixRoutingSpec struct {
+	// Weight is what a full match is worth in the picker's load score (1:
+	// one endpoint's whole slot count); above 0.
+	Weight float64 `yaml:"weight"`
+	// CapacityBlocks is how many prompt blocks the picker remembers per
+	// endpoint: the engine's KV cache in blocks (kv cache tokens / block
+	// size); at least 1.
+	CapacityBlocks int `yaml:"capacity_blocks"`
 }
 
 // PoolPreemptionSpec is a pool's handling of mid-stream preemption.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/llmesh/llmesh/kvblock"
 )
 
 // This file is the contract between the scheduler and its hosts (the
@@ -37,7 +39,19 @@ type Request struct {
 	// hash, so a conversation stays where its KV cache is); empty means the
 	// least loaded endpoint (endpoint.go).
 	Affinity string
+	// Blocks are the prompt's KV block hashes (kvblock.Chain, first block
+	// first). In a pool with PrefixRouting the picker prefers an endpoint
+	// it sent the same leading blocks to before (endpoint.go); only the
+	// first MaxBlocks count. Nil, or a pool without PrefixRouting: the
+	// picker ignores them. The machine keeps the slice while the request
+	// waits; the caller must not change it.
+	Blocks []kvblock.Hash
 }
+
+// MaxBlocks is how many of a request's leading Blocks the picker looks at
+// (at 16 tokens a block, a 131072-token prompt); the shared service rejects
+// a Start that carries more.
+const MaxBlocks = 8192
 
 // Progress is what a host reports about an admitted request as its stream
 // goes on; victim selection and TTFT predictions use it.

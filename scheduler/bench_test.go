@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmesh/llmesh/kvblock"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
 	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
@@ -18,7 +19,7 @@ import (
 func BenchmarkMachineRequest(b *testing.B) {
 	for _, p := range []scheduler.Policy{fifo.New(), preemptive.New()} {
 		b.Run(p.Name(), func(b *testing.B) {
-			machineRequest(b, scheduler.PoolConfig{Name: "p", MaxInflight: 256, Policy: p, Aging: time.Second, Preemption: rails})
+			machineRequest(b, scheduler.PoolConfig{Name: "p", MaxInflight: 256, Policy: p, Aging: time.Second, Preemption: rails}, nil)
 		})
 	}
 }
@@ -34,12 +35,36 @@ func BenchmarkMachineRequestEndpoints(b *testing.B) {
 	for _, p := range []scheduler.Policy{fifo.New(), preemptive.New()} {
 		b.Run(p.Name(), func(b *testing.B) {
 			machineRequest(b, scheduler.PoolConfig{Name: "p", MaxInflight: 256, Policy: p, Aging: time.Second, Preemption: rails,
-				Endpoints: eps})
+				Endpoints: eps}, nil)
 		})
 	}
 }
 
-func machineRequest(b *testing.B, pc scheduler.PoolConfig) {
+// BenchmarkMachineRequestPrefix is BenchmarkMachineRequestEndpoints with
+// prefix routing: every request carries 750 prompt blocks (a 12,000-token
+// prompt, the Mooncake conversation trace's mean), one of 64
+// conversations' prompts, so the index matches, records and evicts.
+func BenchmarkMachineRequestPrefix(b *testing.B) {
+	var eps []scheduler.EndpointConfig
+	for i := 0; i < 8; i++ {
+		eps = append(eps, scheduler.EndpointConfig{Name: fmt.Sprintf("10.0.0.%d:8000", i), MaxInflight: 32})
+	}
+	prompts := make([][]kvblock.Hash, 64)
+	for i := range prompts {
+		prompts[i] = promptBlocks(uint32(i), 750)
+	}
+	blocks := func(i int) []kvblock.Hash { return prompts[i%len(prompts)] }
+	for _, p := range []scheduler.Policy{fifo.New(), preemptive.New()} {
+		b.Run(p.Name(), func(b *testing.B) {
+			machineRequest(b, scheduler.PoolConfig{Name: "p", MaxInflight: 256, Policy: p, Aging: time.Second, Preemption: rails,
+				Endpoints: eps, PrefixRouting: scheduler.PrefixRouting{Weight: 1, CapacityBlocks: 10000}}, blocks)
+		})
+	}
+}
+
+// machineRequest drives pc's machine; blocks, when non-nil, gives the i-th
+// request's prompt blocks.
+func machineRequest(b *testing.B, pc scheduler.PoolConfig, blocks func(i int) []kvblock.Hash) {
 	m, err := scheduler.NewMachine(scheduler.Config{Pools: []scheduler.PoolConfig{pc}, Classes: twoClasses()})
 	if err != nil {
 		b.Fatal(err)
@@ -47,8 +72,15 @@ func machineRequest(b *testing.B, pc scheduler.PoolConfig) {
 	now := t0
 	var running []scheduler.Ticket
 	cls := []string{"batch", "batch", "batch", "batch", "interactive"}
+	req := func(i int) scheduler.Request {
+		r := scheduler.Request{Class: cls[i%5], MaxTokens: 200}
+		if blocks != nil {
+			r.Blocks = blocks(i)
+		}
+		return r
+	}
 	for i := 0; i < 512; i++ {
-		if _, err := m.Arrive(now, scheduler.Request{Class: cls[i%5], MaxTokens: 200}); err != nil {
+		if _, err := m.Arrive(now, req(i)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -56,7 +88,7 @@ func machineRequest(b *testing.B, pc scheduler.PoolConfig) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		now = now.Add(time.Millisecond)
-		if _, err := m.Arrive(now, scheduler.Request{Class: cls[i%5], MaxTokens: 200}); err != nil {
+		if _, err := m.Arrive(now, req(i)); err != nil {
 			b.Fatal(err)
 		}
 		tk := running[0]

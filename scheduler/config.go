@@ -3,7 +3,10 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
+
+	"github.com/llmesh/llmesh/prefixindex"
 )
 
 // Config is the runtime form of the scheduler's configuration: every
@@ -82,7 +85,32 @@ type PoolConfig struct {
 	// Endpoints are the pool's engine replicas (endpoint.go); empty means
 	// one unnamed endpoint with the pool's MaxInflight, the host's upstream.
 	Endpoints []EndpointConfig
+	// PrefixRouting makes the endpoint picker prefer an endpoint that was
+	// sent the request's leading prompt blocks before (endpoint.go, rule
+	// 3); the zero value leaves it off.
+	PrefixRouting PrefixRouting
 }
+
+// PrefixRouting weighs an endpoint's likely prefix-cache hit against its
+// load when the picker chooses among endpoints with room.
+type PrefixRouting struct {
+	// Weight is what a full match is worth in load score: an endpoint that
+	// holds every block of the request's prompt scores Weight lower, one
+	// that holds half of them Weight/2 lower. The load score of an idle
+	// endpoint is 0 and of a full one about 1 (plus its KV usage), so a
+	// weight of 1 lets a full match outweigh one endpoint's whole slot
+	// count. 0 (the default) turns prefix routing off.
+	Weight float64
+	// CapacityBlocks is how many prompt blocks the picker remembers per
+	// endpoint (least recently used forgotten first): that engine's KV
+	// cache in blocks, so that the picker forgets about when the engine
+	// evicts. Required (at least 1) when Weight is set; at most
+	// prefixindex.MaxCapacity.
+	CapacityBlocks int
+}
+
+// enabled reports whether the picker uses prefix matches.
+func (r PrefixRouting) enabled() bool { return r.Weight > 0 }
 
 // PreemptionConfig holds the preemption guard rails (docs/architecture.md, Scheduling semantics).
 type PreemptionConfig struct {
@@ -190,6 +218,12 @@ func (c *Config) Validate() error {
 			bad("%s.preemption.max_per_request: %d must not be negative", path, p.Preemption.MaxPerRequest)
 		}
 		validateEndpoints(path, p.Endpoints, bad)
+		if w := p.PrefixRouting.Weight; w < 0 || math.IsNaN(w) || math.IsInf(w, 0) {
+			bad("%s.prefix_routing.weight: %v must be a finite number, at least 0 (0: off)", path, w)
+		}
+		if c := p.PrefixRouting.CapacityBlocks; c < 0 || c > prefixindex.MaxCapacity || (p.PrefixRouting.Weight > 0 && c == 0) {
+			bad("%s.prefix_routing.capacity_blocks: %d must be in [1, %d] when prefix routing is on", path, c, prefixindex.MaxCapacity)
+		}
 	}
 	seen = map[string]bool{}
 	for i, cl := range c.Classes {

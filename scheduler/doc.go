@@ -8,7 +8,8 @@
 // hosts in one process; scheduler/server and scheduler/client share one
 // Scheduler between processes over gRPC; scheduler/capacity adapts a pool's
 // limit from the engine's /metrics; scheduler/policy holds the policies and
-// their one registry.
+// their one registry. A pool with PrefixRouting owns a prefixindex.Index
+// (endpoint.go), which only the Machine's own methods touch.
 //
 // # Driving the Machine (real or virtual time)
 //

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+
+	"github.com/llmesh/llmesh/kvblock"
 )
 
 // Endpoints: a pool is served by one or more engine replicas. Each has its
@@ -33,6 +35,28 @@ import (
 //     most urgent priority goes first to the endpoint with the fewest
 //     prompt tokens admitted there and not yet prefilled (its prefill
 //     shares engine steps with them), then by the score.
+//
+//     In a pool with PrefixRouting, a request that carries its prompt's
+//     block hashes (Request.Blocks) scores each endpoint
+//
+//     score − weight × matched / blocks
+//
+//     where matched is how many of its leading blocks the pool's prefix
+//     index (prefixindex) says were sent to that endpoint, up to the
+//     first block that was not: the engine likely still holds them in its
+//     prefix cache, and a hit saves their prefill. Every admission records
+//     its blocks for the endpoint it is bound to (whichever rule chose
+//     it), each endpoint remembering PrefixRouting.CapacityBlocks blocks,
+//     least recently used forgotten first, about as its engine's KV cache
+//     evicts. A prompt that shares a prefix thus follows it while that
+//     endpoint has room and its load does not outweigh the hit; a request
+//     without blocks, or a pool without PrefixRouting, is scored as above.
+//     This is the approximate prefix scorer of llm-d's inference scheduler
+//     and the Gateway API inference extension, inside the admission
+//     decision: the endpoint is chosen when a slot is free, with the load
+//     the scheduler itself admitted. A request of the most urgent
+//     priority compares prefill backlogs less its own likely hit
+//     (PromptTokens × matched / blocks) before the score.
 //
 // The pool's max_prefill_tokens (static, or derived per engine: tune.go)
 // is split evenly among the endpoints: a request that is not of the most
@@ -80,8 +104,11 @@ type endpoint struct {
 	drained    bool
 	load       EndpointLoad
 	admitted   uint64
-	excess     int        // abort.go: what the last load report held beyond llmesh's in flight
-	abort      abortWatch // abort.go
+	// prefixBlocks and prefixMatched: the prompt blocks of requests bound
+	// here, and how many of them the prefix index held here at the time.
+	prefixBlocks, prefixMatched uint64
+	excess                      int        // abort.go: what the last load report held beyond llmesh's in flight
+	abort                       abortWatch // abort.go
 }
 
 func newEndpoints(pc PoolConfig) []*endpoint {
@@ -129,12 +156,19 @@ func (m *Machine) pick(p *pool, e *entry) *endpoint {
 		return best
 	}
 	var best *endpoint
-	bestS := math.Inf(1)
+	bestS, bestAhead := math.Inf(1), 0
 	multi := len(p.endpoints) > 1
 	urgent := e.Priority == m.top
 	capEp := 0
 	if multi && !urgent {
 		capEp = m.prefillCap(p) / len(p.endpoints)
+	}
+	var match []int
+	blocks := 0
+	if p.prefix != nil {
+		if blocks = len(blocksOf(e)); blocks > 0 {
+			match = p.matchPrefix(e)
+		}
 	}
 	for _, ep := range p.endpoints {
 		if !ep.room() {
@@ -144,15 +178,58 @@ func (m *Machine) pick(p *pool, e *entry) *endpoint {
 			continue
 		}
 		s := ep.score()
+		// ahead: the prompt tokens the urgent request's prefill shares
+		// steps with there, less what its prefix cache likely saves it.
+		ahead := ep.prefilling
+		if match != nil {
+			s -= p.PrefixRouting.Weight * float64(match[ep.index]) / float64(blocks)
+			ahead -= e.req.PromptTokens * match[ep.index] / blocks
+		}
 		better := best == nil || s < bestS || (s == bestS && ep.inflight < best.inflight)
-		if multi && urgent && best != nil && ep.prefilling != best.prefilling {
-			better = ep.prefilling < best.prefilling
+		if multi && urgent && best != nil && ahead != bestAhead {
+			better = ahead < bestAhead
 		}
 		if better {
-			best, bestS = ep, s
+			best, bestS, bestAhead = ep, s, ahead
 		}
 	}
 	return best
+}
+
+// blocksOf is the part of e's prompt blocks the picker looks at.
+func blocksOf(e *entry) []kvblock.Hash {
+	b := e.req.Blocks
+	if len(b) > MaxBlocks {
+		b = b[:MaxBlocks]
+	}
+	return b
+}
+
+// matchPrefix is, per endpoint of p, how many of waiting request e's
+// leading blocks p's prefix index holds; the result is kept until another
+// request is matched, so that pick and recordPrefix share it.
+func (p *pool) matchPrefix(e *entry) []int {
+	if p.matchFor != e.ticket || p.match == nil {
+		p.match = p.prefix.Match(p.match, blocksOf(e))
+		p.matchFor = e.ticket
+	}
+	return p.match
+}
+
+// recordPrefix books e's admission to its endpoint in p's prefix index
+// (and the endpoint's prefix counts), then lets go of its blocks: a
+// requeue carries them again.
+func (p *pool) recordPrefix(e *entry) {
+	blocks := blocksOf(e)
+	if len(blocks) == 0 {
+		return
+	}
+	ep := e.ep
+	ep.prefixBlocks += uint64(len(blocks))
+	ep.prefixMatched += uint64(p.matchPrefix(e)[ep.index])
+	p.prefix.Record(ep.index, blocks)
+	p.matchFor = 0 // the index changed
+	e.req.Blocks = nil
 }
 
 func affinityHash(key, endpoint string) uint64 {
@@ -299,13 +376,19 @@ type EndpointStats struct {
 	Load        EndpointLoad
 	// Admitted counts admissions bound to this endpoint.
 	Admitted uint64
+	// PrefixBlocks counts the prompt blocks of admissions bound here
+	// (pools with PrefixRouting, requests with Blocks); PrefixMatched how
+	// many of them were leading blocks the prefix index held for this
+	// endpoint when it was chosen: the hits the picker expected.
+	PrefixBlocks, PrefixMatched uint64
 }
 
 func (p *pool) endpointStats() []EndpointStats {
 	out := make([]EndpointStats, len(p.endpoints))
 	for i, ep := range p.endpoints {
 		out[i] = EndpointStats{Name: ep.Name, Limit: ep.limit, MaxInflight: ep.max, InFlight: ep.inflight,
-			Preempting: ep.preempting, Drained: ep.drained, Load: ep.load, Admitted: ep.admitted}
+			Preempting: ep.preempting, Drained: ep.drained, Load: ep.load, Admitted: ep.admitted,
+			PrefixBlocks: ep.prefixBlocks, PrefixMatched: ep.prefixMatched}
 	}
 	return out
 }

@@ -29,6 +29,13 @@ func FuzzMachine(f *testing.F) {
 			Policy: policies[int(data[0]/4)%len(policies)], BatchWindow: time.Duration(data[0]%3) * time.Millisecond,
 			Aging: time.Duration(data[1]%5) * time.Millisecond, Preemption: scheduler.PreemptionConfig{MaxPerRequest: int(data[0] % 3)},
 			MaxPrefillTokens: int(data[1]%4) * 100, ReserveUrgent: int(data[1] / 64)}
+		prefix := data[0]%2 == 1
+		if prefix {
+			// Two endpoints that remember few blocks, so that the prefix
+			// index evicts.
+			pc.Endpoints = []scheduler.EndpointConfig{{Name: "a"}, {Name: "b"}}
+			pc.PrefixRouting = scheduler.PrefixRouting{Weight: float64(data[1]%3) + 0.5, CapacityBlocks: 1 + int(data[1]%5)}
+		}
 		m, err := scheduler.NewMachine(scheduler.Config{Pools: []scheduler.PoolConfig{pc}, Classes: classes})
 		if err != nil {
 			t.Fatal(err)
@@ -53,6 +60,9 @@ func FuzzMachine(f *testing.F) {
 			case 0, 1:
 				r := scheduler.Request{ID: string(rune('a' + arg%7)), Class: []string{"interactive", "batch", "x"}[arg%3],
 					PromptTokens: arg * (1 + op), MaxTokens: arg << (op % 24), Requeue: op%5 == 0, Arrival: now.Add(-time.Duration(arg) * time.Millisecond)}
+				if prefix {
+					r.Blocks = promptBlocks(uint32(arg%3), arg%6)
+				}
 				if t, err := m.Arrive(now, r); err == nil {
 					live = append(live, t)
 				}
@@ -74,6 +84,11 @@ func FuzzMachine(f *testing.F) {
 				}
 			}
 			s := m.Stats()[0]
+			for _, e := range s.Endpoints {
+				if e.InFlight > e.Limit && len(d.Admitted) > 0 || e.PrefixMatched > e.PrefixBlocks {
+					t.Fatalf("endpoint %+v", e)
+				}
+			}
 			if len(d.Admitted) > 0 && (s.InFlight > s.Limit || (pc.MaxInflightTokens > 0 && s.InFlightTokens > pc.MaxInflightTokens)) {
 				t.Fatalf("admitted past limits: %+v", s)
 			}

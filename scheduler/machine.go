@@ -3,6 +3,8 @@ package scheduler
 import (
 	"fmt"
 	"time"
+
+	"github.com/llmesh/llmesh/prefixindex"
 )
 
 // Ticket names one request inside a Machine, from Arrive until it is
@@ -128,6 +130,12 @@ type pool struct {
 	// preempts.
 	run   slotIndex
 	track bool
+	// prefix remembers which prompt blocks went to which endpoint; nil
+	// unless PrefixRouting is on (endpoint.go). match is its scratch
+	// result, valid for the waiting request matchFor.
+	prefix   *prefixindex.Index
+	match    []int
+	matchFor Ticket
 }
 
 // Machine is the scheduler's pure state machine. It owns no goroutines and
@@ -199,6 +207,13 @@ func NewMachine(cfg Config) (*Machine, error) {
 		}
 		if p.track {
 			p.run = newSlotIndex(len(m.classes))
+		}
+		if pc.PrefixRouting.enabled() {
+			caps := make([]int, len(p.endpoints))
+			for i := range caps {
+				caps[i] = pc.PrefixRouting.CapacityBlocks
+			}
+			p.prefix, _ = prefixindex.New(caps) // capacity validated above
 		}
 		m.pools = append(m.pools, p)
 		m.poolByName[pc.Name] = p
@@ -545,6 +560,9 @@ func (m *Machine) admit(now time.Time, p *pool, d *Decisions) {
 		e.ep = ep
 		ep.inflight++
 		ep.admitted++
+		if p.prefix != nil {
+			p.recordPrefix(e)
+		}
 		p.queues[e.class.index].remove(e)
 		e.state = running
 		e.admitted = now

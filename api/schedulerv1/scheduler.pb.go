@@ -540,7 +540,12 @@ type Start struct {
 	Requeue bool `protobuf:"varint,7,opt,name=requeue,proto3" json:"requeue,omitempty"`
 	// affinity keeps requests with the same key on the same endpoint of the
 	// pool while it has room; empty means the least loaded endpoint.
-	Affinity      string `protobuf:"bytes,8,opt,name=affinity,proto3" json:"affinity,omitempty"`
+	Affinity string `protobuf:"bytes,8,opt,name=affinity,proto3" json:"affinity,omitempty"`
+	// blocks are the prompt's KV block hashes (kvblock.Chain: chained, first
+	// block first, never 0): in a pool with prefix routing the service
+	// prefers an endpoint it sent the same leading blocks to before. At most
+	// 8192 (scheduler.MaxBlocks); empty: no prefix routing for the request.
+	Blocks        []uint64 `protobuf:"varint,9,rep,packed,name=blocks,proto3" json:"blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -629,6 +634,13 @@ func (x *Start) GetAffinity() string {
 		return x.Affinity
 	}
 	return ""
+}
+
+func (x *Start) GetBlocks() []uint64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return nil
 }
 
 type Progress struct {
@@ -995,7 +1007,7 @@ const file_llmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\v2\x1a.llmesh.scheduler.v1.StartH\x00R\x05start\x12;\n" +
 	"\bprogress\x18\x02 \x01(\v2\x1d.llmesh.scheduler.v1.ProgressH\x00R\bprogress\x12/\n" +
 	"\x04done\x18\x03 \x01(\v2\x19.llmesh.scheduler.v1.DoneH\x00R\x04doneB\x05\n" +
-	"\x03msg\"\xd2\x01\n" +
+	"\x03msg\"\xea\x01\n" +
 	"\x05Start\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x14\n" +
@@ -1005,7 +1017,8 @@ const file_llmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"max_tokens\x18\x05 \x01(\rR\tmaxTokens\x12\x15\n" +
 	"\x06age_ns\x18\x06 \x01(\x03R\x05ageNs\x12\x18\n" +
 	"\arequeue\x18\a \x01(\bR\arequeue\x12\x1a\n" +
-	"\baffinity\x18\b \x01(\tR\baffinity\"C\n" +
+	"\baffinity\x18\b \x01(\tR\baffinity\x12\x16\n" +
+	"\x06blocks\x18\t \x03(\x04R\x06blocks\"C\n" +
 	"\bProgress\x12\x1f\n" +
 	"\vfirst_token\x18\x01 \x01(\bR\n" +
 	"firstToken\x12\x16\n" +

@@ -30,6 +30,11 @@ import (
 //     (ties in round-robin order), unaware of the admission: the victim of
 //     a preemption may run on another engine than the one the urgent
 //     request is then sent to.
+//   - RoutingPrefixAware: endpoint-aware, and the picker's prefix rule
+//     (scheduler.PrefixRouting, Options.PrefixWeight) is on: each
+//     request carries its prompt's block hashes (sim.SeqSpec.Blocks), and
+//     the picker remembers, per endpoint, the blocks it sent there, up to
+//     one engine's KV cache in blocks.
 //
 // Every message between a proxy and the scheduler or an engine takes
 // Options.Hop: the arrival reaches the scheduler a hop after the proxy
@@ -52,7 +57,11 @@ const maxEngines = 4096
 const (
 	RoutingEndpointAware = "endpoint-aware"
 	RoutingPool          = "pool"
+	RoutingPrefixAware   = "prefix-aware"
 )
+
+// Routings lists the valid Options.Routing values.
+func Routings() []string { return []string{RoutingEndpointAware, RoutingPool, RoutingPrefixAware} }
 
 // msgKind is what a message between proxy, scheduler and engine carries.
 type msgKind uint8
@@ -212,6 +221,12 @@ type fleet struct {
 	// then.
 	tokensMatter bool
 	clients      clientTimeouts
+	// prefix: requests carry their prompt blocks to the scheduler
+	// (RoutingPrefixAware).
+	prefix bool
+	// routed models a prefix cache per engine fed where requests went
+	// (routed.go); nil when no prompt has an identity.
+	routed *routedCaches
 }
 
 // fleetSched is one scheduler machine of a fleet and what the fleet knows
@@ -226,8 +241,10 @@ type fleetSched struct {
 
 // fleetConfig is the scheduler of a fleet: the single host's config with
 // every pool bound multiplied by the number of engines and, for
-// endpoint-aware routing, one endpoint per engine with one engine's limit.
-func fleetConfig(w *workload.Workload, pol scheduler.Policy, o Options) scheduler.Config {
+// endpoint-aware and prefix-aware routing, one endpoint per engine with one
+// engine's limit; prefix-aware routing remembers kvBlocks blocks per
+// endpoint.
+func fleetConfig(w *workload.Workload, pol scheduler.Policy, o Options, kvBlocks int) scheduler.Config {
 	n := o.Engines
 	po := o
 	po.MaxInflight *= n
@@ -235,10 +252,13 @@ func fleetConfig(w *workload.Workload, pol scheduler.Policy, o Options) schedule
 	po.MaxPrefillTokens *= n
 	po.ReserveUrgent *= n
 	cfg := schedulerConfig(w, pol, po)
-	if o.Routing == RoutingEndpointAware {
+	if o.Routing != RoutingPool {
 		for i := range n {
 			cfg.Pools[0].Endpoints = append(cfg.Pools[0].Endpoints, scheduler.EndpointConfig{Name: engineName(i), MaxInflight: o.MaxInflight})
 		}
+	}
+	if o.Routing == RoutingPrefixAware {
+		cfg.Pools[0].PrefixRouting = scheduler.PrefixRouting{Weight: o.PrefixWeight, CapacityBlocks: kvBlocks}
 	}
 	return cfg
 }
@@ -254,6 +274,7 @@ func newFleet(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, er
 		classes: w.Classes, routing: o.Routing, hop: int64(o.Hop), proxies: o.Proxies,
 		epIndex: map[string]int{}, byEng: []*attempt{nil},
 		interval: o.MetricsInterval, late: o.LateHandoff, recordAll: true,
+		prefix: o.Routing == RoutingPrefixAware,
 	}
 	for i := range o.Engines {
 		eng, err := sim.NewEngine(prof, o.Engine)
@@ -280,7 +301,8 @@ func newFleet(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, er
 	for _, c := range w.Classes {
 		f.prio = append(f.prio, c.Priority)
 	}
-	cfgs := []scheduler.Config{fleetConfig(w, pol, o)}
+	kvBlocks := f.engines[0].eng.Config().KVCacheTokens / sim.BlockSize
+	cfgs := []scheduler.Config{fleetConfig(w, pol, o, kvBlocks)}
 	if o.Schedulers == SchedulersPerProxy {
 		cfgs = perProxyConfigs(cfgs[0], o)
 	}
@@ -342,10 +364,14 @@ func (f *fleet) deliver(m msg) {
 	case mArrive:
 		v := m.v
 		s := f.sched(v)
-		tk, err := s.m.Arrive(f.now, scheduler.Request{
+		req := scheduler.Request{
 			ID: v.id, Pool: poolName, Class: f.classes[v.it.Class].Name,
 			PromptTokens: v.it.PromptTokens, MaxTokens: v.it.MaxTokens, Arrival: v.at, Requeue: m.requeue,
-		})
+		}
+		if f.prefix {
+			req.Blocks = v.promptBlocks()
+		}
+		tk, err := s.m.Arrive(f.now, req)
 		if err != nil {
 			if v.abandoned {
 				return // its client has gone: nobody to answer
@@ -370,7 +396,7 @@ func (f *fleet) deliver(m msg) {
 		err := a.eng.eng.Add(sim.SeqSpec{
 			ID: a.id, PromptTokens: v.it.PromptTokens + v.sent,
 			MaxTokens: v.it.MaxTokens - v.sent, Priority: f.prio[v.it.Class],
-			Blocks: promptBlocks(v.it),
+			Blocks: v.promptBlocks(),
 		})
 		if err != nil {
 			if !a.detached {
@@ -451,6 +477,10 @@ func (f *fleet) start(v *vreq, ep int) {
 	v.admitted, v.schedAt = f.now, time.Time{}
 	if ep < 0 {
 		ep = f.leastRequest(v.proxy)
+	}
+	if f.routed != nil && !v.routed {
+		v.routed = true
+		f.routed.observe(ep, v.it, v.promptBlocks())
 	}
 	e := f.engines[ep]
 	if f.out != nil {
@@ -598,6 +628,7 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 			f.byEng[ev.ID] = nil
 			f.detach(a)
 			e.util.Requests++
+			v.blocks = nil // finished: nothing sends its prompt again
 			f.sendBack(msg{kind: mFinish, v: v, tk: v.ticket, out: scheduler.Done})
 			f.end(v, result.StatusOK, "", f.at(client))
 		}
@@ -689,7 +720,7 @@ func (f *fleet) decideOn(s *fleetSched) {
 		for _, tk := range d.Admitted {
 			v := s.byTicket.get(tk)
 			ep := -1
-			if f.routing == RoutingEndpointAware {
+			if f.routing != RoutingPool {
 				name, _ := s.m.EndpointOf(tk)
 				ep = f.epIndex[name]
 			}
@@ -739,6 +770,7 @@ func (f *fleet) run(items []workload.Item) ([]result.Record, error) {
 	recs := make([]result.Record, len(items))
 	reqs := make([]vreq, len(items))
 	f.reqs = reqs
+	f.routed = newRoutedCaches(items, len(f.engines), f.engines[0].eng.Config().KVCacheTokens/sim.BlockSize)
 	for i, it := range items {
 		recs[i] = result.Record{
 			Index: it.Index, Class: f.classes[it.Class].Name, Warmup: it.Warmup,

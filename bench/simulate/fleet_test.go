@@ -226,7 +226,7 @@ func TestShareSplitsEveryLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol, _ := policy.Lookup("preemptive")
-	shared := fleetConfig(w, pol, o)
+	shared := fleetConfig(w, pol, o, 0)
 	var pool, prefill, reserve int
 	eps := make([]int, 3)
 	for _, c := range perProxyConfigs(shared, o) {

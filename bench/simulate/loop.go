@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/kvblock"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/capacity"
 	"github.com/llmesh/llmesh/sim"
@@ -41,7 +42,13 @@ type vreq struct {
 	done     bool
 	// abandoned: the client gave up at the workload's timeout (timeout.go).
 	abandoned bool
-	proxy     int      // fleet.go: the host it arrived at
+	proxy     int  // fleet.go: the host it arrived at
+	routed    bool // fleet.go: counted by the routed prefix model
+	// blocks: fleet.go: the prompt's block hashes, computed once for the
+	// scheduler, the engine and the routed model (hasBlocks), dropped
+	// when the request finishes.
+	blocks    []kvblock.Hash
+	hasBlocks bool
 	att       *attempt // fleet.go: the attempt the proxy follows; nil when none
 	// reported: loop.go: the latest admission's first token has been
 	// reported to the machine.

@@ -3,6 +3,8 @@ package simulate
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"time"
 
 	"github.com/llmesh/llmesh/bench/workload"
@@ -28,6 +30,9 @@ const (
 	DefaultAging           = 60 * time.Second
 	DefaultMinRunTime      = 20 * time.Millisecond
 	DefaultMaxPerRequest   = 2
+	// DefaultPrefixWeight lets a full prefix match outweigh one engine's
+	// whole slot count of load (scheduler.PrefixRouting).
+	DefaultPrefixWeight = 1.0
 )
 
 // Options configure a simulation. The zero value is the demo's pool in front
@@ -109,8 +114,13 @@ type Options struct {
 	// the default), one machine for every proxy, or SchedulersPerProxy,
 	// one per proxy with its share of every bound (layout.go).
 	Schedulers string
-	// Routing is RoutingEndpointAware (empty: the default) or RoutingPool.
+	// Routing is RoutingEndpointAware (empty: the default), RoutingPool or
+	// RoutingPrefixAware.
 	Routing string
+	// PrefixWeight is the prefix rule's weight under RoutingPrefixAware
+	// (scheduler.PrefixRouting.Weight: what a full match is worth in load
+	// score); 0 means DefaultPrefixWeight. Other routings ignore it.
+	PrefixWeight float64
 	// Hop is the one-way network delay of every message between a proxy
 	// and the scheduler and between a proxy and an engine; 0 means none.
 	Hop time.Duration
@@ -206,9 +216,15 @@ func (o Options) withDefaults(w *workload.Workload) (Options, error) {
 	switch o.Routing {
 	case "":
 		o.Routing = RoutingEndpointAware
-	case RoutingEndpointAware, RoutingPool:
+	case RoutingEndpointAware, RoutingPool, RoutingPrefixAware:
 	default:
-		errs = append(errs, fmt.Errorf("routing: %q must be %s or %s", o.Routing, RoutingEndpointAware, RoutingPool))
+		errs = append(errs, fmt.Errorf("routing: %q must be one of %s", o.Routing, strings.Join(Routings(), ", ")))
+	}
+	if o.PrefixWeight == 0 {
+		o.PrefixWeight = DefaultPrefixWeight
+	}
+	if w := o.PrefixWeight; w < 0 || math.IsNaN(w) || math.IsInf(w, 0) {
+		errs = append(errs, fmt.Errorf("prefix_weight: %v must be a finite number above 0 (0: default %v)", w, DefaultPrefixWeight))
 	}
 	if o.Hop < 0 {
 		errs = append(errs, fmt.Errorf("hop: %v must not be negative", o.Hop))

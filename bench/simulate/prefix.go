@@ -25,6 +25,11 @@ type PrefixCache struct {
 	HitTokens          *int64 `json:"hit_tokens,omitempty"`
 	PooledHitTokens    int64  `json:"pooled_hit_tokens"`
 	UnboundedHitTokens int64  `json:"unbounded_hit_tokens"`
+	// RoutedHitTokens, for a fleet, is what one LRU per engine of that
+	// engine's KV capacity would serve, fed the requests sent to that
+	// engine (routed.go): the only one of the models that depends on
+	// routing. Absent for a single engine.
+	RoutedHitTokens *int64 `json:"routed_hit_tokens,omitempty"`
 }
 
 // promptBlocks returns the chained sim.BlockSize-token block hashes of an

@@ -156,6 +156,9 @@ func WriteText(w io.Writer, r *Result, brief bool) error {
 			if line := prefixLine(run.PrefixCache); line != "" {
 				fmt.Fprintln(ew, line)
 			}
+			if line := routedLine(run.PrefixCache); line != "" {
+				fmt.Fprintln(ew, line)
+			}
 		}
 	}
 	cmp := r.Compare()

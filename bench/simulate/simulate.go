@@ -279,6 +279,8 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		reqs []vreq
 		util []EndpointUtil
 		engs []*sim.Engine
+		// routed: the fleet's per-engine prefix model (routed.go).
+		routed *routedCaches
 	)
 	if o.fleet() {
 		f, err := newFleet(w, pol, o)
@@ -291,6 +293,7 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 			return nil, fmt.Errorf("%s at load %g: %w", pol.Name(), load, err)
 		}
 		c, reqs = f.c, f.reqs
+		routed = f.routed
 		for _, e := range f.engines {
 			util = append(util, e.util)
 			engs = append(engs, e.eng)
@@ -330,6 +333,10 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		run.PrefixCache = prefixBounds(items, len(engs)*engs[0].Config().KVCacheTokens/sim.BlockSize)
 		if hits, ok := engineHits(engs); ok {
 			run.PrefixCache.HitTokens = &hits
+		}
+		if routed != nil {
+			h := routed.hits
+			run.PrefixCache.RoutedHitTokens = &h
 		}
 	}
 	run.Sim.Breakdown = breakdown(reqs, w)

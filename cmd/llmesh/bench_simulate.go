@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -57,7 +59,8 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		engines   = fs.Int("engines", 1, "fleet: engine replicas behind the pool; --max-inflight, --max-prefill-tokens and --reserve-urgent are per engine")
 		proxies   = fs.Int("proxies", 1, "fleet: hosts in front of the engines")
 		scheds    = fs.String("schedulers", simulate.SchedulersShared, "fleet: "+simulate.SchedulersShared+" (one scheduler for every proxy) or "+simulate.SchedulersPerProxy+" (each proxy its own, with its share of every engine's limit)")
-		routing   = fs.String("routing", simulate.RoutingEndpointAware, "fleet: "+simulate.RoutingEndpointAware+" (the lease's endpoint) or "+simulate.RoutingPool+" (pool-level admission, least-request host choice by the proxy)")
+		routing   = fs.String("routing", simulate.RoutingEndpointAware, "fleet: "+simulate.RoutingEndpointAware+" (the lease's endpoint), "+simulate.RoutingPool+" (pool-level admission, least-request host choice by the proxy) or "+simulate.RoutingPrefixAware+" (endpoint-aware, preferring the engine that was sent the prompt's prefix)")
+		prefixW   = fs.Float64("prefix-weight", simulate.DefaultPrefixWeight, "fleet, routing "+simulate.RoutingPrefixAware+": what a full prefix match is worth in the picker's load score (1: one engine's whole slot count)")
 		hop       = fs.Duration("hop", 0, "fleet: one-way network delay between a proxy and the scheduler, and between a proxy and an engine")
 		rate      = fs.Float64("rate", 0, "arrival rate in req/s, replacing the workload's (not with --loads or --trace)")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the evaluation to `FILE` (go tool pprof)")
@@ -110,8 +113,11 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if *proxies < 1 {
 		errs = append(errs, fmt.Errorf("--proxies: %d must be at least 1", *proxies))
 	}
-	if *routing != simulate.RoutingEndpointAware && *routing != simulate.RoutingPool {
-		errs = append(errs, fmt.Errorf("--routing: %q must be %s or %s", *routing, simulate.RoutingEndpointAware, simulate.RoutingPool))
+	if !slices.Contains(simulate.Routings(), *routing) {
+		errs = append(errs, fmt.Errorf("--routing: %q must be one of %s", *routing, strings.Join(simulate.Routings(), ", ")))
+	}
+	if !(*prefixW > 0) || math.IsInf(*prefixW, 0) {
+		errs = append(errs, fmt.Errorf("--prefix-weight: %v must be a finite number above 0", *prefixW))
 	}
 	if *scheds != simulate.SchedulersShared && *scheds != simulate.SchedulersPerProxy {
 		errs = append(errs, fmt.Errorf("--schedulers: %q must be %s or %s", *scheds, simulate.SchedulersShared, simulate.SchedulersPerProxy))
@@ -146,7 +152,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		w = w.ScaleRate(*rate / w.RequestRate())
 	}
 	o := simulate.Options{
-		Engines: *engines, Proxies: *proxies, Routing: *routing, Schedulers: *scheds, Hop: *hop,
+		Engines: *engines, Proxies: *proxies, Routing: *routing, PrefixWeight: *prefixW, Schedulers: *scheds, Hop: *hop,
 		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
 		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep, LongPrefillTokenThreshold: *longPre},
 		MetricsInterval: *interval, MaxPrefillTokens: *prefill, ReserveUrgent: *reserve, LateHandoff: *late, StaticBounds: *static,

@@ -129,11 +129,11 @@ func TestBenchSimulateFleet(t *testing.T) {
 			t.Errorf("engine %s did nothing: %+v", e.Name, e)
 		}
 	}
-	_, _, err = benchMain(t, "simulate", "--engines", "0", "--proxies", "-1", "--routing", "random", "--schedulers", "each", "--hop", "-1ms", "--rate", "5", "--loads", "1")
+	_, _, err = benchMain(t, "simulate", "--engines", "0", "--proxies", "-1", "--routing", "random", "--prefix-weight", "-1", "--schedulers", "each", "--hop", "-1ms", "--rate", "5", "--loads", "1")
 	if exitCodeOf(err) != 2 {
 		t.Fatalf("exit code %d (%v), want 2", exitCodeOf(err), err)
 	}
-	for _, want := range []string{"--engines", "--proxies", `--routing: "random"`, `--schedulers: "each"`, "--hop", "--rate"} {
+	for _, want := range []string{"--engines", "--proxies", `--routing: "random" must be one of endpoint-aware, pool, prefix-aware`, "--prefix-weight: -1", `--schedulers: "each"`, "--hop", "--rate"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}

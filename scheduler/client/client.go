@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
 	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/kvblock"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -213,7 +214,23 @@ func (c *Client) start(req scheduler.Request) *schedulerv1.Start {
 		AgeNs:        int64(age),
 		Requeue:      req.Requeue,
 		Affinity:     req.Affinity,
+		Blocks:       wireBlocks(req.Blocks),
 	}
+}
+
+// wireBlocks is the leading scheduler.MaxBlocks of a request's blocks, as
+// Start carries them (the picker looks at no more, the service takes no
+// more).
+func wireBlocks(bs []kvblock.Hash) []uint64 {
+	if len(bs) == 0 {
+		return nil
+	}
+	bs = bs[:min(len(bs), scheduler.MaxBlocks)]
+	out := make([]uint64, len(bs))
+	for i, h := range bs {
+		out[i] = uint64(h)
+	}
+	return out
 }
 
 // sessionRetry is how long a client that found no Session method uses

@@ -540,6 +540,14 @@ func (s *Server) request(start *startMsg) (scheduler.Request, error) {
 		return scheduler.Request{}, status.Errorf(codes.InvalidArgument, "scheduler: start.age_ns %d must not be negative", start.ageNs)
 	}
 	age = min(age, maxAge)
+	if start.nBlocks > scheduler.MaxBlocks {
+		return scheduler.Request{}, status.Errorf(codes.InvalidArgument, "scheduler: start.blocks: %d blocks, at most %d", start.nBlocks, scheduler.MaxBlocks)
+	}
+	for i, h := range start.blocks {
+		if h == 0 {
+			return scheduler.Request{}, status.Errorf(codes.InvalidArgument, "scheduler: start.blocks[%d]: 0 is not a block hash", i)
+		}
+	}
 	return scheduler.Request{
 		ID:           start.id,
 		Pool:         start.pool,
@@ -549,6 +557,7 @@ func (s *Server) request(start *startMsg) (scheduler.Request, error) {
 		Arrival:      s.clk.Now().Add(-age),
 		Requeue:      start.requeue,
 		Affinity:     start.affinity,
+		Blocks:       start.blocks,
 	}, nil
 }
 

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
+	"github.com/llmesh/llmesh/kvblock"
+	"github.com/llmesh/llmesh/scheduler"
 )
 
 // A Session's messages are decoded by hand into structures the session
@@ -75,11 +77,31 @@ type startMsg struct {
 	promptTokens, maxTokens   uint32
 	ageNs                     int64
 	requeue                   bool
+	// blocks holds at most scheduler.MaxBlocks+1 of the Start's blocks
+	// (one more than allowed, so that the excess is seen without keeping
+	// it); nBlocks counts them all. A fresh slice per Start: the
+	// scheduler keeps it while the request waits.
+	blocks  []kvblock.Hash
+	nBlocks int
+}
+
+func (s *startMsg) addBlock(h uint64) {
+	s.nBlocks++
+	if len(s.blocks) <= scheduler.MaxBlocks {
+		s.blocks = append(s.blocks, kvblock.Hash(h))
+	}
 }
 
 func startOf(s *schedulerv1.Start) startMsg {
-	return startMsg{id: s.GetId(), pool: s.GetPool(), class: s.GetClass(), affinity: s.GetAffinity(),
+	m := startMsg{id: s.GetId(), pool: s.GetPool(), class: s.GetClass(), affinity: s.GetAffinity(),
 		promptTokens: s.GetPromptTokens(), maxTokens: s.GetMaxTokens(), ageNs: s.GetAgeNs(), requeue: s.GetRequeue()}
+	if bs := s.GetBlocks(); len(bs) > 0 {
+		m.blocks = make([]kvblock.Hash, 0, min(len(bs), scheduler.MaxBlocks+1))
+		for _, h := range bs {
+			m.addBlock(h)
+		}
+	}
+	return m
 }
 
 // leaseMsgOf is a decoded LeaseRequest's leaseMsg.
@@ -241,7 +263,26 @@ func decodeStart(b []byte, s *startMsg, n names) error {
 				s.affinity = string(v)
 			}
 			continue
-		case num >= 4 && num <= 7 && typ == protowire.VarintType:
+		case num == 9 && typ == protowire.BytesType:
+			// blocks, packed (what proto3 writers send).
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return fmt.Errorf("%w: start.blocks: %w", errWire, protowire.ParseError(l))
+			}
+			b = b[l:]
+			if s.blocks == nil && len(v) > 0 {
+				s.blocks = make([]kvblock.Hash, 0, min(len(v), scheduler.MaxBlocks+1))
+			}
+			for len(v) > 0 {
+				x, l := protowire.ConsumeVarint(v)
+				if l < 0 {
+					return fmt.Errorf("%w: start.blocks: %w", errWire, protowire.ParseError(l))
+				}
+				v = v[l:]
+				s.addBlock(x)
+			}
+			continue
+		case num >= 4 && num <= 7 && typ == protowire.VarintType || num == 9 && typ == protowire.VarintType:
 			x, l := protowire.ConsumeVarint(b)
 			if l < 0 {
 				return fmt.Errorf("%w: start: field %d: %w", errWire, num, protowire.ParseError(l))
@@ -256,6 +297,8 @@ func decodeStart(b []byte, s *startMsg, n names) error {
 				s.ageNs = int64(x)
 			case 7:
 				s.requeue = x != 0
+			case 9:
+				s.addBlock(x) // one unpacked element of blocks
 			}
 			continue
 		}

@@ -25,6 +25,8 @@ var wireSamples = []*schedulerv1.SessionRequest{
 		&schedulerv1.LeaseRequest{Lease: 3},
 		&schedulerv1.LeaseRequest{Lease: 4, Msg: &schedulerv1.LeaseRequest_Done{Done: &schedulerv1.Done{}}},
 	),
+	sessionRequest(&schedulerv1.LeaseRequest{Lease: 5, Msg: &schedulerv1.LeaseRequest_Start{Start: &schedulerv1.Start{
+		Pool: "gpu", Blocks: []uint64{1, 1 << 63, 0xdeadbeef, 7}}}}),
 }
 
 // decodeProto is what gRPC's codec makes of b, as leaseMsgs.
@@ -92,6 +94,12 @@ func TestDecodeSessionRequestEdges(t *testing.T) {
 		"group":              lease(protowire.AppendTag(nil, 9, protowire.StartGroupType), protowire.AppendTag(nil, 9, protowire.EndGroupType)),
 		"wrong group end":    lease(protowire.AppendTag(nil, 9, protowire.StartGroupType), protowire.AppendTag(nil, 10, protowire.EndGroupType)),
 		"big varint uint32s": lease(field(3, varint(2, 1<<40+3))),
+		"blocks unpacked":    lease(field(2, append(varint(9, 5), varint(9, 1<<63)...))),
+		"blocks mixed":       lease(field(2, append(append(varint(9, 5), field(9, protowire.AppendVarint([]byte{3}, 4))...), varint(9, 6)...))),
+		"blocks empty":       lease(field(2, field(9, nil))),
+		"blocks merge":       lease(field(2, field(9, []byte{1, 2})), field(2, field(9, []byte{3}))),
+		"blocks truncated":   lease(field(2, field(9, []byte{1, 0x80}))),
+		"blocks fixed64":     lease(field(2, protowire.AppendFixed64(protowire.AppendTag(nil, 9, protowire.Fixed64Type), 7))),
 	} {
 		want, werr := decodeProto(b)
 		got, err := decodeSessionRequest(b, nil, names{})

@@ -1,0 +1,59 @@
+package config_test
+
+import (
+	"testing"
+
+	"github.com/llmesh/llmesh/config"
+)
+
+func TestPrefixRouting(t *testing.T) {
+	cfg, err := config.Load([]byte(`
+listeners: [{name: main, address: 127.0.0.1:8080, routes: [{pool: p}]}]
+pools:
+  - name: p
+    protocol: openai
+    endpoints: [h:1, h:2]
+    prefix_routing: {weight: 0.5, capacity_blocks: 50000}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Pool("p"); p.PrefixWeight != 0.5 || p.PrefixCapacityBlocks != 50000 {
+		t.Errorf("prefix routing: weight %v, capacity %d; want 0.5, 50000", p.PrefixWeight, p.PrefixCapacityBlocks)
+	}
+	got := errorLines(t, `
+listeners: [{name: main, address: 127.0.0.1:8080, routes: [{pool: p}]}]
+pools:
+  - name: p
+    protocol: openai
+    endpoints: [h:1, h:2]
+    prefix_routing: {weight: -1, capacity_blocks: 0}
+`)
+	for _, w := range []string{
+		`pools[0].prefix_routing.weight: -1 must be above 0 and at most 1e6`,
+		`pools[0].prefix_routing.capacity_blocks: 0 must be between 1 and 16777216`,
+	} {
+		found := false
+		for _, g := range got {
+			found = found || contains(g, w)
+		}
+		if !found {
+			t.Errorf("missing error %q in:\n%s", w, joinLines(got))
+		}
+	}
+	got = errorLines(t, `
+listeners: [{name: main, address: 127.0.0.1:8080, routes: [{pool: p}]}]
+pools:
+  - name: p
+    protocol: openai
+    endpoints: [h:1]
+    prefix_routing: {wieght: 1, capacity_blocks: 10}
+`)
+	found := false
+	for _, g := range got {
+		found = found || contains(g, `pools[0].prefix_routing.wieght: unknown field (did you mean "weight"?)`)
+	}
+	if !found {
+		t.Errorf("a misspelt field is not named with a suggestion:\n%s", joinLines(got))
+	}
+}
