@@ -65,6 +65,10 @@ type RequestHead struct {
 	Passthrough bool
 	// Affinity is the value of the pool's affinity header, "" when none.
 	Affinity string
+	// HashPrefix: the pool picks endpoints by prefix (prefix_routing), so
+	// Size names the prompt's leading blocks (RequestMeta.Blocks) for the
+	// scheduler.
+	HashPrefix bool
 	// HasBody: a request body follows the head.
 	HasBody bool
 }
@@ -186,6 +190,7 @@ func (x *Exchange) Request() scheduler.Request {
 		MaxTokens:    x.meta.MaxTokens,
 		Arrival:      x.head.Received,
 		Affinity:     x.head.Affinity,
+		Blocks:       x.meta.Blocks,
 	}
 }
 

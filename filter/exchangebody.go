@@ -114,7 +114,7 @@ func (x *Exchange) Size(body []byte, h Headers) error {
 	model := x.meta.Model
 	x.meta = RequestMeta{}
 	if x.kind != GRPCWebText {
-		x.meta = ReadRequestMeta(x.head.Path, body, x.kind.Framed())
+		x.meta = readRequestMeta(x.head.Path, body, x.kind.Framed(), x.head.HashPrefix)
 	}
 	if x.meta.Model == "" {
 		x.meta.Model = model

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/llmesh/llmesh/kvblock"
 )
 
 // API is a request's API as far as sizing and continuation care.
@@ -42,6 +44,13 @@ type RequestMeta struct {
 	// request as a bad request (Exchange.Size) instead of letting the
 	// scheduler reject it as if capacity were short. MaxTokens is 0 then.
 	Invalid string
+	// Blocks name the prompt's leading blocks for prefix-aware endpoint
+	// picking (scheduler.Request.Blocks), when asked for
+	// (RequestHead.HashPrefix): kvblock hashes of PrefixBlockTokens token
+	// ids for a prompt of token ids, kvblock.TextChain hashes of
+	// PrefixBlockBytes bytes for text (prefixhash.go); at most
+	// scheduler.MaxBlocks.
+	Blocks []kvblock.Hash
 }
 
 // MaxOutputTokens is the largest output limit a request may name: vLLM
@@ -65,8 +74,17 @@ func (m *RequestMeta) checkOutputLimit(field string, v int) {
 // gRPC message or another method leaves the meta unsized (its zero value,
 // Stream set for gRPC methods it knows).
 func ReadRequestMeta(path string, body []byte, grpc bool) RequestMeta {
+	return readRequestMeta(path, body, grpc, false)
+}
+
+// readRequestMeta is ReadRequestMeta, with the prompt's Blocks when hash.
+func readRequestMeta(path string, body []byte, grpc, hash bool) RequestMeta {
 	if grpc {
-		return readGRPCMeta(path, body)
+		m, prompt, ids := readGRPCMeta(path, body)
+		if hash {
+			m.Blocks = hashGRPCPrompt(prompt, ids)
+		}
+		return m
 	}
 	var m RequestMeta
 	switch {
@@ -99,6 +117,9 @@ func ReadRequestMeta(path string, body []byte, grpc bool) RequestMeta {
 	}
 	m.IncludeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	m.PromptTokens = req.PromptTokens()
+	if hash {
+		m.Blocks = hashOpenAIPrompt(&req)
+	}
 	single := (req.N == nil || *req.N == 1) && (req.BestOf == nil || *req.BestOf <= 1)
 	plain := !req.Echo && (len(req.Logprobs) == 0 || string(req.Logprobs) == "null" || string(req.Logprobs) == "false")
 	switch m.API {
@@ -126,23 +147,24 @@ const (
 )
 
 // readGRPCMeta sizes an uncompressed first message of llm.v1 or vLLM's
-// engine API.
-func readGRPCMeta(path string, body []byte) RequestMeta {
-	var m RequestMeta
+// engine API; it also returns the prompt's text, or its token-id fields'
+// values (each a packed run of varints), for hashing.
+func readGRPCMeta(path string, body []byte) (m RequestMeta, text []byte, ids [][]byte) {
 	if path != MethodLLMV1 && path != MethodVLLM {
-		return m
+		return m, nil, nil
 	}
 	if len(body) < 5 || body[0] != 0 {
-		return m
+		return m, nil, nil
 	}
 	n := binary.BigEndian.Uint32(body[1:5])
 	if uint64(n) != uint64(len(body)-5) {
-		return m
+		return m, nil, nil
 	}
 	msg := body[5:]
 	if path == MethodLLMV1 {
 		var prompt []byte
-		ids := 0
+		nids := 0
+		var idRuns [][]byte
 		ok := fields(msg, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) bool {
 			switch {
 			case num == llmv1ModelField && typ == protowire.BytesType:
@@ -151,42 +173,49 @@ func readGRPCMeta(path string, body []byte) RequestMeta {
 				prompt = v
 			case num == llmv1TokenIDs && typ == protowire.BytesType: // packed
 				c, ok := varints(v)
-				ids += c
+				nids += c
+				idRuns = append(idRuns, v)
 				return ok
 			case num == llmv1TokenIDs && typ == protowire.VarintType:
-				ids++
+				nids++
+				idRuns = append(idRuns, protowire.AppendVarint(nil, x))
 			case num == llmv1MaxTokens && typ == protowire.VarintType:
 				m.checkOutputLimit("max_tokens", int(uint32(x)))
 			}
 			return true
 		})
 		if !ok {
-			return RequestMeta{}
+			return RequestMeta{}, nil, nil
 		}
 		if len(prompt) > 0 {
 			m.PromptTokens = EstimateTokens(len(prompt))
+			text = prompt
 		} else {
-			m.PromptTokens = ids
+			m.PromptTokens = nids
+			ids = idRuns
 		}
 	} else {
-		var text []byte
-		textSet, ids := false, 0
+		var vtext []byte
+		var idRuns [][]byte
+		textSet, nids := false, 0
 		ok := fields(msg, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) bool {
 			switch {
 			case num == vllmText && typ == protowire.BytesType:
-				text, textSet, ids = v, true, 0
+				vtext, textSet, nids, idRuns = v, true, 0, nil
 			case num == vllmTokenized && typ == protowire.BytesType:
 				if textSet {
-					textSet, ids = false, 0 // the oneof switches to tokenized
+					textSet, nids, idRuns = false, 0, nil // the oneof switches to tokenized
 				}
-				return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) bool {
+				return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) bool {
 					switch {
 					case num == vllmInputIDs && typ == protowire.BytesType:
 						c, ok := varints(v)
-						ids += c
+						nids += c
+						idRuns = append(idRuns, v)
 						return ok
 					case num == vllmInputIDs && typ == protowire.VarintType:
-						ids++
+						nids++
+						idRuns = append(idRuns, protowire.AppendVarint(nil, x))
 					}
 					return true
 				})
@@ -201,16 +230,18 @@ func readGRPCMeta(path string, body []byte) RequestMeta {
 			return true
 		})
 		if !ok {
-			return RequestMeta{}
+			return RequestMeta{}, nil, nil
 		}
-		if textSet && len(text) > 0 {
-			m.PromptTokens = EstimateTokens(len(text))
+		if textSet && len(vtext) > 0 {
+			m.PromptTokens = EstimateTokens(len(vtext))
+			text = vtext
 		} else if !textSet {
-			m.PromptTokens = ids
+			m.PromptTokens = nids
+			ids = idRuns
 		}
 	}
 	m.Stream = true
-	return m
+	return m, text, ids
 }
 
 // fields calls f for each field of a protobuf message: v is a

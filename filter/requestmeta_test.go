@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,7 +129,7 @@ func TestReadRequestMeta(t *testing.T) {
 		{"unknown method", "/x.Y/Z", metaFrame(t, &llmv1.GenerateRequest{Model: "m"}), true, RequestMeta{}},
 		{"bad protobuf", MethodVLLM, []byte{0, 0, 0, 0, 2, 0x1a, 0x09}, true, RequestMeta{}},
 	} {
-		if got := ReadRequestMeta(tc.path, tc.body, tc.grpc); got != tc.want {
+		if got := ReadRequestMeta(tc.path, tc.body, tc.grpc); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
 	}

@@ -56,6 +56,10 @@ type Pool struct {
 	// scheduler's affinity key (scheduler.Request.Affinity); empty means
 	// none.
 	AffinityHeader string
+	// PrefixRouting: the pool's scheduler picks endpoints by prefix
+	// (mesh pools[].prefix_routing), so the gateway names each prompt's
+	// leading blocks (filter.RequestMeta.Blocks) for it.
+	PrefixRouting bool
 	// Resume is what happens to a stream of this pool preempted after it
 	// sent bytes to the client; empty means ResumeContinue.
 	Resume Resume

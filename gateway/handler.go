@@ -72,6 +72,7 @@ func (g *Gateway) newExchange(rt *compiled, pool *compiledPool, r *http.Request,
 		ClassPriority:   pool.ClassPriority,
 		Passthrough:     passthrough,
 		Affinity:        pool.affinity(r.Header),
+		HashPrefix:      pool.PrefixRouting,
 		HasBody:         len(body) > 0,
 	})
 	return x

@@ -138,7 +138,7 @@ func compile(s settings.Filter) (*FilterConfig, error) {
 		fc.needBody = fc.needBody || r.Model != ""
 	}
 	for _, p := range mc.Pools {
-		fc.needBody = fc.needBody || p.MaxInflightTokens > 0
+		fc.needBody = fc.needBody || p.MaxInflightTokens > 0 || p.PrefixWeight > 0
 	}
 	return fc, nil
 }

@@ -234,6 +234,7 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	genc, _ := h.Get("grpc-encoding")
 	head := filter.RequestHead{Path: f.path, ContentType: ct, ContentEncoding: ce, GRPCEncoding: genc, Headers: hv,
 		Peer: peer.Addr(), Received: f.received, ID: reqID, RouteClass: f.routeClass, Affinity: affinity,
+		HashPrefix:  f.pool != nil && f.pool.PrefixWeight > 0,
 		Passthrough: !filter.IsGeneration(genPaths, h.Method(), f.path), HasBody: !endStream}
 	if f.pool != nil {
 		head.Pool, head.ClassPriority = f.pool.Name, f.pool.ClassEnginePriority()
