@@ -100,7 +100,7 @@ func TestPrefixLastTokenComputed(t *testing.T) {
 	if len(r.Events) != 1 || r.Events[0].Scheduled != 16 || !r.Events[0].Flags.Has(EvFirstToken) {
 		t.Fatalf("events %+v, want one of 16 tokens with the first token", r.Events)
 	}
-	if r.Shape.PrefillTokens != 16 || r.Shape.PrefillAttention != 16*48+16*16/2 {
+	if r.Shape.PrefillTokens != 16 || r.Shape.PrefillAttention != 16*16/2 || r.Shape.PrefillCrossAttention != 16*48 {
 		t.Errorf("shape %+v, want 16 prefill tokens after 48 cached", r.Shape)
 	}
 	if e.PrefixHits() != 48 {
