@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+
+	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/epp"
+	"github.com/llmesh/llmesh/scheduler/pools"
+)
+
+// eppBodyModes are --body-mode's values.
+var eppBodyModes = map[string]filterv3.ProcessingMode_BodySendMode{
+	"full_duplex": filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+	"buffered":    filterv3.ProcessingMode_BUFFERED,
+	"streamed":    filterv3.ProcessingMode_STREAMED,
+}
+
+// runEPP is `llmesh epp`: the endpoint picker of the Gateway API Inference
+// Extension over Envoy ext_proc (docs/epp.md).
+func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "mesh config file: pools (their endpoints are the picks), classes, classification (required)")
+	listen := fs.String("listen", "", "gRPC address host:port of the ext_proc and health services (required)")
+	listener := fs.String("listener", "", "listener of the mesh config whose routes choose the pool (default: the first)")
+	certFile := fs.String("tls-cert", "", "serve TLS with this PEM certificate (with --tls-key)")
+	keyFile := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	failOpen := fs.Bool("fail-open", false, "pick without admission (round robin) when the scheduler is unavailable, instead of 503")
+	maxBody := fs.Int64("max-body", 0, "request body limit in bytes (0: 16 MiB); larger bodies get 413")
+	bodyMode := fs.String("body-mode", "full_duplex", "body mode of streams whose first message has no protocol_config: full_duplex|buffered|streamed")
+	drain := fs.Duration("drain", 10*time.Second, "how long open streams may finish at shutdown")
+	verbose := fs.Bool("v", false, "log at debug level")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return withExitCode(exitUsage, err)
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
+	}
+	if *configPath == "" {
+		errs = append(errs, errors.New("--config: required"))
+	}
+	if *listen == "" {
+		errs = append(errs, errors.New("--listen: required"))
+	} else if _, _, err := net.SplitHostPort(*listen); err != nil {
+		errs = append(errs, fmt.Errorf("--listen: %q: %v", *listen, err))
+	}
+	if (*certFile == "") != (*keyFile == "") {
+		errs = append(errs, errors.New("--tls-cert and --tls-key: give both or neither"))
+	}
+	if *maxBody < 0 {
+		errs = append(errs, fmt.Errorf("--max-body: %d must not be negative", *maxBody))
+	}
+	mode, ok := eppBodyModes[*bodyMode]
+	if !ok {
+		errs = append(errs, fmt.Errorf("--body-mode: %q is not one of full_duplex, buffered, streamed", *bodyMode))
+	}
+	if *drain < 0 {
+		errs = append(errs, fmt.Errorf("--drain: %v must not be negative", *drain))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return withExitCode(exitUsage, err)
+	}
+	mesh, err := config.LoadFile(*configPath)
+	if err != nil {
+		return withExitCode(exitUsage, err)
+	}
+	var opts []grpc.ServerOption
+	if *certFile != "" {
+		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			return withExitCode(exitUsage, fmt.Errorf("--tls-cert/--tls-key: %w", err))
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	sched, err := pools.NewMesh(mesh, nil)
+	if err != nil {
+		return withExitCode(exitUsage, fmt.Errorf("scheduler: %w", err))
+	}
+	defer sched.Close()
+	if err := sched.Start(ctx); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	srv, err := epp.New(epp.Config{Mesh: mesh, Listener: *listener, Admitter: sched.Set, Stats: sched.Stats,
+		MaxBodyBytes: *maxBody, FailOpen: *failOpen, BodyMode: mode, Logger: log})
+	if err != nil {
+		return withExitCode(exitUsage, err)
+	}
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	g := grpc.NewServer(opts...)
+	srv.Register(g)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	scheme := "plaintext"
+	if *certFile != "" {
+		scheme = "TLS"
+	}
+	fmt.Fprintf(stdout, "epp listening on %s (%s)\n", lis.Addr(), scheme)
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	// Readiness goes NOT_SERVING first, then open streams get --drain.
+	srv.Shutdown()
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(*drain):
+		g.Stop()
+		<-stopped
+	}
+	<-served
+	return nil
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/llmesh/llmesh/epp/epptest"
+)
+
+func TestEPPFlagErrorsAllAtOnce(t *testing.T) {
+	wantUsage(t, mainErr("epp", "--tls-cert", "c.pem", "--max-body", "-1", "--body-mode", "fast", "--drain", "-1s", "extra"),
+		"unexpected arguments", "--config: required", "--listen: required", "--tls-cert and --tls-key", "--max-body", "--body-mode", "--drain")
+	wantUsage(t, mainErr("epp", "--config", "../../epp/testdata/mesh.yaml", "--listen", "nocolon"), "--listen")
+	wantUsage(t, mainErr("epp", "--config", "../../epp/testdata/mesh.yaml", "--listen", "127.0.0.1:0", "--listener", "nope"), "Listener", "nope")
+}
+
+var eppAddrRE = regexp.MustCompile(`epp listening on (\S+) \((plaintext|TLS)\)`)
+
+// eppAddr waits for the command's listening line.
+func eppAddr(t *testing.T, s *serving) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := eppAddrRE.FindStringSubmatch(s.stdout.String()); m != nil {
+			return m[1]
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no listening line in %q", s.stdout.String())
+	return ""
+}
+
+// llmesh epp serves health and picks among the mesh file's endpoints,
+// in plaintext and over TLS.
+func TestEPPServes(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	for _, useTLS := range []bool{false, true} {
+		name := "plaintext"
+		args := []string{"epp", "--config", "../../epp/testdata/mesh.yaml", "--listen", "127.0.0.1:0", "--drain", "1s"}
+		creds := insecure.NewCredentials()
+		if useTLS {
+			name = "tls"
+			args = append(args, "--tls-cert", certFile, "--tls-key", keyFile)
+			creds = credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"})
+		}
+		t.Run(name, func(t *testing.T) {
+			s := serve(t, args...)
+			addr := eppAddr(t, s)
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "readiness"})
+			if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("readiness: %v %v", hr, err)
+			}
+			d := &epptest.Driver{Client: extprocv3.NewExternalProcessorClient(conn), RequestMode: epptest.FullDuplex, ResponseMode: epptest.FullDuplex}
+			call, pick, err := d.Start(ctx, epptest.Request{Headers: map[string]string{":method": "POST", ":path": "/v1/completions"},
+				Chunks: [][]byte{[]byte(`{"model":"m","prompt":"hi","max_tokens":4}`)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pick.Header != "10.0.0.1:8000" && pick.Header != "10.0.0.2:8000" || pick.Metadata != pick.Header {
+				t.Fatalf("pick %+v", pick)
+			}
+			if _, err := call.Respond(epptest.Response{Status: 200}); err != nil {
+				t.Fatal(err)
+			}
+			conn.Close()
+			if err := s.Stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// selfSigned writes a certificate for localhost/127.0.0.1 and its key.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "llmesh-epp-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
