@@ -35,7 +35,12 @@ type picker struct {
 
 func startPicker(t testing.TB, mutate func(*epp.Config)) *picker {
 	t.Helper()
-	mesh, err := config.LoadFile("testdata/mesh.yaml")
+	return startPickerMesh(t, "testdata/mesh.yaml", mutate)
+}
+
+func startPickerMesh(t testing.TB, meshFile string, mutate func(*epp.Config)) *picker {
+	t.Helper()
+	mesh, err := config.LoadFile(meshFile)
 	if err != nil {
 		t.Fatal(err)
 	}
