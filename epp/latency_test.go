@@ -2,6 +2,10 @@ package epp_test
 
 import (
 	"flag"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"slices"
 	"sync"
 	"testing"
@@ -14,6 +18,7 @@ import (
 var (
 	latRate     = flag.Float64("epp.rate", 500, "TestDecisionLatency: requests per second")
 	latDuration = flag.Duration("epp.duration", time.Second, "TestDecisionLatency: how long to send")
+	latTarget   = flag.String("epp.target", "", "TestDecisionLatency: address of a running `llmesh epp --config epp/testdata/mesh-latency.yaml` to measure instead of an in-process picker")
 )
 
 // TestDecisionLatency measures the picker's decision latency through a real
@@ -27,9 +32,19 @@ func TestDecisionLatency(t *testing.T) {
 	if testing.Short() {
 		dur = 200 * time.Millisecond
 	}
-	// No records: nothing reads them here.
-	p := startPickerMesh(t, "testdata/mesh-latency.yaml", func(c *epp.Config) { c.OnDone = nil })
-	d := p.driver(epptest.FullDuplex)
+	var d *epptest.Driver
+	if *latTarget != "" {
+		conn, err := grpc.NewClient(*latTarget, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		d = &epptest.Driver{Client: extprocv3.NewExternalProcessorClient(conn), RequestMode: epptest.FullDuplex, ResponseMode: epptest.FullDuplex}
+	} else {
+		// No records: nothing reads them here.
+		p := startPickerMesh(t, "testdata/mesh-latency.yaml", func(c *epp.Config) { c.OnDone = nil })
+		d = p.driver(epptest.FullDuplex)
+	}
 	// Warm the connection and the pools.
 	for i := 0; i < 50; i++ {
 		c, _, err := d.Start(ctx(t), chat(nil))
