@@ -49,7 +49,8 @@ type stream struct {
 	served   string
 	status   int
 	obs      *filter.Observer
-	ended    bool
+	// released: the lease went back; reported: OnDone has the record.
+	released, reported bool
 }
 
 func newStream(s *Server, srv extprocv3.ExternalProcessor_ProcessServer) *stream {
@@ -93,6 +94,9 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return st.requestBody(v.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if st.headers == nil {
+			return status.Error(codes.FailedPrecondition, "epp: request_trailers before request_headers")
+		}
 		if !st.decided {
 			if err := st.decide(); err != nil {
 				return err
@@ -347,16 +351,17 @@ func (st *stream) outcome() scheduler.Outcome {
 // finish releases the lease and reports the record, once. cause is nil
 // for a response that ended normally.
 func (st *stream) finish(o scheduler.Outcome, cause error) {
-	if st.ended || (!st.decided && st.lease == nil) {
+	if st.lease != nil && !st.released {
+		st.released = true
+		st.lease.Release(o)
+	}
+	if st.reported || !st.decided {
 		return
 	}
-	st.ended = true
+	st.reported = true
 	rec := Record{Endpoint: st.endpoint, Served: st.served, Status: st.status, Outcome: o, Admitted: st.lease != nil, Class: st.class.Name}
 	if st.pool != nil {
 		rec.Pool = st.pool.pool.Name
-	}
-	if st.lease != nil {
-		st.lease.Release(o)
 	}
 	if st.obs != nil {
 		st.obs.Finish(st.s.now(), cause)
@@ -383,8 +388,8 @@ func (st *stream) immediate(err error) error {
 		hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(filter.RetryAfter(time.Second))}})
 	}
 	st.s.log.Debug("epp: request answered by the picker", "status", r.HTTPStatus, "err", err)
-	if !st.ended {
-		st.ended = true
+	if !st.reported {
+		st.reported = true
 		if st.s.cfg.OnDone != nil {
 			rec := Record{Status: r.HTTPStatus, Outcome: scheduler.Failed, Class: st.class.Name}
 			if st.pool != nil {
