@@ -463,3 +463,20 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 }
+
+// A body larger than gRPC's default 4 MiB message, split as Envoy splits
+// it, goes back to the data plane whole in full duplex mode (in pieces).
+func TestLargeBodyFullDuplex(t *testing.T) {
+	p := startPicker(t, nil)
+	prompt := strings.Repeat("x", 5<<20)
+	body := `{"model":"m","prompt":"` + prompt + `","max_tokens":1}`
+	r := epptest.Request{Headers: map[string]string{":method": "POST", ":path": "/v1/completions"}, Chunks: split(body, 40)}
+	call, pick, err := p.driver(epptest.FullDuplex).Start(ctx(t), r)
+	if err != nil || pick.Immediate != nil {
+		t.Fatalf("%v %+v", err, pick)
+	}
+	if string(pick.Body) != body {
+		t.Fatalf("forwarded %d bytes, want %d", len(pick.Body), len(body))
+	}
+	call.Cancel()
+}

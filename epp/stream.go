@@ -20,6 +20,10 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 )
 
+// streamChunk bounds one streamed body message the picker sends back in
+// full duplex mode, well below gRPC's usual 4 MiB message limit.
+const streamChunk = 256 << 10
+
 // errNoReadyEndpoint: no endpoint of the pool (or of the subset the data
 // plane gave) is ready.
 var errNoReadyEndpoint = errors.New("no ready endpoint")
@@ -283,11 +287,22 @@ func (st *stream) sendPick() error {
 		if st.headersEOS {
 			return nil
 		}
-		// Full duplex: the body goes on only as the processor sends it.
-		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-			RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
-				Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
-					Body: st.body, EndOfStream: true}}}}}}})
+		// Full duplex: the body goes on only as the processor sends it, in
+		// pieces of at most streamChunk bytes.
+		body := st.body
+		for {
+			n := min(len(body), streamChunk)
+			if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+				RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+					Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+						Body: body[:n], EndOfStream: n == len(body)}}}}}}}); err != nil {
+				return err
+			}
+			body = body[n:]
+			if len(body) == 0 {
+				return nil
+			}
+		}
 	default:
 		// BUFFERED and STREAMED: Envoy still holds the headers while it
 		// waits for this (last) body answer, which carries the mutation.

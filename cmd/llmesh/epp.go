@@ -81,7 +81,12 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return withExitCode(exitUsage, err)
 	}
-	var opts []grpc.ServerOption
+	// A buffered body comes in one message: room for the largest allowed.
+	limit := *maxBody
+	if limit == 0 {
+		limit = epp.DefaultMaxBodyBytes
+	}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(min(limit+1<<20, 1<<30)))}
 	if *certFile != "" {
 		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
 		if err != nil {

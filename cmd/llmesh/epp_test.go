@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,6 +86,18 @@ func TestEPPServes(t *testing.T) {
 			}
 			if pick.Header != "10.0.0.1:8000" && pick.Header != "10.0.0.2:8000" || pick.Metadata != pick.Header {
 				t.Fatalf("pick %+v", pick)
+			}
+			if _, err := call.Respond(epptest.Response{Status: 200}); err != nil {
+				t.Fatal(err)
+			}
+			// A buffered body comes in one message, larger than gRPC's
+			// default 4 MiB limit.
+			big := `{"model":"m","prompt":"` + strings.Repeat("x", 5<<20) + `","max_tokens":1}`
+			d.RequestMode, d.ResponseMode = epptest.Buffered, epptest.Buffered
+			call, pick, err = d.Start(ctx, epptest.Request{Headers: map[string]string{":method": "POST", ":path": "/v1/completions"},
+				Chunks: [][]byte{[]byte(big)}})
+			if err != nil || pick.Header == "" {
+				t.Fatalf("5 MiB buffered body: %v %+v", err, pick)
 			}
 			if _, err := call.Respond(epptest.Response{Status: 200}); err != nil {
 				t.Fatal(err)
