@@ -143,6 +143,15 @@ func TestSubsetNoReadyEndpoint(t *testing.T) {
 			if err := json.Unmarshal(im.GetBody(), &body); err != nil || body.Error.Code != 503 || !strings.Contains(body.Error.Message, "no ready endpoint") {
 				t.Fatalf("body %s (%v)", im.GetBody(), err)
 			}
+			reply := ""
+			for _, h := range im.GetHeaders().GetSetHeaders() {
+				if h.GetHeader().GetKey() == "x-llmesh-reply" {
+					reply = string(h.GetHeader().GetRawValue())
+				}
+			}
+			if reply != "llmesh_rejected" || im.GetDetails() != "llmesh_rejected" {
+				t.Fatalf("x-llmesh-reply %q, details %q, want llmesh_rejected", reply, im.GetDetails())
+			}
 			if s := p.stats(); s.Admitted != 0 {
 				t.Fatalf("admitted %d, want 0", s.Admitted)
 			}

@@ -198,7 +198,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	return st.run()
 }
 
-// pick resolves the pool of a request: the listener's route, or the first
+// route resolves the pool of a request: the listener's route, or the first
 // pool when the mesh has no listener. routeClass is the route's class.
 func (s *Server) route(path string, header func(string) string, grpcReq bool) (pi *poolInfo, routeClass string, ok bool) {
 	if s.listener == nil {

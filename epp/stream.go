@@ -207,7 +207,7 @@ func (st *stream) decide() error {
 			want = []string{}
 		}
 		if eps, _ := st.s.ready(pi, want); len(eps) == 0 {
-			return st.immediate(fmt.Errorf("%w: %w in the subset %q of pool %q", scheduler.ErrUnavailable, errNoReadyEndpoint,
+			return st.immediate(fmt.Errorf("%w: %w in the subset %q of pool %q", scheduler.ErrRejected, errNoReadyEndpoint,
 				truncate(strings.Join(st.subset, ","), 256), pi.pool.Name))
 		}
 	}
@@ -236,7 +236,7 @@ func (st *stream) decide() error {
 	if st.endpoint == "" || (want != nil && !contains(want, st.endpoint)) || (st.lease == nil) {
 		ep, ok := st.fallbackPick(pi, want, st.lease == nil)
 		if !ok {
-			err := fmt.Errorf("%w: %w in pool %q", scheduler.ErrUnavailable, errNoReadyEndpoint, pi.pool.Name)
+			err := fmt.Errorf("%w: %w in pool %q", scheduler.ErrRejected, errNoReadyEndpoint, pi.pool.Name)
 			st.finish(scheduler.Failed, err)
 			return st.immediate(err)
 		}
