@@ -18,6 +18,8 @@ import (
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/epp"
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/pools"
 )
 
@@ -107,7 +109,20 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := sched.Start(ctx); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	srv, err := epp.New(epp.Config{Mesh: mesh, Listener: *listener, Admitter: sched.Set, Stats: sched.Stats,
+	var adm scheduler.Admitter = sched.Set
+	if ss := mesh.SchedulerService; ss != nil {
+		// The shared service orders requests across pickers and proxies;
+		// the in-process scheduler takes over while it is unreachable when
+		// the config says fail_open (as in the gateway).
+		c, err := client.New(ss.Address, client.Options{FailOpen: ss.FailOpen, Fallback: sched.Set, Timeout: ss.Timeout,
+			Transport: ss.Transport, ReportDelay: client.ReportDelayOf(ss.ReportDelay)})
+		if err != nil {
+			return withExitCode(exitUsage, fmt.Errorf("scheduler_service: %w", err))
+		}
+		defer c.Close()
+		adm = c
+	}
+	srv, err := epp.New(epp.Config{Mesh: mesh, Listener: *listener, Admitter: adm, Stats: sched.Stats,
 		MaxBodyBytes: *maxBody, FailOpen: *failOpen, BodyMode: mode, Logger: log})
 	if err != nil {
 		return withExitCode(exitUsage, err)

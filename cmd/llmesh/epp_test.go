@@ -144,3 +144,75 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
 }
+
+// With scheduler_service in the mesh file, llmesh epp admits through the
+// shared service: picks while it runs; fail closed (503) once it is gone.
+func TestEPPSharedScheduler(t *testing.T) {
+	base, err := os.ReadFile("../../epp/testdata/mesh.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	svcMesh := filepath.Join(dir, "service.yaml")
+	if err := os.WriteFile(svcMesh, base, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc := serve(t, "scheduler", "serve", "--listen", "127.0.0.1:0", "--config", svcMesh)
+	svcAddr := waitLine(t, svc, regexp.MustCompile(`scheduler service listening on (\S+)`))
+	eppMesh := filepath.Join(dir, "epp.yaml")
+	shared := string(base) + "scheduler_service:\n  address: " + svcAddr + "\n  failure_mode: fail_closed\n  timeout: 300ms\n"
+	if err := os.WriteFile(eppMesh, []byte(shared), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := serve(t, "epp", "--config", eppMesh, "--listen", "127.0.0.1:0", "--drain", "1s")
+	conn, err := grpc.NewClient(eppAddr(t, s), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d := &epptest.Driver{Client: extprocv3.NewExternalProcessorClient(conn), RequestMode: epptest.FullDuplex, ResponseMode: epptest.FullDuplex}
+	req := epptest.Request{Headers: map[string]string{":method": "POST", ":path": "/v1/completions"},
+		Chunks: [][]byte{[]byte(`{"model":"m","prompt":"hi","max_tokens":4}`)}}
+	call, pick, err := d.Start(ctx, req)
+	if err != nil || pick.Header == "" {
+		t.Fatalf("through the shared service: %v %+v", err, pick)
+	}
+	if _, err := call.Respond(epptest.Response{Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Gone: fail closed answers 503 (the client may need a moment to
+	// notice the connection went away).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, pick, err := d.Start(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pick.Immediate != nil && pick.Immediate.GetStatus().GetCode() == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still picking with the shared service gone: %+v", pick)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitLine waits for re in the command's stdout and returns its group.
+func waitLine(t *testing.T, s *serving, re *regexp.Regexp) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(s.stdout.String()); m != nil {
+			return m[1]
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no %v in %q", re, s.stdout.String())
+	return ""
+}
