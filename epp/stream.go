@@ -249,9 +249,8 @@ func (st *stream) decide() error {
 }
 
 // fallbackPick chooses among the ready endpoints of want (all when nil):
-// the configured upstream (first endpoint) for a lease without endpoint,
-// the least loaded for a subset the scheduler's pick is outside of, round
-// robin when picking fail-open.
+// the least loaded for a lease bound to no endpoint or to one outside the
+// subset, round robin when picking fail-open (rr).
 func (st *stream) fallbackPick(pi *poolInfo, want []string, rr bool) (string, bool) {
 	eps, load := st.s.ready(pi, want)
 	if len(eps) == 0 {
