@@ -66,6 +66,8 @@ type Config struct {
 // Record is what the picker learned about one request.
 type Record struct {
 	Pool, Class string
+	// Model is the request body's model ("" when not parsed).
+	Model string
 	// Endpoint is the picked endpoint; Served the one the data plane
 	// reported as serving it ("" when it did not say).
 	Endpoint, Served string

@@ -48,6 +48,7 @@ type stream struct {
 
 	pool     *poolInfo
 	class    filter.Classification
+	model    string
 	lease    scheduler.Lease
 	endpoint string
 	served   string
@@ -193,6 +194,7 @@ func (st *stream) decide() error {
 			return st.immediate(fmt.Errorf("%w: %w", filter.ErrBadRequest, err))
 		}
 		oreq = r
+		st.model = r.Model
 	}
 	st.class = st.s.cls.Classify(filter.RequestInfo{Path: path, Model: oreq.Model, RouteClass: routeClass, Headers: h})
 	if obj := h.Get(ObjectiveHeader); obj != "" && (st.class.Source == filter.SourceRule || st.class.Source == filter.SourceDefault) {
@@ -373,7 +375,8 @@ func (st *stream) finish(o scheduler.Outcome, cause error) {
 		return
 	}
 	st.reported = true
-	rec := Record{Endpoint: st.endpoint, Served: st.served, Status: st.status, Outcome: o, Admitted: st.lease != nil, Class: st.class.Name}
+	rec := Record{Endpoint: st.endpoint, Served: st.served, Status: st.status, Outcome: o, Admitted: st.lease != nil,
+		Class: st.class.Name, Model: st.model}
 	if st.pool != nil {
 		rec.Pool = st.pool.pool.Name
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,9 +19,12 @@ import (
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/epp"
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/pools"
+	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/telemetry"
 )
 
 // eppBodyModes are --body-mode's values.
@@ -43,6 +47,7 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	failOpen := fs.Bool("fail-open", false, "pick without admission (round robin) when the scheduler is unavailable, instead of 503")
 	maxBody := fs.Int64("max-body", 0, "request body limit in bytes (0: 16 MiB); larger bodies get 413")
 	bodyMode := fs.String("body-mode", "full_duplex", "body mode of streams whose first message has no protocol_config: full_duplex|buffered|streamed")
+	admin := fs.String("admin", "", "address serving /metrics (the request metrics of the other hosts, per class, and the pools' gauges) and /healthz; empty: none")
 	drain := fs.Duration("drain", 10*time.Second, "how long open streams may finish at shutdown")
 	verbose := fs.Bool("v", false, "log at debug level")
 	if err := fs.Parse(args); err != nil {
@@ -72,6 +77,11 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	mode, ok := eppBodyModes[*bodyMode]
 	if !ok {
 		errs = append(errs, fmt.Errorf("--body-mode: %q is not one of full_duplex, buffered, streamed", *bodyMode))
+	}
+	if *admin != "" {
+		if _, _, err := net.SplitHostPort(*admin); err != nil {
+			errs = append(errs, fmt.Errorf("--admin: %q: %v", *admin, err))
+		}
 	}
 	if *drain < 0 {
 		errs = append(errs, fmt.Errorf("--drain: %v must not be negative", *drain))
@@ -122,8 +132,16 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer c.Close()
 		adm = c
 	}
-	srv, err := epp.New(epp.Config{Mesh: mesh, Listener: *listener, Admitter: adm, Stats: sched.Stats,
-		MaxBodyBytes: *maxBody, FailOpen: *failOpen, BodyMode: mode, Logger: log})
+	ecfg := epp.Config{Mesh: mesh, Listener: *listener, Admitter: adm, Stats: sched.Stats,
+		MaxBodyBytes: *maxBody, FailOpen: *failOpen, BodyMode: mode, Logger: log}
+	if *admin != "" {
+		stop, err := eppAdmin(ctx, *admin, mesh, sched.Stats, &ecfg, stdout)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	srv, err := epp.New(ecfg)
 	if err != nil {
 		return withExitCode(exitUsage, err)
 	}
@@ -157,4 +175,48 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	<-served
 	return nil
+}
+
+// eppAdmin serves /metrics and /healthz on addr: every request's
+// observation recorded as the other hosts record theirs (telemetry), and
+// the scheduler's pool gauges. It sets cfg.OnDone; stop ends the server.
+func eppAdmin(ctx context.Context, addr string, mesh *config.Config, stats func() []scheduler.PoolStats,
+	cfg *epp.Config, stdout io.Writer) (stop func(), err error) {
+	topts := telemetry.OptionsFromConfig(mesh.Telemetry)
+	topts.Prometheus = true
+	for _, c := range mesh.Classes {
+		topts.Recorder.Classes = append(topts.Recorder.Classes, filter.Class{Name: c.Name, Priority: c.Priority, TTFT: c.TTFT, TPOT: c.TPOT, Preemptible: c.Preemptible})
+	}
+	tele, err := telemetry.New(ctx, topts)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	if reg := tele.Registry(); reg != nil {
+		reg.MustRegister(server.NewCollector(stats))
+	}
+	rec := tele.Recorder
+	cfg.OnDone = func(r epp.Record) {
+		if r.Admitted {
+			rec.Record(r.Observation, r.Class, r.Model)
+		}
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		_ = tele.Shutdown(context.Background())
+		return nil, fmt.Errorf("--admin: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", tele.PrometheusHandler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = hs.Serve(lis) }()
+	fmt.Fprintf(stdout, "epp admin on http://%s/metrics\n", lis.Addr())
+	return func() {
+		_ = hs.Close()
+		<-done
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tele.Shutdown(sctx)
+	}, nil
 }

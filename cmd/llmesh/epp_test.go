@@ -9,8 +9,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -28,8 +30,8 @@ import (
 )
 
 func TestEPPFlagErrorsAllAtOnce(t *testing.T) {
-	wantUsage(t, mainErr("epp", "--tls-cert", "c.pem", "--max-body", "-1", "--body-mode", "fast", "--drain", "-1s", "extra"),
-		"unexpected arguments", "--config: required", "--listen: required", "--tls-cert and --tls-key", "--max-body", "--body-mode", "--drain")
+	wantUsage(t, mainErr("epp", "--tls-cert", "c.pem", "--max-body", "-1", "--body-mode", "fast", "--drain", "-1s", "--admin", "x", "extra"),
+		"unexpected arguments", "--config: required", "--listen: required", "--tls-cert and --tls-key", "--max-body", "--body-mode", "--drain", "--admin")
 	wantUsage(t, mainErr("epp", "--config", "../../epp/testdata/mesh.yaml", "--listen", "nocolon"), "--listen")
 	wantUsage(t, mainErr("epp", "--config", "../../epp/testdata/mesh.yaml", "--listen", "127.0.0.1:0", "--listener", "nope"), "Listener", "nope")
 }
@@ -59,6 +61,9 @@ func TestEPPServes(t *testing.T) {
 		name := "plaintext"
 		args := []string{"epp", "--config", "../../epp/testdata/mesh.yaml", "--listen", "127.0.0.1:0", "--drain", "1s"}
 		creds := insecure.NewCredentials()
+		if !useTLS {
+			args = append(args, "--admin", "127.0.0.1:0")
+		}
 		if useTLS {
 			name = "tls"
 			args = append(args, "--tls-cert", certFile, "--tls-key", keyFile)
@@ -89,6 +94,22 @@ func TestEPPServes(t *testing.T) {
 			}
 			if _, err := call.Respond(epptest.Response{Status: 200}); err != nil {
 				t.Fatal(err)
+			}
+			if !useTLS {
+				// The request is in the admin's metrics, with its class and
+				// the pool's gauges.
+				admin := waitLine(t, s, regexp.MustCompile(`epp admin on (\S+)`))
+				resp, err := http.Get(admin)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				for _, want := range []string{`llmesh_requests_total{`, `llmesh_class="interactive"`, `llmesh_scheduler_`} {
+					if !strings.Contains(string(m), want) {
+						t.Errorf("/metrics has no %s:\n%.2000s", want, m)
+					}
+				}
 			}
 			// A buffered body comes in one message, larger than gRPC's
 			// default 4 MiB limit.
