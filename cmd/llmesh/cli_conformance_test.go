@@ -134,6 +134,7 @@ func TestCLIMissingFile(t *testing.T) {
 		{"sim fit-report", []string{"--check", missing}},
 		{"control", []string{"--config", missing, "--xds", "127.0.0.1:0", "--admin", "off"}},
 		{"gateway", []string{"--config", missing}},
+		{"epp", []string{"--config", missing, "--listen", "127.0.0.1:0"}},
 		{"scheduler serve", []string{"--config", missing, "--listen", "127.0.0.1:0"}},
 		{"scheduler bench", []string{"--config", missing, "--target", "127.0.0.1:1", "--inflight", "1"}},
 		{"demo", []string{"--workload", missing}},

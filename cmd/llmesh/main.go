@@ -33,6 +33,7 @@ var commands = []command{
 	{"demo", "the whole product on loopback: sim + gateway + control, fifo vs preemptive A/B, SLO report", runDemo},
 	{"bench", "benchmark harness: run, ab, sweep, simulate, report", nil},
 	{"control", "xDS control plane for Envoy: control --config mesh.yaml --xds ADDR --admin ADDR", runControl},
+	{"epp", "endpoint picker for Gateway API Inference Extension gateways over Envoy ext_proc: epp --config mesh.yaml --listen ADDR", runEPP},
 	{"gateway", "embedded gateway: measure, relocate and schedule LLM traffic to engines", runGateway},
 	{"report", "reports of a live mesh", nil},
 	{"report slo", "live SLO report from Prometheus: --prometheus URL --config mesh.yaml --window 24h", runReportSLO},

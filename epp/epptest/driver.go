@@ -1,0 +1,305 @@
+// Package epptest drives an ext_proc endpoint picker as Envoy's ext_proc
+// filter does (source/extensions/filters/http/ext_proc/ in the Envoy
+// module): request headers, request body chunks, response headers,
+// response body chunks, in the order and with the waits of each body mode.
+// It is the client side of the picker's conformance suite (epp's tests)
+// and of its latency benchmark, over a real gRPC connection.
+package epptest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Mode is an ext_proc body send mode.
+type Mode = filterv3.ProcessingMode_BodySendMode
+
+// The body modes the driver speaks.
+const (
+	Buffered   = filterv3.ProcessingMode_BUFFERED
+	Streamed   = filterv3.ProcessingMode_STREAMED
+	FullDuplex = filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+)
+
+// Driver plays Envoy's ext_proc filter against one picker.
+type Driver struct {
+	Client extprocv3.ExternalProcessorClient
+	// RequestMode and ResponseMode are the filter's processing modes; the
+	// first message carries them in protocol_config, as Envoy does.
+	RequestMode, ResponseMode Mode
+	// NoProtocolConfig leaves protocol_config out (Envoy before v1.34).
+	NoProtocolConfig bool
+}
+
+// Request is one HTTP request as the data plane has it.
+type Request struct {
+	// Headers are the request headers, pseudo-headers included
+	// (":path", ":method").
+	Headers map[string]string
+	// Chunks are the body as it arrives; nil or empty: no body (the
+	// headers end the request).
+	Chunks [][]byte
+	// Subset, when SubsetSet, goes in the filter metadata
+	// (envoy.lb.subset_hint / x-gateway-destination-endpoint-subset).
+	Subset    []string
+	SubsetSet bool
+}
+
+// Pick is the picker's answer to a request.
+type Pick struct {
+	// Header is x-gateway-destination-endpoint as mutated; Metadata is
+	// envoy.lb / x-gateway-destination-endpoint of the dynamic metadata.
+	Header, Metadata string
+	// Body is the request body the data plane forwards: what the picker
+	// streamed back (full duplex) or the original body.
+	Body []byte
+	// Immediate is set when the picker answered the request itself.
+	Immediate *extprocv3.ImmediateResponse
+}
+
+// Call is one request's ext_proc stream.
+type Call struct {
+	d      *Driver
+	stream extprocv3.ExternalProcessor_ProcessClient
+	cancel context.CancelFunc
+	first  bool
+}
+
+// Start opens a stream and sends the request, reading the picker's
+// answers as Envoy waits for them; it returns once the request has its
+// pick (or immediate response). Cancel the Call (or end the response)
+// to end the stream.
+func (d *Driver) Start(ctx context.Context, r Request) (*Call, Pick, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	s, err := d.Client.Process(ctx)
+	if err != nil {
+		cancel()
+		return nil, Pick{}, err
+	}
+	c := &Call{d: d, stream: s, cancel: cancel, first: true}
+	p, err := c.request(r)
+	if err != nil {
+		cancel()
+		return nil, p, err
+	}
+	return c, p, nil
+}
+
+func (c *Call) send(m *extprocv3.ProcessingRequest) error {
+	if c.first && !c.d.NoProtocolConfig {
+		m.ProtocolConfig = &extprocv3.ProtocolConfiguration{RequestBodyMode: c.d.RequestMode, ResponseBodyMode: c.d.ResponseMode}
+	}
+	c.first = false
+	return c.stream.Send(m)
+}
+
+func (c *Call) request(r Request) (Pick, error) {
+	var p Pick
+	hasBody := len(r.Chunks) > 0
+	hm := &corev3.HeaderMap{}
+	for k, v := range r.Headers {
+		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
+	}
+	msg := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: hm, EndOfStream: !hasBody}}}
+	if r.SubsetSet {
+		vals := make([]any, len(r.Subset))
+		for i, s := range r.Subset {
+			vals[i] = s
+		}
+		l, err := structpb.NewList(vals)
+		if err != nil {
+			return p, err
+		}
+		msg.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			"envoy.lb.subset_hint": {Fields: map[string]*structpb.Value{
+				"x-gateway-destination-endpoint-subset": structpb.NewListValue(l)}}}}
+	}
+	if err := c.send(msg); err != nil {
+		return p, err
+	}
+	var body []byte
+	for _, ch := range r.Chunks {
+		body = append(body, ch...)
+	}
+	p.Body = body
+	mode := c.d.RequestMode
+	if !hasBody || mode != FullDuplex {
+		// Envoy waits for the headers answer.
+		done, err := c.expect(&p, "request_headers")
+		if err != nil || done || !hasBody {
+			return p, err
+		}
+	}
+	switch mode {
+	case Buffered:
+		if err := c.send(bodyMsg(body, true, false)); err != nil {
+			return p, err
+		}
+		_, err := c.expect(&p, "request_body")
+		return p, err
+	case Streamed:
+		for i, ch := range r.Chunks {
+			if err := c.send(bodyMsg(ch, i == len(r.Chunks)-1, false)); err != nil {
+				return p, err
+			}
+			if done, err := c.expect(&p, "request_body"); err != nil || done {
+				return p, err
+			}
+		}
+		return p, nil
+	case FullDuplex:
+		for i, ch := range r.Chunks {
+			if err := c.send(bodyMsg(ch, i == len(r.Chunks)-1, false)); err != nil {
+				return p, err
+			}
+		}
+		if done, err := c.expect(&p, "request_headers"); err != nil || done {
+			return p, err
+		}
+		// The body goes upstream as the picker streams it back.
+		p.Body = nil
+		for {
+			m, err := c.stream.Recv()
+			if err != nil {
+				return p, err
+			}
+			if im := m.GetImmediateResponse(); im != nil {
+				p.Immediate = im
+				return p, nil
+			}
+			sr := m.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+			if sr == nil {
+				return p, fmt.Errorf("epptest: full duplex: want a streamed request body, got %T", m.GetResponse())
+			}
+			p.Body = append(p.Body, sr.GetBody()...)
+			if sr.GetEndOfStream() {
+				return p, nil
+			}
+		}
+	}
+	return p, fmt.Errorf("epptest: request mode %v not supported", mode)
+}
+
+func bodyMsg(b []byte, eos, response bool) *extprocv3.ProcessingRequest {
+	hb := &extprocv3.HttpBody{Body: b, EndOfStream: eos}
+	if response {
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: hb}}
+	}
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: hb}}
+}
+
+// expect reads one answer of the given kind, recording a pick in p; done
+// is true when the picker answered with an immediate response.
+func (c *Call) expect(p *Pick, kind string) (done bool, err error) {
+	m, err := c.stream.Recv()
+	if err != nil {
+		return false, err
+	}
+	if im := m.GetImmediateResponse(); im != nil {
+		p.Immediate = im
+		return true, nil
+	}
+	var common *extprocv3.CommonResponse
+	switch kind {
+	case "request_headers":
+		if m.GetRequestHeaders() == nil {
+			return false, fmt.Errorf("epptest: want a request_headers answer, got %T", m.GetResponse())
+		}
+		common = m.GetRequestHeaders().GetResponse()
+	case "request_body":
+		if m.GetRequestBody() == nil {
+			return false, fmt.Errorf("epptest: want a request_body answer, got %T", m.GetResponse())
+		}
+		common = m.GetRequestBody().GetResponse()
+	}
+	for _, h := range common.GetHeaderMutation().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "x-gateway-destination-endpoint" {
+			p.Header = string(h.GetHeader().GetRawValue())
+			if p.Header == "" {
+				p.Header = h.GetHeader().GetValue()
+			}
+		}
+	}
+	if md := m.GetDynamicMetadata(); md != nil {
+		p.Metadata = md.GetFields()["envoy.lb"].GetStructValue().GetFields()["x-gateway-destination-endpoint"].GetStringValue()
+	}
+	return false, nil
+}
+
+// Response is the upstream's response as the data plane relays it.
+type Response struct {
+	Status  int
+	Headers map[string]string
+	Chunks  [][]byte
+	// Served, when set, is reported in the metadata context
+	// (envoy.lb / x-gateway-destination-endpoint-served).
+	Served string
+}
+
+// Respond relays the response through the picker and returns the body
+// the client gets (the picker's streamed body in full duplex mode), then
+// closes the stream.
+func (c *Call) Respond(r Response) ([]byte, error) {
+	defer c.cancel()
+	hm := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte(strconv.Itoa(r.Status))}}}
+	for k, v := range r.Headers {
+		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
+	}
+	msg := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: hm, EndOfStream: len(r.Chunks) == 0}}}
+	if r.Served != "" {
+		msg.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			"envoy.lb": {Fields: map[string]*structpb.Value{"x-gateway-destination-endpoint-served": structpb.NewStringValue(r.Served)}}}}
+	}
+	if err := c.send(msg); err != nil {
+		return nil, err
+	}
+	m, err := c.stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if m.GetResponseHeaders() == nil {
+		return nil, fmt.Errorf("epptest: want a response_headers answer, got %T", m.GetResponse())
+	}
+	var out []byte
+	for i, ch := range r.Chunks {
+		if err := c.send(bodyMsg(ch, i == len(r.Chunks)-1, true)); err != nil {
+			return out, err
+		}
+		m, err := c.stream.Recv()
+		if err != nil {
+			return out, err
+		}
+		rb := m.GetResponseBody()
+		if rb == nil {
+			return out, fmt.Errorf("epptest: want a response_body answer, got %T", m.GetResponse())
+		}
+		if sr := rb.GetResponse().GetBodyMutation().GetStreamedResponse(); sr != nil {
+			out = append(out, sr.GetBody()...)
+		} else if c.d.ResponseMode == FullDuplex {
+			return out, errors.New("epptest: full duplex: response body chunk not streamed back")
+		} else {
+			out = append(out, ch...)
+		}
+	}
+	if err := c.stream.CloseSend(); err != nil {
+		return out, err
+	}
+	// The picker ends its side once it has seen the end of the response.
+	if _, err := c.stream.Recv(); err != nil && !errors.Is(err, io.EOF) {
+		return out, err
+	}
+	return out, nil
+}
+
+// Cancel ends the stream as Envoy does when the client goes away.
+func (c *Call) Cancel() { c.cancel() }

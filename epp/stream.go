@@ -1,0 +1,461 @@
+package epp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/scheduler"
+)
+
+// streamChunk bounds one streamed body message the picker sends back in
+// full duplex mode, well below gRPC's usual 4 MiB message limit.
+const streamChunk = 256 << 10
+
+// errNoReadyEndpoint: no endpoint of the pool (or of the subset the data
+// plane gave) is ready.
+var errNoReadyEndpoint = errors.New("no ready endpoint")
+
+// stream is one ext_proc stream: one HTTP request and its response. Only
+// the stream's own goroutine touches it (doc.go).
+type stream struct {
+	s   *Server
+	srv extprocv3.ExternalProcessor_ProcessServer
+	ctx context.Context
+
+	reqMode, respMode filterv3.ProcessingMode_BodySendMode
+
+	received  time.Time
+	headers   filter.MapHeaders
+	subset    []string
+	hasSubset bool
+	body      []byte
+	// headersEOS: the request ended with its headers (no body).
+	headersEOS bool
+	decided    bool
+
+	pool     *poolInfo
+	class    filter.Classification
+	model    string
+	lease    scheduler.Lease
+	endpoint string
+	served   string
+	status   int
+	obs      *filter.Observer
+	// released: the lease went back; reported: OnDone has the record.
+	released, reported bool
+}
+
+func newStream(s *Server, srv extprocv3.ExternalProcessor_ProcessServer) *stream {
+	return &stream{s: s, srv: srv, ctx: srv.Context(), reqMode: s.cfg.BodyMode, respMode: s.cfg.BodyMode}
+}
+
+// run reads the stream's messages in Envoy's order until it ends; every
+// exit releases the lease (once).
+func (st *stream) run() (err error) {
+	defer func() {
+		// The stream ended before the response did: the client (or the
+		// data plane) went away.
+		st.finish(scheduler.Cancelled, errors.New("ext_proc stream ended"))
+	}()
+	for {
+		req, err := st.srv.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if pc := req.GetProtocolConfig(); pc != nil {
+			if m := pc.GetRequestBodyMode(); m != filterv3.ProcessingMode_NONE {
+				st.reqMode = m
+			}
+			if m := pc.GetResponseBodyMode(); m != filterv3.ProcessingMode_NONE {
+				st.respMode = m
+			}
+		}
+		if err := st.handle(req); err != nil {
+			return err
+		}
+	}
+}
+
+func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
+	switch v := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return st.requestHeaders(req, v.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return st.requestBody(v.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if st.headers == nil {
+			return status.Error(codes.FailedPrecondition, "epp: request_trailers before request_headers")
+		}
+		if !st.decided {
+			if err := st.decide(); err != nil {
+				return err
+			}
+		}
+		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{}}})
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return st.responseHeaders(req, v.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return st.responseBody(v.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		if st.obs != nil {
+			st.obs.Trailers(st.s.now(), headerMap(v.ResponseTrailers.GetTrailers()))
+		}
+		st.finish(st.outcome(), nil)
+		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+			ResponseTrailers: &extprocv3.TrailersResponse{}}})
+	}
+	return status.Errorf(codes.InvalidArgument, "epp: unexpected ext_proc message %T", req.GetRequest())
+}
+
+func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
+	if st.headers != nil {
+		return status.Error(codes.FailedPrecondition, "epp: request_headers sent twice on one stream")
+	}
+	st.received = st.s.now()
+	st.headers = headerMap(h.GetHeaders())
+	sub, present, err := Subset(req.GetMetadataContext())
+	if err != nil {
+		return st.immediate(fmt.Errorf("%w: %w", filter.ErrBadRequest, err))
+	}
+	st.subset, st.hasSubset = sub, present
+	if h.GetEndOfStream() {
+		// No body (a GET): the pick goes in the headers response.
+		st.headersEOS = true
+		return st.decide()
+	}
+	if st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		// The headers response waits for the pick, made once the body is
+		// complete; Envoy sends the body meanwhile.
+		return nil
+	}
+	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		RequestHeaders: &extprocv3.HeadersResponse{}}})
+}
+
+func (st *stream) requestBody(b *extprocv3.HttpBody) error {
+	if st.headers == nil {
+		return status.Error(codes.FailedPrecondition, "epp: request_body before request_headers")
+	}
+	if st.decided {
+		return status.Error(codes.FailedPrecondition, "epp: request_body after the request ended")
+	}
+	if int64(len(st.body))+int64(len(b.GetBody())) > st.s.cfg.MaxBodyBytes {
+		st.decided = true
+		return st.immediate(fmt.Errorf("%w: body over %d bytes", filter.ErrRequestTooLarge, st.s.cfg.MaxBodyBytes))
+	}
+	st.body = append(st.body, b.GetBody()...)
+	if b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage() {
+		return st.decide()
+	}
+	if st.reqMode == filterv3.ProcessingMode_STREAMED {
+		// Every streamed chunk gets its answer; the pick rides on the last.
+		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+			RequestBody: &extprocv3.BodyResponse{}}})
+	}
+	return nil
+}
+
+// decide classifies, admits and picks, then answers: the pick, or an
+// immediate response.
+func (st *stream) decide() error {
+	st.decided = true
+	h := st.headers
+	path := h.Get(":path")
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	grpcReq := strings.HasPrefix(h.Get("content-type"), "application/grpc")
+	pi, routeClass, ok := st.s.route(path, h.Get, grpcReq)
+	if !ok {
+		return st.immediate(fmt.Errorf("%w: %s", filter.ErrNoRoute, truncate(path, 128)))
+	}
+	st.pool = pi
+	var oreq filter.OpenAIRequest
+	if len(st.body) > 0 && !grpcReq {
+		r, err := filter.ParseOpenAIRequest(st.body)
+		if err != nil {
+			return st.immediate(fmt.Errorf("%w: %w", filter.ErrBadRequest, err))
+		}
+		oreq = r
+		st.model = r.Model
+	}
+	st.class = st.s.cls.Classify(filter.RequestInfo{Path: path, Model: oreq.Model, RouteClass: routeClass, Headers: h})
+	if obj := h.Get(ObjectiveHeader); obj != "" && (st.class.Source == filter.SourceRule || st.class.Source == filter.SourceDefault) {
+		if cl, ok := st.s.cls.Class(obj); ok {
+			st.class = filter.Classification{Class: cl, Source: filter.SourceHeader, Reason: ObjectiveHeader + " " + strconv.Quote(obj)}
+		}
+	}
+	var want []string
+	if st.hasSubset {
+		want = st.subset
+		if want == nil {
+			want = []string{}
+		}
+		if eps, _ := st.s.ready(pi, want); len(eps) == 0 {
+			return st.immediate(fmt.Errorf("%w: %w in the subset %q of pool %q", scheduler.ErrRejected, errNoReadyEndpoint,
+				truncate(strings.Join(st.subset, ","), 256), pi.pool.Name))
+		}
+	}
+	id := h.Get("x-request-id")
+	if id == "" {
+		id = st.s.nextID()
+	}
+	sreq := scheduler.Request{ID: id, Pool: pi.pool.Name, Class: st.class.Name, PromptTokens: oreq.PromptTokens(),
+		MaxTokens: max(0, oreq.OutputLimit()), Arrival: st.received}
+	if ah := pi.pool.AffinityHeader; ah != "" {
+		sreq.Affinity = h.Get(ah)
+	}
+	lease, err := st.s.cfg.Admitter.Admit(st.ctx, sreq)
+	switch {
+	case err == nil:
+		st.lease = lease
+		st.endpoint = scheduler.EndpointOf(lease)
+	case errors.Is(err, scheduler.ErrCancelled):
+		// The stream's context ended while queued: nobody to answer.
+		return status.FromContextError(st.ctx.Err()).Err()
+	case st.s.cfg.FailOpen && (errors.Is(err, scheduler.ErrUnavailable) || errors.Is(err, scheduler.ErrClosed)):
+		// Fail open: pick without admission.
+	default:
+		return st.immediate(err)
+	}
+	if st.endpoint == "" || (want != nil && !contains(want, st.endpoint)) || (st.lease == nil) {
+		ep, ok := st.fallbackPick(pi, want, st.lease == nil)
+		if !ok {
+			err := fmt.Errorf("%w: %w in pool %q", scheduler.ErrRejected, errNoReadyEndpoint, pi.pool.Name)
+			st.finish(scheduler.Failed, err)
+			return st.immediate(err)
+		}
+		st.endpoint = ep
+	}
+	st.obs = filter.GetObserver(filter.Options{GRPCMethod: grpcMethod(grpcReq, path)})
+	st.obs.MarkReceived(st.received)
+	st.obs.MarkAdmitted(st.s.now())
+	return st.sendPick()
+}
+
+// fallbackPick chooses among the ready endpoints of want (all when nil):
+// the least loaded for a lease bound to no endpoint or to one outside the
+// subset, round robin when picking fail-open (rr).
+func (st *stream) fallbackPick(pi *poolInfo, want []string, rr bool) (string, bool) {
+	eps, load := st.s.ready(pi, want)
+	if len(eps) == 0 {
+		return "", false
+	}
+	if rr {
+		return eps[int(st.s.rr.Add(1)-1)%len(eps)], true
+	}
+	best := 0
+	for i := range eps {
+		if load[i] < load[best] {
+			best = i
+		}
+	}
+	return eps[best], true
+}
+
+// sendPick answers the request with its endpoint: the header and the
+// dynamic metadata, on the message the mode expects.
+func (st *stream) sendPick() error {
+	mut := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+		Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(st.endpoint)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}}}
+	common := &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: true}
+	md := destinationMetadata(st.endpoint)
+	switch {
+	case st.headersEOS || st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		if err := st.send(&extprocv3.ProcessingResponse{DynamicMetadata: md, Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			RequestHeaders: &extprocv3.HeadersResponse{Response: common}}}); err != nil {
+			return err
+		}
+		if st.headersEOS {
+			return nil
+		}
+		// Full duplex: the body goes on only as the processor sends it, in
+		// pieces of at most streamChunk bytes.
+		body := st.body
+		for {
+			n := min(len(body), streamChunk)
+			if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+				RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+					Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+						Body: body[:n], EndOfStream: n == len(body)}}}}}}}); err != nil {
+				return err
+			}
+			body = body[n:]
+			if len(body) == 0 {
+				return nil
+			}
+		}
+	default:
+		// BUFFERED and STREAMED: Envoy still holds the headers while it
+		// waits for this (last) body answer, which carries the mutation.
+		return st.send(&extprocv3.ProcessingResponse{DynamicMetadata: md, Response: &extprocv3.ProcessingResponse_RequestBody{
+			RequestBody: &extprocv3.BodyResponse{Response: common}}})
+	}
+}
+
+func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
+	hm := headerMap(h.GetHeaders())
+	st.status, _ = strconv.Atoi(hm.Get(":status"))
+	if s := Served(req.GetMetadataContext()); s != "" {
+		st.served = s
+	}
+	if st.obs != nil {
+		st.obs.ResponseHeaders(st.s.now(), st.status, hm)
+	}
+	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{}}}); err != nil {
+		return err
+	}
+	if h.GetEndOfStream() {
+		st.finish(st.outcome(), nil)
+	}
+	return nil
+}
+
+func (st *stream) responseBody(b *extprocv3.HttpBody) error {
+	now := st.s.now()
+	if st.obs != nil {
+		_ = st.obs.Observe(now, b.GetBody()) // a parse error is recorded in the observation
+		if st.lease != nil {
+			st.lease.Progress(st.obs.Progress())
+		}
+	}
+	eos := b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage()
+	var err error
+	if st.respMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		err = st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+				Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+					Body: b.GetBody(), EndOfStream: eos}}}}}}})
+	} else {
+		err = st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{}}})
+	}
+	if eos {
+		st.finish(st.outcome(), nil)
+	}
+	return err
+}
+
+// outcome is how a response that ended normally counts for the scheduler.
+func (st *stream) outcome() scheduler.Outcome {
+	if st.status >= 500 {
+		return scheduler.Failed
+	}
+	return scheduler.Done
+}
+
+// finish releases the lease and reports the record, once. cause is nil
+// for a response that ended normally.
+func (st *stream) finish(o scheduler.Outcome, cause error) {
+	if st.lease != nil && !st.released {
+		st.released = true
+		st.lease.Release(o)
+	}
+	if st.reported || !st.decided {
+		return
+	}
+	st.reported = true
+	rec := Record{Endpoint: st.endpoint, Served: st.served, Status: st.status, Outcome: o, Admitted: st.lease != nil,
+		Class: st.class.Name, Model: st.model}
+	if st.pool != nil {
+		rec.Pool = st.pool.pool.Name
+	}
+	if st.obs != nil {
+		st.obs.Finish(st.s.now(), cause)
+		rec.Observation = st.obs.Observation()
+		filter.PutObserver(st.obs)
+		st.obs = nil
+	}
+	if st.s.cfg.OnDone != nil {
+		st.s.cfg.OnDone(rec)
+	}
+}
+
+// immediate ends the request with the reply the other hosts give for err
+// (filter.ReplyFor: status, OpenAI error body, retry hint).
+func (st *stream) immediate(err error) error {
+	r := filter.ReplyFor(err)
+	st.status = r.HTTPStatus
+	st.decided = true
+	hdrs := []*corev3.HeaderValueOption{
+		{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}},
+		{Header: &corev3.HeaderValue{Key: "x-llmesh-reply", RawValue: []byte(r.Details)}},
+	}
+	if r.Retryable {
+		hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(filter.RetryAfter(time.Second))}})
+	}
+	st.s.log.Debug("epp: request answered by the picker", "status", r.HTTPStatus, "err", err)
+	if !st.reported {
+		st.reported = true
+		if st.s.cfg.OnDone != nil {
+			rec := Record{Status: r.HTTPStatus, Outcome: scheduler.Failed, Class: st.class.Name}
+			if st.pool != nil {
+				rec.Pool = st.pool.pool.Name
+			}
+			st.s.cfg.OnDone(rec)
+		}
+	}
+	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(r.HTTPStatus)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: hdrs},
+			Body:    r.OpenAIBody(),
+			Details: r.Details,
+		}}})
+}
+
+func (st *stream) send(r *extprocv3.ProcessingResponse) error { return st.srv.Send(r) }
+
+// headerMap reads Envoy's header map (value or raw_value) with lower-case
+// names; the first value of a repeated header wins.
+func headerMap(m *corev3.HeaderMap) filter.MapHeaders {
+	out := filter.MapHeaders{}
+	for _, h := range m.GetHeaders() {
+		k := strings.ToLower(h.GetKey())
+		if _, dup := out[k]; dup {
+			continue
+		}
+		v := h.GetValue()
+		if len(h.GetRawValue()) > 0 {
+			v = string(h.GetRawValue())
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func grpcMethod(grpcReq bool, path string) string {
+	if grpcReq {
+		return path
+	}
+	return ""
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
