@@ -288,8 +288,10 @@ func TestAbortFreesSequence(t *testing.T) {
 
 func TestMetricsAndPriorityPreemption(t *testing.T) {
 	// A small cache under the priority policy: long low-priority streams
-	// get preempted by a high-priority one, and /metrics shows it.
-	s := simtest.Start(t, simtest.WithTimeScale(10), simtest.WithEngine(sim.Config{KVCacheTokens: 1024, Policy: sim.Priority}))
+	// get preempted by a high-priority one, and /metrics shows it. The
+	// prompts repeat one word, so prefix caching is off: shared blocks
+	// would leave no pressure.
+	s := simtest.Start(t, simtest.WithTimeScale(10), simtest.WithEngine(sim.Config{KVCacheTokens: 1024, Policy: sim.Priority, DisablePrefixCaching: true}))
 	c := llmv1.NewGenerationClient(dial(t, s))
 	ctx := context.Background()
 	type out struct {
