@@ -49,6 +49,10 @@ type Options struct {
 	GPUInterval time.Duration
 	// Detailed adds vLLM's per-request arrays to the report.
 	Detailed bool
+	// EngineMetrics are the engines' /metrics URLs: the run reads their
+	// prefix-cache counters just before and just after it and reports how
+	// much they moved (Report.EnginePrefixCache).
+	EngineMetrics []string
 	// Clock times the run; nil means the wall clock.
 	Clock clock.Clock
 	// MaxConns bounds idle HTTP connections (0: 1024).
@@ -113,6 +117,7 @@ func Run(ctx context.Context, o Options) (*result.Report, []result.Record, error
 	if label == "" {
 		label = o.Workload.Spec.Name
 	}
+	before, prefixErr := scrapePrefix(ctx, o.EngineMetrics)
 	stop := progress.Start(ctx, o.Progress, label, expected(o.Workload), live)
 	start := time.Now()
 	recs, runErr := runner.Run(runCtx, runner.Options{Workload: o.Workload, Client: c, Clock: o.Clock, Sink: sink, Live: live})
@@ -127,6 +132,15 @@ func Run(ctx context.Context, o Options) (*result.Report, []result.Record, error
 	rep.GPU = g
 	if g == nil {
 		rep.GPUNote = gpuNote
+	}
+	if len(o.EngineMetrics) > 0 {
+		after, err := scrapePrefix(ctx, o.EngineMetrics)
+		if err = errors.Join(prefixErr, err); err != nil {
+			rep.EnginePrefixCacheNote = "no engine prefix-cache counters: " + err.Error()
+		} else {
+			rep.EnginePrefixCache = &result.EnginePrefixCache{Engines: len(o.EngineMetrics),
+				QueriedTokens: int64(after.PrefixQueries - before.PrefixQueries), HitTokens: int64(after.PrefixHits - before.PrefixHits)}
+		}
 	}
 	if sinkErr != nil {
 		sinkErr = fmt.Errorf("writing per-request records: %w", sinkErr)

@@ -154,6 +154,7 @@ func HTML(w io.Writer, rep *result.Report) error {
 	if rep.Engine != nil {
 		notes = append(notes, fmt.Sprintf("engine agreement: client − engine TTFT p50 %s ms, p99 %s ms over %d requests (time before the engine saw the request, including queueing in a gateway or filter in front of it)", trim(rep.Engine.DeltaMs.P50), trim(rep.Engine.DeltaMs.P99), rep.Engine.N))
 	}
+	notes = append(notes, prefixLines(rep)...)
 	notes = append(notes, gpuLines(rep)...)
 	return page.Execute(w, map[string]any{
 		"Title": Title(rep), "Rep": rep, "Validity": Validity(rep), "Header": header,

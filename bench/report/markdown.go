@@ -40,7 +40,7 @@ func Markdown(w io.Writer, rep *result.Report) error {
 	if rep.Engine != nil {
 		fmt.Fprintf(ew, "- engine agreement: client − engine TTFT p50 %s ms, p99 %s ms over %d requests (time before the engine saw the request: network and harness, plus queueing in a gateway or filter in front of it, not a disagreement of the measurements)\n", trim(rep.Engine.DeltaMs.P50), trim(rep.Engine.DeltaMs.P99), rep.Engine.N)
 	}
-	for _, l := range gpuLines(rep) {
+	for _, l := range append(prefixLines(rep), gpuLines(rep)...) {
 		fmt.Fprintf(ew, "- %s\n", mdEscape(l))
 	}
 	return ew.err

@@ -186,6 +186,22 @@ func earlyStopping(c *result.ClassReport) string {
 	return strings.Join(parts, "; ")
 }
 
+// prefixLines is the engines' prefix-cache line, when the run read them.
+func prefixLines(rep *result.Report) []string {
+	if p := rep.EnginePrefixCache; p != nil {
+		pct := 0.0
+		if p.QueriedTokens > 0 {
+			pct = 100 * float64(p.HitTokens) / float64(p.QueriedTokens)
+		}
+		return []string{fmt.Sprintf("prefix cache (the engines' counters, %d engines, warm-up included): %d of %d queried tokens hit (%.1f%%)",
+			p.Engines, p.HitTokens, p.QueriedTokens, pct)}
+	}
+	if rep.EnginePrefixCacheNote != "" {
+		return []string{rep.EnginePrefixCacheNote}
+	}
+	return nil
+}
+
 func gpuLines(rep *result.Report) []string {
 	if rep.GPU == nil || len(rep.GPU.Devices) == 0 {
 		note := rep.GPUNote
@@ -268,7 +284,7 @@ func Table(w io.Writer, rep *result.Report) error {
 	if rep.RecomputedTokensFraction > 0 {
 		fmt.Fprintf(ew, "recomputed tokens: %.2f%% of output\n", 100*rep.RecomputedTokensFraction)
 	}
-	for _, l := range gpuLines(rep) {
+	for _, l := range append(prefixLines(rep), gpuLines(rep)...) {
 		fmt.Fprintln(ew, l)
 	}
 	return ew.err

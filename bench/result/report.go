@@ -119,6 +119,11 @@ type Report struct {
 	// none ("no GPU telemetry: …").
 	GPU     *GPU   `json:"gpu,omitempty"`
 	GPUNote string `json:"gpu_note,omitempty"`
+	// EnginePrefixCache is what the engines' own prefix-cache counters
+	// moved by during the run (bench run --engine-metrics); nil when not
+	// asked for or not readable, and EnginePrefixCacheNote says why.
+	EnginePrefixCache     *EnginePrefixCache `json:"engine_prefix_cache,omitempty"`
+	EnginePrefixCacheNote string             `json:"engine_prefix_cache_note,omitempty"`
 	// Engine compares client TTFT with the engine's own timestamps when
 	// the target reported them.
 	Engine *EngineAgreement `json:"engine_agreement,omitempty"`
@@ -130,6 +135,17 @@ type Report struct {
 	// tokens came from ("usage": the engine's report, "stream": counted
 	// by the client because the engine reported none, or 0).
 	OutputTokensSource map[string]int `json:"output_tokens_source,omitempty"`
+}
+
+// EnginePrefixCache is the change of the engines' prefix-cache counters
+// (vllm:prefix_cache_queries_total and _hits_total, in tokens) from just
+// before a run's first request to just after its last, summed over the
+// engines scraped: the warm-up and any other traffic the engines served
+// meanwhile count too.
+type EnginePrefixCache struct {
+	Engines       int   `json:"engines"`
+	QueriedTokens int64 `json:"queried_tokens"`
+	HitTokens     int64 `json:"hit_tokens"`
 }
 
 // Lag is a schedule-lag summary in milliseconds.

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -240,6 +241,8 @@ func runBenchRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&gpuOn, "gpu", false, "sample NVIDIA GPU telemetry (NVML) during the run")
 	fs.BoolVar(&detailed, "detailed", false, "include per-request arrays in the JSON report (vLLM --save-detailed)")
 	fs.BoolVar(&quiet, "quiet", false, "no live progress")
+	var engineMetrics string
+	fs.StringVar(&engineMetrics, "engine-metrics", "", "comma-separated `URLS` of the engines' /metrics: report how much their prefix-cache counters moved during the run")
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
@@ -257,10 +260,21 @@ func runBenchRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		errs = append(errs, err)
 	}
+	var metricsURLs []string
+	for _, u := range strings.Split(engineMetrics, ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			errs = append(errs, fmt.Errorf("--engine-metrics: %q must be an http:// or https:// URL", u))
+			continue
+		}
+		metricsURLs = append(metricsURLs, u)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
-	o := harness.Options{Workload: w, Target: target, Label: label, Policy: pol, GPU: gpuOn, Detailed: detailed}
+	o := harness.Options{Workload: w, Target: target, Label: label, Policy: pol, GPU: gpuOn, Detailed: detailed, EngineMetrics: metricsURLs}
 	if !quiet && progress.IsTerminal(stdout) {
 		o.Progress = stderr
 	}

@@ -13,7 +13,9 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/bench/benchtest"
+	"github.com/llmesh/llmesh/bench/report"
 	"github.com/llmesh/llmesh/sim"
+	"github.com/llmesh/llmesh/sim/simtest"
 )
 
 // TestBenchRunReplaysMooncakePrefixes: llmesh bench run --trace sends a
@@ -82,5 +84,49 @@ func TestBenchRunReplaysMooncakePrefixes(t *testing.T) {
 	_, _, err = benchMain(t, "run", "--target", srv.URL, "--trace", filepath.Join(dir, "none.jsonl"), "--quiet")
 	if err == nil || !strings.Contains(err.Error(), "--trace") {
 		t.Errorf("missing trace: err = %v", err)
+	}
+}
+
+// TestBenchRunEnginePrefixCounters: with --engine-metrics, bench run
+// reports how much the engines' prefix-cache counters moved: against a
+// real sim, a class with a shared system prompt hits after its first
+// request, and the report says what the engine counted.
+func TestBenchRunEnginePrefixCounters(t *testing.T) {
+	s := simtest.Start(t, simtest.WithTimeScale(20))
+	wl := filepath.Join(t.TempDir(), "w.yaml")
+	if err := os.WriteFile(wl, []byte(`
+requests: 12
+arrival: {process: constant, rate: 4}
+classes:
+  - {name: chat, system_prompt_tokens: 512, prompt_tokens: {value: 20}, output_tokens: {value: 2}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	js := filepath.Join(t.TempDir(), "r.json")
+	out, stderr, err := benchMain(t, "run", "--target", s.HTTPURL, "--workload", wl, "--quiet", "--json", js, "--engine-metrics", s.HTTPURL+"/metrics")
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out, stderr)
+	}
+	f, err := os.Open(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := report.ReadJSON(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rep.EnginePrefixCache
+	// 12 prompts of 532 tokens; each after the first finds the system
+	// prompt's 32 blocks (512 tokens).
+	if p == nil || p.Engines != 1 || p.QueriedTokens != 12*532 || p.HitTokens != 11*512 {
+		t.Fatalf("engine prefix cache %+v (note %q), want 1 engine, %d queried, %d hit", p, rep.EnginePrefixCacheNote, 12*532, 11*512)
+	}
+	if !strings.Contains(out, "prefix cache (the engines' counters, 1 engines, warm-up included): 5632 of 6384 queried tokens hit (88.2%)") {
+		t.Errorf("table output:\n%s", out)
+	}
+	_, _, err = benchMain(t, "run", "--target", s.HTTPURL, "--workload", wl, "--quiet", "--engine-metrics", "localhost:9/metrics")
+	if err == nil || !strings.Contains(err.Error(), `--engine-metrics: "localhost:9/metrics" must be an http:// or https:// URL`) {
+		t.Errorf("bad URL: %v", err)
 	}
 }

@@ -21,6 +21,12 @@ type Sample struct {
 	KVUsage float64
 	// HasRunning, HasWaiting and HasKV say which metrics were present.
 	HasRunning, HasWaiting, HasKV bool
+	// PrefixQueries and PrefixHits are the prefix cache's counters in
+	// tokens (vllm:prefix_cache_queries_total, _hits_total; vLLM before
+	// 0.10: vllm:gpu_prefix_cache_…), summed over every series; HasPrefix
+	// says they were present.
+	PrefixQueries, PrefixHits float64
+	HasPrefix                 bool
 }
 
 // Metric names read from the engine (vLLM's Prometheus names).
@@ -29,6 +35,11 @@ const (
 	MetricWaiting    = "vllm:num_requests_waiting"
 	MetricKVUsage    = "vllm:kv_cache_usage_perc"
 	MetricKVUsageOld = "vllm:gpu_cache_usage_perc"
+
+	MetricPrefixQueries    = "vllm:prefix_cache_queries_total"
+	MetricPrefixHits       = "vllm:prefix_cache_hits_total"
+	MetricPrefixQueriesOld = "vllm:gpu_prefix_cache_queries_total"
+	MetricPrefixHitsOld    = "vllm:gpu_prefix_cache_hits_total"
 )
 
 // maxLine bounds one exposition line; longer lines are an error rather than
@@ -61,6 +72,10 @@ func Parse(data []byte) (Sample, error) {
 			dst, has = &s.Waiting, &s.HasWaiting
 		case MetricKVUsage, MetricKVUsageOld:
 			dst, has, kv = &s.KVUsage, &s.HasKV, true
+		case MetricPrefixQueries, MetricPrefixQueriesOld:
+			dst, has = &s.PrefixQueries, &s.HasPrefix
+		case MetricPrefixHits, MetricPrefixHitsOld:
+			dst, has = &s.PrefixHits, &s.HasPrefix
 		default:
 			continue
 		}
