@@ -86,9 +86,16 @@ func (m *Machine) sunk(now time.Time, p *pool, r *entry) int {
 	return min(r.req.PromptTokens, int(now.Sub(r.admitted)/pt))
 }
 
-// recompute is the engine time preempting r throws away.
+// recompute is the engine time preempting r throws away: its sunk tokens,
+// less the computed part of its prompt that its engine's prefix cache
+// keeps (in a pool that routes by prefix, the prompt blocks booked for it
+// at admission; it resumes there, where they hit, as the picker prefers
+// the endpoint holding its prefix).
 func (m *Machine) recompute(now time.Time, p *pool, r *entry) time.Duration {
 	s := m.sunk(now, p, r)
+	if c := r.cachedPrompt; c > 0 {
+		s -= min(c, s)
+	}
 	pt := p.obs.perToken()
 	if s == 0 || pt <= 0 {
 		return 0

@@ -229,6 +229,7 @@ func (p *pool) recordPrefix(e *entry) {
 	ep.prefixMatched += uint64(p.matchPrefix(e)[ep.index])
 	p.prefix.Record(ep.index, blocks)
 	p.matchFor = 0 // the index changed
+	e.cachedPrompt = min(len(blocks)*kvblock.DefaultBlockSize, e.req.PromptTokens)
 	e.req.Blocks = nil
 }
 

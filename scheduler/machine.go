@@ -60,6 +60,11 @@ type entry struct {
 	runIdx   int
 	ep       *endpoint // where it runs, once admitted
 	target   *endpoint // where preemption made room for it; nil: none
+	// cachedPrompt is the prompt tokens of its blocks booked in the prefix
+	// index at its admission (pools with PrefixRouting): once computed,
+	// its endpoint's prefix cache keeps them, so preempting it does not
+	// throw them away (cost.go).
+	cachedPrompt int
 }
 
 type class struct {
