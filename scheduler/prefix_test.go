@@ -265,3 +265,39 @@ pools:
 		t.Fatal(err)
 	}
 }
+
+// TestPrefixRoutingRequeueReturnsToItsPrefix: a request preempted and
+// queued again with its blocks goes back to the endpoint it was sent to,
+// whose cache holds its prompt, though another is as loaded and comes
+// first (where it goes without prefix routing).
+func TestPrefixRoutingRequeueReturnsToItsPrefix(t *testing.T) {
+	for _, weight := range []float64{2, 0} {
+		m := newMachine(t, prefixPool(weight))
+		blocks := promptBlocks(7, 8)
+		filler := func(ms int) string { return admitOne(t, m, ms, scheduler.Request{Class: "batch", PromptTokens: 128}) }
+		if ep := filler(0); ep != "a:1" {
+			t.Fatalf("first filler on %s", ep)
+		}
+		x := arrive(t, m, at(1), scheduler.Request{Class: "batch", PromptTokens: 128, Blocks: blocks})
+		m.Step(at(1))
+		if ep := endpointOf(t, m, x); ep != "b:1" {
+			t.Fatalf("request on %s, want b:1", ep)
+		}
+		if ep := filler(2); ep != "c:1" {
+			t.Fatalf("second filler on %s", ep)
+		}
+		m.Finish(at(3), x, scheduler.Preempted)
+		if ep := filler(4); ep != "b:1" {
+			t.Fatalf("third filler on %s", ep)
+		}
+		// Every endpoint holds one request: the requeue decides by prefix.
+		got := admitOne(t, m, 5, scheduler.Request{Class: "batch", PromptTokens: 128, Blocks: blocks, Requeue: true})
+		want := "b:1"
+		if weight == 0 {
+			want = "a:1"
+		}
+		if got != want {
+			t.Errorf("weight %v: requeued request on %s, want %s", weight, got, want)
+		}
+	}
+}
