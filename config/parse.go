@@ -98,7 +98,8 @@ func LoadFile(path string) (*Config, error) {
 }
 
 // ReadFile reads a config file, refusing one over MaxFileSize (the size is
-// checked by Load, which reads one byte more than the limit).
+// checked by Load, which reads one byte more than the limit), and expands
+// environment variables in it (ExpandEnv).
 func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -109,7 +110,77 @@ func ReadFile(path string) ([]byte, error) {
 	if _, err := buf.ReadFrom(io.LimitReader(f, MaxFileSize+1)); err != nil {
 		return nil, fmt.Errorf("config: read %s: %w", path, err)
 	}
-	return buf.Bytes(), nil
+	out, err := ExpandEnv(buf.Bytes(), os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("config: %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// ExpandEnv replaces every ${NAME} in a config file (NAME: letters, digits
+// and underscores, not starting with a digit) by the variable's value from
+// lookup, so one file serves several deployments
+// (LLMESH_SIM=127.0.0.1:8000 llmesh gateway --config bench/meshes/fifo.yaml).
+// $${ stands for a literal ${. A variable that is not set is an error
+// naming it and its line; a $ followed by anything else is left as it is.
+func ExpandEnv(data []byte, lookup func(string) (string, bool)) ([]byte, error) {
+	if !bytes.Contains(data, []byte("${")) {
+		return data, nil
+	}
+	var out bytes.Buffer
+	var missing []string
+	line := 1
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		if c == '\n' {
+			line++
+		}
+		if c != '$' || i+1 >= len(data) {
+			out.WriteByte(c)
+			continue
+		}
+		if bytes.HasPrefix(data[i:], []byte("$${")) {
+			out.WriteString("${")
+			i += 2
+			continue
+		}
+		if data[i+1] != '{' {
+			out.WriteByte(c)
+			continue
+		}
+		end := bytes.IndexByte(data[i+2:], '}')
+		name := ""
+		if end >= 0 {
+			name = string(data[i+2 : i+2+end])
+		}
+		if !envName(name) {
+			out.WriteByte(c)
+			continue
+		}
+		v, ok := lookup(name)
+		if !ok {
+			missing = append(missing, fmt.Sprintf("line %d: ${%s} is not set in the environment", line, name))
+		}
+		out.WriteString(v)
+		i += 2 + end
+	}
+	if len(missing) > 0 {
+		return nil, errors.New(strings.Join(missing, "; ") + " (write $${ for a literal ${)")
+	}
+	return out.Bytes(), nil
+}
+
+func envName(s string) bool {
+	if s == "" || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // strict walks a YAML node tree against a Go type, reporting every unknown
