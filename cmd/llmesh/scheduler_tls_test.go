@@ -64,4 +64,3 @@ func TestSchedulerServeMutualTLS(t *testing.T) {
 		t.Errorf("a client certificate without its key: %v", err)
 	}
 }
-
