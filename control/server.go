@@ -37,7 +37,7 @@ type Options struct {
 	// Build tunes the generated resources.
 	Build BuildOptions
 	// TLS, when set, serves xDS over TLS with it (set ClientCAs and
-	// ClientAuth for mTLS; see ServerTLS). nil serves plaintext.
+	// ClientAuth for mTLS; see internal/tlsfiles.Server). nil serves plaintext.
 	TLS *tls.Config
 	// Logger receives reloads, rejected changes and NACKs; nil discards.
 	Logger *slog.Logger

@@ -13,6 +13,7 @@ import (
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/control"
 	"github.com/llmesh/llmesh/internal/adminapi"
+	"github.com/llmesh/llmesh/internal/tlsfiles"
 )
 
 // runControl is `llmesh control`: the xDS control plane for Envoy.
@@ -75,7 +76,7 @@ func runControl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		AdminToken: os.Getenv(adminapi.TokenEnv),
 	}
 	if *certFile != "" {
-		tlsCfg, err := control.ServerTLS(*certFile, *keyFile, *clientCA)
+		tlsCfg, err := tlsfiles.Server(*certFile, *keyFile, *clientCA)
 		if err != nil {
 			return withExitCode(2, err)
 		}

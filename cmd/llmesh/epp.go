@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/epp"
 	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/internal/tlsfiles"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/pools"
@@ -100,11 +100,11 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(min(limit+1<<20, 1<<30)))}
 	if *certFile != "" {
-		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		cfg, err := tlsfiles.Server(*certFile, *keyFile, "")
 		if err != nil {
 			return withExitCode(exitUsage, fmt.Errorf("--tls-cert/--tls-key: %w", err))
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
 	}
 	level := slog.LevelInfo
 	if *verbose {

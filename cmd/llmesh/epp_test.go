@@ -2,16 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -27,6 +18,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/llmesh/llmesh/epp/epptest"
+	"github.com/llmesh/llmesh/internal/tlsfiles"
+	"github.com/llmesh/llmesh/internal/tlsfiles/tlstest"
 )
 
 func TestEPPFlagErrorsAllAtOnce(t *testing.T) {
@@ -55,8 +48,11 @@ func eppAddr(t *testing.T, s *serving) string {
 // llmesh epp serves health and picks among the mesh file's endpoints,
 // in plaintext and over TLS.
 func TestEPPServes(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile, pool := selfSigned(t, dir)
+	pki := tlstest.New(t)
+	clientTLS, err := tlsfiles.Client(pki.CA, "", "", "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, useTLS := range []bool{false, true} {
 		name := "plaintext"
 		args := []string{"epp", "--config", "../../epp/testdata/mesh.yaml", "--listen", "127.0.0.1:0", "--drain", "1s"}
@@ -66,8 +62,8 @@ func TestEPPServes(t *testing.T) {
 		}
 		if useTLS {
 			name = "tls"
-			args = append(args, "--tls-cert", certFile, "--tls-key", keyFile)
-			creds = credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"})
+			args = append(args, "--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey)
+			creds = credentials.NewTLS(clientTLS)
 		}
 		t.Run(name, func(t *testing.T) {
 			s := serve(t, args...)
@@ -129,41 +125,6 @@ func TestEPPServes(t *testing.T) {
 			}
 		})
 	}
-}
-
-// selfSigned writes a certificate for localhost/127.0.0.1 and its key.
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "llmesh-epp-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
 }
 
 // With scheduler_service in the mesh file, llmesh epp admits through the

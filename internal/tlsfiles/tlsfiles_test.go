@@ -26,6 +26,8 @@ func TestFiles(t *testing.T) {
 		{func() error { _, err := tlsfiles.Client(pki.CA, pki.ClientCert, "", ""); return err }(), "cert_file and key_file go together"},
 		{func() error { _, err := tlsfiles.Client(pki.ClientKey, "", "", ""); return err }(), "no PEM certificates"},
 		{func() error { _, err := tlsfiles.Server("", "", ""); return err }(), "server certificate file is required"},
+		{func() error { _, err := tlsfiles.Server("", "", ""); return err }(), "server key file is required"},
+		{func() error { _, err := tlsfiles.Server(pki.ServerCert, pki.ServerKey, pki.ServerKey); return err }(), "no PEM certificates"},
 		{func() error { _, err := tlsfiles.Server(pki.ServerCert, pki.ServerKey, "/nonexistent"); return err }(), "client CA"},
 	} {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {

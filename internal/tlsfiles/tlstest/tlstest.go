@@ -1,6 +1,6 @@
-// Package tlstest writes a test PKI as PEM files: a CA, a server
-// certificate for 127.0.0.1 and a client certificate signed by it, and a
-// client certificate from another CA.
+// Package tlstest writes a test PKI as PEM files: a CA, a server and a
+// client certificate signed by it (both valid for 127.0.0.1 and
+// localhost), and a client certificate from another CA.
 package tlstest
 
 import (
@@ -59,7 +59,7 @@ func New(t testing.TB) *PKI {
 }
 
 // cert makes a CA (self-signed when parent is nil) or a leaf valid for
-// 127.0.0.1 as server and client.
+// 127.0.0.1 and localhost as server and client.
 func cert(t testing.TB, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, cn string, isCA bool) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -83,6 +83,7 @@ func cert(t testing.TB, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, c
 		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		tmpl.DNSNames = []string{"localhost"}
 	}
 	signer, signerKey := tmpl, key
 	if parent != nil {
