@@ -3,7 +3,7 @@ package harness
 import (
 	"context"
 	"errors"
-	"net"
+	"github.com/llmesh/llmesh/internal/proctest"
 	"strings"
 	"testing"
 	"time"
@@ -12,17 +12,6 @@ import (
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/workload"
 )
-
-func deadPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nothing listens here now
-	return addr
-}
 
 func quick(t *testing.T, q Quick) *workload.Workload {
 	t.Helper()
@@ -39,7 +28,7 @@ func quick(t *testing.T, q Quick) *workload.Workload {
 func TestRunStopsOnUnreachableTarget(t *testing.T) {
 	w := quick(t, Quick{Rate: 100, Arrival: "constant", Duration: time.Minute, PromptTokens: 8, MaxTokens: 4})
 	start := time.Now()
-	rep, recs, err := Run(context.Background(), Options{Workload: w, Target: "http://" + deadPort(t)})
+	rep, recs, err := Run(context.Background(), Options{Workload: w, Target: "http://" + proctest.FreeAddr(t)})
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("error %v, want ErrUnreachable naming the connection error", err)
 	}

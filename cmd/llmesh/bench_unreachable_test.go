@@ -1,29 +1,19 @@
 package main
 
 import (
-	"net"
 	"strings"
 	"testing"
 	"time"
-)
 
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nothing listens here now
-	return addr
-}
+	"github.com/llmesh/llmesh/internal/proctest"
+)
 
 // `bench run` against a dead port stops early with exit 1 and the cause,
 // and its report achieves nothing (it once ran the whole duration and
 // reported more achieved than offered, with 0 ok).
 func TestBenchRunDeadTarget(t *testing.T) {
 	start := time.Now()
-	out, _, err := benchMain(t, "run", "--target", "http://"+deadAddr(t), "--rate", "50", "--duration", "60s", "--warmup", "0s", "--quiet")
+	out, _, err := benchMain(t, "run", "--target", "http://"+proctest.FreeAddr(t), "--rate", "50", "--duration", "60s", "--warmup", "0s", "--quiet")
 	if exitCodeOf(err) != 1 || !strings.Contains(err.Error(), "target unreachable") || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("exit %d, %v; want 1 naming the unreachable target", exitCodeOf(err), err)
 	}
@@ -37,7 +27,7 @@ func TestBenchRunDeadTarget(t *testing.T) {
 
 // `bench ab` against dead targets says why, not only INVALID.
 func TestBenchABDeadTargets(t *testing.T) {
-	addr := "http://" + deadAddr(t)
+	addr := "http://" + proctest.FreeAddr(t)
 	_, stderr, err := benchMain(t, "ab", "--a", addr, "--b", addr, "--rate", "50", "--duration", "60s", "--warmup", "0s", "--repeats", "1", "--quiet")
 	if exitCodeOf(err) != 1 || !strings.Contains(err.Error(), "arm A") || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("exit %d, %v; want 1 naming arm A and the connection error", exitCodeOf(err), err)
