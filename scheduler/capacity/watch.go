@@ -172,28 +172,34 @@ func (w *Watcher) once(ctx context.Context) {
 }
 
 func (w *Watcher) scrape(ctx context.Context) (Sample, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.cfg.URL, nil)
+	return Scrape(ctx, w.cfg.Client, w.cfg.URL)
+}
+
+// Scrape reads an engine's /metrics at url with client (at most maxBody
+// bytes) and parses it (Parse); errors name the URL.
+func Scrape(ctx context.Context, client *http.Client, url string) (Sample, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return Sample{}, fmt.Errorf("capacity: %w", err)
 	}
-	resp, err := w.cfg.Client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return Sample{}, fmt.Errorf("capacity: scrape %s: %w", w.cfg.URL, err)
+		return Sample{}, fmt.Errorf("capacity: scrape %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return Sample{}, fmt.Errorf("capacity: scrape %s: status %s", w.cfg.URL, resp.Status)
+		return Sample{}, fmt.Errorf("capacity: scrape %s: status %s", url, resp.Status)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		return Sample{}, fmt.Errorf("capacity: scrape %s: %w", w.cfg.URL, err)
+		return Sample{}, fmt.Errorf("capacity: scrape %s: %w", url, err)
 	}
 	if len(body) > maxBody {
-		return Sample{}, fmt.Errorf("capacity: scrape %s: body over %d bytes", w.cfg.URL, maxBody)
+		return Sample{}, fmt.Errorf("capacity: scrape %s: body over %d bytes", url, maxBody)
 	}
 	s, err := Parse(body)
 	if err != nil {
-		return Sample{}, fmt.Errorf("capacity: scrape %s: %w", w.cfg.URL, err)
+		return Sample{}, fmt.Errorf("capacity: scrape %s: %w", url, err)
 	}
 	return s, nil
 }
