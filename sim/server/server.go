@@ -288,14 +288,18 @@ func (s *Server) generate(ctx context.Context, req genRequest, emit func(ids []u
 		notify:  make(chan struct{}, 1),
 	}
 	st.spec = sim.SeqSpec{ID: st.id, PromptTokens: len(req.prompt), MaxTokens: req.maxTokens, Priority: req.priority}
+	gen := sim.NewGenerator(req.seed, req.prompt)
+	next := gen.Next
 	if !s.cfg.Engine.DisablePrefixCaching {
-		st.spec.Blocks = seqBlocks(req)
+		var out []uint32
+		st.spec.Blocks, out = seqBlocks(req)
+		// The output is generated once, for the blocks; the stream sends it.
+		next = func() uint32 { id := out[0]; out = out[1:]; return id }
 	}
 	if !s.loop.submit(st) {
 		return nil, errStopped
 	}
 	res := &result{arrival: st.arrival, ids: make([]uint32, 0, req.maxTokens)}
-	gen := sim.NewGenerator(req.seed, req.prompt)
 	chunks, stalled := 0, false
 	for {
 		select {
@@ -318,7 +322,7 @@ func (s *Server) generate(ctx context.Context, req genRequest, emit func(ids []u
 				n = min(n, req.fault.DropAfter-chunks)
 			}
 			for range n {
-				res.ids = append(res.ids, gen.Next())
+				res.ids = append(res.ids, next())
 			}
 			last := snap.done && len(res.ids) == snap.output
 			if err := emit(res.ids[from:], last); err != nil {
@@ -357,12 +361,13 @@ func (s *Server) generate(ctx context.Context, req genRequest, emit func(ids []u
 // generate (synthetic output is a function of seed and prompt), so that a
 // request repeating a prompt, or continuing a conversation with the text
 // generated so far, hits the blocks earlier requests computed, as in vLLM.
-func seqBlocks(req genRequest) []kvblock.Hash {
+// It returns that output too (req.maxTokens ids).
+func seqBlocks(req genRequest) ([]kvblock.Hash, []uint32) {
 	toks := make([]uint32, len(req.prompt), len(req.prompt)+req.maxTokens)
 	copy(toks, req.prompt)
 	gen := sim.NewGenerator(req.seed, req.prompt)
 	for range req.maxTokens {
 		toks = append(toks, gen.Next())
 	}
-	return kvblock.Chain(make([]kvblock.Hash, 0, len(toks)/sim.BlockSize), 0, toks, sim.BlockSize)
+	return kvblock.Chain(make([]kvblock.Hash, 0, len(toks)/sim.BlockSize), 0, toks, sim.BlockSize), toks[len(req.prompt):]
 }
