@@ -80,7 +80,7 @@ func ReadRequestMeta(path string, body []byte, grpc bool) RequestMeta {
 // readRequestMeta is ReadRequestMeta, with the prompt's Blocks when hash.
 func readRequestMeta(path string, body []byte, grpc, hash bool) RequestMeta {
 	if grpc {
-		m, prompt, ids := readGRPCMeta(path, body)
+		m, prompt, ids := readGRPCMeta(path, body, hash)
 		if hash {
 			m.Blocks = hashGRPCPrompt(prompt, ids)
 		}
@@ -147,9 +147,9 @@ const (
 )
 
 // readGRPCMeta sizes an uncompressed first message of llm.v1 or vLLM's
-// engine API; it also returns the prompt's text, or its token-id fields'
-// values (each a packed run of varints), for hashing.
-func readGRPCMeta(path string, body []byte) (m RequestMeta, text []byte, ids [][]byte) {
+// engine API; it also returns the prompt's text and, with keepIDs, its
+// token-id fields' values (each a packed run of varints), for hashing.
+func readGRPCMeta(path string, body []byte, keepIDs bool) (m RequestMeta, text []byte, ids [][]byte) {
 	if path != MethodLLMV1 && path != MethodVLLM {
 		return m, nil, nil
 	}
@@ -174,11 +174,15 @@ func readGRPCMeta(path string, body []byte) (m RequestMeta, text []byte, ids [][
 			case num == llmv1TokenIDs && typ == protowire.BytesType: // packed
 				c, ok := varints(v)
 				nids += c
-				idRuns = append(idRuns, v)
+				if keepIDs {
+					idRuns = append(idRuns, v)
+				}
 				return ok
 			case num == llmv1TokenIDs && typ == protowire.VarintType:
 				nids++
-				idRuns = append(idRuns, protowire.AppendVarint(nil, x))
+				if keepIDs {
+					idRuns = append(idRuns, protowire.AppendVarint(nil, x))
+				}
 			case num == llmv1MaxTokens && typ == protowire.VarintType:
 				m.checkOutputLimit("max_tokens", int(uint32(x)))
 			}
@@ -211,11 +215,15 @@ func readGRPCMeta(path string, body []byte) (m RequestMeta, text []byte, ids [][
 					case num == vllmInputIDs && typ == protowire.BytesType:
 						c, ok := varints(v)
 						nids += c
-						idRuns = append(idRuns, v)
+						if keepIDs {
+							idRuns = append(idRuns, v)
+						}
 						return ok
 					case num == vllmInputIDs && typ == protowire.VarintType:
 						nids++
-						idRuns = append(idRuns, protowire.AppendVarint(nil, x))
+						if keepIDs {
+							idRuns = append(idRuns, protowire.AppendVarint(nil, x))
+						}
 					}
 					return true
 				})
