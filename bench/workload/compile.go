@@ -53,6 +53,13 @@ type sessionSampler struct {
 	maxContext   int
 }
 
+// fits reports whether a turn of a msg-token message and an out-token
+// reply after hist tokens of history stays within the limits; a turn that
+// does not ends its session.
+func (s *sessionSampler) fits(hist, msg, out int) bool {
+	return hist+msg <= MaxLength && (s.maxContext == 0 || hist+msg+out <= s.maxContext)
+}
+
 // CompileOptions tune Compile.
 type CompileOptions struct {
 	// BaseDir resolves relative trace paths; empty means the working
@@ -166,7 +173,7 @@ func (w *Workload) requestsPerArrival() float64 {
 		hist := c.SystemPromptTokens
 		for range c.session.turns.sample(s.lens, nil, false) {
 			msg, out := c.prompt.sample(s.lens, nil, false), c.output.sample(s.lens, nil, true)
-			if hist+msg > MaxLength || (c.session.maxContext > 0 && hist+msg+out > c.session.maxContext) {
+			if !c.session.fits(hist, msg, out) {
 				break
 			}
 			total++
@@ -448,7 +455,7 @@ func (s *Source) sessionTurn(it *Item, t *pendingTurn) bool {
 	msg := c.prompt.sample(s.lens, nil, false)
 	out := c.output.sample(s.lens, nil, true)
 	hist := trace.SegmentsTokens(t.history)
-	if hist+msg > MaxLength || (c.session.maxContext > 0 && hist+msg+out > c.session.maxContext) {
+	if !c.session.fits(hist, msg, out) {
 		return false
 	}
 	segs := make([]trace.Segment, len(t.history), len(t.history)+1)
