@@ -27,15 +27,7 @@ func TestFilterAcceptsGeneratedConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var gc golang.Config
-	var m hcm.HttpConnectionManager
-	ln := res[resource.ListenerType][0].(*listener.Listener)
-	if err := ln.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&m); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&gc); err != nil {
-		t.Fatal(err)
-	}
+	_, m, gc := listenerFilter(t, res)
 	if gc.GetPluginName() != PluginName || gc.GetLibraryId() != PluginName {
 		t.Errorf("plugin %q library %q", gc.GetPluginName(), gc.GetLibraryId())
 	}
@@ -142,15 +134,7 @@ experiments:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var gc golang.Config
-	var m hcm.HttpConnectionManager
-	ln := res[resource.ListenerType][0].(*listener.Listener)
-	if err := ln.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&m); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&gc); err != nil {
-		t.Fatal(err)
-	}
+	_, _, gc := listenerFilter(t, res)
 	fc, err := envoy.ParseSettings(gc.GetPluginConfig())
 	if err != nil {
 		t.Fatalf("the filter rejects the generated config: %v", err)
@@ -198,9 +182,7 @@ classification:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var gc golang.Config
-	var m hcm.HttpConnectionManager
-	ln := res[resource.ListenerType][0].(*listener.Listener)
+	ln, _, gc := listenerFilter(t, res)
 	wire, err := proto.Marshal(ln)
 	if err != nil {
 		t.Fatal(err)
@@ -209,12 +191,6 @@ classification:
 		if bytes.Contains(wire, []byte(secret)) {
 			t.Errorf("the Listener pushed over xDS contains the secret %q", secret)
 		}
-	}
-	if err := ln.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&m); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&gc); err != nil {
-		t.Fatal(err)
 	}
 	fc, err := envoy.ParseSettings(gc.GetPluginConfig())
 	if err != nil {
@@ -239,4 +215,20 @@ classification:
 			t.Errorf("%s: class %s (%s), want %s", key, got.Name, got.Reason, want)
 		}
 	}
+}
+
+// listenerFilter decodes the first listener of res: the listener, its
+// HTTP connection manager and its golang filter's config.
+func listenerFilter(t *testing.T, res Resources) (*listener.Listener, *hcm.HttpConnectionManager, *golang.Config) {
+	t.Helper()
+	var gc golang.Config
+	var m hcm.HttpConnectionManager
+	ln := res[resource.ListenerType][0].(*listener.Listener)
+	if err := ln.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&m); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&gc); err != nil {
+		t.Fatal(err)
+	}
+	return ln, &m, &gc
 }
