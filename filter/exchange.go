@@ -37,6 +37,11 @@ type ExchangeConfig struct {
 	// Recorder receives the Record of every request at End; nil records
 	// nothing (End still returns it).
 	Recorder Recorder
+	// Misuse is told of every call the request's state does not allow
+	// (the call does nothing); nil ignores them. Tests set it to prove a
+	// host drives the lifecycle as the transition table says; it must not
+	// block.
+	Misuse func(call string, s State)
 }
 
 // RequestHead is the request's head as its host saw it. Headers are
@@ -73,52 +78,55 @@ type RequestHead struct {
 	HasBody bool
 }
 
-// Exchange is the host-independent sequence of one request, driven by its
-// host one phase at a time: Start (request head), Plan (is the body
-// needed), Size and Guard (the body), Request (what to admit), Admitted,
-// UpstreamSent, ResponseHead, Chunk, Trailers, and End, which releases the
-// admission exactly once and makes the Record. Reply is the answer to an
-// error the host ends the request with. Requeued and Preempted are the
-// scheduler's preemption as each host acts on it. See doc.go for which
+// Exchange is the lifecycle of one request, driven by its host one phase
+// at a time and written once for every host. Its state (State) moves only
+// forward, through the transition table in lifecycle.go:
+//
+//	Idle ─Start→ Received ─Admitted→ Admitted ─ResponseHead→ Streaming
+//	                                     ↑ ╰─Requeued→ Requeued ─Admitted─╯
+//	any live state ─Finish→ Finished ─End→ Ended (End also from any live state)
+//
+// A call the state does not allow does nothing (ExchangeConfig.Misuse is
+// told). The host never decides the scheduler's outcome: it says how the
+// request ended (Ending) in Finish or End, and the Exchange releases the
+// admission exactly once, on the one transition that leaves a state
+// holding it, and makes exactly one Record. See doc.go for which
 // goroutine may call what.
 //
 // Times are passed in: the host reads its own (injected) clock.
 type Exchange struct {
-	cfg  *ExchangeConfig
-	head RequestHead
-	kind GRPCKind
+	cfg   *ExchangeConfig
+	head  RequestHead
+	kind  GRPCKind
+	state State
+	body  bodyState
 
 	class  Class
 	meta   RequestMeta
-	sized  bool
 	plan   BodyPlan
 	guardP EnginePriority
 
 	obs      *Observer
-	lease    scheduler.Lease
+	lease    scheduler.Lease // the admission held now, nil when none
 	progress ProgressReporter
-	admitted bool
-	leased   bool // a lease was held at some point
-	released bool
-	finished bool
-	ended    bool
+	endpoint string
 
 	preemptions int
-	preempted   bool // ended for the scheduler (Preempted)
-	outcome     scheduler.Outcome
-	outcomeSet  bool
-	err         error // the host-side error of Record.Err
-	cause       error // the first failure that ended the response
-	endpoint    string
-	endpointSet bool
+	leases      int               // admissions with a lease so far
+	ending      Ending            // how the request ended, set by the transition to Finished
+	outcome     scheduler.Outcome // how the last admission ended, for the Record
+	err         error             // the Record's Err
 }
 
-// Start begins the exchange with the request head: it decides gRPC from
-// the content type (GRPCKindOf), classifies from the head (the model is
-// not known yet) and plans what the body needs. x may be a zero Exchange
-// or one reused after End.
+// Start begins the lifecycle with the request head (Idle → Received): it
+// decides gRPC from the content type (GRPCKindOf), classifies from the
+// head (the model is not known yet) and plans what the body needs. x may
+// be a zero Exchange or one reused after End.
 func (x *Exchange) Start(cfg *ExchangeConfig, h RequestHead) {
-	*x = Exchange{cfg: cfg, head: h, kind: GRPCKindOf(h.ContentType)}
+	if !x.allowed(callStart) {
+		return
+	}
+	*x = Exchange{cfg: cfg, head: h, kind: GRPCKindOf(h.ContentType), state: StateReceived}
 	x.head.Headers = nil // valid only during this call
 	x.classify(h.Headers)
 	x.plan = x.planBody(h)
@@ -130,37 +138,8 @@ func (x *Exchange) Start(cfg *ExchangeConfig, h RequestHead) {
 	x.obs.MarkReceived(h.Received)
 }
 
-// GRPC reports whether the request is gRPC of any kind (GRPCKindOf): it
-// is routed as gRPC and answered with a gRPC status.
-func (x *Exchange) GRPC() bool { return x.kind != GRPCNone }
-
-// GRPCKind is the request's gRPC flavour.
-func (x *Exchange) GRPCKind() GRPCKind { return x.kind }
-
-// Class is the request's class as decided so far.
-func (x *Exchange) Class() Class { return x.class }
-
-// Meta is what Size read from the body (the zero value before).
-func (x *Exchange) Meta() RequestMeta { return x.meta }
-
-// Model is the model the request named, "" while unknown.
-func (x *Exchange) Model() string { return x.meta.Model }
-
-// Passthrough reports whether the request is not a generation call.
-func (x *Exchange) Passthrough() bool { return x.head.Passthrough }
-
-// Plan is what the host must do with the body (decided in Start).
-func (x *Exchange) Plan() BodyPlan { return x.plan }
-
-// Observer is the request's observer, for hosts that read it (output
-// for a continuation, completeness). It is valid until End.
-func (x *Exchange) Observer() *Observer { return x.obs }
-
-// Lease is the current admission, nil when none.
-func (x *Exchange) Lease() scheduler.Lease { return x.lease }
-
-// Preemptions counts the preemptions so far.
-func (x *Exchange) Preemptions() int { return x.preemptions }
+// State is where the request is in its lifecycle.
+func (x *Exchange) State() State { return x.state }
 
 func (x *Exchange) classify(h Headers) {
 	c := x.cfg.Classifier
@@ -180,260 +159,230 @@ func (x *Exchange) classify(h Headers) {
 	}
 }
 
-// Request is what the host asks the scheduler to admit.
-func (x *Exchange) Request() scheduler.Request {
-	return scheduler.Request{
-		ID:           x.head.ID,
-		Pool:         x.head.Pool,
-		Class:        x.class.Name,
-		PromptTokens: x.meta.PromptTokens,
-		MaxTokens:    x.meta.MaxTokens,
-		Arrival:      x.head.Received,
-		Affinity:     x.head.Affinity,
-		Blocks:       x.meta.Blocks,
-	}
-}
-
-// Admitted records an admission at t: the first marks the queue's end, a
-// later one (after Requeued) only replaces the lease. A nil lease is a
-// request let through without the scheduler.
+// Admitted records an admission at t (Received or Requeued → Admitted, or
+// back to Streaming for a continuation of a response already under way):
+// the first marks the queue's end. A nil lease is a request let through
+// without the scheduler.
 func (x *Exchange) Admitted(t time.Time, l scheduler.Lease) {
-	if !x.admitted {
-		x.admitted = true
+	if !x.allowed(callAdmitted) {
+		return
+	}
+	if x.state == StateReceived {
 		x.obs.MarkAdmitted(t)
+	}
+	x.state = StateAdmitted
+	if !x.obs.obs.ResponseHeaders.IsZero() {
+		x.state = StateStreaming // a continuation: the client's response goes on
 	}
 	if l != nil {
 		x.lease = l
-		x.released = false
-		x.leased = true
+		x.leases++
+		x.endpoint = scheduler.EndpointOf(l)
 	}
 }
 
-// Refused records that the host answered the request itself (an admission
-// error, relocation, the priority guard): err is what the client is told.
-func (x *Exchange) Refused(err error) {
-	x.obs.SetError(ErrorHTTPStatus, err.Error())
-	if x.err == nil {
-		x.err = err
+// UpstreamSent marks the send of an upstream attempt at t to endpoint
+// (host:port; "" names the lease's endpoint, if any). Only attempts before
+// the first token count for timing: upstream TTFT is measured to the
+// first token the client got, so a continuation's send does not move its
+// start.
+func (x *Exchange) UpstreamSent(t time.Time, endpoint string) {
+	if !x.allowed(callUpstreamSent) {
+		return
 	}
-}
-
-// UpstreamSent marks the send of an upstream attempt at t. Only attempts
-// before the first token count: upstream TTFT is measured to the first
-// token the client got, so a continuation's send does not move its start.
-func (x *Exchange) UpstreamSent(t time.Time) {
 	if x.obs.obs.TokenChunks == 0 {
 		x.obs.MarkUpstreamSent(t)
 	}
+	if endpoint != "" {
+		x.endpoint = endpoint
+	}
 }
 
-// ResponseHead records the response's status and headers at t.
+// ResponseHead records the response's status and headers at t
+// (Admitted → Streaming; from Received for a response the host's proxy
+// made itself before any admission, such as Envoy's buffer-limit 413).
 func (x *Exchange) ResponseHead(t time.Time, status int, h Headers) {
+	if !x.allowed(callResponseHead) {
+		return
+	}
+	x.state = StateStreaming
 	x.obs.ResponseHeaders(t, status, h)
 }
 
 // Chunk observes response bytes on their way to the client at t and tells
-// the lease the stream's progress when it moved. It allocates nothing;
-// the error is a parse error, recorded in the observation (the host keeps
-// proxying).
+// the lease the stream's progress when it moved (Streaming). It allocates
+// nothing; the error is a parse error, recorded in the observation (the
+// host keeps proxying).
 func (x *Exchange) Chunk(t time.Time, b []byte) error {
+	if x.state != StateStreaming { // allowedIn[callChunk], inlined on the hot path
+		x.misuse(callChunk)
+		return nil
+	}
 	err := x.obs.Observe(t, b)
 	x.progress.Report(x.lease, x.obs)
 	return err
 }
 
-// Trailers records the response trailers at t (nil: none).
+// Trailers records the response trailers at t (nil: none) (Streaming).
 func (x *Exchange) Trailers(t time.Time, h Headers) {
+	if !x.allowed(callTrailers) {
+		return
+	}
 	if h != nil {
 		x.obs.Trailers(t, h)
 	}
 }
 
-// Requeued ends the current admission as preempted, for a host that
+// Requeued gives the current admission back as preempted, for a host that
 // sends the request again (a requeue before the first byte, or a
-// mid-stream continuation); Admitted follows with the new lease. The
-// preemption is counted; the Record stays one across the attempts.
+// mid-stream continuation): Admitted or Streaming → Requeued, and
+// Admitted follows with the new lease. The preemption is counted; the
+// Record stays one across the attempts.
 func (x *Exchange) Requeued() {
+	if !x.allowed(callRequeued) {
+		return
+	}
 	x.preemptions++
-	if x.lease != nil && !x.released {
-		x.lease.Release(scheduler.Preempted)
-	}
-	x.lease = nil
+	x.release(scheduler.Preempted)
+	x.state = StateRequeued
 }
 
-// Preempted ends the request for the scheduler at t, for a host that
-// cannot send it again: the observation ends as preempted, the admission
-// is released as preempted, and the reply is the retryable one the
-// client gets.
-func (x *Exchange) Preempted(t time.Time) Reply {
-	x.preemptions++
-	x.preempted = true
-	x.err = scheduler.ErrPreempted
-	x.obs.SetError(ErrorPreempted, "preempted by the scheduler")
-	x.Finish(t, scheduler.ErrPreempted)
-	return ReplyFor(scheduler.ErrPreempted)
-}
-
-// Fail records a host-side error that ends the response (an upstream
-// reset, a stall, a mid-stream preemption) and how its admission ends:
-// err becomes the Record's Err, the first such error the observation's
-// cause.
-func (x *Exchange) Fail(err error, o scheduler.Outcome) {
-	x.err = err
-	if x.cause == nil {
-		x.cause = err
-	}
-	x.SetOutcome(o)
-}
-
-// Cancel records that the client went away (err, when not nil, becomes
-// the Record's Err): the admission ends as cancelled.
-func (x *Exchange) Cancel(err error) {
-	if err != nil {
-		x.err = err
-	}
-	x.SetOutcome(scheduler.Cancelled)
-}
-
-// SetErr sets the Record's Err unless one is set, without ending anything.
-func (x *Exchange) SetErr(err error) {
-	if x.err == nil {
-		x.err = err
-	}
-}
-
-// SetOutcome fixes how the admission is released; without it, End
-// derives the outcome from the observation (OutcomeOf).
-func (x *Exchange) SetOutcome(o scheduler.Outcome) { x.outcome, x.outcomeSet = o, true }
-
-// Outcome is the outcome set so far (scheduler.Done when none).
-func (x *Exchange) Outcome() scheduler.Outcome { return x.outcome }
-
-// SetEndpoint names the endpoint the last attempt went to; without it the
-// Record names the lease's (scheduler.EndpointOf).
-func (x *Exchange) SetEndpoint(e string) { x.endpoint, x.endpointSet = e, true }
-
-// errClientGone is the cause of a request whose client went away.
-var errClientGone = fmt.Errorf("client cancelled: %w", context.Canceled)
-
-// Finish ends the observation at t and releases the admission, once;
-// later calls do nothing. cause is what ended the response (nil: its
-// clean end); when nil, the error the host recorded (Fail, or a
-// cancellation) stands in.
-func (x *Exchange) Finish(t time.Time, cause error) {
-	if x.finished {
+// Finish ends the response at t, how says (a live state → Finished): the
+// observation ends, the admission is released with the outcome the
+// ending implies (Ending), and only ServerTiming and End remain. It is for
+// a host whose Record comes later than the response's end (Envoy writes
+// access logs after the last callback); the first ending stands.
+func (x *Exchange) Finish(t time.Time, how Ending, cause error) {
+	if !x.allowed(callFinish) {
 		return
 	}
-	x.finished = true
-	if cause == nil {
-		cause = x.cause
-	}
-	if cause == nil && x.outcomeSet && x.outcome == scheduler.Cancelled {
-		cause = errClientGone
-	}
-	if cause == nil && x.err != nil && x.obs.obs.HTTPStatus == 0 {
-		cause = x.err
-	}
-	x.obs.Finish(t, cause)
-	x.Release()
+	x.finish(t, how, cause)
 }
 
-// Release gives the admission back with the request's outcome, exactly
-// once (Finish calls it; a host that must free the slot before the
-// observation ends calls it itself).
-func (x *Exchange) Release() {
-	o := x.outcome
-	if !x.outcomeSet {
-		o = OutcomeOf(&x.obs.obs, x.preempted)
-		if x.lease != nil && !x.released {
-			x.outcome = o
-		}
-	}
-	if x.lease == nil || x.released {
-		return
-	}
-	x.released = true
-	x.lease.Release(o)
-}
-
-// Abort ends the exchange at once with outcome o, without finishing the
-// observation (a host that met a fault of its own): the admission is
-// released, and End records what was observed so far.
-func (x *Exchange) Abort(o scheduler.Outcome) {
-	x.finished = true
-	x.SetOutcome(o)
-	x.Release()
-}
-
-// Released reports whether the current admission was given back (true
-// when there is none).
-func (x *Exchange) Released() bool { return x.lease == nil || x.released }
-
-// Drop ends the exchange without a Record, for a host whose request went
-// away before it could report one; the observer goes back to its pool.
-// Release first: Drop releases nothing.
-func (x *Exchange) Drop() {
-	if x.ended {
-		return
-	}
-	x.ended = true
-	PutObserver(x.obs)
-	x.obs = nil
-}
-
-// Finished reports whether Finish ran.
-func (x *Exchange) Finished() bool { return x.finished }
-
-// End finishes the exchange at t (Finish, if it did not run), hands its
-// Record to the configured Recorder and returns it. The observer goes back
-// to its pool: the Record's ITL samples are valid only until End returns,
-// and nothing but the Record may be used afterwards. Later calls return
-// the zero Record.
-func (x *Exchange) End(t time.Time, cause error) Record {
-	if x.ended {
+// End ends the lifecycle at t (any state but Idle and Ended → Ended):
+// Finish(t, how, cause) if the response is not finished yet (a finished
+// one keeps its ending), then the Record, handed to the configured
+// Recorder and returned. EndDropped makes none (the zero Record), even
+// for a finished response: the host lost the request before it could
+// report it. The
+// observer goes back to its pool: the Record's ITL samples are valid only
+// until End returns, and nothing but the Record may be used afterwards.
+func (x *Exchange) End(t time.Time, how Ending, cause error) Record {
+	if !x.allowed(callEnd) {
 		return Record{}
 	}
-	x.Finish(t, cause)
-	x.ended = true
-	ob := x.obs.Observation()
-	outcome := x.outcome
-	if !x.leased {
-		outcome = scheduler.Done // never admitted: nothing was released
+	if x.state != StateFinished {
+		x.finish(t, how, cause)
 	}
-	rec := Record{
-		Observation: ob,
-		Class:       x.class.Name,
-		Model:       x.meta.Model,
-		Pool:        x.head.Pool,
-		Outcome:     outcome,
-		Preemptions: x.preemptions,
-		Err:         x.err,
-		Passthrough: x.head.Passthrough,
-		Endpoint:    x.endpoint,
-	}
-	if !x.endpointSet && x.lease != nil {
-		rec.Endpoint = scheduler.EndpointOf(x.lease)
-	}
-	if x.cfg.Recorder != nil {
-		x.cfg.Recorder.Record(rec)
+	x.state = StateEnded
+	var rec Record
+	if how != EndDropped && x.ending != EndDropped {
+		rec = x.record()
+		if x.cfg.Recorder != nil {
+			x.cfg.Recorder.Record(rec)
+		}
 	}
 	PutObserver(x.obs)
 	x.obs = nil
 	return rec
 }
 
-// Reply is the answer to err, for the request's protocol (ReplyFor).
-func (x *Exchange) Reply(err error) Reply { return ReplyFor(err) }
+// errClientGone is the cause of a request whose client went away.
+var errClientGone = fmt.Errorf("client cancelled: %w", context.Canceled)
 
-// ServerTiming is the Server-Timing value of the measurement so far at t.
-// Before the end (ending false) that is the queue time. At the end, E2E
-// runs to t and TPOT follows Observation's definition when the
-// observation is not finished yet (a host writes the trailer before it
-// ends the request), and the preemptions the client could not see
-// (a transparent requeue or continuation) are named.
+// finish is the one transition to Finished: the observation's end and
+// the release of the admission held, if any.
+func (x *Exchange) finish(t time.Time, how Ending, cause error) {
+	if how == EndRefused {
+		if cause == nil {
+			cause = errRefused
+		}
+		if ErrorKindOf(cause) == ErrorCancelled {
+			how = EndClientGone // the client left while queued: nobody was refused
+		}
+	}
+	x.state = StateFinished
+	x.ending = how
+	if cause != nil && how != EndCompleted && x.err == nil {
+		x.err = cause
+	}
+	switch how {
+	case EndFault:
+		// The host's own fault: free the slot first, and leave the
+		// observation as it is (the observer may be what broke).
+		x.release(scheduler.Failed)
+		return
+	case EndDropped:
+		x.release(scheduler.Cancelled)
+		return
+	case EndRefused:
+		x.obs.SetError(ErrorHTTPStatus, cause.Error())
+	case EndClientGone:
+		if ErrorKindOf(cause) != ErrorCancelled {
+			cause = errClientGone
+		}
+	case EndPreempted:
+		x.preemptions++
+		msg := "preempted by the scheduler"
+		if cause == nil {
+			cause = scheduler.ErrPreempted
+			x.err = cause
+		} else {
+			msg = cause.Error()
+		}
+		x.obs.SetError(ErrorPreempted, msg)
+	}
+	x.obs.Finish(t, cause)
+	x.release(x.ending.outcome(&x.obs.obs))
+}
+
+// errRefused stands in for a refusal whose host named no error.
+var errRefused = fmt.Errorf("%w: refused by the host", ErrInternal)
+
+// release gives the admission held back with o. It runs only on the
+// transitions out of the states that may hold one (Admitted and Streaming
+// → Requeued or Finished, Requeued → Finished), and it drops the lease it
+// releases, so each admission is released exactly once.
+func (x *Exchange) release(o scheduler.Outcome) {
+	if x.leases > 0 {
+		x.outcome = o // the Record names the last admission's end
+	}
+	if l := x.lease; l != nil {
+		x.lease = nil
+		l.Release(o)
+	}
+}
+
+func (x *Exchange) record() Record {
+	rec := Record{
+		Observation: x.obs.Observation(),
+		Class:       x.class.Name,
+		Model:       x.meta.Model,
+		Pool:        x.head.Pool,
+		Outcome:     scheduler.Done, // never admitted: nothing was released
+		Preemptions: x.preemptions,
+		Err:         x.err,
+		Passthrough: x.head.Passthrough,
+		Endpoint:    x.endpoint,
+	}
+	if x.leases > 0 {
+		rec.Outcome = x.outcome
+	}
+	return rec
+}
+
+// ServerTiming is the Server-Timing value of the measurement so far at t
+// (any state but Idle and Ended). Before the end (ending false) that is
+// the queue time. At the end, E2E runs to t and TPOT follows
+// Observation's definition when the response is not finished yet (a host
+// writes the trailer before it ends the request), and the preemptions the
+// client could not see (a transparent requeue or continuation) are named.
 func (x *Exchange) ServerTiming(t time.Time, ending bool) string {
+	if !x.allowed(callServerTiming) {
+		return ""
+	}
 	ob := x.obs.Observation()
-	if ending && !x.finished && !ob.Received.IsZero() {
+	if ending && x.state != StateFinished && !ob.Received.IsZero() {
 		ob.E2E = t.Sub(ob.Received)
 		if ob.HasTTFT && ob.OutputTokens > 1 && ob.Protocol != ProtocolJSON {
 			ob.TPOT = (ob.E2E - ob.TTFT) / time.Duration(ob.OutputTokens-1)
@@ -441,7 +390,7 @@ func (x *Exchange) ServerTiming(t time.Time, ending bool) string {
 		}
 	}
 	st := AppendServerTiming(make([]byte, 0, 160), &ob)
-	if ending && x.preemptions > 0 && !x.preempted {
+	if ending && x.preemptions > 0 && x.ending != EndPreempted {
 		if len(st) > 0 {
 			st = append(st, ", "...)
 		}
@@ -450,4 +399,84 @@ func (x *Exchange) ServerTiming(t time.Time, ending bool) string {
 		st = append(st, '"')
 	}
 	return string(st)
+}
+
+// View is a read-only snapshot of the request as decided so far.
+func (x *Exchange) View() View {
+	v := View{
+		State: x.state, Kind: x.kind, Class: x.class, Meta: x.meta, Plan: x.plan, Passthrough: x.head.Passthrough,
+		Lease: x.lease, Preemptions: x.preemptions, GuardMode: PriorityKeep, obs: x.obs,
+		Request: scheduler.Request{
+			ID:           x.head.ID,
+			Pool:         x.head.Pool,
+			Class:        x.class.Name,
+			PromptTokens: x.meta.PromptTokens,
+			MaxTokens:    x.meta.MaxTokens,
+			Arrival:      x.head.Received,
+			Affinity:     x.head.Affinity,
+			Blocks:       x.meta.Blocks,
+		},
+	}
+	if x.plan.Guard != GuardNone {
+		v.GuardMode = x.guardP.Mode
+	}
+	if x.obs != nil {
+		v.Progress = x.obs.Progress()
+	}
+	return v
+}
+
+// View is what an Exchange decided and saw so far, for its host to read:
+// a value, taken by Exchange.View. Observation and Output read the
+// request's observer, so a View is valid only until the Exchange ends.
+type View struct {
+	State State
+	// Kind is the request's gRPC flavour (GRPCNone: not gRPC).
+	Kind GRPCKind
+	// Class is the request's class as decided so far.
+	Class Class
+	// Meta is what Size read from the body (the zero value before), and
+	// the model NoteModel read.
+	Meta RequestMeta
+	// Plan is what the host must do with the body (decided in Start).
+	Plan BodyPlan
+	// GuardMode is the guard's decision for the body (PriorityKeep when
+	// none).
+	GuardMode PriorityMode
+	// Passthrough: not a generation call.
+	Passthrough bool
+	// Lease is the admission held now, nil when none.
+	Lease scheduler.Lease
+	// Preemptions counts the preemptions so far.
+	Preemptions int
+	// Progress is the stream's progress in the scheduler's terms.
+	Progress scheduler.Progress
+	// Request is what the host asks the scheduler to admit.
+	Request scheduler.Request
+
+	obs *Observer
+}
+
+// GRPC reports whether the request is gRPC of any kind (GRPCKindOf): it
+// is routed as gRPC and answered with a gRPC status.
+func (v View) GRPC() bool { return v.Kind != GRPCNone }
+
+// Observation is the measurement so far (partial before the response's
+// end); the zero value once the Exchange ended.
+func (v View) Observation() Observation {
+	if v.obs == nil {
+		return Observation{}
+	}
+	return v.obs.Observation()
+}
+
+// Output is the text generated so far (ExchangeConfig.KeepOutput, for a
+// spliceable request): the observer's buffer, valid until the next call
+// on the Exchange.
+func (v View) Output() []byte {
+	if v.obs == nil {
+		return nil
+	}
+	text, _ := v.obs.Output()
+	return text
 }

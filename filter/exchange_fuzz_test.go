@@ -11,23 +11,26 @@ import (
 )
 
 // exchangeOps is the number of host calls FuzzExchangeCalls picks from.
-const exchangeOps = 19
+const exchangeOps = 14 + 2*int(numEndings)
 
-// FuzzExchangeCalls drives an Exchange through a random sequence of the
-// calls a host may make, within the documented protocol (a new lease only
-// when none is held and the exchange is not finished; Release before Drop;
-// nothing after End or Drop), and checks that no call panics, that every
-// lease is released exactly once, and that End makes exactly one Record
-// (Drop none).
+// FuzzExchangeCalls drives an Exchange through a random sequence of every
+// call a host can make, in any order (illegal calls included: they must do
+// nothing), then ends it, and checks that no call panics, that every
+// lease the Exchange took is released exactly once, that End makes
+// exactly one Record (none for EndDropped), and that calls after End are
+// refused.
 func FuzzExchangeCalls(f *testing.F) {
-	f.Add([]byte{0, 2, 3, 4, 4, 5})                 // a clean stream
-	f.Add([]byte{0, 2, 6, 0, 2, 3, 4})              // requeued, admitted again
-	f.Add([]byte{0, 2, 3, 4, 7})                    // preempted mid-stream
-	f.Add([]byte{0, 8, 9, 11, 13, 14, 15})          // fail, cancel, outcome, finish, release, abort
-	f.Add([]byte{17, 10})                           // refused before admission
-	f.Add([]byte{1, 2, 3, 4, 18})                   // let through, then dropped
-	f.Add([]byte{0, 14, 6, 0, 13, 6, 0, 12, 16})    // release, requeue after finish
-	f.Add([]byte{0, 3, 4, 4, 4, 15, 6, 0, 7, 7, 9}) // abort, then more calls
+	fin := func(e Ending) byte { return byte(14 + e) }
+	end := func(e Ending) byte { return byte(14 + int(numEndings) + int(e)) }
+	f.Add([]byte{0, 2, 3, 4, 4, 5})                        // a clean stream
+	f.Add([]byte{0, 2, 6, 0, 2, 3, 4})                     // requeued, admitted again
+	f.Add([]byte{0, 2, 3, 4, fin(EndPreempted)})           // preempted mid-stream
+	f.Add([]byte{0, 3, 6, 0, 4, fin(EndFailed), 4, 13})    // a continuation that fails
+	f.Add([]byte{end(EndRefused)})                         // refused before admission
+	f.Add([]byte{1, 2, 3, 4, end(EndDropped)})             // let through, then dropped
+	f.Add([]byte{0, fin(EndFault), 6, 0, 13, 6, 0, 12})    // a fault, then more calls
+	f.Add([]byte{0, 3, 4, 4, 4, fin(EndClientGone), 7, 9}) // client gone, calls after
+	f.Add([]byte{10, 11, 0, 11, 3, 4, end(EndCompleted), 8, 0, 4})
 	cls, err := NewClassifier(ClassifierConfig{
 		Classes:      []Class{{Name: "batch", Priority: 10}},
 		DefaultClass: "batch",
@@ -36,74 +39,85 @@ func FuzzExchangeCalls(f *testing.F) {
 		f.Fatal(err)
 	}
 	events := strings.SplitAfter(sseStream, "\n\n")
+	body := []byte(`{"model":"m","prompt":"p","max_tokens":3,"priority":-1}`)
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		var recs int
-		cfg := &ExchangeConfig{Classifier: cls, Recorder: RecorderFunc(func(Record) { recs++ })}
+		var recs []Record
+		misuses := 0
+		cfg := &ExchangeConfig{Classifier: cls, SizeBody: true, Recorder: RecorderFunc(func(r Record) { recs = append(recs, r) }),
+			Misuse: func(string, State) { misuses++ }}
 		t0 := time.Unix(1000, 0)
 		now := func(i int) time.Time { return t0.Add(time.Duration(i+1) * time.Millisecond) }
+		head := RequestHead{Path: "/v1/completions", ContentType: "application/json", Headers: MapHeaders{},
+			Received: t0, ID: "r", Pool: "p", HasBody: true}
 		var x Exchange
-		x.Start(cfg, RequestHead{Path: "/v1/completions", ContentType: "application/json", Headers: MapHeaders{},
-			Received: t0, ID: "r", Pool: "p", HasBody: true})
+		x.Start(cfg, head)
 		var leases []*exLease
 		dropped := false
-	calls:
 		for i, op := range ops {
-			switch op % exchangeOps {
-			case 0:
-				if x.Released() && !x.Finished() {
-					l := newExLease()
+			switch op := int(op) % exchangeOps; {
+			case op == 0:
+				l := newExLease()
+				x.Admitted(now(i), l)
+				if x.View().Lease == scheduler.Lease(l) {
 					leases = append(leases, l)
-					x.Admitted(now(i), l)
 				}
-			case 1:
+			case op == 1:
 				x.Admitted(now(i), nil)
-			case 2:
-				x.UpstreamSent(now(i))
-			case 3:
+			case op == 2:
+				x.UpstreamSent(now(i), "")
+			case op == 3:
 				x.ResponseHead(now(i), 200, MapHeaders{"content-type": "text/event-stream"})
-			case 4:
+			case op == 4:
 				_ = x.Chunk(now(i), []byte(events[i%len(events)]))
-			case 5:
+			case op == 5:
 				x.Trailers(now(i), MapHeaders{"x-t": "1"})
-			case 6:
+			case op == 6:
 				x.Requeued()
-			case 7:
-				x.Preempted(now(i))
-			case 8:
-				x.Fail(errors.New("upstream reset"), scheduler.Failed)
-			case 9:
-				x.Cancel(nil)
-			case 10:
-				x.SetErr(errors.New("host error"))
-			case 11:
-				x.SetOutcome(scheduler.Done)
-			case 12:
-				x.SetEndpoint("10.0.0.2:8000")
-			case 13:
-				x.Finish(now(i), nil)
-			case 14:
-				x.Release()
-			case 15:
-				x.Abort(scheduler.Failed)
-			case 16:
-				_ = x.ServerTiming(now(i), false)
-			case 17:
-				x.Refused(fmt.Errorf("admission: %w", scheduler.ErrPreempted))
-			case 18:
-				x.Release()
-				x.Drop()
-				dropped = true
-				break calls
+			case op == 7:
+				if s := x.State(); s != StateEnded {
+					x.Start(cfg, head) // a misuse: the request is live
+				}
+			case op == 8:
+				x.NoteModel(body, true)
+			case op == 9:
+				_ = x.Size(body, MapHeaders{})
+			case op == 10:
+				_, _, _ = x.Guard(body)
+			case op == 11:
+				_ = x.ServerTiming(now(i), i%2 == 0)
+			case op == 12:
+				x.UpstreamSent(now(i), "10.0.0.2:8000")
+			case op == 13:
+				v := x.View()
+				_, _ = v.Observation(), v.Output()
+			case op < 14+int(numEndings):
+				x.Finish(now(i), Ending(op-14), fmt.Errorf("fuzz %d: %w", i, errors.ErrUnsupported))
+			default:
+				e := Ending(op - 14 - int(numEndings))
+				before := x.State()
+				if x.End(now(i), e, nil).Pool == "" && before != StateIdle && before != StateEnded {
+					dropped = true
+				}
 			}
+		}
+		if x.State() != StateEnded {
+			if x.End(now(len(ops)), EndCompleted, nil).Pool == "" {
+				dropped = true
+			}
+		}
+		// Everything after End is refused, and changes nothing.
+		m := misuses
+		x.Finish(now(len(ops)), EndFailed, errors.New("late"))
+		_ = x.Chunk(now(len(ops)), []byte(events[0]))
+		if x.End(now(len(ops)), EndCompleted, nil).Pool != "" || misuses != m+3 || x.State() != StateEnded {
+			t.Errorf("calls after End: %d misuses (want 3), state %v", misuses-m, x.State())
 		}
 		want := 1
 		if dropped {
 			want = 0
-		} else {
-			x.End(now(len(ops)), nil)
 		}
-		if recs != want {
-			t.Errorf("%d Records, want %d (ops %v)", recs, want, ops)
+		if len(recs) != want {
+			t.Errorf("%d Records, want %d (ops %v)", len(recs), want, ops)
 		}
 		for i, l := range leases {
 			if len(l.released) != 1 {

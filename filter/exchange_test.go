@@ -60,10 +60,10 @@ func TestExchangeSequence(t *testing.T) {
 	var x Exchange
 	x.Start(cfg, RequestHead{Path: "/v1/completions", ContentType: "application/json", Headers: MapHeaders{},
 		Received: t0, ID: "r1", Pool: "p", ClassPriority: true, Affinity: "k", HasBody: true})
-	if got := x.Class().Name; got != "batch" {
+	if got := x.View().Class.Name; got != "batch" {
 		t.Fatalf("class from the head %q, want batch", got)
 	}
-	plan := x.Plan()
+	plan := x.View().Plan
 	if diff := cmp.Diff(BodyPlan{Size: true, Guard: GuardJSON, DropContentLength: true}, plan); diff != "" {
 		t.Fatalf("plan (-want +got):\n%s", diff)
 	}
@@ -71,7 +71,7 @@ func TestExchangeSequence(t *testing.T) {
 	if err := x.Size(body, MapHeaders{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := x.Class().Name; got != "urgent" {
+	if got := x.View().Class.Name; got != "urgent" {
 		t.Fatalf("class after the model %q, want urgent", got)
 	}
 	out, changed, err := x.Guard(body)
@@ -81,7 +81,7 @@ func TestExchangeSequence(t *testing.T) {
 	if !strings.Contains(string(out), `"priority":1`) || strings.Contains(string(out), "-100") {
 		t.Fatalf("guard wrote %s, want the class priority 1 only", out)
 	}
-	req := x.Request()
+	req := x.View().Request
 	if diff := cmp.Diff(scheduler.Request{ID: "r1", Pool: "p", Class: "urgent", PromptTokens: req.PromptTokens, MaxTokens: 3,
 		Arrival: t0, Affinity: "k"}, req); diff != "" || req.PromptTokens <= 0 {
 		t.Fatalf("request (-want +got):\n%s (prompt tokens %d)", diff, req.PromptTokens)
@@ -89,7 +89,7 @@ func TestExchangeSequence(t *testing.T) {
 	l := newExLease()
 	l.endpoint = "10.0.0.1:8000"
 	x.Admitted(t0.Add(10*time.Millisecond), l)
-	x.UpstreamSent(t0.Add(11 * time.Millisecond))
+	x.UpstreamSent(t0.Add(11*time.Millisecond), "")
 	x.ResponseHead(t0.Add(20*time.Millisecond), 200, MapHeaders{"content-type": "text/event-stream"})
 	events := strings.SplitAfter(sseStream, "\n\n")
 	for i, ev := range events {
@@ -103,8 +103,8 @@ func TestExchangeSequence(t *testing.T) {
 	if st := x.ServerTiming(t0.Add(80*time.Millisecond), true); !strings.Contains(st, "e2e;dur=80.000") {
 		t.Errorf("server timing %q, want e2e to the given time", st)
 	}
-	rec := x.End(t0.Add(90*time.Millisecond), nil)
-	if rec2 := x.End(t0.Add(time.Second), nil); rec2.Class != "" {
+	rec := x.End(t0.Add(90*time.Millisecond), EndCompleted, nil)
+	if rec2 := x.End(t0.Add(time.Second), EndCompleted, nil); rec2.Class != "" {
 		t.Error("a second End returned a Record")
 	}
 	if diff := cmp.Diff([]scheduler.Outcome{scheduler.Done}, l.released); diff != "" {
@@ -132,19 +132,19 @@ func TestExchangeRequeue(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	var x Exchange
 	x.Start(cfg, RequestHead{Path: "/v1/completions", ContentType: "application/json", Received: t0, Pool: "p"})
-	if x.Class().Name != "d" {
-		t.Fatalf("class %q, want the default", x.Class().Name)
+	if x.View().Class.Name != "d" {
+		t.Fatalf("class %q, want the default", x.View().Class.Name)
 	}
 	l1, l2 := newExLease(), newExLease()
 	x.Admitted(t0.Add(time.Millisecond), l1)
-	x.UpstreamSent(t0.Add(2 * time.Millisecond))
+	x.UpstreamSent(t0.Add(2*time.Millisecond), "")
 	x.Requeued()
 	x.Admitted(t0.Add(50*time.Millisecond), l2)
-	x.UpstreamSent(t0.Add(51 * time.Millisecond))
+	x.UpstreamSent(t0.Add(51*time.Millisecond), "")
 	x.ResponseHead(t0.Add(60*time.Millisecond), 200, MapHeaders{"content-type": "text/event-stream"})
 	_ = x.Chunk(t0.Add(70*time.Millisecond), []byte(sseStream))
 	st := x.ServerTiming(t0.Add(80*time.Millisecond), true)
-	rec := x.End(t0.Add(80*time.Millisecond), nil)
+	rec := x.End(t0.Add(80*time.Millisecond), EndCompleted, nil)
 	if diff := cmp.Diff([]scheduler.Outcome{scheduler.Preempted}, l1.released); diff != "" {
 		t.Errorf("first lease (-want +got):\n%s", diff)
 	}
@@ -168,17 +168,13 @@ func TestExchangePreempted(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	var x Exchange
 	x.Start(&ExchangeConfig{}, RequestHead{Path: MethodLLMV1, ContentType: "application/grpc", Received: t0})
-	if !x.GRPC() {
+	if !x.View().GRPC() {
 		t.Fatal("not gRPC")
 	}
 	l := newExLease()
 	x.Admitted(t0, l)
-	r := x.Preempted(t0.Add(time.Millisecond))
-	if !r.Retryable || r.GRPCCode != 14 {
-		t.Errorf("reply %+v, want retryable UNAVAILABLE", r)
-	}
-	x.Release()
-	rec := x.End(t0.Add(2*time.Millisecond), nil)
+	x.Finish(t0.Add(time.Millisecond), EndPreempted, nil)
+	rec := x.End(t0.Add(2*time.Millisecond), EndFailed, errors.New("too late: the first ending stands"))
 	if diff := cmp.Diff([]scheduler.Outcome{scheduler.Preempted}, l.released); diff != "" {
 		t.Errorf("releases (-want +got):\n%s", diff)
 	}
@@ -200,8 +196,8 @@ func TestExchangeOutcomes(t *testing.T) {
 	}{
 		{"clean", func(x *Exchange) { _ = x.Chunk(t0, []byte(sseStream)) }, scheduler.Done, ErrorNone},
 		{"truncated", func(x *Exchange) { _ = x.Chunk(t0, []byte("data: {}\n\n")) }, scheduler.Failed, ErrorTruncated},
-		{"cancelled", func(x *Exchange) { x.SetOutcome(scheduler.Cancelled) }, scheduler.Cancelled, ErrorCancelled},
-		{"host error", func(x *Exchange) { x.Fail(errors.New("reset"), scheduler.Failed) }, scheduler.Failed, ErrorUpstreamReset},
+		{"cancelled", func(x *Exchange) { x.Finish(t0, EndClientGone, nil) }, scheduler.Cancelled, ErrorCancelled},
+		{"host error", func(x *Exchange) { x.Finish(t0, EndFailed, errors.New("reset")) }, scheduler.Failed, ErrorUpstreamReset},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var x Exchange
@@ -210,7 +206,7 @@ func TestExchangeOutcomes(t *testing.T) {
 			x.Admitted(t0, l)
 			x.ResponseHead(t0, 200, MapHeaders{"content-type": "text/event-stream"})
 			tc.drive(&x)
-			rec := x.End(t0, nil)
+			rec := x.End(t0, EndCompleted, nil)
 			if diff := cmp.Diff([]scheduler.Outcome{tc.want}, l.released); diff != "" {
 				t.Errorf("releases (-want +got):\n%s", diff)
 			}
@@ -221,8 +217,7 @@ func TestExchangeOutcomes(t *testing.T) {
 	}
 	var x Exchange
 	x.Start(&ExchangeConfig{}, RequestHead{Path: "/v1/completions", Received: t0})
-	x.Refused(scheduler.ErrQueueFull)
-	rec := x.End(t0, nil)
+	rec := x.End(t0, EndRefused, scheduler.ErrQueueFull)
 	if rec.Outcome != scheduler.Done || !errors.Is(rec.Err, scheduler.ErrQueueFull) || rec.ErrorKind != ErrorHTTPStatus {
 		t.Errorf("refused: outcome %v, err %v, kind %v", rec.Outcome, rec.Err, rec.ErrorKind)
 	}
@@ -258,18 +253,18 @@ func TestExchangePlan(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var x Exchange
 			x.Start(cfg, tc.head)
-			if diff := cmp.Diff(tc.want, x.Plan(), cmpopts.EquateErrors()); diff != "" {
+			if diff := cmp.Diff(tc.want, x.View().Plan, cmpopts.EquateErrors()); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}
-			x.End(time.Time{}, nil)
+			x.End(time.Time{}, EndCompleted, nil)
 		})
 	}
 	var x Exchange
 	x.Start(cfg, RequestHead{Path: "/v1/completions", ContentType: "application/json", ContentEncoding: "gzip", HasBody: true})
-	if p := x.Plan(); !errors.Is(p.Refuse, ErrPriorityEncoding) || p.Guard != GuardNone {
+	if p := x.View().Plan; !errors.Is(p.Refuse, ErrPriorityEncoding) || p.Guard != GuardNone {
 		t.Errorf("compressed JSON plan %+v, want a refusal", p)
 	}
-	if r := x.Reply(x.Plan().Refuse); r.HTTPStatus != 415 {
+	if r := ReplyFor(x.View().Plan.Refuse); r.HTTPStatus != 415 {
 		t.Errorf("reply %+v, want 415", r)
 	}
 }
@@ -299,10 +294,10 @@ func (nopLease) Progress(scheduler.Progress) {}
 func (nopLease) Release(scheduler.Outcome)   {}
 func (nopLease) QueueTime() time.Duration    { return 0 }
 
-// TestExchangeAbortAndDrop: a host fault releases the lease at once as
-// failed and End still records; a request dropped without a Record is
-// released by the host first and never twice.
-func TestExchangeAbortAndDrop(t *testing.T) {
+// TestExchangeFaultAndDrop: a host fault releases the lease at once as
+// failed and End still records; a dropped request is released as
+// cancelled, once, and makes no Record.
+func TestExchangeFaultAndDrop(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	var recs []Record
 	cfg := &ExchangeConfig{Recorder: RecorderFunc(func(r Record) { recs = append(recs, r) })}
@@ -310,12 +305,11 @@ func TestExchangeAbortAndDrop(t *testing.T) {
 	x.Start(cfg, RequestHead{Path: "/v1/completions", Received: t0})
 	l := newExLease()
 	x.Admitted(t0, l)
-	x.Abort(scheduler.Failed)
-	x.Release()
-	if !x.Finished() || !x.Released() {
-		t.Error("Abort left the exchange running")
+	x.Finish(t0, EndFault, nil)
+	if x.State() != StateFinished || x.View().Lease != nil {
+		t.Errorf("a fault left the exchange %v, lease %v", x.State(), x.View().Lease)
 	}
-	rec := x.End(t0, nil)
+	rec := x.End(t0, EndCompleted, nil)
 	if diff := cmp.Diff([]scheduler.Outcome{scheduler.Failed}, l.released); diff != "" {
 		t.Errorf("abort releases (-want +got):\n%s", diff)
 	}
@@ -327,14 +321,13 @@ func TestExchangeAbortAndDrop(t *testing.T) {
 	y.Start(cfg, RequestHead{Path: "/v1/completions", Received: t0})
 	l2 := newExLease()
 	y.Admitted(t0, l2)
-	y.Finish(t0, scheduler.ErrCancelled)
-	y.Release()
-	y.Drop()
-	y.Drop()
+	if r := y.End(t0, EndDropped, scheduler.ErrCancelled); r.Class != "" {
+		t.Error("a dropped request returned a Record")
+	}
 	if diff := cmp.Diff([]scheduler.Outcome{scheduler.Cancelled}, l2.released); diff != "" {
 		t.Errorf("drop releases (-want +got):\n%s", diff)
 	}
-	if r := y.End(t0, nil); len(recs) != 1 || r.Class != "" {
+	if r := y.End(t0, EndCompleted, nil); len(recs) != 1 || r.Class != "" {
 		t.Error("End after Drop recorded")
 	}
 }

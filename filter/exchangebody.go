@@ -34,8 +34,8 @@ type BodyPlan struct {
 	// must not forward the request's Content-Length.
 	DropContentLength bool
 	// Refuse, when not nil, is why the request is refused before its body
-	// (a compressed JSON body cannot be checked): answer with Reply(Refuse)
-	// after Refused.
+	// (a compressed JSON body cannot be checked): the host answers
+	// ReplyFor(Refuse) and ends the request with EndRefused.
 	Refuse error
 }
 
@@ -93,12 +93,26 @@ func (x *Exchange) planBody(h RequestHead) BodyPlan {
 	return p
 }
 
+// bodyState is how far the core read the request body.
+type bodyState uint8
+
+const (
+	bodyUnread bodyState = iota
+	bodyNoted            // NoteModel looked at the first chunk
+	bodySized            // Size read the whole body
+)
+
 // NoteModel reads the model from the first request chunk when the host
 // does not size the body (Size reads it otherwise): whole is true when b
 // is the whole body (a JSON body must be whole; a gRPC body needs its
-// first message).
+// first message). Only the first call after Start looks at b, so a host
+// may offer every chunk.
 func (x *Exchange) NoteModel(b []byte, whole bool) {
-	if x.meta.Model != "" || x.sized || x.kind == GRPCWebText || (x.kind == GRPCNone && !whole) {
+	if !x.allowed(callNoteModel) || x.body != bodyUnread {
+		return
+	}
+	x.body = bodyNoted
+	if x.meta.Model != "" || x.kind == GRPCWebText || (x.kind == GRPCNone && !whole) {
 		return
 	}
 	x.meta.Model = RequestModel(x.head.Path, b, x.kind.Framed())
@@ -109,8 +123,12 @@ func (x *Exchange) NoteModel(b []byte, whole bool) {
 // headers, valid during the call; nil keeps the class (the host no longer
 // has them). A body the core cannot read leaves the sizes unknown. The
 // error, an ErrBadRequest naming the field, is a request no engine can
-// serve (RequestMeta.Invalid): the host refuses it (Reply) after Refused.
+// serve (RequestMeta.Invalid): the host refuses it (EndRefused). Size is
+// for the Received state, before the admission.
 func (x *Exchange) Size(body []byte, h Headers) error {
+	if !x.allowed(callSize) {
+		return nil
+	}
 	model := x.meta.Model
 	x.meta = RequestMeta{}
 	if x.kind != GRPCWebText {
@@ -119,7 +137,7 @@ func (x *Exchange) Size(body []byte, h Headers) error {
 	if x.meta.Model == "" {
 		x.meta.Model = model
 	}
-	x.sized = true
+	x.body = bodySized
 	if x.meta.Model != "" && h != nil {
 		x.classify(h)
 	}
@@ -134,11 +152,13 @@ func (x *Exchange) Size(body []byte, h Headers) error {
 
 // Guard applies the engine-priority guard to the whole body: out is the
 // body to send upstream and changed whether it differs from body. An error
-// is the refusal (Reply gives its answer): a body it cannot read reliably.
-// With a PrioritySet guard the priority written is the class's as decided
-// now (after Size).
+// is the refusal (ReplyFor gives its answer): a body it cannot read
+// reliably. With a PrioritySet guard the priority written is the class's
+// as decided now (after Size). Guard runs before the admission or, for a
+// host that admits from the head, before the response (Received or
+// Admitted).
 func (x *Exchange) Guard(body []byte) (out []byte, changed bool, err error) {
-	if x.plan.Guard == GuardNone || len(body) == 0 {
+	if !x.allowed(callGuard) || x.plan.Guard == GuardNone || len(body) == 0 {
 		return body, false, nil
 	}
 	p := x.guardP
@@ -153,14 +173,6 @@ func (x *Exchange) Guard(body []byte) (out []byte, changed bool, err error) {
 		return RewriteGRPCPriority(body, x.head.GRPCEncoding, limit, LLMv1PriorityField, p)
 	}
 	return RewriteJSONPriority(body, p)
-}
-
-// GuardMode is the guard's decision for the body (PriorityKeep when none).
-func (x *Exchange) GuardMode() PriorityMode {
-	if x.plan.Guard == GuardNone {
-		return PriorityKeep
-	}
-	return x.guardP.Mode
 }
 
 // classPriority is the engine priority written for class c; the mesh

@@ -56,7 +56,7 @@ func TestExchangeNamesPromptBlocks(t *testing.T) {
 		if err := x.Size(body, MapHeaders{}); err != nil {
 			t.Fatal(err)
 		}
-		return x.Request().Blocks
+		return x.View().Request.Blocks
 	}
 	b1 := blocks(true, "/v1/chat/completions", "application/json", []byte(turn1))
 	b2 := blocks(true, "/v1/chat/completions", "application/json", []byte(turn2))

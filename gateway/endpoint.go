@@ -50,19 +50,20 @@ func (p *compiledPool) affinity(h http.Header) string {
 }
 
 // routeToLease points req (a shallow copy about to be sent) at the
-// endpoint of the exchange's current lease.
-func (x *exchange) routeToLease(req *http.Request) {
-	l := x.core.Lease()
+// endpoint of the exchange's current lease and returns it ("" when req
+// goes to the pool's upstream).
+func (x *exchange) routeToLease(req *http.Request) string {
+	l := x.core.View().Lease
 	if l == nil || x.pool.endpoints == nil {
-		return
+		return ""
 	}
 	u := x.pool.endpoints[scheduler.EndpointOf(l)]
 	if u == nil {
-		return
+		return ""
 	}
 	out := *req.URL
 	out.Scheme, out.Host = u.Scheme, u.Host
 	req.URL = &out
 	req.Host = u.Host
-	x.core.SetEndpoint(u.Host)
+	return u.Host
 }

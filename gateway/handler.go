@@ -108,28 +108,25 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// guarded body; relocation ran before, in front of the handler).
 	if err := x.core.Size(body, r.Header); err != nil {
 		reply(w, kind, err)
-		x.core.Refused(err)
+		x.core.Finish(g.clock.Now(), filter.EndRefused, err)
 		return
 	}
 	if x.body, err = x.guard(body); err != nil {
 		reply(w, kind, err)
-		x.core.Refused(err)
+		x.core.Finish(g.clock.Now(), filter.EndRefused, err)
 		return
 	}
 	body = x.body
-	if g.admitter != nil && !x.core.Passthrough() {
-		lease, err := g.admitter.Admit(r.Context(), x.core.Request())
+	if v := x.core.View(); g.admitter != nil && !v.Passthrough {
+		lease, err := g.admitter.Admit(r.Context(), v.Request)
 		if err != nil {
-			if errors.Is(err, scheduler.ErrCancelled) {
-				x.core.Cancel(err)
-			} else {
-				x.core.Refused(err)
-			}
 			reply(w, kind, err)
+			// A cancelled admission is the client gone (the core tells).
+			x.core.Finish(g.clock.Now(), filter.EndRefused, err)
 			return
 		}
 		x.core.Admitted(g.clock.Now(), lease)
-		x.preemptible = rt.cfg.PreemptibleClasses == nil || rt.cfg.PreemptibleClasses[x.core.Class().Name]
+		x.preemptible = rt.cfg.PreemptibleClasses == nil || rt.cfg.PreemptibleClasses[v.Class.Name]
 	} else {
 		x.core.Admitted(g.clock.Now(), nil)
 	}
@@ -141,17 +138,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithValue(r.Context(), exchangeKey{}, x)
 	defer func() {
 		// ReverseProxy aborts with http.ErrAbortHandler when the client goes
-		// away mid-copy; any other panic is a failure. Release before the
+		// away mid-copy (or after the stream ended the response itself,
+		// whose ending stands); any other panic is a fault. End before the
 		// panic goes on (net/http logs it and closes the connection).
 		if p := recover(); p != nil {
-			if x.core.Outcome() == scheduler.Done {
-				o := scheduler.Failed
-				if p == http.ErrAbortHandler {
-					o = scheduler.Cancelled
-				}
-				x.core.SetOutcome(o)
+			how := filter.EndFault
+			if p == http.ErrAbortHandler {
+				how = filter.EndClientGone
 			}
-			x.finish()
+			x.core.End(g.clock.Now(), how, nil)
 			panic(p)
 		}
 	}()
@@ -163,7 +158,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (400 / INVALID_ARGUMENT, 415 for a compressed JSON body, or 413 /
 // RESOURCE_EXHAUSTED past max_request_bytes once decompressed).
 func (x *exchange) guard(body []byte) ([]byte, error) {
-	if err := x.core.Plan().Refuse; err != nil {
+	if err := x.core.View().Plan.Refuse; err != nil {
 		return nil, err
 	}
 	out, _, err := x.core.Guard(body)
@@ -184,18 +179,21 @@ func (g *Gateway) relocationRefused(r *http.Request, err error) {
 		return
 	}
 	x := g.newExchange(rt, pool, r, now, nil, routeClass, !gen.Match(r.Method, r.URL.Path))
-	x.core.Refused(err)
-	x.finish()
+	x.core.End(now, filter.EndRefused, err)
 }
 
 // output is the text generated so far (kept for spliceable requests).
 func (x *exchange) output() string {
-	text, _ := x.core.Observer().Output()
-	return string(text)
+	return string(x.core.View().Output())
 }
 
-// finish releases the lease once and records the observation.
-func (x *exchange) finish() { x.core.End(x.g.clock.Now(), nil) }
+// finish ends the request: a response the handler saw to its end, unless
+// something ended it before (that ending stands).
+func (x *exchange) finish() {
+	if x.core.State() != filter.StateEnded {
+		x.core.End(x.g.clock.Now(), filter.EndCompleted, nil)
+	}
+}
 
 // admitAgain queues the request again at the front of its class after a
 // preemption (x.core.Requeued released the last lease).
@@ -203,7 +201,7 @@ func (x *exchange) admitAgain(ctx context.Context) error {
 	if x.g.admitter == nil {
 		return nil
 	}
-	req := x.core.Request()
+	req := x.core.View().Request
 	req.Requeue = true
 	lease, err := x.g.admitter.Admit(ctx, req)
 	if err != nil {
@@ -218,26 +216,23 @@ func (x *exchange) admitAgain(ctx context.Context) error {
 func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
 	kind := grpcKind(r)
-	if x != nil {
-		x.core.SetErr(err)
-		if x.core.Outcome() == scheduler.Done {
-			x.core.SetOutcome(scheduler.Failed)
+	end := func(how filter.Ending) {
+		if x != nil {
+			x.core.Finish(g.clock.Now(), how, err)
 		}
 	}
 	switch {
 	case r.Context().Err() != nil && !errors.Is(err, ErrUpstreamStalled):
-		if x != nil {
-			x.core.SetOutcome(scheduler.Cancelled)
-		}
+		end(filter.EndClientGone)
 		return // client gone
 	case isAdmitErr(err):
-		if x != nil {
-			x.core.Refused(err)
-		}
+		end(filter.EndRefused)
 		reply(w, kind, err)
 	case errors.Is(err, ErrUpstreamStalled):
+		end(filter.EndFailed)
 		reply(w, kind, err)
 	default:
+		end(filter.EndFailed)
 		reply(w, kind, fmt.Errorf("%w: %w", filter.ErrUpstream, err))
 	}
 }

@@ -367,12 +367,12 @@ func (s *stream) continueStream() error {
 	s.a.stop()
 	for {
 		x.core.Requeued()
-		generated := x.core.Observer().Progress().Tokens
+		generated := x.core.View().Progress.Tokens
 		body, ok, err := sp.continuationBody(x.body, x.output(), generated)
 		if err != nil {
 			return err
 		}
-		if !ok || x.core.Observer().Observation().FinishReason != "" {
+		if !ok || x.core.View().Observation().FinishReason != "" {
 			// Preempted after the last token (max_tokens reached, or a
 			// finish reason already sent) but before [DONE]: nothing to
 			// continue. A usage chunk the upstream had not sent yet is lost.

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/filter"
-	"github.com/llmesh/llmesh/scheduler"
 	"google.golang.org/grpc/codes"
 )
 
@@ -94,9 +93,9 @@ func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Req
 		out.Trailer[k] = v
 	}
 	s.out = &out
-	if x.core.Lease() != nil && x.preemptible && x.core.Meta().Spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK &&
+	if v := x.core.View(); v.Lease != nil && x.preemptible && v.Meta.Spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK &&
 		x.pool.Resume == ResumeContinue {
-		s.splice = newSplicer(x.core.Meta().API)
+		s.splice = newSplicer(v.Meta.API)
 	}
 	s.t0 = x.g.clock.Now()
 	x.core.ResponseHead(s.t0, res.StatusCode, res.Header)
@@ -233,7 +232,7 @@ func (s *stream) fill(p []byte) (int, error) {
 		if s.splice != nil && s.splice.rewriting {
 			out, rerr := s.splice.rewrite(p[:cut])
 			if rerr != nil {
-				s.terminate(rerr, scheduler.Failed)
+				s.terminate(rerr, filter.EndFailed)
 				return 0, nil
 			}
 			s.pending = append(s.pending[:0], out...)
@@ -323,7 +322,7 @@ func (s *stream) end(err error) {
 		// judge what it sent.
 		out, rerr := s.splice.settle()
 		if rerr != nil {
-			s.terminate(rerr, scheduler.Failed)
+			s.terminate(rerr, filter.EndFailed)
 			return
 		}
 		if len(out) > 0 {
@@ -349,19 +348,18 @@ func (s *stream) end(err error) {
 			if cerr := s.continueStream(); cerr == nil {
 				return
 			} else {
-				s.terminate(cerr, scheduler.Failed)
+				s.terminate(cerr, filter.EndFailed)
 				return
 			}
 		}
-		s.x.core.Requeued()
-		s.terminate(ErrPreemptedMidStream, scheduler.Preempted)
+		s.terminate(ErrPreemptedMidStream, filter.EndPreempted)
 	case errors.Is(cause, ErrUpstreamStalled):
-		s.terminate(fmt.Errorf("%w: nothing for %v", ErrUpstreamStalled, s.a.idleD), scheduler.Failed)
+		s.terminate(fmt.Errorf("%w: nothing for %v", ErrUpstreamStalled, s.a.idleD), filter.EndFailed)
 	case s.outreq.Context().Err() != nil:
-		s.x.core.Cancel(s.outreq.Context().Err())
+		s.x.core.Finish(s.x.g.clock.Now(), filter.EndClientGone, s.outreq.Context().Err())
 		s.done, s.doneErr = true, err
 	default:
-		s.terminate(fmt.Errorf("%w: %v", ErrUpstreamReset, err), scheduler.Failed)
+		s.terminate(fmt.Errorf("%w: %v", ErrUpstreamReset, err), filter.EndFailed)
 	}
 }
 
@@ -388,7 +386,7 @@ func (s *stream) finishOK() {
 func (s *stream) delivered() bool {
 	switch s.framing {
 	case framingSSE:
-		return s.x.core.Observer().Observation().Complete
+		return s.x.core.View().Observation().Complete
 	case framingRaw:
 		return s.res.ContentLength > 0 && s.sent >= s.res.ContentLength
 	}
@@ -417,9 +415,10 @@ func appendWebTrailer(dst []byte, code int, msg string) []byte {
 
 // terminate ends the client's response with a protocol-level error: an
 // OpenAI error event for SSE, grpc-status UNAVAILABLE in the trailers for
-// gRPC; other bodies are cut off (the connection is aborted).
-func (s *stream) terminate(err error, o scheduler.Outcome) {
-	s.x.core.Fail(err, o)
+// gRPC; other bodies are cut off (the connection is aborted). how is the
+// ending the core records (EndFailed, or EndPreempted).
+func (s *stream) terminate(err error, how filter.Ending) {
+	s.x.core.Finish(s.x.g.clock.Now(), how, err)
 	s.done = true
 	switch s.framing {
 	case framingSSE:

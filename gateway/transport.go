@@ -60,7 +60,7 @@ func (x *exchange) newAttempt(parent context.Context) *attempt {
 		a.idle = a.clk.AfterFunc(a.idleD, a.checkIdle)
 		a.idleMu.Unlock()
 	}
-	if l := x.core.Lease(); l != nil && x.preemptible {
+	if l := x.core.View().Lease; l != nil && x.preemptible {
 		pre := l.Preempt()
 		a.done = make(chan struct{})
 		go func() {
@@ -180,9 +180,9 @@ func send(base http.RoundTripper, x *exchange, a *attempt, outreq *http.Request,
 	if len(body) == 0 {
 		req.Body = http.NoBody
 	}
-	x.routeToLease(req)
+	endpoint := x.routeToLease(req)
 	// Stamped as the last step before the send, so that upstream TTFT
 	// holds no gateway work of its own.
-	x.core.UpstreamSent(x.g.clock.Now())
+	x.core.UpstreamSent(x.g.clock.Now(), endpoint)
 	return base.RoundTrip(req)
 }

@@ -123,8 +123,8 @@ func FuzzRequestBody(f *testing.F) {
 			t.Fatalf("DecodeData: %+v", r)
 		}
 		sf := s.Filter().(*streamFilter)
-		if sf.x.Meta().MaxTokens < 0 || sf.x.Meta().PromptTokens < 0 {
-			t.Fatalf("negative sizes: max %d prompt %d", sf.x.Meta().MaxTokens, sf.x.Meta().PromptTokens)
+		if m := sf.x.View().Meta; m.MaxTokens < 0 || m.PromptTokens < 0 {
+			t.Fatalf("negative sizes: max %d prompt %d", m.MaxTokens, m.PromptTokens)
 		}
 		if string(s.Upstream()) != string(body) {
 			t.Fatal("body changed on the way upstream")

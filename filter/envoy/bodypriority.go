@@ -44,7 +44,7 @@ func (f *streamFilter) relocation() config.Relocation {
 // guardLimit bounds the body the filter collects for the check.
 func (f *streamFilter) guardLimit() int {
 	r := f.relocation()
-	if f.x.Plan().Guard == filter.GuardGRPC {
+	if f.x.View().Plan.Guard == filter.GuardGRPC {
 		return r.MaxMessage + 5 // one message and its prefix
 	}
 	return r.MaxBody
@@ -62,7 +62,7 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 	if n := len(f.guardBuf) + b.Len(); n > limit {
 		f.guarding, f.guardBuf = false, nil
 		msg := fmt.Sprintf("request body of at least %d bytes exceeds relocation.max_body = %d bytes", n, limit)
-		if f.x.Plan().Guard == filter.GuardGRPC {
+		if f.x.View().Plan.Guard == filter.GuardGRPC {
 			msg = fmt.Sprintf("llm.v1 request of at least %d bytes exceeds relocation.max_message = %d bytes plus its 5-byte prefix", n, limit-5)
 		}
 		return f.priorityRefused(dcb, fmt.Errorf("%w: %s", filter.ErrPriorityTooLarge, msg))
@@ -101,7 +101,7 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 		return f.priorityRefused(dcb, err)
 	}
 	if changed {
-		if f.x.GuardMode() == filter.PrioritySet {
+		if f.x.View().GuardMode == filter.PrioritySet {
 			f.m.prioritySet.Increment(1)
 		} else {
 			f.m.priorityStripped.Increment(1)
@@ -121,9 +121,7 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 
 func (f *streamFilter) priorityRefused(cb api.FilterProcessCallbacks, err error) api.StatusType {
 	f.m.priorityRefused.Increment(1)
-	f.noteRefused(err)
-	f.finishOnPanic() // releases an admission made from the headers
-	return f.reply(cb, f.x.Reply(err))
+	return f.refuse(cb, err) // releases an admission made from the headers
 }
 
 // errGuardTrailers: the body collected so far would be lost (Envoy has

@@ -43,25 +43,19 @@ type streamFilter struct {
 	path     string
 	received time.Time
 
-	// Worker-thread state. x is the core's sequence; live while it is
-	// started and not yet ended or dropped.
-	x        filter.Exchange
-	xcfg     filter.ExchangeConfig
-	live     bool
-	httpPlan *relocate.HTTPPlan
-	grpcPlan *relocate.GRPCPlan
-	grpcRW   *relocate.GRPCRewriter
-	relocOut []byte
-	decoding bool   // the request is being buffered for relocation
-	guarding bool   // the body is held for the engine priority guard
-	guardBuf []byte // the body collected so far (not buffered by Envoy)
-	sizing   bool   // the JSON body is being buffered to read model and sizes
-	reqHV    headers
-	// modelRead: the first request chunk was offered to NoteModel.
-	modelRead bool
-	// noted: the admission goroutine's lease was handed to x.
-	noted     bool
-	completed bool // OnStreamComplete ran
+	// Worker-thread state. x is the core's lifecycle, which holds the
+	// request's state (x.State()); the relocation plans and rewriter are
+	// set while the body is relocated (relocating).
+	x         filter.Exchange
+	xcfg      filter.ExchangeConfig
+	httpPlan  *relocate.HTTPPlan
+	grpcPlan  *relocate.GRPCPlan
+	grpcRW    *relocate.GRPCRewriter
+	relocOut  []byte
+	guarding  bool   // the body is held for the engine priority guard
+	guardBuf  []byte // the body collected so far (not buffered by Envoy)
+	sizing    bool   // the JSON body is being buffered to read model and sizes
+	reqHV     headers
 	preemptCh <-chan struct{}
 
 	// sizeBuf holds a JSON body read before admission (for its size, or
@@ -72,7 +66,8 @@ type streamFilter struct {
 	sizeBuf []byte
 
 	// lease is set by the admission goroutine before it continues the
-	// request; the worker thread hands it to x (noteAdmitted).
+	// request; the worker thread takes it (Swap) and hands it to x
+	// (noteAdmitted), or gives it back when x can no longer use it.
 	lease atomic.Pointer[leaseBox]
 	// replied: the filter sent a local reply (from a callback or the
 	// admission goroutine). Envoy runs a reply sent while decoding
@@ -240,12 +235,11 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 		head.Pool, head.ClassPriority = f.pool.Name, f.pool.ClassEnginePriority()
 	}
 	f.x.Start(&f.xcfg, head)
-	f.live = true
 
 	// The body is read before admission when the config needs the model
 	// (classification rules) or the request's size (token capacity), and
 	// held for the engine priority guard (bodypriority.go).
-	plan := f.x.Plan()
+	plan := f.x.View().Plan
 	if plan.Refuse != nil {
 		return f.priorityRefused(f.cb.DecoderFilterCallbacks(), plan.Refuse)
 	}
@@ -289,9 +283,33 @@ func (f *streamFilter) readBody(body []byte) error {
 // refuseBody answers a request whose body names what no engine can serve
 // (readBody's error), before admission.
 func (f *streamFilter) refuseBody(cb api.FilterProcessCallbacks, err error) api.StatusType {
-	f.noteRefused(err)
-	return f.reply(cb, f.x.Reply(err))
+	return f.refuse(cb, err)
 }
+
+// refuse answers the request itself with err's reply (filter.ReplyFor) and
+// ends its response as refused, as the gateway records its refusals; an
+// admission made from the headers is released (as failed).
+func (f *streamFilter) refuse(cb api.FilterProcessCallbacks, err error) api.StatusType {
+	if f.responding() {
+		f.noteAdmitted()
+		f.x.Finish(f.clk.Now(), filter.EndRefused, err)
+	}
+	return f.reply(cb, filter.ReplyFor(err))
+}
+
+// started: the request's lifecycle began and has not ended.
+func (f *streamFilter) started() bool {
+	s := f.x.State()
+	return s != filter.StateIdle && s != filter.StateEnded
+}
+
+// responding: started and the response not over.
+func (f *streamFilter) responding() bool {
+	return f.started() && f.x.State() != filter.StateFinished
+}
+
+// relocating: the request body is being rewritten for relocation.
+func (f *streamFilter) relocating() bool { return f.httpPlan != nil || f.grpcRW != nil }
 
 // admit starts admission: pass through without a scheduler, otherwise hold
 // the request (api.Running) until the admission goroutine continues it.
@@ -300,16 +318,15 @@ func (f *streamFilter) admit() api.StatusType {
 	if err != nil {
 		f.m.unavailable.Increment(1)
 		api.LogErrorf("llmesh: scheduler unavailable: %v", err)
-		err = fmtErr(scheduler.ErrUnavailable, err)
-		f.noteRefused(err)
-		return f.reply(f.cb.DecoderFilterCallbacks(), f.x.Reply(err))
+		return f.refuse(f.cb.DecoderFilterCallbacks(), fmtErr(scheduler.ErrUnavailable, err))
 	}
-	if adm == nil || f.x.Passthrough() {
+	v := f.x.View()
+	if adm == nil || v.Passthrough {
 		// Not a generation call (model list, health…): never queued.
 		f.x.Admitted(f.received, nil)
 		return api.Continue
 	}
-	req := f.x.Request()
+	req := v.Request
 	ctx, cancel := context.WithCancel(context.Background())
 	f.mu.Lock()
 	f.holding = true
@@ -411,14 +428,13 @@ func (f *streamFilter) countAdmitError(err error) {
 
 func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.DecoderFilterCallbacks(), &status)
-	if !f.modelRead && f.live {
-		f.modelRead = true
-		f.x.NoteModel(b.Bytes(), endStream)
+	if f.responding() {
+		f.x.NoteModel(b.Bytes(), endStream) // the first chunk only
 	}
 	switch {
 	case f.guarding:
 		return f.guardBody(b, endStream)
-	case f.decoding:
+	case f.relocating():
 		return f.relocateBody(b, endStream)
 	case f.sizing:
 		if !endStream {
@@ -442,7 +458,7 @@ func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status 
 	// the upstream has not answered, so the client gets the retryable
 	// reply, not a reset, and the slot is free without waiting for the
 	// upstream's first byte (the gateway cancels at once too).
-	if f.live && !f.x.Finished() {
+	if f.responding() {
 		if st, stop := f.checkPreempt(f.cb.DecoderFilterCallbacks()); stop {
 			return st
 		}
@@ -459,7 +475,7 @@ func (f *streamFilter) DecodeTrailers(api.RequestTrailerMap) (status api.StatusT
 		return f.guardTrailers()
 	}
 	if f.httpPlan != nil {
-		f.httpPlan, f.decoding = nil, false
+		f.httpPlan = nil
 		return f.relocationFailed(f.cb.DecoderFilterCallbacks(), errTrailers)
 	}
 	if f.sizing {
@@ -481,7 +497,7 @@ func (f *streamFilter) DecodeTrailers(api.RequestTrailerMap) (status api.StatusT
 
 func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)
-	if !f.live || f.replied.Load() {
+	if !f.responding() || f.replied.Load() {
 		// Not ours to observe, or the filter's own local reply on its way
 		// through the encoder filters: the Record keeps the refusal, as
 		// the gateway records it (no response from the engine).
@@ -503,7 +519,7 @@ func (f *streamFilter) EncodeHeaders(h api.ResponseHeaderMap, endStream bool) (s
 	}
 	if endStream {
 		f.x.Trailers(now, headers{h: h})
-		f.x.Finish(now, nil)
+		f.x.Finish(now, filter.EndCompleted, nil)
 	}
 	return api.Continue
 }
@@ -516,32 +532,26 @@ func (f *streamFilter) noteAdmitError() {
 	err := f.admitErr
 	f.admitErr = nil
 	f.mu.Unlock()
-	if err == nil || !f.live || f.x.Finished() {
+	if err == nil || !f.responding() {
 		return
 	}
-	if errors.Is(err, scheduler.ErrCancelled) {
-		f.x.Cancel(err)
-		return
-	}
-	f.x.Refused(err)
+	f.x.Finish(f.clk.Now(), filter.EndRefused, err) // a cancellation is the client gone
 }
 
 // noteAdmitted hands the admission goroutine's lease to the core on the
 // worker thread (the core is not shared with that goroutine), once.
 func (f *streamFilter) noteAdmitted() {
-	if f.noted || !f.live {
-		return
+	if !f.started() {
+		return // OnDestroy gives back what the goroutine stored
 	}
-	lb := f.lease.Load()
+	lb := f.lease.Swap(nil)
 	if lb == nil {
 		return
 	}
-	f.noted = true
-	if f.x.Finished() {
-		// The response ended before the admission came back (Envoy
-		// answered the held request itself, the buffer limit's 413 for
-		// one): the lease was never used, and the Exchange, which
-		// released what it held when it finished, would not release it.
+	if f.x.State() != filter.StateReceived {
+		// The response began or ended before the admission came back
+		// (Envoy answered the held request itself, the buffer limit's
+		// 413 for one): the lease was never used.
 		lb.Release(scheduler.Cancelled)
 		return
 	}
@@ -558,20 +568,23 @@ func (f *streamFilter) noteAdmitted() {
 // filter. Upstream TTFT is measured from there, as the gateway measures it
 // from its send.
 func (f *streamFilter) noteUpstreamSent() {
-	t := f.received
-	if f.noted {
-		f.mu.Lock()
-		t = f.admitted
-		f.mu.Unlock()
+	if f.x.State() != filter.StateAdmitted {
+		return // Envoy's own reply: nothing went upstream
 	}
-	f.x.UpstreamSent(t)
+	f.mu.Lock()
+	t := f.admitted
+	f.mu.Unlock()
+	if t.IsZero() {
+		t = f.received // let through without waiting
+	}
+	f.x.UpstreamSent(t, "")
 }
 
 // EncodeData is the hot path: one call per response chunk. It allocates
 // nothing (see BenchmarkEncodeData).
 func (f *streamFilter) EncodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)
-	if !f.live || f.x.Finished() || f.replied.Load() {
+	if f.x.State() != filter.StateStreaming || f.replied.Load() {
 		return api.Continue
 	}
 	if st, stop := f.checkPreempt(f.cb.EncoderFilterCallbacks()); stop {
@@ -583,19 +596,19 @@ func (f *streamFilter) EncodeData(b api.BufferInstance, endStream bool) (status 
 		f.m.observeErrors.Increment(1)
 	}
 	if endStream {
-		f.x.Finish(now, nil)
+		f.x.Finish(now, filter.EndCompleted, nil)
 	}
 	return api.Continue
 }
 
 func (f *streamFilter) EncodeTrailers(h api.ResponseTrailerMap) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.EncoderFilterCallbacks(), &status)
-	if !f.live || f.x.Finished() || f.replied.Load() {
+	if f.x.State() != filter.StateStreaming || f.replied.Load() {
 		return api.Continue
 	}
 	now := f.clk.Now()
 	f.x.Trailers(now, headers{h: h})
-	f.x.Finish(now, nil)
+	f.x.Finish(now, filter.EndCompleted, nil)
 	if f.cfg.Mesh.Telemetry.ServerTiming {
 		if v := f.x.ServerTiming(now, true); v != "" {
 			h.Add("server-timing", v)
@@ -611,7 +624,7 @@ func (f *streamFilter) EncodeTrailers(h api.ResponseTrailerMap) (status api.Stat
 // early. A finished request is not stopped again: Envoy runs the local
 // reply sent from DecodeData back through this filter's EncodeHeaders.
 func (f *streamFilter) checkPreempt(cb api.FilterProcessCallbacks) (api.StatusType, bool) {
-	if f.x.Finished() {
+	if !f.responding() {
 		return api.Continue, false
 	}
 	if f.preemptCh == nil {
@@ -626,5 +639,6 @@ func (f *streamFilter) checkPreempt(cb api.FilterProcessCallbacks) (api.StatusTy
 		return api.Continue, false
 	}
 	f.m.preempted.Increment(1)
-	return f.reply(cb, f.x.Preempted(f.clk.Now())), true
+	f.x.Finish(f.clk.Now(), filter.EndPreempted, nil)
+	return f.reply(cb, filter.ReplyFor(scheduler.ErrPreempted)), true
 }

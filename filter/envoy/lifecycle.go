@@ -53,25 +53,24 @@ func (f *streamFilter) OnStreamComplete() {
 }
 
 func (f *streamFilter) complete() {
-	if f.completed || !f.live {
-		return
+	if !f.started() {
+		return // not started, or already recorded
 	}
-	f.completed = true
 	now := f.clk.Now()
 	f.noteAdmitted()
 	f.noteAdmitError()
-	var cause error
-	if !f.x.Finished() {
+	how, cause := filter.EndCompleted, error(nil)
+	if f.x.State() != filter.StateFinished {
+		// The stream ended without a response end the filter saw.
 		cause = errStreamEnded
 		if _, ok := f.cb.StreamInfo().ResponseCode(); !ok || f.downstreamEnded() {
 			// No response at all, or Envoy saw the downstream end the
 			// stream: the client went away first.
-			cause = errors.Join(errStreamEnded, scheduler.ErrCancelled)
+			how, cause = filter.EndClientGone, errors.Join(errStreamEnded, scheduler.ErrCancelled)
 		}
 	}
 	// The core's Record goes to the recorder: the same as the gateway's.
-	rec := f.x.End(now, cause)
-	f.live = false
+	rec := f.x.End(now, how, cause)
 	if rec.OK() {
 		f.m.completed.Increment(1)
 	} else {
@@ -132,31 +131,22 @@ func (f *streamFilter) OnDestroy(reason api.DestroyReason) {
 	if cancel != nil {
 		cancel()
 	}
-	if !f.live {
+	if !f.started() {
 		// Envoy completed the stream (its own local reply, the buffer
 		// limit's 413 for one) while the admission goroutine still waited:
 		// a lease it stored since was never handed to the Exchange. One it
 		// gets from now on it gives back itself (destroyed).
-		if lb := f.lease.Load(); lb != nil && !f.noted {
-			f.noted = true
+		if lb := f.lease.Swap(nil); lb != nil {
 			lb.Release(scheduler.Cancelled)
 		}
 		return
 	}
-	if holding {
-		// The admission goroutine gives back any lease it still gets; the
-		// observer is left to the garbage collector.
-		f.live = false
-		return
+	if !holding {
+		f.noteAdmitted()
 	}
-	f.noteAdmitted()
-	f.live = false
-	f.x.Finish(f.clk.Now(), scheduler.ErrCancelled)
-	if !f.x.Released() {
-		f.x.SetOutcome(scheduler.Cancelled)
-		f.x.Release()
-	}
-	f.x.Drop()
+	// Held: the admission goroutine gives back any lease it still gets,
+	// and never touches the Exchange.
+	f.x.End(f.clk.Now(), filter.EndDropped, scheduler.ErrCancelled)
 }
 
 // recoverQuiet keeps a panic in a non-phase callback (logs, destroy) from

@@ -23,7 +23,7 @@ import (
 func (f *streamFilter) planRelocation(h api.RequestHeaderMap, hv headers, endStream bool) (bool, api.StatusType) {
 	rel := f.cfg.rt.reloc
 	dcb := f.cb.DecoderFilterCallbacks()
-	switch f.x.GRPCKind() {
+	switch f.x.View().Kind {
 	case filter.GRPCWebText:
 		// Base64 frames are not decoded: nothing is relocated into them.
 		return false, 0
@@ -43,7 +43,6 @@ func (f *streamFilter) planRelocation(h api.RequestHeaderMap, hv headers, endStr
 		h.Del("content-length")
 		f.grpcPlan = plan
 		f.grpcRW = relocate.NewGRPCRewriter(plan, enc, f.onRelocated)
-		f.decoding = true
 		return false, 0
 	}
 	plan, err := rel.PlanHTTP(f.path, hv)
@@ -60,7 +59,6 @@ func (f *streamFilter) planRelocation(h api.RequestHeaderMap, hv headers, endStr
 	// The body grows; Envoy recomputes framing for the upstream.
 	h.Del("content-length")
 	f.httpPlan = plan
-	f.decoding = true
 	return true, api.StopAndBuffer
 }
 
@@ -71,22 +69,12 @@ var (
 
 func (f *streamFilter) onRelocated(kind string, n int) { f.m.relocated.Increment(1) }
 
-// noteRefused records in the observation that the filter answered the
-// request itself, as the gateway records its refusals.
-func (f *streamFilter) noteRefused(err error) {
-	if f.live && !f.x.Finished() {
-		f.x.Refused(err)
-	}
-}
-
 func (f *streamFilter) relocationFailed(cb api.FilterProcessCallbacks, err error) api.StatusType {
 	f.m.relocationErrors.Increment(1)
 	if errors.Is(err, errNoBody) || errors.Is(err, errTrailers) {
 		err = fmt.Errorf("%w: %w", relocate.ErrMalformed, err)
 	}
-	f.noteRefused(err)
-	f.finishOnPanic() // releases anything held; the observer is not used again
-	return f.reply(cb, f.x.Reply(err))
+	return f.refuse(cb, err)
 }
 
 // relocateBody rewrites request body data (DecodeData) per the plan made
@@ -133,12 +121,12 @@ func (f *streamFilter) relocateBody(b api.BufferInstance, endStream bool) api.St
 		err = rw.Close()
 	}
 	if err != nil {
-		f.decoding = false
+		f.grpcRW = nil
 		return f.relocationFailed(dcb, err)
 	}
 	if rw.Relocated() {
 		// Everything after the first message passes untouched.
-		f.decoding = false
+		f.grpcRW = nil
 	}
 	if len(f.relocOut) == 0 && !endStream {
 		// The rewriter keeps the partial first message itself.
@@ -154,7 +142,7 @@ func (f *streamFilter) relocateBody(b api.BufferInstance, endStream bool) api.St
 // DecodeHeaders and ends the relocation.
 func (f *streamFilter) relocateJSON(body []byte) ([]byte, error) {
 	plan := f.httpPlan
-	f.httpPlan, f.decoding = nil, false
+	f.httpPlan = nil
 	out, err := relocate.RewriteJSON(body, plan, f.onRelocated)
 	if err != nil {
 		return nil, err
@@ -166,7 +154,7 @@ func (f *streamFilter) relocateJSON(body []byte) ([]byte, error) {
 // priority guard buffers llm.v1 requests) and ends the relocation.
 func (f *streamFilter) relocateGRPCBody(body []byte) ([]byte, error) {
 	rw := f.grpcRW
-	f.grpcRW, f.decoding = nil, false
+	f.grpcRW = nil
 	var out []byte
 	err := rw.Write(body, func(p []byte) error {
 		out = append(out, p...)

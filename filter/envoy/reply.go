@@ -7,7 +7,6 @@ import (
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
 	"github.com/llmesh/llmesh/filter"
-	"github.com/llmesh/llmesh/scheduler"
 )
 
 func fmtErr(class, cause error) error { return fmt.Errorf("%w: %w", class, cause) }
@@ -72,8 +71,8 @@ func (f *streamFilter) recoverCallback(cb api.FilterProcessCallbacks, status *ap
 // a second panic (a broken observer, for example).
 func (f *streamFilter) finishOnPanic() {
 	defer func() { _ = recover() }()
-	if f.live && !f.x.Finished() {
+	if f.responding() {
 		f.noteAdmitted()
-		f.x.Abort(scheduler.Failed)
+		f.x.Finish(f.clk.Now(), filter.EndFault, nil)
 	}
 }
