@@ -57,6 +57,11 @@ func startPickerMesh(t testing.TB, meshFile string, mutate func(*epp.Config)) *p
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if n := epp.Misuses(p.srv); n != 0 {
+			t.Errorf("%d request lifecycle calls refused (a picker bug; see the log)", n)
+		}
+	})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -93,6 +93,14 @@ type Server struct {
 	health   *health.Server
 	seq      atomic.Uint64
 	rr       atomic.Uint64
+	// xcfg is every stream's lifecycle configuration: the picker
+	// classifies itself (the objective header), so the core takes the
+	// class it is given and records nothing (OnDone reports).
+	xcfg filter.ExchangeConfig
+	// misuses counts lifecycle calls a stream's state refused
+	// (filter.ExchangeConfig.Misuse), each a picker bug; tests require
+	// none.
+	misuses atomic.Int64
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
@@ -136,6 +144,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.cfg.BodyMode == filterv3.ProcessingMode_NONE {
 		s.cfg.BodyMode = filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+	}
+	s.xcfg.Misuse = func(call string, st filter.State) {
+		s.misuses.Add(1)
+		s.log.Error("epp: request lifecycle call refused", "call", call, "state", st.String())
 	}
 	m := cfg.Mesh
 	switch {

@@ -46,16 +46,20 @@ type stream struct {
 	headersEOS bool
 	decided    bool
 
-	pool     *poolInfo
-	class    filter.Classification
-	model    string
+	pool  *poolInfo
+	class filter.Classification
+	model string
+	// x is the request's lifecycle (filter.Exchange, as in the other
+	// hosts): started once the picker classified the request, it holds
+	// the lease, observes the response, releases the lease exactly once
+	// and makes the record.
+	x filter.Exchange
+	// lease is the admission the request got (nil: refused, or picked
+	// fail-open), for the record; x releases it.
 	lease    scheduler.Lease
 	endpoint string
 	served   string
 	status   int
-	obs      *filter.Observer
-	// released: the lease went back; reported: OnDone has the record.
-	released, reported bool
 }
 
 func newStream(s *Server, srv extprocv3.ExternalProcessor_ProcessServer) *stream {
@@ -63,12 +67,12 @@ func newStream(s *Server, srv extprocv3.ExternalProcessor_ProcessServer) *stream
 }
 
 // run reads the stream's messages in Envoy's order until it ends; every
-// exit releases the lease (once).
+// exit ends the lifecycle (which releases the lease once).
 func (st *stream) run() (err error) {
 	defer func() {
 		// The stream ended before the response did: the client (or the
-		// data plane) went away.
-		st.finish(scheduler.Cancelled, errors.New("ext_proc stream ended"))
+		// data plane) went away. A finished request keeps its ending.
+		st.finish(filter.EndClientGone, errors.New("ext_proc stream ended"))
 	}()
 	for {
 		req, err := st.srv.Recv()
@@ -114,10 +118,10 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return st.responseBody(v.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		if st.obs != nil {
-			st.obs.Trailers(st.s.now(), headerMap(v.ResponseTrailers.GetTrailers()))
+		if st.x.State() == filter.StateStreaming {
+			st.x.Trailers(st.s.now(), headerMap(v.ResponseTrailers.GetTrailers()))
 		}
-		st.finish(st.outcome(), nil)
+		st.finish(filter.EndCompleted, nil)
 		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
 	}
@@ -202,6 +206,15 @@ func (st *stream) decide() error {
 			st.class = filter.Classification{Class: cl, Source: filter.SourceHeader, Reason: ObjectiveHeader + " " + strconv.Quote(obj)}
 		}
 	}
+	id := h.Get("x-request-id")
+	if id == "" {
+		id = st.s.nextID()
+	}
+	var affinity string
+	if ah := pi.pool.AffinityHeader; ah != "" {
+		affinity = h.Get(ah)
+	}
+	st.start(filter.RequestHead{Path: path, ContentType: h.Get("content-type"), ID: id, Affinity: affinity})
 	var want []string
 	if st.hasSubset {
 		want = st.subset
@@ -213,15 +226,8 @@ func (st *stream) decide() error {
 				truncate(strings.Join(st.subset, ","), 256), pi.pool.Name))
 		}
 	}
-	id := h.Get("x-request-id")
-	if id == "" {
-		id = st.s.nextID()
-	}
 	sreq := scheduler.Request{ID: id, Pool: pi.pool.Name, Class: st.class.Name, PromptTokens: oreq.PromptTokens(),
-		MaxTokens: max(0, oreq.OutputLimit()), Arrival: st.received}
-	if ah := pi.pool.AffinityHeader; ah != "" {
-		sreq.Affinity = h.Get(ah)
-	}
+		MaxTokens: max(0, oreq.OutputLimit()), Arrival: st.received, Affinity: affinity}
 	lease, err := st.s.cfg.Admitter.Admit(st.ctx, sreq)
 	switch {
 	case err == nil:
@@ -235,19 +241,34 @@ func (st *stream) decide() error {
 	default:
 		return st.immediate(err)
 	}
+	st.x.Admitted(st.s.now(), st.lease)
 	if st.endpoint == "" || (want != nil && !contains(want, st.endpoint)) || (st.lease == nil) {
 		ep, ok := st.fallbackPick(pi, want, st.lease == nil)
 		if !ok {
-			err := fmt.Errorf("%w: %w in pool %q", scheduler.ErrRejected, errNoReadyEndpoint, pi.pool.Name)
-			st.finish(scheduler.Failed, err)
-			return st.immediate(err)
+			// Refused after the admission: the lease goes back as failed.
+			return st.immediate(fmt.Errorf("%w: %w in pool %q", scheduler.ErrRejected, errNoReadyEndpoint, pi.pool.Name))
 		}
 		st.endpoint = ep
 	}
-	st.obs = filter.GetObserver(filter.Options{GRPCMethod: grpcMethod(grpcReq, path)})
-	st.obs.MarkReceived(st.received)
-	st.obs.MarkAdmitted(st.s.now())
+	st.x.UpstreamSent(st.s.now(), st.endpoint)
 	return st.sendPick()
+}
+
+// start begins the request's lifecycle with what the picker knows of it
+// (the pool and the class it decided, when it got that far).
+func (st *stream) start(h filter.RequestHead) {
+	h.Received = st.received
+	h.RouteClass = st.class.Name
+	if st.pool != nil {
+		h.Pool = st.pool.pool.Name
+	}
+	st.x.Start(&st.s.xcfg, h)
+}
+
+// live: the lifecycle began and has not ended.
+func (st *stream) live() bool {
+	s := st.x.State()
+	return s != filter.StateIdle && s != filter.StateEnded
 }
 
 // fallbackPick chooses among the ready endpoints of want (all when nil):
@@ -318,26 +339,24 @@ func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 	if s := Served(req.GetMetadataContext()); s != "" {
 		st.served = s
 	}
-	if st.obs != nil {
-		st.obs.ResponseHeaders(st.s.now(), st.status, hm)
+	if s := st.x.State(); s == filter.StateAdmitted {
+		st.x.ResponseHead(st.s.now(), st.status, hm)
 	}
 	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{}}}); err != nil {
 		return err
 	}
 	if h.GetEndOfStream() {
-		st.finish(st.outcome(), nil)
+		st.finish(filter.EndCompleted, nil)
 	}
 	return nil
 }
 
 func (st *stream) responseBody(b *extprocv3.HttpBody) error {
-	now := st.s.now()
-	if st.obs != nil {
-		_ = st.obs.Observe(now, b.GetBody()) // a parse error is recorded in the observation
-		if st.lease != nil {
-			st.lease.Progress(st.obs.Progress())
-		}
+	if st.x.State() == filter.StateStreaming {
+		// A parse error is recorded in the observation; the lease hears
+		// of the stream's progress.
+		_ = st.x.Chunk(st.s.now(), b.GetBody())
 	}
 	eos := b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage()
 	var err error
@@ -351,43 +370,24 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 			ResponseBody: &extprocv3.BodyResponse{}}})
 	}
 	if eos {
-		st.finish(st.outcome(), nil)
+		st.finish(filter.EndCompleted, nil)
 	}
 	return err
 }
 
-// outcome is how a response that ended normally counts for the scheduler.
-func (st *stream) outcome() scheduler.Outcome {
-	if st.status >= 500 {
-		return scheduler.Failed
-	}
-	return scheduler.Done
-}
-
-// finish releases the lease and reports the record, once. cause is nil
-// for a response that ended normally.
-func (st *stream) finish(o scheduler.Outcome, cause error) {
-	if st.lease != nil && !st.released {
-		st.released = true
-		st.lease.Release(o)
-	}
-	if st.reported || !st.decided {
+// finish ends the request's lifecycle, if it is live, as how says, and
+// reports the record: the core releases the lease, once, with the
+// outcome that ending implies (as in the other hosts, the observation
+// decides a completed response's: an error status or a truncated stream
+// fails it).
+func (st *stream) finish(how filter.Ending, cause error) {
+	if !st.live() {
 		return
 	}
-	st.reported = true
-	rec := Record{Endpoint: st.endpoint, Served: st.served, Status: st.status, Outcome: o, Admitted: st.lease != nil,
-		Class: st.class.Name, Model: st.model}
-	if st.pool != nil {
-		rec.Pool = st.pool.pool.Name
-	}
-	if st.obs != nil {
-		st.obs.Finish(st.s.now(), cause)
-		rec.Observation = st.obs.Observation()
-		filter.PutObserver(st.obs)
-		st.obs = nil
-	}
+	rec := st.x.End(st.s.now(), how, cause)
 	if st.s.cfg.OnDone != nil {
-		st.s.cfg.OnDone(rec)
+		st.s.cfg.OnDone(Record{Endpoint: st.endpoint, Served: st.served, Status: st.status, Outcome: rec.Outcome,
+			Admitted: st.lease != nil, Class: rec.Class, Model: st.model, Pool: rec.Pool, Observation: rec.Observation})
 	}
 }
 
@@ -405,16 +405,11 @@ func (st *stream) immediate(err error) error {
 		hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(filter.RetryAfter(time.Second))}})
 	}
 	st.s.log.Debug("epp: request answered by the picker", "status", r.HTTPStatus, "err", err)
-	if !st.reported {
-		st.reported = true
-		if st.s.cfg.OnDone != nil {
-			rec := Record{Status: r.HTTPStatus, Outcome: scheduler.Failed, Class: st.class.Name}
-			if st.pool != nil {
-				rec.Pool = st.pool.pool.Name
-			}
-			st.s.cfg.OnDone(rec)
-		}
+	if !st.live() && st.x.State() != filter.StateEnded {
+		// Answered before the picker got to classify it.
+		st.start(filter.RequestHead{Path: st.headers.Get(":path"), ContentType: st.headers.Get("content-type")})
 	}
+	st.finish(filter.EndRefused, err)
 	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
 			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(r.HTTPStatus)},
@@ -442,13 +437,6 @@ func headerMap(m *corev3.HeaderMap) filter.MapHeaders {
 		out[k] = v
 	}
 	return out
-}
-
-func grpcMethod(grpcReq bool, path string) string {
-	if grpcReq {
-		return path
-	}
-	return ""
 }
 
 func contains(list []string, s string) bool {

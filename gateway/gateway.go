@@ -144,6 +144,12 @@ type Gateway struct {
 	mu      sync.Mutex
 	proxies map[string]*httputil.ReverseProxy // by upstream URL and protocol
 	ready   atomic.Bool
+
+	// misuses counts lifecycle calls a request's state refused
+	// (filter.ExchangeConfig.Misuse), each a gateway bug; onMisuse,
+	// made once in New, counts and logs them. Tests require none.
+	misuses  atomic.Int64
+	onMisuse func(call string, s filter.State)
 }
 
 // New validates cfg and builds a Gateway; it listens on nothing until Serve.
@@ -155,6 +161,10 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	g := &Gateway{clock: clock.Real{}, log: slog.Default(), proxies: map[string]*httputil.ReverseProxy{}}
 	for _, o := range opts {
 		o(g)
+	}
+	g.onMisuse = func(call string, s filter.State) {
+		g.misuses.Add(1)
+		g.log.Error("request lifecycle call refused", "call", call, "state", s.String())
 	}
 	if g.armDraw != nil {
 		c.draw = g.armDraw

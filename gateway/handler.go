@@ -56,6 +56,7 @@ func (g *Gateway) newExchange(rt *compiled, pool *compiledPool, r *http.Request,
 		KeepOutput:      g.admitter != nil,
 		Observer:        filter.Options{GeneralScan: g.generalScan, GapBuckets: g.gapBuckets},
 		Recorder:        fanout{g},
+		Misuse:          g.onMisuse,
 	}
 	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
 	x.core.Start(&x.cfg, filter.RequestHead{

@@ -60,6 +60,9 @@ func startGateway(t testing.TB, cfg Config, opts ...Option) (*Gateway, string) {
 			t.Errorf("Serve: %v", err)
 		}
 		g.Close()
+		if n := g.misuses.Load(); n != 0 {
+			t.Errorf("%d request lifecycle calls refused (a host bug; see the log)", n)
+		}
 	})
 	return g, "http://" + ln.Addr().String()
 }

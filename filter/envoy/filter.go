@@ -224,7 +224,7 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 		}
 	}
 	f.xcfg = filter.ExchangeConfig{Classifier: f.cfg.classifier, SizeBody: f.cfg.needBody,
-		GuardMaxMessage: f.relocation().MaxMessage, Observer: opts, Recorder: rec}
+		GuardMaxMessage: f.relocation().MaxMessage, Observer: opts, Recorder: rec, Misuse: noteMisuse}
 	ce, _ := h.Get("content-encoding")
 	genc, _ := h.Get("grpc-encoding")
 	head := filter.RequestHead{Path: f.path, ContentType: ct, ContentEncoding: ce, GRPCEncoding: genc, Headers: hv,

@@ -3,6 +3,7 @@ package envoy
 import (
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
@@ -43,6 +44,16 @@ func (f *streamFilter) downstreamEnded() bool {
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	return err == nil && n&(downstreamConnectionTermination|downstreamRemoteReset) != 0
+}
+
+// misuses counts lifecycle calls a request's state refused
+// (filter.ExchangeConfig.Misuse), each a bug of this host; tests require
+// none.
+var misuses atomic.Int64
+
+func noteMisuse(call string, s filter.State) {
+	misuses.Add(1)
+	api.LogErrorf("llmesh: request lifecycle call %s refused in state %v", call, s)
 }
 
 // OnStreamComplete runs before Envoy writes access logs: the observation

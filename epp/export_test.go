@@ -1,0 +1,5 @@
+package epp
+
+// Misuses counts the lifecycle calls s's streams made that their state
+// refused (filter.ExchangeConfig.Misuse).
+func Misuses(s *Server) int64 { return s.misuses.Load() }
