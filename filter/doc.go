@@ -15,19 +15,23 @@
 // slices it is fed once a call returns. Extractors must be safe for
 // concurrent use because one instance serves every request.
 //
-// An Exchange is one request's sequence (request head → body → admitted →
-// response head → chunks → trailers → End → Record), written once and
-// driven by both hosts. It starts no goroutines and is not safe for
-// concurrent use: every method is called by the goroutine that owns the
-// request's current phase — the gateway's handler goroutine (ReverseProxy's
-// copy loop runs there too), or the Envoy worker thread. The one exception
-// is the admission itself: a host that waits for the scheduler on another
-// goroutine (Envoy's admission goroutine) calls only Request before it
-// starts it, and hands the lease to the owning goroutine, which calls
-// Admitted. The lease's Preempt channel is closed by the scheduler from
-// elsewhere; hosts watch it themselves and then call Requeued or
-// Preempted from the owning goroutine. Release and End may be called from
-// every exit path: the admission is released exactly once.
+// An Exchange is one request's lifecycle, a state machine (State: idle →
+// received → admitted ⇄ requeued → streaming → finished → ended) written
+// once and driven by every host; its transition table is allowedIn
+// (lifecycle.go) and docs/architecture.md shows it with the endings and
+// which host calls what. A call the state does not allow does nothing and
+// is reported (ExchangeConfig.Misuse). It starts no goroutines and is not
+// safe for concurrent use: every method is called by the goroutine that
+// owns the request's current phase — the gateway's handler goroutine
+// (ReverseProxy's copy loop runs there too), the Envoy worker thread, or
+// the picker's stream goroutine. The one exception is the admission
+// itself: a host that waits for the scheduler on another goroutine
+// (Envoy's admission goroutine) reads View().Request before it starts it,
+// and hands the lease to the owning goroutine, which calls Admitted. The
+// lease's Preempt channel is closed by the scheduler from elsewhere; hosts
+// watch it themselves and then call Requeued, or Finish with EndPreempted,
+// from the owning goroutine. The admission is released exactly once by
+// construction: only on the transition out of the states that hold it.
 //
 // Definitions (see docs/metrics.md): queue time is received → admitted; TTFT
 // is received → first chunk carrying at least one output token (so it

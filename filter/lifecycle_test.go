@@ -125,6 +125,13 @@ func TestExchangeTransitions(t *testing.T) {
 	if diff := cmp.Diff(trim(wantTransitions), trim(b.String())); diff != "" {
 		t.Errorf("transition table (-want +got):\n%s\ngot:%s", diff, b.String())
 	}
+	doc, err := os.ReadFile("../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(trim(string(doc)), trim(wantTransitions)) {
+		t.Error("docs/architecture.md (request lifecycle) does not show the transition table; copy it from wantTransitions")
+	}
 }
 
 // TestExchangeEndings: how each ending, from each state that can end,

@@ -33,8 +33,12 @@
 //
 // # Exactly-once release
 //
-// A lease is released by exchange.finish (the core's End, which releases
-// once) on every exit of the handler, including the panic ReverseProxy raises when the client goes away
-// mid-copy; a preemption releases the old lease (Preempted) before a new one
-// is taken for the requeue or the continuation.
+// The core's lifecycle (filter.Exchange) releases a lease on the one
+// transition that leaves the states holding it, so it is released once
+// whatever the order: the handler ends the request on every exit
+// (exchange.finish, and its panic recovery, which covers the panic
+// ReverseProxy raises when the client goes away mid-copy), and a
+// preemption gives the old lease back (Requeued) before a new one is taken
+// for the requeue or the continuation. The gateway never sets an outcome:
+// it tells the core how the request ended (filter.Ending).
 package gateway

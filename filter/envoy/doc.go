@@ -4,8 +4,9 @@
 // package imports only the SDK's api package, so it is tested in plain Go
 // through filter/filtertest.
 //
-// Per request the filter drives the core's sequence, filter.Exchange (the
-// same the gateway drives), and keeps what only Envoy has: SDK callbacks,
+// Per request the filter drives the core's lifecycle, filter.Exchange (the
+// same the gateway and the endpoint picker drive), and keeps what only
+// Envoy has: SDK callbacks,
 // buffering, relocation as the body streams, the admission goroutine and
 // OnDestroy. DecodeHeaders classifies the request (route, API key,
 // tenant, trusted priority header, rules), removes the trusted marker
@@ -27,9 +28,11 @@
 //
 // Goroutines and ownership:
 //   - Envoy calls every callback of one request on one worker thread. That
-//     thread owns the core's Exchange (observer, lease, outcome, Record),
-//     the relocation state and the flags that only callbacks touch (live,
-//     noted, completed, preemptCh).
+//     thread owns the core's Exchange (the request's state, observer,
+//     lease, outcome, Record), the relocation and body state (httpPlan,
+//     grpcRW, guarding, sizing) and preemptCh. Whether the request is
+//     started, responding or over is the Exchange's State, not a flag of
+//     the filter.
 //   - A held request has one admission goroutine, started by admit() and
 //     owned by the request: it blocks in Admitter.Admit on a context that
 //     OnDestroy cancels, and its last action is exactly one Continue or
@@ -39,10 +42,12 @@
 //   - streamFilter.mu guards what both sides touch: holding, destroyed,
 //     cancel, admitted, and the admission's error, which the worker thread
 //     records in the Exchange at its next callback (noteAdmitError);
-//     replied is an atomic flag set before any local reply. The lease is published through an atomic pointer
-//     before Continue; the worker thread hands it to the Exchange
-//     (noteAdmitted) at its next callback, so the Exchange is never
-//     touched by the admission goroutine.
+//     replied is an atomic flag set before any local reply. The lease is
+//     published through an atomic pointer before Continue; the worker
+//     thread takes it (Swap) and hands it to the Exchange (noteAdmitted)
+//     at its next callback, or gives it back itself when the Exchange can
+//     no longer use it, so the Exchange is never touched by the admission
+//     goroutine. OnDestroy takes a lease stored after the request ended.
 //   - Header maps and buffers are used only inside the callback that
 //     received them (the JSON relocation and the priority guard keep the
 //     request header map from DecodeHeaders to the buffered DecodeData,
