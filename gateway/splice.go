@@ -366,19 +366,24 @@ func (s *stream) continueStream() error {
 	s.res.Body.Close()
 	s.a.stop()
 	for {
-		x.core.Requeued()
 		generated := x.core.View().Progress.Tokens
 		body, ok, err := sp.continuationBody(x.body, x.output(), generated)
-		if err != nil {
-			return err
-		}
-		if !ok || x.core.View().Observation().FinishReason != "" {
+		if err == nil && (!ok || x.core.View().Observation().FinishReason != "") {
 			// Preempted after the last token (max_tokens reached, or a
 			// finish reason already sent) but before [DONE]: nothing to
-			// continue. A usage chunk the upstream had not sent yet is lost.
-			s.pending = append(s.pending, "data: [DONE]\n\n"...)
+			// continue, and the client's stream ends as the engine's would
+			// have, so the request completed (its lease goes back as done
+			// when it ends, at once). A usage chunk the upstream had not
+			// sent yet is lost.
+			done := []byte("data: [DONE]\n\n")
+			s.pending = append(s.pending, done...)
+			_ = x.core.Chunk(s.now(), done)
 			s.finishSynthetic()
 			return nil
+		}
+		x.core.Requeued()
+		if err != nil {
+			return err
 		}
 		if err := x.admitAgain(ctx); err != nil {
 			return fmt.Errorf("continuation: %w", err)
