@@ -79,12 +79,14 @@ type RequestHead struct {
 }
 
 // Exchange is the lifecycle of one request, driven by its host one phase
-// at a time and written once for every host. Its state (State) moves only
-// forward, through the transition table in lifecycle.go:
+// at a time and written once for every host. Its state (State) moves
+// through the transition table in lifecycle.go (allowedIn):
 //
-//	Idle ─Start→ Received ─Admitted→ Admitted ─ResponseHead→ Streaming
-//	                                     ↑ ╰─Requeued→ Requeued ─Admitted─╯
-//	any live state ─Finish→ Finished ─End→ Ended (End also from any live state)
+//	idle ─Start→ received ─Admitted→ admitted ─ResponseHead→ streaming
+//	admitted, streaming ─Requeued→ requeued ─Admitted→ admitted (streaming
+//	    when the client's response is under way)
+//	received, admitted, requeued, streaming ─Finish→ finished ─End→ ended
+//	received, admitted, requeued, streaming ─End→ ended
 //
 // A call the state does not allow does nothing (ExchangeConfig.Misuse is
 // told). The host never decides the scheduler's outcome: it says how the
@@ -264,9 +266,9 @@ func (x *Exchange) Finish(t time.Time, how Ending, cause error) {
 // one keeps its ending), then the Record, handed to the configured
 // Recorder and returned. EndDropped makes none (the zero Record), even
 // for a finished response: the host lost the request before it could
-// report it. The
-// observer goes back to its pool: the Record's ITL samples are valid only
-// until End returns, and nothing but the Record may be used afterwards.
+// report it. The observer goes back to its pool: the Record's ITL samples
+// are valid only until End returns, and nothing but the Record may be used
+// afterwards.
 func (x *Exchange) End(t time.Time, how Ending, cause error) Record {
 	if !x.allowed(callEnd) {
 		return Record{}
