@@ -393,18 +393,34 @@ func TestSSETokenCounting(t *testing.T) {
 	}
 }
 
-// An upstream 5xx counts as failed.
+// An upstream error status or a truncated stream counts as failed, as in
+// the other hosts (the core's outcome); a whole stream as done.
 func TestUpstreamFailure(t *testing.T) {
-	p := startPicker(t, nil)
-	call, _, err := p.driver(epptest.FullDuplex).Start(ctx(t), chat(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := call.Respond(epptest.Response{Status: 503, Chunks: [][]byte{[]byte("busy")}}); err != nil {
-		t.Fatal(err)
-	}
-	if r := p.record(t); r.Outcome != scheduler.Failed || r.Status != 503 {
-		t.Fatalf("record %+v", r)
+	for _, tc := range []struct {
+		name string
+		resp epptest.Response
+		want scheduler.Outcome
+	}{
+		{"5xx", epptest.Response{Status: 503, Chunks: [][]byte{[]byte("busy")}}, scheduler.Failed},
+		{"4xx", epptest.Response{Status: 429, Chunks: [][]byte{[]byte("slow down")}}, scheduler.Failed},
+		{"truncated", epptest.Response{Status: 200, Headers: map[string]string{"content-type": "text/event-stream"},
+			Chunks: [][]byte{[]byte("data: {\"choices\":[{\"text\":\"a\"}]}\n\n")}}, scheduler.Failed},
+		{"whole", epptest.Response{Status: 200, Headers: map[string]string{"content-type": "text/event-stream"},
+			Chunks: [][]byte{[]byte(sse(2))}}, scheduler.Done},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startPicker(t, nil)
+			call, _, err := p.driver(epptest.FullDuplex).Start(ctx(t), chat(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := call.Respond(tc.resp); err != nil {
+				t.Fatal(err)
+			}
+			if r := p.record(t); r.Outcome != tc.want || r.Status != tc.resp.Status {
+				t.Fatalf("record: outcome %v status %d, want %v %d", r.Outcome, r.Status, tc.want, tc.resp.Status)
+			}
+		})
 	}
 }
 

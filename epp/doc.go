@@ -4,15 +4,17 @@
 // endpoint, in the x-gateway-destination-endpoint request header and in the
 // envoy.lb dynamic metadata, as the extension's endpoint picker protocol
 // asks. It then follows the response through the same ext_proc stream,
-// feeding its body to the per-request core's stream observer
-// (filter.Observer) for tokens and TTFT, and releases the scheduler lease
-// exactly once, when the response ends or when the stream ends early.
+// driving the per-request lifecycle the other hosts drive
+// (filter.Exchange): its observer counts tokens and measures TTFT, and it
+// releases the scheduler lease exactly once, with the outcome the other
+// hosts give, when the response ends or when the stream ends early.
 //
 // docs/epp.md is the user's page: what is done, what is not.
 //
 // Goroutines and state: gRPC runs one goroutine per ext_proc stream
-// (Server.Process); everything about one request (its headers, body, lease,
-// observer) lives in that goroutine's stream value and is touched by no
+// (Server.Process); everything about one request (its headers, body, and
+// its lifecycle with the lease and observer) lives in that goroutine's
+// stream value and is touched by no
 // other goroutine. The Server itself is read-only after New, except its
 // request counter (atomic) and the health server (grpc's, safe for
 // concurrent use). The scheduler (Config.Admitter) has its own lock.
