@@ -271,9 +271,9 @@ func (l *countLease) QueueTime() time.Duration    { return 0 }
 // TestAdmittedAfterStreamComplete: Envoy may answer a held stream itself
 // (the buffer limit's 413, prepared while the filter's DecodeData started
 // admission, runs through the filter's encode half) and complete it while
-// the admission goroutine still waits. An admission that lands after the
-// response ended, or after OnStreamComplete, was never used: it is
-// released once, as cancelled, and leaves the in-flight gauge at zero.
+// the admission goroutine still waits. An admission that lands after that
+// response began or ended, or after OnStreamComplete, was never used: it
+// is released once, as cancelled, and leaves the in-flight gauge at zero.
 func TestAdmittedAfterStreamComplete(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -287,6 +287,15 @@ func TestAdmittedAfterStreamComplete(t *testing.T) {
 				s.EncodeData([]byte("Payload Too Large"), true)
 			},
 			after:   func(s *filtertest.Stream) { s.Complete() },
+			outcome: scheduler.Cancelled},
+		{name: "while Envoy's own response streams",
+			before: func(s *filtertest.Stream) {
+				s.EncodeHeaders(filtertest.ResponseHeaders(413, "content-type", "text/plain"), false)
+			},
+			after: func(s *filtertest.Stream) {
+				s.EncodeData([]byte("Payload Too Large"), true)
+				s.Complete()
+			},
 			outcome: scheduler.Cancelled},
 		{name: "after OnStreamComplete",
 			before:  func(s *filtertest.Stream) { s.Filter().OnStreamComplete() },
