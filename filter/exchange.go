@@ -404,8 +404,8 @@ func (x *Exchange) ServerTiming(t time.Time, ending bool) string {
 }
 
 // View is a read-only snapshot of the request as decided so far.
-func (x *Exchange) View() View {
-	v := View{
+func (x *Exchange) View() ExchangeView {
+	v := ExchangeView{
 		State: x.state, Kind: x.kind, Class: x.class, Meta: x.meta, Plan: x.plan, Passthrough: x.head.Passthrough,
 		Lease: x.lease, Preemptions: x.preemptions, GuardMode: PriorityKeep, obs: x.obs,
 		Request: scheduler.Request{
@@ -428,10 +428,10 @@ func (x *Exchange) View() View {
 	return v
 }
 
-// View is what an Exchange decided and saw so far, for its host to read:
-// a value, taken by Exchange.View. Observation and Output read the
-// request's observer, so a View is valid only until the Exchange ends.
-type View struct {
+// ExchangeView is what an Exchange decided and saw so far, for its host
+// to read: a value, taken by Exchange.View. Observation and Output read
+// the request's observer, so a view is valid only until the Exchange ends.
+type ExchangeView struct {
 	State State
 	// Kind is the request's gRPC flavour (GRPCNone: not gRPC).
 	Kind GRPCKind
@@ -461,11 +461,11 @@ type View struct {
 
 // GRPC reports whether the request is gRPC of any kind (GRPCKindOf): it
 // is routed as gRPC and answered with a gRPC status.
-func (v View) GRPC() bool { return v.Kind != GRPCNone }
+func (v ExchangeView) GRPC() bool { return v.Kind != GRPCNone }
 
 // Observation is the measurement so far (partial before the response's
 // end); the zero value once the Exchange ended.
-func (v View) Observation() Observation {
+func (v ExchangeView) Observation() Observation {
 	if v.obs == nil {
 		return Observation{}
 	}
@@ -475,7 +475,7 @@ func (v View) Observation() Observation {
 // Output is the text generated so far (ExchangeConfig.KeepOutput, for a
 // spliceable request): the observer's buffer, valid until the next call
 // on the Exchange.
-func (v View) Output() []byte {
+func (v ExchangeView) Output() []byte {
 	if v.obs == nil {
 		return nil
 	}

@@ -175,8 +175,9 @@ func TestExchangeEndings(t *testing.T) {
 	checkGolden(t, "testdata/exchange_endings.golden", b.String())
 }
 
-// TestExchangeViewIsAValue: the read-only accessors live on View, a value
-// taken from the Exchange; the Exchange itself keeps at most 15 methods.
+// TestExchangeViewIsAValue: the read-only accessors live on ExchangeView,
+// a value taken from the Exchange; the Exchange itself keeps at most 15
+// methods and no bool field (its state is one State).
 func TestExchangeViewIsAValue(t *testing.T) {
 	if n := reflect.TypeOf(&Exchange{}).NumMethod(); n > 15 {
 		t.Errorf("Exchange exports %d methods, want at most 15", n)
