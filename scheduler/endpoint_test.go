@@ -461,3 +461,26 @@ func TestEndpointPrefillBound(t *testing.T) {
 		t.Fatalf("urgent admitted %v, want it on %s", d.Admitted, busy)
 	}
 }
+
+// Each endpoint may prefill one prompt larger than its share of the bound
+// when it prefills nothing else, whatever the other endpoints hold: the
+// pool's sum is not a second bound (long prompts would otherwise leave
+// engines without prefill work while the backlog grows).
+func TestEndpointPrefillBoundLongPrompts(t *testing.T) {
+	pc := endpointPool(4, 4)
+	pc.MaxPrefillTokens = 2000 // 1000 per endpoint
+	pc.StaticBounds = true
+	m := newMachine(t, pc)
+	a := arrive(t, m, at(0), scheduler.Request{Class: "batch", PromptTokens: 12000, MaxTokens: 10})
+	b := arrive(t, m, at(0), scheduler.Request{Class: "batch", PromptTokens: 12000, MaxTokens: 10})
+	c := arrive(t, m, at(0), scheduler.Request{Class: "batch", PromptTokens: 12000, MaxTokens: 10})
+	d := m.Step(at(0))
+	if len(d.Admitted) != 2 || d.Admitted[0] != a || d.Admitted[1] != b || endpointOf(t, m, a) == endpointOf(t, m, b) {
+		t.Fatalf("admitted %v; want the first two long prompts, one on each endpoint", d.Admitted)
+	}
+	m.Progress(at(1), a, scheduler.Progress{FirstToken: true, Tokens: 1})
+	d = m.Step(at(1))
+	if len(d.Admitted) != 1 || d.Admitted[0] != c || endpointOf(t, m, c) != endpointOf(t, m, a) {
+		t.Fatalf("after a's first token admitted %v; want c on a's endpoint", d.Admitted)
+	}
+}

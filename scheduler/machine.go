@@ -117,15 +117,18 @@ type pool struct {
 	inflight   int
 	tokens     int
 	prefilling int // prompt tokens of running entries without a first token
-	preempting int
-	queues     []queue  // by class index
-	running    []*entry // in flight, unordered; entry.runIdx is the index
-	nextBatch  time.Time
-	prefill    ewma
-	tpot       ewma
-	obs        observed // cost.go, tune.go
-	counts     Counters
-	endpoints  []*endpoint
+	// prefillingLong is the part of prefilling in prompts longer than one
+	// engine step's token budget (prefillHeld).
+	prefillingLong int
+	preempting     int
+	queues         []queue  // by class index
+	running        []*entry // in flight, unordered; entry.runIdx is the index
+	nextBatch      time.Time
+	prefill        ewma
+	tpot           ewma
+	obs            observed // cost.go, tune.go
+	counts         Counters
+	endpoints      []*endpoint
 	// abort: the engine kept a preempted request (abort.go); no more
 	// preemption but probes.
 	abort   abortState
@@ -333,8 +336,7 @@ func (m *Machine) progress(now time.Time, t Ticket, pr Progress) bool {
 		e.firstAt = now
 		e.pool.prefill.observe(now.Sub(e.admitted))
 		e.pool.obs.firstToken(now, e.req.PromptTokens, now.Sub(e.admitted))
-		e.pool.prefilling -= e.req.PromptTokens
-		e.ep.prefilling -= e.req.PromptTokens
+		e.pool.addPrefill(e, -1)
 		freed = m.prefillCap(e.pool) > 0 && e.req.PromptTokens > 0
 	}
 	if pr.Tokens > e.tokens {
@@ -392,8 +394,7 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 	e.ep.inflight--
 	p.tokens -= e.cost
 	if !e.firstToken {
-		p.prefilling -= e.req.PromptTokens
-		e.ep.prefilling -= e.req.PromptTokens
+		p.addPrefill(e, -1)
 	}
 	if e.preempting {
 		p.preempting--
@@ -537,9 +538,44 @@ func (m *Machine) fits(p *pool, e *entry) bool {
 // prefillHeld reports whether the prefill bound keeps e waiting: e is not of
 // the most urgent priority, something is in prefill, and e's prompt would
 // take the outstanding prefill past MaxPrefillTokens.
+//
+// A pool of several endpoints also bounds each endpoint (pick), and there
+// long prompts — longer than one engine step's token budget — answer only
+// to that: such a prompt goes alone to an engine that prefills nothing
+// else, and it counts for nothing in the pool's sum. The pool's sum keeps
+// some engines free of less urgent prefill for urgent arrivals, which is
+// cheap while prompts take a step or less; a prompt of many steps held
+// back for it leaves an engine idle for seconds, and with a stream of them
+// (prompts of 10K tokens and more) the engines run 80–90% busy and the less
+// urgent backlog never drains.
 func (m *Machine) prefillHeld(p *pool, e *entry) bool {
 	n := m.prefillCap(p) // tune.go: static or derived
-	return n > 0 && e.Priority != m.top && p.prefilling > 0 && p.prefilling+e.req.PromptTokens > n
+	if n <= 0 || e.Priority == m.top {
+		return false
+	}
+	if len(p.endpoints) > 1 {
+		if longPrompt(e) {
+			return false
+		}
+		short := p.prefilling - p.prefillingLong
+		return short > 0 && short+e.req.PromptTokens > n
+	}
+	return p.prefilling > 0 && p.prefilling+e.req.PromptTokens > n
+}
+
+// longPrompt reports whether e's prompt takes more than one engine step
+// (at vLLM's default max_num_batched_tokens) to prefill.
+func longPrompt(e *entry) bool { return e.req.PromptTokens > maxPrefillCap }
+
+// addPrefill adds (sign 1) or removes (sign -1) e's prompt from the
+// outstanding prefill of p and of e's endpoint.
+func (p *pool) addPrefill(e *entry, sign int) {
+	n := sign * e.req.PromptTokens
+	p.prefilling += n
+	e.ep.prefilling += n
+	if longPrompt(e) {
+		p.prefillingLong += n
+	}
 }
 
 // admit releases waiting requests in policy order while they fit. The head
@@ -579,8 +615,7 @@ func (m *Machine) admit(now time.Time, p *pool, d *Decisions) {
 		}
 		p.inflight++
 		p.tokens += e.cost
-		p.prefilling += e.req.PromptTokens
-		ep.prefilling += e.req.PromptTokens
+		p.addPrefill(e, 1)
 		p.counts.Admitted++
 		d.Admitted = append(d.Admitted, e.ticket)
 		released = true
