@@ -21,7 +21,7 @@ type reqSlice struct {
 	n int
 }
 
-func (s *reqSlice) len() int        { return s.n }
+func (s *reqSlice) len() int       { return s.n }
 func (s *reqSlice) at(i int) *vreq { return &s.s[i] }
 
 // slabSize is how many requests (and their records) one slab of a

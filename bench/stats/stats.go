@@ -242,10 +242,10 @@ type Stream struct {
 	agree, agreeNeg *metric
 
 	start, end, firstIntended, lastIntended int64
-	recomputed, outTotal                     int
-	last                                     int // Index of the latest measured record
-	firstErr                                 string
-	tl                                       rows
+	recomputed, outTotal                    int
+	last                                    int // Index of the latest measured record
+	firstErr                                string
+	tl                                      rows
 }
 
 // NewStream starts the report of one run.
