@@ -540,10 +540,13 @@ type sink struct {
 	timeout time.Duration
 	// q, u, ew and pf are the breakdown's durations per class.
 	q, u, ew, pf [][]time.Duration
+	// records and run: Options.Records, and the run's name there.
+	records *RecordWriter
+	run     string
 }
 
 func newSink(w *workload.Workload, m stats.Meta, o Options) *sink {
-	s := &sink{st: stats.NewStream(m), classes: w.Classes}
+	s := &sink{st: stats.NewStream(m), classes: w.Classes, records: o.Records, run: m.Policy + "/load=" + loadKey(m.Load)}
 	if o.RunPastTimeout {
 		s.timeout = w.Spec.Timeout.D()
 	}
@@ -557,6 +560,14 @@ func (s *sink) add(v *vreq) error {
 	r := v.rec
 	if to := s.timeout; to > 0 && r.Status == result.StatusOK && time.Duration(r.DoneNS-r.SentNS) > to {
 		r.Status, r.Error = result.StatusTimeout, fmt.Sprintf("ran %v, past the workload's timeout %v", time.Duration(r.DoneNS-r.SentNS), to)
+	}
+	if s.records != nil {
+		r.Run = s.run
+		err := s.records.write(r)
+		r.Run = ""
+		if err != nil {
+			return fmt.Errorf("records: %w", err)
+		}
 	}
 	if !v.it.Warmup && r.Status == result.StatusOK {
 		c := v.it.Class
