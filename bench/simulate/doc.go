@@ -4,7 +4,12 @@
 // policy under test) into the simulated engine model (sim.Engine,
 // continuous batching with H200 step timings), acting on preemptions the
 // way the gateway host does, and summarizes the per-request records with
-// bench/stats into the report format of `llmesh bench run`.
+// bench/stats into the report format of `llmesh bench run`. A fleet run
+// hands each record to the summary (stats.Stream, and Options.Records when
+// set) as soon as it is final, in item order, and keeps only the requests
+// from the oldest one not yet handed over to the latest arrival
+// (window.go), so its memory follows the requests in flight, not the
+// run's length.
 //
 // Loads are relative to the workload's saturation rate on that engine and
 // pool (Saturation): load 1.0 arrives as fast as the pool can complete

@@ -399,6 +399,7 @@ func (f *fleet) deliver(m msg) {
 			Blocks: v.promptBlocks(),
 		})
 		if err != nil {
+			v.live--
 			if !a.detached {
 				f.detach(a)
 				f.send(msg{kind: mFinish, v: v, tk: v.ticket, out: scheduler.Failed})
@@ -425,7 +426,7 @@ func (f *fleet) deliver(m msg) {
 				}
 			}
 		}
-		f.byEng[a.id] = nil
+		f.release(a)
 		f.lose(a, lost)
 		f.touch(e)
 	case mProgress:
@@ -453,6 +454,12 @@ func (f *fleet) progress(v *vreq, tk scheduler.Ticket, n int, first bool) {
 	s := f.sched(v)
 	s.m.Progress(f.now, tk, scheduler.Progress{FirstToken: true, Tokens: n})
 	s.needStep = s.needStep || first
+}
+
+// release is the engine done with a: it no longer holds it.
+func (f *fleet) release(a *attempt) {
+	f.byEng[a.id] = nil
+	a.v.live--
 }
 
 // lose books the work of a cancelled attempt as recomputed.
@@ -488,6 +495,7 @@ func (f *fleet) start(v *vreq, ep int) {
 	}
 	f.nextEng++
 	a := &attempt{v: v, eng: e, id: f.nextEng}
+	v.live++
 	f.byEng = append(f.byEng, nil)
 	v.att = a
 	f.send(msg{kind: mAdd, a: a})
@@ -580,7 +588,7 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 		}
 		if a.detached {
 			if ev.Flags.Has(sim.EvFinished) {
-				f.byEng[ev.ID] = nil
+				f.release(a)
 				f.lose(a, a.computed)
 			}
 			continue
@@ -591,7 +599,7 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 			// has cancelled the attempt (timeout.go); the engine is done
 			// with a finished one all the same.
 			if ev.Flags.Has(sim.EvFinished) {
-				f.byEng[ev.ID] = nil
+				f.release(a)
 			}
 			continue
 		}
@@ -625,7 +633,7 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 			a.progressed = true
 		}
 		if ev.Flags.Has(sim.EvFinished) {
-			f.byEng[ev.ID] = nil
+			f.release(a)
 			f.detach(a)
 			e.util.Requests++
 			v.blocks = nil // finished: nothing sends its prompt again
@@ -765,19 +773,68 @@ func (f *fleet) deliverDue() bool {
 }
 
 // run feeds items (sorted by At) through the proxies, the machine and the
-// engines until every one has ended.
+// engines until every one has ended, and returns every record, in item
+// order; f.reqs holds every request.
 func (f *fleet) run(items []workload.Item) ([]result.Record, error) {
-	recs := make([]result.Record, len(items))
-	reqs := make([]vreq, len(items))
-	f.reqs = reqs
-	f.routed = newRoutedCaches(items, len(f.engines), f.engines[0].eng.Config().KVCacheTokens/sim.BlockSize)
-	for i, it := range items {
-		recs[i] = result.Record{
-			Index: it.Index, Class: f.classes[it.Class].Name, Warmup: it.Warmup,
-			PromptTokens: it.PromptTokens, MaxTokens: it.MaxTokens,
-			IntendedNS: int64(it.At), SentNS: int64(it.At),
+	i := 0
+	next := func() (workload.Item, bool) {
+		if i == len(items) {
+			return workload.Item{}, false
 		}
-		reqs[i] = vreq{it: it, at: epoch.Add(it.At), id: strconv.Itoa(it.Index), rec: &recs[i], proxy: i % f.proxies}
+		i++
+		return items[i-1], true
+	}
+	recs := make([]result.Record, 0, len(items))
+	reqs := make([]vreq, 0, len(items))
+	err := f.stream(next, len(items), hasSegments(items), func(v *vreq) error {
+		recs = append(recs, *v.rec)
+		reqs = append(reqs, *v)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range reqs {
+		reqs[i].rec = &recs[i]
+	}
+	f.reqs = reqs
+	return recs, nil
+}
+
+// stream feeds the n items that next yields (sorted by At) through the
+// proxies, the machine and the engines until every one has ended, and
+// hands each request to out in item order once nothing changes its
+// record any more (ended, and no attempt of it left in an engine); out
+// must not keep v. segments says whether any item has prompt segments.
+// It keeps only the requests from the oldest one not yet handed over to
+// the latest arrival.
+func (f *fleet) stream(next func() (workload.Item, bool), n int, segments bool, out func(v *vreq) error) error {
+	var win window
+	f.routed = nil
+	if segments {
+		f.routed = newRoutedCaches(len(f.engines), f.engines[0].eng.Config().KVCacheTokens/sim.BlockSize)
+	}
+	nextIt, hasNext := next()
+	handed := 0
+	// handOver gives out every request from the oldest not yet handed
+	// over that is final; all: every one left, at the end of the run.
+	handOver := func(all bool) error {
+		for handed < win.n {
+			v := win.at(handed)
+			if !all && (!v.done || v.live > 0) {
+				break
+			}
+			if err := out(v); err != nil {
+				return err
+			}
+			handed++
+		}
+		keep := handed
+		if f.clients.after > 0 {
+			keep = min(keep, f.clients.head)
+		}
+		win.dropBefore(keep)
+		return nil
 	}
 	f.now = epoch
 	var nextTick time.Time
@@ -789,18 +846,17 @@ func (f *fleet) run(items []workload.Item) ([]result.Record, error) {
 		f.limit = 0
 		nextTick = epoch
 	}
-	arrived := 0
 	var guard progressGuard
 	active := f.now
-	for f.finished < len(items) {
-		next := time.Time{}
+	for f.finished < n {
+		at := time.Time{}
 		pick := func(t time.Time) {
-			if !t.IsZero() && (next.IsZero() || t.Before(next)) {
-				next = t
+			if !t.IsZero() && (at.IsZero() || t.Before(at)) {
+				at = t
 			}
 		}
-		if arrived < len(items) {
-			pick(reqs[arrived].at)
+		if hasNext {
+			pick(epoch.Add(nextIt.At))
 		}
 		if len(f.steps) > 0 {
 			pick(f.steps[0].stepEnd)
@@ -811,35 +867,38 @@ func (f *fleet) run(items []workload.Item) ([]result.Record, error) {
 		if t, ok := f.q2.peek(); ok {
 			pick(f.at(t))
 		}
-		pick(f.clients.next(reqs[:arrived]))
+		pick(f.clients.next(&win))
 		for _, s := range f.ss {
 			pick(s.wake)
 		}
 		pick(nextTick)
-		if next.IsZero() {
-			return nil, fmt.Errorf("simulate: stuck at %v with %d of %d requests ended", f.now.Sub(epoch), f.finished, len(items))
+		if at.IsZero() {
+			return fmt.Errorf("simulate: stuck at %v with %d of %d requests ended", f.now.Sub(epoch), f.finished, n)
 		}
-		next, err := guard.advance(f.now, next)
+		at, err := guard.advance(f.now, at)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		f.now = next
+		f.now = at
 		f.ended = f.ended[:0]
 		for len(f.steps) > 0 && !f.steps[0].stepEnd.After(f.now) {
 			f.stepEnded(heap.Pop(&f.steps).(*fleetEngine))
 			active = f.now
 		}
-		for arrived < len(items) && !reqs[arrived].at.After(f.now) {
-			f.send(msg{kind: mArrive, v: &reqs[arrived]})
-			arrived++
+		for hasNext && !epoch.Add(nextIt.At).After(f.now) {
+			if win.n == n {
+				return fmt.Errorf("simulate: more than the %d requests counted", n)
+			}
+			f.send(msg{kind: mArrive, v: win.push(nextIt, f.classes[nextIt.Class].Name, win.n%f.proxies)})
+			nextIt, hasNext = next()
 			active = f.now
 		}
-		for v := f.clients.due(reqs[:arrived], f.now); v != nil; v = f.clients.due(reqs[:arrived], f.now) {
+		for v := f.clients.due(&win, f.now); v != nil; v = f.clients.due(&win, f.now) {
 			f.abandon(v)
 			active = f.now
 		}
 		if f.now.Sub(active) > maxIdle {
-			return nil, fmt.Errorf("simulate: stuck at %v with %d of %d requests ended", f.now.Sub(epoch), f.finished, len(items))
+			return fmt.Errorf("simulate: stuck at %v with %d of %d requests ended", f.now.Sub(epoch), f.finished, n)
 		}
 		if !nextTick.IsZero() && !nextTick.After(f.now) {
 			f.tick()
@@ -851,7 +910,7 @@ func (f *fleet) run(items []workload.Item) ([]result.Record, error) {
 			for _, e := range f.ended {
 				if !e.eng.Idle() {
 					if err := f.startStep(e); err != nil {
-						return nil, err
+						return err
 					}
 				}
 			}
@@ -867,18 +926,24 @@ func (f *fleet) run(items []workload.Item) ([]result.Record, error) {
 			e.dirty = false
 			if !e.stepping && !e.eng.Idle() {
 				if err := f.startStep(e); err != nil {
-					return nil, err
+					return err
 				}
 			}
 		}
 		f.dirty = f.dirty[:0]
+		if err := handOver(false); err != nil {
+			return err
+		}
+	}
+	if win.n < n {
+		return fmt.Errorf("simulate: %d requests counted, %d came", n, win.n)
 	}
 	for _, e := range f.engines {
 		f.c.enginePreempts += e.eng.Preemptions()
 		f.c.engineRecomputed += e.eng.RecomputedTokens()
 		f.c.steps += e.eng.Steps()
 	}
-	return recs, nil
+	return handOver(true)
 }
 
 // EndpointUtil is what one engine of a run did.

@@ -50,6 +50,9 @@ type vreq struct {
 	blocks    []kvblock.Hash
 	hasBlocks bool
 	att       *attempt // fleet.go: the attempt the proxy follows; nil when none
+	// live: fleet.go: its attempts an engine holds or is about to (an
+	// attempt lost there adds to the record).
+	live int32
 	// reported: loop.go: the latest admission's first token has been
 	// reported to the machine.
 	reported bool
@@ -465,6 +468,7 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 		nextTick = epoch
 	}
 	arrived := 0
+	arr := &reqSlice{s: reqs}
 	var guard progressGuard
 	active := l.now
 	for l.finished < len(items) {
@@ -480,7 +484,8 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 		if l.stepping {
 			pick(l.stepEnd)
 		}
-		pick(l.clients.next(reqs[:arrived]))
+		arr.n = arrived
+		pick(l.clients.next(arr))
 		pick(l.wake)
 		if !nextTick.IsZero() {
 			pick(nextTick)
@@ -503,7 +508,8 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 			arrived++
 			active = l.now
 		}
-		for v := l.clients.due(reqs[:arrived], l.now); v != nil; v = l.clients.due(reqs[:arrived], l.now) {
+		arr.n = arrived
+		for v := l.clients.due(arr, l.now); v != nil; v = l.clients.due(arr, l.now) {
 			l.abandon(v)
 			active = l.now
 		}

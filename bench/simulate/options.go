@@ -132,6 +132,12 @@ type Options struct {
 	// scheduler's queue, a running one is cancelled on its engine and its
 	// lease released as cancelled.
 	RunPastTimeout bool
+	// Records, when set, receives every request's record as one JSON
+	// object per line (the format result.ReadRecords reads), each run's
+	// in item order with Run set to "POLICY/load=LOAD"; runs write in
+	// parallel, whole lines at a time. Nil: no record is kept beyond the
+	// report.
+	Records *RecordWriter
 }
 
 // fleet reports whether o asks for more than today's single host in

@@ -47,19 +47,34 @@ func promptBlocks(it workload.Item) []kvblock.Hash {
 // prefixBounds replays items, in order, through the model caches; the
 // pooled one holds capacityBlocks blocks.
 func prefixBounds(items []workload.Item, capacityBlocks int) *PrefixCache {
-	r := prefixlru.NewReplay(sim.BlockSize, capacityBlocks)
-	var (
-		blocks []kvblock.Hash
-		buf    []uint32
-	)
+	r := newPrefixReplay(capacityBlocks)
 	for _, it := range items {
-		blocks = blocks[:0]
-		if it.Segments != nil {
-			blocks, buf = trace.PromptBlocks(blocks, buf, it.Segments, sim.BlockSize, sim.VocabSize)
-		}
-		r.Observe(it.PromptTokens, blocks)
+		r.observe(it)
 	}
-	t := r.Totals()
+	return r.bounds()
+}
+
+// prefixReplay is prefixBounds one item at a time.
+type prefixReplay struct {
+	r      *prefixlru.Replay
+	blocks []kvblock.Hash
+	buf    []uint32
+}
+
+func newPrefixReplay(capacityBlocks int) *prefixReplay {
+	return &prefixReplay{r: prefixlru.NewReplay(sim.BlockSize, capacityBlocks)}
+}
+
+func (p *prefixReplay) observe(it workload.Item) {
+	p.blocks = p.blocks[:0]
+	if it.Segments != nil {
+		p.blocks, p.buf = trace.PromptBlocks(p.blocks, p.buf, it.Segments, sim.BlockSize, sim.VocabSize)
+	}
+	p.r.Observe(it.PromptTokens, p.blocks)
+}
+
+func (p *prefixReplay) bounds() *PrefixCache {
+	t := p.r.Totals()
 	return &PrefixCache{PromptTokens: t.PromptTokens, PooledHitTokens: t.PooledHitTokens, UnboundedHitTokens: t.UnboundedHitTokens}
 }
 

@@ -108,13 +108,16 @@ func TestRoutingOptionValidation(t *testing.T) {
 // A single engine has no routing, so no routed model; a fleet without
 // prompt identities has none either.
 func TestRoutedModelOnlyWhereItMeansSomething(t *testing.T) {
-	if r := newRoutedCaches([]workload.Item{{PromptTokens: 100}}, 4, 100); r != nil {
+	if r := hasSegments([]workload.Item{{PromptTokens: 100}}); r {
 		t.Error("routed model without identities")
 	}
 	item := func(ids ...uint64) workload.Item {
 		return workload.Item{PromptTokens: 1000, Segments: trace.MooncakeSegments(nil, ids, 1000)}
 	}
-	r := newRoutedCaches([]workload.Item{item(1, 2)}, 2, 1000)
+	if !hasSegments([]workload.Item{item(1, 2)}) {
+		t.Fatal("an item with segments has none")
+	}
+	r := newRoutedCaches(2, 1000)
 	observe := func(ep int, ids ...uint64) {
 		it := item(ids...)
 		r.observe(ep, it, promptBlocks(it))

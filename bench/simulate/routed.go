@@ -23,23 +23,24 @@ type routedCaches struct {
 }
 
 // newRoutedCaches returns the model for engines of capacityBlocks blocks
-// each, or nil when no item has a prompt identity (nothing could hit).
-func newRoutedCaches(items []workload.Item, engines, capacityBlocks int) *routedCaches {
-	any := false
-	for _, it := range items {
-		if it.Segments != nil {
-			any = true
-			break
-		}
-	}
-	if !any {
-		return nil
-	}
+// each; a fleet makes one only when some item has a prompt identity
+// (hasSegments: else nothing could hit).
+func newRoutedCaches(engines, capacityBlocks int) *routedCaches {
 	r := &routedCaches{caches: make([]*prefixlru.Cache, engines)}
 	for i := range r.caches {
 		r.caches[i] = prefixlru.New(max(1, capacityBlocks))
 	}
 	return r
+}
+
+// hasSegments reports whether any item's prompt has an identity.
+func hasSegments(items []workload.Item) bool {
+	for _, it := range items {
+		if it.Segments != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // observe counts item's first admission, sent to engine ep; blocks are

@@ -260,23 +260,26 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 }
 
 func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Options) (*Run, error) {
-	items, err := collect(w)
+	kv, err := kvCacheTokens(o)
 	if err != nil {
 		return nil, err
 	}
-	var tokens int
-	for _, it := range items {
-		tokens += it.MaxTokens
+	engines := 1
+	if o.fleet() {
+		engines = o.Engines
 	}
-	recordAll := tokens <= itlTokenBudget
+	sc, err := scan(w, engines*kv/sim.BlockSize)
+	if err != nil {
+		return nil, err
+	}
+	recordAll := sc.tokens <= itlTokenBudget
 	var clients clientTimeouts
 	if !o.RunPastTimeout {
 		clients = newClientTimeouts(w.Spec.Timeout.D())
 	}
+	out := newSink(w, stats.Meta{Workload: w, Target: "virtual-time " + o.Profile, Policy: pol.Name(), Load: load}, o)
 	var (
-		recs []result.Record
 		c    counters
-		reqs []vreq
 		util []EndpointUtil
 		engs []*sim.Engine
 		// routed: the fleet's per-engine prefix model (routed.go).
@@ -289,57 +292,57 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		}
 		f.recordAll = recordAll
 		f.clients = clients
-		if recs, err = f.run(items); err != nil {
+		if err := f.stream(w.Source().Next, sc.n, sc.segments, out.add); err != nil {
 			return nil, fmt.Errorf("%s at load %g: %w", pol.Name(), load, err)
 		}
-		c, reqs = f.c, f.reqs
+		c = f.c
 		routed = f.routed
 		for _, e := range f.engines {
 			util = append(util, e.util)
 			engs = append(engs, e.eng)
 		}
 	} else {
+		items, err := collect(w)
+		if err != nil {
+			return nil, err
+		}
 		l, err := newLoop(w, pol, o)
 		if err != nil {
 			return nil, err
 		}
 		l.recordAll = recordAll
 		l.clients = clients
-		if recs, err = l.run(items); err != nil {
+		if _, err = l.run(items); err != nil {
 			return nil, fmt.Errorf("%s at load %g: %w", pol.Name(), load, err)
 		}
-		c, reqs = l.c, l.reqs
+		for i := range l.reqs {
+			if err := out.add(&l.reqs[i]); err != nil {
+				return nil, err
+			}
+		}
+		c = l.c
 		l.util.Name = engineName(0)
 		util = []EndpointUtil{l.util}
 		engs = []*sim.Engine{l.eng}
 	}
-	if to := w.Spec.Timeout.D(); to > 0 && o.RunPastTimeout {
-		for i := range recs {
-			if r := &recs[i]; r.Status == result.StatusOK && time.Duration(r.DoneNS-r.SentNS) > to {
-				r.Status, r.Error = result.StatusTimeout, fmt.Sprintf("ran %v, past the workload's timeout %v", time.Duration(r.DoneNS-r.SentNS), to)
-			}
-		}
-	}
-	rep := stats.Summarize(recs, stats.Meta{Workload: w, Target: "virtual-time " + o.Profile, Policy: pol.Name(), Load: load})
+	rep := out.st.Report()
 	run := &Run{Report: rep, ArrivalRPS: naturalRate(w), Sim: RunStats{
 		ComputedTokens: c.computed, RecomputedTokens: c.recomputed,
 		Preemptions: c.preemptions, Requeues: c.requeues, Continuations: c.continuations, LateFinishes: c.lateFinish,
 		EnginePreemptions: c.enginePreempts, EngineRecomputedTokens: c.engineRecomputed, EngineSteps: c.steps,
-		MinPoolLimit: c.limitMin, VirtualSeconds: c.end.Sub(epoch).Seconds(), Requests: len(items), ITLOmitted: !recordAll,
+		MinPoolLimit: c.limitMin, VirtualSeconds: c.end.Sub(epoch).Seconds(), Requests: sc.n, ITLOmitted: !recordAll,
 		TimeoutsQueued: c.timeoutsQueued, TimeoutsRunning: c.timeoutsRunning,
 	}}
 	run.Sim.Endpoints, run.Sim.Imbalance = utilisation(util, c.end.Sub(epoch))
-	if len(engs) > 0 {
-		run.PrefixCache = prefixBounds(items, len(engs)*engs[0].Config().KVCacheTokens/sim.BlockSize)
-		if hits, ok := engineHits(engs); ok {
-			run.PrefixCache.HitTokens = &hits
-		}
-		if routed != nil {
-			h := routed.hits
-			run.PrefixCache.RoutedHitTokens = &h
-		}
+	run.PrefixCache = sc.prefix.bounds()
+	if hits, ok := engineHits(engs); ok {
+		run.PrefixCache.HitTokens = &hits
 	}
-	run.Sim.Breakdown = breakdown(reqs, w)
+	if routed != nil {
+		h := routed.hits
+		run.PrefixCache.RoutedHitTokens = &h
+	}
+	run.Sim.Breakdown = out.breakdown()
 	if b := c.bounds; b.n > 0 {
 		bs := &BoundsStats{Samples: b.n, ReserveUrgentMean: float64(b.reserve) / float64(b.n),
 			MaxPrefillTokensMean: float64(b.prefill) / float64(b.n), MaxPrefillTokensMin: b.prefillMin, MaxPrefillTokensMax: b.prefMx,
@@ -353,6 +356,52 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		run.Sim.RecomputedOfComputed = float64(c.recomputed) / float64(c.computed)
 	}
 	return run, nil
+}
+
+// scanned is what a run needs to know of its items before it starts.
+type scanned struct {
+	n, tokens int
+	// segments: some prompt has an identity.
+	segments bool
+	// prefix has seen every item: the model caches' bounds.
+	prefix *prefixReplay
+}
+
+// scan draws every item of w's source without keeping them; the pooled
+// prefix model holds capacityBlocks blocks.
+func scan(w *workload.Workload, capacityBlocks int) (scanned, error) {
+	sc := scanned{prefix: newPrefixReplay(capacityBlocks)}
+	src := w.Source()
+	for {
+		it, ok := src.Next()
+		if !ok {
+			break
+		}
+		if sc.n >= maxItems {
+			return sc, fmt.Errorf("simulate: more than %d requests in one run; shorten the duration", maxItems)
+		}
+		sc.n++
+		sc.tokens += it.MaxTokens
+		sc.segments = sc.segments || it.Segments != nil
+		sc.prefix.observe(it)
+	}
+	if sc.n == 0 {
+		return sc, errors.New("simulate: the workload yields no requests")
+	}
+	return sc, nil
+}
+
+// kvCacheTokens is one engine's KV cache with o's engine configuration.
+func kvCacheTokens(o Options) (int, error) {
+	prof, err := sim.LookupProfile(o.Profile)
+	if err != nil {
+		return 0, err
+	}
+	e, err := sim.NewEngine(prof, o.Engine)
+	if err != nil {
+		return 0, fmt.Errorf("engine: %w", err)
+	}
+	return e.Config().KVCacheTokens, nil
 }
 
 // collect draws every item of w's source.
@@ -481,26 +530,62 @@ func quantiles(ds []time.Duration) Quantiles {
 	return Quantiles{P50: at(0.5), P90: at(0.9), P99: at(0.99), Max: ms(ds[len(ds)-1])}
 }
 
-func breakdown(reqs []vreq, w *workload.Workload) map[string]Breakdown {
-	q := make([][]time.Duration, len(w.Classes))
-	u := make([][]time.Duration, len(w.Classes))
-	ew := make([][]time.Duration, len(w.Classes))
-	pf := make([][]time.Duration, len(w.Classes))
-	for i := range reqs {
-		v := &reqs[i]
-		if v.it.Warmup || v.rec.Status != result.StatusOK {
-			continue
-		}
-		c := v.it.Class
-		q[c] = append(q[c], v.queued)
-		u[c] = append(u[c], v.upstream)
-		ew[c] = append(ew[c], v.waitEng)
-		pf[c] = append(pf[c], v.prefill)
+// sink is where a run's requests go once final, in item order: the
+// report's stream and the TTFT breakdown's durations.
+type sink struct {
+	st      *stats.Stream
+	classes []workload.Class
+	// timeout, with Options.RunPastTimeout: a completed request that ran
+	// longer is reported as a timeout.
+	timeout time.Duration
+	// q, u, ew and pf are the breakdown's durations per class.
+	q, u, ew, pf [][]time.Duration
+	// records and run: Options.Records, and the run's name there.
+	records *RecordWriter
+	run     string
+}
+
+func newSink(w *workload.Workload, m stats.Meta, o Options) *sink {
+	s := &sink{st: stats.NewStream(m), classes: w.Classes, records: o.Records, run: m.Policy + "/load=" + loadKey(m.Load)}
+	if o.RunPastTimeout {
+		s.timeout = w.Spec.Timeout.D()
 	}
+	n := len(w.Classes)
+	s.q, s.u, s.ew, s.pf = make([][]time.Duration, n), make([][]time.Duration, n), make([][]time.Duration, n), make([][]time.Duration, n)
+	return s
+}
+
+// add takes v's record and timings; it keeps neither v nor its record.
+func (s *sink) add(v *vreq) error {
+	r := v.rec
+	if to := s.timeout; to > 0 && r.Status == result.StatusOK && time.Duration(r.DoneNS-r.SentNS) > to {
+		r.Status, r.Error = result.StatusTimeout, fmt.Sprintf("ran %v, past the workload's timeout %v", time.Duration(r.DoneNS-r.SentNS), to)
+	}
+	if s.records != nil {
+		r.Run = s.run
+		err := s.records.write(r)
+		r.Run = ""
+		if err != nil {
+			return fmt.Errorf("records: %w", err)
+		}
+	}
+	if !v.it.Warmup && r.Status == result.StatusOK {
+		c := v.it.Class
+		s.q[c] = append(s.q[c], v.queued)
+		s.u[c] = append(s.u[c], v.upstream)
+		s.ew[c] = append(s.ew[c], v.waitEng)
+		s.pf[c] = append(s.pf[c], v.prefill)
+	}
+	return s.st.Add(r)
+}
+
+// breakdown is each class's TTFT split over its measured requests that
+// completed.
+func (s *sink) breakdown() map[string]Breakdown {
 	out := map[string]Breakdown{}
-	for i, c := range w.Classes {
-		out[c.Name] = Breakdown{QueueMs: quantiles(q[i]), UpstreamMs: quantiles(u[i]),
-			EngineWaitMs: quantiles(ew[i]), PrefillMs: quantiles(pf[i])}
+	for i, c := range s.classes {
+		out[c.Name] = Breakdown{QueueMs: quantiles(s.q[i]), UpstreamMs: quantiles(s.u[i]),
+			EngineWaitMs: quantiles(s.ew[i]), PrefillMs: quantiles(s.pf[i])}
 	}
 	return out
 }

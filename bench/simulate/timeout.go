@@ -42,26 +42,27 @@ func newClientTimeouts(after time.Duration) clientTimeouts {
 
 // next is when the next client gives up, of the requests arrived so far;
 // zero when none will.
-func (c *clientTimeouts) next(arrived []vreq) time.Time {
+func (c *clientTimeouts) next(arrived requests) time.Time {
 	if c.after <= 0 {
 		return time.Time{}
 	}
-	for c.head < len(arrived) && arrived[c.head].done {
+	n := arrived.len()
+	for c.head < n && arrived.at(c.head).done {
 		c.head++
 	}
-	if c.head == len(arrived) {
+	if c.head == n {
 		return time.Time{}
 	}
-	return arrived[c.head].at.Add(c.after)
+	return arrived.at(c.head).at.Add(c.after)
 }
 
 // due returns a request whose client gives up by now, or nil; the caller
 // ends it before asking again.
-func (c *clientTimeouts) due(arrived []vreq, now time.Time) *vreq {
+func (c *clientTimeouts) due(arrived requests, now time.Time) *vreq {
 	if t := c.next(arrived); t.IsZero() || t.After(now) {
 		return nil
 	}
-	return &arrived[c.head]
+	return arrived.at(c.head)
 }
 
 // abandon is the client giving up on v at now: the host cancels the

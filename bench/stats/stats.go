@@ -103,6 +103,7 @@ func round(ms float64) float64 { return math.Round(ms*1000) / 1000 }
 // class accumulates one class.
 type class struct {
 	rep                   *result.ClassReport
+	index                 int // in Stream.order
 	ttft, tpot, itl, e2e  *metric
 	queue                 *metric // llmesh's Server-Timing queue time
 	ttftSLO, tpotSLO      time.Duration
@@ -206,6 +207,49 @@ func (c *class) finish(dur float64) {
 // Summarize builds the report of one run. Warm-up records are counted but
 // left out of every statistic; records may come in any order.
 func Summarize(recs []result.Record, m Meta) *result.Report {
+	s := NewStream(m)
+	var measured []*result.Record
+	for i := range recs {
+		if r := &recs[i]; s.skip(r) {
+			measured = append(measured, r)
+		}
+	}
+	sort.Slice(measured, func(i, j int) bool { return measured[i].Index < measured[j].Index })
+	for _, r := range measured {
+		s.add(r)
+	}
+	return s.Report()
+}
+
+// Stream builds the report of one run from records handed over one at a
+// time, so that a run need not keep its records: what the report reads
+// later (the timeline, peak concurrency) is kept per record in a compact
+// row (about 40 bytes), the rest is folded in at once. Measured records
+// must come in increasing Index order, as Summarize sorts them: the
+// report's means and sums are then added in the same order and come out
+// the same to the bit. Not safe for concurrent use.
+type Stream struct {
+	m       Meta
+	rep     *result.Report
+	classes map[string]*class
+	order   []*class
+	names   []string // of order
+	all     *class
+	// allMet: overall attainment uses each request's own class SLO.
+	allMet int
+	lag    *metric
+	// agree and agreeNeg are the engine agreement's deltas.
+	agree, agreeNeg *metric
+
+	start, end, firstIntended, lastIntended int64
+	recomputed, outTotal                    int
+	last                                    int // Index of the latest measured record
+	firstErr                                string
+	tl                                      rows
+}
+
+// NewStream starts the report of one run.
+func NewStream(m Meta) *Stream {
 	w := m.Workload
 	sp := &w.Spec
 	rep := &result.Report{
@@ -224,90 +268,116 @@ func Summarize(recs []result.Record, m Meta) *result.Report {
 	default:
 		rep.RequestRate = w.RequestRate()
 	}
-	classes := map[string]*class{}
-	var order []*class
+	s := &Stream{m: m, rep: rep, classes: map[string]*class{}, all: newClass(0, 1, 0, 0, 0), lag: newMetric(),
+		agree: newMetric(), agreeNeg: newMetric(), last: math.MinInt,
+		start: math.MaxInt64, end: math.MinInt64, firstIntended: math.MaxInt64, lastIntended: math.MinInt64}
 	for _, c := range w.Classes {
-		cl := newClass(c.Priority, c.Share, c.TTFT, c.TPOT, c.AttainmentTarget)
-		classes[c.Name] = cl
-		order = append(order, cl)
-		rep.Classes[c.Name] = cl.rep
+		s.newClass(c.Name, newClass(c.Priority, c.Share, c.TTFT, c.TPOT, c.AttainmentTarget))
 	}
-	all := newClass(0, 1, 0, 0, 0)
-	// Overall attainment uses each request's own class SLO.
-	var allMet int
-	lag := newMetric()
+	return s
+}
 
-	var measured []*result.Record
-	for i := range recs {
-		r := &recs[i]
-		if r.Warmup {
-			rep.Warmup++
-			continue
-		}
-		if r.Status == result.StatusCancelled {
-			rep.Requests[r.Status]++
-			continue
-		}
-		measured = append(measured, r)
-	}
-	sort.Slice(measured, func(i, j int) bool { return measured[i].Index < measured[j].Index })
+func (s *Stream) newClass(name string, cl *class) *class {
+	cl.index = len(s.order)
+	s.classes[name] = cl
+	s.order = append(s.order, cl)
+	s.names = append(s.names, name)
+	s.rep.Classes[name] = cl.rep
+	return cl
+}
 
-	var start, end, firstIntended, lastIntended int64 = math.MaxInt64, math.MinInt64, math.MaxInt64, math.MinInt64
-	var recomputed, outTotal int
-	for _, r := range measured {
-		rep.Requests[r.Status]++
-		start = min(start, r.SentNS)
-		end = max(end, r.DoneNS)
-		firstIntended, lastIntended = min(firstIntended, r.IntendedNS), max(lastIntended, r.IntendedNS)
-		lag.add(r.ScheduleLag())
-		recomputed += r.RecomputedTokens
-		cl := classes[r.Class]
-		if cl == nil {
-			cl = newClass(0, 0, 0, 0, 1)
-			classes[r.Class] = cl
-			order = append(order, cl)
-			rep.Classes[r.Class] = cl.rep
-		}
-		before := cl.met
-		cl.add(r)
-		if cl.met > before {
-			allMet++
-		}
-		all.add(r)
-		rep.NumPrompts++
-		rep.TotalInputTokens += r.PromptTokens
-		if r.Status == result.StatusOK {
-			if r.OutputTokensSource != "" {
-				if rep.OutputTokensSource == nil {
-					rep.OutputTokensSource = map[string]int{}
-				}
-				rep.OutputTokensSource[r.OutputTokensSource]++
-			}
-			rep.Completed++
-			rep.TotalOutputTokens += r.OutputTokens
-			outTotal += r.OutputTokens
-		} else {
-			rep.Failed++
-		}
-		if m.Detailed {
-			rep.InputLens = append(rep.InputLens, r.PromptTokens)
-			rep.OutputLens = append(rep.OutputLens, r.OutputTokens)
-			t, _ := r.TTFT()
-			rep.TTFTs = append(rep.TTFTs, t.Seconds())
-			var itl []float64
-			for i := 1; i < len(r.ChunkNS); i++ {
-				itl = append(itl, time.Duration(r.ChunkNS[i]-r.ChunkNS[i-1]).Seconds())
-			}
-			rep.ITLs = append(rep.ITLs, itl)
-			rep.Errors = append(rep.Errors, r.Error)
-		}
+// Add folds one record in; it does not keep r.
+func (s *Stream) Add(r *result.Record) error {
+	if !s.skip(r) {
+		return nil
 	}
+	if r.Index < s.last {
+		return fmt.Errorf("stats: record %d after record %d: measured records must come in increasing index order", r.Index, s.last)
+	}
+	s.add(r)
+	return nil
+}
+
+// skip counts a warm-up or cancelled record and reports whether r is
+// measured.
+func (s *Stream) skip(r *result.Record) bool {
+	if r.Warmup {
+		s.rep.Warmup++
+		return false
+	}
+	if r.Status == result.StatusCancelled {
+		s.rep.Requests[r.Status]++
+		return false
+	}
+	return true
+}
+
+// add folds a measured record in.
+func (s *Stream) add(r *result.Record) {
+	rep := s.rep
+	s.last = r.Index
+	rep.Requests[r.Status]++
+	s.start = min(s.start, r.SentNS)
+	s.end = max(s.end, r.DoneNS)
+	s.firstIntended, s.lastIntended = min(s.firstIntended, r.IntendedNS), max(s.lastIntended, r.IntendedNS)
+	s.lag.add(r.ScheduleLag())
+	s.recomputed += r.RecomputedTokens
+	cl := s.classes[r.Class]
+	if cl == nil {
+		cl = s.newClass(r.Class, newClass(0, 0, 0, 0, 1))
+	}
+	before := cl.met
+	cl.add(r)
+	if cl.met > before {
+		s.allMet++
+	}
+	s.all.add(r)
+	rep.NumPrompts++
+	rep.TotalInputTokens += r.PromptTokens
+	if r.Status == result.StatusOK {
+		if r.OutputTokensSource != "" {
+			if rep.OutputTokensSource == nil {
+				rep.OutputTokensSource = map[string]int{}
+			}
+			rep.OutputTokensSource[r.OutputTokensSource]++
+		}
+		rep.Completed++
+		rep.TotalOutputTokens += r.OutputTokens
+		s.outTotal += r.OutputTokens
+	} else {
+		rep.Failed++
+	}
+	if r.Error != "" && s.firstErr == "" {
+		s.firstErr = r.Error
+	}
+	if s.m.Detailed {
+		rep.InputLens = append(rep.InputLens, r.PromptTokens)
+		rep.OutputLens = append(rep.OutputLens, r.OutputTokens)
+		t, _ := r.TTFT()
+		rep.TTFTs = append(rep.TTFTs, t.Seconds())
+		var itl []float64
+		for i := 1; i < len(r.ChunkNS); i++ {
+			itl = append(itl, time.Duration(r.ChunkNS[i]-r.ChunkNS[i-1]).Seconds())
+		}
+		rep.ITLs = append(rep.ITLs, itl)
+		rep.Errors = append(rep.Errors, r.Error)
+	}
+	s.agreement(r)
+	s.tl.add(r, cl.index)
+}
+
+// Report finishes the report; the stream is spent.
+func (s *Stream) Report() *result.Report {
+	rep, w, sp := s.rep, s.m.Workload, &s.m.Workload.Spec
+	n := s.tl.len()
+	start, end := s.start, s.end
 	var dur float64
-	if len(measured) > 0 && end > start {
+	if n > 0 && end > start {
 		dur = float64(end-start) / 1e9
 	}
 	rep.Duration = dur
-	all.met = allMet
+	all := s.all
+	all.met = s.allMet
 	// Offered is the arrival schedule's own rate (n−1 gaps over first →
 	// last intended send), which the run's tail does not stretch. Every
 	// per-second figure of what happened (achieved, throughput, goodput,
@@ -316,14 +386,14 @@ func Summarize(recs []result.Record, m Meta) *result.Report {
 	// Achieved counts completed requests only, so by construction
 	// goodput ≤ throughput = achieved ≤ offered: requests that failed at
 	// once (a dead port) never make a run look faster than its schedule.
-	if n := len(measured); n > 1 && lastIntended > firstIntended && !w.Closed() {
-		rep.OfferedRPS = float64(n-1) / (float64(lastIntended-firstIntended) / 1e9)
+	if n > 1 && s.lastIntended > s.firstIntended && !w.Closed() {
+		rep.OfferedRPS = float64(n-1) / (float64(s.lastIntended-s.firstIntended) / 1e9)
 	}
 	window := dur
 	if rep.OfferedRPS > 0 {
-		window = max(window, float64(len(measured))/rep.OfferedRPS)
+		window = max(window, float64(n)/rep.OfferedRPS)
 	}
-	for _, cl := range order {
+	for _, cl := range s.order {
 		cl.finish(window)
 	}
 	all.finish(window)
@@ -331,25 +401,26 @@ func Summarize(recs []result.Record, m Meta) *result.Report {
 	rep.Overall = all.rep
 	if window > 0 {
 		rep.RequestThroughput = float64(rep.Completed) / window
-		rep.RequestGoodput = float64(allMet) / window
+		rep.RequestGoodput = float64(s.allMet) / window
 		rep.OutputThroughput = float64(rep.TotalOutputTokens) / window
 		rep.TotalTokenThroughput = float64(rep.TotalInputTokens+rep.TotalOutputTokens) / window
 		rep.AchievedRPS = rep.RequestThroughput
 	}
-	lp := lag.percentiles()
+	lp := s.lag.percentiles()
 	rep.ScheduleLagMs = result.Lag{P50: lp.P50, P99: lp.P99, Max: lp.Max}
-	if outTotal > 0 {
-		rep.RecomputedTokensFraction = float64(recomputed) / float64(outTotal)
+	if s.outTotal > 0 {
+		rep.RecomputedTokensFraction = float64(s.recomputed) / float64(s.outTotal)
 	}
 	fillVLLM(rep, all)
-	rep.Timeline, rep.MaxConcurrentRequests, rep.MaxOutputTokensPerS = timeline(measured, start, end)
+	rep.Timeline, rep.MaxConcurrentRequests, rep.MaxOutputTokensPerS = timeline(&s.tl, s.names, start, end)
+	s.tl = rows{}
 	rep.TimelineFormat = result.TimelineFormat
-	rep.Engine = engineAgreement(measured)
+	rep.Engine = s.engineAgreement()
 
 	rep.Valid = true
 	if rep.Completed == 0 {
 		rep.Valid = false
-		rep.InvalidReasons = append(rep.InvalidReasons, noneCompleted(rep, measured))
+		rep.InvalidReasons = append(rep.InvalidReasons, noneCompleted(rep, n, s.firstErr))
 	}
 	if !w.Closed() {
 		checkLag(sp, rep, lp.P99)
@@ -365,24 +436,25 @@ func fillVLLM(r *result.Report, all *class) {
 	r.MeanE2ELMs, r.MedianE2ELMs, r.StdE2ELMs, r.P50E2ELMs, r.P90E2ELMs, r.P95E2ELMs, r.P99E2ELMs, r.P999E2ELMs = e.Mean, e.P50, e.Std, e.P50, e.P90, e.P95, e.P99, e.P999
 }
 
-func engineAgreement(recs []*result.Record) *result.EngineAgreement {
-	d := newMetric()
-	neg := newMetric()
-	for _, r := range recs {
-		if r.Engine == nil || r.Engine.FirstTokenNS == 0 || r.Engine.ArrivalNS == 0 {
-			continue
-		}
-		ttft, ok := r.TTFT()
-		if !ok {
-			continue
-		}
-		delta := ttft - time.Duration(r.Engine.FirstTokenNS-r.Engine.ArrivalNS)
-		if delta < 0 {
-			neg.add(-delta)
-			continue
-		}
-		d.add(delta)
+// agreement folds r's client TTFT against the engine's own in.
+func (s *Stream) agreement(r *result.Record) {
+	if r.Engine == nil || r.Engine.FirstTokenNS == 0 || r.Engine.ArrivalNS == 0 {
+		return
 	}
+	ttft, ok := r.TTFT()
+	if !ok {
+		return
+	}
+	delta := ttft - time.Duration(r.Engine.FirstTokenNS-r.Engine.ArrivalNS)
+	if delta < 0 {
+		s.agreeNeg.add(-delta)
+		return
+	}
+	s.agree.add(delta)
+}
+
+func (s *Stream) engineAgreement() *result.EngineAgreement {
+	d, neg := s.agree, s.agreeNeg
 	if d.n+neg.n == 0 {
 		return nil
 	}
@@ -396,8 +468,8 @@ func engineAgreement(recs []*result.Record) *result.EngineAgreement {
 // noneCompleted says why a run had nothing to measure: the measured
 // requests' failures counted by status, and the first one's error (the
 // cause is usually the same for all of them, a dead port or a wrong URL).
-func noneCompleted(rep *result.Report, measured []*result.Record) string {
-	if len(measured) == 0 {
+func noneCompleted(rep *result.Report, measured int, firstErr string) string {
+	if measured == 0 {
 		return "no request completed: none was measured"
 	}
 	var statuses []string
@@ -412,10 +484,8 @@ func noneCompleted(rep *result.Report, measured []*result.Record) string {
 		kinds[i] = fmt.Sprintf("%d %s", rep.Requests[result.Status(st)], st)
 	}
 	msg := "no request completed: " + strings.Join(kinds, ", ")
-	for _, r := range measured { // in index order
-		if r.Error != "" {
-			return msg + "; first error: " + r.Error
-		}
+	if firstErr != "" { // in index order
+		return msg + "; first error: " + firstErr
 	}
 	return msg
 }

@@ -11,11 +11,66 @@ import (
 // maxBuckets bounds the timeline; long runs get wider buckets.
 const maxBuckets = 120
 
+// row is what the timeline reads of one measured record, kept until the
+// run's span (and so the buckets' width) is known.
+type row struct {
+	sent, done, first int64
+	out               int32
+	preemptions       int32 // the most the record or llmesh's header says
+	class             uint16
+	ok                bool
+}
+
+// rows are the measured records' rows in the order they were added; the
+// rarer parts (a record's chunk times, llmesh's queue time) sit in
+// parallel slices made when a record first has them.
+type rows struct {
+	r      []row
+	chunks [][]int64 // nil, or one per row
+	queue  []int64   // nil, or one per row: noQueue when none
+}
+
+// noQueue marks a row without llmesh's queue time.
+const noQueue = math.MinInt64
+
+func (t *rows) len() int { return len(t.r) }
+
+func (t *rows) add(r *result.Record, class int) {
+	p := r.Preemptions
+	if r.LLMesh != nil {
+		p = max(p, r.LLMesh.Preemptions)
+	}
+	t.r = append(t.r, row{sent: r.SentNS, done: r.DoneNS, first: r.FirstTokenNS, out: int32(r.OutputTokens),
+		preemptions: int32(p), class: uint16(class), ok: r.Status == result.StatusOK})
+	n := len(t.r)
+	if r.ChunkNS != nil && t.chunks == nil {
+		t.chunks = make([][]int64, n-1, cap(t.r))
+	}
+	if t.chunks != nil {
+		t.chunks = append(t.chunks, r.ChunkNS)
+	}
+	hasQueue := r.LLMesh != nil && r.LLMesh.HasQueue
+	if hasQueue && t.queue == nil {
+		t.queue = make([]int64, n-1, cap(t.r))
+		for i := range t.queue {
+			t.queue[i] = noQueue
+		}
+	}
+	if t.queue != nil {
+		q := int64(noQueue)
+		if hasQueue {
+			q = r.LLMesh.QueueNS
+		}
+		t.queue = append(t.queue, q)
+	}
+}
+
 // timeline slices the run into buckets and also returns the peak number of
 // concurrent requests and the peak output tokens in any one-second window
-// (vLLM's max_concurrent_requests and max_output_tokens_per_s).
-func timeline(recs []*result.Record, start, end int64) ([]result.Bucket, int, float64) {
-	if len(recs) == 0 || end <= start {
+// (vLLM's max_concurrent_requests and max_output_tokens_per_s). names
+// are the class names by row class.
+func timeline(recs *rows, names []string, start, end int64) ([]result.Bucket, int, float64) {
+	if recs.len() == 0 || end <= start {
 		return nil, 0, 0
 	}
 	span := end - start
@@ -36,28 +91,25 @@ func timeline(recs []*result.Record, start, end int64) ([]result.Bucket, int, fl
 	classTTFT := make([]map[string]*metric, n)
 	e2e := make([]*metric, n)
 
-	sends, dones := make([]int64, 0, len(recs)), make([]int64, 0, len(recs))
-	for _, r := range recs {
-		si, di := idx(r.SentNS), idx(r.DoneNS)
+	sends, dones := make([]int64, 0, recs.len()), make([]int64, 0, recs.len())
+	for i := range recs.r {
+		r := &recs.r[i]
+		si, di := idx(r.sent), idx(r.done)
 		b[si].Sent++
 		sentD[si]++
 		doneD[di]++
-		if r.FirstTokenNS > 0 {
-			firstD[idx(r.FirstTokenNS)]++
+		if r.first > 0 {
+			firstD[idx(r.first)]++
 		} else {
 			firstD[di]++
 		}
-		sends, dones = append(sends, r.SentNS), append(dones, r.DoneNS)
-		if r.LLMesh != nil && r.LLMesh.HasQueue {
+		sends, dones = append(sends, r.sent), append(dones, r.done)
+		if recs.queue != nil && recs.queue[i] != noQueue {
 			meshInD[si]++
-			meshOutD[idx(r.SentNS+r.LLMesh.QueueNS)]++
+			meshOutD[idx(r.sent+recs.queue[i])]++
 		}
-		if r.LLMesh != nil {
-			b[di].Preemptions += max(r.Preemptions, r.LLMesh.Preemptions)
-		} else {
-			b[di].Preemptions += r.Preemptions
-		}
-		if r.Status != result.StatusOK {
+		b[di].Preemptions += int(r.preemptions)
+		if !r.ok {
 			b[di].Failed++
 			continue
 		}
@@ -65,24 +117,29 @@ func timeline(recs []*result.Record, start, end int64) ([]result.Bucket, int, fl
 		if e2e[di] == nil {
 			e2e[di], ttft[di] = newMetric(), newMetric()
 		}
-		e2e[di].add(r.E2E())
-		if t, ok := r.TTFT(); ok {
+		e2e[di].add(time.Duration(r.done - r.sent))
+		if r.first != 0 && r.first >= r.sent { // result.Record.TTFT
+			t := time.Duration(r.first - r.sent)
 			ttft[di].add(t)
 			if classTTFT[di] == nil {
 				classTTFT[di] = map[string]*metric{}
 			}
-			if classTTFT[di][r.Class] == nil {
-				classTTFT[di][r.Class] = newMetric()
+			c := names[r.class]
+			if classTTFT[di][c] == nil {
+				classTTFT[di][c] = newMetric()
 			}
-			classTTFT[di][r.Class].add(t)
+			classTTFT[di][c].add(t)
 		}
 		// Tokens are spread evenly over the token-bearing chunks; a
 		// non-streamed response puts them all at its end.
-		times := r.ChunkNS
-		if len(times) == 0 {
-			times = []int64{r.DoneNS}
+		var times []int64
+		if recs.chunks != nil {
+			times = recs.chunks[i]
 		}
-		per := float64(r.OutputTokens) / float64(len(times))
+		if len(times) == 0 {
+			times = []int64{r.done}
+		}
+		per := float64(r.out) / float64(len(times))
 		for _, t := range times {
 			tokens[idx(t)] += per
 			perSec[min(max(0, (t-start)/int64(time.Second)), int64(len(perSec)-1))] += per

@@ -33,7 +33,11 @@ func TestPeakConcurrencyIsTheCount(t *testing.T) {
 			}
 			want = max(want, in)
 		}
-		_, got, _ := timeline(recs, 0, 3e9)
+		var rs rows
+		for _, r := range recs {
+			rs.add(r, 0)
+		}
+		_, got, _ := timeline(&rs, []string{""}, 0, 3e9)
 		if got != want {
 			t.Fatalf("seed %d: peak %d, want %d", seed, got, want)
 		}

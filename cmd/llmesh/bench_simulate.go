@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -26,7 +27,7 @@ import (
 var _ = addBenchCommand(command{name: "simulate", summary: "evaluate scheduling policies in virtual time (scheduler + engine model)", run: runBenchSimulate})
 
 // runBenchSimulate is `llmesh bench simulate`.
-func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("llmesh bench simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -63,6 +64,7 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		prefixW   = fs.Float64("prefix-weight", simulate.DefaultPrefixWeight, "fleet, routing "+simulate.RoutingPrefixAware+": what a full prefix match is worth in the picker's load score (1: one engine's whole slot count)")
 		hop       = fs.Duration("hop", 0, "fleet: one-way network delay between a proxy and the scheduler, and between a proxy and an engine")
 		rate      = fs.Float64("rate", 0, "arrival rate in req/s, replacing the workload's (not with --loads or --trace)")
+		records   = fs.String("records", "", "write every request's record to `FILE` as JSON lines (result.ReadRecords' format; Run names the policy and load), in item order per run")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the evaluation to `FILE` (go tool pprof)")
 		profile   = fs.String("profile", "", "engine profile (default: the workload's; known: "+strings.Join(sim.Profiles(), ", ")+")")
 	)
@@ -177,6 +179,26 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *records != "" {
+		if *seeds > 1 {
+			return withExitCode(2, errors.New("--records: not with --seeds"))
+		}
+		rf, err := os.Create(*records)
+		if err != nil {
+			return fmt.Errorf("--records: %w", err)
+		}
+		bw := bufio.NewWriterSize(rf, 1<<20)
+		o.Records = simulate.NewRecordWriter(bw)
+		defer func() {
+			ferr := bw.Flush()
+			if cerr := rf.Close(); ferr == nil {
+				ferr = cerr
+			}
+			if ferr != nil && err == nil {
+				err = fmt.Errorf("--records: %w", ferr)
+			}
+		}()
 	}
 	if *seeds > 1 {
 		return simulateSeeds(stdout, w, names, ls, o, *seeds, *jsonOut, *brief)

@@ -1,0 +1,85 @@
+package simulate
+
+import (
+	"strconv"
+
+	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/workload"
+)
+
+// requests are a run's arrived requests in arrival order, as the client
+// timeouts walk them: the loop's slice, or a fleet's window.
+type requests interface {
+	len() int
+	at(i int) *vreq
+}
+
+// reqSlice is every request of a run, kept to its end (loop.go), of
+// which the first n have arrived.
+type reqSlice struct {
+	s []vreq
+	n int
+}
+
+func (s *reqSlice) len() int       { return s.n }
+func (s *reqSlice) at(i int) *vreq { return &s.s[i] }
+
+// slabSize is how many requests (and their records) one slab of a
+// window holds.
+const slabSize = 1024
+
+type slab struct {
+	v [slabSize]vreq
+	r [slabSize]result.Record
+}
+
+// window holds a fleet's requests from the oldest one not yet handed to
+// the run's summary to the latest arrival, in slabs that are dropped once
+// every request of theirs is handed over: a run keeps the requests in
+// flight, not all of them. Requests never move, so pointers to them (in
+// messages, attempts, the ticket index) stay valid; a dropped slab lives
+// on while anything still points into it.
+type window struct {
+	slabs []*slab
+	base  int // index of slabs[0]'s first request
+	n     int // requests arrived
+}
+
+func (w *window) len() int { return w.n }
+
+func (w *window) at(i int) *vreq {
+	i -= w.base
+	return &w.slabs[i/slabSize].v[i%slabSize]
+}
+
+// push adds the next arrival: its request and its record, the record
+// filled from the item.
+func (w *window) push(it workload.Item, class string, proxy int) *vreq {
+	i := w.n - w.base
+	if i/slabSize == len(w.slabs) {
+		w.slabs = append(w.slabs, new(slab))
+	}
+	s := w.slabs[i/slabSize]
+	rec := &s.r[i%slabSize]
+	*rec = result.Record{
+		Index: it.Index, Class: class, Warmup: it.Warmup,
+		PromptTokens: it.PromptTokens, MaxTokens: it.MaxTokens,
+		IntendedNS: int64(it.At), SentNS: int64(it.At),
+	}
+	v := &s.v[i%slabSize]
+	*v = vreq{it: it, at: epoch.Add(it.At), id: strconv.Itoa(it.Index), rec: rec, proxy: proxy}
+	w.n++
+	return v
+}
+
+// dropBefore drops the slabs whose requests all come before index i.
+func (w *window) dropBefore(i int) {
+	k := (i - w.base) / slabSize
+	if k == 0 {
+		return
+	}
+	n := copy(w.slabs, w.slabs[k:])
+	clear(w.slabs[n:])
+	w.slabs = w.slabs[:n]
+	w.base += k * slabSize
+}
