@@ -67,7 +67,9 @@ func ParseConfig(s string) (Config, error) {
 		c.Endpoint = DefaultEndpoint
 	}
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("kv-events-config: "+format, args...)) }
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("kv-events-config: "+format, args...))
+	}
 	if c.Publisher != "zmq" && c.Publisher != "null" {
 		bad("publisher: %q must be \"zmq\" or \"null\"", c.Publisher)
 	}

@@ -15,7 +15,7 @@ import (
 // the golden payloads below do not depend on the encoder under test.
 type mp []byte
 
-func (b mp) arr(n int) mp { return append(b, 0x90|byte(n)) } // fixarray, n < 16
+func (b mp) arr(n int) mp  { return append(b, 0x90|byte(n)) } // fixarray, n < 16
 func (b mp) mapn(n int) mp { return append(b, 0x80|byte(n)) } // fixmap, n < 16
 func (b mp) str(s string) mp {
 	if len(s) < 32 {
@@ -39,8 +39,10 @@ func (b mp) u(v uint64) mp {
 	}
 	return binary.BigEndian.AppendUint64(append(b, 0xcf), v)
 }
-func (b mp) f64(v float64) mp { return binary.BigEndian.AppendUint64(append(b, 0xcb), math.Float64bits(v)) }
-func (b mp) bin(v []byte) mp  { return append(append(b, 0xc4, byte(len(v))), v...) }
+func (b mp) f64(v float64) mp {
+	return binary.BigEndian.AppendUint64(append(b, 0xcb), math.Float64bits(v))
+}
+func (b mp) bin(v []byte) mp { return append(append(b, 0xc4, byte(len(v))), v...) }
 func (b mp) uints(vs ...uint64) mp {
 	b = append(b, 0xdc, byte(len(vs)>>8), byte(len(vs))) // array16
 	for _, v := range vs {
@@ -150,7 +152,7 @@ func TestEncodeIsWhatVLLMSends(t *testing.T) {
 		{Kind: AllBlocksCleared},
 	}}
 	want := mp{}.arr(3).f64(3.25).arr(3).
-		mapn(8).str("type").str("BlockStored").str("block_hashes").arr(2).u(300).u(1<<40).
+		mapn(8).str("type").str("BlockStored").str("block_hashes").arr(2).u(300).u(1 << 40).
 		str("parent_block_hash").u(7).str("token_ids").arr(4).u(1).u(2).u(70000).u(4).
 		str("block_size").u(2).str("lora_id").null().str("medium").str("GPU").str("lora_name").null().
 		mapn(3).str("type").str("BlockRemoved").str("block_hashes").arr(1).u(300).str("medium").str("GPU").
