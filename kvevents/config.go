@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 )
 
@@ -100,4 +102,18 @@ func (c Config) Publishes() bool { return c.EnableKVCacheEvents && c.Publisher =
 // vLLM decides: a wildcard host binds, any other connects.
 func (c Config) binds() bool {
 	return strings.Contains(c.Endpoint, "*") || strings.Contains(c.Endpoint, "::")
+}
+
+// zmqTCP reports whether s is tcp://HOST:PORT with a host to connect to.
+func zmqTCP(s string) bool {
+	rest, ok := strings.CutPrefix(s, "tcp://")
+	if !ok {
+		return false
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil || host == "" || host == "*" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 0 && n < 65536
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -45,8 +46,8 @@ type decoder struct {
 }
 
 // capFor bounds a slice's preallocation by the bytes left, each element
-// taking at least one.
-func (d *decoder) capFor(n int) int { return min(n, d.r.Len()) }
+// taking at least one; a null array (length -1) gets none.
+func (d *decoder) capFor(n int) int { return max(0, min(n, d.r.Len())) }
 
 func (d *decoder) isNil() (bool, error) {
 	c, err := d.d.PeekCode()
@@ -94,7 +95,7 @@ func (d *decoder) batch() (Batch, error) {
 	for i := range n {
 		f := i
 		if isMap {
-			k, err := d.d.DecodeString()
+			k, err := d.str()
 			if err != nil {
 				return b, fmt.Errorf("batch: key %d: %w", i, err)
 			}
@@ -129,11 +130,11 @@ func (d *decoder) batch() (Batch, error) {
 				b.DPRank = int(r)
 			}
 		default:
-			if err := d.d.Skip(); err != nil {
+			if err := d.skip(0); err != nil {
 				return b, fmt.Errorf("batch: field %d: %w", i, err)
 			}
 		}
-		if f >= 0 {
+		if f >= 0 && f < len(seen) {
 			seen[f] = true
 		}
 	}
@@ -192,7 +193,7 @@ func (d *decoder) event(path string) (Event, error) {
 	var names []string
 	var seen uint16
 	readTag := func() error {
-		tag, err := d.d.DecodeString()
+		tag, err := d.str()
 		if err != nil {
 			return fmt.Errorf("%s: tag: %w", path, err)
 		}
@@ -221,7 +222,7 @@ func (d *decoder) event(path string) (Event, error) {
 		// they are decoded by name regardless of the kind and checked once
 		// the tag is known.
 		for i := range n {
-			k, err := d.d.DecodeString()
+			k, err := d.str()
 			if err != nil {
 				return ev, fmt.Errorf("%s: key %d: %w", path, i, err)
 			}
@@ -311,7 +312,7 @@ func (d *decoder) field(ev *Event, path, name string, seen *uint16) error {
 			return wrap(p, err)
 		}
 		if !null {
-			if ev.Medium, err = d.d.DecodeString(); err != nil {
+			if ev.Medium, err = d.str(); err != nil {
 				return wrap(p, err)
 			}
 		}
@@ -336,7 +337,7 @@ func (d *decoder) field(ev *Event, path, name string, seen *uint16) error {
 				}
 				if !null {
 					ev.Adapted = true
-					if err := d.d.Skip(); err != nil {
+					if err := d.skip(0); err != nil {
 						return fmt.Errorf("%s[%d]: %w", p, i, err)
 					}
 				}
@@ -344,7 +345,7 @@ func (d *decoder) field(ev *Event, path, name string, seen *uint16) error {
 			return nil
 		}
 		ev.Adapted = true
-		return wrap(p, d.d.Skip())
+		return wrap(p, d.skip(0))
 	case "group_idx":
 		null, err := d.isNil()
 		if err != nil {
@@ -361,7 +362,7 @@ func (d *decoder) field(ev *Event, path, name string, seen *uint16) error {
 			ev.Group = int(g)
 		}
 	default:
-		return wrap(p, d.d.Skip())
+		return wrap(p, d.skip(0))
 	}
 	return nil
 }
@@ -378,7 +379,7 @@ func (d *decoder) hash() (uint64, bool, error) {
 	case c == msgpcode.Nil:
 		return 0, true, d.d.DecodeNil()
 	case msgpcode.IsBin(c) || msgpcode.IsString(c):
-		b, err := d.d.DecodeBytes()
+		b, err := d.raw()
 		if err != nil {
 			return 0, false, err
 		}
@@ -411,4 +412,61 @@ func check(ev *Event, path string, seen uint16) error {
 		}
 	}
 	return nil
+}
+
+// maxDepth bounds the nesting of skipped values (extra keys, unknown
+// fields), so that a payload of nested arrays cannot exhaust the stack.
+const maxDepth = 32
+
+// skip skips one value, checking its nesting.
+func (d *decoder) skip(depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("nested deeper than %d", maxDepth)
+	}
+	c, err := d.d.PeekCode()
+	if err != nil {
+		return err
+	}
+	var n int
+	switch {
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		n, err = d.d.DecodeArrayLen()
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		n, err = d.d.DecodeMapLen()
+		n *= 2
+	default:
+		return d.d.Skip() // a scalar, string, bin or ext: no nesting
+	}
+	if err != nil {
+		return err
+	}
+	for range n {
+		if err := d.skip(depth + 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// raw reads a str or bin value's bytes, checking its length against what
+// is left before allocating (a forged length cannot allocate gigabytes).
+func (d *decoder) raw() ([]byte, error) {
+	n, err := d.d.DecodeBytesLen()
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 {
+		return nil, errors.New("null, want a string")
+	}
+	if n > d.r.Len() {
+		return nil, fmt.Errorf("length %d, %d bytes left", n, d.r.Len())
+	}
+	b := make([]byte, n)
+	_, err = io.ReadFull(d.r, b)
+	return b, err
+}
+
+func (d *decoder) str() (string, error) {
+	b, err := d.raw()
+	return string(b), err
 }

@@ -50,10 +50,13 @@ func (s *Subscriber) Stats() SubscriberStats {
 }
 
 // Run receives until ctx ends and returns nil then; it returns an error
-// only for a bad Endpoint.
+// at once for a bad Endpoint or a nil View.
 func (s *Subscriber) Run(ctx context.Context) error {
 	if s.View == nil {
 		return errors.New("kvevents: subscriber without a view")
+	}
+	if !zmqTCP(s.Endpoint) {
+		return fmt.Errorf("kvevents: endpoint %q must be tcp://HOST:PORT", s.Endpoint)
 	}
 	retry := s.Retry
 	if retry <= 0 {
@@ -72,10 +75,6 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		err := s.session(ctx, retry, &next, &synced, log)
 		if ctx.Err() != nil {
 			return nil
-		}
-		var bad zmq4.UnknownTransportError
-		if errors.As(err, &bad) {
-			return fmt.Errorf("kvevents: endpoint %q: %w", s.Endpoint, err)
 		}
 		log.Warn("kv events subscriber: socket failed, redialling", "endpoint", s.Endpoint, "err", err)
 		t := clk.NewTimer(retry)
