@@ -54,10 +54,10 @@ func ParseConfig(s string) (Config, error) {
 	dec := json.NewDecoder(bytes.NewReader([]byte(s)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("kv-events-config: %w", err)
+		return Config{}, err
 	}
 	if dec.More() {
-		return Config{}, errors.New("kv-events-config: more than one JSON value")
+		return Config{}, errors.New("more than one JSON value")
 	}
 	if c.Publisher == "" {
 		c.Publisher = "null"
@@ -70,7 +70,7 @@ func ParseConfig(s string) (Config, error) {
 	}
 	var errs []error
 	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("kv-events-config: "+format, args...))
+		errs = append(errs, fmt.Errorf(format, args...))
 	}
 	if c.Publisher != "zmq" && c.Publisher != "null" {
 		bad("publisher: %q must be \"zmq\" or \"null\"", c.Publisher)

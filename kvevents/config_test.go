@@ -31,7 +31,7 @@ func TestParseConfig(t *testing.T) {
 		{`{"hwm":0}`, `hwm: 0 must be at least 1`},
 		{`{"enable_kv_cache_event":true}`, `unknown field "enable_kv_cache_event"`},
 		{`{} {}`, `more than one JSON value`},
-		{`[`, `kv-events-config`},
+		{`[`, `unexpected EOF`},
 	} {
 		if _, err := ParseConfig(bad.in); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: error %v, want one mentioning %q", bad.in, err, bad.want)
