@@ -380,7 +380,12 @@ func (b *builder) pools(m *Mesh) {
 			if w := pr.Weight; !(w > 0 && w <= 1e6) {
 				b.c.add(join(p, "prefix_routing.weight"), 0, "%v must be above 0 and at most 1e6", w)
 			}
-			b.intRange(join(p, "prefix_routing.capacity_blocks"), pr.CapacityBlocks, 1, prefixindex.MaxCapacity)
+			lo := 1
+			if pr.KVEvents != nil {
+				lo = 0
+				pool.PrefixKVEvents = b.kvEvents(join(p, "prefix_routing.kv_events"), pr.KVEvents, src, pool)
+			}
+			b.intRange(join(p, "prefix_routing.capacity_blocks"), pr.CapacityBlocks, lo, prefixindex.MaxCapacity)
 			pool.PrefixWeight, pool.PrefixCapacityBlocks = pr.Weight, pr.CapacityBlocks
 		}
 		if mi := src.Capacity.MaxInflight; mi != nil && *mi == 0 {

@@ -201,9 +201,19 @@ type Pool struct {
 	// (PoolSpec.PrefixRouting); 0 means off.
 	PrefixWeight         float64
 	PrefixCapacityBlocks int
+	// PrefixKVEvents, when set, makes the prefix index precise, fed by
+	// the engines' KV-cache events (PrefixRoutingSpec.KVEvents).
+	PrefixKVEvents *KVEventSource
 	// Resume is one of KnownResume: what a host does with a stream of the
 	// pool preempted after it sent bytes (PoolPreemptionSpec.Resume).
 	Resume string
+}
+
+// KVEventSource is where a pool's engines publish KV-cache events.
+type KVEventSource struct {
+	Topic string
+	// Publishers maps an endpoint's Address() to its tcp://HOST:PORT.
+	Publishers map[string]string
 }
 
 // ClassEnginePriority reports whether requests to p carry their class's

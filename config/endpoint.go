@@ -2,8 +2,11 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"reflect"
+	"sort"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -116,4 +119,58 @@ func hostForAddr(h string) string {
 		return "[" + h + "]"
 	}
 	return h
+}
+
+// kvEvents compiles prefix_routing.kv_events (path p) of a pool whose
+// endpoints are compiled: every endpoint needs a publisher, and every
+// publisher an endpoint.
+func (b *builder) kvEvents(p string, src *KVEventsSpec, ps PoolSpec, pool *Pool) *KVEventSource {
+	out := &KVEventSource{Topic: src.Topic, Publishers: map[string]string{}}
+	eps := join(p, "endpoints")
+	byAddr := map[string]string{} // as written → Address()
+	var known []string
+	for j, e := range ps.Endpoints {
+		if j < len(pool.Endpoints) && e.Address != "" {
+			byAddr[e.Address] = pool.Endpoints[j].Address()
+			known = append(known, e.Address)
+		}
+	}
+	keys := make([]string, 0, len(src.Endpoints))
+	for k := range src.Endpoints {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := src.Endpoints[k]
+		addr, ok := byAddr[k]
+		if !ok {
+			b.c.add(join(eps, k), 0, "%q is not one of the pool's endpoints (%s)", k, strings.Join(known, ", "))
+			continue
+		}
+		if !zmqTCP(v) {
+			b.c.add(join(eps, k), 0, "%q must be tcp://HOST:PORT", v)
+			continue
+		}
+		out.Publishers[addr] = v
+	}
+	for _, e := range known {
+		if _, ok := src.Endpoints[e]; !ok {
+			b.c.add(eps, 0, "endpoint %q has no publisher: every endpoint of a pool with kv_events needs one", e)
+		}
+	}
+	return out
+}
+
+// zmqTCP reports whether s is a connectable ZMQ TCP address.
+func zmqTCP(s string) bool {
+	rest, ok := strings.CutPrefix(s, "tcp://")
+	if !ok {
+		return false
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil || host == "" || host == "*" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n < 65536
 }

@@ -124,8 +124,24 @@ type PrefixRoutingSpec struct {
 	Weight float64 `yaml:"weight"`
 	// CapacityBlocks is how many prompt blocks the picker remembers per
 	// endpoint: the engine's KV cache in blocks (kv cache tokens / block
-	// size); at least 1.
-	CapacityBlocks int `yaml:"capacity_blocks"`
+	// size); at least 1. With kv_events it is optional and bounds each
+	// endpoint's exact set instead.
+	CapacityBlocks int `yaml:"capacity_blocks,omitempty"`
+	// KVEvents makes the index precise: each endpoint's blocks are what
+	// its engine publishes in its KV-cache events (vLLM's
+	// --kv-events-config), not a guess from where requests went. Absent:
+	// the approximate index.
+	KVEvents *KVEventsSpec `yaml:"kv_events,omitempty"`
+}
+
+// KVEventsSpec names each endpoint's KV-cache event publisher.
+type KVEventsSpec struct {
+	// Topic is the subscription topic (a prefix, as ZMQ matches it); empty
+	// receives every topic.
+	Topic string `yaml:"topic,omitempty"`
+	// Endpoints maps every endpoint's address, as written in endpoints,
+	// to its engine's ZMQ PUB address, tcp://HOST:PORT.
+	Endpoints map[string]string `yaml:"endpoints"`
 }
 
 // PoolPreemptionSpec is a pool's handling of mid-stream preemption.

@@ -104,9 +104,16 @@ type PrefixRouting struct {
 	// CapacityBlocks is how many prompt blocks the picker remembers per
 	// endpoint (least recently used forgotten first): that engine's KV
 	// cache in blocks, so that the picker forgets about when the engine
-	// evicts. Required (at least 1) when Weight is set; at most
-	// prefixindex.MaxCapacity.
+	// evicts. Required (at least 1) when Weight is set and Precise is
+	// not; at most prefixindex.MaxCapacity. Under Precise it bounds each
+	// endpoint's exact set instead (0: prefixindex.MaxCapacity).
 	CapacityBlocks int
+	// Precise makes the index exact (prefixindex.Exact): each endpoint's
+	// set is what its engine reports holding, fed through
+	// Machine.EndpointBlocks (engine KV-cache events, package kvevents),
+	// and admissions teach it nothing. An endpoint whose engine reports
+	// nothing never matches.
+	Precise bool
 }
 
 // enabled reports whether the picker uses prefix matches.
@@ -221,7 +228,7 @@ func (c *Config) Validate() error {
 		if w := p.PrefixRouting.Weight; w < 0 || math.IsNaN(w) || math.IsInf(w, 0) {
 			bad("%s.prefix_routing.weight: %v must be a finite number, at least 0 (0: off)", path, w)
 		}
-		if c := p.PrefixRouting.CapacityBlocks; c < 0 || c > prefixindex.MaxCapacity || (p.PrefixRouting.Weight > 0 && c == 0) {
+		if c := p.PrefixRouting.CapacityBlocks; c < 0 || c > prefixindex.MaxCapacity || (p.PrefixRouting.Weight > 0 && c == 0 && !p.PrefixRouting.Precise) {
 			bad("%s.prefix_routing.capacity_blocks: %d must be in [1, %d] when prefix routing is on", path, c, prefixindex.MaxCapacity)
 		}
 	}

@@ -9,7 +9,11 @@
 // Scheduler between processes over gRPC; scheduler/capacity adapts a pool's
 // limit from the engine's /metrics; scheduler/policy holds the policies and
 // their one registry. A pool with PrefixRouting owns a prefixindex.Index
-// (endpoint.go), which only the Machine's own methods touch.
+// (endpoint.go), or with PrefixRouting.Precise a prefixindex.Exact, which
+// only the Machine's own methods touch: engine reports reach the exact
+// index through BlockSink (blocks.go), whose callers serialize with the
+// Machine's other calls; Scheduler.EndpointBlocks hands a subscriber
+// goroutine a sink that takes the Scheduler's mutex.
 //
 // # Driving the Machine (real or virtual time)
 //

@@ -141,7 +141,8 @@ type pool struct {
 	// prefix remembers which prompt blocks went to which endpoint; nil
 	// unless PrefixRouting is on (endpoint.go). match is its scratch
 	// result, valid for the waiting request matchFor.
-	prefix   *prefixindex.Index
+	prefix   prefixIndex
+	exact    *prefixindex.Exact // prefix, when PrefixRouting.Precise
 	match    []int
 	matchFor Ticket
 }
@@ -216,7 +217,10 @@ func NewMachine(cfg Config) (*Machine, error) {
 		if p.track {
 			p.run = newSlotIndex(len(m.classes))
 		}
-		if pc.PrefixRouting.enabled() {
+		if pc.PrefixRouting.enabled() && pc.PrefixRouting.Precise {
+			p.exact, _ = prefixindex.NewExact(len(p.endpoints), pc.PrefixRouting.CapacityBlocks) // validated above
+			p.prefix = p.exact
+		} else if pc.PrefixRouting.enabled() {
 			caps := make([]int, len(p.endpoints))
 			for i := range caps {
 				caps[i] = pc.PrefixRouting.CapacityBlocks

@@ -96,7 +96,7 @@ func poolFromMesh(p *config.Pool, lookup func(name string) (Policy, error)) (Poo
 		ReserveUrgent:     sc.ReserveUrgent,
 		StaticBounds:      sc.StaticBounds,
 		OverloadRelease:   sc.OverloadRelease,
-		PrefixRouting:     PrefixRouting{Weight: p.PrefixWeight, CapacityBlocks: p.PrefixCapacityBlocks},
+		PrefixRouting:     PrefixRouting{Weight: p.PrefixWeight, CapacityBlocks: p.PrefixCapacityBlocks, Precise: p.PrefixKVEvents != nil},
 		Preemption: PreemptionConfig{
 			MinLowerInflight: sc.Preemption.MinLowerInflight,
 			MinRunTime:       sc.Preemption.MinRunTime,

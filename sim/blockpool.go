@@ -20,6 +20,8 @@ type blockPool struct {
 	next   []int32
 	free   int // blocks in the free queue
 	cached map[kvblock.Hash]int32
+	// events, when set, hears of every eviction of a named block.
+	events BlockEvents
 }
 
 func newBlockPool(n int) *blockPool {
@@ -64,6 +66,9 @@ func (p *blockPool) take() int32 {
 	if h := p.hash[b]; h != 0 {
 		delete(p.cached, h)
 		p.hash[b] = 0
+		if p.events != nil {
+			p.events.BlockRemoved(h)
+		}
 	}
 	p.ref[b] = 1
 	return b
@@ -103,17 +108,19 @@ func (p *blockPool) hold(b int32) {
 	p.ref[b]++
 }
 
-// register names block b, now full and computed, by h; a block already
-// cached under h keeps the name and b stays anonymous.
-func (p *blockPool) register(b int32, h kvblock.Hash) {
+// register names block b, now full and computed, by h, and reports
+// whether it did; a block already cached under h keeps the name and b
+// stays anonymous.
+func (p *blockPool) register(b int32, h kvblock.Hash) bool {
 	if h == 0 || p.hash[b] != 0 {
-		return
+		return false
 	}
 	if _, ok := p.cached[h]; ok {
-		return
+		return false
 	}
 	p.cached[h] = b
 	p.hash[b] = h
+	return true
 }
 
 // release drops one holder from each of blocks, last block first, so that

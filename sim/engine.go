@@ -104,6 +104,9 @@ type SeqSpec struct {
 	// Blocks is never shared. Nil: the sequence shares nothing, as if
 	// prefix caching were off for it.
 	Blocks []kvblock.Hash
+	// Tokens are the token ids Blocks were hashed from, used only to
+	// report stored blocks (SetBlockEvents); nil is fine otherwise.
+	Tokens []uint32
 }
 
 // Event is what happened to one sequence in a step. Token events take
@@ -173,6 +176,7 @@ type seq struct {
 	computed  int            // tokens whose KV is in the cache
 	table     []int32        // KV blocks held, in token order
 	hashes    []kvblock.Hash // SeqSpec.Blocks
+	ids       []uint32       // SeqSpec.Tokens
 	hashed    int            // leading blocks of table registered or hit
 	lost      int            // tokens computed when last preempted
 	state     seqState
@@ -278,7 +282,7 @@ func (e *Engine) Add(s SeqSpec) error {
 	if blocksFor(s.PromptTokens+1) > e.totalBlocks {
 		return fmt.Errorf("%w: %d prompt tokens exceed the KV cache of %d tokens", ErrTooLong, s.PromptTokens, e.totalBlocks*BlockSize)
 	}
-	q := &seq{id: s.ID, prompt: s.PromptTokens, maxTokens: s.MaxTokens, priority: s.Priority, order: e.nextOrd, heapIdx: -1, hashes: s.Blocks}
+	q := &seq{id: s.ID, prompt: s.PromptTokens, maxTokens: s.MaxTokens, priority: s.Priority, order: e.nextOrd, heapIdx: -1, hashes: s.Blocks, ids: s.Tokens}
 	e.nextOrd++
 	e.seqs[s.ID] = q
 	e.waiting.push(q)
@@ -414,8 +418,30 @@ func (e *Engine) register(q *seq) {
 	if e.cfg.DisablePrefixCaching {
 		return
 	}
-	for end := min(q.computed/BlockSize, len(q.hashes)); q.hashed < end; q.hashed++ {
-		e.pool.register(q.table[q.hashed], q.hashes[q.hashed])
+	if e.pool.events == nil {
+		for end := min(q.computed/BlockSize, len(q.hashes)); q.hashed < end; q.hashed++ {
+			e.pool.register(q.table[q.hashed], q.hashes[q.hashed])
+		}
+		return
+	}
+	// Runs of newly named blocks are reported as one store each, with the
+	// hash of the block before the run as its parent (blockevents.go).
+	run := -1
+	end := min(q.computed/BlockSize, len(q.hashes))
+	for ; q.hashed < end; q.hashed++ {
+		if e.pool.register(q.table[q.hashed], q.hashes[q.hashed]) {
+			if run < 0 {
+				run = q.hashed
+			}
+			continue
+		}
+		if run >= 0 {
+			e.storedRun(q, run, q.hashed)
+			run = -1
+		}
+	}
+	if run >= 0 {
+		e.storedRun(q, run, end)
 	}
 }
 

@@ -61,7 +61,9 @@ const (
 )
 
 // Routings lists the valid Options.Routing values.
-func Routings() []string { return []string{RoutingEndpointAware, RoutingPool, RoutingPrefixAware} }
+func Routings() []string {
+	return []string{RoutingEndpointAware, RoutingPool, RoutingPrefixAware, RoutingPrefixPrecise}
+}
 
 // msgKind is what a message between proxy, scheduler and engine carries.
 type msgKind uint8
@@ -257,8 +259,8 @@ func fleetConfig(w *workload.Workload, pol scheduler.Policy, o Options, kvBlocks
 			cfg.Pools[0].Endpoints = append(cfg.Pools[0].Endpoints, scheduler.EndpointConfig{Name: engineName(i), MaxInflight: o.MaxInflight})
 		}
 	}
-	if o.Routing == RoutingPrefixAware {
-		cfg.Pools[0].PrefixRouting = scheduler.PrefixRouting{Weight: o.PrefixWeight, CapacityBlocks: kvBlocks}
+	if o.Routing == RoutingPrefixAware || o.Routing == RoutingPrefixPrecise {
+		cfg.Pools[0].PrefixRouting = scheduler.PrefixRouting{Weight: o.PrefixWeight, CapacityBlocks: kvBlocks, Precise: o.Routing == RoutingPrefixPrecise}
 	}
 	return cfg
 }
@@ -274,7 +276,7 @@ func newFleet(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, er
 		classes: w.Classes, routing: o.Routing, hop: int64(o.Hop), proxies: o.Proxies,
 		epIndex: map[string]int{}, byEng: []*attempt{nil},
 		interval: o.MetricsInterval, late: o.LateHandoff, recordAll: true,
-		prefix: o.Routing == RoutingPrefixAware,
+		prefix: o.Routing == RoutingPrefixAware || o.Routing == RoutingPrefixPrecise,
 	}
 	for i := range o.Engines {
 		eng, err := sim.NewEngine(prof, o.Engine)
@@ -313,6 +315,11 @@ func newFleet(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, er
 		}
 		f.ss = append(f.ss, &fleetSched{m: m, index: i})
 		f.tokensMatter = f.tokensMatter || m.TokensMatter(poolName)
+	}
+	if o.Routing == RoutingPrefixPrecise {
+		if err := f.feedExact(); err != nil {
+			return nil, err
+		}
 	}
 	return f, nil
 }

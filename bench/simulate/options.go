@@ -114,10 +114,11 @@ type Options struct {
 	// the default), one machine for every proxy, or SchedulersPerProxy,
 	// one per proxy with its share of every bound (layout.go).
 	Schedulers string
-	// Routing is RoutingEndpointAware (empty: the default), RoutingPool or
-	// RoutingPrefixAware.
+	// Routing is RoutingEndpointAware (empty: the default), RoutingPool,
+	// RoutingPrefixAware or RoutingPrefixPrecise.
 	Routing string
 	// PrefixWeight is the prefix rule's weight under RoutingPrefixAware
+	// and RoutingPrefixPrecise
 	// (scheduler.PrefixRouting.Weight: what a full match is worth in load
 	// score); 0 means DefaultPrefixWeight. Other routings ignore it.
 	PrefixWeight float64
@@ -222,7 +223,7 @@ func (o Options) withDefaults(w *workload.Workload) (Options, error) {
 	switch o.Routing {
 	case "":
 		o.Routing = RoutingEndpointAware
-	case RoutingEndpointAware, RoutingPool, RoutingPrefixAware:
+	case RoutingEndpointAware, RoutingPool, RoutingPrefixAware, RoutingPrefixPrecise:
 	default:
 		errs = append(errs, fmt.Errorf("routing: %q must be one of %s", o.Routing, strings.Join(Routings(), ", ")))
 	}

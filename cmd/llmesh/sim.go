@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/kvevents"
 	"github.com/llmesh/llmesh/sim"
 	"github.com/llmesh/llmesh/sim/server"
 )
@@ -194,6 +195,7 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Var(prefixCachingFlag{&caching, true}, "enable-prefix-caching", "keep computed KV blocks and serve repeated prompt prefixes from them, as vLLM V1 does")
 	fs.Var(prefixCachingFlag{&caching, false}, "no-enable-prefix-caching", "turn prefix caching off (the later of the two flags wins)")
 	quirks := fs.String("quirks", "", "comma-separated engine quirks to reproduce: "+strings.Join(server.KnownQuirks(), ", "))
+	kvEventsConfig := fs.String("kv-events-config", "", `publish KV-cache events as vLLM does, a JSON object: {"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","topic":"kv-events"}`)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -237,15 +239,33 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if _, err := server.ParseQuirks([]string{*quirks}); err != nil {
 		errs = append(errs, fmt.Errorf("--quirks: %w", err))
 	}
+	var kvc kvevents.Config
+	if *kvEventsConfig != "" {
+		if kvc, err = kvevents.ParseConfig(*kvEventsConfig); err != nil {
+			errs = append(errs, fmt.Errorf("--kv-events-config: %w", err))
+		}
+	}
 	var srv *server.Server
+	var pub *kvevents.Publisher
+	if err := errors.Join(errs...); err == nil && kvc.Publishes() {
+		if pub, err = kvevents.NewPublisher(kvc); err != nil {
+			errs = append(errs, fmt.Errorf("--kv-events-config: %w", err))
+		} else {
+			defer pub.Close()
+		}
+	}
 	if err := errors.Join(errs...); err == nil {
+		var kv server.KVEventPublisher
+		if pub != nil {
+			kv = pub
+		}
 		srv, err = server.New(server.Config{
 			Profile: *profile, ServedModelName: *served, Seed: *seed,
 			Engine: sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxTokens, KVCacheTokens: *kvTokens, MaxModelLen: *maxLen, Policy: pol,
 				LongPrefillTokenThreshold: *longPrefill, DisablePrefixCaching: !caching},
 			Clock:     clock.NewScaled(*scale),
 			FaultRate: *faultRate, FaultKinds: kinds, DefaultMaxTokens: *defMax,
-			Quirks: []string{*quirks},
+			Quirks: []string{*quirks}, KVEvents: kv,
 		})
 		if err != nil {
 			errs = append(errs, err)
@@ -277,6 +297,13 @@ func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if strings.TrimSpace(*quirks) != "" {
 		fmt.Fprintf(stdout, "llmesh sim: quirks %s\n", *quirks)
+	}
+	if pub != nil {
+		where := kvc.Endpoint
+		if a := pub.Addr(); a != nil {
+			where = "tcp://" + a.String()
+		}
+		fmt.Fprintf(stdout, "llmesh sim: kv events on %s topic %q\n", where, kvc.Topic)
 	}
 	return srv.Serve(ctx, hl, gl)
 }

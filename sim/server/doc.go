@@ -20,6 +20,10 @@
 //     handler under stream.mu; stream.notify (capacity 1) wakes the handler.
 //     A slow handler never blocks the loop: it finds several steps' tokens
 //     and sends them in one chunk.
+//   - With Config.KVEvents set, the engine loop goroutine also owns the
+//     step's pending KV-cache events (kvevents.go), collected while the
+//     engine steps and handed to the publisher after each step; the
+//     publisher's own goroutine sends them.
 //   - Metrics are Prometheus collectors, safe for concurrent use; gauges
 //     are set by the loop.
 //   - Serve owns the HTTP and gRPC servers and shuts them down after the

@@ -58,6 +58,7 @@ func (s *stream) wake() {
 type loop struct {
 	clk     clock.Clock
 	engine  *sim.Engine
+	blocks  *blockEvents // nil: no KV-cache events
 	metrics *metrics
 
 	mu     sync.Mutex // guards inbox, aborts, closed
@@ -223,6 +224,7 @@ func (l *loop) run(ctx context.Context) {
 		}
 		now := l.clk.Now()
 		r := l.engine.Step(now)
+		l.blocks.flush(now)
 		// Gauges show the batch being computed while the step runs, so a
 		// client that got tokens of a step reads a state at least that new.
 		l.metrics.gauges(l.engine)

@@ -49,6 +49,11 @@ type Config struct {
 	Quirks []string
 	// Logger gets request errors (nil: discarded).
 	Logger *slog.Logger
+	// KVEvents, when set, gets the engine's KV-cache events (vLLM's
+	// BlockStored and BlockRemoved), a batch per step that changed the
+	// prefix cache (kvevents.go). Nil: none are made. Nothing is published
+	// with prefix caching off.
+	KVEvents KVEventPublisher
 }
 
 // Server is a simulated engine: one engine model driven by one loop
@@ -122,6 +127,10 @@ func New(cfg Config) (*Server, error) {
 	m := newMetrics(cfg.ServedModelName)
 	s := &Server{cfg: cfg, profile: p, clk: cfg.Clock, metrics: m, faults: inj, quirks: quirks, log: cfg.Logger, created: cfg.Clock.Now().Unix()}
 	s.loop = newLoop(cfg.Clock, eng, m)
+	if cfg.KVEvents != nil && !cfg.Engine.DisablePrefixCaching {
+		s.loop.blocks = &blockEvents{pub: cfg.KVEvents}
+		eng.SetBlockEvents(s.loop.blocks)
+	}
 	return s, nil
 }
 
@@ -292,7 +301,7 @@ func (s *Server) generate(ctx context.Context, req genRequest, emit func(ids []u
 	next := gen.Next
 	if !s.cfg.Engine.DisablePrefixCaching {
 		var out []uint32
-		st.spec.Blocks, out = seqBlocks(req)
+		st.spec.Blocks, st.spec.Tokens, out = seqBlocks(req)
 		// The output is generated once, for the blocks; the stream sends it.
 		next = func() uint32 { id := out[0]; out = out[1:]; return id }
 	}
@@ -361,13 +370,14 @@ func (s *Server) generate(ctx context.Context, req genRequest, emit func(ids []u
 // generate (synthetic output is a function of seed and prompt), so that a
 // request repeating a prompt, or continuing a conversation with the text
 // generated so far, hits the blocks earlier requests computed, as in vLLM.
-// It returns that output too (req.maxTokens ids).
-func seqBlocks(req genRequest) ([]kvblock.Hash, []uint32) {
+// It returns the token ids (prompt, then output) and that output too
+// (req.maxTokens ids).
+func seqBlocks(req genRequest) ([]kvblock.Hash, []uint32, []uint32) {
 	toks := make([]uint32, len(req.prompt), len(req.prompt)+req.maxTokens)
 	copy(toks, req.prompt)
 	gen := sim.NewGenerator(req.seed, req.prompt)
 	for range req.maxTokens {
 		toks = append(toks, gen.Next())
 	}
-	return kvblock.Chain(make([]kvblock.Hash, 0, len(toks)/sim.BlockSize), 0, toks, sim.BlockSize), toks[len(req.prompt):]
+	return kvblock.Chain(make([]kvblock.Hash, 0, len(toks)/sim.BlockSize), 0, toks, sim.BlockSize), toks, toks[len(req.prompt):]
 }
