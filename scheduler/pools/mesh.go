@@ -23,9 +23,11 @@ func Config(c *config.Config) (scheduler.Config, error) {
 
 // MeshSet is Set kept in step with a mesh config: Apply
 // updates the schedulers and restarts the capacity watchers (pools with
-// capacity.metrics.url) for the new config.
+// capacity.metrics.url) and the KV-cache event subscribers (pools with
+// prefix_routing.kv_events) for the new config.
 //
-// Goroutines: Start runs one goroutine per capacity watcher; Apply stops
+// Goroutines: Start runs one goroutine per capacity watcher and per
+// subscribed endpoint; Apply stops
 // them (and waits) before starting the new config's; Close stops them.
 // mu guards the watcher group and the current config.
 type MeshSet struct {
@@ -74,8 +76,19 @@ func (m *MeshSet) startLocked() error {
 	if err != nil {
 		return err
 	}
+	subs, err := kvSubscribers(m.mesh, m.Set)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(m.ctx)
 	m.cancel = cancel
+	for _, sub := range subs {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			_ = sub.Run(ctx) // endpoints were checked by config; ends with ctx
+		}()
+	}
 	for _, w := range ws {
 		m.wg.Add(1)
 		go func() {

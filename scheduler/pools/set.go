@@ -608,3 +608,21 @@ func (s *Set) Close() error {
 	}
 	return nil
 }
+
+// EndpointBlocks returns the precise prefix index feed of endpoint of the
+// current scheduler of pool (scheduler.Scheduler.EndpointBlocks). A
+// scheduler built later by Update starts with an empty index: MeshSet
+// restarts its KV-cache event subscribers then.
+func (s *Set) EndpointBlocks(pool, endpoint string) (*scheduler.LockedBlockSink, error) {
+	s.mu.Lock()
+	sl := s.slots[pool]
+	var sc *scheduler.Scheduler
+	if sl != nil && sl.cur != nil {
+		sc = sl.cur.sched
+	}
+	s.mu.Unlock()
+	if sc == nil {
+		return nil, fmt.Errorf("scheduler: unknown pool %q", pool)
+	}
+	return sc.EndpointBlocks(pool, endpoint)
+}
