@@ -144,7 +144,14 @@ type Gateway struct {
 	mu      sync.Mutex
 	proxies map[string]*httputil.ReverseProxy // by upstream URL and protocol
 	ready   atomic.Bool
+	// retries counts requests sent once more on another admission after a
+	// failure before any byte reached the client (retry.go).
+	retries atomic.Uint64
 }
+
+// Retries is how many requests were sent once more after their upstream
+// failed before any byte reached the client (retry.go).
+func (g *Gateway) Retries() uint64 { return g.retries.Load() }
 
 // New validates cfg and builds a Gateway; it listens on nothing until Serve.
 func New(cfg Config, opts ...Option) (*Gateway, error) {

@@ -34,6 +34,9 @@ type exchange struct {
 	body []byte
 	// preemptible: the lease may fire Preempt for this request.
 	preemptible bool
+	// retried: the request was sent once more after a failure before any
+	// byte reached the client (retry.go).
+	retried bool
 }
 
 type exchangeKey struct{}
