@@ -235,17 +235,23 @@ func (x *Exchange) Trailers(t time.Time, h Headers) {
 	}
 }
 
-// Requeued gives the current admission back as preempted, for a host that
-// sends the request again (a requeue before the first byte, or a
-// mid-stream continuation): Admitted or Streaming → Requeued, and
-// Admitted follows with the new lease. The preemption is counted; the
-// Record stays one across the attempts.
-func (x *Exchange) Requeued() {
+// Requeued gives the current admission back, how the attempt ended, for a
+// host that sends the request again: Admitted or Streaming → Requeued,
+// and Admitted follows with the new lease. EndPreempted (a requeue before
+// the first byte, or a mid-stream continuation) counts a preemption;
+// EndFailed and EndUnreachable (an upstream that failed before any byte
+// reached the client, tried once more elsewhere) release with their
+// outcome; any other ending is taken as EndPreempted. The Record stays one
+// across the attempts.
+func (x *Exchange) Requeued(how Ending) {
 	if !x.allowed(callRequeued) {
 		return
 	}
-	x.preemptions++
-	x.release(scheduler.Preempted)
+	if how != EndFailed && how != EndUnreachable {
+		how = EndPreempted
+		x.preemptions++
+	}
+	x.release(how.outcome(nil))
 	x.state = StateRequeued
 }
 

@@ -72,7 +72,7 @@ func FuzzExchangeCalls(f *testing.F) {
 			case op == 5:
 				x.Trailers(now(i), MapHeaders{"x-t": "1"})
 			case op == 6:
-				x.Requeued()
+				x.Requeued(EndPreempted)
 			case op == 7:
 				if s := x.State(); s != StateEnded {
 					x.Start(cfg, head) // a misuse: the request is live

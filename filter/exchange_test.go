@@ -138,7 +138,7 @@ func TestExchangeRequeue(t *testing.T) {
 	l1, l2 := newExLease(), newExLease()
 	x.Admitted(t0.Add(time.Millisecond), l1)
 	x.UpstreamSent(t0.Add(2*time.Millisecond), "")
-	x.Requeued()
+	x.Requeued(EndPreempted)
 	x.Admitted(t0.Add(50*time.Millisecond), l2)
 	x.UpstreamSent(t0.Add(51*time.Millisecond), "")
 	x.ResponseHead(t0.Add(60*time.Millisecond), 200, MapHeaders{"content-type": "text/event-stream"})

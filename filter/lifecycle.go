@@ -82,10 +82,15 @@ const (
 	// (Envoy's OnDestroy without a log phase). Released as cancelled; End
 	// makes no Record.
 	EndDropped
+	// EndUnreachable: the upstream could not be reached (the connection
+	// failed: nothing was sent); cause is the Record's Err and the
+	// observation's error. Released as unreachable, which takes the
+	// endpoint out of the picker at once (scheduler.Unreachable).
+	EndUnreachable
 	numEndings
 )
 
-var endingNames = [numEndings]string{"completed", "refused", "client-gone", "failed", "preempted", "fault", "dropped"}
+var endingNames = [numEndings]string{"completed", "refused", "client-gone", "failed", "preempted", "fault", "dropped", "unreachable"}
 
 func (e Ending) String() string {
 	if e < numEndings {
@@ -103,6 +108,8 @@ func (e Ending) outcome(ob *Observation) scheduler.Outcome {
 		return scheduler.Cancelled
 	case EndPreempted:
 		return scheduler.Preempted
+	case EndUnreachable:
+		return scheduler.Unreachable
 	}
 	return scheduler.Failed
 }

@@ -53,7 +53,7 @@ func driveTo(t *testing.T, cfg *ExchangeConfig, s State) (*Exchange, *exLease) {
 	x.Admitted(t0, l)
 	switch s {
 	case StateRequeued:
-		x.Requeued()
+		x.Requeued(EndPreempted)
 	case StateStreaming:
 		x.ResponseHead(t0, 200, MapHeaders{"content-type": "text/event-stream"})
 	case StateFinished:
@@ -83,7 +83,7 @@ func TestExchangeTransitions(t *testing.T) {
 		callResponseHead: func(x *Exchange, _ *ExchangeConfig) { x.ResponseHead(t0, 200, nil) },
 		callChunk:        func(x *Exchange, _ *ExchangeConfig) { _ = x.Chunk(t0, []byte("data: [DONE]\n\n")) },
 		callTrailers:     func(x *Exchange, _ *ExchangeConfig) { x.Trailers(t0, MapHeaders{}) },
-		callRequeued:     func(x *Exchange, _ *ExchangeConfig) { x.Requeued() },
+		callRequeued:     func(x *Exchange, _ *ExchangeConfig) { x.Requeued(EndPreempted) },
 		callFinish:       func(x *Exchange, _ *ExchangeConfig) { x.Finish(t0, EndCompleted, nil) },
 		callEnd:          func(x *Exchange, _ *ExchangeConfig) { x.End(t0, EndCompleted, nil) },
 		callServerTiming: func(x *Exchange, _ *ExchangeConfig) { _ = x.ServerTiming(t0, true) },

@@ -151,6 +151,8 @@ type Config struct {
 	// classification's trusted marker: a shared secret between the trusted
 	// front and the gateway that an engine (or its logs) must not see.
 	DropHeaders []string
+	// Limits bound what clients can hold (limits.go).
+	Limits Limits
 }
 
 const (
@@ -275,6 +277,8 @@ func compile(cfg Config) (*compiled, error) {
 	if c.cfg.StreamIdleTimeout == 0 {
 		c.cfg.StreamIdleTimeout = defaultStreamIdleTimeout
 	}
+	errs = append(errs, validateLimits(cfg.Limits)...)
+	c.cfg.Limits = cfg.Limits.withDefaults()
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}

@@ -150,7 +150,20 @@ type Gateway struct {
 	// made once in New, counts and logs them. Tests require none.
 	misuses  atomic.Int64
 	onMisuse func(call string, s filter.State)
+
+	// retries counts requests sent once more on another admission after a
+	// failure before any byte reached the client (retry.go).
+	retries atomic.Uint64
+	// bodies counts buffered request body bytes (limits.go).
+	bodies budget
+	// refusedConns counts connections closed on accept, over
+	// Limits.MaxConnsPerClient.
+	refusedConns atomic.Uint64
 }
+
+// Retries is how many requests were sent once more after their upstream
+// failed before any byte reached the client (retry.go).
+func (g *Gateway) Retries() uint64 { return g.retries.Load() }
 
 // New validates cfg and builds a Gateway; it listens on nothing until Serve.
 func New(cfg Config, opts ...Option) (*Gateway, error) {
@@ -279,16 +292,20 @@ func (g *Gateway) record(r Record) {
 // before their connections are closed. It returns nil after a clean
 // shutdown.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
+	cfg := g.cfg.Load().cfg
+	lim := cfg.Limits
 	srv := &http.Server{
 		Handler:           g.handler,
-		MaxHeaderBytes:    g.cfg.Load().cfg.MaxHeaderBytes,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       max(0, lim.ClientIdleTimeout),
 		Protocols:         new(http.Protocols),
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: max(0, lim.MaxStreamsPerConn)},
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
+	ln = limitClients(ln, lim.MaxConnsPerClient, &g.refusedConns)
 	return serveUntil(ctx, srv, ln, drain, func() { g.ready.Store(false) })
 }
 

@@ -1,11 +1,9 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -34,6 +32,12 @@ type exchange struct {
 	body []byte
 	// preemptible: the lease may fire Preempt for this request.
 	preemptible bool
+	// retried: the request was sent once more after a failure before any
+	// byte reached the client (retry.go).
+	retried bool
+	// unreachable: the last attempt's connection failed (transport.go);
+	// the request ends as filter.EndUnreachable.
+	unreachable bool
 }
 
 type exchangeKey struct{}
@@ -84,6 +88,7 @@ func (g *Gateway) newExchange(rt *compiled, pool *compiledPool, r *http.Request,
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := g.cfg.Load()
 	recv := g.clock.Now()
+	w = newDeadlineWriter(w, rt.cfg.Limits.ClientWriteTimeout)
 	kind := grpcKind(r)
 	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, kind != filter.GRPCNone)
 	if !ok {
@@ -93,8 +98,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if pool.Arm != "" {
 		w.Header().Set(ArmHeader, pool.Arm) // on errors too: the arm refused it
 	}
-	body, err := readBody(r.Body, rt.cfg.MaxRequestBytes)
+	body, releaseBody, err := g.readBodyBounded(w, r, rt.cfg.MaxRequestBytes, rt.cfg.Limits)
+	defer releaseBody()
 	if err != nil {
+		if errors.Is(err, ErrBodyBudget) || errors.Is(err, ErrBodyTimeout) {
+			reply(w, kind, err)
+			return
+		}
 		if errors.Is(err, ErrBodyTooLarge) {
 			reply(w, kind, fmt.Errorf("%w: request body exceeds max_request_bytes (%d bytes)", filter.ErrRequestTooLarge, rt.cfg.MaxRequestBytes))
 			return
@@ -232,6 +242,9 @@ func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	case errors.Is(err, ErrUpstreamStalled):
 		end(filter.EndFailed)
 		reply(w, kind, err)
+	case x != nil && x.unreachable:
+		end(filter.EndUnreachable)
+		reply(w, kind, fmt.Errorf("%w: %w", filter.ErrUpstream, err))
 	default:
 		end(filter.EndFailed)
 		reply(w, kind, fmt.Errorf("%w: %w", filter.ErrUpstream, err))
@@ -246,23 +259,6 @@ func isAdmitErr(err error) bool {
 		}
 	}
 	return false
-}
-
-// readBody reads at most limit bytes; more is ErrBodyTooLarge.
-func readBody(rc io.ReadCloser, limit int64) ([]byte, error) {
-	if rc == nil || rc == http.NoBody {
-		return nil, nil
-	}
-	defer rc.Close()
-	var buf bytes.Buffer
-	n, err := io.Copy(&buf, io.LimitReader(rc, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if n > limit {
-		return nil, ErrBodyTooLarge
-	}
-	return buf.Bytes(), nil
 }
 
 var idSeq atomic.Uint64

@@ -381,7 +381,7 @@ func (s *stream) continueStream() error {
 			s.finishSynthetic()
 			return nil
 		}
-		x.core.Requeued()
+		x.core.Requeued(filter.EndPreempted)
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/filter"
 )
 
 // errPreemptSignal is the cancellation cause of an attempt stopped because
@@ -144,26 +145,53 @@ func (t *attemptTransport) RoundTrip(outreq *http.Request) (*http.Response, erro
 	for {
 		a := x.newAttempt(outreq.Context())
 		res, err := send(t.base, x, a, outreq, x.body)
+		if err == nil && retryStatus(res.StatusCode) && x.canRetry(outreq.Context()) {
+			res.Body.Close()
+			a.stop()
+			if rerr := x.retryElsewhere(outreq.Context(), filter.EndFailed); rerr != nil {
+				return nil, rerr
+			}
+			continue
+		}
 		if err == nil {
 			s := newStream(x, a, t.base, outreq, res)
 			err = s.prime()
+			if err == nil && emptyCut(s) && a.cause() == nil && x.canRetry(outreq.Context()) {
+				// The engine went away before its first byte: nothing
+				// reached the client.
+				err = s.upErr
+			}
 			if err == nil {
 				return s.response(), nil
 			}
+			s.releasePrime()
 			res.Body.Close()
 		}
 		cause := a.cause()
 		a.stop()
+		if cause == nil && x.canRetry(outreq.Context()) {
+			how := filter.EndFailed
+			if unreachable(err) {
+				how = filter.EndUnreachable
+			}
+			if rerr := x.retryElsewhere(outreq.Context(), how); rerr != nil {
+				return nil, rerr
+			}
+			continue
+		}
 		switch {
 		case errors.Is(cause, errPreemptSignal) && outreq.Context().Err() == nil:
 			// Nothing reached the client: requeue at the front of the class.
-			x.core.Requeued()
+			x.core.Requeued(filter.EndPreempted)
 			if aerr := x.admitAgain(outreq.Context()); aerr != nil {
 				return nil, aerr
 			}
 			continue
 		case errors.Is(cause, ErrUpstreamStalled):
 			return nil, fmt.Errorf("%w: no response within %v", ErrUpstreamStalled, a.idleD)
+		}
+		if cause == nil && unreachable(err) {
+			x.unreachable = true // errorHandler ends it so: the picker ejects the endpoint
 		}
 		return nil, err
 	}

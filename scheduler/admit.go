@@ -46,6 +46,12 @@ type Request struct {
 	// picker ignores them. The machine keeps the slice while the request
 	// waits; the caller must not change it.
 	Blocks []kvblock.Hash
+	// Avoid names an endpoint the request just failed on (a host's retry
+	// after a failure before any byte reached its client): the picker
+	// chooses it only when every other endpoint is drained or ejected.
+	// Empty means none. The shared service's wire does not carry it: a
+	// retry through the service relies on ejection alone (eject.go).
+	Avoid string
 }
 
 // MaxBlocks is how many of a request's leading Blocks the picker looks at
@@ -74,6 +80,10 @@ const (
 	Cancelled
 	// Preempted: the host stopped the request because the lease asked it to.
 	Preempted
+	// Unreachable: the host could not connect to the lease's endpoint, so
+	// nothing was sent; the picker leaves that endpoint out for a while
+	// (eject.go) and the host may admit the request again.
+	Unreachable
 )
 
 func (o Outcome) String() string {
@@ -86,6 +96,8 @@ func (o Outcome) String() string {
 		return "cancelled"
 	case Preempted:
 		return "preempted"
+	case Unreachable:
+		return "unreachable"
 	}
 	return "unknown"
 }

@@ -89,6 +89,10 @@ type PoolConfig struct {
 	// sent the request's leading prompt blocks before (endpoint.go, rule
 	// 3); the zero value leaves it off.
 	PrefixRouting PrefixRouting
+	// Ejection leaves an endpoint out of the picker for a while after
+	// outcomes that show it failing (eject.go); the zero value is on with
+	// its defaults.
+	Ejection Ejection
 }
 
 // PrefixRouting weighs an endpoint's likely prefix-cache hit against its
@@ -225,6 +229,7 @@ func (c *Config) Validate() error {
 			bad("%s.preemption.max_per_request: %d must not be negative", path, p.Preemption.MaxPerRequest)
 		}
 		validateEndpoints(path, p.Endpoints, bad)
+		validateEjection(path, p.Ejection, bad)
 		if w := p.PrefixRouting.Weight; w < 0 || math.IsNaN(w) || math.IsInf(w, 0) {
 			bad("%s.prefix_routing.weight: %v must be a finite number, at least 0 (0: off)", path, w)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"time"
 
 	"github.com/llmesh/llmesh/kvblock"
 )
@@ -109,6 +110,7 @@ type endpoint struct {
 	prefixBlocks, prefixMatched uint64
 	excess                      int        // abort.go: what the last load report held beyond llmesh's in flight
 	abort                       abortWatch // abort.go
+	eject                       ejectState // eject.go
 }
 
 func newEndpoints(pc PoolConfig) []*endpoint {
@@ -128,7 +130,7 @@ func newEndpoints(pc PoolConfig) []*endpoint {
 	return eps
 }
 
-func (ep *endpoint) room() bool { return !ep.drained && ep.inflight < ep.limit }
+func (ep *endpoint) room() bool { return !ep.out() && ep.inflight < ep.limit }
 
 // score is the picker's load score; lower is better.
 func (ep *endpoint) score() float64 {
@@ -145,6 +147,39 @@ func (m *Machine) pick(p *pool, e *entry) *endpoint {
 	if t := e.target; t != nil && t.room() {
 		return t
 	}
+	if e.req.Avoid != "" {
+		return m.pickAvoiding(p, e)
+	}
+	return m.pickAny(p, e)
+}
+
+// pickAvoiding is pick for a request that avoids an endpoint: any other
+// endpoint with room, else that one only when every other is out.
+func (m *Machine) pickAvoiding(p *pool, e *entry) *endpoint {
+	var avoided *endpoint
+	others := false
+	for _, ep := range p.endpoints {
+		if ep.Name == e.req.Avoid {
+			avoided = ep
+		} else if !ep.out() {
+			others = true
+		}
+	}
+	if avoided == nil || avoided.out() {
+		return m.pickAny(p, e)
+	}
+	saved := avoided.drained
+	avoided.drained = true // left out of this pick only
+	best := m.pickAny(p, e)
+	avoided.drained = saved
+	if best == nil && !others && avoided.room() {
+		return avoided
+	}
+	return best
+}
+
+// pickAny is pick without a preemption target or an endpoint to avoid.
+func (m *Machine) pickAny(p *pool, e *entry) *endpoint {
 	if e.req.Affinity != "" {
 		var best *endpoint
 		var bestH uint64
@@ -253,7 +288,7 @@ func affinityHash(key, endpoint string) uint64 {
 func (p *pool) slotBalance() int {
 	free := 0
 	for _, ep := range p.endpoints {
-		if !ep.drained {
+		if !ep.out() {
 			free += max(0, ep.limit-ep.inflight+ep.preempting)
 		}
 	}
@@ -271,7 +306,7 @@ func (m *Machine) endpointVictims(p *pool, e *entry, victims []*entry) []*entry 
 		return victims
 	}
 	for _, ep := range p.endpoints {
-		if !ep.drained && ep.inflight-ep.preempting < ep.limit {
+		if !ep.out() && ep.inflight-ep.preempting < ep.limit {
 			e.target = nil
 			return victims
 		}
@@ -283,7 +318,7 @@ func (m *Machine) endpointVictims(p *pool, e *entry, victims []*entry) []*entry 
 		// One victim must make room: an endpoint over its (lowered) limit
 		// needs more than one and is left out.
 		ep := v.ep
-		if ep.drained || ep.inflight-ep.preempting != ep.limit {
+		if ep.out() || ep.inflight-ep.preempting != ep.limit {
 			continue
 		}
 		if cheapest[ep.index] == nil || victimOrder(v, cheapest[ep.index]) < 0 {
@@ -374,7 +409,12 @@ type EndpointStats struct {
 	InFlight    int
 	Preempting  int
 	Drained     bool
-	Load        EndpointLoad
+	// Ejected: left out after failing outcomes until EjectedUntil
+	// (eject.go); Ejections counts ejections so far.
+	Ejected      bool
+	EjectedUntil time.Time
+	Ejections    uint64
+	Load         EndpointLoad
 	// Admitted counts admissions bound to this endpoint.
 	Admitted uint64
 	// PrefixBlocks counts the prompt blocks of admissions bound here
@@ -389,7 +429,8 @@ func (p *pool) endpointStats() []EndpointStats {
 	for i, ep := range p.endpoints {
 		out[i] = EndpointStats{Name: ep.Name, Limit: ep.limit, MaxInflight: ep.max, InFlight: ep.inflight,
 			Preempting: ep.preempting, Drained: ep.drained, Load: ep.load, Admitted: ep.admitted,
-			PrefixBlocks: ep.prefixBlocks, PrefixMatched: ep.prefixMatched}
+			PrefixBlocks: ep.prefixBlocks, PrefixMatched: ep.prefixMatched,
+			Ejected: !ep.eject.until.IsZero(), EjectedUntil: ep.eject.until, Ejections: ep.eject.ejected}
 	}
 	return out
 }

@@ -112,6 +112,7 @@ func (q *queue) remove(e *entry) {
 
 type pool struct {
 	PoolConfig
+	ejection   Ejection // PoolConfig.Ejection with its defaults (eject.go)
 	index      int
 	limit      int
 	inflight   int
@@ -212,6 +213,7 @@ func NewMachine(cfg Config) (*Machine, error) {
 			limit:      pc.MaxInflight,
 			queues:     make([]queue, len(m.classes)),
 			endpoints:  newEndpoints(pc),
+			ejection:   pc.Ejection.withDefaults(),
 			track:      pc.Policy.Preempts(),
 		}
 		if p.track {
@@ -408,7 +410,7 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 	case Done:
 		p.counts.Done++
 		p.obs.finished(now)
-	case Failed:
+	case Failed, Unreachable:
 		p.counts.Failed++
 	case Cancelled:
 		p.counts.Cancelled++
@@ -416,6 +418,7 @@ func (m *Machine) Finish(now time.Time, t Ticket, o Outcome) {
 		p.counts.PreemptedDone++
 		e.ep.preemptReleased(now)
 	}
+	m.endpointOutcome(now, p, e, o)
 	if e.req.ID != "" && o != Preempted && len(m.preempted) > 0 {
 		delete(m.preempted, p.Name+"\x00"+e.req.ID)
 	}
@@ -443,6 +446,7 @@ func (m *Machine) step(now time.Time, gate bool) Decisions {
 	var d Decisions
 	for _, p := range m.pools {
 		m.expire(now, p, &d)
+		m.readmitEjected(now, p, &d)
 		m.observeOverload(now, p)
 		m.admit(now, p, &d)
 		m.expiryWake(p, &d)

@@ -459,7 +459,7 @@ func (w *walker) next(now time.Time) *entry {
 // for nothing, and again at every step while the pool stays drained.
 func (p *pool) allDrained() bool {
 	for _, ep := range p.endpoints {
-		if !ep.drained {
+		if !ep.out() {
 			return false
 		}
 	}

@@ -31,6 +31,9 @@ const (
 	Outcome_OUTCOME_FAILED    Outcome = 1
 	Outcome_OUTCOME_CANCELLED Outcome = 2
 	Outcome_OUTCOME_PREEMPTED Outcome = 3
+	// The host could not reach the lease's endpoint (the connection failed):
+	// the scheduler stops choosing that endpoint for a while.
+	Outcome_OUTCOME_UNREACHABLE Outcome = 4
 )
 
 // Enum value maps for Outcome.
@@ -40,12 +43,14 @@ var (
 		1: "OUTCOME_FAILED",
 		2: "OUTCOME_CANCELLED",
 		3: "OUTCOME_PREEMPTED",
+		4: "OUTCOME_UNREACHABLE",
 	}
 	Outcome_value = map[string]int32{
-		"OUTCOME_DONE":      0,
-		"OUTCOME_FAILED":    1,
-		"OUTCOME_CANCELLED": 2,
-		"OUTCOME_PREEMPTED": 3,
+		"OUTCOME_DONE":        0,
+		"OUTCOME_FAILED":      1,
+		"OUTCOME_CANCELLED":   2,
+		"OUTCOME_PREEMPTED":   3,
+		"OUTCOME_UNREACHABLE": 4,
 	}
 )
 
@@ -1040,12 +1045,13 @@ const file_llmesh_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x0fREASON_REJECTED\x10\x00\x12\x15\n" +
 	"\x11REASON_QUEUE_FULL\x10\x01\x12\x11\n" +
 	"\rREASON_CLOSED\x10\x02\"\t\n" +
-	"\aPreempt*]\n" +
+	"\aPreempt*v\n" +
 	"\aOutcome\x12\x10\n" +
 	"\fOUTCOME_DONE\x10\x00\x12\x12\n" +
 	"\x0eOUTCOME_FAILED\x10\x01\x12\x15\n" +
 	"\x11OUTCOME_CANCELLED\x10\x02\x12\x15\n" +
-	"\x11OUTCOME_PREEMPTED\x10\x032\xb9\x01\n" +
+	"\x11OUTCOME_PREEMPTED\x10\x03\x12\x17\n" +
+	"\x13OUTCOME_UNREACHABLE\x10\x042\xb9\x01\n" +
 	"\tScheduler\x12R\n" +
 	"\x05Admit\x12!.llmesh.scheduler.v1.AdmitRequest\x1a\".llmesh.scheduler.v1.AdmitResponse(\x010\x01\x12X\n" +
 	"\aSession\x12#.llmesh.scheduler.v1.SessionRequest\x1a$.llmesh.scheduler.v1.SessionResponse(\x010\x01B6Z4github.com/llmesh/llmesh/api/schedulerv1;schedulerv1b\x06proto3"

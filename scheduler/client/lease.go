@@ -112,6 +112,8 @@ func wireOutcome(o scheduler.Outcome) schedulerv1.Outcome {
 		return schedulerv1.Outcome_OUTCOME_CANCELLED
 	case scheduler.Preempted:
 		return schedulerv1.Outcome_OUTCOME_PREEMPTED
+	case scheduler.Unreachable:
+		return schedulerv1.Outcome_OUTCOME_UNREACHABLE
 	}
 	return schedulerv1.Outcome_OUTCOME_DONE
 }

@@ -199,6 +199,8 @@ func outcome(o schedulerv1.Outcome) scheduler.Outcome {
 		return scheduler.Cancelled
 	case schedulerv1.Outcome_OUTCOME_PREEMPTED:
 		return scheduler.Preempted
+	case schedulerv1.Outcome_OUTCOME_UNREACHABLE:
+		return scheduler.Unreachable
 	}
 	return scheduler.Done
 }
