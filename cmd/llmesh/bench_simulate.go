@@ -26,7 +26,7 @@ import (
 var _ = addBenchCommand(command{name: "simulate", summary: "evaluate scheduling policies in virtual time (scheduler + engine model)", run: runBenchSimulate})
 
 // runBenchSimulate is `llmesh bench simulate`.
-func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("llmesh bench simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -64,8 +64,12 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		hop       = fs.Duration("hop", 0, "fleet: one-way network delay between a proxy and the scheduler, and between a proxy and an engine")
 		rate      = fs.Float64("rate", 0, "arrival rate in req/s, replacing the workload's (not with --loads or --trace)")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the evaluation to `FILE` (go tool pprof)")
+		armA      = fs.String("a", "", "A/B: baseline arm, exec:PATH[,mesh=FILE] (another llmesh build, with that mesh's pool and policy) or a policy name; both arms run every seed at the same rate and the comparison is judged as by bench compare")
+		armB      = fs.String("b", "", "A/B: candidate arm, same forms as --a")
 		profile   = fs.String("profile", "", "engine profile (default: the workload's; known: "+strings.Join(sim.Profiles(), ", ")+")")
 	)
+	var cf compareFlags
+	cf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(2, err)
 	}
@@ -138,12 +142,28 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--engine-policy: %w", err))
 	}
+	var ab *simAB
+	if *armA != "" || *armB != "" {
+		var abErrs []error
+		ab, abErrs = prepareSimulateAB(fs, *armA, *armB, *policies, ls, *rate, &cf)
+		errs = append(errs, abErrs...)
+	} else {
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "fail-on" || f.Name == "primary" || f.Name == "markdown" || f.Name == "alpha" {
+				errs = append(errs, fmt.Errorf("--%s: only with --a and --b", f.Name))
+			}
+		})
+	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(2, err)
 	}
 	w, err := simWorkload(*file, *traceFile, trace.Format(*traceFmt))
 	if err != nil {
 		return err
+	}
+	if ab != nil {
+		cf.jsonOut = *jsonOut
+		return ab.run(ctx, stdout, stderr, w)
 	}
 	if *rate > 0 {
 		if w.Spec.Arrival.Rate <= 0 {
