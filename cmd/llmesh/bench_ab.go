@@ -78,7 +78,7 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		quiet, sloGate     bool
 	)
 	wf.register(fs)
-	fs.StringVar(&a, "a", "", "baseline target: URL, host:port, or embedded:MESH-FILE to start a simulated engine and the gateway with that mesh config for every run (required)")
+	fs.StringVar(&a, "a", "", "baseline target: URL, host:port, embedded:MESH-FILE to start a simulated engine and the gateway with that mesh config for every run, or exec:PATH,mesh=FILE to start that llmesh build's sim and gateway for every run (required)")
 	fs.StringVar(&b, "b", "", "candidate target, same forms as --a (required)")
 	fs.StringVar(&aName, "a-name", "", "label of A (for example the policy name)")
 	fs.StringVar(&bName, "b-name", "", "label of B")

@@ -81,14 +81,18 @@ type benchArm struct {
 // arm's binary is an executable file and its mesh parses and has a pool, and
 // that a policy arm names a registered policy. Every problem names the flag.
 func validateArm(flagName, spec string) (*benchArm, error) {
+	pfx := "--" + flagName + ": "
+	if flagName == "" {
+		pfx = ""
+	}
 	as, err := parseArmSpec(spec)
 	if err != nil {
-		return nil, fmt.Errorf("--%s: %w", flagName, err)
+		return nil, fmt.Errorf("%s%w", pfx, err)
 	}
 	a := &benchArm{armSpec: as, Spec: spec}
 	if as.Exe == "" {
 		if !slices.Contains(policy.Names(), as.Policy) {
-			return nil, fmt.Errorf("--%s: %q is neither exec:PATH[,mesh=FILE] nor a policy (known: %s)", flagName, spec, strings.Join(policy.Names(), ", "))
+			return nil, fmt.Errorf("%s%q is neither exec:PATH[,mesh=FILE] nor a policy (known: %s)", pfx, spec, strings.Join(policy.Names(), ", "))
 		}
 		a.Build = provenance.Self()
 		return a, nil
@@ -97,23 +101,23 @@ func validateArm(flagName, spec string) (*benchArm, error) {
 	st, err := os.Stat(as.Exe)
 	switch {
 	case err != nil:
-		errs = append(errs, fmt.Errorf("--%s: exec: %w", flagName, err))
+		errs = append(errs, fmt.Errorf("%sexec: %w", pfx, err))
 	case !st.Mode().IsRegular():
-		errs = append(errs, fmt.Errorf("--%s: exec: %s is not a regular file", flagName, as.Exe))
+		errs = append(errs, fmt.Errorf("%sexec: %s is not a regular file", pfx, as.Exe))
 	case st.Mode().Perm()&0o111 == 0:
-		errs = append(errs, fmt.Errorf("--%s: exec: %s is not executable (mode %v)", flagName, as.Exe, st.Mode().Perm()))
+		errs = append(errs, fmt.Errorf("%sexec: %s is not executable (mode %v)", pfx, as.Exe, st.Mode().Perm()))
 	default:
 		if a.Build, err = provenance.Of(as.Exe); err != nil {
-			errs = append(errs, fmt.Errorf("--%s: exec: %w", flagName, err))
+			errs = append(errs, fmt.Errorf("%sexec: %w", pfx, err))
 		}
 	}
 	if as.Mesh != "" {
 		if a.MeshRaw, err = os.ReadFile(as.Mesh); err != nil {
-			errs = append(errs, fmt.Errorf("--%s: mesh: %w", flagName, err))
+			errs = append(errs, fmt.Errorf("%smesh: %w", pfx, err))
 		} else if a.MeshConfig, err = config.Load(resolveMesh(a.MeshRaw, "127.0.0.1:1", "127.0.0.1:2")); err != nil {
-			errs = append(errs, fmt.Errorf("--%s: mesh %s: %w", flagName, as.Mesh, err))
+			errs = append(errs, fmt.Errorf("%smesh %s: %w", pfx, as.Mesh, err))
 		} else if len(a.MeshConfig.Pools) == 0 {
-			errs = append(errs, fmt.Errorf("--%s: mesh %s: no pools", flagName, as.Mesh))
+			errs = append(errs, fmt.Errorf("%smesh %s: no pools", pfx, as.Mesh))
 		}
 	}
 	return a, errors.Join(errs...)
