@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/llmesh/llmesh/bench/harness"
+	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/workload"
 )
@@ -112,6 +113,9 @@ type Result struct {
 	// Valid is false when any run was invalid (see the runs' reasons) or
 	// did not finish.
 	Valid bool `json:"valid"`
+	// Provenance records each arm's build (when known), the input files,
+	// the seeds and the host; set by the caller, nil when unknown.
+	Provenance *provenance.Provenance `json:"provenance,omitempty"`
 }
 
 // Compare runs the A/B experiment. When ctx ends early it returns what

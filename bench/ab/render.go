@@ -100,6 +100,11 @@ func Markdown(w io.Writer, r *Result) error {
 			fmt.Fprintf(w, "- %s\n", l)
 		}
 	}
-	_, err := fmt.Fprintf(w, "\n**%s**\n", r.Verdict)
-	return err
+	if _, err := fmt.Fprintf(w, "\n**%s**\n", r.Verdict); err != nil {
+		return err
+	}
+	if r.Provenance != nil {
+		return r.Provenance.WriteMarkdown(w)
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/llmesh/llmesh/bench/ab"
 	"github.com/llmesh/llmesh/bench/harness"
 	"github.com/llmesh/llmesh/bench/progress"
+	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/report"
 	"github.com/llmesh/llmesh/bench/sweep"
 	"github.com/llmesh/llmesh/bench/workload"
@@ -127,10 +128,20 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		defer jf.Close()
 		o.JSONL = jf
 	}
+	prov, err := abProvenance(&wf, w, a, b)
+	if err != nil {
+		return err
+	}
 	res, runErr := ab.Compare(ctx, o)
 	if res == nil {
 		return runErr
 	}
+	for _, r := range res.Runs {
+		if r.Arm == "A" {
+			prov.Seeds = append(prov.Seeds, r.Seed)
+		}
+	}
+	res.Provenance = prov
 	renderers := map[string]func(io.Writer, *ab.Result) error{"table": ab.Table, "json": ab.WriteJSON, "markdown": ab.Markdown, "html": ab.HTML}
 	var outErrs []error
 	if jsonOut != "-" && mdOut != "-" && htmlOut != "-" {
@@ -145,6 +156,38 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return abExit(res, sloGate)
+}
+
+// abProvenance records the build of each arm this command starts (an exec:
+// arm's binary, this build for embedded:; a URL's is unknown), the mesh,
+// workload and trace files, and the host before the first run.
+func abProvenance(wf *workloadFlags, w *workload.Workload, specs ...string) (*provenance.Provenance, error) {
+	p, err := wf.provenance(w)
+	if err != nil {
+		return nil, err
+	}
+	p.Seeds = nil
+	for i, spec := range specs {
+		key := []string{"A", "B"}[i]
+		scheme, arg, _ := strings.Cut(spec, ":")
+		switch scheme {
+		case "exec":
+			arm, err := validateArm("", spec)
+			if err != nil {
+				return nil, err
+			}
+			p.Builds[key] = arm.Build
+			if err := p.AddFile(key+" mesh "+arm.Mesh, arm.Mesh); err != nil {
+				return nil, err
+			}
+		case "embedded":
+			p.Builds[key] = p.Builds["self"]
+			if err := p.AddFile(key+" mesh "+arg, arg); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return p, nil
 }
 
 // abExit is the exit status of a finished A/B: 4 when it is inconclusive

@@ -48,6 +48,9 @@ classes:
 	if len(res.Runs) != 2 {
 		t.Fatalf("%d runs, want 2", len(res.Runs))
 	}
+	if p := res.Provenance; p == nil || p.Builds["A"].Path != bins[0] || p.Builds["B"].Path != bins[1] || p.Builds["A"].SHA256 == "" || len(p.Seeds) != 1 {
+		t.Errorf("provenance %+v: want each arm's binary and the seed", p)
+	}
 	for _, r := range res.Runs {
 		if r.Report.Completed != 24 || r.Report.Failed != 0 {
 			t.Errorf("arm %s: %d completed, %d failed, want 24 and 0", r.Arm, r.Report.Completed, r.Report.Failed)

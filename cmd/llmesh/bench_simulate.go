@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/simulate"
 	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
@@ -198,15 +200,22 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		defer pprof.StopCPUProfile()
 	}
+	prov := provenance.New()
+	for k, path := range map[string]string{"workload " + *file: *file, "trace " + *traceFile: *traceFile} {
+		if err := prov.AddFile(k, path); err != nil {
+			return err
+		}
+	}
 	if *seeds > 1 {
-		return simulateSeeds(stdout, w, names, ls, o, *seeds, *jsonOut, *brief)
+		return simulateSeeds(stdout, w, names, ls, o, *seeds, *jsonOut, *brief, prov)
 	}
 	res, err := simulate.Evaluate(w, names, ls, o)
 	if err != nil {
 		return withExitCode(2, err)
 	}
 	if *jsonOut != "" {
-		if err := writeFile(*jsonOut, stdout, func(w io.Writer) error { return simulate.WriteJSON(w, res) }); err != nil || *jsonOut == "-" {
+		prov.Seeds = []int64{cmp.Or(o.Seed, w.Spec.Seed)}
+		if err := writeFile(*jsonOut, stdout, func(w io.Writer) error { return writeSimulateJSON(w, res, prov) }); err != nil || *jsonOut == "-" {
 			return err
 		}
 	}
@@ -220,11 +229,25 @@ type seededResult struct {
 	Seeds []int64 `json:"seeds"`
 	// Results are what --json writes for one seed (simulate.WriteJSON).
 	Results []json.RawMessage `json:"results"`
+	// Provenance: this build, the input files, the seeds and the host.
+	Provenance *provenance.Provenance `json:"provenance,omitempty"`
+}
+
+// writeSimulateJSON writes one result as simulate.WriteJSON does, with
+// its provenance added.
+func writeSimulateJSON(w io.Writer, r *simulate.Result, p *provenance.Provenance) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		*simulate.Result
+		Comparison []simulate.Comparison  `json:"comparison"`
+		Provenance *provenance.Provenance `json:"provenance"`
+	}{r, r.Compare(), p})
 }
 
 // simulateSeeds evaluates the same policies and loads with n consecutive
 // seeds from o.Seed (or the workload's).
-func simulateSeeds(stdout io.Writer, w *workload.Workload, names []string, loads []float64, o simulate.Options, n int, jsonOut string, brief bool) error {
+func simulateSeeds(stdout io.Writer, w *workload.Workload, names []string, loads []float64, o simulate.Options, n int, jsonOut string, brief bool, prov *provenance.Provenance) error {
 	base := o.Seed
 	if base == 0 {
 		base = w.Spec.Seed
@@ -245,6 +268,8 @@ func simulateSeeds(stdout io.Writer, w *workload.Workload, names []string, loads
 		out.Results = append(out.Results, buf.Bytes())
 		results = append(results, res)
 	}
+	prov.Seeds = out.Seeds
+	out.Provenance = prov
 	if jsonOut != "" {
 		if err := writeFile(jsonOut, stdout, func(w io.Writer) error {
 			enc := json.NewEncoder(w)
