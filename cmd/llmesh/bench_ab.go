@@ -76,6 +76,7 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		htmlOut, format    string
 		jsonlOut           string
 		repeats, resamples int
+		retries            int
 		quiet, sloGate     bool
 	)
 	wf.register(fs)
@@ -85,6 +86,7 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&bName, "b-name", "", "label of B")
 	fs.IntVar(&repeats, "repeats", 3, "number of A-B pairs; pair i uses seed+i on both arms")
 	fs.IntVar(&resamples, "resamples", 1000, "bootstrap resamples")
+	fs.IntVar(&retries, "retries", 1, "run a pair with an invalid run again, up to `N` times, before keeping it (the report lists every retry)")
 	fs.StringVar(&jsonOut, "json", "", "write the comparison (with every run's report) as JSON to `FILE` (- for stdout)")
 	fs.StringVar(&mdOut, "markdown", "", "write the comparison as Markdown to `FILE`")
 	fs.StringVar(&htmlOut, "html", "", "write the comparison and every run's report as one self-contained HTML page to `FILE`")
@@ -104,6 +106,9 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if repeats <= 0 || repeats > 1000 {
 		errs = append(errs, fmt.Errorf("--repeats: %d must be in [1, 1000]", repeats))
 	}
+	if retries < 0 || retries > 10 {
+		errs = append(errs, fmt.Errorf("--retries: %d must be in [0, 10]", retries))
+	}
 	if resamples < 100 || resamples > 100000 {
 		errs = append(errs, fmt.Errorf("--resamples: %d must be in [100, 100000]", resamples))
 	}
@@ -116,7 +121,7 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
-	o := ab.Options{Workload: w, A: ta, B: tb, Repeats: repeats, Resamples: resamples, Log: stderr}
+	o := ab.Options{Workload: w, A: ta, B: tb, Repeats: repeats, Resamples: resamples, Retries: retries, Log: stderr}
 	if !quiet && progress.IsTerminal(stdout) {
 		o.Progress = stderr
 	}

@@ -74,4 +74,8 @@ func TestBenchABExecRejects(t *testing.T) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
 	}
+	_, _, err = benchMain(t, "ab", "--a", "127.0.0.1:1", "--b", "127.0.0.1:1", "--requests", "1", "--rate", "1", "--retries", "-1")
+	if exitCodeOf(err) != 2 || !strings.Contains(err.Error(), "--retries: -1 must be in [0, 10]") {
+		t.Errorf("--retries -1: exit %d, %v", exitCodeOf(err), err)
+	}
 }
