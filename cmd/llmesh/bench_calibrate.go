@@ -69,7 +69,7 @@ func runBenchCalibrate(ctx context.Context, args []string, stdout, stderr io.Wri
 	var (
 		file     = fs.String("workload", "", "workload YAML `FILE` (default: the standard one)")
 		pol      = fs.String("policy", "preemptive", "policy both arms run")
-		load     = fs.Float64("load", 0.2, "arrival rate as a multiple of the saturation rate at the first seed (fixed once for every run)")
+		load     = fs.Float64("load", 0.1, "arrival rate as a multiple of the saturation rate at the first seed (fixed once for every run)")
 		rate     = fs.Float64("rate", 0, "arrival rate in req/s instead of --load")
 		duration = fs.Duration("duration", 60*time.Second, "measured duration of each simulated run")
 		seedsPer = fs.Int("seeds", 10, "seeds (paired units) per comparison")
@@ -78,7 +78,7 @@ func runBenchCalibrate(ctx context.Context, args []string, stdout, stderr io.Wri
 		pool     = fs.Int("pool", 100, "seed pairs simulated; each comparison draws --seeds of them (more: less shared between comparisons, slower)")
 		offset   = fs.Int64("offset", 100000, "A/A: arm B runs seed s+OFFSET where arm A runs seed s, as an independent repeat would")
 		seed     = fs.Int64("seed", 0, "first seed (default: the workload's)")
-		planted  = fs.String("planted", "--hop=3ms", "arm B's extra bench simulate flags for the planted change (default: a 3 ms one-way hop between proxy, scheduler and engine, about +10% interactive P99 TTFT at load 0.2); empty: no planted run")
+		planted  = fs.String("planted", "--hop=2ms", "arm B's extra bench simulate flags for the planted change (default: a 2 ms one-way hop between proxy, scheduler and engine, about +12% interactive P99 TTFT at load 0.1); empty: no planted run")
 		primary  = fs.String("primary", "interactive=ttft_p99_ms", "`CLASS=METRIC` whose verdict is counted")
 		alpha    = fs.Float64("alpha", 0.05, "significance level")
 		jsonOut  = fs.String("json", "", "write the rates as JSON to `FILE` (- for stdout)")
@@ -214,7 +214,8 @@ func runBenchCalibrate(ctx context.Context, args []string, stdout, stderr io.Wri
 }
 
 // calibrationRun judges n comparisons, each of k pairs drawn without
-// replacement from the pools (pair i: a[i] and b[i]), and counts verdicts.
+// replacement from the pools (pair i: a[i] and b[i]; disjoint within one
+// pass through the pool), and counts verdicts.
 // PoolChange is the primary's mean relative change over every pair.
 func calibrationRun(a, b []*result.Report, primary map[string]string, alpha float64, k, n int, rng *rand.Rand) (calibrationRate, error) {
 	r := calibrationRate{Comparisons: n}
@@ -242,8 +243,16 @@ func calibrationRun(a, b []*result.Report, primary map[string]string, alpha floa
 			r.PoolChange = j.RelDelta
 		}
 	}
+	// Each pass through the pool is one shuffle cut into disjoint draws of
+	// k pairs: comparisons share pairs only across passes.
+	perm, pos := rng.Perm(len(all)), 0
 	for range n {
-		res, err := judge(rng.Perm(len(all))[:k])
+		if pos+k > len(perm) {
+			perm, pos = rng.Perm(len(all)), 0
+		}
+		idx := perm[pos : pos+k]
+		pos += k
+		res, err := judge(idx)
 		if err != nil {
 			return r, err
 		}
