@@ -42,17 +42,14 @@ type simAB struct {
 	policies [2]string
 	forward  []string // flags for both arms
 	seeds    int
-	seed     int64 // first seed of arm A
-	// offsetB is added to arm B's seeds (0: paired seed by seed; bench
-	// calibrate offsets them for independent repeats).
-	offsetB int64
-	load    float64 // 0: no --loads
-	rate    float64 // 0: the workload's own (or the trace's)
-	trace   bool
-	cf      *compareFlags
-	gates   []compare.Gate
-	primary map[string]string
-	files   map[string]string // provenance key → path
+	seed     int64   // first seed of both arms
+	load     float64 // 0: no --loads
+	rate     float64 // 0: the workload's own (or the trace's)
+	trace    bool
+	cf       *compareFlags
+	gates    []compare.Gate
+	primary  map[string]string
+	files    map[string]string // provenance key → path
 }
 
 // prepareSimulateAB checks the arms and the flags of an A/B before anything
@@ -165,9 +162,6 @@ func (s *simAB) run(ctx context.Context, stdout, stderr io.Writer, w *workload.W
 		key := []string{"A", "B"}[i]
 		path := filepath.Join(dir, key+".json")
 		seed := s.seed
-		if i == 1 {
-			seed += s.offsetB
-		}
 		args := []string{"--json", path, "--seeds", strconv.Itoa(s.seeds), "--seed", strconv.FormatInt(seed, 10)}
 		if s.rate > 0 {
 			args = append(args, "--rate", fmtFloat(s.rate))
@@ -187,8 +181,8 @@ func (s *simAB) run(ctx context.Context, stdout, stderr io.Writer, w *workload.W
 		out.Inputs[key] = []string{arm.Spec + " sha256:" + in.sum}
 	}
 	for i := range min(len(seeds[0]), len(seeds[1])) {
-		if seeds[0][i]+s.offsetB != seeds[1][i] {
-			return fmt.Errorf("unit %d: arm A ran seed %d, arm B seed %d; want B = A + %d", i, seeds[0][i], seeds[1][i], s.offsetB)
+		if seeds[0][i] != seeds[1][i] {
+			return fmt.Errorf("unit %d: arm A ran seed %d, arm B seed %d; runs must be paired", i, seeds[0][i], seeds[1][i])
 		}
 	}
 	prov.Seeds = seeds[0]
