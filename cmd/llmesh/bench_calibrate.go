@@ -75,7 +75,7 @@ func runBenchCalibrate(ctx context.Context, args []string, stdout, stderr io.Wri
 		seedsPer = fs.Int("seeds", 10, "seeds (paired units) per comparison")
 		comps    = fs.Int("comparisons", 200, "A/A comparisons")
 		planComp = fs.Int("planted-comparisons", 100, "comparisons with the planted change")
-		pool     = fs.Int("pool", 100, "seed pairs simulated; each comparison draws --seeds of them (more: less shared between comparisons, slower)")
+		pool     = fs.Int("pool", 100, "seed pairs simulated, at most 1000; each comparison draws --seeds of them (more: less shared between comparisons, slower)")
 		offset   = fs.Int64("offset", 100000, "A/A: arm B runs seed s+OFFSET where arm A runs seed s, as an independent repeat would")
 		seed     = fs.Int64("seed", 0, "first seed (default: the workload's)")
 		planted  = fs.String("planted", "--hop=2ms", "arm B's extra bench simulate flags for the planted change (default: a 2 ms one-way hop between proxy, scheduler and engine, about +12% interactive P99 TTFT at load 0.1); empty: no planted run")
@@ -93,8 +93,9 @@ func runBenchCalibrate(ctx context.Context, args []string, stdout, stderr io.Wri
 	if *seedsPer < 2 || *seedsPer > 1000 {
 		errs = append(errs, fmt.Errorf("--seeds: %d must be in [2, 1000]", *seedsPer))
 	}
-	if *pool < *seedsPer || *pool > 100000 {
-		errs = append(errs, fmt.Errorf("--pool: %d must be in [--seeds, 100000]", *pool))
+	if *pool < *seedsPer || *pool > 1000 {
+		// 1000: the most seeds one bench simulate --seeds runs.
+		errs = append(errs, fmt.Errorf("--pool: %d must be in [--seeds, 1000]", *pool))
 	}
 	if *comps < 1 || *comps > 1_000_000 {
 		errs = append(errs, fmt.Errorf("--comparisons: %d must be in [1, 1000000]", *comps))

@@ -48,7 +48,12 @@ func TestBenchCalibrate(t *testing.T) {
 }
 
 func TestBenchCalibrateRejects(t *testing.T) {
-	_, _, err := benchMain(t, "calibrate", "--pool", "5", "--seeds", "10", "--offset", "2", "--policy", "nosuch", "--planted", "hop=3ms", "--primary", "x", "--load", "0")
+	var err error
+	_, _, err = benchMain(t, "calibrate", "--pool", "1001")
+	if exitCodeOf(err) != 2 || !strings.Contains(err.Error(), "--pool: 1001 must be in [--seeds, 1000]") {
+		t.Errorf("--pool 1001: exit %d, %v", exitCodeOf(err), err)
+	}
+	_, _, err = benchMain(t, "calibrate", "--pool", "5", "--seeds", "10", "--offset", "2", "--policy", "nosuch", "--planted", "hop=3ms", "--primary", "x", "--load", "0")
 	if exitCodeOf(err) != 2 {
 		t.Fatalf("exit %d: %v", exitCodeOf(err), err)
 	}
