@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/llmesh/llmesh/bench/harness"
+	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/workload"
 )
@@ -77,6 +78,10 @@ type Options struct {
 	Repeats int
 	// Resamples is the number of bootstrap resamples; default 1000.
 	Resamples int
+	// Retries is how many times a pair with an invalid run is run again
+	// (both arms, the same seed) before the invalid run is kept; 0: never.
+	// A host hiccup then costs a pair's time instead of the verdict.
+	Retries int
 	// Progress, when a terminal, shows live progress of each run.
 	Progress io.Writer
 	// Log, when not nil, gets one line per finished run.
@@ -97,6 +102,15 @@ type Run struct {
 	Report *result.Report `json:"report"`
 }
 
+// Retry is one discarded attempt of a pair.
+type Retry struct {
+	Repeat  int   `json:"repeat"`
+	Attempt int   `json:"attempt"` // 1 for the first run of the pair
+	Seed    int64 `json:"seed"`
+	// Reasons are the invalid runs' reasons, each prefixed with its arm.
+	Reasons []string `json:"reasons"`
+}
+
 // Result is the comparison.
 type Result struct {
 	Workload string `json:"workload"`
@@ -109,9 +123,15 @@ type Result struct {
 	// significant difference.
 	Verdict string `json:"verdict"`
 	Runs    []Run  `json:"runs"`
+	// Retried lists the pairs run again because a run was invalid, one
+	// entry per discarded attempt.
+	Retried []Retry `json:"retried,omitempty"`
 	// Valid is false when any run was invalid (see the runs' reasons) or
 	// did not finish.
 	Valid bool `json:"valid"`
+	// Provenance records each arm's build (when known), the input files,
+	// the seeds and the host; set by the caller, nil when unknown.
+	Provenance *provenance.Provenance `json:"provenance,omitempty"`
 }
 
 // Compare runs the A/B experiment. When ctx ends early it returns what
@@ -133,28 +153,56 @@ func Compare(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{Workload: o.Workload.Spec.Name, A: o.A.Name(), B: o.B.Name(), Repeats: o.Repeats, Valid: true}
 	samples := map[string]*armSamples{"A": newArmSamples(), "B": newArmSamples()}
 	var runErr error
+	type armRun struct {
+		key  string
+		rep  *result.Report
+		recs []result.Record
+	}
 	for i := 0; i < o.Repeats && runErr == nil; i++ {
 		w := *o.Workload
 		w.Spec.Seed = o.Workload.Spec.Seed + int64(i)
-		for _, arm := range []struct {
-			key string
-			t   Target
-		}{{"A", o.A}, {"B", o.B}} {
-			rep, recs, err := runArm(ctx, run, arm.t, &w, o.Progress, o.JSONL, fmt.Sprintf("%s/%d", arm.key, i+1))
-			if rep != nil {
-				res.Runs = append(res.Runs, Run{Arm: arm.key, Repeat: i, Seed: w.Spec.Seed, Report: rep})
-				samples[arm.key].add(recs, rep, o.Workload)
-				if !rep.Valid {
+		for attempt := 0; runErr == nil; attempt++ {
+			var pair []armRun
+			var reasons []string
+			for _, arm := range []struct {
+				key string
+				t   Target
+			}{{"A", o.A}, {"B", o.B}} {
+				id := fmt.Sprintf("%s/%d", arm.key, i+1)
+				if attempt > 0 {
+					// Records of a discarded attempt keep their own run id.
+					id = fmt.Sprintf("%s/%d.%d", arm.key, i+1, attempt+1)
+				}
+				rep, recs, err := runArm(ctx, run, arm.t, &w, o.Progress, o.JSONL, id)
+				if rep != nil {
+					pair = append(pair, armRun{arm.key, rep, recs})
+					if !rep.Valid {
+						reasons = append(reasons, arm.key+": "+strings.Join(rep.InvalidReasons, "; "))
+					}
+					if o.Log != nil {
+						fmt.Fprintf(o.Log, "ab: repeat %d arm %s (%s): %d ok, %d failed, %s\n", i+1, arm.key, arm.t.Name(), rep.Completed, rep.Failed, validity(rep))
+					}
+				}
+				if err != nil {
+					runErr = fmt.Errorf("repeat %d arm %s (%s): %w", i+1, arm.key, arm.t.Name(), err)
+					break
+				}
+			}
+			if runErr == nil && len(reasons) > 0 && attempt < o.Retries {
+				res.Retried = append(res.Retried, Retry{Repeat: i, Attempt: attempt + 1, Seed: w.Spec.Seed, Reasons: reasons})
+				if o.Log != nil {
+					fmt.Fprintf(o.Log, "ab: repeat %d: an invalid run (%s); running the pair again (retry %d of %d)\n", i+1, strings.Join(reasons, " / "), attempt+1, o.Retries)
+				}
+				continue
+			}
+			for _, p := range pair {
+				res.Runs = append(res.Runs, Run{Arm: p.key, Repeat: i, Seed: w.Spec.Seed, Report: p.rep})
+				samples[p.key].add(p.recs, p.rep, o.Workload)
+				if !p.rep.Valid {
 					res.Valid = false
 				}
-				if o.Log != nil {
-					fmt.Fprintf(o.Log, "ab: repeat %d arm %s (%s): %d ok, %d failed, %s\n", i+1, arm.key, arm.t.Name(), rep.Completed, rep.Failed, validity(rep))
-				}
 			}
-			if err != nil {
-				runErr = fmt.Errorf("repeat %d arm %s (%s): %w", i+1, arm.key, arm.t.Name(), err)
-				break
-			}
+			break
 		}
 	}
 	// An A/B that did not run every run is no experiment: it never
@@ -166,6 +214,12 @@ func Compare(ctx context.Context, o Options) (*Result, error) {
 	res.Verdict = verdict(res)
 	if !res.Valid {
 		res.Verdict = inconclusive(res, runErr)
+		// No per-metric verdict either: the figures are for information.
+		for _, ds := range res.Classes {
+			for j := range ds {
+				ds[j].Verdict = ""
+			}
+		}
 	}
 	return res, runErr
 }
@@ -192,8 +246,16 @@ func inconclusive(res *Result, runErr error) string {
 			}
 		}
 	}
-	return fmt.Sprintf("%s: %d of %d runs invalid (%s): no verdict; the deltas are for information only", Inconclusive, n, len(res.Runs), first)
+	retried := ""
+	if len(res.Retried) > 0 {
+		retried = fmt.Sprintf(" after %d retries", len(res.Retried))
+	}
+	return fmt.Sprintf("%s: %d of %d runs invalid%s (%s): no verdict; the deltas are for information only. %s", Inconclusive, n, len(res.Runs), retried, first, InconclusiveAdvice)
 }
+
+// InconclusiveAdvice is what to do about invalid runs: they are the
+// harness or the arms falling behind on a busy host.
+const InconclusiveAdvice = "To get a verdict: pin the engine, gateway and harness to their own cores (taskset), lower the rate, or run on an idle host; --retries re-runs an invalid pair."
 
 func validity(rep *result.Report) string {
 	if rep.Valid {

@@ -48,7 +48,11 @@ func cell(d Delta) []string {
 	if d.A != 0 {
 		pct = fmt.Sprintf(" (%+.1f%%)", d.DiffPct)
 	}
-	return []string{d.Metric, num(d.A), num(d.B), num(d.Diff) + pct, "[" + num(d.CILow) + ", " + num(d.CIHigh) + "]", d.Verdict}
+	v := d.Verdict
+	if v == "" {
+		v = "—" // an inconclusive A/B gives no per-metric verdict
+	}
+	return []string{d.Metric, num(d.A), num(d.B), num(d.Diff) + pct, "[" + num(d.CILow) + ", " + num(d.CIHigh) + "]", v}
 }
 
 func num(v float64) string {
@@ -80,8 +84,20 @@ func Table(w io.Writer, r *Result) error {
 	for _, l := range inMeshLines(r) {
 		fmt.Fprintln(w, l)
 	}
+	for _, l := range retryLines(r) {
+		fmt.Fprintln(w, l)
+	}
 	_, err := fmt.Fprintln(w, r.Verdict)
 	return err
+}
+
+// retryLines say which pairs were run again and why.
+func retryLines(r *Result) []string {
+	var out []string
+	for _, x := range r.Retried {
+		out = append(out, fmt.Sprintf("repeat %d (seed %d) run again after attempt %d: %s", x.Repeat+1, x.Seed, x.Attempt, strings.Join(x.Reasons, " / ")))
+	}
+	return out
 }
 
 // Markdown writes the comparison as a Markdown section.
@@ -94,12 +110,17 @@ func Markdown(w io.Writer, r *Result) error {
 			fmt.Fprintf(w, "| %s | %s |\n", c, strings.Join(cell(d), " | "))
 		}
 	}
-	if lines := inMeshLines(r); len(lines) > 0 {
+	if lines := append(inMeshLines(r), retryLines(r)...); len(lines) > 0 {
 		fmt.Fprintln(w)
 		for _, l := range lines {
 			fmt.Fprintf(w, "- %s\n", l)
 		}
 	}
-	_, err := fmt.Fprintf(w, "\n**%s**\n", r.Verdict)
-	return err
+	if _, err := fmt.Fprintf(w, "\n**%s**\n", r.Verdict); err != nil {
+		return err
+	}
+	if r.Provenance != nil {
+		return r.Provenance.WriteMarkdown(w)
+	}
+	return nil
 }

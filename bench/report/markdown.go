@@ -43,6 +43,9 @@ func Markdown(w io.Writer, rep *result.Report) error {
 	for _, l := range append(prefixLines(rep), gpuLines(rep)...) {
 		fmt.Fprintf(ew, "- %s\n", mdEscape(l))
 	}
+	if rep.Provenance != nil {
+		_ = rep.Provenance.WriteMarkdown(ew)
+	}
 	return ew.err
 }
 

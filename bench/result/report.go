@@ -1,5 +1,7 @@
 package result
 
+import "github.com/llmesh/llmesh/bench/provenance"
+
 // Report is one run's summary. Field names up to RecomputedTokensFraction
 // follow vllm bench serve's result JSON (durations in seconds, latencies in
 // milliseconds); the rest are llmesh's.
@@ -135,6 +137,10 @@ type Report struct {
 	// tokens came from ("usage": the engine's report, "stream": counted
 	// by the client because the engine reported none, or 0).
 	OutputTokensSource map[string]int `json:"output_tokens_source,omitempty"`
+	// Provenance records the build, input files, seed and host of a
+	// measured run (bench run); nil in a run embedded in a larger result
+	// that carries its own.
+	Provenance *provenance.Provenance `json:"provenance,omitempty"`
 }
 
 // EnginePrefixCache is the change of the engines' prefix-cache counters

@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmesh/llmesh/bench/harness"
 	"github.com/llmesh/llmesh/bench/progress"
+	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/report"
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/stats"
@@ -122,6 +123,20 @@ type workloadFlags struct {
 	trace  string
 	format string
 	set    map[string]bool
+}
+
+// provenance starts a run's provenance: this build, the workload and trace
+// files' hashes, the workload's seed, and the host now (before the run).
+func (wf *workloadFlags) provenance(w *workload.Workload) (*provenance.Provenance, error) {
+	p := provenance.New()
+	if err := p.AddFile("workload "+wf.file, wf.file); err != nil {
+		return nil, err
+	}
+	if err := p.AddFile("trace "+wf.trace, wf.trace); err != nil {
+		return nil, err
+	}
+	p.Seeds = []int64{w.Spec.Seed}
+	return p, nil
 }
 
 func (wf *workloadFlags) register(fs *flag.FlagSet) {
@@ -286,10 +301,15 @@ func runBenchRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		defer jf.Close()
 		o.JSONL = jf
 	}
+	prov, err := wf.provenance(w)
+	if err != nil {
+		return err
+	}
 	rep, recs, runErr := harness.Run(ctx, o)
 	if rep == nil {
 		return runErr
 	}
+	rep.Provenance = prov
 	if err := out.emit(rep, stdout); err != nil {
 		return errors.Join(runErr, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/llmesh/llmesh/bench/ab"
 	"github.com/llmesh/llmesh/bench/harness"
 	"github.com/llmesh/llmesh/bench/progress"
+	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/report"
 	"github.com/llmesh/llmesh/bench/sweep"
 	"github.com/llmesh/llmesh/bench/workload"
@@ -75,15 +76,17 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		htmlOut, format    string
 		jsonlOut           string
 		repeats, resamples int
+		retries            int
 		quiet, sloGate     bool
 	)
 	wf.register(fs)
-	fs.StringVar(&a, "a", "", "baseline target: URL, host:port, or embedded:MESH-FILE to start a simulated engine and the gateway with that mesh config for every run (required)")
+	fs.StringVar(&a, "a", "", "baseline target: URL, host:port, embedded:MESH-FILE to start a simulated engine and the gateway with that mesh config for every run, or exec:PATH,mesh=FILE to start that llmesh build's sim and gateway for every run (required)")
 	fs.StringVar(&b, "b", "", "candidate target, same forms as --a (required)")
 	fs.StringVar(&aName, "a-name", "", "label of A (for example the policy name)")
 	fs.StringVar(&bName, "b-name", "", "label of B")
 	fs.IntVar(&repeats, "repeats", 3, "number of A-B pairs; pair i uses seed+i on both arms")
 	fs.IntVar(&resamples, "resamples", 1000, "bootstrap resamples")
+	fs.IntVar(&retries, "retries", 1, "run a pair with an invalid run again, up to `N` times, before keeping it (the report lists every retry)")
 	fs.StringVar(&jsonOut, "json", "", "write the comparison (with every run's report) as JSON to `FILE` (- for stdout)")
 	fs.StringVar(&mdOut, "markdown", "", "write the comparison as Markdown to `FILE`")
 	fs.StringVar(&htmlOut, "html", "", "write the comparison and every run's report as one self-contained HTML page to `FILE`")
@@ -103,6 +106,9 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if repeats <= 0 || repeats > 1000 {
 		errs = append(errs, fmt.Errorf("--repeats: %d must be in [1, 1000]", repeats))
 	}
+	if retries < 0 || retries > 10 {
+		errs = append(errs, fmt.Errorf("--retries: %d must be in [0, 10]", retries))
+	}
 	if resamples < 100 || resamples > 100000 {
 		errs = append(errs, fmt.Errorf("--resamples: %d must be in [100, 100000]", resamples))
 	}
@@ -115,7 +121,7 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
-	o := ab.Options{Workload: w, A: ta, B: tb, Repeats: repeats, Resamples: resamples, Log: stderr}
+	o := ab.Options{Workload: w, A: ta, B: tb, Repeats: repeats, Resamples: resamples, Retries: retries, Log: stderr}
 	if !quiet && progress.IsTerminal(stdout) {
 		o.Progress = stderr
 	}
@@ -127,10 +133,20 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		defer jf.Close()
 		o.JSONL = jf
 	}
+	prov, err := abProvenance(&wf, w, a, b)
+	if err != nil {
+		return err
+	}
 	res, runErr := ab.Compare(ctx, o)
 	if res == nil {
 		return runErr
 	}
+	for _, r := range res.Runs {
+		if r.Arm == "A" {
+			prov.Seeds = append(prov.Seeds, r.Seed)
+		}
+	}
+	res.Provenance = prov
 	renderers := map[string]func(io.Writer, *ab.Result) error{"table": ab.Table, "json": ab.WriteJSON, "markdown": ab.Markdown, "html": ab.HTML}
 	var outErrs []error
 	if jsonOut != "-" && mdOut != "-" && htmlOut != "-" {
@@ -145,6 +161,38 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return abExit(res, sloGate)
+}
+
+// abProvenance records the build of each arm this command starts (an exec:
+// arm's binary, this build for embedded:; a URL's is unknown), the mesh,
+// workload and trace files, and the host before the first run.
+func abProvenance(wf *workloadFlags, w *workload.Workload, specs ...string) (*provenance.Provenance, error) {
+	p, err := wf.provenance(w)
+	if err != nil {
+		return nil, err
+	}
+	p.Seeds = nil
+	for i, spec := range specs {
+		key := []string{"A", "B"}[i]
+		scheme, arg, _ := strings.Cut(spec, ":")
+		switch scheme {
+		case "exec":
+			arm, err := validateArm("", spec)
+			if err != nil {
+				return nil, err
+			}
+			p.Builds[key] = arm.Build
+			if err := p.AddFile(key+" mesh "+arm.Mesh, arm.Mesh); err != nil {
+				return nil, err
+			}
+		case "embedded":
+			p.Builds[key] = p.Builds["self"]
+			if err := p.AddFile(key+" mesh "+arg, arg); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return p, nil
 }
 
 // abExit is the exit status of a finished A/B: 4 when it is inconclusive

@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmesh/llmesh/bench/compare"
 	"github.com/llmesh/llmesh/bench/harness"
+	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/result"
 )
 
@@ -37,24 +38,70 @@ type compareOutput struct {
 	Metrics []compare.Judged     `json:"metrics"`
 	Gates   []compare.GateResult `json:"gates"`
 	Inputs  map[string][]string  `json:"inputs"` // arm → "FILE sha256:HEX"
+	// Provenance: each arm's build (from its inputs' own provenance, or the
+	// binary an A/B ran), input hashes, seeds, and this host.
+	Provenance *provenance.Provenance `json:"provenance,omitempty"`
+	// Arms, RateRPS and RateFrom describe a bench simulate A/B: each arm as
+	// given, the arrival rate both ran at (0: the workload's or the
+	// trace's), and where it came from.
+	Arms     map[string]string `json:"arms,omitempty"`
+	RateRPS  float64           `json:"rate_rps,omitempty"`
+	RateFrom string            `json:"rate_from,omitempty"`
+}
+
+// compareFlags are the judgement flags of bench compare, shared by the
+// A/B modes that end in the same comparison (bench simulate --a/--b).
+type compareFlags struct {
+	gates, primaries stringList
+	jsonOut          string
+	markdown         string
+	alpha            float64
+}
+
+// register adds every flag but --json, which each command owns.
+func (c *compareFlags) register(fs *flag.FlagSet) {
+	fs.Var(&c.gates, "fail-on", "exit 3 when `CLASS.METRIC>+N%` (or <-N%) is breached significantly; repeatable")
+	fs.Var(&c.primaries, "primary", "declare `CLASS=METRIC` the class's primary metric; repeatable")
+	fs.StringVar(&c.markdown, "markdown", "", "write a pull-request summary to `FILE` (- for stdout)")
+	fs.Float64Var(&c.alpha, "alpha", 0.05, "significance level")
+}
+
+// parse checks the gates and primaries; every problem is returned.
+func (c *compareFlags) parse() (gates []compare.Gate, primary map[string]string, errs []error) {
+	for _, g := range c.gates {
+		p, err := compare.ParseGate(g)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		gates = append(gates, p)
+	}
+	primary = map[string]string{}
+	for i, p := range c.primaries {
+		cl, m, ok := strings.Cut(p, "=")
+		if !ok || cl == "" || m == "" {
+			errs = append(errs, fmt.Errorf("--primary[%d] %q: want CLASS=METRIC", i, p))
+			continue
+		}
+		primary[cl] = m
+	}
+	if !(c.alpha > 0 && c.alpha < 1) {
+		errs = append(errs, fmt.Errorf("--alpha: %v must be in (0, 1)", c.alpha))
+	}
+	return gates, primary, errs
 }
 
 func runBenchCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("llmesh bench compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		gates, primaries  stringList
-		jsonOut, markdown string
-		policy            string
-		load, alpha       float64
+		cf     compareFlags
+		policy string
+		load   float64
 	)
-	fs.Var(&gates, "fail-on", "exit 3 when `CLASS.METRIC>+N%` (or <-N%) is breached significantly; repeatable")
-	fs.Var(&primaries, "primary", "declare `CLASS=METRIC` the class's primary metric; repeatable")
-	fs.StringVar(&jsonOut, "json", "", "write the comparison (top-level verdict) to `FILE` (- for stdout)")
-	fs.StringVar(&markdown, "markdown", "", "write a pull-request summary to `FILE` (- for stdout)")
+	cf.register(fs)
+	fs.StringVar(&cf.jsonOut, "json", "", "write the comparison (top-level verdict) to `FILE` (- for stdout)")
 	fs.StringVar(&policy, "policy", "", "with bench simulate results: the `POLICY` whose runs to compare")
 	fs.Float64Var(&load, "load", 0, "with bench simulate results: the `LOAD` factor whose runs to compare")
-	fs.Float64Var(&alpha, "alpha", 0.05, "significance level")
 	// Flags may follow the file lists.
 	var files []string
 	for rest := args; ; rest = fs.Args()[1:] {
@@ -73,27 +120,12 @@ func runBenchCompare(ctx context.Context, args []string, stdout, stderr io.Write
 	if len(files) != 2 {
 		errs = append(errs, fmt.Errorf("want two arguments (arm A files, arm B files), got %d", len(files)))
 	}
-	var parsed []compare.Gate
-	for _, g := range gates {
-		p, err := compare.ParseGate(g)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		parsed = append(parsed, p)
-	}
-	primary := map[string]string{}
-	for i, p := range primaries {
-		c, m, ok := strings.Cut(p, "=")
-		if !ok || c == "" || m == "" {
-			errs = append(errs, fmt.Errorf("--primary[%d] %q: want CLASS=METRIC", i, p))
-			continue
-		}
-		primary[c] = m
-	}
+	gates, primary, ferrs := cf.parse()
+	errs = append(errs, ferrs...)
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
-	out := compareOutput{Alpha: alpha, Policy: policy, Load: load, Inputs: map[string][]string{}}
+	out := compareOutput{Alpha: cf.alpha, Policy: policy, Load: load, Inputs: map[string][]string{}, Provenance: provenance.New()}
 	arms := map[string][]*result.Report{}
 	// seeds[arm][i] is unit i's seed when it came from a bench simulate
 	// --seeds file (-1 otherwise): such units must pair seed by seed.
@@ -103,56 +135,83 @@ func runBenchCompare(ctx context.Context, args []string, stdout, stderr io.Write
 			break
 		}
 		for _, f := range strings.Split(files[i], ",") {
-			reps, ss, sum, err := loadCompareReports(f, policy, load, loadSet)
+			in, err := loadCompareReports(f, policy, load, loadSet)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("arm %s: %w", arm, err))
 				continue
 			}
-			arms[arm] = append(arms[arm], reps...)
-			for j := range reps {
+			arms[arm] = append(arms[arm], in.reports...)
+			for j := range in.reports {
 				s := int64(-1)
-				if ss != nil {
-					s = ss[j]
+				if in.seeds != nil {
+					s = in.seeds[j]
 				}
 				seeds[arm] = append(seeds[arm], s)
 			}
-			out.Inputs[arm] = append(out.Inputs[arm], f+" sha256:"+sum)
+			out.Inputs[arm] = append(out.Inputs[arm], f+" sha256:"+in.sum)
+			out.Provenance.Files[arm+" "+f] = in.sum
+			if in.prov != nil {
+				if b, ok := in.prov.Builds["self"]; ok {
+					if _, seen := out.Provenance.Builds[arm]; !seen {
+						out.Provenance.Builds[arm] = b
+					}
+				}
+			}
 		}
 	}
 	for i := 0; i < min(len(seeds["A"]), len(seeds["B"])); i++ {
 		if a, b := seeds["A"][i], seeds["B"][i]; a >= 0 && b >= 0 && a != b {
 			errs = append(errs, fmt.Errorf("unit %d: arm A ran seed %d, arm B seed %d; runs must be paired", i, a, b))
 		}
+		if s := seeds["A"][i]; s >= 0 {
+			out.Provenance.Seeds = append(out.Provenance.Seeds, s)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
-	ms, err := compare.FromReports(arms["A"], arms["B"], primary)
+	return judgeAndReport(stdout, arms["A"], arms["B"], out, &cf, gates, primary)
+}
+
+// judgeAndReport judges paired units, prints the summary (unless --json or
+// --markdown go to stdout), writes --json and --markdown atomically, and
+// returns exit 3 for a breached gate, 4 for gates that cannot judge.
+func judgeAndReport(stdout io.Writer, a, b []*result.Report, out compareOutput, cf *compareFlags, gates []compare.Gate, primary map[string]string) error {
+	ms, err := compare.FromReports(a, b, primary)
 	if err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
-	res, err := compare.Judge(ms, alpha)
+	res, err := compare.Judge(ms, cf.alpha)
 	if err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
-	gr, err := compare.Check(res, parsed)
+	gr, err := compare.Check(res, gates)
 	if err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
-	out.Verdict, out.Metrics, out.Gates, out.Units = res.Verdict, res.Metrics, gr, len(arms["A"])
-	if markdown != "-" && jsonOut != "-" {
-		if err := compare.WriteMarkdown(stdout, res, gr); err != nil {
+	out.Verdict, out.Metrics, out.Gates, out.Units = res.Verdict, res.Metrics, gr, len(a)
+	summary := func(w io.Writer) error {
+		if err := compare.WriteMarkdown(w, res, gr); err != nil {
+			return err
+		}
+		if out.Provenance != nil {
+			return out.Provenance.WriteMarkdown(w)
+		}
+		return nil
+	}
+	if cf.markdown != "-" && cf.jsonOut != "-" {
+		if err := summary(stdout); err != nil {
 			return err
 		}
 	}
-	if err := writeAtomic(jsonOut, stdout, func(w io.Writer) error {
+	if err := writeAtomic(cf.jsonOut, stdout, func(w io.Writer) error {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}); err != nil {
 		return err
 	}
-	if err := writeAtomic(markdown, stdout, func(w io.Writer) error { return compare.WriteMarkdown(w, res, gr) }); err != nil {
+	if err := writeAtomic(cf.markdown, stdout, summary); err != nil {
 		return err
 	}
 	var breached []string
@@ -165,37 +224,51 @@ func runBenchCompare(ctx context.Context, args []string, stdout, stderr io.Write
 	case len(breached) > 0:
 		sort.Strings(breached)
 		return withExitCode(harness.ExitSLO, fmt.Errorf("gate breached: %s", strings.Join(breached, ", ")))
-	case len(parsed) > 0 && res.Verdict == compare.Inconclusive:
+	case len(gates) > 0 && res.Verdict == compare.Inconclusive:
 		return withExitCode(harness.ExitInvalid, errors.New("comparison inconclusive: the gates cannot judge"))
 	}
 	return nil
+}
+
+// compareInput is one input file's units.
+type compareInput struct {
+	reports []*result.Report
+	// seeds lists each unit's seed for a bench simulate --seeds file; nil
+	// for the other kinds.
+	seeds []int64
+	// sum is the file's sha256; prov its recorded provenance, nil when it
+	// has none (a file from an older build).
+	sum  string
+	prov *provenance.Provenance
 }
 
 // loadCompareReports reads one file's units: a bench run report (one
 // unit), the run of a bench simulate result at policy and load (one unit),
 // or of every seed's result in a `bench simulate --seeds N` file (N units,
 // in seed order; seeds lists them, nil for the other kinds).
-func loadCompareReports(path, policy string, load float64, loadSet bool) (reps []*result.Report, seeds []int64, sum string, err error) {
+func loadCompareReports(path, policy string, load float64, loadSet bool) (*compareInput, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, err
 	}
 	h := sha256.Sum256(data)
-	sum = hex.EncodeToString(h[:])
+	in := &compareInput{sum: hex.EncodeToString(h[:])}
 	var probe struct {
-		Runs    []json.RawMessage `json:"runs"`
-		Seeds   []int64           `json:"seeds"`
-		Results []struct {
+		Provenance *provenance.Provenance `json:"provenance"`
+		Runs       []json.RawMessage      `json:"runs"`
+		Seeds      []int64                `json:"seeds"`
+		Results    []struct {
 			Runs []json.RawMessage `json:"runs"`
 		} `json:"results"`
 	}
 	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, nil, "", fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	in.prov = probe.Provenance
 	switch {
 	case probe.Results != nil:
 		if len(probe.Seeds) != len(probe.Results) || len(probe.Results) == 0 {
-			return nil, nil, "", fmt.Errorf("%s: %d seeds and %d results, want as many of each and at least one", path, len(probe.Seeds), len(probe.Results))
+			return nil, fmt.Errorf("%s: %d seeds and %d results, want as many of each and at least one", path, len(probe.Seeds), len(probe.Results))
 		}
 		var errs []error
 		for i, r := range probe.Results {
@@ -203,24 +276,27 @@ func loadCompareReports(path, policy string, load float64, loadSet bool) (reps [
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: results[%d] (seed %d): %w", path, i, probe.Seeds[i], err))
 			}
-			reps = append(reps, rep)
+			in.reports = append(in.reports, rep)
 		}
-		return reps, probe.Seeds, sum, errors.Join(errs...)
+		in.seeds = probe.Seeds
+		return in, errors.Join(errs...)
 	case probe.Runs != nil:
 		rep, err := pickSimulateRun(probe.Runs, policy, load, loadSet)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		return []*result.Report{rep}, nil, sum, nil
+		in.reports = []*result.Report{rep}
+		return in, nil
 	}
 	var rep result.Report
 	if err := json.Unmarshal(data, &rep); err != nil {
-		return nil, nil, "", fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if rep.Classes == nil {
-		return nil, nil, "", fmt.Errorf("%s: neither a bench run report (no classes) nor a bench simulate result (no runs)", path)
+		return nil, fmt.Errorf("%s: neither a bench run report (no classes) nor a bench simulate result (no runs)", path)
 	}
-	return []*result.Report{&rep}, nil, sum, nil
+	in.reports = []*result.Report{&rep}
+	return in, nil
 }
 
 // pickSimulateRun picks the run at policy and load of one bench simulate

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/simulate"
 	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
@@ -27,7 +29,7 @@ import (
 var _ = addBenchCommand(command{name: "simulate", summary: "evaluate scheduling policies in virtual time (scheduler + engine model)", run: runBenchSimulate})
 
 // runBenchSimulate is `llmesh bench simulate`.
-func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer) (err error) {
+func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("llmesh bench simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -66,8 +68,12 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 		rate      = fs.Float64("rate", 0, "arrival rate in req/s, replacing the workload's (not with --loads or --trace)")
 		records   = fs.String("records", "", "write every request's record to `FILE` as JSON lines (result.ReadRecords' format; Run names the policy and load), in item order per run")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the evaluation to `FILE` (go tool pprof)")
+		armA      = fs.String("a", "", "A/B: baseline arm, exec:PATH[,mesh=FILE] (another llmesh build, with that mesh's pool and policy) or a policy name; both arms run every seed at the same rate and the comparison is judged as by bench compare")
+		armB      = fs.String("b", "", "A/B: candidate arm, same forms as --a")
 		profile   = fs.String("profile", "", "engine profile (default: the workload's; known: "+strings.Join(sim.Profiles(), ", ")+")")
 	)
+	var cf compareFlags
+	cf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(2, err)
 	}
@@ -140,12 +146,28 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--engine-policy: %w", err))
 	}
+	var ab *simAB
+	if *armA != "" || *armB != "" {
+		var abErrs []error
+		ab, abErrs = prepareSimulateAB(fs, *armA, *armB, *policies, ls, *rate, &cf)
+		errs = append(errs, abErrs...)
+	} else {
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "fail-on" || f.Name == "primary" || f.Name == "markdown" || f.Name == "alpha" {
+				errs = append(errs, fmt.Errorf("--%s: only with --a and --b", f.Name))
+			}
+		})
+	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(2, err)
 	}
 	w, err := simWorkload(*file, *traceFile, trace.Format(*traceFmt))
 	if err != nil {
 		return err
+	}
+	if ab != nil {
+		cf.jsonOut = *jsonOut
+		return ab.run(ctx, stdout, stderr, w)
 	}
 	if *rate > 0 {
 		if w.Spec.Arrival.Rate <= 0 {
@@ -200,15 +222,22 @@ func runBenchSimulate(_ context.Context, args []string, stdout, stderr io.Writer
 			}
 		}()
 	}
+	prov := provenance.New()
+	for k, path := range map[string]string{"workload " + *file: *file, "trace " + *traceFile: *traceFile} {
+		if err := prov.AddFile(k, path); err != nil {
+			return err
+		}
+	}
 	if *seeds > 1 {
-		return simulateSeeds(stdout, w, names, ls, o, *seeds, *jsonOut, *brief)
+		return simulateSeeds(stdout, w, names, ls, o, *seeds, *jsonOut, *brief, prov)
 	}
 	res, err := simulate.Evaluate(w, names, ls, o)
 	if err != nil {
 		return withExitCode(2, err)
 	}
 	if *jsonOut != "" {
-		if err := writeFile(*jsonOut, stdout, func(w io.Writer) error { return simulate.WriteJSON(w, res) }); err != nil || *jsonOut == "-" {
+		prov.Seeds = []int64{cmp.Or(o.Seed, w.Spec.Seed)}
+		if err := writeFile(*jsonOut, stdout, func(w io.Writer) error { return writeSimulateJSON(w, res, prov) }); err != nil || *jsonOut == "-" {
 			return err
 		}
 	}
@@ -222,11 +251,25 @@ type seededResult struct {
 	Seeds []int64 `json:"seeds"`
 	// Results are what --json writes for one seed (simulate.WriteJSON).
 	Results []json.RawMessage `json:"results"`
+	// Provenance: this build, the input files, the seeds and the host.
+	Provenance *provenance.Provenance `json:"provenance,omitempty"`
+}
+
+// writeSimulateJSON writes one result as simulate.WriteJSON does, with
+// its provenance added.
+func writeSimulateJSON(w io.Writer, r *simulate.Result, p *provenance.Provenance) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		*simulate.Result
+		Comparison []simulate.Comparison  `json:"comparison"`
+		Provenance *provenance.Provenance `json:"provenance"`
+	}{r, r.Compare(), p})
 }
 
 // simulateSeeds evaluates the same policies and loads with n consecutive
 // seeds from o.Seed (or the workload's).
-func simulateSeeds(stdout io.Writer, w *workload.Workload, names []string, loads []float64, o simulate.Options, n int, jsonOut string, brief bool) error {
+func simulateSeeds(stdout io.Writer, w *workload.Workload, names []string, loads []float64, o simulate.Options, n int, jsonOut string, brief bool, prov *provenance.Provenance) error {
 	base := o.Seed
 	if base == 0 {
 		base = w.Spec.Seed
@@ -247,6 +290,8 @@ func simulateSeeds(stdout io.Writer, w *workload.Workload, names []string, loads
 		out.Results = append(out.Results, buf.Bytes())
 		results = append(results, res)
 	}
+	prov.Seeds = out.Seeds
+	out.Provenance = prov
 	if jsonOut != "" {
 		if err := writeFile(jsonOut, stdout, func(w io.Writer) error {
 			enc := json.NewEncoder(w)

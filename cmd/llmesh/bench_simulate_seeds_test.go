@@ -94,10 +94,11 @@ func FuzzLoadCompareReports(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		reps, seeds, _, err := loadCompareReports(path, policy, load, loadSet)
+		in, err := loadCompareReports(path, policy, load, loadSet)
 		if err != nil {
 			return
 		}
+		reps, seeds := in.reports, in.seeds
 		if len(reps) == 0 || seeds != nil && len(seeds) != len(reps) {
 			t.Fatalf("%d reports, %d seeds", len(reps), len(seeds))
 		}

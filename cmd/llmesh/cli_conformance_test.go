@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +132,10 @@ func TestCLIMissingFile(t *testing.T) {
 		{"bench sweep", []string{"--workload", missing, "--target", "http://127.0.0.1:1", "--rates", "1"}},
 		{"bench simulate", []string{"--workload", missing}},
 		{"bench simulate", []string{"--trace", missing}},
+		{"bench simulate", []string{"--a", "exec:" + missing, "--b", "fifo"}},
+		{"bench simulate", []string{"--a", "fifo", "--b", "exec:" + os.Args[0] + ",mesh=" + missing}},
+		{"bench ab", []string{"--a", "exec:" + missing + ",mesh=" + std, "--b", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s"}},
+		{"bench calibrate", []string{"--workload", missing}},
 		{"sim fit-report", []string{"--check", missing}},
 		{"control", []string{"--config", missing, "--xds", "127.0.0.1:0", "--admin", "off"}},
 		{"gateway", []string{"--config", missing}},
