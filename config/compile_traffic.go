@@ -21,6 +21,9 @@ func (b *builder) listenersOf(m *Mesh) {
 			b.c.add(join(p, "address"), 0, "%q is also the address of listener %q", src.Address, prev)
 		}
 		addrs[src.Address] = src.Name
+		if src.Limits != nil {
+			l.Limits = b.listenerLimits(join(p, "limits"), src.Limits)
+		}
 		if len(src.Routes) == 0 {
 			b.c.add(join(p, "routes"), 0, "at least one route is required")
 		}
@@ -317,3 +320,31 @@ func (b *builder) service(m *Mesh) {
 // MaxReportDelay bounds scheduler_service.report_delay: the service sees a
 // release up to that late, so the slot stays taken that long.
 const MaxReportDelay = 10 * time.Millisecond
+
+// listenerLimits compiles a listener's client limits: a duration is Go
+// syntax or "off", a count is positive or -1 (off); omitted keeps the
+// gateway's default (0).
+func (b *builder) listenerLimits(p string, src *ListenerLimitsSpec) ListenerLimits {
+	dur := func(name, v string) time.Duration {
+		if v == "off" {
+			return -1
+		}
+		return b.duration(join(p, name), v, false)
+	}
+	count := func(name string, v int64) {
+		if v < -1 {
+			b.c.add(join(p, name), 0, "%d must be positive, or -1 for no limit", v)
+		}
+	}
+	count("body_budget_bytes", src.BodyBudgetBytes)
+	if v := src.BodyBudgetBytes; v > 0 && v < 32<<10 {
+		b.c.add(join(p, "body_budget_bytes"), 0, "%d must be at least 32768 (one read buffer), or -1 for no budget", v)
+	}
+	count("max_conns_per_client", int64(src.MaxConnsPerClient))
+	count("max_streams_per_conn", int64(src.MaxStreamsPerConn))
+	return ListenerLimits{
+		BodyTimeout: dur("body_timeout", src.BodyTimeout), WriteTimeout: dur("write_timeout", src.WriteTimeout),
+		IdleTimeout: dur("idle_timeout", src.IdleTimeout), BodyBudgetBytes: src.BodyBudgetBytes,
+		MaxConnsPerClient: src.MaxConnsPerClient, MaxStreamsPerConn: src.MaxStreamsPerConn,
+	}
+}

@@ -77,6 +77,17 @@ type Listener struct {
 	Host   string
 	Port   int
 	Routes []*Route
+	// Limits are the client limits of the embedded gateway
+	// (ListenerSpec.Limits): 0 keeps the gateway's default, a negative
+	// value turns the limit off.
+	Limits ListenerLimits
+}
+
+// ListenerLimits is ListenerLimitsSpec compiled.
+type ListenerLimits struct {
+	BodyTimeout, WriteTimeout, IdleTimeout time.Duration
+	BodyBudgetBytes                        int64
+	MaxConnsPerClient, MaxStreamsPerConn   int
 }
 
 // Route returns the first route that takes a request with this path,

@@ -41,6 +41,30 @@ type ListenerSpec struct {
 	Address string `yaml:"address"`
 	// Routes are tried in order; the first match wins.
 	Routes []RouteSpec `yaml:"routes,omitempty"`
+	// Limits bound what clients of this listener can hold in the embedded
+	// gateway (llmesh gateway); Envoy applies its own (docs/security.md).
+	Limits *ListenerLimitsSpec `yaml:"limits,omitempty"`
+}
+
+// ListenerLimitsSpec bounds what clients can hold; an omitted field keeps
+// the gateway's default (docs/security.md), and "off" (durations) or -1
+// (counts) turns one off.
+type ListenerLimitsSpec struct {
+	// BodyTimeout bounds the reading of one request body (default 30s).
+	BodyTimeout string `yaml:"body_timeout,omitempty"`
+	// BodyBudgetBytes bounds the request body bytes buffered at once over
+	// all requests (default 64 MiB); past it a request gets 429.
+	BodyBudgetBytes int64 `yaml:"body_budget_bytes,omitempty"`
+	// WriteTimeout bounds each write toward a client (default 30s): a
+	// client that stops reading loses its stream and its slot.
+	WriteTimeout string `yaml:"write_timeout,omitempty"`
+	// IdleTimeout closes kept-alive client connections idle this long
+	// (default 2m).
+	IdleTimeout string `yaml:"idle_timeout,omitempty"`
+	// MaxConnsPerClient bounds one client address's connections (256).
+	MaxConnsPerClient int `yaml:"max_conns_per_client,omitempty"`
+	// MaxStreamsPerConn bounds one h2c connection's concurrent streams (100).
+	MaxStreamsPerConn int `yaml:"max_streams_per_conn,omitempty"`
 }
 
 // RouteSpec sends matching requests to a pool, optionally in a class.

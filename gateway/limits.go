@@ -95,7 +95,7 @@ func (l Limits) withDefaults() Limits {
 
 // ErrBodyBudget: buffering the request body would take the gateway past
 // its body budget; retryable (429), since other bodies free theirs soon.
-var ErrBodyBudget = fmt.Errorf("%w: request bodies buffered at the gateway are at limits.body_budget", scheduler.ErrQueueFull)
+var ErrBodyBudget = fmt.Errorf("%w: request bodies buffered at the gateway are at limits.body_budget_bytes", scheduler.ErrQueueFull)
 
 // ErrBodyTimeout: the request body did not arrive within the body timeout.
 var ErrBodyTimeout = fmt.Errorf("%w: request body not received within limits.body_timeout", filter.ErrBadRequest)
@@ -312,7 +312,7 @@ func (c *countedConn) Close() error {
 func validateLimits(l Limits) []error {
 	var errs []error
 	if l.BodyBudget > 0 && l.BodyBudget < firstBodyChunk {
-		errs = append(errs, fmt.Errorf("limits.body_budget: %d must be at least %d bytes (or negative: no budget)", l.BodyBudget, firstBodyChunk))
+		errs = append(errs, fmt.Errorf("limits.body_budget_bytes: %d must be at least %d bytes (or negative: no budget)", l.BodyBudget, firstBodyChunk))
 	}
 	return errs
 }

@@ -72,6 +72,9 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 		}
 		cfg.Routes = append(cfg.Routes, route)
 	}
+	lim := l.Limits
+	cfg.Limits = Limits{BodyTimeout: lim.BodyTimeout, BodyBudget: lim.BodyBudgetBytes, ClientWriteTimeout: lim.WriteTimeout,
+		ClientIdleTimeout: lim.IdleTimeout, MaxConnsPerClient: lim.MaxConnsPerClient, MaxStreamsPerConn: lim.MaxStreamsPerConn}
 	cfg.ServerTiming = c.Telemetry.ServerTiming
 	cfg.MaxHeaderBytes = relocationHeaderBytes(&c.Relocation)
 	if h := c.Classification.TrustedMarkerHeader; h != "" {
