@@ -2,13 +2,12 @@ package config
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"reflect"
 	"sort"
-	"strconv"
 	"strings"
 
+	"github.com/llmesh/llmesh/kvevents"
 	"gopkg.in/yaml.v3"
 )
 
@@ -147,7 +146,7 @@ func (b *builder) kvEvents(p string, src *KVEventsSpec, ps PoolSpec, pool *Pool)
 			b.c.add(join(eps, k), 0, "%q is not one of the pool's endpoints (%s)", k, strings.Join(known, ", "))
 			continue
 		}
-		if !zmqTCP(v) {
+		if !kvevents.Connectable(v) {
 			b.c.add(join(eps, k), 0, "%q must be tcp://HOST:PORT", v)
 			continue
 		}
@@ -159,18 +158,4 @@ func (b *builder) kvEvents(p string, src *KVEventsSpec, ps PoolSpec, pool *Pool)
 		}
 	}
 	return out
-}
-
-// zmqTCP reports whether s is a connectable ZMQ TCP address.
-func zmqTCP(s string) bool {
-	rest, ok := strings.CutPrefix(s, "tcp://")
-	if !ok {
-		return false
-	}
-	host, port, err := net.SplitHostPort(rest)
-	if err != nil || host == "" || host == "*" {
-		return false
-	}
-	n, err := strconv.Atoi(port)
-	return err == nil && n > 0 && n < 65536
 }

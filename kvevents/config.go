@@ -104,8 +104,10 @@ func (c Config) binds() bool {
 	return strings.Contains(c.Endpoint, "*") || strings.Contains(c.Endpoint, "::")
 }
 
-// zmqTCP reports whether s is tcp://HOST:PORT with a host to connect to.
-func zmqTCP(s string) bool {
+// Connectable reports whether s is tcp://HOST:PORT with a host and port
+// to connect to (not a wildcard bind address, not port 0): what a
+// subscriber dials.
+func Connectable(s string) bool {
 	rest, ok := strings.CutPrefix(s, "tcp://")
 	if !ok {
 		return false
@@ -115,5 +117,5 @@ func zmqTCP(s string) bool {
 		return false
 	}
 	n, err := strconv.Atoi(port)
-	return err == nil && n >= 0 && n < 65536
+	return err == nil && n > 0 && n < 65536
 }

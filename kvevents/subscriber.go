@@ -55,7 +55,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	if s.View == nil {
 		return errors.New("kvevents: subscriber without a view")
 	}
-	if !zmqTCP(s.Endpoint) {
+	if !Connectable(s.Endpoint) {
 		return fmt.Errorf("kvevents: endpoint %q must be tcp://HOST:PORT", s.Endpoint)
 	}
 	retry := s.Retry
