@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,109 +12,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
-// tcpFront forwards a loopback port to an engine until killed; kill makes
-// the engine look dead from the network the way a killed process does:
-// the port refuses connections and every open connection is reset.
-type tcpFront struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	dead   bool
-	wg     sync.WaitGroup
-}
-
-func startFront(t *testing.T, target string) *tcpFront {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &tcpFront{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	f.wg.Add(1)
-	go f.accept()
-	t.Cleanup(f.kill)
-	return f
-}
-
-func (f *tcpFront) addr() string { return f.ln.Addr().String() }
-
-func (f *tcpFront) accept() {
-	defer f.wg.Done()
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", f.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		if !f.track(c, up) {
-			return
-		}
-		f.wg.Add(2)
-		go f.pipe(c, up)
-		go f.pipe(up, c)
-	}
-}
-
-func (f *tcpFront) track(cs ...net.Conn) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.dead {
-		for _, c := range cs {
-			c.Close()
-		}
-		return false
-	}
-	for _, c := range cs {
-		f.conns[c] = struct{}{}
-	}
-	return true
-}
-
-func (f *tcpFront) pipe(dst, src net.Conn) {
-	defer f.wg.Done()
-	io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-}
-
-// kill closes the port and resets every connection through it, then waits
-// for the forwarding goroutines.
-func (f *tcpFront) kill() {
-	f.mu.Lock()
-	if !f.dead {
-		f.dead = true
-		f.ln.Close()
-		for c := range f.conns {
-			if tc, ok := c.(*net.TCPConn); ok {
-				tc.SetLinger(0) // RST, as a dying process's kernel sends
-			}
-			c.Close()
-		}
-	}
-	f.mu.Unlock()
-	f.wg.Wait()
-}
-
 // twoFrontedSims starts two sims, each behind a killable front, and a
 // gateway pool over the fronts scheduled by a FIFO scheduler of perEP slots
 // per endpoint.
-func twoFrontedSims(t *testing.T, perEP int, opts ...Option) (fronts [2]*tcpFront, sims [2]*simtest.Sim, g *Gateway, gw string, sched *scheduler.Scheduler) {
+func twoFrontedSims(t *testing.T, perEP int, opts ...Option) (fronts [2]*proctest.Killable, sims [2]*simtest.Sim, g *Gateway, gw string, sched *scheduler.Scheduler) {
 	t.Helper()
 	var eps []string
 	for i := range sims {
 		sims[i] = simtest.Start(t)
-		fronts[i] = startFront(t, strings.TrimPrefix(sims[i].HTTPURL, "http://"))
-		eps = append(eps, fronts[i].addr())
+		fronts[i] = proctest.NewKillable(t, strings.TrimPrefix(sims[i].HTTPURL, "http://"))
+		fronts[i].Reset = true // a killed process's kernel resets its connections
+		eps = append(eps, fronts[i].Addr())
 	}
 	fifo, err := policy.Lookup("fifo")
 	if err != nil {
@@ -196,7 +109,7 @@ func TestKillOneOfTwoSimsUnderLoad(t *testing.T) {
 	for i := range total {
 		<-tick.C
 		if i == killAt {
-			fronts[0].kill()
+			fronts[0].Kill()
 			killed.Store(true)
 		}
 		wg.Add(1)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/gateway"
+	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
@@ -26,7 +27,7 @@ import (
 // outcome, and the gateway's observation records the reset.
 func TestEngineKilledMidStreamSSE(t *testing.T) {
 	s := simtest.Start(t, simtest.WithTimeScale(1)) // real time: 2000 tokens take seconds
-	k := newKillable(t, strings.TrimPrefix(s.HTTPURL, "http://"))
+	k := proctest.NewKillable(t, strings.TrimPrefix(s.HTTPURL, "http://"))
 	sched := newScheduler(t, "fifo", 4)
 	rec := newRecorder()
 	gw := startGateway(t, gateway.Config{Pools: pools("http://"+k.Addr(), "")}, gateway.WithAdmitter(sched), gateway.WithRecorder(rec))
@@ -86,7 +87,7 @@ func TestEngineKilledMidStreamSSE(t *testing.T) {
 // client gets a gRPC UNAVAILABLE status after the tokens it already had.
 func TestEngineKilledMidStreamGRPC(t *testing.T) {
 	s := simtest.Start(t, simtest.WithTimeScale(1))
-	k := newKillable(t, s.GRPCAddr)
+	k := proctest.NewKillable(t, s.GRPCAddr)
 	sched := newScheduler(t, "fifo", 4)
 	rec := newRecorder()
 	gw := startGateway(t, gateway.Config{Pools: pools("http://"+k.Addr(), k.Addr())}, gateway.WithAdmitter(sched), gateway.WithRecorder(rec))

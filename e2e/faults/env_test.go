@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -243,84 +242,4 @@ func engineIdleWithin(t testing.TB, limit time.Duration, url string) {
 		r, w, err := engineGauges(url)
 		return err == nil && r == 0 && w == 0, fmt.Sprintf("running %v waiting %v err %v", r, w, err)
 	})
-}
-
-// killable is a TCP proxy in front of an engine listener. Kill closes the
-// listener and every connection at once, which is what a client of an
-// engine process sees when the process dies.
-type killable struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	dead   bool
-	wg     sync.WaitGroup
-}
-
-func newKillable(t testing.TB, target string) *killable {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := &killable{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	k.wg.Add(1)
-	go k.accept()
-	t.Cleanup(k.Kill)
-	return k
-}
-
-func (k *killable) Addr() string { return k.ln.Addr().String() }
-
-func (k *killable) track(c net.Conn) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.dead {
-		c.Close()
-		return false
-	}
-	k.conns[c] = struct{}{}
-	return true
-}
-
-func (k *killable) accept() {
-	defer k.wg.Done()
-	for {
-		c, err := k.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", k.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		if !k.track(c) || !k.track(up) {
-			c.Close()
-			up.Close()
-			continue
-		}
-		k.wg.Add(2)
-		go k.pipe(c, up)
-		go k.pipe(up, c)
-	}
-}
-
-func (k *killable) pipe(dst, src net.Conn) {
-	defer k.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-}
-
-// Kill closes everything and waits for the proxy's goroutines.
-func (k *killable) Kill() {
-	k.mu.Lock()
-	k.dead = true
-	k.ln.Close()
-	for c := range k.conns {
-		c.Close()
-	}
-	k.mu.Unlock()
-	k.wg.Wait()
 }
