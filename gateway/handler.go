@@ -35,9 +35,6 @@ type exchange struct {
 	// retried: the request was sent once more after a failure before any
 	// byte reached the client (retry.go).
 	retried bool
-	// unreachable: the last attempt's connection failed (transport.go);
-	// the request ends as filter.EndUnreachable.
-	unreachable bool
 }
 
 type exchangeKey struct{}
@@ -242,7 +239,7 @@ func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	case errors.Is(err, ErrUpstreamStalled):
 		end(filter.EndFailed)
 		reply(w, kind, err)
-	case x != nil && x.unreachable:
+	case unreachable(err): // the connection failed: the picker ejects the endpoint
 		end(filter.EndUnreachable)
 		reply(w, kind, fmt.Errorf("%w: %w", filter.ErrUpstream, err))
 	default:

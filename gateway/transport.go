@@ -190,9 +190,6 @@ func (t *attemptTransport) RoundTrip(outreq *http.Request) (*http.Response, erro
 		case errors.Is(cause, ErrUpstreamStalled):
 			return nil, fmt.Errorf("%w: no response within %v", ErrUpstreamStalled, a.idleD)
 		}
-		if cause == nil && unreachable(err) {
-			x.unreachable = true // errorHandler ends it so: the picker ejects the endpoint
-		}
 		return nil, err
 	}
 }
