@@ -150,7 +150,7 @@ func (m *Machine) pick(p *pool, e *entry) *endpoint {
 	if e.req.Avoid != "" {
 		return m.pickAvoiding(p, e)
 	}
-	return m.pickAny(p, e)
+	return m.pickAny(p, e, nil)
 }
 
 // pickAvoiding is pick for a request that avoids an endpoint: any other
@@ -166,25 +166,23 @@ func (m *Machine) pickAvoiding(p *pool, e *entry) *endpoint {
 		}
 	}
 	if avoided == nil || avoided.out() {
-		return m.pickAny(p, e)
+		return m.pickAny(p, e, nil)
 	}
-	saved := avoided.drained
-	avoided.drained = true // left out of this pick only
-	best := m.pickAny(p, e)
-	avoided.drained = saved
+	best := m.pickAny(p, e, avoided)
 	if best == nil && !others && avoided.room() {
 		return avoided
 	}
 	return best
 }
 
-// pickAny is pick without a preemption target or an endpoint to avoid.
-func (m *Machine) pickAny(p *pool, e *entry) *endpoint {
+// pickAny is pick without a preemption target, among p's endpoints but
+// skip (nil: all).
+func (m *Machine) pickAny(p *pool, e *entry, skip *endpoint) *endpoint {
 	if e.req.Affinity != "" {
 		var best *endpoint
 		var bestH uint64
 		for _, ep := range p.endpoints {
-			if h := affinityHash(e.req.Affinity, ep.Name); ep.room() && (best == nil || h > bestH) {
+			if h := affinityHash(e.req.Affinity, ep.Name); ep != skip && ep.room() && (best == nil || h > bestH) {
 				best, bestH = ep, h
 			}
 		}
@@ -206,7 +204,7 @@ func (m *Machine) pickAny(p *pool, e *entry) *endpoint {
 		}
 	}
 	for _, ep := range p.endpoints {
-		if !ep.room() {
+		if ep == skip || !ep.room() {
 			continue
 		}
 		if capEp > 0 && ep.prefilling > 0 && ep.prefilling+e.req.PromptTokens > capEp {
