@@ -122,6 +122,7 @@ type workloadFlags struct {
 	maxLag time.Duration
 	trace  string
 	format string
+	speed  float64
 	set    map[string]bool
 }
 
@@ -157,6 +158,7 @@ func (wf *workloadFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&wf.q.TPOTSLO, "tpot-slo", 0, "TPOT SLO of the quick class")
 	fs.StringVar(&wf.trace, "trace", "", "replay trace `FILE` (Azure CSV or Mooncake JSON lines): arrivals and lengths from it, classes by the workload's shares; a Mooncake trace's prompts share tokens where its hash_ids agree")
 	fs.StringVar(&wf.format, "trace-format", "", "trace format: azure or mooncake (default: detected from the file)")
+	fs.Float64Var(&wf.speed, "trace-speed", 1, "replay the trace `S` times faster (its inter-arrival times divided by S), e.g. against engines run with llmesh sim --time-scale S")
 	fs.DurationVar(&wf.maxLag, "max-lag", 0, "absolute budget for the schedule-lag p99, replacing the relative one (schedule_lag_fraction of the smallest TTFT SLO, TTFT P50 or arrival gap); 0: relative")
 }
 
@@ -164,8 +166,19 @@ func (wf *workloadFlags) register(fs *flag.FlagSet) {
 // it, or the quick spec.
 func (wf *workloadFlags) load(fs *flag.FlagSet) (*workload.Workload, error) {
 	w, err := wf.loadSpec(fs)
-	if err != nil || wf.trace == "" {
-		return w, err
+	if err != nil {
+		return nil, err
+	}
+	if wf.set["trace-speed"] {
+		if wf.trace == "" {
+			return nil, errors.New("--trace-speed: only with --trace")
+		}
+		if !(wf.speed > 0) || wf.speed > 1e6 {
+			return nil, fmt.Errorf("--trace-speed: %v must be in (0, 1e6]", wf.speed)
+		}
+	}
+	if wf.trace == "" {
+		return w, nil
 	}
 	if _, err := trace.ParseFormat(wf.format); err != nil {
 		return nil, fmt.Errorf("--trace-format: %w", err)
@@ -176,6 +189,9 @@ func (wf *workloadFlags) load(fs *flag.FlagSet) (*workload.Workload, error) {
 	w, err = w.WithTraceFile(wf.trace, trace.Format(wf.format))
 	if err != nil {
 		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	if wf.speed != 1 {
+		w = w.ScaleRate(wf.speed)
 	}
 	return w, nil
 }

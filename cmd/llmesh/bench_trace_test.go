@@ -130,3 +130,51 @@ classes:
 		t.Errorf("bad URL: %v", err)
 	}
 }
+
+// TestBenchRunTraceSpeed: --trace-speed S replays a trace S times faster
+// (rows 4 s apart arrive 0.4 s apart at S = 10), and is refused without
+// --trace or with a speed that is not positive, naming the flag.
+func TestBenchRunTraceSpeed(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "t.jsonl")
+	rows := `{"timestamp": 0, "input_length": 100, "output_length": 2, "hash_ids": [1]}
+{"timestamp": 4000, "input_length": 100, "output_length": 2, "hash_ids": [1]}
+{"timestamp": 8000, "input_length": 100, "output_length": 2, "hash_ids": [2]}
+`
+	if err := os.WriteFile(tr, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(benchtest.Handler(benchtest.Config{}))
+	defer srv.Close()
+	js := filepath.Join(dir, "r.json")
+	out, stderr, err := benchMain(t, "run", "--target", srv.URL, "--trace", tr, "--trace-speed", "10", "--quiet", "--json", js)
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out, stderr)
+	}
+	var rep struct {
+		Completed int     `json:"completed"`
+		Duration  float64 `json:"duration"`
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	// At the trace's own pace the last row is sent 8 s in; ten times
+	// faster, 0.8 s in.
+	if rep.Completed != 3 || rep.Duration >= 4 {
+		t.Errorf("completed %d in %.2f s, want 3 in well under the trace's own 8 s", rep.Completed, rep.Duration)
+	}
+	for _, args := range [][]string{
+		{"run", "--target", srv.URL, "--rate", "5", "--requests", "2", "--trace-speed", "2", "--quiet"},
+		{"run", "--target", srv.URL, "--trace", tr, "--trace-speed", "0", "--quiet"},
+		{"run", "--target", srv.URL, "--trace", tr, "--trace-speed", "-1", "--quiet"},
+	} {
+		_, stderr, err := benchMain(t, args...)
+		if err == nil || !strings.Contains(err.Error()+stderr, "--trace-speed") {
+			t.Errorf("%v: err %v, stderr %q; want an error naming --trace-speed", args, err, stderr)
+		}
+	}
+}
