@@ -183,7 +183,8 @@ func TestPreemptBeforePickRequeues(t *testing.T) {
 
 // Preempted after the pick went out and before the response's first
 // byte: the picker answers at once, without waiting for Envoy's next
-// message, with the retryable reply (503 llmesh_preempted, retry-after),
+// message, with the retryable reply (503 llmesh_preempted, retry-after;
+// for gRPC grpc-retry-pushback-ms),
 // as the Envoy filter host does; for gRPC the immediate response carries
 // UNAVAILABLE. The lease is released as preempted.
 func TestPreemptBeforeFirstByte(t *testing.T) {
@@ -220,10 +221,14 @@ func TestPreemptBeforeFirstByte(t *testing.T) {
 				}
 				var retry bool
 				for _, h := range im.GetHeaders().GetSetHeaders() {
-					retry = retry || h.GetHeader().GetKey() == "retry-after"
+					// Envoy's retry hints, as the filter host gives them.
+					retry = retry || h.GetHeader().GetKey() == map[bool]string{false: "retry-after", true: "grpc-retry-pushback-ms"}[grpc]
 				}
 				if !retry {
-					t.Fatal("no retry-after")
+					t.Fatal("no retry hint")
+				}
+				if grpc && string(im.GetBody()) != scheduler.ErrPreempted.Error() {
+					t.Fatalf("gRPC reply body %q, want the message (Envoy's grpc-message)", im.GetBody())
 				}
 				if o := a.lease(0).outcome(t); o != scheduler.Preempted {
 					t.Fatalf("released %v", o)

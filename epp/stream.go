@@ -228,6 +228,9 @@ func (st *stream) decide() error {
 	if len(st.body) > 0 && !grpcReq {
 		r, err := filter.ParseOpenAIRequest(st.body)
 		if err != nil {
+			// Recorded with the class its head gives, as the other hosts
+			// record a refused body.
+			st.class = st.s.cls.Classify(filter.RequestInfo{Path: path, RouteClass: routeClass, Headers: h})
 			return st.immediate(fmt.Errorf("%w: %w", filter.ErrBadRequest, err))
 		}
 		oreq = r
@@ -529,12 +532,25 @@ func (st *stream) reply(err error, how filter.Ending) error {
 	r := filter.ReplyFor(err)
 	st.status = r.HTTPStatus
 	st.decided = true
+	// As the Envoy filter host replies (filter/envoy/reply.go): the OpenAI
+	// error object and retry-after for HTTP; for gRPC the message (Envoy
+	// makes it grpc-message of a trailers-only response), the status and
+	// grpc-retry-pushback-ms.
+	grpcReq := st.headers != nil && filter.GRPCKindOf(st.headers.Get("content-type")).Framed()
 	hdrs := []*corev3.HeaderValueOption{
-		{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}},
 		{Header: &corev3.HeaderValue{Key: "x-llmesh-reply", RawValue: []byte(r.Details)}},
 	}
+	body := []byte(r.Message)
+	if !grpcReq {
+		body = r.OpenAIBody()
+		hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}})
+	}
 	if r.Retryable {
-		hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(filter.RetryAfter(time.Second))}})
+		if grpcReq {
+			hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "grpc-retry-pushback-ms", RawValue: []byte(filter.Pushback(time.Second))}})
+		} else {
+			hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(filter.RetryAfter(time.Second))}})
+		}
 	}
 	st.s.log.Debug("epp: request answered by the picker", "status", r.HTTPStatus, "err", err)
 	if !st.live() && st.x.State() != filter.StateEnded {
@@ -550,10 +566,10 @@ func (st *stream) reply(err error, how filter.Ending) error {
 	im := &extprocv3.ImmediateResponse{
 		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(r.HTTPStatus)},
 		Headers: &extprocv3.HeaderMutation{SetHeaders: hdrs},
-		Body:    r.OpenAIBody(),
+		Body:    body,
 		Details: r.Details,
 	}
-	if filter.GRPCKindOf(st.headers.Get("content-type")).Framed() {
+	if grpcReq {
 		im.GrpcStatus = &extprocv3.GrpcStatus{Status: uint32(r.GRPCCode)}
 	}
 	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: im}})

@@ -248,6 +248,11 @@ type Response struct {
 	// Served, when set, is reported in the metadata context
 	// (envoy.lb / x-gateway-destination-endpoint-served).
 	Served string
+	// Trailers, when set, gives the response trailers once the body has
+	// ended (an HTTP response's trailers are known only then); when it
+	// returns some, the body's last chunk does not end the stream and a
+	// trailers message follows, as Envoy sends them.
+	Trailers func() map[string]string
 }
 
 // Reply is what the client gets of a response relayed through the
@@ -325,31 +330,45 @@ func (c *Call) Relay(r Response) (Reply, error) {
 		if ch == nil && !last {
 			break
 		}
+		var trailers map[string]string
+		if last && r.Trailers != nil {
+			trailers = r.Trailers()
+		}
+		if len(trailers) > 0 {
+			if len(ch) > 0 {
+				if err := c.send(bodyMsg(ch, false, true)); err != nil {
+					return rep, err
+				}
+				if done, err := c.relayed(&rep, ch, false); err != nil || done {
+					return rep, err
+				}
+			}
+			tm := &corev3.HeaderMap{}
+			for k, v := range trailers {
+				tm.Headers = append(tm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
+			}
+			if err := c.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+				ResponseTrailers: &extprocv3.HttpTrailers{Trailers: tm}}}); err != nil {
+				return rep, err
+			}
+			m, err := c.stream.Recv()
+			if err != nil {
+				return rep, err
+			}
+			if im := m.GetImmediateResponse(); im != nil {
+				rep.Immediate = im
+				return rep, nil
+			}
+			if m.GetResponseTrailers() == nil {
+				return rep, fmt.Errorf("epptest: want a response_trailers answer, got %T", m.GetResponse())
+			}
+			break
+		}
 		if err := c.send(bodyMsg(ch, last, true)); err != nil {
 			return rep, err
 		}
-		m, err := c.stream.Recv()
-		if err != nil {
+		if done, err := c.relayed(&rep, ch, last); err != nil || done {
 			return rep, err
-		}
-		if im := m.GetImmediateResponse(); im != nil {
-			rep.Immediate = im
-			return rep, nil
-		}
-		rb := m.GetResponseBody()
-		if rb == nil {
-			return rep, fmt.Errorf("epptest: want a response_body answer, got %T", m.GetResponse())
-		}
-		if sr := rb.GetResponse().GetBodyMutation().GetStreamedResponse(); sr != nil {
-			rep.Body = append(rep.Body, sr.GetBody()...)
-			if sr.GetEndOfStream() && !last {
-				rep.EndedByPicker = true
-				return rep, nil
-			}
-		} else if c.d.ResponseMode == FullDuplex {
-			return rep, errors.New("epptest: full duplex: response body chunk not streamed back")
-		} else {
-			rep.Body = append(rep.Body, ch...)
 		}
 		if last {
 			break
@@ -363,6 +382,36 @@ func (c *Call) Relay(r Response) (Reply, error) {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// relayed reads the picker's answer to the response body chunk ch and
+// adds what the client gets to rep; done is true when the picker ended the
+// response (an immediate response, or its own end of the body).
+func (c *Call) relayed(rep *Reply, ch []byte, last bool) (done bool, err error) {
+	m, err := c.stream.Recv()
+	if err != nil {
+		return false, err
+	}
+	if im := m.GetImmediateResponse(); im != nil {
+		rep.Immediate = im
+		return true, nil
+	}
+	rb := m.GetResponseBody()
+	if rb == nil {
+		return false, fmt.Errorf("epptest: want a response_body answer, got %T", m.GetResponse())
+	}
+	if sr := rb.GetResponse().GetBodyMutation().GetStreamedResponse(); sr != nil {
+		rep.Body = append(rep.Body, sr.GetBody()...)
+		if sr.GetEndOfStream() && !last {
+			rep.EndedByPicker = true
+			return true, nil
+		}
+	} else if c.d.ResponseMode == FullDuplex {
+		return false, errors.New("epptest: full duplex: response body chunk not streamed back")
+	} else {
+		rep.Body = append(rep.Body, ch...)
+	}
+	return false, nil
 }
 
 // chunks returns the response body's pieces one at a time: each with
