@@ -75,6 +75,11 @@ type stream struct {
 	// atBoundary: the response body streamed back so far ends between
 	// two SSE events (or is empty).
 	atBoundary bool
+	// chunkOut is the response body answer reused for every chunk in full
+	// duplex mode (gRPC's Send marshals it before it returns), so
+	// streaming a chunk back allocates no message.
+	chunkOut  *extprocv3.ProcessingResponse
+	chunkBody *extprocv3.StreamedBodyResponse
 	// closed: the picker ended the exchange itself (an immediate
 	// response, or the response body ended with an error event after a
 	// preemption); Envoy's further messages get no answer.
@@ -495,7 +500,13 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 		if body := b.GetBody(); len(body) > 0 && st.sse {
 			st.atBoundary = bytes.HasSuffix(body, []byte("\n\n")) || bytes.HasSuffix(body, []byte("\r\n\r\n"))
 		}
-		err = st.send(streamedBody(b.GetBody(), eos))
+		if st.chunkOut == nil {
+			st.chunkOut = streamedBody(nil, false)
+			st.chunkBody = st.chunkOut.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		}
+		st.chunkBody.Body, st.chunkBody.EndOfStream = b.GetBody(), eos
+		err = st.send(st.chunkOut)
+		st.chunkBody.Body = nil
 	} else {
 		err = st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 			ResponseBody: &extprocv3.BodyResponse{}}})
