@@ -14,8 +14,14 @@
 // Goroutines and state: gRPC runs one goroutine per ext_proc stream
 // (Server.Process); everything about one request (its headers, body, and
 // its lifecycle with the lease and observer) lives in that goroutine's
-// stream value and is touched by no
-// other goroutine. The Server itself is read-only after New, except its
-// request counter (atomic) and the health server (grpc's, safe for
-// concurrent use). The scheduler (Config.Admitter) has its own lock.
+// stream value. The one other goroutine that touches it is the one that
+// handles a preemption of the request's lease after its pick
+// (stream.preempted): started by the scheduler's preempt notification, or
+// a watcher of the lease's preempt channel that ends with the stream
+// (stream.done). The stream's mutex guards its state and every send on
+// the gRPC stream (gRPC allows one sender at a time, beside the receiver);
+// the receiving goroutine holds it while it handles a message. The Server
+// itself is read-only after New, except its counters (atomic) and the
+// health server (grpc's, safe for concurrent use). The scheduler
+// (Config.Admitter) has its own lock.
 package epp

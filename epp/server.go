@@ -76,6 +76,9 @@ type Record struct {
 	Admitted bool
 	Status   int
 	Outcome  scheduler.Outcome
+	// Preemptions counts the scheduler's preemptions of the request: a
+	// requeue before the pick went out, and the preemption that ended it.
+	Preemptions int
 	// Observation is the stream observer's measurement of the response.
 	Observation filter.Observation
 }
@@ -101,6 +104,8 @@ type Server struct {
 	// (filter.ExchangeConfig.Misuse), each a picker bug; tests require
 	// none.
 	misuses atomic.Int64
+	// preempted counts requests stopped by a preemption after their pick.
+	preempted atomic.Int64
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)

@@ -8,9 +8,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/llmesh/llmesh/epp"
 	"github.com/llmesh/llmesh/epp/epptest"
+	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
@@ -92,3 +95,126 @@ classes: [{name: interactive, priority: 0}]
 		}
 	}
 }
+
+// Preemption end to end: a batch stream from a real sim holds the pool's
+// one slot (the sim stalls it after its first token); an interactive
+// request whose TTFT objective is at risk arrives, the real scheduler
+// preempts the batch stream, and the picker ends its body with an error
+// event at once (the test, as Envoy, stops reading the sim there); the
+// interactive request gets the slot and completes.
+func TestPreemptAgainstSim(t *testing.T) {
+	s := simtest.Start(t)
+	u, err := url.Parse(s.HTTPURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mesh := fmt.Sprintf(`pools:
+  - name: sims
+    protocol: openai
+    endpoints: [%s]
+    capacity: {max_inflight: 1}
+    scheduler: {policy: preemptive, preemption: {min_run_time: 0s}}
+classes:
+  - {name: interactive, priority: 0, slo: {ttft: 20ms}}
+  - {name: batch, priority: 10, preemptible: true}
+default_class: batch
+`, u.Host)
+	path := filepath.Join(t.TempDir(), "mesh.yaml")
+	if err := os.WriteFile(path, []byte(mesh), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startPickerMesh(t, path, nil)
+	d := p.driver(epptest.FullDuplex)
+	req := func(body string, kv ...string) epptest.Request {
+		h := map[string]string{":method": "POST", ":path": "/v1/completions", "content-type": "application/json"}
+		for i := 0; i+1 < len(kv); i += 2 {
+			h[kv[i]] = kv[i+1]
+		}
+		return epptest.Request{Headers: h, Chunks: [][]byte{[]byte(body)}}
+	}
+	// forward sends what the picker let through to the picked sim, with
+	// the client's headers, as Envoy's router does.
+	forward := func(pick epptest.Pick, kv ...string) *http.Response {
+		hr, err := http.NewRequest(http.MethodPost, "http://"+pick.Header+"/v1/completions", bytes.NewReader(pick.Body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hr.Header.Set("content-type", "application/json")
+		for i := 0; i+1 < len(kv); i += 2 {
+			hr.Header.Set(kv[i], kv[i+1])
+		}
+		resp, err := http.DefaultClient.Do(hr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+
+	batchBody := fmt.Sprintf(`{"model":%q,"prompt":"a batch job","max_tokens":6,"stream":true}`, s.Model)
+	stall := []string{"x-llmesh-sim-fault", "stall=2s"}
+	call, pick, err := d.Start(ctx(t), req(batchBody, stall...))
+	if err != nil || pick.Immediate != nil {
+		t.Fatalf("%v %v", err, pick.Immediate)
+	}
+	resp := forward(pick, stall...)
+	started := make(chan struct{})
+	relayed := make(chan epptest.Reply, 1)
+	go func() {
+		rep, err := call.Relay(epptest.Response{Status: resp.StatusCode,
+			Headers: map[string]string{"content-type": resp.Header.Get("content-type")},
+			Body:    &firstRead{r: resp.Body, c: resp.Body, started: started}})
+		if err != nil {
+			t.Error(err)
+		}
+		relayed <- rep
+	}()
+	<-started
+
+	urgentBody := fmt.Sprintf(`{"model":%q,"prompt":"urgent","max_tokens":2}`, s.Model)
+	ucall, upick, err := d.Start(ctx(t), req(urgentBody, epp.ObjectiveHeader, "interactive"))
+	if err != nil || upick.Immediate != nil {
+		t.Fatalf("%v %v", err, upick.Immediate)
+	}
+	victim := p.record(t)
+	if victim.Class != "batch" || victim.Outcome != scheduler.Preempted || victim.Preemptions != 1 {
+		t.Fatalf("victim's record: class %s, outcome %v, preemptions %d", victim.Class, victim.Outcome, victim.Preemptions)
+	}
+	uresp := forward(upick)
+	ub, err := io.ReadAll(uresp.Body)
+	uresp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ucall.Respond(epptest.Response{Status: uresp.StatusCode,
+		Headers: map[string]string{"content-type": uresp.Header.Get("content-type")}, Chunks: [][]byte{ub}}); err != nil {
+		t.Fatal(err)
+	}
+	urgent := p.record(t)
+	if urgent.Class != "interactive" || urgent.Outcome != scheduler.Done || urgent.Status != 200 {
+		t.Fatalf("urgent record: class %s, outcome %v, status %d", urgent.Class, urgent.Outcome, urgent.Status)
+	}
+	rep := <-relayed
+	if !rep.EndedByPicker || !strings.Contains(string(rep.Body), "event: error\ndata: ") ||
+		!strings.Contains(string(rep.Body), `"type":"preempted"`) {
+		t.Fatalf("the batch client got %q (ended by the picker %v)", rep.Body, rep.EndedByPicker)
+	}
+}
+
+// firstRead closes started after the first read that returned bytes.
+type firstRead struct {
+	r       io.Reader
+	c       io.Closer
+	started chan struct{}
+	once    bool
+}
+
+func (f *firstRead) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if n > 0 && !f.once {
+		f.once = true
+		close(f.started)
+	}
+	return n, err
+}
+
+func (f *firstRead) Close() error { return f.c.Close() }

@@ -1,12 +1,14 @@
 package epp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -28,12 +30,19 @@ const streamChunk = 256 << 10
 // plane gave) is ready.
 var errNoReadyEndpoint = errors.New("no ready endpoint")
 
-// stream is one ext_proc stream: one HTTP request and its response. Only
-// the stream's own goroutine touches it (doc.go).
+// stream is one ext_proc stream: one HTTP request and its response. The
+// stream's own goroutine handles Envoy's messages; a preemption of its
+// lease is handled on another goroutine (preempted), so mu guards
+// everything below it, and sends (doc.go).
 type stream struct {
 	s   *Server
 	srv extprocv3.ExternalProcessor_ProcessServer
 	ctx context.Context
+	// done is closed when run returns: a watcher of the lease's preempt
+	// channel (for a lease that cannot notify) stops.
+	done chan struct{}
+
+	mu sync.Mutex
 
 	reqMode, respMode filterv3.ProcessingMode_BodySendMode
 
@@ -60,10 +69,26 @@ type stream struct {
 	endpoint string
 	served   string
 	status   int
+	// sse: the response is an event stream (its content type), so a
+	// preemption after its first byte ends it with an error event.
+	sse bool
+	// atBoundary: the response body streamed back so far ends between
+	// two SSE events (or is empty).
+	atBoundary bool
+	// chunkOut is the response body answer reused for every chunk in full
+	// duplex mode (gRPC's Send marshals it before it returns), so
+	// streaming a chunk back allocates no message.
+	chunkOut  *extprocv3.ProcessingResponse
+	chunkBody *extprocv3.StreamedBodyResponse
+	// closed: the picker ended the exchange itself (an immediate
+	// response, or the response body ended with an error event after a
+	// preemption); Envoy's further messages get no answer.
+	closed bool
 }
 
 func newStream(s *Server, srv extprocv3.ExternalProcessor_ProcessServer) *stream {
-	return &stream{s: s, srv: srv, ctx: srv.Context(), reqMode: s.cfg.BodyMode, respMode: s.cfg.BodyMode}
+	return &stream{s: s, srv: srv, ctx: srv.Context(), done: make(chan struct{}), reqMode: s.cfg.BodyMode,
+		respMode: s.cfg.BodyMode, atBoundary: true}
 }
 
 // run reads the stream's messages in Envoy's order until it ends; every
@@ -72,7 +97,11 @@ func (st *stream) run() (err error) {
 	defer func() {
 		// The stream ended before the response did: the client (or the
 		// data plane) went away. A finished request keeps its ending.
+		st.mu.Lock()
 		st.finish(filter.EndClientGone, errors.New("ext_proc stream ended"))
+		st.closed = true
+		st.mu.Unlock()
+		close(st.done)
 	}()
 	for {
 		req, err := st.srv.Recv()
@@ -90,7 +119,16 @@ func (st *stream) run() (err error) {
 				st.respMode = m
 			}
 		}
-		if err := st.handle(req); err != nil {
+		st.mu.Lock()
+		if st.closed {
+			// The picker ended the exchange; Envoy ignores further
+			// answers and closes the stream.
+			st.mu.Unlock()
+			continue
+		}
+		err = st.handle(req)
+		st.mu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
@@ -195,6 +233,9 @@ func (st *stream) decide() error {
 	if len(st.body) > 0 && !grpcReq {
 		r, err := filter.ParseOpenAIRequest(st.body)
 		if err != nil {
+			// Recorded with the class its head gives, as the other hosts
+			// record a refused body.
+			st.class = st.s.cls.Classify(filter.RequestInfo{Path: path, RouteClass: routeClass, Headers: h})
 			return st.immediate(fmt.Errorf("%w: %w", filter.ErrBadRequest, err))
 		}
 		oreq = r
@@ -228,20 +269,32 @@ func (st *stream) decide() error {
 	}
 	sreq := scheduler.Request{ID: id, Pool: pi.pool.Name, Class: st.class.Name, PromptTokens: oreq.PromptTokens(),
 		MaxTokens: max(0, oreq.OutputLimit()), Arrival: st.received, Affinity: affinity}
-	lease, err := st.s.cfg.Admitter.Admit(st.ctx, sreq)
-	switch {
-	case err == nil:
-		st.lease = lease
-		st.endpoint = scheduler.EndpointOf(lease)
-	case errors.Is(err, scheduler.ErrCancelled):
-		// The stream's context ended while queued: nobody to answer.
-		return status.FromContextError(st.ctx.Err()).Err()
-	case st.s.cfg.FailOpen && (errors.Is(err, scheduler.ErrUnavailable) || errors.Is(err, scheduler.ErrClosed)):
-		// Fail open: pick without admission.
-	default:
-		return st.immediate(err)
+	for {
+		lease, err := st.s.cfg.Admitter.Admit(st.ctx, sreq)
+		switch {
+		case err == nil:
+			st.lease = lease
+			st.endpoint = scheduler.EndpointOf(lease)
+		case errors.Is(err, scheduler.ErrCancelled):
+			// The stream's context ended while queued: nobody to answer.
+			return status.FromContextError(st.ctx.Err()).Err()
+		case st.s.cfg.FailOpen && (errors.Is(err, scheduler.ErrUnavailable) || errors.Is(err, scheduler.ErrClosed)):
+			// Fail open: pick without admission.
+		default:
+			return st.immediate(err)
+		}
+		st.x.Admitted(st.s.now(), st.lease)
+		if lease == nil || !preempted(lease) {
+			break
+		}
+		// Preempted before the pick went out: nothing reached the
+		// engine, so the request goes back to the front of its class
+		// queue with its arrival, as the gateway requeues one that sent
+		// nothing (docs/epp.md, Preemption).
+		st.x.Requeued(filter.EndPreempted)
+		st.lease, st.endpoint = nil, ""
+		sreq.Requeue = true
 	}
-	st.x.Admitted(st.s.now(), st.lease)
 	if st.endpoint == "" || (want != nil && !contains(want, st.endpoint)) || (st.lease == nil) {
 		ep, ok := st.fallbackPick(pi, want, st.lease == nil)
 		if !ok {
@@ -251,7 +304,89 @@ func (st *stream) decide() error {
 		st.endpoint = ep
 	}
 	st.x.UpstreamSent(st.s.now(), st.endpoint)
-	return st.sendPick()
+	if err := st.sendPick(); err != nil {
+		return err
+	}
+	if st.lease != nil {
+		st.watch(st.lease)
+	}
+	return nil
+}
+
+// preempted reports whether l's preempt channel is closed.
+func preempted(l scheduler.Lease) bool {
+	select {
+	case <-l.Preempt():
+		return true
+	default:
+		return false
+	}
+}
+
+// watch has st.preempted called when l is preempted: from the scheduler's
+// notification where the lease gives one (no goroutine per request), else
+// from a goroutine that waits for the preempt channel or the stream's end.
+func (st *stream) watch(l scheduler.Lease) {
+	if n, ok := l.(scheduler.PreemptNotifier); ok {
+		// f runs under the scheduler's lock: it must not block.
+		n.OnPreempt(func() { go st.preempted(l) })
+		return
+	}
+	ch := l.Preempt()
+	if ch == nil {
+		return
+	}
+	go func() {
+		select {
+		case <-ch:
+			st.preempted(l)
+		case <-st.done:
+		}
+	}()
+}
+
+// preempted stops the request whose lease l the scheduler preempted after
+// the pick went out, as the Envoy filter host stops one (docs/envoy.md,
+// preemption), but at once rather than at the next message: the engine's
+// slot is freed when Envoy resets the upstream.
+//
+//   - No response byte yet: an immediate response with the retryable reply
+//     (503 llmesh_preempted, gRPC UNAVAILABLE). Envoy sends it to the
+//     client and resets the upstream. The request cannot go back to the
+//     queue: Envoy's router has already sent it to the picked endpoint, and
+//     ext_proc has no way to send it again.
+//   - The response is under way, an event stream, the response body in
+//     full duplex mode: the picker ends the body itself with an OpenAI
+//     error event (as the gateway ends a stream it cannot continue) and
+//     end_of_stream; Envoy ends the client's response cleanly and resets
+//     the upstream.
+//   - Any other response under way (gRPC, whose status needs trailers the
+//     picker cannot add before Envoy sends them; JSON; a body mode where
+//     the picker does not own the body): an immediate response, which
+//     Envoy turns into a stream reset once response headers went out, as
+//     the Envoy filter host's local reply does.
+func (st *stream) preempted(l scheduler.Lease) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed || st.lease != l || !st.live() {
+		return // the request ended, or moved on, first
+	}
+	st.s.preempted.Add(1)
+	if st.x.State() == filter.StateStreaming && st.sse && st.respMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		st.finish(filter.EndPreempted, nil)
+		st.closed = true
+		r := filter.ReplyFor(scheduler.ErrPreempted)
+		var b []byte
+		if !st.atBoundary {
+			b = append(b, '\n', '\n')
+		}
+		b = append(b, "event: error\ndata: "...)
+		b = filter.AppendOpenAIError(b, r.HTTPStatus, "preempted", r.Message)
+		b = append(b, '\n', '\n')
+		_ = st.send(streamedBody(b, true))
+		return
+	}
+	_ = st.reply(scheduler.ErrPreempted, filter.EndPreempted)
 }
 
 // start begins the request's lifecycle with what the picker knows of it
@@ -336,6 +471,7 @@ func (st *stream) sendPick() error {
 func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) error {
 	hm := headerMap(h.GetHeaders())
 	st.status, _ = strconv.Atoi(hm.Get(":status"))
+	st.sse = strings.HasPrefix(hm.Get("content-type"), "text/event-stream")
 	if s := Served(req.GetMetadataContext()); s != "" {
 		st.served = s
 	}
@@ -361,10 +497,16 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 	eos := b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage()
 	var err error
 	if st.respMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
-		err = st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
-				Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
-					Body: b.GetBody(), EndOfStream: eos}}}}}}})
+		if body := b.GetBody(); len(body) > 0 && st.sse {
+			st.atBoundary = bytes.HasSuffix(body, []byte("\n\n")) || bytes.HasSuffix(body, []byte("\r\n\r\n"))
+		}
+		if st.chunkOut == nil {
+			st.chunkOut = streamedBody(nil, false)
+			st.chunkBody = st.chunkOut.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		}
+		st.chunkBody.Body, st.chunkBody.EndOfStream = b.GetBody(), eos
+		err = st.send(st.chunkOut)
+		st.chunkBody.Body = nil
 	} else {
 		err = st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 			ResponseBody: &extprocv3.BodyResponse{}}})
@@ -387,36 +529,69 @@ func (st *stream) finish(how filter.Ending, cause error) {
 	rec := st.x.End(st.s.now(), how, cause)
 	if st.s.cfg.OnDone != nil {
 		st.s.cfg.OnDone(Record{Endpoint: st.endpoint, Served: st.served, Status: st.status, Outcome: rec.Outcome,
-			Admitted: st.lease != nil, Class: rec.Class, Model: st.model, Pool: rec.Pool, Observation: rec.Observation})
+			Admitted: st.lease != nil, Class: rec.Class, Model: st.model, Pool: rec.Pool, Preemptions: rec.Preemptions,
+			Observation: rec.Observation})
 	}
 }
 
 // immediate ends the request with the reply the other hosts give for err
 // (filter.ReplyFor: status, OpenAI error body, retry hint).
-func (st *stream) immediate(err error) error {
+func (st *stream) immediate(err error) error { return st.reply(err, filter.EndRefused) }
+
+// reply ends the request with the reply for err, recording how it ended.
+func (st *stream) reply(err error, how filter.Ending) error {
 	r := filter.ReplyFor(err)
 	st.status = r.HTTPStatus
 	st.decided = true
+	// As the Envoy filter host replies (filter/envoy/reply.go): the OpenAI
+	// error object and retry-after for HTTP; for gRPC the message (Envoy
+	// makes it grpc-message of a trailers-only response), the status and
+	// grpc-retry-pushback-ms.
+	grpcReq := st.headers != nil && filter.GRPCKindOf(st.headers.Get("content-type")).Framed()
 	hdrs := []*corev3.HeaderValueOption{
-		{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}},
 		{Header: &corev3.HeaderValue{Key: "x-llmesh-reply", RawValue: []byte(r.Details)}},
 	}
+	body := []byte(r.Message)
+	if !grpcReq {
+		body = r.OpenAIBody()
+		hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}})
+	}
 	if r.Retryable {
-		hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(filter.RetryAfter(time.Second))}})
+		if grpcReq {
+			hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "grpc-retry-pushback-ms", RawValue: []byte(filter.Pushback(time.Second))}})
+		} else {
+			hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(filter.RetryAfter(time.Second))}})
+		}
 	}
 	st.s.log.Debug("epp: request answered by the picker", "status", r.HTTPStatus, "err", err)
 	if !st.live() && st.x.State() != filter.StateEnded {
 		// Answered before the picker got to classify it.
 		st.start(filter.RequestHead{Path: st.headers.Get(":path"), ContentType: st.headers.Get("content-type")})
 	}
-	st.finish(filter.EndRefused, err)
-	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
-		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(r.HTTPStatus)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: hdrs},
-			Body:    r.OpenAIBody(),
-			Details: r.Details,
-		}}})
+	if how == filter.EndPreempted {
+		st.finish(how, nil)
+	} else {
+		st.finish(how, err)
+	}
+	st.closed = true
+	im := &extprocv3.ImmediateResponse{
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(r.HTTPStatus)},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: hdrs},
+		Body:    body,
+		Details: r.Details,
+	}
+	if grpcReq {
+		im.GrpcStatus = &extprocv3.GrpcStatus{Status: uint32(r.GRPCCode)}
+	}
+	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: im}})
+}
+
+// streamedBody is a full duplex body answer carrying b.
+func streamedBody(b []byte, eos bool) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+			Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+				Body: b, EndOfStream: eos}}}}}}}
 }
 
 func (st *stream) send(r *extprocv3.ProcessingResponse) error { return st.srv.Send(r) }

@@ -239,67 +239,220 @@ func (c *Call) expect(p *Pick, kind string) (done bool, err error) {
 type Response struct {
 	Status  int
 	Headers map[string]string
-	Chunks  [][]byte
+	// Chunks are the body as it arrives from the upstream; Body, when
+	// set instead, is read piece by piece as the upstream sends it (and
+	// closed, when it is an io.Closer, once the response ends: Envoy
+	// resets the upstream when the picker ends the response first).
+	Chunks [][]byte
+	Body   io.Reader
 	// Served, when set, is reported in the metadata context
 	// (envoy.lb / x-gateway-destination-endpoint-served).
 	Served string
+	// Trailers, when set, gives the response trailers once the body has
+	// ended (an HTTP response's trailers are known only then); when it
+	// returns some, the body's last chunk does not end the stream and a
+	// trailers message follows, as Envoy sends them.
+	Trailers func() map[string]string
+}
+
+// Reply is what the client gets of a response relayed through the
+// picker.
+type Reply struct {
+	// Body is the body the client got: the picker's streamed body in full
+	// duplex mode, the upstream's otherwise.
+	Body []byte
+	// Immediate is the picker's immediate response, when it sent one
+	// while the response was relayed. Before the response headers went
+	// out (HeadersSent false) the client gets it; after, Envoy resets the
+	// client's stream.
+	Immediate *extprocv3.ImmediateResponse
+	// HeadersSent: the response headers went on to the client.
+	HeadersSent bool
+	// EndedByPicker: the picker ended the body (a streamed body with
+	// end_of_stream) before the upstream's end; Envoy ends the client's
+	// response there and resets the upstream.
+	EndedByPicker bool
 }
 
 // Respond relays the response through the picker and returns the body
 // the client gets (the picker's streamed body in full duplex mode), then
-// closes the stream.
+// closes the stream. A response the picker cut short (an immediate
+// response, or its own end of the body) is an error; Relay reports those.
 func (c *Call) Respond(r Response) ([]byte, error) {
+	rep, err := c.Relay(r)
+	if err == nil && (rep.Immediate != nil || rep.EndedByPicker) {
+		err = fmt.Errorf("epptest: the picker ended the response (immediate %v, ended %v)", rep.Immediate, rep.EndedByPicker)
+	}
+	return rep.Body, err
+}
+
+// Relay relays the response through the picker as Envoy does, message by
+// message, and reports what the client gets, then closes the stream. It
+// stops at the picker's immediate response or its end of the body, as
+// Envoy does.
+func (c *Call) Relay(r Response) (Reply, error) {
 	defer c.cancel()
+	if cl, ok := r.Body.(io.Closer); ok {
+		defer cl.Close()
+	}
+	var rep Reply
 	hm := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte(strconv.Itoa(r.Status))}}}
 	for k, v := range r.Headers {
 		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
 	}
 	msg := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HttpHeaders{Headers: hm, EndOfStream: len(r.Chunks) == 0}}}
+		ResponseHeaders: &extprocv3.HttpHeaders{Headers: hm, EndOfStream: len(r.Chunks) == 0 && r.Body == nil}}}
 	if r.Served != "" {
 		msg.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
 			"envoy.lb": {Fields: map[string]*structpb.Value{"x-gateway-destination-endpoint-served": structpb.NewStringValue(r.Served)}}}}
 	}
 	if err := c.send(msg); err != nil {
-		return nil, err
+		return rep, err
 	}
 	m, err := c.stream.Recv()
 	if err != nil {
-		return nil, err
+		return rep, err
+	}
+	if im := m.GetImmediateResponse(); im != nil {
+		rep.Immediate = im
+		return rep, nil
 	}
 	if m.GetResponseHeaders() == nil {
-		return nil, fmt.Errorf("epptest: want a response_headers answer, got %T", m.GetResponse())
+		return rep, fmt.Errorf("epptest: want a response_headers answer, got %T", m.GetResponse())
 	}
-	var out []byte
-	for i, ch := range r.Chunks {
-		if err := c.send(bodyMsg(ch, i == len(r.Chunks)-1, true)); err != nil {
-			return out, err
-		}
-		m, err := c.stream.Recv()
+	rep.HeadersSent = true
+	next := chunks(r)
+	for {
+		ch, last, err := next()
 		if err != nil {
-			return out, err
+			return rep, err
 		}
-		rb := m.GetResponseBody()
-		if rb == nil {
-			return out, fmt.Errorf("epptest: want a response_body answer, got %T", m.GetResponse())
+		if ch == nil && !last {
+			break
 		}
-		if sr := rb.GetResponse().GetBodyMutation().GetStreamedResponse(); sr != nil {
-			out = append(out, sr.GetBody()...)
-		} else if c.d.ResponseMode == FullDuplex {
-			return out, errors.New("epptest: full duplex: response body chunk not streamed back")
-		} else {
-			out = append(out, ch...)
+		var trailers map[string]string
+		if last && r.Trailers != nil {
+			trailers = r.Trailers()
+		}
+		if len(trailers) > 0 {
+			if len(ch) > 0 {
+				if err := c.send(bodyMsg(ch, false, true)); err != nil {
+					return rep, err
+				}
+				if done, err := c.relayed(&rep, ch, false); err != nil || done {
+					return rep, err
+				}
+			}
+			tm := &corev3.HeaderMap{}
+			for k, v := range trailers {
+				tm.Headers = append(tm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
+			}
+			if err := c.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+				ResponseTrailers: &extprocv3.HttpTrailers{Trailers: tm}}}); err != nil {
+				return rep, err
+			}
+			m, err := c.stream.Recv()
+			if err != nil {
+				return rep, err
+			}
+			if im := m.GetImmediateResponse(); im != nil {
+				rep.Immediate = im
+				return rep, nil
+			}
+			if m.GetResponseTrailers() == nil {
+				return rep, fmt.Errorf("epptest: want a response_trailers answer, got %T", m.GetResponse())
+			}
+			break
+		}
+		if err := c.send(bodyMsg(ch, last, true)); err != nil {
+			return rep, err
+		}
+		if done, err := c.relayed(&rep, ch, last); err != nil || done {
+			return rep, err
+		}
+		if last {
+			break
 		}
 	}
 	if err := c.stream.CloseSend(); err != nil {
-		return out, err
+		return rep, err
 	}
 	// The picker ends its side once it has seen the end of the response.
 	if _, err := c.stream.Recv(); err != nil && !errors.Is(err, io.EOF) {
-		return out, err
+		return rep, err
 	}
-	return out, nil
+	return rep, nil
 }
+
+// relayed reads the picker's answer to the response body chunk ch and
+// adds what the client gets to rep; done is true when the picker ended the
+// response (an immediate response, or its own end of the body).
+func (c *Call) relayed(rep *Reply, ch []byte, last bool) (done bool, err error) {
+	m, err := c.stream.Recv()
+	if err != nil {
+		return false, err
+	}
+	if im := m.GetImmediateResponse(); im != nil {
+		rep.Immediate = im
+		return true, nil
+	}
+	rb := m.GetResponseBody()
+	if rb == nil {
+		return false, fmt.Errorf("epptest: want a response_body answer, got %T", m.GetResponse())
+	}
+	if sr := rb.GetResponse().GetBodyMutation().GetStreamedResponse(); sr != nil {
+		rep.Body = append(rep.Body, sr.GetBody()...)
+		if sr.GetEndOfStream() && !last {
+			rep.EndedByPicker = true
+			return true, nil
+		}
+	} else if c.d.ResponseMode == FullDuplex {
+		return false, errors.New("epptest: full duplex: response body chunk not streamed back")
+	} else {
+		rep.Body = append(rep.Body, ch...)
+	}
+	return false, nil
+}
+
+// chunks returns the response body's pieces one at a time: each with
+// whether it is the last; (nil, false) when there is no body.
+func chunks(r Response) func() ([]byte, bool, error) {
+	if r.Body == nil {
+		i := 0
+		return func() ([]byte, bool, error) {
+			if i >= len(r.Chunks) {
+				return nil, false, nil
+			}
+			i++
+			return r.Chunks[i-1], i == len(r.Chunks), nil
+		}
+	}
+	// A reader's end is known only after its last piece: Envoy then sends
+	// an empty chunk with end_of_stream.
+	buf := make([]byte, 32<<10)
+	ended := false
+	return func() ([]byte, bool, error) {
+		if ended {
+			return nil, false, nil
+		}
+		n, err := r.Body.Read(buf)
+		switch {
+		case n > 0:
+			return append([]byte(nil), buf[:n]...), false, nil
+		case errors.Is(err, io.EOF):
+			ended = true
+			return []byte{}, true, nil
+		case err != nil:
+			return nil, false, err
+		}
+		return []byte{}, false, nil
+	}
+}
+
+// Recv reads the picker's next message as it comes, for a test that
+// waits for one the picker sends of its own accord (an immediate
+// response after a preemption).
+func (c *Call) Recv() (*extprocv3.ProcessingResponse, error) { return c.stream.Recv() }
 
 // Cancel ends the stream as Envoy does when the client goes away.
 func (c *Call) Cancel() { c.cancel() }

@@ -39,6 +39,11 @@ type tcase struct {
 	// filter/envoy in the fake SDK, and the real .so under the C++ host. A
 	// declared field that turns out equal fails the row.
 	differ, fake, sdk map[string]string
+	// epp declares the differences between the gateway and the endpoint
+	// picker host (epp/ under epptest), on their own: the picker is not an
+	// Envoy filter, so the Envoy hosts' differences (differ) do not carry
+	// over.
+	epp map[string]string
 }
 
 // view is what is compared between the hosts for one row.
@@ -81,6 +86,14 @@ func TestHostConformanceRealSDK(t *testing.T) {
 	sdkBinaries(t) // skip before starting anything
 	runTable(t, func(t *testing.T, up upstreams) host { return startSDK(t, up) },
 		func(tc tcase) map[string]string { return merge(tc.differ, tc.sdk) })
+}
+
+// TestHostConformanceEPP runs the table through the gateway and through
+// the endpoint picker (llmesh epp), driven as Envoy's ext_proc filter
+// drives it in full duplex mode, in front of the same sim.
+func TestHostConformanceEPP(t *testing.T) {
+	runTable(t, func(t *testing.T, up upstreams) host { return startEPP(t, up) },
+		func(tc tcase) map[string]string { return tc.epp })
 }
 
 // merge is the differences declared for one Envoy host: those of every

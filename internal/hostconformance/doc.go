@@ -6,6 +6,11 @@
 // the fake SDK in filter/filtertest (TestHostConformance), and the real
 // filter .so (recso: the product filter with recorder taps) under the C++
 // host of filter/envoyhost in its driven mode (TestHostConformanceRealSDK).
+// The third host is the endpoint picker (epp/, `llmesh epp`), driven by
+// epp/epptest as Envoy's ext_proc filter in full duplex mode, the test
+// again playing Envoy's router (TestHostConformanceEPP); its differences
+// are declared on their own (tcase.epp), since the picker is not an Envoy
+// filter.
 //
 // The package has no code of its own (recso is the test build of the .so):
 // it is a test package that imports both hosts, which neither host's own
