@@ -22,13 +22,13 @@ func leafPaths(t *testing.T) []string {
 			if s.Name() == "help" || s.Name() == "completion" {
 				continue
 			}
-			if s.DisableFlagParsing { // an adapted command
+			if s.Annotations[commandAnnotation] != "" {
 				out = append(out, strings.TrimPrefix(s.CommandPath(), "llmesh "))
 			}
 			walk(s)
 		}
 	}
-	walk(newRoot(nil, nil))
+	walk(newRoot(nil, nil, nil))
 	if len(out) < 10 {
 		t.Fatalf("only %d commands: %q", len(out), out)
 	}
