@@ -339,7 +339,7 @@ func simWorkload(file, traceFile string, format trace.Format) (*workload.Workloa
 	} else {
 		var err error
 		if w, err = workload.LoadFile(file); err != nil {
-			return nil, err
+			return nil, withExitCode(exitUsage, err)
 		}
 	}
 	if traceFile != "" {

@@ -91,7 +91,7 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	mesh, err := config.LoadFile(*configPath)
 	if err != nil {
-		return withExitCode(exitUsage, err)
+		return meshError(*configPath, err)
 	}
 	// A buffered body comes in one message: room for the largest allowed.
 	limit := *maxBody

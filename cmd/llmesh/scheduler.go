@@ -76,7 +76,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	mesh, err := config.LoadFile(*cfgPath)
 	if err != nil {
-		return withExitCode(2, fmt.Errorf("--config: %w", err))
+		return meshError(*cfgPath, err)
 	}
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
