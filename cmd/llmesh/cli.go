@@ -116,6 +116,7 @@ func groupRun(cmd *cobra.Command, args []string) error {
 // cmd: one line, with the closest subcommands.
 func unknownCommand(cmd *cobra.Command, word string) error {
 	msg := fmt.Sprintf("unknown command %q for %q", word, cmd.CommandPath())
+	cmd.SuggestionsMinimumDistance = 2 // cobra's default, which SuggestionsFor does not apply
 	if s := cmd.SuggestionsFor(word); len(s) > 0 {
 		msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
 	}

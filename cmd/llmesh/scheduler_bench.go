@@ -83,7 +83,7 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 			mix, err = loadgen.MixFromMesh(mesh)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--config: %w", err))
+			errs = append(errs, fmt.Errorf("--config %s: %w", *cfgPath, err))
 		}
 		mix.AffinityKeys = *affinity
 	}
