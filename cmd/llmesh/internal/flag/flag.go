@@ -91,10 +91,12 @@ func (f *FlagSet) Parse(args []string) error {
 		return f.FlagSet.Parse(append([]string{"--"}, args...))
 	}
 	if len(args) == 1 && strings.HasPrefix(args[0], tokenPrefix) {
-		if b, ok := bindings.Load(args[0]); ok {
-			f.bound = true
-			return b.(binding)(f)
+		b, ok := bindings.Load(args[0])
+		if !ok {
+			return errors.New("flag: the command line was released before the command parsed it")
 		}
+		f.bound = true
+		return b.(binding)(f)
 	}
 	f.FlagSet.SetOutput(io.Discard) // the error is returned, once
 	err := f.FlagSet.Parse(args)
