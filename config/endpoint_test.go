@@ -98,12 +98,20 @@ pools:
       - {adress: "h:3"}
       - [h:4]
 `)
+	// The strict decoding's problems first, then the compiler's, except
+	// about the endpoints the decoding refused (config.Load says why).
 	want := []string{
 		`pools[0].endpoints[4].adress: unknown field (did you mean "address"?) (line 11)`,
 		`pools[0].endpoints[5]: must be a mapping, got a list (line 12)`,
+		`pools[0].capacity.metrics.url_template: "http://x/metrics" must contain {endpoint}`,
+		"pools[0].capacity.metrics.url_template: set url (one engine for the pool) or url_template (one per endpoint), not both",
+		`pools[0].endpoints[1]: duplicate endpoint "h:1" (also endpoints[0])`,
+		"pools[0].endpoints[2].address: is required",
+		`pools[0].endpoints[3].address: "nope" must be host:port`,
+		`pools[0].endpoints[3].metrics_url: "ftp://x" must be an http(s) URL`,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("parse errors (-want +got):\n%s", diff)
+		t.Errorf("errors (-want +got):\n%s", diff)
 	}
 	got = errorLines(t, `
 listeners: [{name: main, address: 127.0.0.1:8080, routes: [{pool: p}]}]

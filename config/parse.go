@@ -43,24 +43,33 @@ func Parse(data []byte) (*Mesh, error) {
 // Fields whose type implements yaml.Unmarshaler are checked by decoding
 // them. It reports found=false, and leaves v alone, for an empty document.
 func DecodeStrict(data []byte, v any) (found bool, err error) {
+	found, _, err = decodeStrict(data, v)
+	return found, err
+}
+
+// decodeStrict is DecodeStrict; when the strict check finds problems in a
+// document that is safe to decode anyway (no node limit or alias problem,
+// under MaxErrors problems), it also returns that document's root, so
+// that Load can report the problems compiling finds in the same report.
+func decodeStrict(data []byte, v any) (found bool, lenient *yaml.Node, err error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return false, nil
+			return false, nil, nil
 		}
-		return false, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+		return false, nil, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		return false, Errors{{Line: extra.Line, Msg: "more than one YAML document"}}
+		return false, nil, Errors{{Line: extra.Line, Msg: "more than one YAML document"}}
 	} else if !errors.Is(err, io.EOF) {
-		return false, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+		return false, nil, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode {
 		if len(root.Content) == 0 {
-			return false, nil
+			return false, nil, nil
 		}
 		root = root.Content[0]
 	}
@@ -68,24 +77,88 @@ func DecodeStrict(data []byte, v any) (found bool, err error) {
 	s := &strict{c: &c}
 	s.check(root, reflect.TypeOf(v), nil)
 	if err := c.err(); err != nil {
-		return true, err
+		if s.unsafe || c.full() {
+			return true, nil, err
+		}
+		return true, root, err
 	}
 	if err := root.Decode(v); err != nil {
-		return true, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+		return true, nil, Errors{{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
 	}
-	return true, nil
+	return true, nil, nil
 }
 
 var unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
 
 // Load parses, defaults, validates and compiles a mesh config.
+//
+// Every problem of the file is reported at once: when the strict decoding
+// finds some (an unknown field, a value of the wrong type), what it could
+// not refuse is still decoded and compiled, and the compiler's problems
+// follow, except those about a field already reported (see shadowed).
 func Load(data []byte) (*Config, error) {
-	m, err := Parse(data)
-	if err != nil {
+	if len(data) > MaxFileSize {
+		_, err := Parse(data)
 		return nil, err
 	}
+	m := &Mesh{}
+	_, root, err := decodeStrict(data, m)
+	if err == nil {
+		ApplyDefaults(m)
+		return Compile(m)
+	}
+	var strictErrs Errors
+	if root == nil || !errors.As(err, &strictErrs) {
+		return nil, err
+	}
+	_ = root.Decode(m) // what does not fit its field stays zero; reported above
 	ApplyDefaults(m)
-	return Compile(m)
+	_, cerr := Compile(m)
+	var compileErrs Errors
+	if !errors.As(cerr, &compileErrs) {
+		return nil, strictErrs
+	}
+	all := append(Errors(nil), strictErrs...)
+	for _, e := range compileErrs {
+		if !shadowed(e.Path, strictErrs) && len(all) < MaxErrors {
+			all = append(all, e)
+		}
+	}
+	return nil, all
+}
+
+// shadowed reports whether a compiler problem at path is about a field
+// the strict check already reported: the field itself, a field inside it,
+// one that holds it (an endpoint whose "adress" was refused has no
+// address), or the field an unknown one suggests ("nmae" → "name").
+func shadowed(path string, strict Errors) bool {
+	if path == "" {
+		return false
+	}
+	for _, e := range strict {
+		if e.Path == "" {
+			continue
+		}
+		if within(path, e.Path) || within(e.Path, path) {
+			return true
+		}
+		if _, s, ok := strings.Cut(e.Msg, `(did you mean "`); ok && !strings.HasSuffix(e.Path, "]") {
+			s, _, _ = strings.Cut(s, `"`)
+			parent := ""
+			if i := strings.LastIndex(e.Path, "."); i >= 0 {
+				parent = e.Path[:i]
+			}
+			if within(path, join(parent, s)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// within reports whether path is field or inside it.
+func within(path, field string) bool {
+	return path == field || strings.HasPrefix(path, field+".") || strings.HasPrefix(path, field+"[")
 }
 
 // LoadFile reads and loads the config at path.
@@ -189,6 +262,9 @@ func envName(s string) bool {
 type strict struct {
 	c     *collector
 	nodes int
+	// unsafe: the document may not be decoded even leniently (too many
+	// nodes or aliases, an unresolved alias).
+	unsafe bool
 }
 
 func (s *strict) check(n *yaml.Node, t reflect.Type, path *pathSeg) {
@@ -198,6 +274,7 @@ func (s *strict) check(n *yaml.Node, t reflect.Type, path *pathSeg) {
 		return
 	}
 	if s.nodes > maxNodes {
+		s.unsafe = true
 		if s.nodes == maxNodes+1 {
 			s.c.add(path.String(), n.Line, "document too large or too many aliases (over %d nodes)", maxNodes)
 		}
@@ -205,6 +282,7 @@ func (s *strict) check(n *yaml.Node, t reflect.Type, path *pathSeg) {
 	}
 	if n.Kind == yaml.AliasNode {
 		if n.Alias == nil {
+			s.unsafe = true
 			s.c.add(path.String(), n.Line, "unresolved alias")
 			return
 		}

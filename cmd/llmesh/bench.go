@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -21,6 +20,7 @@ import (
 	"github.com/llmesh/llmesh/bench/stats"
 	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 )
 
 // benchCommands is the table of `llmesh bench` subcommands. A subcommand in

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/bench/report"
 	"github.com/llmesh/llmesh/bench/sweep"
 	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 )
 
 var (

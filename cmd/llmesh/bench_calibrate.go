@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -19,6 +18,7 @@ import (
 	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/trace"
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 )
 
 var _ = addBenchCommand(command{name: "calibrate", summary: "measure the virtual-time A/B's false-verdict rate (A/A) and its power on a planted effect", run: runBenchCalibrate})

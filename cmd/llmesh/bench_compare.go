@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/bench/harness"
 	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 )
 
 var _ = addBenchCommand(command{name: "compare", summary: "paired A/B verdict over saved results: A1.json[,A2.json…] B1.json[,B2.json…], one file per seed or repeat, paired by position", run: runBenchCompare})

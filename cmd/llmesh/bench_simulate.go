@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -22,6 +21,7 @@ import (
 	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/bench/workloads"
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/sim"
 )
@@ -339,7 +339,7 @@ func simWorkload(file, traceFile string, format trace.Format) (*workload.Workloa
 	} else {
 		var err error
 		if w, err = workload.LoadFile(file); err != nil {
-			return nil, err
+			return nil, withExitCode(exitUsage, err)
 		}
 	}
 	if traceFile != "" {

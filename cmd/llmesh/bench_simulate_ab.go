@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 )
 
 // `bench simulate --a ARM --b ARM --seeds N`: each arm's build runs its own

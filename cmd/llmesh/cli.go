@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
-	"regexp"
 	"runtime"
 	"runtime/debug"
 	"sort"
@@ -17,21 +14,26 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmesh/llmesh/bench/harness"
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
+	"github.com/llmesh/llmesh/config"
 )
 
-// The command tree is cobra's (help, completion, one help and error
-// style, as kubectl, helm and hugo use it), but every command keeps the
-// signature func(ctx, args, stdout, stderr) error with its own stdlib
-// flag.FlagSet: cobra does no flag parsing for them (DisableFlagParsing)
-// and hands them their arguments unchanged. What the adapter adds:
-//   - -h/--help anywhere before "--" prints cobra-style help, whose Flags
-//     section is the command's own FlagSet (obtained by running the command
-//     with -h into a buffer and reformatting flag.PrintDefaults), exit 0;
-//   - the same flag names complete in the shell (llmesh completion);
-//   - cobra's own errors (unknown command) are usage errors, exit 2.
+// The command tree is cobra's, and so is the flag parsing: every command
+// keeps the signature func(ctx, args, stdout, stderr) error and defines its
+// flags in its own function with the standard library's API, which
+// cmd/llmesh/internal/flag provides over pflag. The tree learns a command's
+// flags (flag.Describe), parses the command line with them, and runs the
+// command with arguments that hand the checked command line to the
+// command's own FlagSet (flag.Run). So help
+// (llmesh COMMAND --help), shell completion and the flag errors (one line
+// naming the flag, a did-you-mean, exit 2) come from the definitions.
+
+// runFunc is a command's function.
+type runFunc = func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // newRoot builds the cobra tree from commands and benchCommands.
-func newRoot(stdout, stderr io.Writer) *cobra.Command {
+// args is the command line Main runs (the tree runs it too).
+func newRoot(args []string, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "llmesh",
 		Short: "llmesh — measure, relocate and schedule LLM traffic",
@@ -39,10 +41,17 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 			"Start with: llmesh demo\n\n" + exitCodeHelp,
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		// No Run: without arguments cobra prints the help, exit 0.
+		// Without arguments: the help, exit 0; with an unknown command: a
+		// usage error (cobra's own message spans several lines).
+		Args: cobra.ArbitraryArgs,
+		RunE: groupRun,
 	}
+	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return withExitCode(exitUsage, flag.Explain(c.Flags(), c.CommandPath(), err))
+	})
 	root.CompletionOptions.HiddenDefaultCmd = false
 	all := append([]command(nil), commands...)
 	for _, b := range benchCommands {
@@ -73,7 +82,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 				// for every message (harness.GCPercent says what it buys).
 				run = tunedGC(run)
 			}
-			adapt(cc, run, stdout, stderr)
+			adapt(cc, c.run, run, args, stdout, stderr)
 		}
 		byPath[c.name] = cc
 		parent.AddCommand(cc)
@@ -90,79 +99,131 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	for _, c := range root.Commands() {
 		c.SetUsageTemplate(root.UsageTemplate() + "\n" + exitCodeHelp + "\n")
 	}
+	strictHelp(root)
 	return root
 }
 
-// groupRun is a group's own run: its help, or a usage error for an
-// unknown subcommand.
+// groupRun is the run of the root and of a group: its help, or a usage
+// error for an unknown subcommand.
 func groupRun(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+		return unknownCommand(cmd, args[0])
 	}
 	return cmd.Help()
 }
 
+// unknownCommand is the usage error for word, which names no subcommand of
+// cmd: one line, with the closest subcommands.
+func unknownCommand(cmd *cobra.Command, word string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", word, cmd.CommandPath())
+	cmd.SuggestionsMinimumDistance = 2 // cobra's default, which SuggestionsFor does not apply
+	if s := cmd.SuggestionsFor(word); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+	}
+	return withExitCode(exitUsage, fmt.Errorf("%s; see %s --help", msg, cmd.CommandPath()))
+}
+
+// strictHelp makes `llmesh help WORDS` that name no command a usage error
+// (cobra's own help command prints the root's usage and exits 0).
+func strictHelp(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	for _, h := range root.Commands() {
+		if h.Name() != "help" {
+			continue
+		}
+		h.Run = nil
+		h.RunE = func(c *cobra.Command, args []string) error {
+			target, rest, err := c.Root().Find(args)
+			if err != nil || target == nil {
+				return unknownCommand(c.Root(), args[0])
+			}
+			if len(rest) > 0 {
+				return unknownCommand(target, rest[0])
+			}
+			return target.Help()
+		}
+	}
+}
+
 // tunedGC runs a bench or scheduler command with the harness's GC settings.
-func tunedGC(run func(context.Context, []string, io.Writer, io.Writer) error) func(context.Context, []string, io.Writer, io.Writer) error {
+func tunedGC(run runFunc) runFunc {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer harness.TuneGC()()
 		return run(ctx, args, stdout, stderr)
 	}
 }
 
-// adapt makes cc run fn with its arguments untouched.
-func adapt(cc *cobra.Command, fn func(context.Context, []string, io.Writer, io.Writer) error, stdout, stderr io.Writer) {
-	cc.DisableFlagParsing = true
-	path := func() string { return cc.CommandPath() }
-	flagsHelp := func() (desc string, flags []flagHelp) {
-		var buf bytes.Buffer
-		_ = fn(context.Background(), []string{"-h"}, io.Discard, &buf)
-		return parseFlagDefaults(buf.String())
+// adapt makes cc run fn with the flags that describe (the same command,
+// without what only a real run needs) defines: cobra parses them, help and
+// completion list them.
+func adapt(cc *cobra.Command, describe, fn runFunc, line []string, stdout, stderr io.Writer) {
+	cc.Annotations = map[string]string{commandAnnotation: "true"}
+	var usage strings.Builder
+	fs := flag.Describe(func(args []string) { _ = describe(context.Background(), args, io.Discard, &usage) })
+	if d := strings.TrimSpace(usage.String()); d != "" {
+		cc.Long = cc.Short + "\n\n" + d
 	}
-	cc.RunE = func(cmd *cobra.Command, args []string) error {
-		if wantsHelp(args) {
-			desc, flags := flagsHelp()
-			return writeHelp(stdout, path(), cc, desc, flags)
+	if fs == nil {
+		// A command that parses no flags gets its arguments as they are.
+		cc.DisableFlagParsing = true
+		cc.RunE = func(cmd *cobra.Command, args []string) error {
+			return ran{inputErrors(fn(cmd.Context(), args, stdout, stderr))}
 		}
-		err := fn(cmd.Context(), args, stdout, stderr)
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return ran{fileUsage(err)}
+		return
 	}
-	cc.SetHelpFunc(func(*cobra.Command, []string) {
-		desc, flags := flagsHelp()
-		_ = writeHelp(stdout, path(), cc, desc, flags)
-	})
-	cc.ValidArgsFunction = func(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-		if !strings.HasPrefix(toComplete, "-") {
-			return nil, cobra.ShellCompDirectiveDefault
+	cc.Flags().AddFlagSet(fs)
+	cc.RunE = func(cmd *cobra.Command, _ []string) error {
+		// The command line without the command's path: what cobra parsed.
+		_, own, err := cmd.Root().Find(line)
+		if err != nil {
+			return err
 		}
-		_, flags := flagsHelp()
-		var out []string
-		for _, f := range flags {
-			if strings.HasPrefix("--"+f.name, toComplete) {
-				out = append(out, "--"+f.name+"\t"+firstLine(f.usage))
-			}
-		}
-		return out, cobra.ShellCompDirectiveNoFileComp
+		runArgs, release := flag.Run(own)
+		defer release()
+		return ran{inputErrors(fn(cmd.Context(), runArgs, stdout, stderr))}
 	}
 }
 
-// fileUsage makes a file named on the command line that does not exist or
-// cannot be opened a usage error (exit 2), whichever command opens it and
-// whenever: the exit-code table promises one code for it on every command.
+// commandAnnotation marks a command of the registry (as opposed to a group
+// or cobra's own help and completion).
+const commandAnnotation = "llmesh-command"
+
+// inputErrors gives every error about the input a command was given the
+// usage exit code, whichever command finds it and whenever, since the
+// exit-code table promises one code for it on every command: a file named
+// on the command line that does not exist or cannot be opened, and an
+// invalid mesh config (config.Errors, every problem with its field path).
 // An error that already carries an exit code keeps it.
-func fileUsage(err error) error {
+func inputErrors(err error) error {
 	var ec *exitCode
-	var pe *fs.PathError
-	if err == nil || errors.As(err, &ec) || !errors.As(err, &pe) {
+	if err == nil || errors.As(err, &ec) {
 		return err
 	}
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission)) {
+		return withExitCode(exitUsage, err)
+	}
+	var ce config.Errors
+	var fe *config.FieldError
+	if errors.As(err, &ce) || errors.As(err, &fe) {
 		return withExitCode(exitUsage, err)
 	}
 	return err
+}
+
+// fileUsage is inputErrors for a command that returns before the tree
+// sees its error.
+func fileUsage(err error) error { return inputErrors(err) }
+
+// meshError is the error of loading the mesh config at path (the flag
+// --config names it): a usage error naming the file, every problem on its
+// own line.
+func meshError(path string, err error) error {
+	var ce config.Errors
+	if errors.As(err, &ce) && len(ce) > 1 {
+		return withExitCode(exitUsage, fmt.Errorf("--config %s: %d problems:\n%w", path, len(ce), err))
+	}
+	return withExitCode(exitUsage, fmt.Errorf("--config %s: %w", path, err))
 }
 
 // ran marks an error returned by a command itself (as opposed to cobra's
@@ -171,89 +232,6 @@ type ran struct{ err error }
 
 func (r ran) Error() string { return r.err.Error() }
 func (r ran) Unwrap() error { return r.err }
-
-// wantsHelp reports whether args ask for help before a "--".
-func wantsHelp(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "-h", "-help", "--help":
-			return true
-		}
-	}
-	return false
-}
-
-// flagHelp is one flag as flag.PrintDefaults describes it.
-type flagHelp struct{ name, arg, usage string }
-
-var flagHeadRE = regexp.MustCompile(`^  -([^\s]+)(?: (\S+))?(?:\t(.*))?$`)
-
-// parseFlagDefaults splits a command's -h output (its own Usage text, if
-// any, then flag.PrintDefaults) into the description and the flags.
-func parseFlagDefaults(s string) (desc string, flags []flagHelp) {
-	var d []string
-	for _, line := range strings.Split(s, "\n") {
-		if m := flagHeadRE.FindStringSubmatch(line); m != nil {
-			flags = append(flags, flagHelp{name: m[1], arg: m[2], usage: m[3]})
-			continue
-		}
-		if strings.HasPrefix(line, "    \t") && len(flags) > 0 {
-			f := &flags[len(flags)-1]
-			f.usage = strings.TrimSpace(f.usage + " " + strings.TrimSpace(line))
-			continue
-		}
-		t := strings.TrimSpace(line)
-		if strings.HasPrefix(t, "Usage of ") || t == "Flags:" || strings.HasPrefix(strings.ToLower(t), "usage: llmesh") {
-			continue
-		}
-		d = append(d, line)
-	}
-	return strings.TrimSpace(strings.Join(d, "\n")), flags
-}
-
-func firstLine(s string) string { l, _, _ := strings.Cut(s, "\n"); return l }
-
-// writeHelp prints one command's help in the tree's one style.
-func writeHelp(w io.Writer, path string, cc *cobra.Command, desc string, flags []flagHelp) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\nUsage:\n  %s", cc.Short, path)
-	if len(flags) > 0 {
-		b.WriteString(" [flags]")
-	}
-	b.WriteString("\n")
-	if cc.HasAvailableSubCommands() {
-		fmt.Fprintf(&b, "  %s [command]\n\nAvailable Commands:\n", path)
-		for _, s := range cc.Commands() {
-			if s.IsAvailableCommand() {
-				fmt.Fprintf(&b, "  %-14s %s\n", s.Name(), s.Short)
-			}
-		}
-	}
-	if desc != "" {
-		fmt.Fprintf(&b, "\n%s\n", desc)
-	}
-	if len(flags) > 0 {
-		b.WriteString("\nFlags:\n")
-		width := 0
-		heads := make([]string, len(flags))
-		for i, f := range flags {
-			heads[i] = "--" + f.name
-			if f.arg != "" {
-				heads[i] += " " + f.arg
-			}
-			width = max(width, len(heads[i]))
-		}
-		for i, f := range flags {
-			fmt.Fprintf(&b, "  %-*s  %s\n", width, heads[i], f.usage)
-		}
-		fmt.Fprintf(&b, "  %-*s  %s\n", width, "-h, --help", "help for "+cc.Name())
-	}
-	fmt.Fprintf(&b, "\n%s\n", exitCodeHelp)
-	_, err := io.WriteString(w, b.String())
-	return err
-}
 
 // runSimPredictCmd is `llmesh sim predict`.
 func runSimPredictCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {

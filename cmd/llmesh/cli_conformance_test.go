@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -22,13 +23,13 @@ func leafPaths(t *testing.T) []string {
 			if s.Name() == "help" || s.Name() == "completion" {
 				continue
 			}
-			if s.DisableFlagParsing { // an adapted command
+			if s.Annotations[commandAnnotation] != "" {
 				out = append(out, strings.TrimPrefix(s.CommandPath(), "llmesh "))
 			}
 			walk(s)
 		}
 	}
-	walk(newRoot(nil, nil))
+	walk(newRoot(nil, nil, nil))
 	if len(out) < 10 {
 		t.Fatalf("only %d commands: %q", len(out), out)
 	}
@@ -178,5 +179,94 @@ func TestCLIMissingFile(t *testing.T) {
 				t.Errorf("llmesh %s reads a file (--%s) but is not in this test's table", path, f)
 			}
 		}
+	}
+}
+
+// One exit-code table over every command: a typo'd flag is one line that
+// names it, suggests the flag meant and says where the flags are listed;
+// a bad flag value names the flag; both exit 2, as do `help` of a command
+// that does not exist and an unknown command.
+func TestCLIUsageErrors(t *testing.T) {
+	for _, path := range leafPaths(t) {
+		args := strings.Fields(path)
+		t.Run(strings.ReplaceAll(path, " ", "_"), func(t *testing.T) {
+			help, _, _ := runMain(append(args, "--help")...)
+			flagName := ""
+			for _, l := range strings.Split(help, "\n") {
+				if f, ok := strings.CutPrefix(strings.TrimSpace(l), "--"); ok {
+					if name, _, _ := strings.Cut(f, " "); len(name) >= 5 && name != "help" {
+						flagName = name
+						break
+					}
+				}
+			}
+			if flagName == "" {
+				t.Skipf("llmesh %s has no flag of 5 letters or more", path)
+			}
+			typo := flagName[:len(flagName)-1] + "X"
+			err := mainErr(append(args, "--"+typo, "1")...)
+			wantUsage(t, err, "--"+typo, "did you mean --"+flagName+"?", "llmesh "+path+" --help")
+			if err != nil && strings.Contains(err.Error(), "\n") {
+				t.Errorf("llmesh %s --%s: %d lines, want one: %q", path, typo, strings.Count(err.Error(), "\n")+1, err)
+			}
+			err = mainErr(append(args, "-"+flagName)...)
+			wantUsage(t, err, "-"+flagName, "did you mean --"+flagName+"?")
+		})
+	}
+	for _, args := range [][]string{{"bench", "run", "--rate", "fast"}, {"sim", "--max-num-seqs", "many"}, {"gateway", "--drain", "soon"}} {
+		wantUsage(t, mainErr(args...), "--"+strings.TrimPrefix(args[len(args)-2], "--"), args[len(args)-1])
+	}
+	for _, args := range [][]string{{"help", "nosuch"}, {"help", "bench", "nosuch"}, {"nosuch"}} {
+		wantUsage(t, mainErr(args...), `"nosuch"`)
+	}
+	wantUsage(t, mainErr("bench", "rnu"), `"rnu"`, "did you mean run?")
+}
+
+// An invalid input file is a usage error (exit 2) on every command that
+// reads one, and the message names the file and every problem's field.
+func TestCLIInvalidInput(t *testing.T) {
+	dir := t.TempDir()
+	mesh, err := os.ReadFile("../../examples/mesh.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	badMesh := dir + "/mesh.yaml"
+	bad := strings.Replace(strings.Replace(string(mesh), "    priority: 10\n", "    priorty: 10\n", 1), "aging: 10s", "aging: soon", 1)
+	if err := os.WriteFile(badMesh, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badWorkload := dir + "/workload.yaml"
+	if err := os.WriteFile(badWorkload, []byte("name: x\nclases: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	meshFields := []string{badMesh, "classes[1].priorty", "pools[0].scheduler.aging"}
+	cases := []struct {
+		args     []string
+		mentions []string
+	}{
+		{[]string{"gateway", "--config", badMesh}, meshFields},
+		{[]string{"control", "--config", badMesh, "--xds", "127.0.0.1:0", "--admin", "off"}, meshFields},
+		{[]string{"epp", "--config", badMesh, "--listen", "127.0.0.1:0"}, meshFields},
+		{[]string{"scheduler", "serve", "--config", badMesh, "--listen", "127.0.0.1:0"}, meshFields},
+		{[]string{"scheduler", "bench", "--config", badMesh, "--target", "127.0.0.1:1", "--inflight", "1"}, meshFields},
+		{[]string{"report", "slo", "--config", badMesh, "--prometheus", "http://127.0.0.1:1"}, meshFields},
+		{[]string{"slo", "rules", "--config", badMesh}, meshFields},
+		{[]string{"slo", "dashboard", "--config", badMesh}, meshFields},
+		{[]string{"bench", "run", "--workload", badWorkload, "--target", "http://127.0.0.1:1"}, []string{badWorkload, "clases"}},
+		{[]string{"bench", "simulate", "--workload", badWorkload}, []string{badWorkload, "clases"}},
+		{[]string{"bench", "sweep", "--workload", badWorkload, "--target", "http://127.0.0.1:1", "--rates", "1"}, []string{badWorkload, "clases"}},
+		{[]string{"bench", "ab", "--workload", badWorkload, "--a", "http://127.0.0.1:1", "--b", "http://127.0.0.1:1"}, []string{badWorkload, "clases"}},
+		{[]string{"demo", "--workload", badWorkload}, []string{badWorkload, "clases"}},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args[:2], "_"), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err := Main(ctx, c.args, io.Discard, io.Discard)
+			if ctx.Err() != nil {
+				t.Fatalf("llmesh %q ran until the deadline instead of failing on the invalid file", c.args)
+			}
+			wantUsage(t, err, c.mentions...)
+		})
 	}
 }

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/control"
 	"github.com/llmesh/llmesh/internal/adminapi"

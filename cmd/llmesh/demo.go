@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
 	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 	"github.com/llmesh/llmesh/demo"
 )
 
@@ -15,15 +15,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("llmesh demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, `Usage: llmesh demo [--quick] [--out DIR]
-
-Starts the simulated engine, the embedded gateway and the xDS control plane on
+		fmt.Fprintln(stderr, `Starts the simulated engine, the embedded gateway and the xDS control plane on
 loopback, runs the standard mixed-priority workload under fifo and preemptive
 scheduling as an interleaved A/B, prints the per-class SLO tables and the
 verdict, and writes report.html, report.md, ab.json, per-run JSON reports and
-per-request JSONL to DIR.
-
-Flags:`)
+per-request JSONL to DIR.`)
 		fs.PrintDefaults()
 	}
 	quick := fs.Bool("quick", false, "one short A/B pair (about 45 s) instead of the full demo (about 3 min)")

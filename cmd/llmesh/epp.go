@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/epp"
 	"github.com/llmesh/llmesh/filter"
@@ -91,7 +91,7 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	mesh, err := config.LoadFile(*configPath)
 	if err != nil {
-		return withExitCode(exitUsage, err)
+		return meshError(*configPath, err)
 	}
 	// A buffered body comes in one message: room for the largest allowed.
 	limit := *maxBody

@@ -20,7 +20,8 @@ import (
 // command is one subcommand. name is its path below llmesh: "demo", or
 // "sim predict" for a subcommand of sim (a parent that has no entry of its
 // own only groups its children). run gets the arguments after the name
-// (its flags, which it parses with its own flag.FlagSet) and returns an
+// (its flags, which it defines and parses with a FlagSet of
+// cmd/llmesh/internal/flag, so that the tree parses them) and returns an
 // error to print; errors wrapping exitCode set the process exit status.
 type command struct {
 	name    string
@@ -52,7 +53,7 @@ var commands = []command{
 // Exit codes of every command (docs/cli.md).
 const (
 	exitError    = 1                   // an error while running: I/O, a failed target, interrupted
-	exitUsage    = harness.ExitUsage   // 2: bad flags, arguments or input files (every problem listed at once)
+	exitUsage    = harness.ExitUsage   // 2: bad flags or arguments, an unknown command, a missing or invalid input file (every problem listed at once)
 	exitSLO      = harness.ExitSLO     // 3: --slo-gate: a class missed its attainment target
 	exitInvalid  = harness.ExitInvalid // 4: the run is invalid (harness lag) or the A/B inconclusive: no verdict
 	exitCodeHelp = "Exit codes: 0 ok, 1 error, 2 usage (bad flags or input files), 3 SLO gate failed (--slo-gate), 4 invalid run or inconclusive A/B."
@@ -96,8 +97,7 @@ func main() {
 
 // Main runs the command named by args.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	root := newRoot(stdout, stderr)
-	root.SetArgs(args)
+	root := newRoot(args, stdout, stderr)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return nil
@@ -106,6 +106,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if errors.As(err, &r) {
 		return r.err
 	}
-	// cobra's own: an unknown command or a flag of a group.
-	return withExitCode(exitUsage, fmt.Errorf("%w (llmesh --help lists the commands)", err))
+	var ec *exitCode
+	if errors.As(err, &ec) {
+		return err // a flag error or an unknown command, already explained
+	}
+	// cobra's own otherwise.
+	return withExitCode(exitUsage, fmt.Errorf("%w; see llmesh --help", err))
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/bench/report"
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/slo/live"
 )
@@ -69,7 +69,7 @@ func runReportSLO(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	cfg, err := config.LoadFile(*cfgPath)
 	if err != nil {
-		return withExitCode(exitUsage, fmt.Errorf("--config: %w", err))
+		return meshError(*cfgPath, err)
 	}
 	rep, err := live.Build(ctx, &live.Client{Base: *prom}, cfg, live.Options{
 		End: end, Window: *window, Prometheus: *prom, Config: *cfgPath,

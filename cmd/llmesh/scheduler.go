@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"runtime/pprof"
 	"runtime/trace"
 
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/internal/tlsfiles"
 	"github.com/llmesh/llmesh/scheduler/server"
@@ -76,7 +76,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	mesh, err := config.LoadFile(*cfgPath)
 	if err != nil {
-		return withExitCode(2, fmt.Errorf("--config: %w", err))
+		return meshError(*cfgPath, err)
 	}
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
 	"time"
 
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
@@ -83,7 +83,7 @@ func runSchedulerBench(ctx context.Context, args []string, stdout, stderr io.Wri
 			mix, err = loadgen.MixFromMesh(mesh)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--config: %w", err))
+			errs = append(errs, fmt.Errorf("--config %s: %w", *cfgPath, err))
 		}
 		mix.AffinityKeys = *affinity
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/llmesh/llmesh/clock"
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 	"github.com/llmesh/llmesh/kvevents"
 	"github.com/llmesh/llmesh/sim"
 	"github.com/llmesh/llmesh/sim/server"
@@ -170,12 +170,6 @@ func runSimFitReport(args []string, stdout, stderr io.Writer) error {
 func runSimServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: llmesh sim [flags]            run the simulated engine")
-		fmt.Fprintln(stderr, "       llmesh sim predict [flags]    time of one prefill, decode or mixed step")
-		fmt.Fprintln(stderr, "       llmesh sim fit-report [-v]    how well the timing model fits the calibration")
-		fs.PrintDefaults()
-	}
 	listen := fs.String("listen", "127.0.0.1:8000", "OpenAI-compatible HTTP listen address")
 	grpcListen := fs.String("grpc-listen", "", "gRPC listen address (llm.v1.Generation, vllm.grpc.engine.VllmEngine); empty: none")
 	profile := fs.String("profile", sim.DefaultProfile, "profile: "+strings.Join(sim.Profiles(), ", "))

@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 
+	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/slo"
 )
@@ -49,7 +49,7 @@ func runSLOGenerate(what string, args []string, stdout, stderr io.Writer) error 
 	}
 	cfg, err := config.LoadFile(*cfgPath)
 	if err != nil {
-		return withExitCode(exitUsage, fmt.Errorf("--config: %w", err))
+		return meshError(*cfgPath, err)
 	}
 	var b []byte
 	switch what {
