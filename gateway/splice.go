@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/scheduler"
 )
 
 // splicer continues a preempted OpenAI SSE stream: it remembers the
@@ -354,22 +355,27 @@ func roleOnly(raw json.RawMessage) bool {
 	return true
 }
 
-// continueStream replaces the preempted upstream with a continuation
-// request whose events are spliced into the client's stream. It waits for
-// a new admission first (at the front of the class). A preemption of the
-// continuation before its first byte starts over; one during it is handled
-// by end like the first.
-func (s *stream) continueStream() error {
+// continueStream replaces the ended upstream with a continuation request
+// whose events are spliced into the client's stream. The ended attempt's
+// lease goes back as how says (filter.EndPreempted for a preemption,
+// filter.EndFailed for a migration: migrate.go), and the continuation waits
+// for a new admission at the front of its class, away from avoid when it
+// names an endpoint. A preemption of the continuation before its first byte
+// starts over; one during it is handled by end like the first. A
+// continuation whose endpoint refuses the connection (nothing sent) is
+// admitted once more away from that endpoint, which the refusal ejects.
+func (s *stream) continueStream(how filter.Ending, avoid string) error {
 	x := s.x
 	sp := s.splice
 	ctx := s.outreq.Context()
 	s.res.Body.Close()
 	s.a.stop()
+	redialed := false
 	for {
 		generated := x.core.View().Progress.Tokens
 		body, ok, err := sp.continuationBody(x.body, x.output(), generated)
 		if err == nil && (!ok || x.core.View().Observation().FinishReason != "") {
-			// Preempted after the last token (max_tokens reached, or a
+			// Ended after the last token (max_tokens reached, or a
 			// finish reason already sent) but before [DONE]: nothing to
 			// continue, and the client's stream ends as the engine's would
 			// have, so the request completed (its lease goes back as done
@@ -381,11 +387,11 @@ func (s *stream) continueStream() error {
 			s.finishSynthetic()
 			return nil
 		}
-		x.core.Requeued(filter.EndPreempted)
+		x.core.Requeued(how)
 		if err != nil {
 			return err
 		}
-		if err := x.admitAgain(ctx); err != nil {
+		if err := x.admitContinuation(ctx, avoid); err != nil {
 			return fmt.Errorf("continuation: %w", err)
 		}
 		sp.before = generated
@@ -402,6 +408,12 @@ func (s *stream) continueStream() error {
 			cause := a.cause()
 			a.stop()
 			if errors.Is(cause, errPreemptSignal) && ctx.Err() == nil {
+				how = filter.EndPreempted
+				continue
+			}
+			if cause == nil && unreachable(err) && !redialed && ctx.Err() == nil && len(x.pool.endpoints) > 1 {
+				redialed = true
+				how, avoid = filter.EndUnreachable, scheduler.EndpointOf(x.core.View().Lease)
 				continue
 			}
 			return fmt.Errorf("%w: continuation: %v", ErrUpstreamReset, err)
