@@ -31,7 +31,7 @@ type splicer struct {
 	before    int
 	rewriting bool
 	// sent is the text the client had when the current continuation
-	// started; checking: a chat continuation's events are held (held, their
+	// started; checking: a continuation's events are held (held, their
 	// text in got) until verdict tells a continued answer from a restarted
 	// one.
 	sent     string
@@ -162,7 +162,7 @@ func (sp *splicer) continuationBody(orig []byte, text string, generated int) (bo
 }
 
 // rewrite turns continuation events into events of the client's stream.
-// While a chat continuation is being checked (see verdict) its events are
+// While a continuation is being checked (see verdict) its events are
 // held back; err is ErrContinuationRestarted when the check finds that the
 // engine started its answer over.
 func (sp *splicer) rewrite(b []byte) (out []byte, err error) {
@@ -198,7 +198,7 @@ func (sp *splicer) rewrite(b []byte) (out []byte, err error) {
 	return out, nil
 }
 
-// checkBytes is how much of the text the client already has a chat
+// checkBytes is how much of the text the client already has a
 // continuation's start is compared with.
 const checkBytes = 64
 
@@ -231,9 +231,10 @@ const (
 	verdictRestarted
 )
 
-// verdict decides whether a chat continuation continued the text the
-// client already has (sent) or started the answer over, as an engine that
-// ignores continue_final_message does. The rule: the continuation
+// verdict decides whether a continuation (chat or completions) continued
+// the text the client already has (sent) or started the answer over, as a
+// chat engine that ignores continue_final_message does, or a completions
+// engine that answers the original prompt again. The rule: the continuation
 // restarted when its text (leading white space aside) begins with the
 // first checkBytes bytes of sent (all of sent when shorter); it continued
 // as soon as its text is no longer a prefix of sent. A continuation that
@@ -397,7 +398,7 @@ func (s *stream) continueStream(how filter.Ending, avoid string) error {
 		sp.before = generated
 		sp.rewriting = true
 		sp.sent, sp.got, sp.held = x.output(), "", nil
-		sp.checking = sp.kind == filter.APIChat && strings.TrimSpace(sp.sent) != ""
+		sp.checking = strings.TrimSpace(sp.sent) != ""
 		a := x.newAttempt(ctx)
 		res, err := send(s.base, x, a, s.outreq, body)
 		if err == nil && res.StatusCode != http.StatusOK {
