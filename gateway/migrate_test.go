@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,7 +52,8 @@ func newMigrationMesh(t *testing.T, resume Resume) *migrationMesh {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.sched.Close() })
-	m.g, m.gw = startGateway(t, Config{Pools: []Pool{{Name: "sim", Upstream: "http://" + eps[0], Endpoints: eps, Resume: resume}}},
+	m.g, m.gw = startGateway(t, Config{Pools: []Pool{{Name: "sim", Upstream: "http://" + eps[0], Endpoints: eps, Resume: resume}},
+		Limits: Limits{MaxConnsPerClient: 4096}},
 		WithAdmitter(m.sched))
 	return m
 }
@@ -229,5 +231,103 @@ func TestMigrateOnce(t *testing.T) {
 				t.Errorf("migrations %d, want %d", got, tc.migrations)
 			}
 		})
+	}
+}
+
+// TestKillReplicaUnderLoadMigrates: streaming completions at 200 requests
+// a second through two real-time sims; one is killed (its connections
+// reset) after 200 requests. Every request that had not started streaming
+// succeeds (retried elsewhere), every stream cut by the kill is migrated
+// or ends with the retryable error event, and no client's text repeats or
+// loses anything: each is the sim's deterministic answer (the same for
+// every request), whole for a finished stream and a prefix of it for one
+// that ended with an error.
+func TestKillReplicaUnderLoadMigrates(t *testing.T) {
+	m := newMigrationMesh(t, ResumeContinue)
+	const rate, total, killAt, tokens = 200, 400, 200, 24
+	body := `{"model":"` + m.sims[0].Model + `","prompt":"the dying replica","max_tokens":24,"stream":true}`
+	ref := post(t, context.Background(), m.sims[1].HTTPURL+"/v1/completions", body)
+	want, _ := readSSE(t, ref)
+	ref.Body.Close()
+	wantText, _, _ := streamText(t, want)
+	if len(strings.Fields(wantText)) != tokens {
+		t.Fatalf("reference run produced %q", wantText)
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	defer client.CloseIdleConnections()
+	type result struct {
+		status       int
+		datas, evs   []string
+		err          error
+		inFlightKill bool // streaming when the kill came
+	}
+	results := make([]result, total)
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	start := time.Now()
+	for i := range total {
+		<-tick.C
+		if i == killAt {
+			m.fronts[0].Kill()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.gw+"/v1/completions", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			res, err := client.Do(req)
+			if err != nil {
+				results[i].err = err
+				return
+			}
+			defer res.Body.Close()
+			results[i].status = res.StatusCode
+			if res.StatusCode == http.StatusOK {
+				results[i].datas, results[i].evs = readSSE(t, res)
+			}
+		}()
+	}
+	issued := time.Since(start)
+	wg.Wait()
+	var done, cutErr, notStarted, duplicated int
+	for i, r := range results {
+		if r.status != http.StatusOK || len(r.datas) == 0 {
+			notStarted++
+			t.Errorf("request %d: status %d, err %v: failed before streaming", i, r.status, r.err)
+			continue
+		}
+		last := len(r.datas) - 1
+		switch {
+		case r.datas[last] == "[DONE]":
+			done++
+			if text, _, _ := streamText(t, r.datas[:last]); text != wantText {
+				duplicated++
+				t.Errorf("request %d: text\n got %q\nwant %q", i, text, wantText)
+			}
+		case r.evs[last] == "error":
+			cutErr++
+			if text, _, _ := streamText(t, r.datas[:last]); !strings.HasPrefix(wantText, text) {
+				duplicated++
+				t.Errorf("request %d: cut text %q is not a prefix of %q", i, text, wantText)
+			}
+			if !strings.Contains(r.datas[last], `"code":502`) {
+				t.Errorf("request %d: error event %s, want a retryable 502", i, r.datas[last])
+			}
+		default:
+			t.Errorf("request %d: stream ended without [DONE] or an error event: %q", i, r.datas[last])
+		}
+	}
+	st := m.sched.Stats()[0].Endpoints
+	t.Logf("%d streaming requests sent in %v (%.0f/s), one of two sims killed after %d: %d done (%d of them migrated mid-stream), "+
+		"%d ended with the retryable error, %d failed before streaming, %d repeated or lost text; %d retried before any byte; ejections of the dead endpoint %d",
+		total, issued.Round(time.Millisecond), float64(total)/issued.Seconds(), killAt, done, m.g.Migrations(), cutErr, notStarted, duplicated, m.g.Retries(), st[0].Ejections)
+	if m.g.Migrations() == 0 {
+		t.Error("no stream was migrated: the kill cut none")
+	}
+	if st[0].Ejections == 0 {
+		t.Error("the dead endpoint was never ejected")
 	}
 }
