@@ -369,6 +369,9 @@ func (b *builder) pools(m *Mesh) {
 		}
 		b.enginePriority(join(p, "engine_priority"), src.EnginePriority, m.Classes)
 		pool.Resume = b.resume(join(p, "preemption.resume"), src.Preemption.Resume)
+		if e := src.Ejection; e != nil {
+			pool.Ejection = b.ejection(join(p, "ejection"), e)
+		}
 		if src.Protocol != ProtocolOpenAI && src.Protocol != ProtocolGRPC {
 			b.c.add(join(p, "protocol"), 0, "%q must be %q or %q", src.Protocol, ProtocolOpenAI, ProtocolGRPC)
 		}
@@ -527,3 +530,24 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(ks)
 	return ks
 }
+
+// ejection compiles a pool's ejection settings.
+func (b *builder) ejection(path string, e *EjectionSpec) Ejection {
+	out := Ejection{Failures: deref(e.Failures)}
+	if f := e.Failures; f != nil && (*f < 1 || *f > maxEjectionFailures) {
+		b.c.add(join(path, "failures"), 0, "%d must be between 1 and %d (leave it out for the default, 5)", *f, maxEjectionFailures)
+	}
+	if e.Base != "" {
+		out.Base = b.duration(join(path, "base"), e.Base, true)
+	}
+	if e.Max != "" {
+		out.Max = b.duration(join(path, "max"), e.Max, true)
+	}
+	if out.Base > 0 && out.Max > 0 && out.Max < out.Base {
+		b.c.add(join(path, "max"), 0, "%q must be at least base (%s)", e.Max, e.Base)
+	}
+	return out
+}
+
+// maxEjectionFailures bounds pools[].ejection.failures.
+const maxEjectionFailures = 1000

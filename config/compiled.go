@@ -218,6 +218,15 @@ type Pool struct {
 	// Resume is one of KnownResume: what a host does with a stream of the
 	// pool preempted after it sent bytes (PoolPreemptionSpec.Resume).
 	Resume string
+	// Ejection tunes outcome-based ejection (PoolSpec.Ejection); zero
+	// fields mean the scheduler's defaults.
+	Ejection Ejection
+}
+
+// Ejection is a compiled EjectionSpec.
+type Ejection struct {
+	Failures  int
+	Base, Max time.Duration
 }
 
 // KVEventSource is where a pool's engines publish KV-cache events.

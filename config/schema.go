@@ -138,6 +138,22 @@ type PoolSpec struct {
 	// Preemption is what a host does with the pool's streams that are
 	// preempted after they sent bytes to the client.
 	Preemption PoolPreemptionSpec `yaml:"preemption,omitempty"`
+	// Ejection leaves an endpoint out of the picker for a while after it
+	// failed (scheduler/eject.go); absent: the defaults.
+	Ejection *EjectionSpec `yaml:"ejection,omitempty"`
+}
+
+// EjectionSpec tunes outcome-based ejection (scheduler.Ejection).
+type EjectionSpec struct {
+	// Failures is how many failed requests in a row eject an endpoint (a
+	// refused connection ejects it at once); at least 1, default 5.
+	Failures *int `yaml:"failures,omitempty"`
+	// Base is the first ejection's length, doubled for each ejection in a
+	// row; positive, default 2s.
+	Base string `yaml:"base,omitempty"`
+	// Max bounds the doubled length; at least base, default 30s (base
+	// when base is longer).
+	Max string `yaml:"max,omitempty"`
 }
 
 // PrefixRoutingSpec weighs an endpoint's likely prefix-cache hit against

@@ -154,6 +154,9 @@ type Gateway struct {
 	// retries counts requests sent once more on another admission after a
 	// failure before any byte reached the client (retry.go).
 	retries atomic.Uint64
+	// migrations counts streams continued on another endpoint after a cut
+	// (migrate.go).
+	migrations atomic.Uint64
 	// bodies counts buffered request body bytes (limits.go).
 	bodies budget
 	// refusedConns counts connections closed on accept, over
@@ -164,6 +167,10 @@ type Gateway struct {
 // Retries is how many requests were sent once more after their upstream
 // failed before any byte reached the client (retry.go).
 func (g *Gateway) Retries() uint64 { return g.retries.Load() }
+
+// Migrations is how many streams were continued on another endpoint after
+// their upstream connection failed mid-response (migrate.go).
+func (g *Gateway) Migrations() uint64 { return g.migrations.Load() }
 
 // New validates cfg and builds a Gateway; it listens on nothing until Serve.
 func New(cfg Config, opts ...Option) (*Gateway, error) {

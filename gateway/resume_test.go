@@ -3,8 +3,10 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/llmesh/llmesh/config"
@@ -182,5 +184,27 @@ pools:
 		if got := cfg.Pools[0].Resume; got != tc.want {
 			t.Errorf("%q: Resume %q, want %q", tc.line, got, tc.want)
 		}
+	}
+}
+
+// TestCompletionsContinuationRestartCheck: a completions continuation on
+// an engine that answers the continuation prompt from the start (here one
+// that ignores the prompt) would repeat the text the client already has;
+// the restart check ends the stream with the retryable "preempted" error
+// event instead, after the text sent before, nothing repeated.
+func TestCompletionsContinuationRestartCheck(t *testing.T) {
+	up := httptest.NewServer(sseUpstream(20, 5*time.Millisecond))
+	t.Cleanup(up.Close)
+	adm := &ctlAdmitter{preemptAt: []int{5}}
+	_, gw := startGateway(t, Config{Pools: []Pool{{Name: "sim", Upstream: up.URL}}}, WithAdmitter(adm))
+	res := post(t, context.Background(), gw+"/v1/completions", `{"model":"m","prompt":"hello","max_tokens":20,"stream":true}`)
+	datas, events := readSSE(t, res)
+	res.Body.Close()
+	if len(events) == 0 || events[len(events)-1] != "error" || !strings.Contains(datas[len(datas)-1], `"type":"preempted"`) {
+		t.Fatalf("stream ended with %q, want a preempted error event", datas)
+	}
+	text, _, _ := streamText(t, datas[:len(datas)-1])
+	if text != "tatbtctdte" {
+		t.Errorf("client text %q, want the first 5 tokens once (tatbtctdte)", text)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/scheduler"
 )
 
 // splicer continues a preempted OpenAI SSE stream: it remembers the
@@ -30,7 +31,7 @@ type splicer struct {
 	before    int
 	rewriting bool
 	// sent is the text the client had when the current continuation
-	// started; checking: a chat continuation's events are held (held, their
+	// started; checking: a continuation's events are held (held, their
 	// text in got) until verdict tells a continued answer from a restarted
 	// one.
 	sent     string
@@ -161,7 +162,7 @@ func (sp *splicer) continuationBody(orig []byte, text string, generated int) (bo
 }
 
 // rewrite turns continuation events into events of the client's stream.
-// While a chat continuation is being checked (see verdict) its events are
+// While a continuation is being checked (see verdict) its events are
 // held back; err is ErrContinuationRestarted when the check finds that the
 // engine started its answer over.
 func (sp *splicer) rewrite(b []byte) (out []byte, err error) {
@@ -197,7 +198,7 @@ func (sp *splicer) rewrite(b []byte) (out []byte, err error) {
 	return out, nil
 }
 
-// checkBytes is how much of the text the client already has a chat
+// checkBytes is how much of the text the client already has a
 // continuation's start is compared with.
 const checkBytes = 64
 
@@ -230,9 +231,10 @@ const (
 	verdictRestarted
 )
 
-// verdict decides whether a chat continuation continued the text the
-// client already has (sent) or started the answer over, as an engine that
-// ignores continue_final_message does. The rule: the continuation
+// verdict decides whether a continuation (chat or completions) continued
+// the text the client already has (sent) or started the answer over, as a
+// chat engine that ignores continue_final_message does, or a completions
+// engine that answers the original prompt again. The rule: the continuation
 // restarted when its text (leading white space aside) begins with the
 // first checkBytes bytes of sent (all of sent when shorter); it continued
 // as soon as its text is no longer a prefix of sent. A continuation that
@@ -354,22 +356,27 @@ func roleOnly(raw json.RawMessage) bool {
 	return true
 }
 
-// continueStream replaces the preempted upstream with a continuation
-// request whose events are spliced into the client's stream. It waits for
-// a new admission first (at the front of the class). A preemption of the
-// continuation before its first byte starts over; one during it is handled
-// by end like the first.
-func (s *stream) continueStream() error {
+// continueStream replaces the ended upstream with a continuation request
+// whose events are spliced into the client's stream. The ended attempt's
+// lease goes back as how says (filter.EndPreempted for a preemption,
+// filter.EndFailed for a migration: migrate.go), and the continuation waits
+// for a new admission at the front of its class, away from avoid when it
+// names an endpoint. A preemption of the continuation before its first byte
+// starts over; one during it is handled by end like the first. A
+// continuation whose endpoint refuses the connection (nothing sent) is
+// admitted once more away from that endpoint, which the refusal ejects.
+func (s *stream) continueStream(how filter.Ending, avoid string) error {
 	x := s.x
 	sp := s.splice
 	ctx := s.outreq.Context()
 	s.res.Body.Close()
 	s.a.stop()
+	redialed := false
 	for {
 		generated := x.core.View().Progress.Tokens
 		body, ok, err := sp.continuationBody(x.body, x.output(), generated)
 		if err == nil && (!ok || x.core.View().Observation().FinishReason != "") {
-			// Preempted after the last token (max_tokens reached, or a
+			// Ended after the last token (max_tokens reached, or a
 			// finish reason already sent) but before [DONE]: nothing to
 			// continue, and the client's stream ends as the engine's would
 			// have, so the request completed (its lease goes back as done
@@ -381,17 +388,17 @@ func (s *stream) continueStream() error {
 			s.finishSynthetic()
 			return nil
 		}
-		x.core.Requeued(filter.EndPreempted)
+		x.core.Requeued(how)
 		if err != nil {
 			return err
 		}
-		if err := x.admitAgain(ctx); err != nil {
+		if err := x.admitContinuation(ctx, avoid); err != nil {
 			return fmt.Errorf("continuation: %w", err)
 		}
 		sp.before = generated
 		sp.rewriting = true
 		sp.sent, sp.got, sp.held = x.output(), "", nil
-		sp.checking = sp.kind == filter.APIChat && strings.TrimSpace(sp.sent) != ""
+		sp.checking = strings.TrimSpace(sp.sent) != ""
 		a := x.newAttempt(ctx)
 		res, err := send(s.base, x, a, s.outreq, body)
 		if err == nil && res.StatusCode != http.StatusOK {
@@ -402,6 +409,12 @@ func (s *stream) continueStream() error {
 			cause := a.cause()
 			a.stop()
 			if errors.Is(cause, errPreemptSignal) && ctx.Err() == nil {
+				how = filter.EndPreempted
+				continue
+			}
+			if cause == nil && unreachable(err) && !redialed && ctx.Err() == nil && len(x.pool.endpoints) > 1 {
+				redialed = true
+				how, avoid = filter.EndUnreachable, scheduler.EndpointOf(x.core.View().Lease)
 				continue
 			}
 			return fmt.Errorf("%w: continuation: %v", ErrUpstreamReset, err)

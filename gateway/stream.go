@@ -79,6 +79,10 @@ type stream struct {
 	sent int64
 
 	splice *splicer
+	// migrated: the stream was continued on another endpoint after a cut
+	// (migrate.go); cutErr is that cut.
+	migrated bool
+	cutErr   error
 	// holding: resume off and a byte was sent; the attempt ignores
 	// preemption from then on.
 	holding bool
@@ -93,8 +97,10 @@ func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Req
 		out.Trailer[k] = v
 	}
 	s.out = &out
-	if v := x.core.View(); v.Lease != nil && x.preemptible && v.Meta.Spliceable && s.framing == framingSSE && res.StatusCode == http.StatusOK &&
-		x.pool.Resume == ResumeContinue {
+	// A continuation serves a preemptible request's preemption and any
+	// request's migration (migrate.go), which needs several endpoints.
+	if v := x.core.View(); v.Lease != nil && (x.preemptible || len(x.pool.endpoints) > 1) && v.Meta.Spliceable &&
+		s.framing == framingSSE && res.StatusCode == http.StatusOK && x.pool.Resume == ResumeContinue {
 		s.splice = newSplicer(v.Meta.API)
 	}
 	s.t0 = x.g.clock.Now()
@@ -232,6 +238,9 @@ func (s *stream) fill(p []byte) (int, error) {
 		if s.splice != nil && s.splice.rewriting {
 			out, rerr := s.splice.rewrite(p[:cut])
 			if rerr != nil {
+				if s.migrated {
+					rerr = s.migrationErr(rerr)
+				}
 				s.terminate(rerr, filter.EndFailed)
 				return 0, nil
 			}
@@ -322,6 +331,9 @@ func (s *stream) end(err error) {
 		// judge what it sent.
 		out, rerr := s.splice.settle()
 		if rerr != nil {
+			if s.migrated {
+				rerr = s.migrationErr(rerr)
+			}
 			s.terminate(rerr, filter.EndFailed)
 			return
 		}
@@ -345,7 +357,7 @@ func (s *stream) end(err error) {
 	switch {
 	case errors.Is(cause, errPreemptSignal) && s.outreq.Context().Err() == nil:
 		if s.splice != nil {
-			if cerr := s.continueStream(); cerr == nil {
+			if cerr := s.continueStream(filter.EndPreempted, ""); cerr == nil {
 				return
 			} else {
 				s.terminate(cerr, filter.EndFailed)
@@ -358,6 +370,10 @@ func (s *stream) end(err error) {
 	case s.outreq.Context().Err() != nil:
 		s.x.core.Finish(s.x.g.clock.Now(), filter.EndClientGone, s.outreq.Context().Err())
 		s.done, s.doneErr = true, err
+	case s.canMigrate(err):
+		if merr := s.migrate(err); merr != nil {
+			s.terminate(merr, filter.EndFailed)
+		}
 	default:
 		s.terminate(fmt.Errorf("%w: %v", ErrUpstreamReset, err), filter.EndFailed)
 	}

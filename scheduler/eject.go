@@ -10,9 +10,10 @@ import "time"
 //
 //   - Unreachable (the host could not connect): the endpoint is ejected at
 //     once;
-//   - Failed before the request's first token (a 5xx, a reset or a stall
-//     before any output): Burst of them in a row eject it;
-//   - Done, or any outcome after a first token, resets both counts.
+//   - Failed (a 5xx, a reset or a stall, before any output or in the
+//     middle of a stream: a dying engine cuts every stream it serves):
+//     Burst of them in a row eject it;
+//   - Done resets both counts; Cancelled and Preempted say nothing.
 //
 // An ejected endpoint takes no new admissions (as a drained one) until its
 // ejection ends: Base the first time, doubled for each ejection in a row up
@@ -34,8 +35,8 @@ type Ejection struct {
 	Base time.Duration
 	// Max bounds the doubled length; 0 means max(Base, DefaultEjectionMax).
 	Max time.Duration
-	// Burst is how many failures before a first token in a row eject an
-	// endpoint; 0 means DefaultEjectionBurst.
+	// Burst is how many failures in a row eject an endpoint; 0 means
+	// DefaultEjectionBurst.
 	Burst int
 }
 
@@ -75,7 +76,7 @@ func validateEjection(path string, e Ejection, bad func(string, ...any)) {
 // the Machine: by its caller).
 type ejectState struct {
 	until   time.Time // zero: not ejected
-	streak  int       // failures before a first token in a row
+	streak  int       // failures in a row
 	row     int       // ejections in a row (the doubling)
 	ejected uint64    // ejections so far
 }
@@ -94,7 +95,7 @@ func (m *Machine) endpointOutcome(now time.Time, p *pool, e *entry, o Outcome) {
 	switch {
 	case o == Unreachable:
 		m.ejectEndpoint(now, p, ep)
-	case o == Failed && !e.firstToken:
+	case o == Failed:
 		st.streak++
 		if st.streak >= p.ejection.Burst {
 			m.ejectEndpoint(now, p, ep)

@@ -111,7 +111,7 @@ func TestEjectionEndWakesTheQueue(t *testing.T) {
 	m.Finish(at(1000), tkB, scheduler.Done)
 }
 
-func TestFailureBurstBeforeFirstTokenEjects(t *testing.T) {
+func TestFailureBurstEjects(t *testing.T) {
 	pc := endpointPool(8, 8)
 	m := newMachine(t, pc) // default burst 5
 	fail := func(n int, firstToken bool) {
@@ -127,26 +127,43 @@ func TestFailureBurstBeforeFirstTokenEjects(t *testing.T) {
 	if ejected(m, "a:1") {
 		t.Fatal("ejected after 4 failures, burst is 5")
 	}
-	// A success breaks the run; failures after a first token are not
-	// counted; cancellations say nothing.
+	// A success breaks the run; cancellations and preemptions say nothing.
 	tk := admitOn(t, m, at(0), "a:1")
 	m.Finish(at(0), tk, scheduler.Done)
 	fail(4, false)
-	fail(3, true)
 	tk = admitOn(t, m, at(0), "a:1")
 	m.Finish(at(0), tk, scheduler.Cancelled)
+	tk = admitOn(t, m, at(0), "a:1")
+	m.Finish(at(0), tk, scheduler.Preempted)
 	if ejected(m, "a:1") {
-		t.Fatal("ejected without 5 failures before a first token in a row")
+		t.Fatal("ejected without 5 failures in a row")
 	}
-	// The run is broken by the failures after a first token (they count
-	// as progress), so 5 more are needed.
-	fail(5, false)
+	// A stream cut after its first token counts as a failure too: a dying
+	// engine cuts every stream it serves.
+	fail(1, true)
 	if !ejected(m, "a:1") {
-		t.Fatal("not ejected after 5 failures before a first token in a row")
+		t.Fatal("not ejected after 4 failures before a first token and one after it, in a row")
 	}
 	onlyOn(t, m, at(1), "b:1", 3)
 	if s := m.Stats()[0].Endpoints[0]; s.EjectedUntil != at(0).Add(scheduler.DefaultEjectionBase) {
 		t.Fatalf("ejected until %v, want the default base after the failure", s.EjectedUntil.Sub(t0))
+	}
+}
+
+// TestCutStreamsEject: five streams in a row cut mid-way (each after its
+// first token) eject their endpoint.
+func TestCutStreamsEject(t *testing.T) {
+	m := newMachine(t, endpointPool(8, 8))
+	for i := range 5 {
+		if ejected(m, "a:1") {
+			t.Fatalf("ejected after %d cut streams, burst is 5", i)
+		}
+		tk := admitOn(t, m, at(0), "a:1")
+		m.FirstToken(at(0), tk)
+		m.Finish(at(0), tk, scheduler.Failed)
+	}
+	if !ejected(m, "a:1") {
+		t.Fatal("not ejected after 5 cut streams in a row")
 	}
 }
 

@@ -96,6 +96,7 @@ func poolFromMesh(p *config.Pool, lookup func(name string) (Policy, error)) (Poo
 		ReserveUrgent:     sc.ReserveUrgent,
 		StaticBounds:      sc.StaticBounds,
 		OverloadRelease:   sc.OverloadRelease,
+		Ejection:          Ejection{Base: p.Ejection.Base, Max: p.Ejection.Max, Burst: p.Ejection.Failures},
 		PrefixRouting:     PrefixRouting{Weight: p.PrefixWeight, CapacityBlocks: p.PrefixCapacityBlocks, Precise: p.PrefixKVEvents != nil},
 		Preemption: PreemptionConfig{
 			MinLowerInflight: sc.Preemption.MinLowerInflight,
