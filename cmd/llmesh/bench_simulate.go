@@ -70,6 +70,7 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 		rate      = fs.Float64("rate", 0, "arrival rate in req/s, replacing the workload's (not with --loads or --trace)")
 		records   = fs.String("records", "", "write every request's record to `FILE` as JSON lines (result.ReadRecords' format; Run names the policy and load), in item order per run")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the evaluation to `FILE` (go tool pprof)")
+		parallel  = fs.Int("parallel", 0, "most runs (policy and load pairs) executed at once (0: two per processor); 1 bounds the peak memory of a fleet far past saturation to one run's, the reports unchanged")
 		memProf   = fs.String("memprofile", "", "write a heap profile to `FILE` (go tool pprof) as of the largest live heap of the evaluation, sampled after garbage collections")
 		armA      = fs.String("a", "", "A/B: baseline arm, exec:PATH[,mesh=FILE] (another llmesh build, with that mesh's pool and policy) or a policy name; both arms run every seed at the same rate and the comparison is judged as by bench compare")
 		armB      = fs.String("b", "", "A/B: candidate arm, same forms as --a")
@@ -180,7 +181,7 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	o := simulate.Options{
 		Engines: *engines, Proxies: *proxies, Routing: *routing, PrefixWeight: *prefixW, Schedulers: *scheds, Hop: *hop,
-		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
+		Parallel: *parallel, Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
 		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep, LongPrefillTokenThreshold: *longPre},
 		MetricsInterval: *interval, MaxPrefillTokens: *prefill, ReserveUrgent: *reserve, LateHandoff: *late, StaticBounds: *static,
 		RunPastTimeout:  *pastTO,
