@@ -222,7 +222,11 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 	// Twice as many workers as processors: with one each, the last jobs
 	// run on fewer processors than there are (three equal runs on two
 	// take twice one run, not one and a half).
-	for range min(len(jobs), 2*runtime.GOMAXPROCS(0)) {
+	workers := 2 * runtime.GOMAXPROCS(0)
+	if o.Parallel > 0 {
+		workers = o.Parallel
+	}
+	for range min(len(jobs), workers) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -64,7 +64,11 @@ func TestDeterministic(t *testing.T) {
 	w := testWorkload(t)
 	var out [2]bytes.Buffer
 	for i := range out {
-		res, err := Evaluate(w, []string{"fifo", "preemptive"}, []float64{1.1}, testOptions())
+		o := testOptions()
+		if i == 1 {
+			o.Parallel = 1 // one run after the other: the same result
+		}
+		res, err := Evaluate(w, []string{"fifo", "preemptive"}, []float64{1.1}, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,6 +98,15 @@ func TestDeterministic(t *testing.T) {
 // past saturation fifo lets the urgent class queue behind batch work,
 // priority serves it first but only as slots free up, and preemptive makes
 // room at once, paying with a little recomputed work.
+func TestParallelMustNotBeNegative(t *testing.T) {
+	o := testOptions()
+	o.Parallel = -1
+	_, err := Evaluate(testWorkload(t), []string{"fifo"}, []float64{1}, o)
+	if err == nil || !strings.Contains(err.Error(), "parallel: -1") {
+		t.Fatalf("err = %v, want one naming parallel: -1", err)
+	}
+}
+
 func TestPreemptionProtectsUrgentClass(t *testing.T) {
 	w := testWorkload(t)
 	res, err := Evaluate(w, []string{"fifo", "priority", "preemptive"}, []float64{0.05, 1.3}, testOptions())

@@ -11,10 +11,12 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/simulate"
@@ -68,6 +70,8 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 		rate      = fs.Float64("rate", 0, "arrival rate in req/s, replacing the workload's (not with --loads or --trace)")
 		records   = fs.String("records", "", "write every request's record to `FILE` as JSON lines (result.ReadRecords' format; Run names the policy and load), in item order per run")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the evaluation to `FILE` (go tool pprof)")
+		parallel  = fs.Int("parallel", 0, "most runs (policy and load pairs) executed at once (0: two per processor); 1 bounds the peak memory of a fleet far past saturation to one run's, the reports unchanged")
+		memProf   = fs.String("memprofile", "", "write a heap profile to `FILE` (go tool pprof) as of the largest live heap of the evaluation, sampled after garbage collections")
 		armA      = fs.String("a", "", "A/B: baseline arm, exec:PATH[,mesh=FILE] (another llmesh build, with that mesh's pool and policy) or a policy name; both arms run every seed at the same rate and the comparison is judged as by bench compare")
 		armB      = fs.String("b", "", "A/B: candidate arm, same forms as --a")
 		profile   = fs.String("profile", "", "engine profile (default: the workload's; known: "+strings.Join(sim.Profiles(), ", ")+")")
@@ -177,7 +181,7 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	o := simulate.Options{
 		Engines: *engines, Proxies: *proxies, Routing: *routing, PrefixWeight: *prefixW, Schedulers: *scheds, Hop: *hop,
-		Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
+		Parallel: *parallel, Profile: *profile, MaxInflight: *inflight, Duration: *duration, Seed: *seed, Predictor: *predictor,
 		Engine:          sim.Config{MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatch, Policy: ep, LongPrefillTokenThreshold: *longPre},
 		MetricsInterval: *interval, MaxPrefillTokens: *prefill, ReserveUrgent: *reserve, LateHandoff: *late, StaticBounds: *static,
 		RunPastTimeout:  *pastTO,
@@ -201,6 +205,22 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProf != "" {
+		mf, err := os.Create(*memProf)
+		if err != nil {
+			return fmt.Errorf("--memprofile: %w", err)
+		}
+		stop := peakHeapProfile()
+		defer func() {
+			_, werr := mf.Write(stop())
+			if cerr := mf.Close(); werr == nil {
+				werr = cerr
+			}
+			if werr != nil && err == nil {
+				err = fmt.Errorf("--memprofile: %w", werr)
+			}
+		}()
 	}
 	if *records != "" {
 		if *seeds > 1 {
@@ -242,6 +262,61 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 	}
 	return simulate.WriteText(stdout, res, *brief)
+}
+
+// peakHeapProfile watches the live heap (as of the latest garbage
+// collection) every heapPoll and keeps the heap profile of the largest
+// one seen: a profile written at the end would show what the run keeps
+// after its work is done, not what made its peak. stop ends the watch and
+// returns that profile (the one at stop when none was larger).
+func peakHeapProfile() (stop func() []byte) {
+	const heapPoll = 100 * time.Millisecond
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	live := func() uint64 {
+		metrics.Read(sample)
+		if sample[0].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return sample[0].Value.Uint64()
+	}
+	var (
+		best    []byte
+		bestAt  uint64
+		done    = make(chan struct{})
+		stopped = make(chan struct{})
+	)
+	take := func() {
+		var buf bytes.Buffer
+		if err := pprof.Lookup("heap").WriteTo(&buf, 0); err == nil {
+			best = buf.Bytes()
+		}
+	}
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(heapPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				// Take a profile only when the heap grew by an eighth:
+				// each one costs a pass over every sampled allocation.
+				if n := live(); n > bestAt+bestAt/8 {
+					bestAt = n
+					take()
+				}
+			}
+		}
+	}()
+	return func() []byte {
+		close(done)
+		<-stopped
+		if n := live(); n > bestAt || best == nil {
+			take()
+		}
+		return best
+	}
 }
 
 // seededResult is the JSON of `bench simulate --seeds N`: one whole result

@@ -139,3 +139,28 @@ func TestBenchSimulateFleet(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchSimulateMemprofileAndParallel(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "heap.prof")
+	_, errOut, err := benchMain(t, "simulate", "--policies", "fifo,priority", "--loads", "1", "--duration", "5s",
+		"--engines", "2", "--parallel", "1", "--memprofile", path, "--brief")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// go tool pprof reads a gzipped protocol buffer.
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("--memprofile wrote %d bytes that are not a gzipped profile", len(b))
+	}
+	_, _, err = benchMain(t, "simulate", "--policies", "fifo", "--loads", "1", "--parallel", "-1")
+	if exitCodeOf(err) != 2 || !strings.Contains(err.Error(), "parallel: -1") {
+		t.Errorf("--parallel -1: exit code %d, %v; want 2 and an error naming parallel", exitCodeOf(err), err)
+	}
+	_, _, err = benchMain(t, "simulate", "--policies", "fifo", "--loads", "1", "--memprofile", filepath.Join(t.TempDir(), "no", "such", "dir"))
+	if err == nil || !strings.Contains(err.Error(), "--memprofile") {
+		t.Errorf("unwritable --memprofile: %v, want an error naming the flag", err)
+	}
+}
