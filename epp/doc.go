@@ -16,6 +16,7 @@
 // its lifecycle with the lease and observer) lives in that goroutine's
 // stream value and is touched by no
 // other goroutine. The Server itself is read-only after New, except its
-// request counter (atomic) and the health server (grpc's, safe for
+// request counter (atomic), each pool's endpoint set (SetEndpoints swaps it
+// atomically) and the health server (grpc's, safe for
 // concurrent use). The scheduler (Config.Admitter) has its own lock.
 package epp

@@ -109,6 +109,7 @@ var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
 type poolInfo struct {
 	pool      *config.Pool
 	endpoints []string // ip:port, configuration order
+	live      atomic.Pointer[[]string] // set by SetEndpoints (endpoints.go); nil: endpoints
 }
 
 // New validates cfg and returns a Server. Errors name the field.
@@ -251,7 +252,7 @@ func (s *Server) ready(pi *poolInfo, want []string) (eps []string, load []float6
 		}
 		return false
 	}
-	for _, ep := range pi.endpoints {
+	for _, ep := range pi.current() {
 		if !in(ep) {
 			continue
 		}
