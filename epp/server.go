@@ -108,7 +108,7 @@ var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
 // poolInfo is one mesh pool as the picker sees it.
 type poolInfo struct {
 	pool      *config.Pool
-	endpoints []string // ip:port, configuration order
+	endpoints []string                 // ip:port, configuration order
 	live      atomic.Pointer[[]string] // set by SetEndpoints (endpoints.go); nil: endpoints
 }
 
