@@ -21,7 +21,8 @@
 // (stream.done). The stream's mutex guards its state and every send on
 // the gRPC stream (gRPC allows one sender at a time, beside the receiver);
 // the receiving goroutine holds it while it handles a message. The Server
-// itself is read-only after New, except its counters (atomic) and the
-// health server (grpc's, safe for concurrent use). The scheduler
-// (Config.Admitter) has its own lock.
+// itself is read-only after New, except its counters (atomic), each pool's
+// endpoint set (SetEndpoints swaps it atomically) and the health server
+// (grpc's, safe for concurrent use). The scheduler (Config.Admitter) has
+// its own lock.
 package epp

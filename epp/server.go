@@ -113,7 +113,8 @@ var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
 // poolInfo is one mesh pool as the picker sees it.
 type poolInfo struct {
 	pool      *config.Pool
-	endpoints []string // ip:port, configuration order
+	endpoints []string                 // ip:port, configuration order
+	live      atomic.Pointer[[]string] // set by SetEndpoints (endpoints.go); nil: endpoints
 }
 
 // New validates cfg and returns a Server. Errors name the field.
@@ -256,7 +257,7 @@ func (s *Server) ready(pi *poolInfo, want []string) (eps []string, load []float6
 		}
 		return false
 	}
-	for _, ep := range pi.endpoints {
+	for _, ep := range pi.current() {
 		if !in(ep) {
 			continue
 		}

@@ -50,6 +50,9 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	admin := fs.String("admin", "", "address serving /metrics (the request metrics of the other hosts, per class, and the pools' gauges) and /healthz; empty: none")
 	drain := fs.Duration("drain", 10*time.Second, "how long open streams may finish at shutdown")
 	verbose := fs.Bool("v", false, "log at debug level")
+	inferencePool := fs.String("inference-pool", "", "take the endpoints of the mesh pool of this name (or of the mesh's only pool) from this Kubernetes InferencePool's ready pods; empty: the mesh file's endpoints")
+	namespace := fs.String("namespace", "", "namespace of --inference-pool (default: the pod's own namespace in a cluster, else \"default\")")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file for --inference-pool (default: the in-cluster config)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -86,12 +89,21 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *drain < 0 {
 		errs = append(errs, fmt.Errorf("--drain: %v must not be negative", *drain))
 	}
+	if *inferencePool == "" && (*namespace != "" || *kubeconfig != "") {
+		errs = append(errs, errors.New("--namespace and --kubeconfig: only with --inference-pool"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(exitUsage, err)
 	}
 	mesh, err := config.LoadFile(*configPath)
 	if err != nil {
 		return meshError(*configPath, err)
+	}
+	var kube *eppKube
+	if *inferencePool != "" {
+		if kube, err = newEPPKube(ctx, *inferencePool, *namespace, *kubeconfig, mesh, stderr); err != nil {
+			return err
+		}
 	}
 	// A buffered body comes in one message: room for the largest allowed.
 	limit := *maxBody
@@ -144,6 +156,13 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	srv, err := epp.New(ecfg)
 	if err != nil {
 		return withExitCode(exitUsage, err)
+	}
+	if kube != nil {
+		stopKube, err := kube.start(ctx, sched, srv)
+		if err != nil {
+			return err
+		}
+		defer stopKube()
 	}
 	lis, err := net.Listen("tcp", *listen)
 	if err != nil {
