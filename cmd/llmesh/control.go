@@ -27,6 +27,7 @@ func runControl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	certFile := fs.String("xds-cert", "", "PEM server certificate: serve xDS over TLS")
 	keyFile := fs.String("xds-key", "", "PEM server key (with --xds-cert)")
 	clientCA := fs.String("xds-client-ca", "", "PEM CA bundle: require client certificates signed by it (mTLS)")
+	insecure := fs.Bool("insecure", false, "allow plaintext xDS on an --xds address beyond loopback (logged as a warning)")
 	dump := fs.Bool("dump", false, "print the generated Envoy resources as JSON and exit")
 	if err := fs.Parse(args); err != nil {
 		return withExitCode(2, nil)
@@ -46,6 +47,13 @@ func runControl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if _, _, err := net.SplitHostPort(*xdsAddr); err != nil && !*dump {
 		errs = append(errs, fmt.Errorf("--xds: %q must be host:port", *xdsAddr))
+	} else if *certFile == "" && !*dump {
+		warn, err := tlsfiles.Plaintext("--xds", *xdsAddr, "--xds-cert and --xds-key (and --xds-client-ca for mTLS)", *insecure)
+		if err != nil {
+			errs = append(errs, err)
+		} else if warn != "" {
+			fmt.Fprintln(stderr, warn)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(2, err)

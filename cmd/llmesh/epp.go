@@ -44,6 +44,7 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	listener := fs.String("listener", "", "listener of the mesh config whose routes choose the pool (default: the first)")
 	certFile := fs.String("tls-cert", "", "serve TLS with this PEM certificate (with --tls-key)")
 	keyFile := fs.String("tls-key", "", "PEM private key of --tls-cert")
+	insecure := fs.Bool("insecure", false, "allow plaintext on a --listen address beyond loopback (logged as a warning)")
 	failOpen := fs.Bool("fail-open", false, "pick without admission (round robin) when the scheduler is unavailable, instead of 503")
 	maxBody := fs.Int64("max-body", 0, "request body limit in bytes (0: 16 MiB); larger bodies get 413")
 	bodyMode := fs.String("body-mode", "full_duplex", "body mode of streams whose first message has no protocol_config: full_duplex|buffered|streamed")
@@ -70,6 +71,13 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		errs = append(errs, errors.New("--listen: required"))
 	} else if _, _, err := net.SplitHostPort(*listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen: %q: %v", *listen, err))
+	} else if *certFile == "" {
+		warn, err := tlsfiles.Plaintext("--listen", *listen, "--tls-cert and --tls-key", *insecure)
+		if err != nil {
+			errs = append(errs, err)
+		} else if warn != "" {
+			fmt.Fprintln(stderr, warn)
+		}
 	}
 	if (*certFile == "") != (*keyFile == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key: give both or neither"))

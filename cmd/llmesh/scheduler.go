@@ -21,7 +21,7 @@ import (
 // runScheduler is `llmesh scheduler serve`: the shared scheduler service.
 func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml [--tls-cert F --tls-key F [--client-ca F]] [--admin ADDR] [--cpuprofile FILE] [--trace FILE]")
+		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml [--tls-cert F --tls-key F [--client-ca F] | --insecure] [--admin ADDR] [--cpuprofile FILE] [--trace FILE]")
 		return withExitCode(2, nil)
 	}
 	fs := flag.NewFlagSet("scheduler serve", flag.ContinueOnError)
@@ -37,6 +37,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	maxSessions := fs.Int("max-sessions", server.DefaultMaxSessions, "open sessions at most (one per connected proxy)")
 	maxLeases := fs.Int("max-leases-per-session", server.DefaultMaxLeasesPerSession, "leases (waiting or admitted) one session may hold")
 	preemptGrace := fs.Duration("preempt-grace", server.DefaultPreemptGrace, "a preempted lease still open this long after its Preempt is ended by the service")
+	insecure := fs.Bool("insecure", false, "allow plaintext on a --listen address beyond loopback (logged as a warning)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return withExitCode(2, nil)
 	}
@@ -69,6 +70,14 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		var err error
 		if tlsCfg, err = tlsfiles.Server(*certFile, *keyFile, *clientCA); err != nil {
 			errs = append(errs, fmt.Errorf("--tls-cert, --tls-key, --client-ca: %w", err))
+		}
+	}
+	if tlsCfg == nil && len(errs) == 0 {
+		warn, err := tlsfiles.Plaintext("--listen", *listen, "--tls-cert and --tls-key (and --client-ca for mTLS)", *insecure)
+		if err != nil {
+			errs = append(errs, err)
+		} else if warn != "" {
+			fmt.Fprintln(stderr, warn)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

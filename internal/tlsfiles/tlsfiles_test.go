@@ -35,3 +35,34 @@ func TestFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestPlaintext(t *testing.T) {
+	for _, tc := range []struct {
+		addr     string
+		insecure bool
+		err      string // empty: no error
+		warn     bool
+	}{
+		{"127.0.0.1:9090", false, "", false},
+		{"127.3.4.5:0", false, "", false},
+		{"[::1]:9090", false, "", false},
+		{"localhost:9090", false, "", false},
+		{"LOCALHOST:9090", false, "", false},
+		{"0.0.0.0:9090", false, `--listen: "0.0.0.0:9090" is not a loopback address`, false},
+		{":9090", false, "give --tls-cert and --tls-key, or --insecure", false},
+		{"[::]:9090", false, "--insecure", false},
+		{"10.0.0.5:7070", false, "not a loopback address", false},
+		{"scheduler.internal:7070", false, "not a loopback address", false},
+		{"garbage", false, "not a loopback address", false},
+		{"0.0.0.0:9090", true, "", true},
+		{"127.0.0.1:9090", true, "", false},
+	} {
+		warn, err := tlsfiles.Plaintext("--listen", tc.addr, "--tls-cert and --tls-key", tc.insecure)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s insecure=%v: error %v, want %q", tc.addr, tc.insecure, err, tc.err)
+		}
+		if (warn != "") != tc.warn || tc.warn && !strings.Contains(warn, "PLAINTEXT beyond loopback") {
+			t.Errorf("%s insecure=%v: warning %q, want one: %v", tc.addr, tc.insecure, warn, tc.warn)
+		}
+	}
+}
