@@ -98,10 +98,10 @@ func TestUpstreamPickTwoSims(t *testing.T) {
 func TestUpstreamPickRefused(t *testing.T) {
 	sims, _, gw, rec := pickGateway(t, 1, true)
 	for _, tc := range []struct {
-		pick    string
-		status  int
-		typ     string
-		msg     string
+		pick   string
+		status int
+		typ    string
+		msg    string
 	}{
 		{"127.0.0.1:1", 503, "unavailable", `upstream pick is not an endpoint of the pool: x-gateway-destination-endpoint: \"127.0.0.1:1\"`},
 		{"sim-b", 400, "bad_request", `x-gateway-destination-endpoint: \"sim-b\" must be host:port`},
