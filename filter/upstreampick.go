@@ -68,3 +68,19 @@ func UpstreamPick(h Headers, metadata string, inPool func(endpoint string) bool)
 	}
 	return ep, nil
 }
+
+// PickMetadata is the pick in Envoy's dynamic metadata namespace
+// PickNamespace (ns, as the host reads it; nil when absent): the string
+// under PickKey, "" when there is none. Any other type is an error
+// wrapping ErrBadRequest.
+func PickMetadata(ns map[string]any) (string, error) {
+	v, ok := ns[PickKey]
+	if !ok || v == nil {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%w: %s metadata %s: %T, want a string", ErrBadRequest, PickNamespace, PickKey, v)
+	}
+	return s, nil
+}

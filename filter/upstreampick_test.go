@@ -85,3 +85,21 @@ func FuzzUpstreamPick(f *testing.F) {
 		}
 	})
 }
+
+func TestPickMetadata(t *testing.T) {
+	for _, tc := range []struct {
+		ns   map[string]any
+		want string
+		err  string
+	}{
+		{ns: nil},
+		{ns: map[string]any{"other": "10.0.0.1:8000"}},
+		{ns: map[string]any{PickKey: "10.0.0.1:8000"}, want: "10.0.0.1:8000"},
+		{ns: map[string]any{PickKey: 8000.0}, err: "bad request: envoy.lb metadata x-gateway-destination-endpoint: float64, want a string"},
+	} {
+		got, err := PickMetadata(tc.ns)
+		if got != tc.want || (err == nil) != (tc.err == "") || (err != nil && err.Error() != tc.err) {
+			t.Errorf("PickMetadata(%v) = %q, %v; want %q, %q", tc.ns, got, err, tc.want, tc.err)
+		}
+	}
+}
