@@ -366,6 +366,8 @@ func (b *builder) pools(m *Mesh) {
 			MaxInflightTokens: src.Capacity.MaxInflightTokens,
 			Scheduler:         b.scheduler(join(p, "scheduler"), src.Scheduler),
 			EnginePriority:    cmp.Or(src.EnginePriority, EnginePriorityStrip),
+
+			AcceptUpstreamPick: src.AcceptUpstreamPick,
 		}
 		b.enginePriority(join(p, "engine_priority"), src.EnginePriority, m.Classes)
 		pool.Resume = b.resume(join(p, "preemption.resume"), src.Preemption.Resume)

@@ -1,10 +1,10 @@
 package config
 
 import (
-	"time"
-
 	"net/netip"
+	"slices"
 	"strings"
+	"time"
 )
 
 // This file compiles the traffic-facing sections: listeners and routes,
@@ -24,6 +24,7 @@ func (b *builder) listenersOf(m *Mesh) {
 		if src.Limits != nil {
 			l.Limits = b.listenerLimits(join(p, "limits"), src.Limits)
 		}
+		l.DataPlane, l.ExtProc = b.dataPlane(p, &src)
 		if len(src.Routes) == 0 {
 			b.c.add(join(p, "routes"), 0, "at least one route is required")
 		}
@@ -347,4 +348,70 @@ func (b *builder) listenerLimits(p string, src *ListenerLimitsSpec) ListenerLimi
 		IdleTimeout: dur("idle_timeout", src.IdleTimeout), BodyBudgetBytes: src.BodyBudgetBytes,
 		MaxConnsPerClient: src.MaxConnsPerClient, MaxStreamsPerConn: src.MaxStreamsPerConn,
 	}
+}
+
+// dataPlane compiles a listener's data_plane and ext_proc. Classes are
+// compiled first: the picker's message timeout must outlast every class's
+// queue.max_wait, or Envoy gives up on a request the picker still queues.
+func (b *builder) dataPlane(p string, src *ListenerSpec) (string, *ExtProc) {
+	dp := src.DataPlane
+	switch {
+	case dp == "":
+		dp = DataPlaneGolang
+	case !slices.Contains(KnownDataPlanes, dp):
+		b.c.add(join(p, "data_plane"), 0, "%q is not a known data plane (known: %s)%s", dp, strings.Join(KnownDataPlanes, ", "), suggestValue(dp, KnownDataPlanes))
+		return DataPlaneGolang, nil
+	}
+	if dp != DataPlaneExtProc {
+		if src.ExtProc != nil {
+			b.c.add(join(p, "ext_proc"), 0, "is only used with data_plane: %s", DataPlaneExtProc)
+		}
+		return dp, nil
+	}
+	ep := join(p, "ext_proc")
+	if src.ExtProc == nil {
+		b.c.add(ep, 0, "is required with data_plane: %s (the picker's address)", DataPlaneExtProc)
+		return dp, nil
+	}
+	x := &ExtProc{Address: src.ExtProc.Address, FailureModeAllow: src.ExtProc.FailureModeAllow}
+	if x.Address == "" {
+		b.c.add(join(ep, "address"), 0, "is required")
+	} else {
+		x.Host, x.Port = b.hostPort(join(ep, "address"), x.Address, false)
+	}
+	// The longest bounded class wait, and the class that has it.
+	var longest time.Duration
+	var longestClass string
+	for _, c := range b.cfg.Classes {
+		if c.MaxWait > longest {
+			longest, longestClass = c.MaxWait, c.Name
+		}
+	}
+	tp := join(ep, "message_timeout")
+	if src.ExtProc.MessageTimeout == "" {
+		x.MessageTimeout = max(DefaultExtProcMessageTimeout, longest+time.Second)
+		if x.MessageTimeout > MaxExtProcMessageTimeout {
+			b.c.add(tp, 0, "the default (class %q queue.max_wait %s plus 1s) is over Envoy's limit of %s: shorten that max_wait", longestClass, longest, MaxExtProcMessageTimeout)
+		}
+	} else {
+		x.MessageTimeout = b.duration(tp, src.ExtProc.MessageTimeout, true)
+		switch {
+		case x.MessageTimeout > MaxExtProcMessageTimeout:
+			b.c.add(tp, 0, "%q is over Envoy's limit of %s", src.ExtProc.MessageTimeout, MaxExtProcMessageTimeout)
+		case x.MessageTimeout > 0 && x.MessageTimeout <= longest:
+			b.c.add(tp, 0, "%q must be longer than class %q queue.max_wait %s: Envoy would give up on a request the picker still queues", src.ExtProc.MessageTimeout, longestClass, longest)
+		}
+	}
+	if t := src.ExtProc.TLS; t != nil {
+		tp := join(ep, "tls")
+		if t.CAFile == "" {
+			b.c.add(join(tp, "ca_file"), 0, "is required: Envoy verifies the picker's certificate against it")
+		}
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			b.c.add(join(tp, "cert_file"), 0, "cert_file and key_file go together")
+		}
+		tls := *t
+		x.TLS = &tls
+	}
+	return dp, x
 }

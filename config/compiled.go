@@ -81,6 +81,39 @@ type Listener struct {
 	// (ListenerSpec.Limits): 0 keeps the gateway's default, a negative
 	// value turns the limit off.
 	Limits ListenerLimits
+	// DataPlane is DataPlaneGolang or DataPlaneExtProc
+	// (ListenerSpec.DataPlane); ExtProc is set with DataPlaneExtProc only.
+	DataPlane string
+	ExtProc   *ExtProc
+}
+
+// The data planes llmesh control can put on a listener
+// (ListenerSpec.DataPlane).
+const (
+	DataPlaneGolang  = "golang"
+	DataPlaneExtProc = "ext_proc"
+)
+
+// KnownDataPlanes are the values of ListenerSpec.DataPlane.
+var KnownDataPlanes = []string{DataPlaneGolang, DataPlaneExtProc}
+
+// DefaultExtProcMessageTimeout is ExtProcSpec.MessageTimeout when omitted
+// and no class may queue longer.
+const DefaultExtProcMessageTimeout = 30 * time.Second
+
+// MaxExtProcMessageTimeout is the largest message_timeout Envoy accepts.
+const MaxExtProcMessageTimeout = time.Hour
+
+// ExtProc is ExtProcSpec compiled.
+type ExtProc struct {
+	// Address is host:port, split into Host and Port.
+	Address          string
+	Host             string
+	Port             int
+	FailureModeAllow bool
+	MessageTimeout   time.Duration
+	// TLS is nil for plaintext.
+	TLS *ExtProcTLSSpec
 }
 
 // ListenerLimits is ListenerLimitsSpec compiled.
@@ -221,6 +254,9 @@ type Pool struct {
 	// Ejection tunes outcome-based ejection (PoolSpec.Ejection); zero
 	// fields mean the scheduler's defaults.
 	Ejection Ejection
+	// AcceptUpstreamPick: a pick made upstream of the host names the
+	// request's endpoint (PoolSpec.AcceptUpstreamPick).
+	AcceptUpstreamPick bool
 }
 
 // Ejection is a compiled EjectionSpec.

@@ -44,6 +44,47 @@ type ListenerSpec struct {
 	// Limits bound what clients of this listener can hold in the embedded
 	// gateway (llmesh gateway); Envoy applies its own (docs/security.md).
 	Limits *ListenerLimitsSpec `yaml:"limits,omitempty"`
+	// DataPlane is the filter llmesh control puts on this listener of its
+	// Envoy nodes: "golang" (default: the llmesh golang filter, which needs
+	// a contrib Envoy) or "ext_proc" (a standard Envoy's ext_proc filter
+	// asking an endpoint picker, llmesh epp, for each request's endpoint;
+	// docs/epp.md). The embedded gateway ignores it.
+	DataPlane string `yaml:"data_plane,omitempty"`
+	// ExtProc is the endpoint picker an ext_proc listener calls; required
+	// with data_plane ext_proc, refused otherwise.
+	ExtProc *ExtProcSpec `yaml:"ext_proc,omitempty"`
+}
+
+// ExtProcSpec is how Envoy reaches the endpoint picker of an ext_proc
+// listener.
+type ExtProcSpec struct {
+	// Address is the picker's gRPC host:port (llmesh epp --listen).
+	Address string `yaml:"address"`
+	// FailureModeAllow lets Envoy send a request on (to no picked
+	// endpoint: the request then fails upstream) when the picker cannot be
+	// reached or errs, instead of answering 500; default false.
+	FailureModeAllow bool `yaml:"failure_mode_allow,omitempty"`
+	// MessageTimeout bounds how long Envoy waits for each picker answer,
+	// which includes the request's wait in the picker's queue; default
+	// 30s, or longer than the longest class queue.max_wait.
+	MessageTimeout string `yaml:"message_timeout,omitempty"`
+	// TLS, when set, makes Envoy reach the picker over TLS.
+	TLS *ExtProcTLSSpec `yaml:"tls,omitempty"`
+}
+
+// ExtProcTLSSpec is how Envoy verifies the picker and proves itself to it.
+// The files are paths on the Envoy node: Envoy reads them, not llmesh.
+type ExtProcTLSSpec struct {
+	// CAFile is the PEM bundle that signs the picker's certificate;
+	// required (Envoy verifies nothing without one).
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are Envoy's client certificate and key, for a
+	// picker that requires them; both or neither.
+	CertFile string `yaml:"cert_file,omitempty"`
+	KeyFile  string `yaml:"key_file,omitempty"`
+	// ServerName is the SNI and the name the picker's certificate must
+	// carry; empty: the host of address.
+	ServerName string `yaml:"server_name,omitempty"`
 }
 
 // ListenerLimitsSpec bounds what clients can hold; an omitted field keeps
@@ -141,6 +182,13 @@ type PoolSpec struct {
 	// Ejection leaves an endpoint out of the picker for a while after it
 	// failed (scheduler/eject.go); absent: the defaults.
 	Ejection *EjectionSpec `yaml:"ejection,omitempty"`
+	// AcceptUpstreamPick makes the hosts send a request that arrives with
+	// an endpoint already picked by an endpoint picker in front of them
+	// (x-gateway-destination-endpoint, or Envoy's envoy.lb dynamic
+	// metadata) to that endpoint, admitted against its limits; default
+	// false: a client must not choose its replica, and the header is
+	// ignored.
+	AcceptUpstreamPick bool `yaml:"accept_upstream_pick,omitempty"`
 }
 
 // EjectionSpec tunes outcome-based ejection (scheduler.Ejection).

@@ -70,9 +70,20 @@ func Build(cfg *config.Config, opts BuildOptions) (Resources, error) {
 	for _, ap := range cfg.ArmPools() {
 		arms[ap.Experiment.Pool] = append(arms[ap.Experiment.Pool], ap)
 	}
+	// Cluster names the pools (and their arms) take, which the ext_proc
+	// data plane's clusters must not reuse.
+	taken := map[string]bool{}
+	golangPools := usesGolang(cfg)
 	for _, p := range cfg.Pools {
 		// The pool's cluster, then one per experiment arm (same endpoints).
 		for _, name := range append([]string{p.Name}, armNames(arms[p])...) {
+			taken[name] = true
+			if !golangPools {
+				// Only the golang filter sends requests to the pools'
+				// clusters; ext_proc listeners send them to the picked
+				// address.
+				continue
+			}
 			c, cla := buildCluster(name, p)
 			res[resource.ClusterType] = append(res[resource.ClusterType], c)
 			if cla != nil {
@@ -81,6 +92,12 @@ func Build(cfg *config.Config, opts BuildOptions) (Resources, error) {
 		}
 	}
 	for _, l := range cfg.Listeners {
+		if l.DataPlane == config.DataPlaneExtProc {
+			if err := buildExtProc(res, cfg, l, taken); err != nil {
+				return nil, fmt.Errorf("control: listener %q: %w", l.Name, err)
+			}
+			continue
+		}
 		rc, err := buildRoutes(l)
 		if err != nil {
 			return nil, fmt.Errorf("control: listener %q: %w", l.Name, err)

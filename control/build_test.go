@@ -60,6 +60,7 @@ func TestBuildGolden(t *testing.T) {
 		{"example", "../examples/mesh.yaml"},
 		{"active-arm", "testdata/active-arm.yaml"},
 		{"shared-scheduler", "../examples/mesh-shared-scheduler.yaml"},
+		{"ext-proc", "testdata/ext-proc.yaml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := config.LoadFile(tc.file)

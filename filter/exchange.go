@@ -76,6 +76,10 @@ type RequestHead struct {
 	HashPrefix bool
 	// HasBody: a request body follows the head.
 	HasBody bool
+	// Pin is the endpoint a picker upstream of the host chose
+	// (UpstreamPick), "" when none or when the pool does not accept one:
+	// the scheduler admits the request there only (scheduler.Request.Pin).
+	Pin string
 }
 
 // Exchange is the lifecycle of one request, driven by its host one phase
@@ -423,6 +427,7 @@ func (x *Exchange) View() ExchangeView {
 			Arrival:      x.head.Received,
 			Affinity:     x.head.Affinity,
 			Blocks:       x.meta.Blocks,
+			Pin:          x.head.Pin,
 		},
 	}
 	if x.plan.Guard != GuardNone {

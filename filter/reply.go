@@ -97,6 +97,8 @@ func replyClass(err error) Reply {
 		return Reply{HTTPStatus: 415, GRPCCode: grpcInvalidArgument, Type: "bad_request", Details: "llmesh_priority_body"}
 	case errors.Is(err, ErrPriorityBody):
 		return Reply{HTTPStatus: 400, GRPCCode: grpcInvalidArgument, Type: "bad_request", Details: "llmesh_priority_body"}
+	case errors.Is(err, ErrPickNotInPool):
+		return Reply{HTTPStatus: 503, GRPCCode: grpcUnavailable, Type: "unavailable", Details: "llmesh_pick_not_in_pool"}
 	case errors.Is(err, ErrNoRoute):
 		return Reply{HTTPStatus: 404, GRPCCode: grpcUnimplemented, Type: "no_route", Details: "llmesh_no_route"}
 	case errors.Is(err, ErrRequestTooLarge):

@@ -37,6 +37,7 @@ func TestReplyFor(t *testing.T) {
 		{ErrPriorityTooLarge, 413, 8, "request_too_large", false, "llmesh_priority_body"},
 		{fmt.Errorf("%w: content-encoding gzip", ErrPriorityEncoding), 415, 3, "bad_request", false, "llmesh_priority_body"},
 		{ErrPriorityBody, 400, 3, "bad_request", false, "llmesh_priority_body"},
+		{fmt.Errorf("%w: x-gateway-destination-endpoint: \"10.0.0.3:80\"", ErrPickNotInPool), 503, 14, "unavailable", false, "llmesh_pick_not_in_pool"},
 		{fmt.Errorf("%w for /x", ErrNoRoute), 404, 12, "no_route", false, "llmesh_no_route"},
 		{ErrRequestTooLarge, 413, 8, "request_too_large", false, "llmesh_request_too_large"},
 		{ErrBadRequest, 400, 3, "bad_request", false, "llmesh_bad_request"},

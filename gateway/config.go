@@ -63,6 +63,10 @@ type Pool struct {
 	// Resume is what happens to a stream of this pool preempted after it
 	// sent bytes to the client; empty means ResumeContinue.
 	Resume Resume
+	// AcceptUpstreamPick: a request that arrives with an endpoint picked
+	// by an endpoint picker in front of the gateway goes there
+	// (endpoint.go; mesh pools[].accept_upstream_pick).
+	AcceptUpstreamPick bool
 }
 
 // Resume is a pool's handling of mid-stream preemption (mesh config

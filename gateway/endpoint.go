@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -49,15 +50,44 @@ func (p *compiledPool) affinity(h http.Header) string {
 	return h.Get(p.AffinityHeader)
 }
 
+// upstreamPick is the endpoint a picker in front of the gateway chose for
+// the request (filter.UpstreamPick: the x-gateway-destination-endpoint
+// header), "" when there is none or the pool does not accept one; an error
+// is the client's answer (400 malformed, 503 not one of the pool's
+// endpoints).
+func (p *compiledPool) upstreamPick(h http.Header) (string, error) {
+	if !p.AcceptUpstreamPick {
+		return "", nil
+	}
+	return filter.UpstreamPick(h, "", p.hasEndpoint)
+}
+
+// hasEndpoint reports whether addr is one of the pool's endpoints (its
+// upstream, for a pool of one).
+func (p *compiledPool) hasEndpoint(addr string) bool {
+	if p.endpoints != nil {
+		return p.endpoints[addr] != nil
+	}
+	return p.url != nil && p.url.Host == addr
+}
+
 // routeToLease points req (a shallow copy about to be sent) at the
 // endpoint of the exchange's current lease and returns it ("" when req
-// goes to the pool's upstream).
+// goes to the pool's upstream). A request with an upstream pick goes to
+// the picked endpoint: the in-process scheduler bound its lease there
+// (scheduler.Request.Pin); a shared scheduler service, whose wire does not
+// carry the pin, may have bound it elsewhere, and then the lease counts
+// against that other endpoint.
 func (x *exchange) routeToLease(req *http.Request) string {
-	l := x.core.View().Lease
-	if l == nil || x.pool.endpoints == nil {
+	v := x.core.View()
+	name := v.Request.Pin
+	if name == "" && v.Lease != nil {
+		name = scheduler.EndpointOf(v.Lease)
+	}
+	if name == "" || x.pool.endpoints == nil {
 		return ""
 	}
-	u := x.pool.endpoints[scheduler.EndpointOf(l)]
+	u := x.pool.endpoints[name]
 	if u == nil {
 		return ""
 	}

@@ -35,6 +35,9 @@ type exchange struct {
 	// retried: the request was sent once more after a failure before any
 	// byte reached the client (retry.go).
 	retried bool
+	// pickErr refuses a request whose upstream pick the pool cannot
+	// honour (endpoint.go).
+	pickErr error
 }
 
 type exchangeKey struct{}
@@ -60,6 +63,8 @@ func (g *Gateway) newExchange(rt *compiled, pool *compiledPool, r *http.Request,
 		Misuse:          g.onMisuse,
 	}
 	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
+	var pin string
+	pin, x.pickErr = pool.upstreamPick(r.Header)
 	x.core.Start(&x.cfg, filter.RequestHead{
 		Path:            r.URL.Path,
 		ContentType:     r.Header.Get("Content-Type"),
@@ -76,6 +81,7 @@ func (g *Gateway) newExchange(rt *compiled, pool *compiledPool, r *http.Request,
 		Affinity:        pool.affinity(r.Header),
 		HashPrefix:      pool.PrefixRouting,
 		HasBody:         len(body) > 0,
+		Pin:             pin,
 	})
 	return x
 }
@@ -111,6 +117,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x := g.newExchange(rt, pool, r, recv, body, routeClass, !gen.Match(r.Method, r.URL.Path))
 	defer x.finish()
+	if err := x.pickErr; err != nil {
+		reply(w, kind, err)
+		x.core.Finish(g.clock.Now(), filter.EndRefused, err)
+		return
+	}
 	// The gateway has the whole body anyway: it is always read for the
 	// model and sizes, then guarded (retries and continuations reuse the
 	// guarded body; relocation ran before, in front of the handler).

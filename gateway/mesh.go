@@ -51,7 +51,8 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 			eps = append(eps, e.Address())
 		}
 		cfg.Pools = append(cfg.Pools, Pool{Name: p.Name, Protocol: proto, Upstream: up, ClassPriority: p.ClassEnginePriority(),
-			Endpoints: eps, AffinityHeader: p.AffinityHeader, PrefixRouting: p.PrefixWeight > 0, Resume: resumeOf(p)})
+			Endpoints: eps, AffinityHeader: p.AffinityHeader, PrefixRouting: p.PrefixWeight > 0, Resume: resumeOf(p),
+			AcceptUpstreamPick: p.AcceptUpstreamPick})
 		// Each arm is a pool of its own (config.ArmPools), as control
 		// builds it for Envoy: same upstream and capacity, the arm's
 		// scheduler.
@@ -61,7 +62,8 @@ func ConfigFromMesh(c *config.Config, listener string) (Config, error) {
 				return Config{}, fmt.Errorf("experiments: %q arm %q needs pool name %q, which is already taken", e.Name, a.Name, ap.Pool.Name)
 			}
 			cfg.Pools = append(cfg.Pools, Pool{Name: ap.Pool.Name, Protocol: proto, Upstream: up, Experiment: e.Name, Arm: a.Name,
-				ClassPriority: p.ClassEnginePriority(), Endpoints: eps, AffinityHeader: p.AffinityHeader, PrefixRouting: p.PrefixWeight > 0, Resume: resumeOf(p)})
+				ClassPriority: p.ClassEnginePriority(), Endpoints: eps, AffinityHeader: p.AffinityHeader, PrefixRouting: p.PrefixWeight > 0, Resume: resumeOf(p),
+				AcceptUpstreamPick: p.AcceptUpstreamPick})
 		}
 	}
 	for _, r := range l.Routes {

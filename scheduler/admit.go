@@ -52,6 +52,16 @@ type Request struct {
 	// Empty means none. The shared service's wire does not carry it: a
 	// retry through the service relies on ejection alone (eject.go).
 	Avoid string
+	// Pin names the endpoint the request must go to: a pick made upstream
+	// of the host by another endpoint picker, which the host honours
+	// (pools' accept_upstream_pick). The request is admitted only there,
+	// when that endpoint has room and is not drained or ejected, and counts
+	// against its limit; until then it waits at the head of its class (a
+	// pinned head blocks the requests behind it, as any head that does not
+	// fit does), and preemption for it takes victims on that endpoint only.
+	// An endpoint the pool does not have is rejected at arrival. Empty
+	// means none. The shared service's wire does not carry it.
+	Pin string
 }
 
 // MaxBlocks is how many of a request's leading Blocks the picker looks at

@@ -18,6 +18,9 @@ import (
 // endpoints) and on one endpoint that is not drained; the picker chooses
 // that endpoint:
 //
+//  0. A pinned request (Request.Pin: a pick made upstream of the host) goes
+//     to its endpoint when that one has room, and otherwise waits; the
+//     rules below do not apply to it.
 //  1. The endpoint preemption freed for this request (its target), when it
 //     has room: the victim's slot goes to the request it was preempted for.
 //  2. With an affinity key (Request.Affinity), the endpoint with room that
@@ -144,6 +147,13 @@ func (ep *endpoint) score() float64 {
 // pick chooses the endpoint for waiting request e (see the rules above),
 // or nil when no endpoint has room.
 func (m *Machine) pick(p *pool, e *entry) *endpoint {
+	if e.req.Pin != "" {
+		// A pinned request goes to its endpoint or waits.
+		if ep := p.endpointNamed(e.req.Pin); ep != nil && ep.room() {
+			return ep
+		}
+		return nil
+	}
 	if t := e.target; t != nil && t.room() {
 		return t
 	}
@@ -299,6 +309,9 @@ func (p *pool) slotBalance() int {
 // pool's own bound is short, so any victim makes room and e goes where
 // there is room), the candidates stay as they are.
 func (m *Machine) endpointVictims(p *pool, e *entry, victims []*entry) []*entry {
+	if e.req.Pin != "" {
+		return pinnedVictims(p, e, victims)
+	}
 	if len(p.endpoints) == 1 {
 		e.target = p.endpoints[0]
 		return victims
@@ -340,6 +353,39 @@ func (m *Machine) endpointVictims(p *pool, e *entry, victims []*entry) []*entry 
 		}
 	}
 	return out
+}
+
+// pinnedVictims is endpointVictims for a pinned request: with room on its
+// endpoint (only the pool's bound is short) any victim makes room; with
+// the endpoint full, victims there only; drained, ejected or over its
+// (lowered) limit, none.
+func pinnedVictims(p *pool, e *entry, victims []*entry) []*entry {
+	ep := p.endpointNamed(e.req.Pin)
+	e.target = nil
+	switch {
+	case ep == nil || ep.out() || ep.inflight-ep.preempting > ep.limit:
+		return victims[:0]
+	case ep.inflight-ep.preempting < ep.limit:
+		return victims
+	}
+	e.target = ep
+	out := victims[:0]
+	for _, v := range victims {
+		if v.ep == ep {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// endpointNamed is p's endpoint of that name, or nil.
+func (p *pool) endpointNamed(name string) *endpoint {
+	for _, ep := range p.endpoints {
+		if ep.Name == name {
+			return ep
+		}
+	}
+	return nil
 }
 
 func (m *Machine) endpoint(poolName, name string) (*pool, *endpoint, error) {

@@ -246,6 +246,10 @@ func (m *Machine) Arrive(now time.Time, req Request) (Ticket, error) {
 			return 0, fmt.Errorf("%w: unknown pool %q", ErrRejected, req.Pool)
 		}
 	}
+	if req.Pin != "" && p.endpointNamed(req.Pin) == nil {
+		p.counts.Rejected++
+		return 0, fmt.Errorf("%w: pool %q has no endpoint %q (the request's pinned endpoint)", ErrRejected, p.Name, req.Pin)
+	}
 	cl := m.classByNm[req.Class]
 	if cl == nil {
 		cl = m.defClass

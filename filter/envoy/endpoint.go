@@ -5,6 +5,7 @@ import (
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
+	"github.com/llmesh/llmesh/filter"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -27,11 +28,19 @@ const StatOverrideFailed = "llmesh.upstream_override_failed"
 // therefore gets a non-strict override, which Envoy still honours while
 // the host is in the cluster with a status in the cluster's
 // override_host_status (llmesh control sets it).
+//
+// A request with an upstream pick goes to the picked endpoint: the
+// in-process scheduler bound its lease there (scheduler.Request.Pin); a
+// shared scheduler service, whose wire does not carry the pin, may have
+// bound it elsewhere, and then the lease counts against that endpoint.
 func (f *streamFilter) routeToLease(dcb api.DecoderFilterCallbacks, l scheduler.Lease) {
 	if f.pool == nil || len(f.pool.Endpoints) < 2 {
 		return
 	}
-	ep := scheduler.EndpointOf(l)
+	ep := f.pin
+	if ep == "" && l != nil {
+		ep = scheduler.EndpointOf(l)
+	}
 	if ep == "" {
 		return
 	}
@@ -43,4 +52,32 @@ func (f *streamFilter) routeToLease(dcb api.DecoderFilterCallbacks, l scheduler.
 		f.m.overrideFailed.Increment(1)
 		api.LogDebugf("llmesh: upstream override %s: %v", ep, err)
 	}
+}
+
+// upstreamPick is the endpoint a picker in front of the filter chose for
+// the request (filter.UpstreamPick): Envoy's dynamic metadata envoy.lb
+// (set by an ext_proc filter earlier in the chain that received the
+// picker's answer), else the x-gateway-destination-endpoint header; ""
+// when there is none or the pool does not accept one
+// (accept_upstream_pick). An error is the client's answer (400 malformed,
+// 503 not one of the pool's endpoints).
+func (f *streamFilter) upstreamPick(h filter.Headers) (string, error) {
+	if f.pool == nil || !f.pool.AcceptUpstreamPick {
+		return "", nil
+	}
+	md, err := filter.PickMetadata(f.cb.StreamInfo().DynamicMetadata().Get(filter.PickNamespace))
+	if err != nil {
+		return "", err
+	}
+	return filter.UpstreamPick(h, md, f.poolHas)
+}
+
+// poolHas reports whether addr is one of the pool's endpoints.
+func (f *streamFilter) poolHas(addr string) bool {
+	for _, e := range f.pool.Endpoints {
+		if e.Address() == addr {
+			return true
+		}
+	}
+	return false
 }

@@ -42,6 +42,9 @@ type streamFilter struct {
 	grpc     bool
 	path     string
 	received time.Time
+	// pin is the endpoint picked upstream of Envoy (upstreamPick), "" when
+	// none.
+	pin string
 
 	// Worker-thread state. x is the core's lifecycle, which holds the
 	// request's state (x.State()); the relocation plans and rewriter are
@@ -234,7 +237,13 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	if f.pool != nil {
 		head.Pool, head.ClassPriority = f.pool.Name, f.pool.ClassEnginePriority()
 	}
+	var pickErr error
+	f.pin, pickErr = f.upstreamPick(hv)
+	head.Pin = f.pin
 	f.x.Start(&f.xcfg, head)
+	if pickErr != nil {
+		return f.refuse(f.cb.DecoderFilterCallbacks(), pickErr)
+	}
 
 	// The body is read before admission when the config needs the model
 	// (classification rules) or the request's size (token capacity), and
@@ -322,8 +331,12 @@ func (f *streamFilter) admit() api.StatusType {
 	}
 	v := f.x.View()
 	if adm == nil || v.Passthrough {
-		// Not a generation call (model list, health…): never queued.
+		// Not a generation call (model list, health…): never queued. An
+		// upstream pick still says where it goes.
 		f.x.Admitted(f.received, nil)
+		if f.pin != "" {
+			f.routeToLease(f.cb.DecoderFilterCallbacks(), nil)
+		}
 		return api.Continue
 	}
 	req := v.Request
