@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/llmesh/llmesh/internal/editdist"
 	"gopkg.in/yaml.v3"
 )
 
@@ -451,7 +452,7 @@ func suggest(got string, fields map[string]reflect.StructField) string {
 	sort.Strings(names)
 	best, bestD := "", 3
 	for _, n := range names {
-		if d := editDistance(strings.ToLower(strings.ReplaceAll(got, "-", "_")), n); d < bestD {
+		if d := editdist.Levenshtein(strings.ToLower(strings.ReplaceAll(got, "-", "_")), n); d < bestD {
 			best, bestD = n, d
 		}
 	}
@@ -459,31 +460,6 @@ func suggest(got string, fields map[string]reflect.StructField) string {
 		return fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	return fmt.Sprintf(" (known: %s)", strings.Join(names, ", "))
-}
-
-// editDistance is the Levenshtein distance, capped for long inputs since
-// only small distances matter.
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 64
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func describe(n *yaml.Node) string {

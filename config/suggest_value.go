@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"strings"
+
+	"github.com/llmesh/llmesh/internal/editdist"
 )
 
 // suggestValue names the closest of the known values to got, or lists
@@ -10,7 +12,7 @@ import (
 func suggestValue(got string, known []string) string {
 	best, bestD := "", 3
 	for _, n := range known {
-		if d := editDistance(strings.ToLower(got), n); d < bestD {
+		if d := editdist.Levenshtein(strings.ToLower(got), n); d < bestD {
 			best, bestD = n, d
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/llmesh/llmesh/internal/editdist"
 	"github.com/spf13/pflag"
 )
 
@@ -237,7 +238,7 @@ func Closest(fs *pflag.FlagSet, name string) string {
 		if fl.Hidden {
 			return
 		}
-		d := editDistance(name, fl.Name)
+		d := editdist.Levenshtein(name, fl.Name)
 		if strings.HasPrefix(fl.Name, name) && len(name) >= 3 {
 			d = min(d, 1)
 		}
@@ -249,25 +250,4 @@ func Closest(fs *pflag.FlagSet, name string) string {
 		return ""
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
