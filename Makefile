@@ -47,7 +47,7 @@ filter-check: filter ## Build the .so and check it exports the golang filter's t
 ENVOY_API = $(shell $(GO) list -m -f '{{.Dir}}' github.com/envoyproxy/envoy)/contrib/golang/common/go/api
 CXX ?= g++
 
-$(BIN)/envoyhost: $(wildcard filter/envoyhost/host/*)
+$(BIN)/envoyhost: $(wildcard testkit/envoyhost/host/*)
 	@mkdir -p $(BIN)
 	$(CXX) -std=c++17 -O1 -g -Wall -pthread -rdynamic -I$(ENVOY_API) -o $@ $(filter %.cc,$^) -ldl
 
@@ -57,10 +57,10 @@ envoyhost: $(BIN)/envoyhost ## Build the Envoy test host (bin/envoyhost) that ru
 # filter-host lets the test build the host (cached by its sources under the
 # user cache directory, so go test ./... and this target compile it once).
 .PHONY: filter-host
-filter-host: filter ## Run every Envoy host scenario (filter/envoyhost) against llmesh-filter.so, one line each.
+filter-host: filter ## Run every Envoy host scenario (testkit/envoyhost) against llmesh-filter.so, one line each.
 	@out=$$(mktemp); rc=0; \
 	LLMESH_FILTER_SO=$(CURDIR)/llmesh-filter.so \
-		$(GO) test -count=1 -v -run '^TestScenarios$$' ./filter/envoyhost/ > $$out 2>&1 || rc=$$?; \
+		$(GO) test -count=1 -v -run '^TestScenarios$$' ./testkit/envoyhost/ > $$out 2>&1 || rc=$$?; \
 	sed -n -E 's%^    --- (PASS|FAIL|SKIP): TestScenarios/([^ ]*) (.*)%\1 \2 \3%p' $$out; \
 	echo "filter-host: $$(grep -c '^    --- PASS' $$out) of $$(grep -c '^    --- ' $$out) scenarios pass"; \
 	if [ $$rc -ne 0 ] || grep -q '^--- SKIP' $$out; then cat $$out; fi; rm -f $$out; exit $$rc
@@ -68,9 +68,9 @@ filter-host: filter ## Run every Envoy host scenario (filter/envoyhost) against 
 .PHONY: host-conformance
 host-conformance: ## Run the cross-host conformance table through the gateway, the fake SDK and the real filter .so under the Envoy host.
 	@mkdir -p $(BIN)
-	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(BIN)/llmesh-filter-conformance.so ./internal/hostconformance/recso
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(BIN)/llmesh-filter-conformance.so ./testkit/conformance/recso
 	LLMESH_CONFORMANCE_SO=$(BIN)/llmesh-filter-conformance.so \
-		$(GO) test -count=1 -v -run '^TestHostConformance' ./internal/hostconformance/
+		$(GO) test -count=1 -v -run '^TestHostConformance' ./testkit/conformance/
 
 .PHONY: test-e2e
 test-e2e: e2e-deps ## Run only the end-to-end tests (real processes on loopback).

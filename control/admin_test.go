@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // TestAdminConfigRedactsSecrets: GET /config shows neither API keys nor the
@@ -45,12 +45,12 @@ classification:
 	if err != nil {
 		t.Fatalf("/config output does not load back: %v", err)
 	}
-	cls, err := filter.NewClassifierFromConfig(shown)
+	cls, err := exchange.NewClassifierFromConfig(shown)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := cls.Classify(filter.RequestInfo{Headers: filter.MapHeaders{"authorization": "Bearer " + key}})
-	if got.Name != "interactive" || got.Source != filter.SourceAPIKey {
+	got := cls.Classify(exchange.RequestInfo{Headers: exchange.MapHeaders{"authorization": "Bearer " + key}})
+	if got.Name != "interactive" || got.Source != exchange.SourceAPIKey {
 		t.Errorf("the shown config classifies the API key as %q by %v", got.Name, got.Source)
 	}
 	if k := srv.Config().Source.Classification.APIKeys; k[key] != "interactive" {

@@ -335,7 +335,7 @@ const defaultBufferLimit = 1 << 20
 // (relocation.http rules), or to read the model and the request's size
 // before admission (classification rules on model, pools with
 // max_inflight_tokens). It mirrors the filter's own decision in
-// filter/envoy.
+// envoyfilter.
 func buffersBodies(cfg *config.Config) bool {
 	if len(cfg.Relocation.HTTP) > 0 {
 		return true

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter"
-	"github.com/llmesh/llmesh/filter/envoy"
-	"github.com/llmesh/llmesh/filter/settings"
+	"github.com/llmesh/llmesh/envoyfilter"
+	"github.com/llmesh/llmesh/envoyfilter/settings"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // TestFilterAcceptsGeneratedConfig feeds the generated golang filter config
@@ -34,7 +34,7 @@ func TestFilterAcceptsGeneratedConfig(t *testing.T) {
 	if got := m.GetMaxRequestHeadersKb().GetValue(); got != 8192 {
 		t.Errorf("max_request_headers_kb = %d, want 8192 for 8 MiB relocation max", got)
 	}
-	fc, err := envoy.ParseSettings(gc.GetPluginConfig())
+	fc, err := envoyfilter.ParseSettings(gc.GetPluginConfig())
 	if err != nil {
 		t.Fatalf("the filter rejects the generated config: %v", err)
 	}
@@ -135,7 +135,7 @@ experiments:
 		t.Fatal(err)
 	}
 	_, _, gc := listenerFilter(t, res)
-	fc, err := envoy.ParseSettings(gc.GetPluginConfig())
+	fc, err := envoyfilter.ParseSettings(gc.GetPluginConfig())
 	if err != nil {
 		t.Fatalf("the filter rejects the generated config: %v", err)
 	}
@@ -192,7 +192,7 @@ classification:
 			t.Errorf("the Listener pushed over xDS contains the secret %q", secret)
 		}
 	}
-	fc, err := envoy.ParseSettings(gc.GetPluginConfig())
+	fc, err := envoyfilter.ParseSettings(gc.GetPluginConfig())
 	if err != nil {
 		t.Fatalf("the filter rejects the generated config: %v", err)
 	}
@@ -200,12 +200,12 @@ classification:
 	if !c.Marked("edge-marker-77d1") || c.Marked("edge-marker-77d2") || c.Marked(config.HashedSecret("edge-marker-77d1")) {
 		t.Error("the filter does not honour exactly the marker from its hash")
 	}
-	cl, err := filter.NewClassifierFromConfig(fc.Mesh)
+	cl, err := exchange.NewClassifierFromConfig(fc.Mesh)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for key, want := range map[string]string{"Bearer sk-live-4f9a2c": "premium", "Bearer sk-live-4f9a2d": "batch"} {
-		got := cl.Classify(filter.RequestInfo{Path: "/v1/completions", Headers: filter.HeaderFunc(func(name string) string {
+		got := cl.Classify(exchange.RequestInfo{Path: "/v1/completions", Headers: exchange.HeaderFunc(func(name string) string {
 			if name == "authorization" {
 				return key
 			}

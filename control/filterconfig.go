@@ -10,11 +10,11 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter/settings"
+	"github.com/llmesh/llmesh/envoyfilter/settings"
 )
 
 // The llmesh Envoy filter's identity. The shape of its configs is
-// filter/settings, the contract cmd/llmesh-filter's parser reads:
+// envoyfilter/settings, the contract cmd/llmesh-filter's parser reads:
 //
 //	filter level: settings.Filter{Mesh: <mesh config>, Pool: <default pool>}
 //	per route:    settings.Route{Pool: <pool>, Class: <class>}

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // TestBenchThroughGateway drives `llmesh bench run` through a quick-mode

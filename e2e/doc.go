@@ -4,7 +4,7 @@
 // server scraping them when the Debian package is installed. See
 // docs/e2e.md.
 //
-// Ownership: the harness is internal/proctest (see its doc.go). Each test
+// Ownership: the harness is testkit/proctest (see its doc.go). Each test
 // owns the processes it starts: their cleanups interrupt, wait for and, on
 // failure, print each one. The one goroutine a test starts itself, the
 // gauge sampler in TestSharedScheduler, is stopped and waited for before

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // TestTwoSimsOnePool runs two `llmesh sim` processes behind one gateway

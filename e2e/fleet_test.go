@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // fleetMesh is a pool of the given sims, one slot each (the pool holds as

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // bins builds the llmesh binary once for the whole package, without -race:

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // mesh describes the mesh configs the tests write: one listener in front of

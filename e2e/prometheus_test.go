@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // TestPrometheusScrape runs a real Prometheus server scraping the gateway's

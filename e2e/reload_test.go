@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 var controlAdminRE = regexp.MustCompile(`llmesh control: admin on http://(\S+) `)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 var (

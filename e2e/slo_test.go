@@ -15,8 +15,8 @@ import (
 
 	"github.com/llmesh/llmesh/bench/report"
 	"github.com/llmesh/llmesh/bench/result"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/telemetry"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // sloStack is a sim behind a gateway, scraped by a real Prometheus that

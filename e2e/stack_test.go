@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/bench/result"
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 var gatewayRE = regexp.MustCompile(`gateway listening on (\S+) \(admin (\S+)\)`)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/llmesh/llmesh/epp"
 	"github.com/llmesh/llmesh/epp/epptest"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -332,7 +332,7 @@ func TestBodySplitAcrossChunks(t *testing.T) {
 			if string(pick.Body) != chatBody {
 				t.Fatalf("forwarded body %q", pick.Body)
 			}
-			whole, err := filter.ParseOpenAIRequest([]byte(chatBody))
+			whole, err := exchange.ParseOpenAIRequest([]byte(chatBody))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,7 +5,7 @@
 // envoy.lb dynamic metadata, as the extension's endpoint picker protocol
 // asks. It then follows the response through the same ext_proc stream,
 // driving the per-request lifecycle the other hosts drive
-// (filter.Exchange): its observer counts tokens and measures TTFT, and it
+// (exchange.Exchange): its observer counts tokens and measures TTFT, and it
 // releases the scheduler lease exactly once, with the outcome the other
 // hosts give, when the response ends or when the stream ends early.
 //

@@ -1,7 +1,7 @@
 package epp
 
 // Misuses counts the lifecycle calls s's streams made that their state
-// refused (filter.ExchangeConfig.Misuse).
+// refused (exchange.ExchangeConfig.Misuse).
 func Misuses(s *Server) int64 { return s.misuses.Load() }
 
 // PreemptedCount counts the requests s stopped after a preemption.

@@ -3,13 +3,14 @@ package epp_test
 import (
 	"flag"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/llmesh/llmesh/epp"
 	"github.com/llmesh/llmesh/epp/epptest"

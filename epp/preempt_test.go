@@ -11,7 +11,7 @@ import (
 
 	"github.com/llmesh/llmesh/epp"
 	"github.com/llmesh/llmesh/epp/epptest"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -234,7 +234,7 @@ func TestPreemptBeforeFirstByte(t *testing.T) {
 					t.Fatalf("released %v", o)
 				}
 				r := p.record(t)
-				if r.Outcome != scheduler.Preempted || r.Preemptions != 1 || r.Status != 503 || r.Observation.ErrorKind != filter.ErrorPreempted {
+				if r.Outcome != scheduler.Preempted || r.Preemptions != 1 || r.Status != 503 || r.Observation.ErrorKind != exchange.ErrorPreempted {
 					t.Fatalf("record %+v", r)
 				}
 				// Envoy answers nothing more and closes the stream.
@@ -294,7 +294,7 @@ func TestPreemptMidStream(t *testing.T) {
 				t.Fatal("the upstream's body was not closed")
 			}
 			r := p.record(t)
-			if r.Outcome != scheduler.Preempted || r.Preemptions != 1 || r.Observation.ErrorKind != filter.ErrorPreempted ||
+			if r.Outcome != scheduler.Preempted || r.Preemptions != 1 || r.Observation.ErrorKind != exchange.ErrorPreempted ||
 				r.Observation.OutputTokens != 1 {
 				t.Fatalf("record: outcome %v, preemptions %d, error %v, tokens %d", r.Outcome, r.Preemptions,
 					r.Observation.ErrorKind, r.Observation.OutputTokens)

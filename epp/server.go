@@ -16,7 +16,7 @@ import (
 
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -41,7 +41,7 @@ type Config struct {
 	// every endpoint of the mesh is ready.
 	Stats func() []scheduler.PoolStats
 	// Classifier classifies requests; nil builds one from Mesh.
-	Classifier *filter.Classifier
+	Classifier *exchange.Classifier
 	// MaxBodyBytes bounds the request body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// FailOpen picks an endpoint without admission when the scheduler is
@@ -80,7 +80,7 @@ type Record struct {
 	// requeue before the pick went out, and the preemption that ended it.
 	Preemptions int
 	// Observation is the stream observer's measurement of the response.
-	Observation filter.Observation
+	Observation exchange.Observation
 }
 
 // Server is the ext_proc server. Register it with Register.
@@ -91,7 +91,7 @@ type Server struct {
 	clk      clock.Clock
 	log      *slog.Logger
 	listener *config.Listener
-	cls      *filter.Classifier
+	cls      *exchange.Classifier
 	pools    map[string]*poolInfo
 	health   *health.Server
 	seq      atomic.Uint64
@@ -99,9 +99,9 @@ type Server struct {
 	// xcfg is every stream's lifecycle configuration: the picker
 	// classifies itself (the objective header), so the core takes the
 	// class it is given and records nothing (OnDone reports).
-	xcfg filter.ExchangeConfig
+	xcfg exchange.ExchangeConfig
 	// misuses counts lifecycle calls a stream's state refused
-	// (filter.ExchangeConfig.Misuse), each a picker bug; tests require
+	// (exchange.ExchangeConfig.Misuse), each a picker bug; tests require
 	// none.
 	misuses atomic.Int64
 	// preempted counts requests stopped by a preemption after their pick.
@@ -151,7 +151,7 @@ func New(cfg Config) (*Server, error) {
 	if s.cfg.BodyMode == filterv3.ProcessingMode_NONE {
 		s.cfg.BodyMode = filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 	}
-	s.xcfg.Misuse = func(call string, st filter.State) {
+	s.xcfg.Misuse = func(call string, st exchange.State) {
 		s.misuses.Add(1)
 		s.log.Error("epp: request lifecycle call refused", "call", call, "state", st.String())
 	}
@@ -178,7 +178,7 @@ func New(cfg Config) (*Server, error) {
 		s.pools[p.Name] = pi
 	}
 	if s.cls == nil {
-		c, err := filter.NewClassifierFromConfig(m)
+		c, err := exchange.NewClassifierFromConfig(m)
 		if err != nil {
 			return nil, fmt.Errorf("epp: classification: %w", err)
 		}

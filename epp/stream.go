@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -47,7 +47,7 @@ type stream struct {
 	reqMode, respMode filterv3.ProcessingMode_BodySendMode
 
 	received  time.Time
-	headers   filter.MapHeaders
+	headers   exchange.MapHeaders
 	subset    []string
 	hasSubset bool
 	body      []byte
@@ -56,13 +56,13 @@ type stream struct {
 	decided    bool
 
 	pool  *poolInfo
-	class filter.Classification
+	class exchange.Classification
 	model string
-	// x is the request's lifecycle (filter.Exchange, as in the other
+	// x is the request's lifecycle (exchange.Exchange, as in the other
 	// hosts): started once the picker classified the request, it holds
 	// the lease, observes the response, releases the lease exactly once
 	// and makes the record.
-	x filter.Exchange
+	x exchange.Exchange
 	// lease is the admission the request got (nil: refused, or picked
 	// fail-open), for the record; x releases it.
 	lease    scheduler.Lease
@@ -98,7 +98,7 @@ func (st *stream) run() (err error) {
 		// The stream ended before the response did: the client (or the
 		// data plane) went away. A finished request keeps its ending.
 		st.mu.Lock()
-		st.finish(filter.EndClientGone, errors.New("ext_proc stream ended"))
+		st.finish(exchange.EndClientGone, errors.New("ext_proc stream ended"))
 		st.closed = true
 		st.mu.Unlock()
 		close(st.done)
@@ -156,10 +156,10 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return st.responseBody(v.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		if st.x.State() == filter.StateStreaming {
+		if st.x.State() == exchange.StateStreaming {
 			st.x.Trailers(st.s.now(), headerMap(v.ResponseTrailers.GetTrailers()))
 		}
-		st.finish(filter.EndCompleted, nil)
+		st.finish(exchange.EndCompleted, nil)
 		return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
 	}
@@ -174,7 +174,7 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 	st.headers = headerMap(h.GetHeaders())
 	sub, present, err := Subset(req.GetMetadataContext())
 	if err != nil {
-		return st.immediate(fmt.Errorf("%w: %w", filter.ErrBadRequest, err))
+		return st.immediate(fmt.Errorf("%w: %w", exchange.ErrBadRequest, err))
 	}
 	st.subset, st.hasSubset = sub, present
 	if h.GetEndOfStream() {
@@ -200,7 +200,7 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	}
 	if int64(len(st.body))+int64(len(b.GetBody())) > st.s.cfg.MaxBodyBytes {
 		st.decided = true
-		return st.immediate(fmt.Errorf("%w: body over %d bytes", filter.ErrRequestTooLarge, st.s.cfg.MaxBodyBytes))
+		return st.immediate(fmt.Errorf("%w: body over %d bytes", exchange.ErrRequestTooLarge, st.s.cfg.MaxBodyBytes))
 	}
 	st.body = append(st.body, b.GetBody()...)
 	if b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage() {
@@ -226,25 +226,25 @@ func (st *stream) decide() error {
 	grpcReq := strings.HasPrefix(h.Get("content-type"), "application/grpc")
 	pi, routeClass, ok := st.s.route(path, h.Get, grpcReq)
 	if !ok {
-		return st.immediate(fmt.Errorf("%w: %s", filter.ErrNoRoute, truncate(path, 128)))
+		return st.immediate(fmt.Errorf("%w: %s", exchange.ErrNoRoute, truncate(path, 128)))
 	}
 	st.pool = pi
-	var oreq filter.OpenAIRequest
+	var oreq exchange.OpenAIRequest
 	if len(st.body) > 0 && !grpcReq {
-		r, err := filter.ParseOpenAIRequest(st.body)
+		r, err := exchange.ParseOpenAIRequest(st.body)
 		if err != nil {
 			// Recorded with the class its head gives, as the other hosts
 			// record a refused body.
-			st.class = st.s.cls.Classify(filter.RequestInfo{Path: path, RouteClass: routeClass, Headers: h})
-			return st.immediate(fmt.Errorf("%w: %w", filter.ErrBadRequest, err))
+			st.class = st.s.cls.Classify(exchange.RequestInfo{Path: path, RouteClass: routeClass, Headers: h})
+			return st.immediate(fmt.Errorf("%w: %w", exchange.ErrBadRequest, err))
 		}
 		oreq = r
 		st.model = r.Model
 	}
-	st.class = st.s.cls.Classify(filter.RequestInfo{Path: path, Model: oreq.Model, RouteClass: routeClass, Headers: h})
-	if obj := h.Get(ObjectiveHeader); obj != "" && (st.class.Source == filter.SourceRule || st.class.Source == filter.SourceDefault) {
+	st.class = st.s.cls.Classify(exchange.RequestInfo{Path: path, Model: oreq.Model, RouteClass: routeClass, Headers: h})
+	if obj := h.Get(ObjectiveHeader); obj != "" && (st.class.Source == exchange.SourceRule || st.class.Source == exchange.SourceDefault) {
 		if cl, ok := st.s.cls.Class(obj); ok {
-			st.class = filter.Classification{Class: cl, Source: filter.SourceHeader, Reason: ObjectiveHeader + " " + strconv.Quote(obj)}
+			st.class = exchange.Classification{Class: cl, Source: exchange.SourceHeader, Reason: ObjectiveHeader + " " + strconv.Quote(obj)}
 		}
 	}
 	id := h.Get("x-request-id")
@@ -255,7 +255,7 @@ func (st *stream) decide() error {
 	if ah := pi.pool.AffinityHeader; ah != "" {
 		affinity = h.Get(ah)
 	}
-	st.start(filter.RequestHead{Path: path, ContentType: h.Get("content-type"), ID: id, Affinity: affinity})
+	st.start(exchange.RequestHead{Path: path, ContentType: h.Get("content-type"), ID: id, Affinity: affinity})
 	var want []string
 	if st.hasSubset {
 		want = st.subset
@@ -291,7 +291,7 @@ func (st *stream) decide() error {
 		// engine, so the request goes back to the front of its class
 		// queue with its arrival, as the gateway requeues one that sent
 		// nothing (docs/epp.md, Preemption).
-		st.x.Requeued(filter.EndPreempted)
+		st.x.Requeued(exchange.EndPreempted)
 		st.lease, st.endpoint = nil, ""
 		sreq.Requeue = true
 	}
@@ -372,26 +372,26 @@ func (st *stream) preempted(l scheduler.Lease) {
 		return // the request ended, or moved on, first
 	}
 	st.s.preempted.Add(1)
-	if st.x.State() == filter.StateStreaming && st.sse && st.respMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
-		st.finish(filter.EndPreempted, nil)
+	if st.x.State() == exchange.StateStreaming && st.sse && st.respMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		st.finish(exchange.EndPreempted, nil)
 		st.closed = true
-		r := filter.ReplyFor(scheduler.ErrPreempted)
+		r := exchange.ReplyFor(scheduler.ErrPreempted)
 		var b []byte
 		if !st.atBoundary {
 			b = append(b, '\n', '\n')
 		}
 		b = append(b, "event: error\ndata: "...)
-		b = filter.AppendOpenAIError(b, r.HTTPStatus, "preempted", r.Message)
+		b = exchange.AppendOpenAIError(b, r.HTTPStatus, "preempted", r.Message)
 		b = append(b, '\n', '\n')
 		_ = st.send(streamedBody(b, true))
 		return
 	}
-	_ = st.reply(scheduler.ErrPreempted, filter.EndPreempted)
+	_ = st.reply(scheduler.ErrPreempted, exchange.EndPreempted)
 }
 
 // start begins the request's lifecycle with what the picker knows of it
 // (the pool and the class it decided, when it got that far).
-func (st *stream) start(h filter.RequestHead) {
+func (st *stream) start(h exchange.RequestHead) {
 	h.Received = st.received
 	h.RouteClass = st.class.Name
 	if st.pool != nil {
@@ -403,7 +403,7 @@ func (st *stream) start(h filter.RequestHead) {
 // live: the lifecycle began and has not ended.
 func (st *stream) live() bool {
 	s := st.x.State()
-	return s != filter.StateIdle && s != filter.StateEnded
+	return s != exchange.StateIdle && s != exchange.StateEnded
 }
 
 // fallbackPick chooses among the ready endpoints of want (all when nil):
@@ -475,7 +475,7 @@ func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 	if s := Served(req.GetMetadataContext()); s != "" {
 		st.served = s
 	}
-	if s := st.x.State(); s == filter.StateAdmitted {
+	if s := st.x.State(); s == exchange.StateAdmitted {
 		st.x.ResponseHead(st.s.now(), st.status, hm)
 	}
 	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
@@ -483,13 +483,13 @@ func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		return err
 	}
 	if h.GetEndOfStream() {
-		st.finish(filter.EndCompleted, nil)
+		st.finish(exchange.EndCompleted, nil)
 	}
 	return nil
 }
 
 func (st *stream) responseBody(b *extprocv3.HttpBody) error {
-	if st.x.State() == filter.StateStreaming {
+	if st.x.State() == exchange.StateStreaming {
 		// A parse error is recorded in the observation; the lease hears
 		// of the stream's progress.
 		_ = st.x.Chunk(st.s.now(), b.GetBody())
@@ -512,7 +512,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 			ResponseBody: &extprocv3.BodyResponse{}}})
 	}
 	if eos {
-		st.finish(filter.EndCompleted, nil)
+		st.finish(exchange.EndCompleted, nil)
 	}
 	return err
 }
@@ -522,7 +522,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 // outcome that ending implies (as in the other hosts, the observation
 // decides a completed response's: an error status or a truncated stream
 // fails it).
-func (st *stream) finish(how filter.Ending, cause error) {
+func (st *stream) finish(how exchange.Ending, cause error) {
 	if !st.live() {
 		return
 	}
@@ -535,19 +535,19 @@ func (st *stream) finish(how filter.Ending, cause error) {
 }
 
 // immediate ends the request with the reply the other hosts give for err
-// (filter.ReplyFor: status, OpenAI error body, retry hint).
-func (st *stream) immediate(err error) error { return st.reply(err, filter.EndRefused) }
+// (exchange.ReplyFor: status, OpenAI error body, retry hint).
+func (st *stream) immediate(err error) error { return st.reply(err, exchange.EndRefused) }
 
 // reply ends the request with the reply for err, recording how it ended.
-func (st *stream) reply(err error, how filter.Ending) error {
-	r := filter.ReplyFor(err)
+func (st *stream) reply(err error, how exchange.Ending) error {
+	r := exchange.ReplyFor(err)
 	st.status = r.HTTPStatus
 	st.decided = true
-	// As the Envoy filter host replies (filter/envoy/reply.go): the OpenAI
+	// As the Envoy filter host replies (envoyfilter/reply.go): the OpenAI
 	// error object and retry-after for HTTP; for gRPC the message (Envoy
 	// makes it grpc-message of a trailers-only response), the status and
 	// grpc-retry-pushback-ms.
-	grpcReq := st.headers != nil && filter.GRPCKindOf(st.headers.Get("content-type")).Framed()
+	grpcReq := st.headers != nil && exchange.GRPCKindOf(st.headers.Get("content-type")).Framed()
 	hdrs := []*corev3.HeaderValueOption{
 		{Header: &corev3.HeaderValue{Key: "x-llmesh-reply", RawValue: []byte(r.Details)}},
 	}
@@ -558,17 +558,17 @@ func (st *stream) reply(err error, how filter.Ending) error {
 	}
 	if r.Retryable {
 		if grpcReq {
-			hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "grpc-retry-pushback-ms", RawValue: []byte(filter.Pushback(time.Second))}})
+			hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "grpc-retry-pushback-ms", RawValue: []byte(exchange.Pushback(time.Second))}})
 		} else {
-			hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(filter.RetryAfter(time.Second))}})
+			hdrs = append(hdrs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(exchange.RetryAfter(time.Second))}})
 		}
 	}
 	st.s.log.Debug("epp: request answered by the picker", "status", r.HTTPStatus, "err", err)
-	if !st.live() && st.x.State() != filter.StateEnded {
+	if !st.live() && st.x.State() != exchange.StateEnded {
 		// Answered before the picker got to classify it.
-		st.start(filter.RequestHead{Path: st.headers.Get(":path"), ContentType: st.headers.Get("content-type")})
+		st.start(exchange.RequestHead{Path: st.headers.Get(":path"), ContentType: st.headers.Get("content-type")})
 	}
-	if how == filter.EndPreempted {
+	if how == exchange.EndPreempted {
 		st.finish(how, nil)
 	} else {
 		st.finish(how, err)
@@ -598,8 +598,8 @@ func (st *stream) send(r *extprocv3.ProcessingResponse) error { return st.srv.Se
 
 // headerMap reads Envoy's header map (value or raw_value) with lower-case
 // names; the first value of a repeated header wins.
-func headerMap(m *corev3.HeaderMap) filter.MapHeaders {
-	out := filter.MapHeaders{}
+func headerMap(m *corev3.HeaderMap) exchange.MapHeaders {
+	out := exchange.MapHeaders{}
 	for _, h := range m.GetHeaders() {
 		k := strings.ToLower(h.GetKey())
 		if _, dup := out[k]; dup {

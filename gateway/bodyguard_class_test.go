@@ -10,17 +10,17 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/sim"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
 // classPriorityClassifier: gold -5, bulk 7 (the default); the client
 // 127.0.0.1 is trusted with trustLoopback, not with trustOthers.
-func classPriorityClassifier(t *testing.T, trusted string) *filter.Classifier {
+func classPriorityClassifier(t *testing.T, trusted string) *exchange.Classifier {
 	t.Helper()
-	c, err := filter.NewClassifier(filter.ClassifierConfig{
-		Classes:             []filter.Class{{Name: "gold", Priority: -5}, {Name: "bulk", Priority: 7}},
+	c, err := exchange.NewClassifier(exchange.ClassifierConfig{
+		Classes:             []exchange.Class{{Name: "gold", Priority: -5}, {Name: "bulk", Priority: 7}},
 		DefaultClass:        "bulk",
 		PriorityHeader:      "x-llmesh-class",
 		TrustedSources:      []netip.Prefix{netip.MustParsePrefix(trusted)},

@@ -15,15 +15,15 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/llmv1"
-	"github.com/llmesh/llmesh/filter"
-	"github.com/llmesh/llmesh/filter/relocate"
+	"github.com/llmesh/llmesh/exchange"
+	"github.com/llmesh/llmesh/exchange/relocate"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
-func guardClassifier(t *testing.T, trusted string) *filter.Classifier {
+func guardClassifier(t *testing.T, trusted string) *exchange.Classifier {
 	t.Helper()
-	c, err := filter.NewClassifier(filter.ClassifierConfig{
-		Classes:             []filter.Class{{Name: "interactive", Priority: 0}, {Name: "batch", Priority: 10}},
+	c, err := exchange.NewClassifier(exchange.ClassifierConfig{
+		Classes:             []exchange.Class{{Name: "interactive", Priority: 0}, {Name: "batch", Priority: 10}},
 		DefaultClass:        "batch",
 		PriorityHeader:      "x-llmesh-class",
 		TrustedSources:      []netip.Prefix{netip.MustParsePrefix(trusted)},

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/clock"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // TestStallOnInjectedClock: the stream idle timeout runs on the gateway's
@@ -52,7 +52,7 @@ func TestStallOnInjectedClock(t *testing.T) {
 		t.Fatalf("after the fake hour: %q, want an upstream_timeout error event", rest)
 	}
 	r := rec.next(t)
-	if r.ErrorKind != filter.ErrorTimeout {
+	if r.ErrorKind != exchange.ErrorTimeout {
 		t.Errorf("recorded %q (%q), want upstream_timeout", r.ErrorKind, r.Error)
 	}
 	if r.E2E != time.Hour {

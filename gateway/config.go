@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // Protocol is how the gateway talks to a pool's upstream.
@@ -58,7 +58,7 @@ type Pool struct {
 	AffinityHeader string
 	// PrefixRouting: the pool's scheduler picks endpoints by prefix
 	// (mesh pools[].prefix_routing), so the gateway names each prompt's
-	// leading blocks (filter.RequestMeta.Blocks) for it.
+	// leading blocks (exchange.RequestMeta.Blocks) for it.
 	PrefixRouting bool
 	// Resume is what happens to a stream of this pool preempted after it
 	// sent bytes to the client; empty means ResumeContinue.
@@ -113,7 +113,7 @@ type Route struct {
 	// Generation lists the request paths that are generation calls on
 	// this route (scheduled and measured as generations); other requests
 	// are proxied without admission and recorded apart (Record.Passthrough).
-	// nil: filter.DefaultGenerationPaths.
+	// nil: exchange.DefaultGenerationPaths.
 	Generation []string
 }
 
@@ -186,8 +186,8 @@ type compiled struct {
 type compiledRoute struct {
 	Route
 	arms  map[*config.Arm]*compiledPool
-	gen   *filter.Generations // nil: the defaults
-	match config.RouteMatch   // the rule the Envoy filter routes by too
+	gen   *exchange.Generations // nil: the defaults
+	match config.RouteMatch     // the rule the Envoy filter routes by too
 }
 
 // compile validates cfg, applies defaults and returns the runtime form.
@@ -242,7 +242,7 @@ func compile(cfg Config) (*compiled, error) {
 		if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
 			errs = append(errs, fmt.Errorf("routes[%d].path_prefix: %q must start with /", i, r.PathPrefix))
 		}
-		cr := compiledRoute{Route: r, gen: filter.NewGenerations(r.Generation),
+		cr := compiledRoute{Route: r, gen: exchange.NewGenerations(r.Generation),
 			match: config.RouteMatch{PathPrefix: r.PathPrefix, Headers: r.Headers, GRPC: r.GRPC, AnyProtocol: r.AnyProtocol}}
 		for k, p := range r.Generation {
 			if !strings.HasPrefix(p, "/") {
@@ -311,7 +311,7 @@ func parseUpstream(s string) (*url.URL, error) {
 
 // match picks the route for a request; ok is false when nothing matches and
 // no default pool serves the request's protocol.
-func (c *compiled) match(path string, header func(string) string, isGRPC bool) (pool *compiledPool, class string, gen *filter.Generations, ok bool) {
+func (c *compiled) match(path string, header func(string) string, isGRPC bool) (pool *compiledPool, class string, gen *exchange.Generations, ok bool) {
 	for _, r := range c.routes {
 		if !r.match.Matches(path, header, isGRPC) {
 			continue

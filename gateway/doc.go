@@ -20,7 +20,7 @@
 //     SetClassifier; a request loads both once when it starts and keeps
 //     them to its end. The proxies map (one ReverseProxy per upstream) is
 //     guarded by a mutex.
-//   - exchange (with the core's filter.Exchange in it), stream, splicer:
+//   - exchange (with the core's exchange.Exchange in it), stream, splicer:
 //     per request, owned by the request's handler goroutine (ReverseProxy
 //     calls the transport and reads the body on that goroutine).
 //   - attempt: each upstream request of an exchange owns at most one
@@ -33,12 +33,12 @@
 //
 // # Exactly-once release
 //
-// The core's lifecycle (filter.Exchange) releases a lease on the one
+// The core's lifecycle (exchange.Exchange) releases a lease on the one
 // transition that leaves the states holding it, so it is released once
 // whatever the order: the handler ends the request on every exit
 // (exchange.finish, and its panic recovery, which covers the panic
 // ReverseProxy raises when the client goes away mid-copy), and a
 // preemption gives the old lease back (Requeued) before a new one is taken
 // for the requeue or the continuation. The gateway never sets an outcome:
-// it tells the core how the request ended (filter.Ending).
+// it tells the core how the request ended (exchange.Ending).
 package gateway

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -58,7 +58,7 @@ func TestClientCloseAfterDoneIsDone(t *testing.T) {
 	if r.Outcome != scheduler.Done {
 		t.Errorf("outcome %v, want done: the client read the whole stream", r.Outcome)
 	}
-	if r.ErrorKind != filter.ErrorNone || !r.Complete || r.OutputTokens != 2 {
+	if r.ErrorKind != exchange.ErrorNone || !r.Complete || r.OutputTokens != 2 {
 		t.Errorf("observation: error %v %q, complete %v, output tokens %d; want a clean complete stream of 2 tokens",
 			r.ErrorKind, r.Observation.Error, r.Complete, r.OutputTokens)
 	}

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -51,7 +51,7 @@ func (p *compiledPool) affinity(h http.Header) string {
 }
 
 // upstreamPick is the endpoint a picker in front of the gateway chose for
-// the request (filter.UpstreamPick: the x-gateway-destination-endpoint
+// the request (exchange.UpstreamPick: the x-gateway-destination-endpoint
 // header), "" when there is none or the pool does not accept one; an error
 // is the client's answer (400 malformed, 503 not one of the pool's
 // endpoints).
@@ -59,7 +59,7 @@ func (p *compiledPool) upstreamPick(h http.Header) (string, error) {
 	if !p.AcceptUpstreamPick {
 		return "", nil
 	}
-	return filter.UpstreamPick(h, "", p.hasEndpoint)
+	return exchange.UpstreamPick(h, "", p.hasEndpoint)
 }
 
 // hasEndpoint reports whether addr is one of the pool's endpoints (its
@@ -78,7 +78,7 @@ func (p *compiledPool) hasEndpoint(addr string) bool {
 // (scheduler.Request.Pin); a shared scheduler service, whose wire does not
 // carry the pin, may have bound it elsewhere, and then the lease counts
 // against that other endpoint.
-func (x *exchange) routeToLease(req *http.Request) string {
+func (x *clientExchange) routeToLease(req *http.Request) string {
 	v := x.core.View()
 	name := v.Request.Pin
 	if name == "" && v.Lease != nil {

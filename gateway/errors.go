@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -18,14 +18,14 @@ func (e timeoutError) Error() string { return string(e) }
 func (timeoutError) Timeout() bool   { return true }
 
 // Is makes a timeout an upstream timeout for the reply table.
-func (timeoutError) Is(target error) bool { return target == filter.ErrUpstreamTimeout }
+func (timeoutError) Is(target error) bool { return target == exchange.ErrUpstreamTimeout }
 
 // Errors the gateway produces itself; observations carry them so metrics
 // and logs can tell what ended a request.
 var (
 	// ErrUpstreamStalled: the upstream sent nothing for the idle timeout.
 	// It is a timeout (Timeout() is true), so the observation's error kind
-	// is filter.ErrorTimeout, as the client is told.
+	// is exchange.ErrorTimeout, as the client is told.
 	ErrUpstreamStalled error = timeoutError("gateway: upstream stalled")
 	// ErrUpstreamReset: the upstream connection ended in the middle of a
 	// response.
@@ -39,33 +39,33 @@ var (
 	// ErrPreemptedMidStream, which it wraps.
 	ErrContinuationRestarted = fmt.Errorf("%w: the engine restarted the answer instead of continuing it", ErrPreemptedMidStream)
 	// ErrBodyTooLarge: the request body exceeds the configured limit.
-	ErrBodyTooLarge = fmt.Errorf("gateway: %w", filter.ErrRequestTooLarge)
+	ErrBodyTooLarge = fmt.Errorf("gateway: %w", exchange.ErrRequestTooLarge)
 )
 
 // retryAfter is what rejected clients are told to wait.
 const retryAfter = time.Second
 
-// grpcKind is r's gRPC flavour (filter.GRPCKindOf); any kind but
-// filter.GRPCNone is routed and answered as gRPC.
-func grpcKind(r *http.Request) filter.GRPCKind {
-	return filter.GRPCKindOf(r.Header.Get("Content-Type"))
+// grpcKind is r's gRPC flavour (exchange.GRPCKindOf); any kind but
+// exchange.GRPCNone is routed and answered as gRPC.
+func grpcKind(r *http.Request) exchange.GRPCKind {
+	return exchange.GRPCKindOf(r.Header.Get("Content-Type"))
 }
 
 // reply answers a not-yet-started request with the core's reply for err
-// (filter.ReplyFor): an OpenAI error body for HTTP, a trailers-only
+// (exchange.ReplyFor): an OpenAI error body for HTTP, a trailers-only
 // response carrying a real status for gRPC (of the request's kind: a
 // gRPC-Web client reads the same status headers). Retryable replies carry
 // Retry-After or grpc-retry-pushback-ms. A client that is gone (499) is
 // not answered.
-func reply(w http.ResponseWriter, kind filter.GRPCKind, err error) {
-	r := filter.ReplyFor(err)
+func reply(w http.ResponseWriter, kind exchange.GRPCKind, err error) {
+	r := exchange.ReplyFor(err)
 	h := w.Header()
-	if kind != filter.GRPCNone {
+	if kind != exchange.GRPCNone {
 		h.Set("Content-Type", kind.ContentType())
 		h.Set("Grpc-Status", strconv.Itoa(r.GRPCCode))
-		h.Set("Grpc-Message", filter.GRPCMessage(r.Message))
+		h.Set("Grpc-Message", exchange.GRPCMessage(r.Message))
 		if r.Retryable {
-			h.Set("Grpc-Retry-Pushback-Ms", filter.Pushback(retryAfter))
+			h.Set("Grpc-Retry-Pushback-Ms", exchange.Pushback(retryAfter))
 		}
 		w.WriteHeader(http.StatusOK)
 		return
@@ -75,7 +75,7 @@ func reply(w http.ResponseWriter, kind filter.GRPCKind, err error) {
 	}
 	h.Set("Content-Type", "application/json")
 	if r.Retryable {
-		h.Set("Retry-After", filter.RetryAfter(retryAfter))
+		h.Set("Retry-After", exchange.RetryAfter(retryAfter))
 	}
 	w.WriteHeader(r.HTTPStatus)
 	_, _ = w.Write(r.OpenAIBody())

@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/pools"
 	"github.com/llmesh/llmesh/sim/simtest"
@@ -35,7 +35,7 @@ func TestExperimentArmPoliciesDiffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ms.Close()
-	cls, err := filter.NewClassifierFromConfig(mesh)
+	cls, err := exchange.NewClassifierFromConfig(mesh)
 	if err != nil {
 		t.Fatal(err)
 	}

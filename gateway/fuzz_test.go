@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/api/llmv1"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 func FuzzRequestMeta(f *testing.F) {
@@ -23,9 +23,9 @@ func FuzzRequestMeta(f *testing.F) {
 	f.Add("/v1/completions", []byte(`{"prompt":"x","max_tokens":4294967297}`), false)
 	f.Add("/v1/chat/completions", []byte(`{"max_tokens":1,"max_completion_tokens":2147483648}`), false)
 	f.Fuzz(func(t *testing.T, path string, body []byte, grpc bool) {
-		m := filter.ReadRequestMeta(path, body, grpc)
-		if m.MaxTokens < 0 || m.MaxTokens > filter.MaxOutputTokens {
-			t.Fatalf("output limit %d outside [0, %d]", m.MaxTokens, filter.MaxOutputTokens)
+		m := exchange.ReadRequestMeta(path, body, grpc)
+		if m.MaxTokens < 0 || m.MaxTokens > exchange.MaxOutputTokens {
+			t.Fatalf("output limit %d outside [0, %d]", m.MaxTokens, exchange.MaxOutputTokens)
 		}
 		if m.Invalid != "" && (m.MaxTokens != 0 || !strings.Contains(m.Invalid, "max_") || !strings.Contains(m.Invalid, "tokens: ")) {
 			t.Fatalf("invalid request %q does not name its field, or kept a size: %+v", m.Invalid, m)
@@ -33,7 +33,7 @@ func FuzzRequestMeta(f *testing.F) {
 		if m.PromptTokens < 0 {
 			t.Fatalf("negative prompt tokens %d", m.PromptTokens)
 		}
-		if m.Spliceable && (!m.Stream || m.API == filter.APIOther) {
+		if m.Spliceable && (!m.Stream || m.API == exchange.APIOther) {
 			t.Fatalf("spliceable without a streamed OpenAI API: %+v", m)
 		}
 	})
@@ -118,9 +118,9 @@ func FuzzSpliceRewrite(f *testing.F) {
 		[]byte(`{"prompt":"p","max_tokens":8,"min_tokens":2}`), true)
 	f.Add([]byte("event: x\n\n\n\n"), []byte(`{"messages":[{"role":"user","content":"q"}],"max_completion_tokens":1}`), false)
 	f.Fuzz(func(t *testing.T, events, orig []byte, chat bool) {
-		kind := filter.APICompletions
+		kind := exchange.APICompletions
 		if chat {
-			kind = filter.APIChat
+			kind = exchange.APIChat
 		}
 		sp := newSplicer(kind)
 		sp.track(events)

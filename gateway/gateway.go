@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/clock"
-	"github.com/llmesh/llmesh/filter"
-	"github.com/llmesh/llmesh/filter/relocate"
+	"github.com/llmesh/llmesh/exchange"
+	"github.com/llmesh/llmesh/exchange/relocate"
 	"github.com/llmesh/llmesh/gateway/relocatehttp"
 	"github.com/llmesh/llmesh/scheduler"
 )
@@ -22,10 +22,10 @@ import (
 // the benchmark's embedded runs): the core's recorder, the same the Envoy
 // host reports to. It is called on the request's goroutine, so it must be
 // quick and safe for concurrent use.
-type Recorder = filter.Recorder
+type Recorder = exchange.Recorder
 
 // RecorderFunc adapts a function to Recorder.
-type RecorderFunc = filter.RecorderFunc
+type RecorderFunc = exchange.RecorderFunc
 
 // Option configures a Gateway.
 type Option func(*Gateway)
@@ -46,19 +46,19 @@ func WithClock(c clock.Clock) Option {
 
 // WithClassifier classifies requests (nil: a request's class is its
 // route's class, and the scheduler's default class when the route has none).
-func WithClassifier(c *filter.Classifier) Option {
+func WithClassifier(c *exchange.Classifier) Option {
 	return func(g *Gateway) { g.classifier.Store(c) }
 }
 
 // WithRecorder adds a recorder of finished requests (nil is ignored). A
-// recorder with a GapBuckets() *filter.GapBuckets method (the first such)
+// recorder with a GapBuckets() *exchange.GapBuckets method (the first such)
 // gets every inter-chunk gap of a request counted by that layout
-// (filter.Options.GapBuckets), not only the bounded samples.
+// (exchange.Options.GapBuckets), not only the bounded samples.
 func WithRecorder(r Recorder) Option {
 	return func(g *Gateway) {
 		if r != nil {
 			g.recorders = append(g.recorders, r)
-			if gb, ok := r.(interface{ GapBuckets() *filter.GapBuckets }); ok && g.gapBuckets == nil {
+			if gb, ok := r.(interface{ GapBuckets() *exchange.GapBuckets }); ok && g.gapBuckets == nil {
 				g.gapBuckets = gb.GapBuckets()
 			}
 		}
@@ -83,7 +83,7 @@ func WithLogger(l *slog.Logger) Option {
 // into the body (gateway/relocatehttp) before the handler reads the
 // request; rel is used for every request (a nil rel relocates nothing).
 // A request the relocation refuses is answered with the core's reply
-// (filter.ReplyFor) and recorded like any other refusal. onRelocated is
+// (exchange.ReplyFor) and recorded like any other refusal. onRelocated is
 // called per relocated value; nil does nothing.
 func WithRelocation(rel *relocate.Relocator, onRelocated relocate.OnRelocated) Option {
 	return func(g *Gateway) { g.relocator, g.onRelocated = rel, onRelocated }
@@ -121,20 +121,20 @@ var copyBuffers = &bufferPool{}
 // swapped live with Update.
 type Gateway struct {
 	cfg        atomic.Pointer[compiled]
-	classifier atomic.Pointer[filter.Classifier]
+	classifier atomic.Pointer[exchange.Classifier]
 	admitter   scheduler.Admitter
 	clock      clock.Clock
 	log        *slog.Logger
 	adminToken string // WithAdminToken
 	recorders  []Recorder
-	gapBuckets *filter.GapBuckets // from a recorder; nil: none
+	gapBuckets *exchange.GapBuckets // from a recorder; nil: none
 	handler    http.Handler
 	// relocator, when set, relocates prompts in front of the handler.
 	relocator   *relocate.Relocator
 	onRelocated relocate.OnRelocated
 	armDraw     func() float64 // nil: compile's default
 	// generalScan makes every observer take the general JSON scan for
-	// every SSE event (filter.Options.GeneralScan); set at construction by
+	// every SSE event (exchange.Options.GeneralScan); set at construction by
 	// benchmarks that compare it with the fast path in one run.
 	generalScan bool
 
@@ -146,10 +146,10 @@ type Gateway struct {
 	ready   atomic.Bool
 
 	// misuses counts lifecycle calls a request's state refused
-	// (filter.ExchangeConfig.Misuse), each a gateway bug; onMisuse,
+	// (exchange.ExchangeConfig.Misuse), each a gateway bug; onMisuse,
 	// made once in New, counts and logs them. Tests require none.
 	misuses  atomic.Int64
-	onMisuse func(call string, s filter.State)
+	onMisuse func(call string, s exchange.State)
 
 	// retries counts requests sent once more on another admission after a
 	// failure before any byte reached the client (retry.go).
@@ -182,7 +182,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	for _, o := range opts {
 		o(g)
 	}
-	g.onMisuse = func(call string, s filter.State) {
+	g.onMisuse = func(call string, s exchange.State) {
 		g.misuses.Add(1)
 		g.log.Error("request lifecycle call refused", "call", call, "state", s.String())
 	}
@@ -240,7 +240,7 @@ func (g *Gateway) Arm(pool string) (experiment, arm string) {
 }
 
 // SetClassifier swaps the classifier (nil: route classes only).
-func (g *Gateway) SetClassifier(c *filter.Classifier) { g.classifier.Store(c) }
+func (g *Gateway) SetClassifier(c *exchange.Classifier) { g.classifier.Store(c) }
 
 // Handler is the data-plane handler (with the relocation), for hosts that run
 // their own server (Serve uses it).
@@ -265,7 +265,7 @@ func (g *Gateway) proxy(p *compiledPool) *httputil.ReverseProxy {
 			pr.Out.Host = target.Host
 			// The client's address is not forwarded: engines need none,
 			// and X-Forwarded-For from clients must not be trusted.
-			x, ok := pr.In.Context().Value(exchangeKey{}).(*exchange)
+			x, ok := pr.In.Context().Value(exchangeKey{}).(*clientExchange)
 			if !ok {
 				return
 			}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/api/llmv1"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -101,7 +101,7 @@ func TestGRPCStreamingPassesWithTrailers(t *testing.T) {
 		t.Errorf("server-timing trailer = %v", got)
 	}
 	r := rec.next(t)
-	if !r.OK() || r.OutputTokens != 6 || r.Protocol != filter.ProtocolGRPC || !r.Engine.Seen {
+	if !r.OK() || r.OutputTokens != 6 || r.Protocol != exchange.ProtocolGRPC || !r.Engine.Seen {
 		t.Errorf("observation ok=%v err=%q tokens=%d proto=%v engine=%v", r.OK(), r.Error, r.OutputTokens, r.Protocol, r.Engine.Seen)
 	}
 }
@@ -158,7 +158,7 @@ func TestGRPCUpstreamDiesMidStream(t *testing.T) {
 		t.Fatalf("got %d messages then %v, want 2 then UNAVAILABLE upstream reset", n, err)
 	}
 	r := rec.next(t)
-	if r.ErrorKind != filter.ErrorUpstreamReset || r.TokenChunks != 2 {
+	if r.ErrorKind != exchange.ErrorUpstreamReset || r.TokenChunks != 2 {
 		t.Errorf("observation kind %v (%q) chunks %d", r.ErrorKind, r.Error, r.TokenChunks)
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/llmv1"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // webFrame builds one gRPC-Web frame (flag 0x80: the trailer frame).
@@ -122,7 +122,7 @@ func TestGRPCWebThroughGateway(t *testing.T) {
 		t.Errorf("upstream got %q (priority %d): want the model and no client priority", up, sent.Priority)
 	}
 	r := rec.next(t)
-	if r.Protocol != filter.ProtocolGRPC || !r.OK() || !r.Complete || !r.HasGRPCStatus || r.GRPCStatus != 0 ||
+	if r.Protocol != exchange.ProtocolGRPC || !r.OK() || !r.Complete || !r.HasGRPCStatus || r.GRPCStatus != 0 ||
 		r.OutputTokens != 2 || r.Model != "m" || r.Outcome.String() != "done" {
 		t.Errorf("grpc-web record: protocol %v ok %v (%v %q) complete %v status %v/%d tokens %d model %q outcome %v",
 			r.Protocol, r.OK(), r.ErrorKind, r.Error, r.Complete, r.HasGRPCStatus, r.GRPCStatus, r.OutputTokens, r.Model, r.Outcome)
@@ -142,7 +142,7 @@ func TestGRPCWebThroughGateway(t *testing.T) {
 		t.Errorf("grpc-web-text generation: grpc-status %q content-type %q, want 3 (unchecked priority) as grpc-web-text",
 			res.Header.Get("Grpc-Status"), res.Header.Get("Content-Type"))
 	}
-	if r := rec.next(t); r.ErrorKind != filter.ErrorHTTPStatus {
+	if r := rec.next(t); r.ErrorKind != exchange.ErrorHTTPStatus {
 		t.Errorf("refused grpc-web-text record: kind %v", r.ErrorKind)
 	}
 	// Another method is not guarded: it passes, counted as raw bytes.
@@ -158,7 +158,7 @@ func TestGRPCWebThroughGateway(t *testing.T) {
 		t.Errorf("grpc-web-text passed as %q", b)
 	}
 	r = rec.next(t)
-	if r.Protocol != filter.ProtocolRaw || !r.OK() || r.ResponseBytes != int64(len(text)) {
+	if r.Protocol != exchange.ProtocolRaw || !r.OK() || r.ResponseBytes != int64(len(text)) {
 		t.Errorf("grpc-web-text record: protocol %v ok %v (%v %q) bytes %d", r.Protocol, r.OK(), r.ErrorKind, r.Error, r.ResponseBytes)
 	}
 
@@ -169,7 +169,7 @@ func TestGRPCWebThroughGateway(t *testing.T) {
 	if !bytes.HasPrefix(b, first) || !bytes.Contains(b[len(first):], []byte("grpc-status: 14\r\n")) || b[len(first)] != 0x80 {
 		t.Errorf("cut stream: client got %q, want the first frame then a trailer frame with status 14", b)
 	}
-	if r := rec.next(t); r.ErrorKind != filter.ErrorUpstreamReset || !errors.Is(r.Err, ErrUpstreamReset) {
+	if r := rec.next(t); r.ErrorKind != exchange.ErrorUpstreamReset || !errors.Is(r.Err, ErrUpstreamReset) {
 		t.Errorf("cut record: kind %v err %v, want an upstream reset", r.ErrorKind, r.Err)
 	}
 }

@@ -10,20 +10,20 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
-// exchange is the gateway's side of one client request across its
+// clientExchange is the gateway's side of one client request across its
 // upstream attempts (a requeue after preemption and a mid-stream
 // continuation are further attempts): the core's per-request sequence
-// (filter.Exchange) plus what only the gateway has, the body it resends
+// (exchange.Exchange) plus what only the gateway has, the body it resends
 // and the route it proxies to. It is owned by the request's handler
 // goroutine; only the preemption watcher of the current attempt touches
 // it from elsewhere, and only through the attempt's context.
-type exchange struct {
-	core filter.Exchange
-	cfg  filter.ExchangeConfig
+type clientExchange struct {
+	core exchange.Exchange
+	cfg  exchange.ExchangeConfig
 	g    *Gateway
 	rt   *compiled
 	pool *compiledPool
@@ -50,22 +50,22 @@ func (f fanout) Record(r Record) { f.g.record(r) }
 // newExchange starts the core's sequence for r with its head: routed to
 // pool, received at recv, body read (nil when none).
 func (g *Gateway) newExchange(rt *compiled, pool *compiledPool, r *http.Request, recv time.Time, body []byte,
-	routeClass string, passthrough bool) *exchange {
-	x := &exchange{g: g, rt: rt, pool: pool, body: body}
-	x.cfg = filter.ExchangeConfig{
+	routeClass string, passthrough bool) *clientExchange {
+	x := &clientExchange{g: g, rt: rt, pool: pool, body: body}
+	x.cfg = exchange.ExchangeConfig{
 		Classifier:      g.classifier.Load(),
 		DefaultClass:    rt.cfg.DefaultClass,
 		SizeBody:        true,
 		GuardMaxMessage: int(rt.cfg.MaxRequestBytes),
 		KeepOutput:      g.admitter != nil,
-		Observer:        filter.Options{GeneralScan: g.generalScan, GapBuckets: g.gapBuckets},
+		Observer:        exchange.Options{GeneralScan: g.generalScan, GapBuckets: g.gapBuckets},
 		Recorder:        fanout{g},
 		Misuse:          g.onMisuse,
 	}
 	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
 	var pin string
 	pin, x.pickErr = pool.upstreamPick(r.Header)
-	x.core.Start(&x.cfg, filter.RequestHead{
+	x.core.Start(&x.cfg, exchange.RequestHead{
 		Path:            r.URL.Path,
 		ContentType:     r.Header.Get("Content-Type"),
 		ContentEncoding: r.Header.Get("Content-Encoding"),
@@ -93,9 +93,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	recv := g.clock.Now()
 	w = newDeadlineWriter(w, rt.cfg.Limits.ClientWriteTimeout)
 	kind := grpcKind(r)
-	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, kind != filter.GRPCNone)
+	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, kind != exchange.GRPCNone)
 	if !ok {
-		reply(w, kind, fmt.Errorf("%w for %s", filter.ErrNoRoute, r.URL.Path))
+		reply(w, kind, fmt.Errorf("%w for %s", exchange.ErrNoRoute, r.URL.Path))
 		return
 	}
 	if pool.Arm != "" {
@@ -109,17 +109,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if errors.Is(err, ErrBodyTooLarge) {
-			reply(w, kind, fmt.Errorf("%w: request body exceeds max_request_bytes (%d bytes)", filter.ErrRequestTooLarge, rt.cfg.MaxRequestBytes))
+			reply(w, kind, fmt.Errorf("%w: request body exceeds max_request_bytes (%d bytes)", exchange.ErrRequestTooLarge, rt.cfg.MaxRequestBytes))
 			return
 		}
-		reply(w, kind, fmt.Errorf("%w: reading request body: %w", filter.ErrBadRequest, err))
+		reply(w, kind, fmt.Errorf("%w: reading request body: %w", exchange.ErrBadRequest, err))
 		return
 	}
 	x := g.newExchange(rt, pool, r, recv, body, routeClass, !gen.Match(r.Method, r.URL.Path))
 	defer x.finish()
 	if err := x.pickErr; err != nil {
 		reply(w, kind, err)
-		x.core.Finish(g.clock.Now(), filter.EndRefused, err)
+		x.core.Finish(g.clock.Now(), exchange.EndRefused, err)
 		return
 	}
 	// The gateway has the whole body anyway: it is always read for the
@@ -127,12 +127,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// guarded body; relocation ran before, in front of the handler).
 	if err := x.core.Size(body, r.Header); err != nil {
 		reply(w, kind, err)
-		x.core.Finish(g.clock.Now(), filter.EndRefused, err)
+		x.core.Finish(g.clock.Now(), exchange.EndRefused, err)
 		return
 	}
 	if x.body, err = x.guard(body); err != nil {
 		reply(w, kind, err)
-		x.core.Finish(g.clock.Now(), filter.EndRefused, err)
+		x.core.Finish(g.clock.Now(), exchange.EndRefused, err)
 		return
 	}
 	body = x.body
@@ -141,7 +141,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			reply(w, kind, err)
 			// A cancelled admission is the client gone (the core tells).
-			x.core.Finish(g.clock.Now(), filter.EndRefused, err)
+			x.core.Finish(g.clock.Now(), exchange.EndRefused, err)
 			return
 		}
 		x.core.Admitted(g.clock.Now(), lease)
@@ -161,9 +161,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// whose ending stands); any other panic is a fault. End before the
 		// panic goes on (net/http logs it and closes the connection).
 		if p := recover(); p != nil {
-			how := filter.EndFault
+			how := exchange.EndFault
 			if p == http.ErrAbortHandler {
-				how = filter.EndClientGone
+				how = exchange.EndClientGone
 			}
 			x.core.End(g.clock.Now(), how, nil)
 			panic(p)
@@ -176,12 +176,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // admission; err is the refusal, which the core's reply table answers
 // (400 / INVALID_ARGUMENT, 415 for a compressed JSON body, or 413 /
 // RESOURCE_EXHAUSTED past max_request_bytes once decompressed).
-func (x *exchange) guard(body []byte) ([]byte, error) {
+func (x *clientExchange) guard(body []byte) ([]byte, error) {
 	if err := x.core.View().Plan.Refuse; err != nil {
 		return nil, err
 	}
 	out, _, err := x.core.Guard(body)
-	if errors.Is(err, filter.ErrPriorityTooLarge) {
+	if errors.Is(err, exchange.ErrPriorityTooLarge) {
 		return nil, fmt.Errorf("%w (max_request_bytes)", err)
 	}
 	return out, err
@@ -193,30 +193,30 @@ func (x *exchange) guard(body []byte) ([]byte, error) {
 func (g *Gateway) relocationRefused(r *http.Request, err error) {
 	rt := g.cfg.Load()
 	now := g.clock.Now()
-	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, grpcKind(r) != filter.GRPCNone)
+	pool, routeClass, gen, ok := rt.match(r.URL.Path, r.Header.Get, grpcKind(r) != exchange.GRPCNone)
 	if !ok {
 		return
 	}
 	x := g.newExchange(rt, pool, r, now, nil, routeClass, !gen.Match(r.Method, r.URL.Path))
-	x.core.End(now, filter.EndRefused, err)
+	x.core.End(now, exchange.EndRefused, err)
 }
 
 // output is the text generated so far (kept for spliceable requests).
-func (x *exchange) output() string {
+func (x *clientExchange) output() string {
 	return string(x.core.View().Output())
 }
 
 // finish ends the request: a response the handler saw to its end, unless
 // something ended it before (that ending stands).
-func (x *exchange) finish() {
-	if x.core.State() != filter.StateEnded {
-		x.core.End(x.g.clock.Now(), filter.EndCompleted, nil)
+func (x *clientExchange) finish() {
+	if x.core.State() != exchange.StateEnded {
+		x.core.End(x.g.clock.Now(), exchange.EndCompleted, nil)
 	}
 }
 
 // admitAgain queues the request again at the front of its class after a
 // preemption (x.core.Requeued released the last lease).
-func (x *exchange) admitAgain(ctx context.Context) error {
+func (x *clientExchange) admitAgain(ctx context.Context) error {
 	if x.g.admitter == nil {
 		return nil
 	}
@@ -233,29 +233,29 @@ func (x *exchange) admitAgain(ctx context.Context) error {
 // errorHandler answers requests whose upstream attempt failed before any
 // response byte reached the client.
 func (g *Gateway) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
+	x, _ := r.Context().Value(exchangeKey{}).(*clientExchange)
 	kind := grpcKind(r)
-	end := func(how filter.Ending) {
+	end := func(how exchange.Ending) {
 		if x != nil {
 			x.core.Finish(g.clock.Now(), how, err)
 		}
 	}
 	switch {
 	case r.Context().Err() != nil && !errors.Is(err, ErrUpstreamStalled):
-		end(filter.EndClientGone)
+		end(exchange.EndClientGone)
 		return // client gone
 	case isAdmitErr(err):
-		end(filter.EndRefused)
+		end(exchange.EndRefused)
 		reply(w, kind, err)
 	case errors.Is(err, ErrUpstreamStalled):
-		end(filter.EndFailed)
+		end(exchange.EndFailed)
 		reply(w, kind, err)
 	case unreachable(err): // the connection failed: the picker ejects the endpoint
-		end(filter.EndUnreachable)
-		reply(w, kind, fmt.Errorf("%w: %w", filter.ErrUpstream, err))
+		end(exchange.EndUnreachable)
+		reply(w, kind, fmt.Errorf("%w: %w", exchange.ErrUpstream, err))
 	default:
-		end(filter.EndFailed)
-		reply(w, kind, fmt.Errorf("%w: %w", filter.ErrUpstream, err))
+		end(exchange.EndFailed)
+		reply(w, kind, fmt.Errorf("%w: %w", exchange.ErrUpstream, err))
 	}
 }
 
@@ -287,4 +287,4 @@ var idEpoch = strconv.FormatInt(time.Now().UnixNano(), 36)
 
 // Record is what the gateway reports per request to its recorders: the
 // core's Record, the same the Envoy host reports.
-type Record = filter.Record
+type Record = exchange.Record

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/llmesh/llmesh/internal/gatewaytest"
+	"github.com/llmesh/llmesh/testkit/gatewaytest"
 )
 
 func TestMain(m *testing.M) {

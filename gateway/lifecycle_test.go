@@ -226,7 +226,7 @@ func TestPanicMidStreamReleasesOnceAsFailed(t *testing.T) {
 }
 
 // TestOutcomeFollowsObservation: the gateway releases a lease with the
-// outcome the core derives from what it observed (filter.OutcomeOf), as
+// outcome the core derives from what it observed (exchange.OutcomeOf), as
 // the Envoy host does: an engine's client error and a stream cut short
 // without an error of the transport are failures, not done.
 func TestOutcomeFollowsObservation(t *testing.T) {

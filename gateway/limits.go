@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -98,7 +98,7 @@ func (l Limits) withDefaults() Limits {
 var ErrBodyBudget = fmt.Errorf("%w: request bodies buffered at the gateway are at limits.body_budget_bytes", scheduler.ErrQueueFull)
 
 // ErrBodyTimeout: the request body did not arrive within the body timeout.
-var ErrBodyTimeout = fmt.Errorf("%w: request body not received within limits.body_timeout", filter.ErrBadRequest)
+var ErrBodyTimeout = fmt.Errorf("%w: request body not received within limits.body_timeout", exchange.ErrBadRequest)
 
 // budget is the gateway-wide count of buffered body bytes.
 type budget struct {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // ConfigFromMesh builds the gateway configuration of one listener of a
@@ -122,7 +122,7 @@ func (g *Gateway) ApplyMesh(c *config.Config, listener string) error {
 	if err != nil {
 		return err
 	}
-	cls, err := filter.NewClassifierFromConfig(c)
+	cls, err := exchange.NewClassifierFromConfig(c)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // CheckMesh reports whether the gateway part of c (listener, pools, arm
@@ -19,7 +19,7 @@ func CheckMesh(c *config.Config, listener string) error {
 	if _, err := compile(cfg); err != nil {
 		return err
 	}
-	if _, err := filter.NewClassifierFromConfig(c); err != nil {
+	if _, err := exchange.NewClassifierFromConfig(c); err != nil {
 		return fmt.Errorf("classification: %w", err)
 	}
 	return nil

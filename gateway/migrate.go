@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -48,7 +48,7 @@ func (s *stream) migrate(cut error) error {
 	s.cutErr = cut
 	s.x.g.migrations.Add(1)
 	dead := scheduler.EndpointOf(s.x.core.View().Lease)
-	if err := s.continueStream(filter.EndFailed, dead); err != nil {
+	if err := s.continueStream(exchange.EndFailed, dead); err != nil {
 		return s.migrationErr(err)
 	}
 	return nil
@@ -67,7 +67,7 @@ func (s *stream) migrationErr(err error) error {
 // admitContinuation admits the request again at the front of its class
 // after x.core.Requeued released the last lease, away from avoid when it
 // names an endpoint.
-func (x *exchange) admitContinuation(ctx context.Context, avoid string) error {
+func (x *clientExchange) admitContinuation(ctx context.Context, avoid string) error {
 	if x.g.admitter == nil {
 		return nil
 	}

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // migrationMesh is two real-time sims (same model and seed, so the same

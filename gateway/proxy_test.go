@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 func TestSSEStreamPassesAndIsObserved(t *testing.T) {
@@ -38,7 +38,7 @@ func TestSSEStreamPassesAndIsObserved(t *testing.T) {
 		t.Errorf("observation: ok=%v err=%q tokens=%d chunks=%d ttft=%v complete=%v",
 			r.OK(), r.Error, r.OutputTokens, r.TokenChunks, r.HasTTFT, r.Complete)
 	}
-	if r.Protocol != filter.ProtocolSSE {
+	if r.Protocol != exchange.ProtocolSSE {
 		t.Errorf("protocol %v, want sse", r.Protocol)
 	}
 }
@@ -59,7 +59,7 @@ func TestNonStreamingJSON(t *testing.T) {
 		t.Fatalf("body %q, want %q", got, body)
 	}
 	r := rec.next(t)
-	if !r.OK() || r.OutputTokens != 2 || r.Protocol != filter.ProtocolJSON {
+	if !r.OK() || r.OutputTokens != 2 || r.Protocol != exchange.ProtocolJSON {
 		t.Errorf("observation: ok=%v err=%q tokens=%d proto=%v", r.OK(), r.Error, r.OutputTokens, r.Protocol)
 	}
 }
@@ -108,7 +108,7 @@ func TestClientCancelCancelsUpstream(t *testing.T) {
 		t.Fatal("upstream did not see the client's cancel")
 	}
 	r := rec.next(t)
-	if r.ErrorKind != filter.ErrorCancelled {
+	if r.ErrorKind != exchange.ErrorCancelled {
 		t.Errorf("error kind %v (%q), want cancelled", r.ErrorKind, r.Error)
 	}
 }
@@ -138,7 +138,7 @@ func TestUpstreamDiesMidStreamSSE(t *testing.T) {
 		t.Errorf("last event %q/%q, want an OpenAI error event", events[2], datas[2])
 	}
 	r := rec.next(t)
-	if r.ErrorKind != filter.ErrorUpstreamReset || r.TokenChunks != 2 {
+	if r.ErrorKind != exchange.ErrorUpstreamReset || r.TokenChunks != 2 {
 		t.Errorf("observation kind %v (%q) chunks %d, want upstream_reset after 2", r.ErrorKind, r.Error, r.TokenChunks)
 	}
 }
@@ -165,7 +165,7 @@ func TestUpstreamStallEndsStream(t *testing.T) {
 		t.Fatalf("events %q %q, want token + upstream_timeout error", events, datas)
 	}
 	// The client is told it timed out; the metrics say the same.
-	if r := rec.next(t); r.OK() || r.ErrorKind != filter.ErrorTimeout {
+	if r := rec.next(t); r.OK() || r.ErrorKind != exchange.ErrorTimeout {
 		t.Errorf("stalled request recorded as %q (%q), want upstream_timeout", r.ErrorKind, r.Error)
 	}
 }
@@ -189,7 +189,7 @@ func TestMalformedSSEPassesThrough(t *testing.T) {
 		t.Fatalf("body %q, want the upstream's bytes %q", got, raw)
 	}
 	r := rec.next(t)
-	if r.ErrorKind != filter.ErrorMalformed || r.TokenChunks != 1 {
+	if r.ErrorKind != exchange.ErrorMalformed || r.TokenChunks != 1 {
 		t.Errorf("observation kind %v chunks %d, want malformed with 1 token chunk", r.ErrorKind, r.TokenChunks)
 	}
 }
@@ -232,7 +232,7 @@ func TestHugeSingleEventPassesIntact(t *testing.T) {
 	if err != nil || len(got) != len(huge) || string(got) != huge {
 		t.Fatalf("got %d bytes (%v), want the %d-byte stream intact", len(got), err, len(huge))
 	}
-	if r := rec.next(t); r.ErrorKind != filter.ErrorEventTooLarge {
+	if r := rec.next(t); r.ErrorKind != exchange.ErrorEventTooLarge {
 		t.Errorf("error kind %v (%q), want event_too_large", r.ErrorKind, r.Error)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/sim/server"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
@@ -35,7 +35,7 @@ func TestQuirksThroughGateway(t *testing.T) {
 	_, _ = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
 	r := rec.next(t)
-	if !r.OK() || r.OutputTokens != 40 || r.OutputTokensSource != filter.TokensFromUsage || r.TokenChunks >= 40 || !r.HasTPOT {
+	if !r.OK() || r.OutputTokens != 40 || r.OutputTokensSource != exchange.TokensFromUsage || r.TokenChunks >= 40 || !r.HasTPOT {
 		t.Errorf("output %d from %v in %d chunks (TPOT %v): want 40 from usage in fewer chunks", r.OutputTokens, r.OutputTokensSource, r.TokenChunks, r.HasTPOT)
 	}
 }

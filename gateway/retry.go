@@ -7,7 +7,7 @@ import (
 	"net"
 	"net/http"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -49,15 +49,15 @@ func emptyCut(s *stream) bool {
 
 // canRetry reports whether x may send its request once more after a
 // failure before any byte reached the client.
-func (x *exchange) canRetry(ctx context.Context) bool {
+func (x *clientExchange) canRetry(ctx context.Context) bool {
 	return !x.retried && ctx.Err() == nil && x.g.admitter != nil && x.core.View().Lease != nil && len(x.pool.endpoints) > 1
 }
 
 // retryElsewhere gives the current lease back as the attempt ended (how:
-// filter.EndFailed or filter.EndUnreachable) and admits the request again
+// exchange.EndFailed or exchange.EndUnreachable) and admits the request again
 // away from that endpoint; the next attempt goes to the new lease's
 // endpoint. The error is the admission's (the client's answer then).
-func (x *exchange) retryElsewhere(ctx context.Context, how filter.Ending) error {
+func (x *clientExchange) retryElsewhere(ctx context.Context, how exchange.Ending) error {
 	x.retried = true
 	x.g.retries.Add(1)
 	v := x.core.View()

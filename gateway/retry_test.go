@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // twoFrontedSims starts two sims, each behind a killable front, and a

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -21,7 +21,7 @@ import (
 // the first attempt's id and created time, no second role delta, and a
 // final usage that counts the original prompt and every generated token.
 type splicer struct {
-	kind filter.API
+	kind exchange.API
 	// id and created are the first attempt's, copied into continuation
 	// events.
 	id      json.RawMessage
@@ -40,7 +40,7 @@ type splicer struct {
 	held     []byte
 }
 
-func newSplicer(kind filter.API) *splicer { return &splicer{kind: kind} }
+func newSplicer(kind exchange.API) *splicer { return &splicer{kind: kind} }
 
 // track reads the stream's identity from the first attempt's first event;
 // events are whole (the stream cuts at event boundaries).
@@ -136,13 +136,13 @@ func (sp *splicer) continuationBody(orig []byte, text string, generated int) (bo
 		}
 	}
 	switch sp.kind {
-	case filter.APICompletions:
+	case exchange.APICompletions:
 		var prompt string
 		if err := json.Unmarshal(m["prompt"], &prompt); err != nil {
 			return nil, false, errors.New("continuation: prompt is not a string")
 		}
 		m["prompt"], _ = json.Marshal(prompt + text)
-	case filter.APIChat:
+	case exchange.APIChat:
 		var msgs []json.RawMessage
 		if err := json.Unmarshal(m["messages"], &msgs); err != nil {
 			return nil, false, errors.New("continuation: messages is not a list")
@@ -281,7 +281,7 @@ func (sp *splicer) rewriteChunk(data []byte) (out []byte, text string, final, ke
 	if json.Unmarshal(data, &m) != nil {
 		return data, "", false, true
 	}
-	if sp.kind == filter.APIChat && roleOnly(m["choices"]) {
+	if sp.kind == exchange.APIChat && roleOnly(m["choices"]) {
 		return nil, "", false, false
 	}
 	text, final = chunkText(m["choices"])
@@ -358,14 +358,14 @@ func roleOnly(raw json.RawMessage) bool {
 
 // continueStream replaces the ended upstream with a continuation request
 // whose events are spliced into the client's stream. The ended attempt's
-// lease goes back as how says (filter.EndPreempted for a preemption,
-// filter.EndFailed for a migration: migrate.go), and the continuation waits
+// lease goes back as how says (exchange.EndPreempted for a preemption,
+// exchange.EndFailed for a migration: migrate.go), and the continuation waits
 // for a new admission at the front of its class, away from avoid when it
 // names an endpoint. A preemption of the continuation before its first byte
 // starts over; one during it is handled by end like the first. A
 // continuation whose endpoint refuses the connection (nothing sent) is
 // admitted once more away from that endpoint, which the refusal ejects.
-func (s *stream) continueStream(how filter.Ending, avoid string) error {
+func (s *stream) continueStream(how exchange.Ending, avoid string) error {
 	x := s.x
 	sp := s.splice
 	ctx := s.outreq.Context()
@@ -409,12 +409,12 @@ func (s *stream) continueStream(how filter.Ending, avoid string) error {
 			cause := a.cause()
 			a.stop()
 			if errors.Is(cause, errPreemptSignal) && ctx.Err() == nil {
-				how = filter.EndPreempted
+				how = exchange.EndPreempted
 				continue
 			}
 			if cause == nil && unreachable(err) && !redialed && ctx.Err() == nil && len(x.pool.endpoints) > 1 {
 				redialed = true
-				how, avoid = filter.EndUnreachable, scheduler.EndpointOf(x.core.View().Lease)
+				how, avoid = exchange.EndUnreachable, scheduler.EndpointOf(x.core.View().Lease)
 				continue
 			}
 			return fmt.Errorf("%w: continuation: %v", ErrUpstreamReset, err)

@@ -8,11 +8,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 func TestSplicerRewrite(t *testing.T) {
-	sp := newSplicer(filter.APIChat)
+	sp := newSplicer(exchange.APIChat)
 	sp.track([]byte(`data: {"id":"first","created":7,"choices":[{"delta":{"role":"assistant","content":""}}]}` + "\n\n"))
 	sp.before = 3
 	sp.rewriting = true
@@ -65,7 +65,7 @@ func TestSpliceVerdict(t *testing.T) {
 		{"leading space aside", "one two", []string{ev(" one two", false)}, true, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sp := newSplicer(filter.APIChat)
+			sp := newSplicer(exchange.APIChat)
 			sp.rewriting, sp.checking, sp.sent = true, true, tc.sent
 			var got string
 			var err error
@@ -101,14 +101,14 @@ func TestSpliceVerdict(t *testing.T) {
 func TestContinuationBody(t *testing.T) {
 	for _, tc := range []struct {
 		name, orig, want string
-		kind             filter.API
+		kind             exchange.API
 		ok               bool
 	}{
 		{"completions", `{"prompt":"a b","max_tokens":10,"min_tokens":4,"stream":true}`,
-			`{"max_tokens":7,"min_tokens":1,"prompt":"a b c d e","stream":true}`, filter.APICompletions, true},
+			`{"max_tokens":7,"min_tokens":1,"prompt":"a b c d e","stream":true}`, exchange.APICompletions, true},
 		{"chat", `{"messages":[{"role":"user","content":"q"}],"max_completion_tokens":5}`,
-			`{"add_generation_prompt":false,"continue_final_message":true,"max_completion_tokens":2,"messages":[{"role":"user","content":"q"},{"content":" c d e","role":"assistant"}]}`, filter.APIChat, true},
-		{"nothing left", `{"prompt":"a","max_tokens":3}`, ``, filter.APICompletions, false},
+			`{"add_generation_prompt":false,"continue_final_message":true,"max_completion_tokens":2,"messages":[{"role":"user","content":"q"},{"content":" c d e","role":"assistant"}]}`, exchange.APIChat, true},
+		{"nothing left", `{"prompt":"a","max_tokens":3}`, ``, exchange.APICompletions, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body, ok, err := newSplicer(tc.kind).continuationBody([]byte(tc.orig), " c d e", 3)

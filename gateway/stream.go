@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"google.golang.org/grpc/codes"
 )
 
@@ -31,12 +31,12 @@ const (
 
 func framingOf(res *http.Response) framing {
 	ct := res.Header.Get("Content-Type")
-	switch filter.GRPCKindOf(ct) {
-	case filter.GRPC:
+	switch exchange.GRPCKindOf(ct) {
+	case exchange.GRPC:
 		return framingGRPC
-	case filter.GRPCWeb:
+	case exchange.GRPCWeb:
 		return framingGRPCWeb
-	case filter.GRPCWebText:
+	case exchange.GRPCWebText:
 		return framingRaw // base64: no frame boundaries to keep
 	}
 	if mt, _, _ := mime.ParseMediaType(ct); mt == "text/event-stream" {
@@ -52,7 +52,7 @@ func framingOf(res *http.Response) framing {
 // upstream failure into a clean protocol-level ending. Only the handler
 // goroutine uses it.
 type stream struct {
-	x       *exchange
+	x       *clientExchange
 	a       *attempt
 	base    http.RoundTripper
 	outreq  *http.Request
@@ -88,7 +88,7 @@ type stream struct {
 	holding bool
 }
 
-func newStream(x *exchange, a *attempt, base http.RoundTripper, outreq *http.Request, res *http.Response) *stream {
+func newStream(x *clientExchange, a *attempt, base http.RoundTripper, outreq *http.Request, res *http.Response) *stream {
 	s := &stream{x: x, a: a, base: base, outreq: outreq, res: res, framing: framingOf(res), atBoundary: true}
 	out := *res
 	out.Body = s
@@ -241,7 +241,7 @@ func (s *stream) fill(p []byte) (int, error) {
 				if s.migrated {
 					rerr = s.migrationErr(rerr)
 				}
-				s.terminate(rerr, filter.EndFailed)
+				s.terminate(rerr, exchange.EndFailed)
 				return 0, nil
 			}
 			s.pending = append(s.pending[:0], out...)
@@ -334,7 +334,7 @@ func (s *stream) end(err error) {
 			if s.migrated {
 				rerr = s.migrationErr(rerr)
 			}
-			s.terminate(rerr, filter.EndFailed)
+			s.terminate(rerr, exchange.EndFailed)
 			return
 		}
 		if len(out) > 0 {
@@ -357,25 +357,25 @@ func (s *stream) end(err error) {
 	switch {
 	case errors.Is(cause, errPreemptSignal) && s.outreq.Context().Err() == nil:
 		if s.splice != nil {
-			if cerr := s.continueStream(filter.EndPreempted, ""); cerr == nil {
+			if cerr := s.continueStream(exchange.EndPreempted, ""); cerr == nil {
 				return
 			} else {
-				s.terminate(cerr, filter.EndFailed)
+				s.terminate(cerr, exchange.EndFailed)
 				return
 			}
 		}
-		s.terminate(ErrPreemptedMidStream, filter.EndPreempted)
+		s.terminate(ErrPreemptedMidStream, exchange.EndPreempted)
 	case errors.Is(cause, ErrUpstreamStalled):
-		s.terminate(fmt.Errorf("%w: nothing for %v", ErrUpstreamStalled, s.a.idleD), filter.EndFailed)
+		s.terminate(fmt.Errorf("%w: nothing for %v", ErrUpstreamStalled, s.a.idleD), exchange.EndFailed)
 	case s.outreq.Context().Err() != nil:
-		s.x.core.Finish(s.x.g.clock.Now(), filter.EndClientGone, s.outreq.Context().Err())
+		s.x.core.Finish(s.x.g.clock.Now(), exchange.EndClientGone, s.outreq.Context().Err())
 		s.done, s.doneErr = true, err
 	case s.canMigrate(err):
 		if merr := s.migrate(err); merr != nil {
-			s.terminate(merr, filter.EndFailed)
+			s.terminate(merr, exchange.EndFailed)
 		}
 	default:
-		s.terminate(fmt.Errorf("%w: %v", ErrUpstreamReset, err), filter.EndFailed)
+		s.terminate(fmt.Errorf("%w: %v", ErrUpstreamReset, err), exchange.EndFailed)
 	}
 }
 
@@ -388,7 +388,7 @@ func (s *stream) finishOK() {
 	if s.res.Trailer != nil {
 		s.x.core.Trailers(s.x.g.clock.Now(), s.res.Trailer)
 	}
-	// The outcome follows the observation (filter.OutcomeOf), as the Envoy
+	// The outcome follows the observation (exchange.OutcomeOf), as the Envoy
 	// host's: an error status, a gRPC status other than OK (in trailers, a
 	// trailers-only response or gRPC-Web's trailer frame) or a truncated
 	// stream fail it.
@@ -422,7 +422,7 @@ func (f framing) grpc() bool { return f == framingGRPC || f == framingGRPCWeb }
 // appendWebTrailer appends a gRPC-Web trailer frame carrying code and msg
 // (percent-encoded as grpc-message is).
 func appendWebTrailer(dst []byte, code int, msg string) []byte {
-	payload := "grpc-status: " + strconv.Itoa(code) + "\r\ngrpc-message: " + filter.GRPCMessage(msg) + "\r\n"
+	payload := "grpc-status: " + strconv.Itoa(code) + "\r\ngrpc-message: " + exchange.GRPCMessage(msg) + "\r\n"
 	var pre [5]byte
 	pre[0] = 0x80
 	binary.BigEndian.PutUint32(pre[1:], uint32(len(payload)))
@@ -433,7 +433,7 @@ func appendWebTrailer(dst []byte, code int, msg string) []byte {
 // OpenAI error event for SSE, grpc-status UNAVAILABLE in the trailers for
 // gRPC; other bodies are cut off (the connection is aborted). how is the
 // ending the core records (EndFailed, or EndPreempted).
-func (s *stream) terminate(err error, how filter.Ending) {
+func (s *stream) terminate(err error, how exchange.Ending) {
 	s.x.core.Finish(s.x.g.clock.Now(), how, err)
 	s.done = true
 	switch s.framing {
@@ -442,12 +442,12 @@ func (s *stream) terminate(err error, how filter.Ending) {
 			s.pending = append(s.pending, '\n', '\n')
 		}
 		s.pending = append(s.pending, "event: error\ndata: "...)
-		s.pending = append(s.pending, filter.AppendOpenAIError(nil, http.StatusBadGateway, errorType(err), err.Error())...)
+		s.pending = append(s.pending, exchange.AppendOpenAIError(nil, http.StatusBadGateway, errorType(err), err.Error())...)
 		s.pending = append(s.pending, '\n', '\n')
 		s.doneErr = io.EOF
 	case framingGRPC:
 		s.out.Trailer.Set("Grpc-Status", strconv.Itoa(int(codes.Unavailable)))
-		s.out.Trailer.Set("Grpc-Message", filter.GRPCMessage(err.Error()))
+		s.out.Trailer.Set("Grpc-Message", exchange.GRPCMessage(err.Error()))
 		s.doneErr = io.EOF
 	case framingGRPCWeb:
 		if !s.atBoundary {

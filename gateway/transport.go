@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/clock"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // errPreemptSignal is the cancellation cause of an attempt stopped because
@@ -51,7 +51,7 @@ const maxTouchStep = time.Millisecond
 // preemptible lease, a goroutine that turns Preempt into cancellation. The
 // goroutine is owned by the attempt and ends with its context; stop waits
 // for it.
-func (x *exchange) newAttempt(parent context.Context) *attempt {
+func (x *clientExchange) newAttempt(parent context.Context) *attempt {
 	ctx, cancel := context.WithCancelCause(parent)
 	a := &attempt{ctx: ctx, cancel: cancel, clk: x.g.clock, idleD: x.rt.cfg.StreamIdleTimeout}
 	if a.idleD > 0 {
@@ -138,7 +138,7 @@ type attemptTransport struct {
 }
 
 func (t *attemptTransport) RoundTrip(outreq *http.Request) (*http.Response, error) {
-	x, _ := outreq.Context().Value(exchangeKey{}).(*exchange)
+	x, _ := outreq.Context().Value(exchangeKey{}).(*clientExchange)
 	if x == nil {
 		return t.base.RoundTrip(outreq)
 	}
@@ -148,7 +148,7 @@ func (t *attemptTransport) RoundTrip(outreq *http.Request) (*http.Response, erro
 		if err == nil && retryStatus(res.StatusCode) && x.canRetry(outreq.Context()) {
 			res.Body.Close()
 			a.stop()
-			if rerr := x.retryElsewhere(outreq.Context(), filter.EndFailed); rerr != nil {
+			if rerr := x.retryElsewhere(outreq.Context(), exchange.EndFailed); rerr != nil {
 				return nil, rerr
 			}
 			continue
@@ -170,9 +170,9 @@ func (t *attemptTransport) RoundTrip(outreq *http.Request) (*http.Response, erro
 		cause := a.cause()
 		a.stop()
 		if cause == nil && x.canRetry(outreq.Context()) {
-			how := filter.EndFailed
+			how := exchange.EndFailed
 			if unreachable(err) {
-				how = filter.EndUnreachable
+				how = exchange.EndUnreachable
 			}
 			if rerr := x.retryElsewhere(outreq.Context(), how); rerr != nil {
 				return nil, rerr
@@ -182,7 +182,7 @@ func (t *attemptTransport) RoundTrip(outreq *http.Request) (*http.Response, erro
 		switch {
 		case errors.Is(cause, errPreemptSignal) && outreq.Context().Err() == nil:
 			// Nothing reached the client: requeue at the front of the class.
-			x.core.Requeued(filter.EndPreempted)
+			x.core.Requeued(exchange.EndPreempted)
 			if aerr := x.admitAgain(outreq.Context()); aerr != nil {
 				return nil, aerr
 			}
@@ -195,7 +195,7 @@ func (t *attemptTransport) RoundTrip(outreq *http.Request) (*http.Response, erro
 }
 
 // send issues one upstream request with body.
-func send(base http.RoundTripper, x *exchange, a *attempt, outreq *http.Request, body []byte) (*http.Response, error) {
+func send(base http.RoundTripper, x *clientExchange, a *attempt, outreq *http.Request, body []byte) (*http.Response, error) {
 	// A shallow copy: RoundTrippers do not modify the request, and nothing
 	// changes outreq's headers once it is sent, so they need no deep copy.
 	req := outreq.WithContext(a.ctx)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/sim/simtest"
@@ -48,7 +48,7 @@ func postPicked(t *testing.T, gw, body, pick string) *http.Response {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if pick != "" {
-		req.Header.Set(filter.PickHeader, pick)
+		req.Header.Set(exchange.PickHeader, pick)
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -10,10 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmesh/llmesh/clock"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // unhonouredGauge reads llmesh_preemption_abort_unhonoured{pool} from c.

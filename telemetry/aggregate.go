@@ -14,7 +14,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // aggregation holds the Recorder's per-request instruments, aggregated by
@@ -343,7 +343,7 @@ func (p *sumPoint) init(set attribute.Set) { p.set, p.start = set, time.Now() }
 
 // record adds one finished request's measurements under series s; kind
 // is its errorIndex and slo its judgement.
-func (a *aggregation) record(s *series, obs *filter.Observation, kind int, slo SLOResult) {
+func (a *aggregation) record(s *series, obs *exchange.Observation, kind int, slo SLOResult) {
 	pt := &s.pts
 	a.mu.Lock()
 	defer a.mu.Unlock()

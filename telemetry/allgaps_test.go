@@ -6,7 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // TestEveryGapCounted: a stream far longer than the observer's bounded
@@ -14,8 +14,8 @@ import (
 // belongs to, through the aggregation and through the SDK instruments
 // (the histogram's count equals the request's decode steps).
 func TestEveryGapCounted(t *testing.T) {
-	const chunks = 3 * filter.DefaultMaxITLSamples
-	o := filter.NewObserver(filter.Options{GapBuckets: InterChunkBuckets(), Protocol: filter.ProtocolSSE})
+	const chunks = 3 * exchange.DefaultMaxITLSamples
+	o := exchange.NewObserver(exchange.Options{GapBuckets: InterChunkBuckets(), Protocol: exchange.ProtocolSSE})
 	t0 := time.Unix(1_700_000_000, 0)
 	o.MarkReceived(t0)
 	now := t0.Add(50 * time.Millisecond)
@@ -38,7 +38,7 @@ func TestEveryGapCounted(t *testing.T) {
 	_ = o.Observe(now, []byte("data: [DONE]\n\n"))
 	o.Finish(now, nil)
 	obs := o.Observation()
-	if obs.DecodeSteps != chunks-1 || len(obs.ITL.Samples) != filter.DefaultMaxITLSamples {
+	if obs.DecodeSteps != chunks-1 || len(obs.ITL.Samples) != exchange.DefaultMaxITLSamples {
 		t.Fatalf("decode steps %d samples %d", obs.DecodeSteps, len(obs.ITL.Samples))
 	}
 	p := newAggPair(t, RecorderOptions{})

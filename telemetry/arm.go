@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // Per-arm metric names: what an A/B experiment compares, labelled by
@@ -35,7 +35,7 @@ const (
 type ArmRecorder struct {
 	requests          metric.Int64Counter
 	ttft, tpot, queue metric.Float64Histogram
-	slos              map[string]filter.Class
+	slos              map[string]exchange.Class
 
 	mu     sync.Mutex
 	series map[armKey]*armSeries
@@ -65,7 +65,7 @@ func NewArmRecorder(mp metric.MeterProvider, opts RecorderOptions) (*ArmRecorder
 		mp = noop.NewMeterProvider()
 	}
 	m := mp.Meter("github.com/llmesh/llmesh/telemetry")
-	r := &ArmRecorder{slos: map[string]filter.Class{}, series: map[armKey]*armSeries{}}
+	r := &ArmRecorder{slos: map[string]exchange.Class{}, series: map[armKey]*armSeries{}}
 	for _, c := range opts.Classes {
 		r.slos[c.Name] = c
 	}
@@ -88,7 +88,7 @@ func NewArmRecorder(mp metric.MeterProvider, opts RecorderOptions) (*ArmRecorder
 }
 
 // Record records one finished request that experiment's arm served.
-func (r *ArmRecorder) Record(obs filter.Observation, class, experiment, arm string) {
+func (r *ArmRecorder) Record(obs exchange.Observation, class, experiment, arm string) {
 	ctx := context.Background()
 	s := r.labels(class, experiment, arm)
 	if !obs.Admitted.IsZero() {

@@ -9,7 +9,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // Per-arm instruments carry experiment, arm and class, and judge the SLO
@@ -18,11 +18,11 @@ func TestArmRecorder(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
-	r, err := NewArmRecorder(mp, RecorderOptions{Classes: []filter.Class{{Name: "chat", TTFT: 250 * time.Millisecond}}})
+	r, err := NewArmRecorder(mp, RecorderOptions{Classes: []exchange.Class{{Name: "chat", TTFT: 250 * time.Millisecond}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fast := filter.Observation{Admitted: time.Unix(1, 0), QueueTime: 10 * time.Millisecond, HasTTFT: true, TTFT: 100 * time.Millisecond}
+	fast := exchange.Observation{Admitted: time.Unix(1, 0), QueueTime: 10 * time.Millisecond, HasTTFT: true, TTFT: 100 * time.Millisecond}
 	slow := fast
 	slow.TTFT = time.Second
 	r.Record(fast, "chat", "ab", "fifo")

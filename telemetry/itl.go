@@ -5,37 +5,37 @@ import (
 	"slices"
 	"time"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // interChunkBuckets is the inter-chunk histogram's layout as the filter
-// core counts it: hosts pass it as filter.Options.GapBuckets (through
+// core counts it: hosts pass it as exchange.Options.GapBuckets (through
 // Recorder.GapBuckets), so that every gap of a request reaches the
 // histogram, however long the stream.
-var interChunkBuckets = func() *filter.GapBuckets {
+var interChunkBuckets = func() *exchange.GapBuckets {
 	b := slices.Clone(BucketsTPOT)
 	slices.Sort(b)
 	limits := make([]time.Duration, len(b))
 	for i, v := range b {
 		limits[i] = durationLimit(v)
 	}
-	return filter.NewGapBuckets(limits)
+	return exchange.NewGapBuckets(limits)
 }()
 
 // InterChunkBuckets is the layout of llmesh.inter_chunk.duration for
-// filter.Options.GapBuckets.
-func InterChunkBuckets() *filter.GapBuckets { return interChunkBuckets }
+// exchange.Options.GapBuckets.
+func InterChunkBuckets() *exchange.GapBuckets { return interChunkBuckets }
 
 // GapBuckets is InterChunkBuckets: hosts that find this method on their
-// recorder set filter.Options.GapBuckets from it. Nil-safe.
-func (r *Recorder) GapBuckets() *filter.GapBuckets { return interChunkBuckets }
+// recorder set exchange.Options.GapBuckets from it. Nil-safe.
+func (r *Recorder) GapBuckets() *exchange.GapBuckets { return interChunkBuckets }
 
 // GapBuckets is InterChunkBuckets.
-func (h HostRecorder) GapBuckets() *filter.GapBuckets { return interChunkBuckets }
+func (h HostRecorder) GapBuckets() *exchange.GapBuckets { return interChunkBuckets }
 
 // allGaps reports whether the ITL summary's per-bucket counts have gaps
 // its samples do not: the request had more gaps than the host kept.
-func allGaps(s *filter.ITLSummary) bool {
+func allGaps(s *exchange.ITLSummary) bool {
 	return s.Layout == interChunkBuckets && len(s.Buckets) == interChunkBuckets.Len() && s.Count > len(s.Samples)
 }
 
@@ -43,7 +43,7 @@ func allGaps(s *filter.ITLSummary) bool {
 // (p's bounds are interChunkBuckets'): every gap is counted in its bucket,
 // and the sum is the request's exact sum of gaps added at once (the SDK
 // path would add them one by one, which can differ in the last bits).
-func observeBuckets(p *histPoint[float64], s *filter.ITLSummary) {
+func observeBuckets(p *histPoint[float64], s *exchange.ITLSummary) {
 	for i, n := range s.Buckets {
 		p.counts[i] += n
 	}
@@ -62,7 +62,7 @@ func observeBuckets(p *histPoint[float64], s *filter.ITLSummary) {
 // extraGaps calls f for each gap the summary counted beyond its samples,
 // with a value in the gap's bucket (its upper limit; the maximum above the
 // last one), for the SDK instruments, which take one value per call.
-func extraGaps(s *filter.ITLSummary, f func(time.Duration)) {
+func extraGaps(s *exchange.ITLSummary, f func(time.Duration)) {
 	extra := slices.Clone(s.Buckets)
 	for _, g := range s.Samples {
 		if i := interChunkBuckets.Index(g); extra[i] > 0 {

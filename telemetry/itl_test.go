@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // aggPair is a Recorder on SDK instruments and one on the aggregation,
@@ -48,7 +48,7 @@ func newAggPair(t *testing.T, opts RecorderOptions) aggPair {
 	return p
 }
 
-func (p aggPair) record(obs filter.Observation, class, model string) {
+func (p aggPair) record(obs exchange.Observation, class, model string) {
 	p.sdk.Record(obs, class, model)
 	p.agg.Record(obs, class, model)
 }
@@ -90,7 +90,7 @@ func TestITLHistogramMatchesSDK(t *testing.T) {
 		{"b", "m", []time.Duration{0, ms(0.02), 0, 0, ms(0.05), 0, -ms(3), 0, ms(2), -time.Second, 0, 2 * time.Second}},
 	}
 	for _, r := range reqs {
-		p.record(filter.Observation{ITL: filter.ITLSummary{Samples: r.gaps}}, r.class, r.model)
+		p.record(exchange.Observation{ITL: exchange.ITLSummary{Samples: r.gaps}}, r.class, r.model)
 	}
 	if got := collect(t, p.aggReaders[1])[MetricInterChunk]; got.Name == "" {
 		t.Fatal("no inter-chunk histogram from the aggregation")
@@ -101,7 +101,7 @@ func TestITLHistogramMatchesSDK(t *testing.T) {
 // randomObservation is a request with every field the Recorder reads
 // drawn at random: values on, beside and between bucket bounds, zero and
 // absent values, every error kind and one beyond the named ones.
-func randomObservation(rng *rand.Rand) filter.Observation {
+func randomObservation(rng *rand.Rand) exchange.Observation {
 	dur := func(bounds []float64) time.Duration {
 		switch rng.IntN(5) {
 		case 0: // on or beside a bound
@@ -120,7 +120,7 @@ func randomObservation(rng *rand.Rand) filter.Observation {
 		}
 		return rng.IntN(5000)
 	}
-	var obs filter.Observation
+	var obs exchange.Observation
 	obs.Received = at(0)
 	if rng.IntN(4) > 0 {
 		obs.Admitted, obs.QueueTime = at(1), dur(BucketsQueue)
@@ -140,7 +140,7 @@ func randomObservation(rng *rand.Rand) filter.Observation {
 		obs.E2E = dur(BucketsDuration)
 	}
 	if rng.IntN(2) == 0 {
-		obs.ErrorKind = filter.ErrorKind(rng.IntN(errorKinds + 1))
+		obs.ErrorKind = exchange.ErrorKind(rng.IntN(errorKinds + 1))
 	}
 	if n := rng.IntN(24); n > 0 && rng.IntN(4) > 0 {
 		obs.ITL.Samples = make([]time.Duration, n)
@@ -223,9 +223,9 @@ func TestAggregationCardinalityLimit(t *testing.T) {
 // measurements go through the SDK instruments (the path before the
 // Recorder aggregated them), for A/B in one run.
 func BenchmarkRecordLong(b *testing.B) {
-	obs := filter.Observation{Received: at(0), Admitted: at(1), UpstreamSent: at(2), FirstToken: at(50), End: at(2600),
+	obs := exchange.Observation{Received: at(0), Admitted: at(1), UpstreamSent: at(2), FirstToken: at(50), End: at(2600),
 		HasTTFT: true, TTFT: 50 * time.Millisecond, HasTPOT: true, TPOT: 10 * time.Millisecond, OutputTokens: 256,
-		PromptTokens: 100, DecodeSteps: 255, ITL: filter.ITLSummary{Samples: make([]time.Duration, 255)}}
+		PromptTokens: 100, DecodeSteps: 255, ITL: exchange.ITLSummary{Samples: make([]time.Duration, 255)}}
 	for i := range obs.ITL.Samples {
 		obs.ITL.Samples[i] = time.Duration(5+i%20) * time.Millisecond
 	}
@@ -299,11 +299,11 @@ func TestBucketMatchesFloatSearch(t *testing.T) {
 	}
 	// The same gaps as one request in ascending and one in descending
 	// order, through observeGaps.
-	s := newSeries("c", "m", filter.Class{}, false, a)
-	a.record(s, &filter.Observation{ITL: filter.ITLSummary{Samples: gaps}}, 0, SLOResult{})
+	s := newSeries("c", "m", exchange.Class{}, false, a)
+	a.record(s, &exchange.Observation{ITL: exchange.ITLSummary{Samples: gaps}}, 0, SLOResult{})
 	desc := slices.Clone(gaps)
 	slices.Reverse(desc)
-	a.record(s, &filter.Observation{ITL: filter.ITLSummary{Samples: desc}}, 0, SLOResult{})
+	a.record(s, &exchange.Observation{ITL: exchange.ITLSummary{Samples: desc}}, 0, SLOResult{})
 	for i := range want {
 		want[i] *= 2
 	}
@@ -385,7 +385,7 @@ func BenchmarkObserveGaps(b *testing.B) {
 	}{{"decode", &decode}, {"burst", &burst}} {
 		b.Run(tc.name, func(b *testing.B) {
 			a := newAggregation(1)
-			s := newSeries("c", "m", filter.Class{}, false, a)
+			s := newSeries("c", "m", exchange.Class{}, false, a)
 			p := a.floatPoint(&s.pts.itl, &s.pts.own.itl, iITL, s.set)
 			i := 0
 			for b.Loop() {

@@ -5,17 +5,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // oneToken observes a stream of one token that ends with finish.
-func oneToken(t *testing.T, finish string) filter.Observation {
+func oneToken(t *testing.T, finish string) exchange.Observation {
 	t.Helper()
-	o := filter.NewObserver(filter.Options{})
+	o := exchange.NewObserver(exchange.Options{})
 	o.MarkReceived(at(0))
 	o.MarkAdmitted(at(1))
 	o.MarkUpstreamSent(at(2))
-	o.ResponseHeaders(at(20), 200, filter.MapHeaders{"content-type": "text/event-stream"})
+	o.ResponseHeaders(at(20), 200, exchange.MapHeaders{"content-type": "text/event-stream"})
 	body := `data: {"choices":[{"delta":{"content":"x"},"finish_reason":"` + finish + `"}]}` + "\n\n" +
 		`data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":1}}` + "\n\ndata: [DONE]\n\n"
 	if err := o.Observe(at(50), []byte(body)); err != nil {

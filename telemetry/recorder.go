@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/llmesh/llmesh/filter"
-	"github.com/llmesh/llmesh/slo/attainment"
+	"github.com/llmesh/llmesh/exchange"
+	"github.com/llmesh/llmesh/telemetry/attainment"
 )
 
 // Metric names. GenAI semantic-convention names where they exist.
@@ -80,7 +80,7 @@ type RecorderOptions struct {
 	// Classes give the SLOs that llmesh.slo.violations and the
 	// llmesh.slo.met attribute are judged against; a class not listed has
 	// no SLO (never violated except by failing).
-	Classes []filter.Class
+	Classes []exchange.Class
 	// MaxModels bounds distinct model labels; 0 means DefaultMaxModels.
 	MaxModels int
 }
@@ -105,7 +105,7 @@ type Recorder struct {
 	// that every request would pay for and nothing would see.
 	noTrace bool
 
-	slos      map[string]filter.Class
+	slos      map[string]exchange.Class
 	maxModels int
 
 	// last is the series the previous request was recorded under, tried
@@ -149,7 +149,7 @@ func newRecorder(mp metric.MeterProvider, tp trace.TracerProvider, opts Recorder
 		tracer:    tp.Tracer(scopeName),
 		noTrace:   noTrace,
 		agg:       agg,
-		slos:      map[string]filter.Class{},
+		slos:      map[string]exchange.Class{},
 		maxModels: opts.MaxModels,
 		models:    map[string]struct{}{},
 		series:    map[labelKey]*series{},
@@ -234,14 +234,14 @@ func (r *Recorder) lookup(class, model string) *series {
 type SLOResult = attainment.Result
 
 // JudgeSLO applies the attainment rule the bench applies too
-// (slo/attainment, docs/architecture.md Definitions) to an observation: a
+// (telemetry/attainment, docs/architecture.md Definitions) to an observation: a
 // failed request misses; TTFT (proxy-side) must be at most the TTFT SLO;
 // TPOT at most the TPOT SLO, and a TPOT that cannot be computed (fewer
 // than two output tokens) misses unless the engine ended the response at
 // its length limit (finish reason "length": the request asked for no
 // more). The hosts do not read max_tokens from the request, so the finish
 // reason stands for it.
-func JudgeSLO(obs *filter.Observation, c filter.Class) SLOResult {
+func JudgeSLO(obs *exchange.Observation, c exchange.Class) SLOResult {
 	return attainment.Judge(attainment.Outcome{
 		Failed: !obs.OK(),
 		TTFT:   obs.TTFT, HasTTFT: obs.HasTTFT,
@@ -255,7 +255,7 @@ func JudgeSLO(obs *filter.Observation, c filter.Class) SLOResult {
 // and kept (see series): building and hashing a set per measurement was
 // most of a request's recording cost. In a Provider's Recorder the
 // measurements go to the Recorder's own aggregation (see aggregation).
-func (r *Recorder) Record(obs filter.Observation, class, model string) {
+func (r *Recorder) Record(obs exchange.Observation, class, model string) {
 	s := r.labels(class, model)
 	slo := JudgeSLO(&obs, s.slo)
 	kind := errorIndex(obs.ErrorKind)
@@ -329,7 +329,7 @@ func (r *Recorder) Relocated(protocol string, n int64) {
 
 // Passthrough counts one request that was not a generation call, by its
 // outcome ("ok" or the error kind): it is recorded here and nowhere else.
-func (r *Recorder) Passthrough(obs *filter.Observation) {
+func (r *Recorder) Passthrough(obs *exchange.Observation) {
 	outcome := "ok"
 	if !obs.OK() {
 		outcome = obs.ErrorKind.String()
@@ -337,16 +337,16 @@ func (r *Recorder) Passthrough(obs *filter.Observation) {
 	r.passthrough.Add(context.Background(), 1, metric.WithAttributes(attribute.String("llmesh.outcome", outcome)))
 }
 
-// HostRecorder records the Records of either host (filter.Recorder), the
+// HostRecorder records the Records of either host (exchange.Recorder), the
 // one place a host's request becomes telemetry: a generation's metrics,
 // one llmesh.preemptions per preemption and the request's trace spans; a
 // passthrough request only its count.
 type HostRecorder struct{ R *Recorder }
 
-var _ filter.Recorder = HostRecorder{}
+var _ exchange.Recorder = HostRecorder{}
 
 // Record records rec; a nil Recorder is ignored.
-func (h HostRecorder) Record(rec filter.Record) {
+func (h HostRecorder) Record(rec exchange.Record) {
 	if h.R == nil {
 		return
 	}

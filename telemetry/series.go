@@ -4,7 +4,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // series holds, for one (class, model) label pair, every attribute set
@@ -19,7 +19,7 @@ type series struct {
 	// cache lines: the key (Recorder.last compares it), the SLO, then
 	// the aggregation's points.
 	class, model string
-	slo          filter.Class
+	slo          exchange.Class
 	// pts are this series' data points in the aggregation, each made at
 	// its first measurement; guarded by the aggregation's lock.
 	pts seriesPoints
@@ -146,14 +146,14 @@ const (
 // that a kind added to filter gets its own label.
 var errorKinds = func() int {
 	n := 0
-	for n < 255 && filter.ErrorKind(n).String() != filter.ErrorKind(255).String() {
+	for n < 255 && exchange.ErrorKind(n).String() != exchange.ErrorKind(255).String() {
 		n++
 	}
 	return n + 1
 }()
 
 // errorIndex maps an error kind to its slot in series' tables.
-func errorIndex(k filter.ErrorKind) int {
+func errorIndex(k exchange.ErrorKind) int {
 	if int(k) >= errorKinds-1 {
 		return errorKinds - 1
 	}
@@ -164,14 +164,14 @@ func errorIndex(k filter.ErrorKind) int {
 // ("" for success).
 func errorName(i int) string {
 	if i == errorKinds-1 {
-		return filter.ErrorKind(255).String()
+		return exchange.ErrorKind(255).String()
 	}
-	return filter.ErrorKind(i).String()
+	return exchange.ErrorKind(i).String()
 }
 
 // newSeries builds the series of class and model; sdk adds the SDK
 // path's measurement options, a non-nil agg the aggregation's points.
-func newSeries(class, model string, slo filter.Class, sdk bool, agg *aggregation) *series {
+func newSeries(class, model string, slo exchange.Class, sdk bool, agg *aggregation) *series {
 	c, m := AttrClass.String(class), AttrModel.String(model)
 	set := func(kvs ...attribute.KeyValue) attribute.Set {
 		return attribute.NewSet(append([]attribute.KeyValue{c, m}, kvs...)...)

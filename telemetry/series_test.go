@@ -14,14 +14,14 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // recordPerCall is Record as it was before the series cache: every
 // measurement's attribute set built at the call, on a Recorder with SDK
 // instruments. It is the reference the cached sets and the aggregation
 // are checked against, and the baseline of BenchmarkRecordGateway.
-func recordPerCall(r *Recorder, obs filter.Observation, class, model string) {
+func recordPerCall(r *Recorder, obs exchange.Observation, class, model string) {
 	ctx := context.Background()
 	s := r.labels(class, model)
 	set := s.set
@@ -124,7 +124,7 @@ func TestSeriesMatchPerCallSets(t *testing.T) {
 			for _, model := range []string{"m0", "m1", "m2", "m3", "m4", OtherModel} {
 				for _, ttft := range []time.Duration{5 * time.Millisecond, 5 * time.Second} {
 					obs := base
-					obs.ErrorKind = filter.ErrorKind(kind)
+					obs.ErrorKind = exchange.ErrorKind(kind)
 					obs.TTFT = ttft
 					if kind%3 == 1 {
 						obs.PromptTokens = 0
@@ -169,10 +169,10 @@ func TestSeriesMatchPerCallSets(t *testing.T) {
 // Besides ns/op each reports cpu-ns/op, the benchmark thread's CPU time
 // per request. Run with -count N to alternate them.
 func BenchmarkRecordGateway(b *testing.B) {
-	obs := filter.Observation{Received: at(0), Admitted: at(1), UpstreamSent: at(2), FirstToken: at(50), End: at(2600),
+	obs := exchange.Observation{Received: at(0), Admitted: at(1), UpstreamSent: at(2), FirstToken: at(50), End: at(2600),
 		HasTTFT: true, TTFT: 50 * time.Millisecond, UpstreamTTFT: 48 * time.Millisecond, HasTPOT: true, TPOT: 10 * time.Millisecond,
 		E2E: 2600 * time.Millisecond, OutputTokens: 256, CountedTokens: 256, TokenChunks: 256, DecodeSteps: 255,
-		ITL: filter.ITLSummary{Samples: make([]time.Duration, 255)}}
+		ITL: exchange.ITLSummary{Samples: make([]time.Duration, 255)}}
 	for i := range obs.ITL.Samples {
 		obs.ITL.Samples[i] = time.Duration(5+i%20) * time.Millisecond
 	}
@@ -190,13 +190,13 @@ func BenchmarkRecordGateway(b *testing.B) {
 	}
 	for _, tc := range []struct {
 		name   string
-		record func(filter.Observation, string, string)
+		record func(exchange.Observation, string, string)
 	}{
 		{"sdk", sdkRec.Record},
 		{"aggregated", p.Recorder.Record},
 		// none records nothing: the cold variant's floor (the two clock
 		// reads and the call).
-		{"none", func(filter.Observation, string, string) {}},
+		{"none", func(exchange.Observation, string, string) {}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			runtime.LockOSThread()
@@ -237,7 +237,7 @@ func BenchmarkRecordGateway(b *testing.B) {
 
 // armRecordPerCall is ArmRecorder.Record as it was before its sets were
 // cached: the reference for TestArmSeriesMatchPerCallSets.
-func armRecordPerCall(r *ArmRecorder, obs filter.Observation, class, experiment, arm string) {
+func armRecordPerCall(r *ArmRecorder, obs exchange.Observation, class, experiment, arm string) {
 	ctx := context.Background()
 	attrs := metric.WithAttributes(AttrExperiment.String(experiment), AttrArm.String(arm), AttrClass.String(class))
 	if !obs.Admitted.IsZero() {
@@ -284,7 +284,7 @@ func TestArmSeriesMatchPerCallSets(t *testing.T) {
 					for _, arm := range []string{"a", "b"} {
 						for _, ttft := range []time.Duration{5 * time.Millisecond, 5 * time.Second} {
 							obs := base
-							obs.ErrorKind = filter.ErrorKind(kind)
+							obs.ErrorKind = exchange.ErrorKind(kind)
 							obs.TTFT = ttft
 							if kind%3 == 1 {
 								obs.Admitted, obs.HasTTFT, obs.HasTPOT = time.Time{}, false, false

@@ -1,7 +1,7 @@
 package telemetry
 
-import "github.com/llmesh/llmesh/filter"
+import "github.com/llmesh/llmesh/exchange"
 
-// ServerTiming is filter.ServerTiming, the Server-Timing value of an
+// ServerTiming is exchange.ServerTiming, the Server-Timing value of an
 // observation (the core formats it; both hosts send it).
-func ServerTiming(obs *filter.Observation) string { return filter.ServerTiming(obs) }
+func ServerTiming(obs *exchange.Observation) string { return exchange.ServerTiming(obs) }

@@ -21,7 +21,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -30,15 +30,15 @@ var t0 = time.Unix(1_700_000_000, 0)
 
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
-// observe runs a real SSE stream through a filter.Observer: 4 tokens,
+// observe runs a real SSE stream through a exchange.Observer: 4 tokens,
 // first at 300 ms, then every 20 ms, usage reported.
-func observe(t *testing.T) filter.Observation {
+func observe(t *testing.T) exchange.Observation {
 	t.Helper()
-	o := filter.NewObserver(filter.Options{})
+	o := exchange.NewObserver(exchange.Options{})
 	o.MarkReceived(at(0))
 	o.MarkAdmitted(at(100))
 	o.MarkUpstreamSent(at(101))
-	o.ResponseHeaders(at(250), 200, filter.MapHeaders{"content-type": "text/event-stream"})
+	o.ResponseHeaders(at(250), 200, exchange.MapHeaders{"content-type": "text/event-stream"})
 	for i := range 4 {
 		if err := o.Observe(at(300+20*i), []byte(`data: {"choices":[{"delta":{"content":"x"}}]}`+"\n\n")); err != nil {
 			t.Fatal(err)
@@ -55,7 +55,7 @@ func observe(t *testing.T) filter.Observation {
 	return obs
 }
 
-var classes = []filter.Class{
+var classes = []exchange.Class{
 	{Name: "interactive", TTFT: 250 * time.Millisecond, TPOT: 50 * time.Millisecond},
 	{Name: "batch", TTFT: time.Second},
 }
@@ -86,7 +86,7 @@ func TestRecordManualReader(t *testing.T) {
 	p.Recorder.Record(obs, "interactive", "llama")
 	p.Recorder.Record(obs, "batch", "llama")
 	failed := obs
-	failed.ErrorKind, failed.Error = filter.ErrorUpstreamReset, "reset"
+	failed.ErrorKind, failed.Error = exchange.ErrorUpstreamReset, "reset"
 	p.Recorder.Record(failed, "batch", "llama")
 	p.Recorder.Preempted("batch", "llama")
 	p.Recorder.Relocated("grpc", 70000)
@@ -321,9 +321,9 @@ func TestTraceSpans(t *testing.T) {
 	sr2 := tracetest.NewSpanRecorder()
 	p2, _ := New(context.Background(), Options{SpanProcessors: []sdktrace.SpanProcessor{sr2}})
 	defer func() { _ = p2.Shutdown(context.Background()) }()
-	o := filter.NewObserver(filter.Options{})
+	o := exchange.NewObserver(exchange.Options{})
 	o.MarkReceived(at(0))
-	o.ResponseHeaders(at(5), 503, filter.MapHeaders{"content-type": "application/json"})
+	o.ResponseHeaders(at(5), 503, exchange.MapHeaders{"content-type": "application/json"})
 	o.Finish(at(6), nil)
 	p2.Recorder.Trace(context.Background(), o.Observation(), "batch", "m")
 	ended := sr2.Ended()
@@ -341,10 +341,10 @@ func TestServerTiming(t *testing.T) {
 	if got := ServerTiming(&obs); got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
-	if got := ServerTiming(&filter.Observation{}); got != "" {
+	if got := ServerTiming(&exchange.Observation{}); got != "" {
 		t.Errorf("empty observation: %q", got)
 	}
-	early := filter.Observation{Received: at(0), Admitted: at(7), QueueTime: 7 * time.Millisecond}
+	early := exchange.Observation{Received: at(0), Admitted: at(7), QueueTime: 7 * time.Millisecond}
 	if got := ServerTiming(&early); got != "queue;dur=7.000" {
 		t.Errorf("headers-time: %q", got)
 	}
@@ -356,9 +356,9 @@ func BenchmarkRecord(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = p.Shutdown(context.Background()) }()
-	obs := filter.Observation{Received: at(0), Admitted: at(1), UpstreamSent: at(2), FirstToken: at(50), End: at(500),
+	obs := exchange.Observation{Received: at(0), Admitted: at(1), UpstreamSent: at(2), FirstToken: at(50), End: at(500),
 		HasTTFT: true, TTFT: 50 * time.Millisecond, HasTPOT: true, TPOT: 10 * time.Millisecond, OutputTokens: 46,
-		PromptTokens: 100, DecodeSteps: 45, ITL: filter.ITLSummary{Samples: make([]time.Duration, 45)}}
+		PromptTokens: 100, DecodeSteps: 45, ITL: exchange.ITLSummary{Samples: make([]time.Duration, 45)}}
 	b.ReportAllocs()
 	for b.Loop() {
 		p.Recorder.Record(obs, "interactive", "llama")
@@ -376,11 +376,11 @@ func TestHostRecorder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = p.Shutdown(context.Background()) }()
-	var rec filter.Recorder = HostRecorder{p.Recorder}
+	var rec exchange.Recorder = HostRecorder{p.Recorder}
 	obs := observe(t)
-	rec.Record(filter.Record{Observation: obs, Class: "c", Model: "m", Preemptions: 2})
-	rec.Record(filter.Record{Observation: obs, Class: "c", Model: "m", Passthrough: true})
-	HostRecorder{}.Record(filter.Record{Observation: obs, Class: "c"})
+	rec.Record(exchange.Record{Observation: obs, Class: "c", Model: "m", Preemptions: 2})
+	rec.Record(exchange.Record{Observation: obs, Class: "c", Model: "m", Passthrough: true})
+	HostRecorder{}.Record(exchange.Record{Observation: obs, Class: "c"})
 	got := collect(t, reader)
 	if c := counts(got[MetricRequests], AttrClass); c["c"] != 1 {
 		t.Errorf("requests %v", c)

@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 )
 
 // Span names.
@@ -28,7 +28,7 @@ const (
 // a nil or no-op tracer provider, or a Provider without OTLP and span
 // processors). obs should be finished; an unfinished one ends at its last
 // event.
-func (r *Recorder) Trace(ctx context.Context, obs filter.Observation, class, model string) trace.SpanContext {
+func (r *Recorder) Trace(ctx context.Context, obs exchange.Observation, class, model string) trace.SpanContext {
 	if r.noTrace {
 		return trace.SpanContext{}
 	}

@@ -3,10 +3,11 @@ package harness
 import (
 	"context"
 	"errors"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/testkit/proctest"
 
 	"github.com/llmesh/llmesh/bench/benchtest"
 	"github.com/llmesh/llmesh/bench/result"

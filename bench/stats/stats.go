@@ -17,7 +17,7 @@ import (
 
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/workload"
-	"github.com/llmesh/llmesh/slo/attainment"
+	"github.com/llmesh/llmesh/telemetry/attainment"
 )
 
 // Meta describes the run being summarized.
@@ -165,7 +165,7 @@ func (c *class) add(r *result.Record) {
 	for i := 1; i < len(r.ChunkNS); i++ {
 		c.itl.add(time.Duration(r.ChunkNS[i] - r.ChunkNS[i-1]))
 	}
-	// One judgement for the bench and the hosts (slo/attainment); each
+	// One judgement for the bench and the hosts (telemetry/attainment); each
 	// miss is counted once, under its first reason.
 	j := attainment.Judge(attainment.Outcome{
 		TTFT: ttft, HasTTFT: hasTTFT, TPOT: tpot, HasTPOT: hasTPOT, MaxTokens: r.MaxTokens,

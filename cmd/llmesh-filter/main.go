@@ -10,8 +10,8 @@ package main
 import (
 	"github.com/envoyproxy/envoy/contrib/golang/filters/http/source/go/pkg/http"
 
-	"github.com/llmesh/llmesh/cmd/llmesh-filter/process"
-	"github.com/llmesh/llmesh/filter/envoy"
+	"github.com/llmesh/llmesh/envoyfilter"
+	"github.com/llmesh/llmesh/envoyfilter/process"
 )
 
 // Process-wide: every config Envoy parses shares the scheduler set (or the
@@ -22,8 +22,8 @@ var (
 )
 
 func init() {
-	p := envoy.New(process.Env(schedulers, telemetry))
-	http.RegisterHttpFilterFactoryAndConfigParser(envoy.Name, p.Factory, p)
+	p := envoyfilter.New(process.Env(schedulers, telemetry))
+	http.RegisterHttpFilterFactoryAndConfigParser(envoyfilter.Name, p.Factory, p)
 }
 
 // main is required by -buildmode=c-shared and never runs.

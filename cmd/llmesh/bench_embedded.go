@@ -14,8 +14,8 @@ import (
 
 	"github.com/llmesh/llmesh/bench/ab"
 	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/cmd/llmesh/demo/stack"
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/demo/stack"
 	"github.com/llmesh/llmesh/sim/server"
 )
 

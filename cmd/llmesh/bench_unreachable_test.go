@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // `bench run` against a dead port stops early with exit 1 and the cause,

@@ -7,8 +7,8 @@ import (
 	"io"
 
 	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/cmd/llmesh/demo"
 	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
-	"github.com/llmesh/llmesh/demo"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // The doc tests run every shell block of README.md and docs/*.md as a bash

@@ -18,7 +18,7 @@ import (
 	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/epp"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/internal/tlsfiles"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
@@ -212,7 +212,7 @@ func eppAdmin(ctx context.Context, addr string, mesh *config.Config, stats func(
 	topts := telemetry.OptionsFromConfig(mesh.Telemetry)
 	topts.Prometheus = true
 	for _, c := range mesh.Classes {
-		topts.Recorder.Classes = append(topts.Recorder.Classes, filter.Class{Name: c.Name, Priority: c.Priority, TTFT: c.TTFT, TPOT: c.TPOT, Preemptible: c.Preemptible})
+		topts.Recorder.Classes = append(topts.Recorder.Classes, exchange.Class{Name: c.Name, Priority: c.Priority, TTFT: c.TTFT, TPOT: c.TPOT, Preemptible: c.Preemptible})
 	}
 	tele, err := telemetry.New(ctx, topts)
 	if err != nil {

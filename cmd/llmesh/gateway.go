@@ -10,9 +10,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/llmesh/llmesh/cmd/llmesh/demo/stack"
 	"github.com/llmesh/llmesh/cmd/llmesh/gatewayproc"
 	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
-	"github.com/llmesh/llmesh/demo/stack"
 	"github.com/llmesh/llmesh/internal/adminapi"
 )
 

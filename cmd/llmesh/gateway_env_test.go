@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // The command docs/config.md gives: a shipped bench mesh served as it is,

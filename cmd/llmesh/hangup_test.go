@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // startLLMesh runs `llmesh args…` as a process of its own (this test

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/internal/tlsfiles/tlstest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // The scheduler service, xDS and the endpoint picker refuse plaintext on

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/loadgen"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 func TestSchedulerFlags(t *testing.T) {

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/internal/tlsfiles/tlstest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // scheduler serve with --tls-cert, --tls-key and --client-ca admits a host

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/slo"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 func TestSLORulesCommand(t *testing.T) {

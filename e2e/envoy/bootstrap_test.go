@@ -22,8 +22,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter/envoy"
-	"github.com/llmesh/llmesh/filter/filtertest"
+	"github.com/llmesh/llmesh/envoyfilter"
+	"github.com/llmesh/llmesh/testkit/fakesdk"
 )
 
 // loadBootstrap reads a YAML bootstrap into the Envoy proto the way Envoy
@@ -101,25 +101,25 @@ func validateMsg(t *testing.T, m protoreflect.Message, path string, visit func(s
 
 func TestEnvoyStaticYAML(t *testing.T) {
 	b := loadBootstrap(t, filepath.Join("..", "..", "envoy-static.yaml"))
-	filtertest.InstallCAPI()
-	plugin := envoy.New(envoy.Env{})
+	fakesdk.InstallCAPI()
+	plugin := envoyfilter.New(envoyfilter.Env{})
 	var filters, routes int
 	var perRoute []interface{}
 	validateDeep(t, b.ProtoReflect(), "bootstrap", func(path string, inner proto.Message) {
 		switch c := inner.(type) {
 		case *golang.Config:
 			filters++
-			if c.GetPluginName() != envoy.Name || c.GetLibraryId() == "" || !strings.HasSuffix(c.GetLibraryPath(), ".so") {
-				t.Errorf("%s: golang filter %q from %q, want plugin %q from a .so", path, c.GetPluginName(), c.GetLibraryPath(), envoy.Name)
+			if c.GetPluginName() != envoyfilter.Name || c.GetLibraryId() == "" || !strings.HasSuffix(c.GetLibraryPath(), ".so") {
+				t.Errorf("%s: golang filter %q from %q, want plugin %q from a .so", path, c.GetPluginName(), c.GetLibraryPath(), envoyfilter.Name)
 			}
 			// The plugin config must be accepted by the filter itself.
-			if _, err := plugin.Parse(c.GetPluginConfig(), filtertest.NewConfigCallbacks()); err != nil {
+			if _, err := plugin.Parse(c.GetPluginConfig(), fakesdk.NewConfigCallbacks()); err != nil {
 				t.Errorf("%s: plugin_config rejected by the filter: %v", path, err)
 			}
 		case *golang.ConfigsPerRoute:
 			routes++
 			for name, rp := range c.GetPluginsConfig() {
-				if name != envoy.Name {
+				if name != envoyfilter.Name {
 					t.Errorf("%s: per-route config for plugin %q", path, name)
 				}
 				rc, err := plugin.Parse(rp.GetConfig(), nil)
@@ -135,7 +135,7 @@ func TestEnvoyStaticYAML(t *testing.T) {
 	}
 	// Per-route configs name pools the filter-level mesh config has:
 	// Merge counts unknown ones, so the counter must stay 0.
-	cb := filtertest.NewConfigCallbacks()
+	cb := fakesdk.NewConfigCallbacks()
 	cfg, err := plugin.Parse(findGolang(t, b).GetPluginConfig(), cb)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestEnvoyStaticYAML(t *testing.T) {
 	for _, rc := range perRoute {
 		plugin.Merge(cfg, rc)
 	}
-	if n, _ := cb.Counter(envoy.StatRouteConfigErrors); n != 0 {
+	if n, _ := cb.Counter(envoyfilter.StatRouteConfigErrors); n != 0 {
 		t.Errorf("%d per-route configs name unknown pools or classes", n)
 	}
 	names := map[string]bool{}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/control"
-	"github.com/llmesh/llmesh/filter/envoy"
-	"github.com/llmesh/llmesh/filter/filtertest"
+	"github.com/llmesh/llmesh/envoyfilter"
+	"github.com/llmesh/llmesh/testkit/fakesdk"
 )
 
 // TestControlConfigAcceptedByFilter: the golang filter configs that
@@ -48,9 +48,9 @@ experiments:
 	if err != nil {
 		t.Fatal(err)
 	}
-	filtertest.InstallCAPI()
-	plugin := envoy.New(envoy.Env{})
-	cb := filtertest.NewConfigCallbacks()
+	fakesdk.InstallCAPI()
+	plugin := envoyfilter.New(envoyfilter.Env{})
+	cb := fakesdk.NewConfigCallbacks()
 	var parent interface{}
 	var routes []interface{}
 	for _, rs := range res {
@@ -65,7 +65,7 @@ experiments:
 					parent = p
 				case *golang.ConfigsPerRoute:
 					for name, rp := range c.GetPluginsConfig() {
-						if name != envoy.Name {
+						if name != envoyfilter.Name {
 							t.Errorf("%s: per-route config for plugin %q", path, name)
 						}
 						rc, _ := plugin.Parse(rp.GetConfig(), nil)
@@ -81,7 +81,7 @@ experiments:
 	for _, rc := range routes {
 		plugin.Merge(parent, rc)
 	}
-	if n, _ := cb.Counter(envoy.StatRouteConfigErrors); n != 0 {
+	if n, _ := cb.Counter(envoyfilter.StatRouteConfigErrors); n != 0 {
 		t.Errorf("%d of control's %d per-route configs were rejected by Merge", n, len(routes))
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/llmesh/llmesh/api/llmv1"
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // The real-Envoy test needs an Envoy binary with the contrib extensions

@@ -3,7 +3,7 @@ package envoy_test
 import (
 	"testing"
 
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // bins builds llmesh-filter.so (c-shared, so cgo) and llmesh once for all

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/cmd/llmesh/gatewayproc"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // meshYAML is a one-listener mesh whose only route sends /v1/ to one pool.

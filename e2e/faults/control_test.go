@@ -19,7 +19,7 @@ import (
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/control"
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // plane is a running control plane; it serves until the test ends or

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/gateway"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/sim"
@@ -96,7 +96,7 @@ func TestClientGoneWhileQueued(t *testing.T) {
 	r := e.rec.next(t)
 	// Never admitted, so no admission was released (Record.Outcome is
 	// Done, as in the Envoy host); the cancellation is the error kind.
-	if r.Outcome != scheduler.Done || r.ErrorKind != filter.ErrorCancelled || r.OutputTokens != 0 {
+	if r.Outcome != scheduler.Done || r.ErrorKind != exchange.ErrorCancelled || r.OutputTokens != 0 {
 		t.Errorf("queued request's record outcome %v error kind %v tokens %d, want Done (never admitted), cancelled, nothing sent", r.Outcome, r.ErrorKind, r.OutputTokens)
 	}
 	poll.Until(t, "queue empty", func() (bool, string) {

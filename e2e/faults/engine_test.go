@@ -16,9 +16,9 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/gateway"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // TestEngineKilledMidStreamSSE kills the engine (every connection to it at

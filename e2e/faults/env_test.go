@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/gateway"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 func TestMain(m *testing.M) { proctest.Main(m) }

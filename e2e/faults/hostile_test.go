@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/filter"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/gateway"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
@@ -55,7 +55,7 @@ func TestPriorityHeaderSpoofing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cls, err := filter.NewClassifierFromConfig(cfg)
+			cls, err := exchange.NewClassifierFromConfig(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,7 +180,7 @@ func TestHugeSSEEventBoundedMemory(t *testing.T) {
 		t.Errorf("heap grew by %.1f MiB while streaming a %d MiB event: the event is being buffered", float64(growth)/(1<<20), size>>20)
 	}
 	r := rec.next(t)
-	if r.ErrorKind != filter.ErrorEventTooLarge {
+	if r.ErrorKind != exchange.ErrorEventTooLarge {
 		t.Errorf("observation error %q (%s), want the event-too-large kind", r.ErrorKind, r.Error)
 	}
 }

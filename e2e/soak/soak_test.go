@@ -21,10 +21,10 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/gateway"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 func TestMain(m *testing.M) { proctest.Main(m) }

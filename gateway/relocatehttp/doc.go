@@ -1,7 +1,7 @@
 // Package relocatehttp is the net/http host of prompt relocation: a
 // middleware that the gateway wraps around its handler. For a gRPC call
 // (application/grpc, or binary application/grpc-web, which has the same
-// framing; filter.GRPCKindOf decides) whose configured metadata value is
+// framing; exchange.GRPCKindOf decides) whose configured metadata value is
 // over the threshold, it removes the header, reads the first message,
 // appends the value as the configured protobuf field and lets the rest of
 // the body stream through; for an HTTP request it moves the header into the

@@ -26,7 +26,7 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
-	"github.com/llmesh/llmesh/filter/relocate"
+	"github.com/llmesh/llmesh/exchange/relocate"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

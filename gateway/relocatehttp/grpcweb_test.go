@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/llmv1"
-	"github.com/llmesh/llmesh/filter/relocate"
+	"github.com/llmesh/llmesh/exchange/relocate"
 )
 
 // TestGRPCWebKinds: binary gRPC-Web has gRPC's framing, so its prompt is

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"github.com/llmesh/llmesh/filter"
-	"github.com/llmesh/llmesh/filter/relocate"
+	"github.com/llmesh/llmesh/exchange"
+	"github.com/llmesh/llmesh/exchange/relocate"
 )
 
 // Options are the middleware's hooks.
@@ -48,11 +48,11 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	switch filter.GRPCKindOf(r.Header.Get("Content-Type")) {
-	case filter.GRPC, filter.GRPCWeb:
+	switch exchange.GRPCKindOf(r.Header.Get("Content-Type")) {
+	case exchange.GRPC, exchange.GRPCWeb:
 		m.serveGRPC(w, r, rel)
 		return
-	case filter.GRPCWebText:
+	case exchange.GRPCWebText:
 		// Base64 frames are not decoded: nothing is relocated into them
 		// (and no JSON rule applies to them).
 		m.next.ServeHTTP(w, r)
@@ -152,17 +152,17 @@ func readAtMost(rd io.Reader, buf []byte, n int64) ([]byte, error) {
 
 // IsGRPC reports whether r is a gRPC call whose messages relocation
 // rewrites: application/grpc or binary application/grpc-web (the same
-// framing), with or without a +codec or parameters (filter.GRPCKindOf);
+// framing), with or without a +codec or parameters (exchange.GRPCKindOf);
 // not gRPC-Web-text, whose base64 body is passed through as it is.
 func IsGRPC(r *http.Request) bool {
-	return filter.GRPCKindOf(r.Header.Get("Content-Type")).Framed()
+	return exchange.GRPCKindOf(r.Header.Get("Content-Type")).Framed()
 }
 
 func (m *Middleware) refuseGRPC(w http.ResponseWriter, r *http.Request, err error) {
 	if m.opts.OnRefused != nil {
 		m.opts.OnRefused(r, err)
 	}
-	writeGRPCError(w, filter.GRPCKindOf(r.Header.Get("Content-Type")), err)
+	writeGRPCError(w, exchange.GRPCKindOf(r.Header.Get("Content-Type")), err)
 }
 
 func (m *Middleware) refuseHTTP(w http.ResponseWriter, r *http.Request, err error) {
@@ -174,20 +174,20 @@ func (m *Middleware) refuseHTTP(w http.ResponseWriter, r *http.Request, err erro
 
 // writeGRPCError answers a gRPC call with a trailers-only response of kind's
 // content type carrying the status code and message of the core's reply for
-// err (filter.ReplyFor).
-func writeGRPCError(w http.ResponseWriter, kind filter.GRPCKind, err error) {
-	r := filter.ReplyFor(err)
+// err (exchange.ReplyFor).
+func writeGRPCError(w http.ResponseWriter, kind exchange.GRPCKind, err error) {
+	r := exchange.ReplyFor(err)
 	h := w.Header()
 	h.Set("Content-Type", kind.ContentType())
 	h.Set("Grpc-Status", strconv.Itoa(r.GRPCCode))
-	h.Set("Grpc-Message", filter.GRPCMessage(r.Message))
+	h.Set("Grpc-Message", exchange.GRPCMessage(r.Message))
 	w.WriteHeader(http.StatusOK)
 }
 
 // WriteHTTPError answers with the HTTP status and OpenAI error body of the
-// core's reply for err (filter.ReplyFor).
+// core's reply for err (exchange.ReplyFor).
 func WriteHTTPError(w http.ResponseWriter, err error) {
-	r := filter.ReplyFor(err)
+	r := exchange.ReplyFor(err)
 	b := r.OpenAIBody()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))

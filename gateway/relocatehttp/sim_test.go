@@ -11,7 +11,7 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
-	"github.com/llmesh/llmesh/filter/relocate"
+	"github.com/llmesh/llmesh/exchange/relocate"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 

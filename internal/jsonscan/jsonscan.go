@@ -3,7 +3,7 @@
 // encoding/json it does not check UTF-8), without building anything and
 // without recursion. Hot paths use it where json.Valid's function call per
 // byte, or a decode, would cost more than the work around it: the request
-// sizing of both hosts (filter.ParseOpenAIRequest) and the benchmark
+// sizing of both hosts (exchange.ParseOpenAIRequest) and the benchmark
 // client's SSE fast path.
 package jsonscan
 

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // poll waits until cond holds.

@@ -5,7 +5,7 @@
 // experiment arms and a gateway.Gateway, binds the data and admin
 // listeners, and serves until the context ends. It is kept out of package
 // gateway so that the library links neither config watchers, scheduler
-// clients nor exporters of its own; cmd/llmesh runs it, demo/stack is handed
+// clients nor exporters of its own; cmd/llmesh runs it, cmd/llmesh/demo/stack is handed
 // it by cmd/llmesh.
 //
 // Goroutines: Run owns them all and returns after every one has ended. It

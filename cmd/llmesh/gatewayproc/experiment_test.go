@@ -18,9 +18,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmesh/llmesh/gateway"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler/server"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // seededDraw is a concurrency-safe seeded uniform source.

@@ -5,12 +5,12 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/llmesh/llmesh/internal/gatewaytest"
+	"github.com/llmesh/llmesh/testkit/gatewaytest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The request helpers of the gateway package's own tests (internal/gatewaytest):
+// The request helpers of the gateway package's own tests (testkit/gatewaytest):
 // the tests here send the same requests to a whole gateway process.
 var (
 	readSSE     = gatewaytest.ReadSSE

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/scheduler/pools"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 func TestSchedulerConfigKeepsPreemptionTarget(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/config/watch"
-	"github.com/llmesh/llmesh/filter"
-	"github.com/llmesh/llmesh/filter/relocate"
+	"github.com/llmesh/llmesh/exchange"
+	"github.com/llmesh/llmesh/exchange/relocate"
 	"github.com/llmesh/llmesh/gateway"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
@@ -212,7 +212,7 @@ func buildHost(ctx context.Context, rc Config, log *slog.Logger) (*host, error) 
 		scfg    *scheduler.Config
 		topts   = telemetry.Options{Prometheus: true}
 		opts    []gateway.Option
-		classes []filter.Class
+		classes []exchange.Class
 		mesh    *config.Config
 	)
 	if rc.ConfigPath != "" {
@@ -243,13 +243,13 @@ func buildHost(ctx context.Context, rc Config, log *slog.Logger) (*host, error) 
 		}
 		scfg = &sc
 		h.exps = gateway.NewExperiments(mesh, func(c *config.Config, sched bool) error { return h.applyMesh(c, rc.Listener, sched, log) }, log)
-		cls, err := filter.NewClassifierFromConfig(mesh)
+		cls, err := exchange.NewClassifierFromConfig(mesh)
 		if err != nil {
 			return nil, err
 		}
 		opts = append(opts, gateway.WithClassifier(cls))
 		for _, c := range mesh.Classes {
-			classes = append(classes, filter.Class{Name: c.Name, Priority: c.Priority, TTFT: c.TTFT, TPOT: c.TPOT, Preemptible: c.Preemptible})
+			classes = append(classes, exchange.Class{Name: c.Name, Priority: c.Priority, TTFT: c.TTFT, TPOT: c.TPOT, Preemptible: c.Preemptible})
 		}
 		topts = telemetry.OptionsFromConfig(mesh.Telemetry)
 		if h.listen == "" {

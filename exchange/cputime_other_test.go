@@ -1,0 +1,7 @@
+//go:build !linux
+
+package exchange
+
+import "testing"
+
+func reportCPU(*testing.B) {}

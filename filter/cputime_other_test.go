@@ -1,7 +1,0 @@
-//go:build !linux
-
-package filter
-
-import "testing"
-
-func reportCPU(*testing.B) {}
