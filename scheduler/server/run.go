@@ -59,10 +59,19 @@ type Options struct {
 	// requires client certificates: tlsfiles.Server with a client CA);
 	// nil serves plaintext, to anyone who can connect.
 	TLS *tls.Config
+	// HandshakeTimeout bounds how long a new connection may take to finish
+	// its TLS handshake and its preface (framed or HTTP/2); one that sends
+	// part of them and stalls is closed then. Zero is
+	// DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
 	// Limits bound what one client can hold (sessions, leases, how long a
 	// preempted lease may stay open); zero fields take their defaults.
 	Limits Limits
 }
+
+// DefaultHandshakeTimeout is Options.HandshakeTimeout's default (gRPC's
+// own, 120 s, lets half-open connections pile up).
+const DefaultHandshakeTimeout = 5 * time.Second
 
 // Run serves the shared scheduler for o.Mesh on l until ctx ends: one
 // in-process scheduler per pool (MeshScheduler), a capacity watcher for
@@ -114,7 +123,11 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	if ka.Timeout <= 0 {
 		ka.Timeout = 5 * time.Second
 	}
-	g := grpc.NewServer(append(GRPCOptions(), grpc.KeepaliveParams(ka))...)
+	hto := o.HandshakeTimeout
+	if hto <= 0 {
+		hto = DefaultHandshakeTimeout
+	}
+	g := grpc.NewServer(append(GRPCOptions(), grpc.KeepaliveParams(ka), grpc.ConnectionTimeout(hto))...)
 	srv := New(sched, o.Clock)
 	srv.SetLimits(o.Limits)
 	srv.SetLog(lw.printf)
@@ -175,6 +188,7 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 		l = tls.NewListener(l, o.TLS)
 	}
 	mux := framed.NewMux(l, net.KeepAliveConfig{Enable: true, Idle: ka.Time, Interval: ka.Timeout, Count: 1})
+	mux.HandshakeTimeout = hto
 	muxc := make(chan error, 1)
 	go func() {
 		muxc <- mux.Serve(ctx, func(c *framed.ServerConn) error { return srv.ServeSession(c) })
