@@ -102,9 +102,17 @@ func (m *Mux) route(ctx context.Context, c net.Conn, handle func(*ServerConn) er
 		}
 		return
 	}
-	if err := readPreface(r); err != nil {
+	withHeaders, err := readPrefaceVersion(r, true)
+	if err != nil {
 		_ = c.Close()
 		return
+	}
+	var token string
+	if withHeaders {
+		if token, err = readHeaders(r); err != nil {
+			_ = c.Close()
+			return
+		}
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	if _, err := io.WriteString(c, Preface); err != nil {
@@ -112,6 +120,7 @@ func (m *Mux) route(ctx context.Context, c net.Conn, handle func(*ServerConn) er
 		return
 	}
 	sc := newConn[*schedulerv1.SessionRequest, *schedulerv1.SessionResponse](ctx, c, r, m.ka, func() *schedulerv1.SessionRequest { return new(schedulerv1.SessionRequest) })
+	sc.token = token
 	m.mu.Lock()
 	select {
 	case <-m.done:
@@ -179,6 +188,10 @@ type peeked struct {
 	net.Conn
 	r *bufio.Reader
 }
+
+// NetConn is the connection p reads from (a *tls.Conn over TLS), for the
+// service's view of the client's certificate.
+func (p *peeked) NetConn() net.Conn { return p.Conn }
 
 func (p *peeked) Read(b []byte) (int, error) {
 	if p.r != nil {
