@@ -23,6 +23,7 @@ import (
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/config/watch"
 	"github.com/llmesh/llmesh/scheduler/framed"
+	"github.com/llmesh/llmesh/scheduler/server/identity"
 )
 
 // Options configure Run.
@@ -64,6 +65,10 @@ type Options struct {
 	// part of them and stalls is closed then. Zero is
 	// DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// Identities, when set, is who may use the service and what each
+	// identity may use and hold (Server.SetIdentities); nil trusts every
+	// client that connects.
+	Identities *identity.Set
 	// Limits bound what one client can hold (sessions, leases, how long a
 	// preempted lease may stay open); zero fields take their defaults.
 	Limits Limits
@@ -127,10 +132,17 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	if hto <= 0 {
 		hto = DefaultHandshakeTimeout
 	}
-	g := grpc.NewServer(append(GRPCOptions(), grpc.KeepaliveParams(ka), grpc.ConnectionTimeout(hto))...)
+	gopts := append(GRPCOptions(), grpc.KeepaliveParams(ka), grpc.ConnectionTimeout(hto))
+	if o.TLS != nil {
+		// The listener speaks TLS for both transports; gRPC only learns
+		// the client's certificate.
+		gopts = append(gopts, grpc.Creds(tlsPassthrough{}))
+	}
+	g := grpc.NewServer(gopts...)
 	srv := New(sched, o.Clock)
 	srv.SetLimits(o.Limits)
 	srv.SetLog(lw.printf)
+	srv.SetIdentities(o.Identities, func() string { return sched.Mesh().DefaultClass.Name })
 	srv.Register(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
@@ -171,6 +183,9 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 			// process_cpu_seconds_total and the Go runtime's own: what
 			// scheduler bench --service-metrics divides by the admissions.
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+		if r := srv.Refusals(); r != nil {
+			reg.MustRegister(r)
+		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
