@@ -32,7 +32,7 @@ classes:
 default_class: default
 `
 
-func loadIdentities(t *testing.T, src string) *identity.Set {
+func loadIdentities(t testing.TB, src string) *identity.Set {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "gw.token"), []byte("gw-secret-token\n"), 0o600); err != nil {
