@@ -132,13 +132,7 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	if hto <= 0 {
 		hto = DefaultHandshakeTimeout
 	}
-	gopts := append(GRPCOptions(), grpc.KeepaliveParams(ka), grpc.ConnectionTimeout(hto))
-	if o.TLS != nil {
-		// The listener speaks TLS for both transports; gRPC only learns
-		// the client's certificate.
-		gopts = append(gopts, grpc.Creds(tlsPassthrough{}))
-	}
-	g := grpc.NewServer(gopts...)
+	g := newGRPC(ka, hto, o.TLS != nil)
 	srv := New(sched, o.Clock)
 	srv.SetLimits(o.Limits)
 	srv.SetLog(lw.printf)
@@ -231,6 +225,17 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 		<-muxc //nolint:errcheck // the mux ends with the listener
 		return nil
 	}
+}
+
+// newGRPC is the service's gRPC server: keepalive ka, handshake timeout
+// hto, and, when the listener speaks TLS (for both transports), gRPC told
+// of the client's certificate.
+func newGRPC(ka keepalive.ServerParameters, hto time.Duration, overTLS bool) *grpc.Server {
+	gopts := append(GRPCOptions(), grpc.KeepaliveParams(ka), grpc.ConnectionTimeout(hto))
+	if overTLS {
+		gopts = append(gopts, grpc.Creds(tlsPassthrough{}))
+	}
+	return grpc.NewServer(gopts...)
 }
 
 // reload applies a changed mesh config; on error the running one stays.

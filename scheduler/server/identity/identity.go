@@ -136,59 +136,7 @@ func compile(f *File, dir string) (*Set, error) {
 		bad("identities", "none, and no default entry: every client would be refused")
 	}
 	for i := range f.Identities {
-		sp := &f.Identities[i]
-		path := fmt.Sprintf("identities[%d]", i)
-		id := limits(sp, path, bad)
-		switch {
-		case sp.Name == "":
-			bad(path+".name", "required")
-		case sp.Name == "default":
-			bad(path+".name", `"default" is the default entry's name; use the default key`)
-		case s.byName[sp.Name] != nil:
-			bad(path+".name", "%q appears twice", sp.Name)
-		default:
-			s.byName[sp.Name] = id
-		}
-		if len(sp.Certificates)+len(sp.Tokens)+len(sp.TokenFiles) == 0 {
-			bad(path, "names no certificates, tokens or token_files: no client could prove it")
-		}
-		for j, c := range sp.Certificates {
-			field := fmt.Sprintf("%s.certificates[%d]", path, j)
-			switch {
-			case strings.TrimSpace(c) == "":
-				bad(field, "empty")
-			case s.byCert[c] != nil:
-				bad(field, "%q is also %s's", c, s.byCert[c].Name)
-			default:
-				s.byCert[c] = id
-			}
-		}
-		addToken := func(field string, sum [sha256.Size]byte) {
-			if o := s.byToken[sum]; o != nil {
-				bad(field, "the same token as %s's", o.Name)
-				return
-			}
-			s.byToken[sum] = id
-		}
-		for j, t := range sp.Tokens {
-			field := fmt.Sprintf("%s.tokens[%d]", path, j)
-			sum, err := digest(t)
-			if err != nil {
-				bad(field, "%v", err)
-				continue
-			}
-			addToken(field, sum)
-		}
-		for j, name := range sp.TokenFiles {
-			field := fmt.Sprintf("%s.token_files[%d]", path, j)
-			tok, err := ReadToken(join(dir, name))
-			if err != nil {
-				bad(field, "%v", err)
-				continue
-			}
-			addToken(field, sha256.Sum256([]byte(tok)))
-		}
-		s.all = append(s.all, id)
+		s.all = append(s.all, s.add(&f.Identities[i], fmt.Sprintf("identities[%d]", i), dir, bad))
 	}
 	if d := f.Default; d != nil {
 		if d.Name != "" && d.Name != "default" {
@@ -205,6 +153,61 @@ func compile(f *File, dir string) (*Set, error) {
 		return nil, errors.Join(errs...)
 	}
 	return s, nil
+}
+
+// add compiles the identity sp (at path in the file) into s.
+func (s *Set) add(sp *Spec, path, dir string, bad func(field, format string, args ...any)) *Identity {
+	id := limits(sp, path, bad)
+	switch {
+	case sp.Name == "":
+		bad(path+".name", "required")
+	case sp.Name == "default":
+		bad(path+".name", `"default" is the default entry's name; use the default key`)
+	case s.byName[sp.Name] != nil:
+		bad(path+".name", "%q appears twice", sp.Name)
+	default:
+		s.byName[sp.Name] = id
+	}
+	if len(sp.Certificates)+len(sp.Tokens)+len(sp.TokenFiles) == 0 {
+		bad(path, "names no certificates, tokens or token_files: no client could prove it")
+	}
+	for j, c := range sp.Certificates {
+		field := fmt.Sprintf("%s.certificates[%d]", path, j)
+		switch {
+		case strings.TrimSpace(c) == "":
+			bad(field, "empty")
+		case s.byCert[c] != nil:
+			bad(field, "%q is also %s's", c, s.byCert[c].Name)
+		default:
+			s.byCert[c] = id
+		}
+	}
+	addToken := func(field string, sum [sha256.Size]byte) {
+		if o := s.byToken[sum]; o != nil {
+			bad(field, "the same token as %s's", o.Name)
+			return
+		}
+		s.byToken[sum] = id
+	}
+	for j, t := range sp.Tokens {
+		field := fmt.Sprintf("%s.tokens[%d]", path, j)
+		sum, err := digest(t)
+		if err != nil {
+			bad(field, "%v", err)
+			continue
+		}
+		addToken(field, sum)
+	}
+	for j, name := range sp.TokenFiles {
+		field := fmt.Sprintf("%s.token_files[%d]", path, j)
+		tok, err := ReadToken(join(dir, name))
+		if err != nil {
+			bad(field, "%v", err)
+			continue
+		}
+		addToken(field, sha256.Sum256([]byte(tok)))
+	}
+	return id
 }
 
 // limits compiles sp's classes, pools and limits.
