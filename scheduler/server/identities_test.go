@@ -199,3 +199,42 @@ func refused(transport string, err error, why string) bool {
 	}
 	return errors.Is(err, scheduler.ErrUnavailable)
 }
+
+// An identity's max_queued bounds its requests waiting at once: with the
+// pool full and one request of it waiting, the next is refused, and the
+// waiting one is admitted once the slot frees.
+func TestIdentityMaxQueued(t *testing.T) {
+	ids := loadIdentities(t, "default:\n  max_queued: 1\n")
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := startMesh(t, strings.Replace(twoClassMesh, "max_inflight: 4", "max_inflight: 1", 1), server.Options{Identities: ids, Admin: admin})
+	defer stop()
+	metrics := "http://" + admin.Addr().String() + "/metrics"
+	for _, tr := range []string{client.TransportFramed, client.TransportGRPC} {
+		t.Run(tr, func(t *testing.T) {
+			c := identityClient(t, addr, tr, client.Options{})
+			held, err := admitClass(c, "default")
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiting := make(chan error, 1)
+			go func() {
+				l, err := admitClass(c, "default")
+				if err == nil {
+					l.Release(scheduler.Done)
+				}
+				waiting <- err
+			}()
+			waitMetric(t, metrics, `llmesh_scheduler_queued{class="default",pool="gpu"} 1`)
+			if _, err := admitClass(c, "default"); !errors.Is(err, scheduler.ErrRejected) || !strings.Contains(err.Error(), "has 1 requests waiting, its limit") {
+				t.Fatalf("a second request waiting: %v, want a rejection for max_queued", err)
+			}
+			held.Release(scheduler.Done)
+			if err := <-waiting; err != nil {
+				t.Fatalf("the waiting request: %v", err)
+			}
+		})
+	}
+}
