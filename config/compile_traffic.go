@@ -310,6 +310,7 @@ func (b *builder) service(m *Mesh) {
 	}
 	b.cfg.SchedulerService = &SchedulerService{
 		TLS:         s.TLS,
+		TokenFile:   s.TokenFile,
 		Address:     s.Address,
 		FailOpen:    s.FailureMode == FailOpen,
 		Timeout:     b.duration("scheduler_service.timeout", s.Timeout, true),

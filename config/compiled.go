@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -465,6 +466,26 @@ type SchedulerService struct {
 	// TLS is nil for plaintext; its files are read when a host connects
 	// (ServiceTLS).
 	TLS *ServiceTLSSpec
+	// TokenFile is the bearer token's file ("" for none); read when a host
+	// connects (ServiceToken).
+	TokenFile string
+}
+
+// ServiceToken is the bearer token a host sends the service, or "" for
+// none; an error names the field.
+func (s *SchedulerService) ServiceToken() (string, error) {
+	if s.TokenFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(s.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("scheduler_service.token_file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("scheduler_service.token_file: %s must hold one token, without whitespace", s.TokenFile)
+	}
+	return tok, nil
 }
 
 // ServiceTLS is the TLS config a host reaches the service with, or nil

@@ -527,6 +527,11 @@ type SchedulerServiceSpec struct {
 	// cert_file and key_file, over mTLS. The files are read by each host
 	// when it connects.
 	TLS *ServiceTLSSpec `yaml:"tls,omitempty"`
+	// TokenFile, when set, is a file holding the bearer token the host
+	// proves its identity with to a service that has an identities file
+	// (scheduler serve --identities): sent on both transports, in the
+	// clear unless tls is set. Read by each host when it connects.
+	TokenFile string `yaml:"token_file,omitempty"`
 }
 
 // ServiceTLSSpec is how a host verifies the scheduler service and proves

@@ -50,7 +50,15 @@ type Options struct {
 	// Debounce is the file watcher's quiet period; 0 is
 	// watch.DefaultDebounce.
 	Debounce time.Duration
+	// HandshakeTimeout bounds how long a new xDS connection may take to
+	// finish its TLS handshake and HTTP/2 preface; one that sends part of
+	// them and stalls is closed then. 0 is DefaultHandshakeTimeout (gRPC's
+	// own default, 120 s, lets half-open connections pile up).
+	HandshakeTimeout time.Duration
 }
+
+// DefaultHandshakeTimeout is Options.HandshakeTimeout's default.
+const DefaultHandshakeTimeout = 5 * time.Second
 
 // Server is the xDS control plane: it serves one snapshot to every Envoy
 // node over ADS (and the per-type xDS services), rebuilding it when the
@@ -231,7 +239,12 @@ func (s *Server) Serve(ctx context.Context, xdsLn, adminLn net.Listener) error {
 	if s.opts.TLS != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(s.opts.TLS)))
 	}
+	hto := s.opts.HandshakeTimeout
+	if hto <= 0 {
+		hto = DefaultHandshakeTimeout
+	}
 	gopts = append(gopts,
+		grpc.ConnectionTimeout(hto),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 5 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)

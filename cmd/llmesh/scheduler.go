@@ -16,12 +16,13 @@ import (
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/internal/tlsfiles"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/scheduler/server/identity"
 )
 
 // runScheduler is `llmesh scheduler serve`: the shared scheduler service.
 func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "serve" {
-		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml [--tls-cert F --tls-key F [--client-ca F] | --insecure] [--admin ADDR] [--cpuprofile FILE] [--trace FILE]")
+		fmt.Fprintln(stderr, "usage: llmesh scheduler serve --listen ADDR --config mesh.yaml [--tls-cert F --tls-key F [--client-ca F] | --insecure] [--identities F] [--admin ADDR] [--cpuprofile FILE] [--trace FILE]")
 		return withExitCode(2, nil)
 	}
 	fs := flag.NewFlagSet("scheduler serve", flag.ContinueOnError)
@@ -37,6 +38,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	maxSessions := fs.Int("max-sessions", server.DefaultMaxSessions, "open sessions at most (one per connected proxy)")
 	maxLeases := fs.Int("max-leases-per-session", server.DefaultMaxLeasesPerSession, "leases (waiting or admitted) one session may hold")
 	preemptGrace := fs.Duration("preempt-grace", server.DefaultPreemptGrace, "a preempted lease still open this long after its Preempt is ended by the service")
+	identitiesFile := fs.String("identities", "", "identities `FILE` (YAML): who may connect (certificate CN/URI SAN or bearer token) and each one's classes, pools and limits; without it every client is trusted")
 	insecure := fs.Bool("insecure", false, "allow plaintext on a --listen address beyond loopback (logged as a warning)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return withExitCode(2, nil)
@@ -70,6 +72,13 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		var err error
 		if tlsCfg, err = tlsfiles.Server(*certFile, *keyFile, *clientCA); err != nil {
 			errs = append(errs, fmt.Errorf("--tls-cert, --tls-key, --client-ca: %w", err))
+		}
+	}
+	var ids *identity.Set
+	if *identitiesFile != "" {
+		var err error
+		if ids, err = identity.Load(*identitiesFile); err != nil {
+			errs = append(errs, fmt.Errorf("--identities: %w", err))
 		}
 	}
 	if tlsCfg == nil && len(errs) == 0 {
@@ -132,6 +141,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Log:        stderr,
 		Admin:      adminL,
 		TLS:        tlsCfg,
+		Identities: ids,
 		Limits:     server.Limits{MaxSessions: *maxSessions, MaxLeasesPerSession: *maxLeases, PreemptGrace: *preemptGrace},
 		Ready: func(a net.Addr) {
 			fmt.Fprintf(stdout, "scheduler service listening on %s\n", a)

@@ -65,7 +65,7 @@ func (s *Schedulers) NewAdmitter(mc *config.Config) (scheduler.Admitter, error) 
 		return nil, scheduler.ErrClosed
 	}
 	if svc := mc.SchedulerService; svc != nil {
-		key := fmt.Sprintf("%s|%v|%v|%s|%+v", svc.Address, svc.FailOpen, svc.Timeout, svc.Transport, svc.TLS)
+		key := fmt.Sprintf("%s|%v|%v|%s|%+v|%s", svc.Address, svc.FailOpen, svc.Timeout, svc.Transport, svc.TLS, svc.TokenFile)
 		if c := s.clients[key]; c != nil {
 			return c, nil
 		}
@@ -73,8 +73,12 @@ func (s *Schedulers) NewAdmitter(mc *config.Config) (scheduler.Admitter, error) 
 		if err != nil {
 			return nil, fmt.Errorf("mesh.%w", err)
 		}
+		token, err := svc.ServiceToken()
+		if err != nil {
+			return nil, fmt.Errorf("mesh.%w", err)
+		}
 		c, err := client.New(svc.Address, client.Options{FailOpen: svc.FailOpen, Clock: s.Clock, Timeout: svc.Timeout, Transport: svc.Transport,
-			ReportDelay: client.ReportDelayOf(svc.ReportDelay), TLS: tlsCfg})
+			ReportDelay: client.ReportDelayOf(svc.ReportDelay), TLS: tlsCfg, Token: token})
 		if err != nil {
 			return nil, fmt.Errorf("mesh.scheduler_service: %w", err)
 		}

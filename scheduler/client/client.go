@@ -46,6 +46,12 @@ type Options struct {
 	// the client's certificate; tlsfiles.Client builds it); nil dials in
 	// plaintext.
 	TLS *tls.Config
+	// Token, when not empty, is the bearer token the client proves its
+	// identity with to a service that has an identities file (mesh
+	// scheduler_service.token_file): gRPC metadata "authorization: Bearer
+	// <token>", or the framed preface's authorization header. Without
+	// TLS it travels in the clear.
+	Token string
 	// StreamPerAdmission uses one Admit stream per admission, the protocol
 	// of services older than Session; false multiplexes every admission
 	// over one Session stream (and falls back to Admit streams by itself
@@ -169,6 +175,9 @@ func New(target string, opts Options) (*Client, error) {
 		grpc.WithInitialWindowSize(WindowSize),
 		grpc.WithInitialConnWindowSize(WindowSize),
 	}, opts.DialOptions...)
+	if opts.Token != "" {
+		dial = append(dial, grpc.WithPerRPCCredentials(bearer(opts.Token)))
+	}
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler client: %w", err)
@@ -393,3 +402,14 @@ func (openLease) Preempt() <-chan struct{}    { return neverClosed }
 func (openLease) Progress(scheduler.Progress) {}
 func (openLease) Release(scheduler.Outcome)   {}
 func (openLease) QueueTime() time.Duration    { return 0 }
+
+// bearer sends a token as every call's authorization metadata.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+// RequireTransportSecurity is false: the operator chose the transport
+// (scheduler_service.tls), and the service on loopback may be plaintext.
+func (bearer) RequireTransportSecurity() bool { return false }

@@ -185,7 +185,7 @@ func (c *Client) dialFramed(ctx context.Context, now time.Time) (*framed.ClientC
 	}
 	dctx, done := context.WithTimeout(ctx, c.opts.Timeout)
 	defer done()
-	fc, err := framed.Dial(dctx, c.target, c.opts.TLS)
+	fc, err := framed.DialToken(dctx, c.target, c.opts.TLS, c.opts.Token)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err())

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,18 @@ import (
 
 // Preface opens each direction of a connection.
 const Preface = "LLMESH-SESSION/1\r\n"
+
+// PrefaceHeaders opens a client's connection that carries headers: the
+// line, then header lines ("name: value\r\n") and an empty line, then
+// frames. The service answers with Preface either way. A service older
+// than headers refuses it at its version byte.
+const PrefaceHeaders = "LLMESH-SESSION/2\r\n"
+
+// Header bounds: what a service reads before the first frame.
+const (
+	maxHeaderLine = 4096
+	maxHeaders    = 16
+)
 
 // MaxFrame bounds one frame's message: far above any batch of lease
 // messages, far below what a broken or hostile peer could make a reader
@@ -54,6 +67,23 @@ type Conn[In, Out proto.Message] struct {
 	frames atomic.Uint64
 	// pong: this side answers a ping (the client's side).
 	pong bool
+	// token is the bearer token of the client's authorization header
+	// (the service's side; empty: none).
+	token string
+}
+
+// Token is the bearer token the client sent in its preface's
+// authorization header ("Bearer <token>"), or "".
+func (fc *Conn[In, Out]) Token() string { return fc.token }
+
+// TLS is the connection's TLS state (the client's verified certificates
+// among it), or nil for a plaintext connection.
+func (fc *Conn[In, Out]) TLS() *tls.ConnectionState {
+	if tc, ok := fc.c.(*tls.Conn); ok {
+		cs := tc.ConnectionState()
+		return &cs
+	}
+	return nil
 }
 
 // ServerConn is the service's side: it receives SessionRequest.
@@ -172,13 +202,23 @@ func (fc *Conn[In, Out]) writeFrame(b []byte) error {
 }
 
 // watch is the service's liveness check of a session, gRPC's keepalive
-// pings in frames: when no frame came for about idle, it pings; when none
-// came for timeout after that, it closes the connection, which ends the
+// pings in frames: when no frame came for idle, it pings; when none came
+// for timeout after that, it closes the connection, which ends the
 // session and frees its leases. It ends with the connection.
+//
+// It looks at the frame count every idle/watchChecks rather than once per
+// idle: checking once per idle would see a frame that came just after a
+// check only at the next one, and ping a silent peer as late as 2×idle
+// after its last frame (a session freed after 25 s instead of 15 s with
+// the service's 10 s and 5 s). This way the ping leaves between idle and
+// idle×(1+1/watchChecks) after the last frame, without reading a clock
+// for every frame.
 func (fc *Conn[In, Out]) watch(idle, timeout time.Duration) {
+	step := max(idle/watchChecks, time.Millisecond)
 	seen := fc.frames.Load()
+	var quiet time.Duration // since the check that last saw a new frame
 	pinged := false
-	t := time.NewTimer(idle)
+	t := time.NewTimer(step)
 	defer t.Stop()
 	for {
 		select {
@@ -189,21 +229,27 @@ func (fc *Conn[In, Out]) watch(idle, timeout time.Duration) {
 		now := fc.frames.Load()
 		switch {
 		case now != seen:
-			seen, pinged = now, false
-			t.Reset(idle)
-		case !pinged:
+			seen, pinged, quiet = now, false, 0
+			t.Reset(step)
+		case pinged:
+			fc.Close() // the ping went unanswered
+			return
+		case quiet+step < idle:
+			quiet += step
+			t.Reset(step)
+		default:
 			if fc.writeFrame(nil) != nil {
 				fc.Close()
 				return
 			}
 			pinged = true
 			t.Reset(timeout)
-		default:
-			fc.Close() // the ping went unanswered
-			return
 		}
 	}
 }
+
+// watchChecks is how many times per idle period watch looks for frames.
+const watchChecks = 8
 
 // readFrame reads one frame into buf (grown as needed) and returns its
 // message bytes.
@@ -231,22 +277,105 @@ func readFrame(r *bufio.Reader, hdr []byte, buf []byte) ([]byte, error) {
 // readPreface checks the peer's preface, failing at its first wrong byte
 // (a gRPC service answers with HTTP/2 frames that begin with 0x00).
 func readPreface(r *bufio.Reader) error {
+	_, err := readPrefaceVersion(r, false)
+	return err
+}
+
+// readPrefaceVersion reads Preface, or with headers allowed also
+// PrefaceHeaders, and answers which came.
+func readPrefaceVersion(r *bufio.Reader, headers bool) (withHeaders bool, err error) {
 	for i := 0; i < len(Preface); i++ {
 		b, err := r.ReadByte()
 		if err != nil {
-			return fmt.Errorf("%w: no preface: %w", ErrProtocol, err)
+			return false, fmt.Errorf("%w: no preface: %w", ErrProtocol, err)
 		}
-		if b != Preface[i] {
-			return fmt.Errorf("%w: byte %d of the preface is %q, not %q", ErrProtocol, i, b, Preface[i])
+		if b == Preface[i] {
+			continue
+		}
+		if headers && b == PrefaceHeaders[i] && PrefaceHeaders[:i] == Preface[:i] {
+			withHeaders = true
+			continue
+		}
+		if withHeaders && b == PrefaceHeaders[i] {
+			continue
+		}
+		return false, fmt.Errorf("%w: byte %d of the preface is %q, not %q", ErrProtocol, i, b, Preface[i])
+	}
+	return withHeaders, nil
+}
+
+// readHeaders reads the header lines after PrefaceHeaders up to the empty
+// line and returns the bearer token of authorization (the only header the
+// service reads; others are skipped).
+func readHeaders(r *bufio.Reader) (token string, err error) {
+	for n := 0; ; n++ {
+		if n > maxHeaders {
+			return "", fmt.Errorf("%w: more than %d preface headers", ErrProtocol, maxHeaders)
+		}
+		line, err := readLine(r)
+		if err != nil {
+			return "", err
+		}
+		if line == "" {
+			return token, nil
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			return "", fmt.Errorf("%w: preface header %q has no colon", ErrProtocol, line)
+		}
+		if strings.EqualFold(strings.TrimSpace(name), "authorization") {
+			v := strings.TrimSpace(value)
+			scheme, tok, ok := strings.Cut(v, " ")
+			if !ok || !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(tok) == "" {
+				return "", fmt.Errorf("%w: the authorization header must be \"Bearer <token>\"", ErrProtocol)
+			}
+			token = strings.TrimSpace(tok)
+			if strings.ContainsAny(token, " \t") {
+				return "", fmt.Errorf("%w: the bearer token holds whitespace", ErrProtocol)
+			}
 		}
 	}
-	return nil
+}
+
+// readLine reads one CRLF-ended line of at most maxHeaderLine bytes.
+func readLine(r *bufio.Reader) (string, error) {
+	var b []byte
+	for {
+		c, err := r.ReadByte()
+		if err != nil {
+			return "", fmt.Errorf("%w: connection ended inside the preface headers: %w", ErrProtocol, err)
+		}
+		if c == '\n' {
+			if len(b) == 0 || b[len(b)-1] != '\r' {
+				return "", fmt.Errorf("%w: a preface header line must end with CRLF", ErrProtocol)
+			}
+			return string(b[:len(b)-1]), nil
+		}
+		if len(b) >= maxHeaderLine {
+			return "", fmt.Errorf("%w: a preface header line over %d bytes", ErrProtocol, maxHeaderLine)
+		}
+		b = append(b, c)
+	}
 }
 
 // Dial opens a session with the service at addr: it connects (over TLS
 // with tlsCfg, when not nil), sends the preface and waits for the
 // service's, all within ctx. The connection then outlives ctx until Close.
 func Dial(ctx context.Context, addr string, tlsCfg *tls.Config) (*ClientConn, error) {
+	return DialToken(ctx, addr, tlsCfg, "")
+}
+
+// DialToken is Dial with a bearer token, sent in the preface's
+// authorization header (PrefaceHeaders); an empty token sends the plain
+// Preface, as Dial does.
+func DialToken(ctx context.Context, addr string, tlsCfg *tls.Config, token string) (*ClientConn, error) {
+	hello := Preface
+	if token != "" {
+		if strings.ContainsAny(token, "\r\n") {
+			return nil, fmt.Errorf("scheduler session with %s: the token holds a line break", addr)
+		}
+		hello = PrefaceHeaders + "authorization: Bearer " + token + "\r\n\r\n"
+	}
 	var (
 		c   net.Conn
 		err error
@@ -264,7 +393,7 @@ func Dial(ctx context.Context, addr string, tlsCfg *tls.Config) (*ClientConn, er
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	r := bufio.NewReaderSize(c, 64<<10)
 	err = func() error {
-		if _, err := io.WriteString(c, Preface); err != nil {
+		if _, err := io.WriteString(c, hello); err != nil {
 			return err
 		}
 		if err := readPreface(r); err != nil {

@@ -14,7 +14,10 @@
 //
 // The wire format (version 1):
 //
-//	client → service: the preface "LLMESH-SESSION/1\r\n", then frames
+//	client → service: the preface "LLMESH-SESSION/1\r\n", then frames; or,
+//	       to carry headers (a bearer token: "authorization: Bearer
+//	       <token>"), "LLMESH-SESSION/2\r\n", header lines, an empty line,
+//	       then frames (at most 16 lines of 4 KiB)
 //	service → client: the same preface, then frames
 //	frame: a 4-byte big-endian length n (n ≤ MaxFrame), then n bytes of
 //	       one protobuf message: SessionRequest from the client,
@@ -29,6 +32,9 @@
 // (10 s) and closes it when no frame follows within a timeout (5 s), so a
 // proxy that vanished or stopped frees its leases; TCP keepalive with the
 // same bounds runs underneath.
+//
+// A connection must complete its preface (and TLS handshake) within
+// Mux.HandshakeTimeout, 5 s by default, or it is closed.
 //
 // The service accepts both transports on one address: Mux looks at the
 // first byte of each connection ('L' begins the preface above; a gRPC

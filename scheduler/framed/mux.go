@@ -12,14 +12,19 @@ import (
 	"github.com/llmesh/llmesh/api/schedulerv1"
 )
 
-// SniffTimeout bounds how long Mux waits for a new connection's first
-// byte; a connection silent for that long is closed.
-const SniffTimeout = 10 * time.Second
+// SniffTimeout is Mux.HandshakeTimeout's default.
+const SniffTimeout = 5 * time.Second
 
 // Mux splits one listener's connections between the framed Session
 // protocol (handed to Serve's handler) and everything else (gRPC, returned
 // by Other's Accept).
 type Mux struct {
+	// HandshakeTimeout bounds how long a new connection may take to send
+	// its first byte and, for a framed session, its whole preface (with
+	// TLS, the handshake too); a connection that stalls is closed. Zero
+	// is SniffTimeout. Set it before Serve.
+	HandshakeTimeout time.Duration
+
 	l     net.Listener
 	ka    net.KeepAliveConfig
 	other chan net.Conn
@@ -77,7 +82,11 @@ func (m *Mux) Serve(ctx context.Context, handle func(*ServerConn) error) error {
 }
 
 func (m *Mux) route(ctx context.Context, c net.Conn, handle func(*ServerConn) error) {
-	_ = c.SetReadDeadline(time.Now().Add(SniffTimeout))
+	hto := m.HandshakeTimeout
+	if hto <= 0 {
+		hto = SniffTimeout
+	}
+	_ = c.SetReadDeadline(time.Now().Add(hto))
 	r := bufio.NewReaderSize(c, 64<<10)
 	first, err := r.Peek(1)
 	if err != nil {
@@ -93,9 +102,17 @@ func (m *Mux) route(ctx context.Context, c net.Conn, handle func(*ServerConn) er
 		}
 		return
 	}
-	if err := readPreface(r); err != nil {
+	withHeaders, err := readPrefaceVersion(r, true)
+	if err != nil {
 		_ = c.Close()
 		return
+	}
+	var token string
+	if withHeaders {
+		if token, err = readHeaders(r); err != nil {
+			_ = c.Close()
+			return
+		}
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	if _, err := io.WriteString(c, Preface); err != nil {
@@ -103,6 +120,7 @@ func (m *Mux) route(ctx context.Context, c net.Conn, handle func(*ServerConn) er
 		return
 	}
 	sc := newConn[*schedulerv1.SessionRequest, *schedulerv1.SessionResponse](ctx, c, r, m.ka, func() *schedulerv1.SessionRequest { return new(schedulerv1.SessionRequest) })
+	sc.token = token
 	m.mu.Lock()
 	select {
 	case <-m.done:
@@ -170,6 +188,10 @@ type peeked struct {
 	net.Conn
 	r *bufio.Reader
 }
+
+// NetConn is the connection p reads from (a *tls.Conn over TLS), for the
+// service's view of the client's certificate.
+func (p *peeked) NetConn() net.Conn { return p.Conn }
 
 func (p *peeked) Read(b []byte) (int, error) {
 	if p.r != nil {

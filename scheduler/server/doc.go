@@ -31,6 +31,13 @@
 // returns, which ends the stream; so every admission is released exactly
 // once, and a proxy that dies frees its slots.
 //
+// With an identities file (Server.SetIdentities, package identity) a
+// session is resolved to an identity when it opens, from its bearer token
+// or its verified certificate; the counts of what an identity holds
+// (sessions, leases, queued requests) are atomics shared by all its
+// sessions, changed under each session's mu as its leases start, are
+// decided and end. The identities themselves are read-only once serving.
+//
 // The pools it serves are a scheduler/pools set (MeshScheduler).
 // Run owns the config watcher's goroutine and the admin server's.
 package server

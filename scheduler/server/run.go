@@ -23,6 +23,7 @@ import (
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/config/watch"
 	"github.com/llmesh/llmesh/scheduler/framed"
+	"github.com/llmesh/llmesh/scheduler/server/identity"
 )
 
 // Options configure Run.
@@ -59,10 +60,23 @@ type Options struct {
 	// requires client certificates: tlsfiles.Server with a client CA);
 	// nil serves plaintext, to anyone who can connect.
 	TLS *tls.Config
+	// HandshakeTimeout bounds how long a new connection may take to finish
+	// its TLS handshake and its preface (framed or HTTP/2); one that sends
+	// part of them and stalls is closed then. Zero is
+	// DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// Identities, when set, is who may use the service and what each
+	// identity may use and hold (Server.SetIdentities); nil trusts every
+	// client that connects.
+	Identities *identity.Set
 	// Limits bound what one client can hold (sessions, leases, how long a
 	// preempted lease may stay open); zero fields take their defaults.
 	Limits Limits
 }
+
+// DefaultHandshakeTimeout is Options.HandshakeTimeout's default (gRPC's
+// own, 120 s, lets half-open connections pile up).
+const DefaultHandshakeTimeout = 5 * time.Second
 
 // Run serves the shared scheduler for o.Mesh on l until ctx ends: one
 // in-process scheduler per pool (MeshScheduler), a capacity watcher for
@@ -114,10 +128,15 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	if ka.Timeout <= 0 {
 		ka.Timeout = 5 * time.Second
 	}
-	g := grpc.NewServer(append(GRPCOptions(), grpc.KeepaliveParams(ka))...)
+	hto := o.HandshakeTimeout
+	if hto <= 0 {
+		hto = DefaultHandshakeTimeout
+	}
+	g := newGRPC(ka, hto, o.TLS != nil)
 	srv := New(sched, o.Clock)
 	srv.SetLimits(o.Limits)
 	srv.SetLog(lw.printf)
+	srv.SetIdentities(o.Identities, func() string { return sched.Mesh().DefaultClass.Name })
 	srv.Register(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
@@ -158,6 +177,9 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 			// process_cpu_seconds_total and the Go runtime's own: what
 			// scheduler bench --service-metrics divides by the admissions.
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+		if r := srv.Refusals(); r != nil {
+			reg.MustRegister(r)
+		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -175,6 +197,7 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 		l = tls.NewListener(l, o.TLS)
 	}
 	mux := framed.NewMux(l, net.KeepAliveConfig{Enable: true, Idle: ka.Time, Interval: ka.Timeout, Count: 1})
+	mux.HandshakeTimeout = hto
 	muxc := make(chan error, 1)
 	go func() {
 		muxc <- mux.Serve(ctx, func(c *framed.ServerConn) error { return srv.ServeSession(c) })
@@ -202,6 +225,17 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 		<-muxc //nolint:errcheck // the mux ends with the listener
 		return nil
 	}
+}
+
+// newGRPC is the service's gRPC server: keepalive ka, handshake timeout
+// hto, and, when the listener speaks TLS (for both transports), gRPC told
+// of the client's certificate.
+func newGRPC(ka keepalive.ServerParameters, hto time.Duration, overTLS bool) *grpc.Server {
+	gopts := append(GRPCOptions(), grpc.KeepaliveParams(ka), grpc.ConnectionTimeout(hto))
+	if overTLS {
+		gopts = append(gopts, grpc.Creds(tlsPassthrough{}))
+	}
+	return grpc.NewServer(gopts...)
 }
 
 // reload applies a changed mesh config; on error the running one stays.

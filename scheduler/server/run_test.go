@@ -37,12 +37,12 @@ classes:
 
 func start(t *testing.T) (string, func()) { return startWith(t, server.Options{}) }
 
-func startWith(t *testing.T, o server.Options) (string, func()) {
+func startWith(t testing.TB, o server.Options) (string, func()) {
 	t.Helper()
 	return startMesh(t, mesh, o)
 }
 
-func startMesh(t *testing.T, src string, o server.Options) (string, func()) {
+func startMesh(t testing.TB, src string, o server.Options) (string, func()) {
 	t.Helper()
 	c, err := config.Load([]byte(src))
 	if err != nil {
@@ -68,6 +68,7 @@ func startMesh(t *testing.T, src string, o server.Options) (string, func()) {
 			}
 		}
 	case err := <-done:
+		cancel()
 		t.Fatalf("Run ended early: %v", err)
 	}
 	return "", nil

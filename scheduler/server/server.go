@@ -26,6 +26,7 @@ type Server struct {
 	received, sent atomic.Uint64
 	limits         Limits
 	logf           func(format string, args ...any)
+	ids            *identities // nil: every client is trusted (SetIdentities)
 }
 
 // Limits bound what one client can hold of the service, so that a proxy
@@ -138,6 +139,20 @@ func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
 	req, err := s.request(&sm)
 	if err != nil {
 		return err
+	}
+	w, done, err := s.identify(stream)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if w != nil {
+		if reason, msg := w.admissible(s.ids, &req); reason != "" {
+			s.refuse(w.id.Name, reason, peerOf(stream.Context()), "%s", msg)
+			return stream.Send(&schedulerv1.AdmitResponse{Msg: &schedulerv1.AdmitResponse_Rejected{Rejected: &schedulerv1.Rejected{
+				Reason: schedulerv1.Rejected_REASON_REJECTED, Message: "scheduler: " + msg}}})
+		}
+		w.st.leases.Add(1)
+		defer w.st.leases.Add(-1)
 	}
 	lease, err := s.admitter.Admit(stream.Context(), req)
 	if err != nil {

@@ -41,11 +41,17 @@ func (s *Server) ServeSession(stream SessionStream) error {
 		return status.Errorf(codes.ResourceExhausted, "scheduler: %d sessions open, the limit is %d", n-1, s.limits.MaxSessions)
 	}
 	defer s.sessions.Add(-1)
+	w, release, err := s.identify(stream)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx, cancel := context.WithCancel(stream.Context())
-	ss := &session{srv: s, ctx: ctx, stream: stream, leases: map[uint64]*held{}, wake: make(chan struct{}, 1), peer: peerOf(stream.Context())}
+	ss := &session{srv: s, ctx: ctx, stream: stream, leases: map[uint64]*held{}, wake: make(chan struct{}, 1), peer: peerOf(stream.Context()),
+		who: w, opened: s.clk.Now()}
 	ss.wg.Add(1)
 	go ss.sendLoop()
-	err := ss.recvLoop()
+	err = ss.recvLoop()
 	// The proxy is gone, gave up or broke the protocol: every lease of the
 	// session ends here, pending admissions leave their queues.
 	ss.endAll()
@@ -122,6 +128,10 @@ type session struct {
 	// class's max_queue), so requeue cannot be used to jump a full queue.
 	requeues int
 	peer     string // the client's address, for the log
+	// who is the session's identity (nil: identities are off), and opened
+	// when the session began: no Start's arrival is earlier.
+	who    *who
+	opened time.Time
 
 	sendMu sync.Mutex
 	spare  []*schedulerv1.LeaseResponse // out's other buffer
@@ -139,6 +149,8 @@ type held struct {
 	released bool        // Release was called (or is being called)
 	preempt  bool        // the Preempt answer was queued
 	grace    clock.Timer // ends the lease if the proxy ignores its Preempt
+	counted  bool        // counted in its identity's leases
+	queued   bool        // counted in its identity's queued requests
 
 	// The Admitted answer, in the lease's own allocation: written once,
 	// before it is queued, and read by the Send that marshals it.
@@ -236,6 +248,22 @@ func (ss *session) handle(r *leaseMsg) error {
 			ss.srv.logf("scheduler: session from %s: lease %d rejected: the session holds %d leases, its limit\n", ss.peer, id, max)
 			return nil
 		}
+		if w := ss.who; w != nil {
+			if reason, msg := w.admissible(ss.srv.ids, &req); reason != "" {
+				ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Rejected{Rejected: &schedulerv1.Rejected{
+					Reason: schedulerv1.Rejected_REASON_REJECTED, Message: "scheduler: " + msg}}})
+				ss.mu.Unlock()
+				ss.srv.refuse(w.id.Name, reason, ss.peer, "lease %d: %s", id, msg)
+				return nil
+			}
+			w.st.leases.Add(1)
+			h.counted = true
+		}
+		// A request cannot have arrived before its session opened: an
+		// age beyond the session's would let a client jump the queue.
+		if req.Arrival.Before(ss.opened) {
+			req.Arrival = ss.opened
+		}
 		if req.Requeue {
 			if ss.requeues > 0 {
 				ss.requeues--
@@ -303,6 +331,12 @@ func (ss *session) start(id uint64, h *held, req scheduler.Request) {
 // with the lease (the proxy's Done or the session's end), and answers.
 func (ss *session) waitFor(h *held, admit func(context.Context) (scheduler.Lease, error), id uint64) {
 	// Only recvLoop ends leases, and it is here: nothing has ended h yet.
+	if h.counted {
+		ss.mu.Lock()
+		h.queued = true
+		ss.who.st.queued.Add(1)
+		ss.mu.Unlock()
+	}
 	h.ended = make(chan struct{})
 	h.ctx = leaseCtx{Context: ss.ctx, ended: h.ended}
 	ss.wg.Add(1)
@@ -320,6 +354,7 @@ func (ss *session) waitFor(h *held, admit func(context.Context) (scheduler.Lease
 // an admitted lease for its preemption. Called without ss.mu.
 func (ss *session) decided(id uint64, h *held, lease scheduler.Lease, err error) {
 	ss.mu.Lock()
+	ss.unqueue(h)
 	if err != nil {
 		if !h.done {
 			delete(ss.leases, id)
@@ -430,11 +465,25 @@ func (ss *session) end(h *held, o scheduler.Outcome) {
 		return
 	}
 	h.done, h.outcome = true, o
+	ss.unqueue(h)
+	if h.counted {
+		h.counted = false
+		ss.who.st.leases.Add(-1)
+	}
 	if h.ended != nil {
 		close(h.ended)
 	}
 	if h.grace != nil {
 		h.grace.Stop()
+	}
+}
+
+// unqueue takes h out of its identity's queued requests (it was decided
+// or ended); ss.mu is held.
+func (ss *session) unqueue(h *held) {
+	if h.queued {
+		h.queued = false
+		ss.who.st.queued.Add(-1)
 	}
 }
 

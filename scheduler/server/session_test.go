@@ -222,7 +222,7 @@ func (f *freezer) close() {
 
 // A proxy whose connection goes silent (no FIN, no RST) loses its leases
 // once a keepalive ping goes unanswered, not hours later: gRPC's pings, and
-// the framed transport's.
+// the framed transport's, both about Time + Timeout after the last frame.
 func TestSilentProxyLosesItsLeases(t *testing.T) {
 	for _, tr := range []string{client.TransportGRPC, client.TransportFramed} {
 		t.Run(tr, func(t *testing.T) {
@@ -250,7 +250,13 @@ func TestSilentProxyLosesItsLeases(t *testing.T) {
 			f.frozen.Store(true)
 			begin := time.Now()
 			waitMetric(t, metrics, `llmesh_scheduler_inflight{pool="gpu"} 0`)
-			t.Logf("leases freed %v after the connection went silent", time.Since(begin).Round(100*time.Millisecond))
+			took := time.Since(begin)
+			t.Logf("leases freed %v after the connection went silent", took.Round(100*time.Millisecond))
+			// Time + Timeout (1.5 s), with room for a busy machine but not
+			// for a second idle period (2.5 s).
+			if took > 2200*time.Millisecond {
+				t.Errorf("leases freed %v after the connection went silent, want about 1.5s (keepalive time + timeout)", took)
+			}
 			waitMetric(t, metrics, `llmesh_scheduler_service_sessions 0`)
 		})
 	}

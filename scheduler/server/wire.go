@@ -242,73 +242,91 @@ func decodeStart(b []byte, s *startMsg, n names) error {
 			return fmt.Errorf("%w: start: %w", errWire, protowire.ParseError(l))
 		}
 		b = b[l:]
+		var err error
 		switch {
 		case (num == 1 || num == 2 || num == 3 || num == 8) && typ == protowire.BytesType:
-			v, l := protowire.ConsumeBytes(b)
-			if l < 0 {
-				return fmt.Errorf("%w: start: field %d: %w", errWire, num, protowire.ParseError(l))
-			}
-			b = b[l:]
-			if !utf8.Valid(v) {
-				return fmt.Errorf("%w: start: field %d: a string that is not UTF-8", errWire, num)
-			}
-			switch num {
-			case 1:
-				s.id = string(v)
-			case 2:
-				s.pool = n.intern(v)
-			case 3:
-				s.class = n.intern(v)
-			case 8:
-				s.affinity = string(v)
-			}
-			continue
+			l, err = decodeStartString(b, num, s, n)
 		case num == 9 && typ == protowire.BytesType:
-			// blocks, packed (what proto3 writers send).
-			v, l := protowire.ConsumeBytes(b)
-			if l < 0 {
-				return fmt.Errorf("%w: start.blocks: %w", errWire, protowire.ParseError(l))
-			}
-			b = b[l:]
-			if s.blocks == nil && len(v) > 0 {
-				s.blocks = make([]kvblock.Hash, 0, min(len(v), scheduler.MaxBlocks+1))
-			}
-			for len(v) > 0 {
-				x, l := protowire.ConsumeVarint(v)
-				if l < 0 {
-					return fmt.Errorf("%w: start.blocks: %w", errWire, protowire.ParseError(l))
-				}
-				v = v[l:]
-				s.addBlock(x)
-			}
-			continue
+			l, err = decodeStartBlocks(b, s)
 		case num >= 4 && num <= 7 && typ == protowire.VarintType || num == 9 && typ == protowire.VarintType:
-			x, l := protowire.ConsumeVarint(b)
-			if l < 0 {
-				return fmt.Errorf("%w: start: field %d: %w", errWire, num, protowire.ParseError(l))
+			l, err = decodeStartVarint(b, num, s)
+		default:
+			if l = protowire.ConsumeFieldValue(num, typ, b); l < 0 {
+				err = fmt.Errorf("%w: start: field %d: %w", errWire, num, protowire.ParseError(l))
 			}
-			b = b[l:]
-			switch num {
-			case 4:
-				s.promptTokens = uint32(x)
-			case 5:
-				s.maxTokens = uint32(x)
-			case 6:
-				s.ageNs = int64(x)
-			case 7:
-				s.requeue = x != 0
-			case 9:
-				s.addBlock(x) // one unpacked element of blocks
-			}
-			continue
 		}
-		l = protowire.ConsumeFieldValue(num, typ, b)
-		if l < 0 {
-			return fmt.Errorf("%w: start: field %d: %w", errWire, num, protowire.ParseError(l))
+		if err != nil {
+			return err
 		}
 		b = b[l:]
 	}
 	return nil
+}
+
+// decodeStartString decodes a Start's string field num (id, pool, class,
+// affinity) from b and returns the bytes it took.
+func decodeStartString(b []byte, num protowire.Number, s *startMsg, n names) (int, error) {
+	v, l := protowire.ConsumeBytes(b)
+	if l < 0 {
+		return 0, fmt.Errorf("%w: start: field %d: %w", errWire, num, protowire.ParseError(l))
+	}
+	if !utf8.Valid(v) {
+		return 0, fmt.Errorf("%w: start: field %d: a string that is not UTF-8", errWire, num)
+	}
+	switch num {
+	case 1:
+		s.id = string(v)
+	case 2:
+		s.pool = n.intern(v)
+	case 3:
+		s.class = n.intern(v)
+	case 8:
+		s.affinity = string(v)
+	}
+	return l, nil
+}
+
+// decodeStartBlocks decodes a Start's packed blocks (what proto3 writers
+// send) and returns the bytes it took.
+func decodeStartBlocks(b []byte, s *startMsg) (int, error) {
+	v, l := protowire.ConsumeBytes(b)
+	if l < 0 {
+		return 0, fmt.Errorf("%w: start.blocks: %w", errWire, protowire.ParseError(l))
+	}
+	if s.blocks == nil && len(v) > 0 {
+		s.blocks = make([]kvblock.Hash, 0, min(len(v), scheduler.MaxBlocks+1))
+	}
+	for len(v) > 0 {
+		x, vl := protowire.ConsumeVarint(v)
+		if vl < 0 {
+			return 0, fmt.Errorf("%w: start.blocks: %w", errWire, protowire.ParseError(vl))
+		}
+		v = v[vl:]
+		s.addBlock(x)
+	}
+	return l, nil
+}
+
+// decodeStartVarint decodes a Start's varint field num (an unpacked
+// element of blocks included) and returns the bytes it took.
+func decodeStartVarint(b []byte, num protowire.Number, s *startMsg) (int, error) {
+	x, l := protowire.ConsumeVarint(b)
+	if l < 0 {
+		return 0, fmt.Errorf("%w: start: field %d: %w", errWire, num, protowire.ParseError(l))
+	}
+	switch num {
+	case 4:
+		s.promptTokens = uint32(x)
+	case 5:
+		s.maxTokens = uint32(x)
+	case 6:
+		s.ageNs = int64(x)
+	case 7:
+		s.requeue = x != 0
+	case 9:
+		s.addBlock(x) // one unpacked element of blocks
+	}
+	return l, nil
 }
 
 // decodeScalars decodes a message whose known fields (1 and 2) are all

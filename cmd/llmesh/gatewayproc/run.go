@@ -367,6 +367,10 @@ func buildHost(ctx context.Context, rc Config, log *slog.Logger) (*host, error) 
 			// in-process scheduler takes over while it is unreachable when
 			// the config says fail_open.
 			tlsCfg, err := mesh.SchedulerService.ServiceTLS()
+			var token string
+			if err == nil {
+				token, err = mesh.SchedulerService.ServiceToken()
+			}
 			if err != nil {
 				_ = s.Close()
 				_ = tele.Shutdown(ctx)
@@ -374,7 +378,7 @@ func buildHost(ctx context.Context, rc Config, log *slog.Logger) (*host, error) 
 			}
 			c, err := client.New(mesh.SchedulerService.Address, client.Options{FailOpen: mesh.SchedulerService.FailOpen, Fallback: s,
 				Timeout: mesh.SchedulerService.Timeout, Transport: mesh.SchedulerService.Transport,
-				ReportDelay: client.ReportDelayOf(mesh.SchedulerService.ReportDelay), TLS: tlsCfg})
+				ReportDelay: client.ReportDelayOf(mesh.SchedulerService.ReportDelay), TLS: tlsCfg, Token: token})
 			if err != nil {
 				_ = s.Close()
 				_ = tele.Shutdown(ctx)

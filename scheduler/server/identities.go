@@ -1,0 +1,243 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/scheduler/server/identity"
+)
+
+// Reasons a client's session or Start is refused for its identity: the
+// reason label of llmesh_scheduler_service_refusals_total.
+const (
+	RefusedUnauthenticated = "unauthenticated" // unknown token, or no identity and no default entry
+	RefusedMaxSessions     = "max_sessions"
+	RefusedPool            = "pool"
+	RefusedClass           = "class"
+	RefusedMaxLeases       = "max_leases"
+	RefusedMaxQueued       = "max_queued"
+)
+
+// who is a session's identity and the counts of what it holds, shared by
+// every session of that identity.
+type who struct {
+	id *identity.Identity
+	st *identState
+}
+
+type identState struct {
+	sessions, leases, queued atomic.Int64
+}
+
+// identities is the service's view of an identities file: compiled once,
+// read-only while serving but for the counters.
+type identities struct {
+	set      *identity.Set
+	state    map[*identity.Identity]*identState
+	refusals *prometheus.CounterVec
+	defClass func() string // the mesh's default class, for a Start without one
+	log      logLimiter
+}
+
+// SetIdentities makes the service trust identities, not fields: every
+// session is resolved to one of set's identities (by the client's bearer
+// token or its verified certificate) and its Starts are held to that
+// identity's classes, pools and limits. defaultClass names the class a
+// Start without one gets (the mesh's default class); nil takes "" as is.
+// A nil set trusts every client, as before. Call it before serving.
+func (s *Server) SetIdentities(set *identity.Set, defaultClass func() string) {
+	if set == nil {
+		s.ids = nil
+		return
+	}
+	ids := &identities{set: set, state: map[*identity.Identity]*identState{}, defClass: defaultClass,
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmesh_scheduler_service_refusals_total",
+			Help: "Sessions and Starts the service refused for the client's identity, by identity and reason.",
+		}, []string{"identity", "reason"})}
+	for _, id := range set.All() {
+		ids.state[id] = &identState{}
+	}
+	if ids.defClass == nil {
+		ids.defClass = func() string { return "" }
+	}
+	s.ids = ids
+}
+
+// Refusals is the counter of identity refusals, for the admin /metrics;
+// nil without identities.
+func (s *Server) Refusals() prometheus.Collector {
+	if s.ids == nil {
+		return nil
+	}
+	return s.ids.refusals
+}
+
+// refuse counts and logs (at most once per identity and reason every
+// logEvery) a refusal.
+func (s *Server) refuse(name, reason, peer, format string, args ...any) {
+	s.ids.refusals.WithLabelValues(name, reason).Inc()
+	if n, ok := s.ids.log.allow(name+"/"+reason, s.clk.Now()); ok {
+		more := ""
+		if n > 0 {
+			more = fmt.Sprintf(" (and %d more like it since the last line)", n)
+		}
+		s.logf("scheduler: %s (identity %s) refused: %s%s\n", peer, name, fmt.Sprintf(format, args...), more)
+	}
+}
+
+// identify resolves a session's identity; nil without identities. The
+// returned release undoes its session count.
+func (s *Server) identify(stream interface{ Context() context.Context }) (*who, func(), error) {
+	if s.ids == nil {
+		return nil, func() {}, nil
+	}
+	ctx := stream.Context()
+	cert, token := credentialsOf(stream)
+	id, err := s.ids.set.Resolve(cert, token)
+	if err != nil {
+		s.refuse("unknown", RefusedUnauthenticated, peerOf(ctx), "%v", err)
+		return nil, nil, status.Errorf(codes.Unauthenticated, "scheduler: %v", err)
+	}
+	w := &who{id: id, st: s.ids.state[id]}
+	if n := w.st.sessions.Add(1); id.MaxSessions > 0 && n > int64(id.MaxSessions) {
+		w.st.sessions.Add(-1)
+		s.refuse(id.Name, RefusedMaxSessions, peerOf(ctx), "%d sessions open, its limit is %d", n-1, id.MaxSessions)
+		return nil, nil, status.Errorf(codes.ResourceExhausted, "scheduler: identity %s holds %d sessions, its limit", id.Name, id.MaxSessions)
+	}
+	return w, func() { w.st.sessions.Add(-1) }, nil
+}
+
+// credentialsOf is the verified client certificate (nil: none) and bearer
+// token ("" : none) of a session: a framed connection's own, or a gRPC
+// stream's (its peer's TLS state, its authorization metadata).
+func credentialsOf(stream interface{ Context() context.Context }) (*x509.Certificate, string) {
+	var cs *tls.ConnectionState
+	var token string
+	if fc, ok := stream.(interface {
+		Token() string
+		TLS() *tls.ConnectionState
+	}); ok {
+		cs, token = fc.TLS(), fc.Token()
+	} else {
+		cs, token = grpcCredentials(stream.Context())
+	}
+	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.PeerCertificates) == 0 {
+		return nil, token
+	}
+	return cs.PeerCertificates[0], token
+}
+
+func grpcCredentials(ctx context.Context) (*tls.ConnectionState, string) {
+	var cs *tls.ConnectionState
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			cs = &ti.State
+		}
+	}
+	var token string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		for _, v := range md.Get("authorization") {
+			if scheme, tok, ok := strings.Cut(strings.TrimSpace(v), " "); ok && strings.EqualFold(scheme, "bearer") {
+				token = strings.TrimSpace(tok)
+			}
+		}
+	}
+	return cs, token
+}
+
+// admissible checks a Start against its session's identity: the reason
+// (one of the Refused constants) and a message when refused, "" when not.
+func (w *who) admissible(ids *identities, req *scheduler.Request) (reason, msg string) {
+	id := w.id
+	if !id.AllowsPool(req.Pool) {
+		return RefusedPool, fmt.Sprintf("identity %s may not use pool %q", id.Name, req.Pool)
+	}
+	class := req.Class
+	if class == "" {
+		class = ids.defClass()
+	}
+	if !id.AllowsClass(class) {
+		return RefusedClass, fmt.Sprintf("identity %s may not use class %q", id.Name, class)
+	}
+	if id.MaxLeases > 0 && w.st.leases.Load() >= int64(id.MaxLeases) {
+		return RefusedMaxLeases, fmt.Sprintf("identity %s holds %d leases, its limit", id.Name, id.MaxLeases)
+	}
+	if id.MaxQueued > 0 && w.st.queued.Load() >= int64(id.MaxQueued) {
+		return RefusedMaxQueued, fmt.Sprintf("identity %s has %d requests waiting, its limit", id.Name, id.MaxQueued)
+	}
+	return "", ""
+}
+
+// logLimiter lets one line per key through every logEvery and counts the
+// ones it held back.
+type logLimiter struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+	held map[string]int
+}
+
+const logEvery = 10 * time.Second
+
+func (l *logLimiter) allow(key string, now time.Time) (suppressed int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last, l.held = map[string]time.Time{}, map[string]int{}
+	}
+	if t, seen := l.last[key]; seen && now.Sub(t) < logEvery {
+		l.held[key]++
+		return 0, false
+	}
+	n := l.held[key]
+	l.last[key], l.held[key] = now, 0
+	return n, true
+}
+
+// tlsPassthrough is the gRPC side's transport credentials when the
+// listener already speaks TLS (Run wraps it, so that both transports share
+// one handshake): it adds nothing to the connection, and tells gRPC the
+// TLS state, so a stream's peer carries the client's certificate.
+type tlsPassthrough struct{}
+
+var _ credentials.TransportCredentials = tlsPassthrough{}
+
+func (tlsPassthrough) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	for inner := c; inner != nil; {
+		if tc, ok := inner.(*tls.Conn); ok {
+			return c, credentials.TLSInfo{State: tc.ConnectionState(),
+				CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+		}
+		u, ok := inner.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		inner = u.NetConn()
+	}
+	return c, nil, nil
+}
+
+func (tlsPassthrough) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, fmt.Errorf("scheduler: server-side credentials only")
+}
+
+func (tlsPassthrough) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
+}
+func (tlsPassthrough) Clone() credentials.TransportCredentials { return tlsPassthrough{} }
+func (tlsPassthrough) OverrideServerName(string) error         { return nil }
