@@ -3,14 +3,17 @@ package epp_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -20,8 +23,11 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/epp"
 	"github.com/llmesh/llmesh/epp/epptest"
+	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/sim/server"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
 
@@ -127,14 +133,9 @@ var llmdNoAdmission = difference{
 }
 
 var crossCases = []crossCase{
-	{name: "pick in the header and the metadata, one value, body streamed back whole", run: func(t *testing.T, tg *eppTarget) {
-		call, pick, err := tg.driver(epptest.FullDuplex).Start(ctx(t), tg.request(nil, 1))
-		mustPick(t, tg, pick, err)
-		if string(pick.Body) != tg.body() {
-			t.Fatalf("forwarded body %q, want %q", pick.Body, tg.body())
-		}
-		call.Cancel()
-	}},
+	{name: "pick in the header and the metadata, one value, body streamed back byte for byte", run: func(t *testing.T, tg *eppTarget) {
+		crossPickBody(t, tg, 1, tg.body(), exactBody)
+	}, differs: map[string]difference{implLlmd: llmdReencodes(1, "")}},
 	{name: "request without a body picked on the headers answer (each body mode)", run: func(t *testing.T, tg *eppTarget) {
 		for _, m := range modes {
 			r := epptest.Request{Headers: map[string]string{":method": "GET", ":path": "/v1/models"}}
@@ -145,14 +146,9 @@ var crossCases = []crossCase{
 			}
 		}
 	}},
-	{name: "body split across 5 chunks parsed whole and streamed back", run: func(t *testing.T, tg *eppTarget) {
-		call, pick, err := tg.driver(epptest.FullDuplex).Start(ctx(t), tg.request(nil, 5))
-		mustPick(t, tg, pick, err)
-		if string(pick.Body) != tg.body() {
-			t.Fatalf("forwarded body %q", pick.Body)
-		}
-		call.Cancel()
-	}},
+	{name: "body split across 5 chunks parsed whole and streamed back byte for byte", run: func(t *testing.T, tg *eppTarget) {
+		crossPickBody(t, tg, 5, tg.body(), exactBody)
+	}, differs: map[string]difference{implLlmd: llmdReencodes(5, "")}},
 	{name: "BUFFERED and STREAMED body modes: pick on the body answer", run: func(t *testing.T, tg *eppTarget) {
 		for _, m := range []epptest.Mode{epptest.Buffered, epptest.Streamed} {
 			call, pick, err := tg.driver(m).Start(ctx(t), tg.request(nil, 3))
@@ -175,15 +171,39 @@ var crossCases = []crossCase{
 	{name: "subset with no endpoint of the pool: 503", run: func(t *testing.T, tg *eppTarget) {
 		mustRefuse(t, tg, []string{"10.9.9.9:1"}, 503)
 	}},
+	{name: "subset naming a pool endpoint's address with another port: 503", run: func(t *testing.T, tg *eppTarget) {
+		host, _, _ := net.SplitHostPort(tg.eps[0])
+		mustRefuse(t, tg, []string{net.JoinHostPort(host, "1")}, 503)
+	}, differs: map[string]difference{implLlmd: {
+		why: "matches subset entries by address alone, the port ignored (pkg/epp/requestcontrol/candidates.go): it picks the pool's endpoint at that address",
+		check: func(t *testing.T, tg *eppTarget) {
+			host, _, _ := net.SplitHostPort(tg.eps[0])
+			r := tg.request(nil, 1)
+			r.Subset, r.SubsetSet = []string{net.JoinHostPort(host, "1")}, true
+			call, pick, err := tg.driver(epptest.FullDuplex).Start(ctx(t), r)
+			mustPick(t, tg, pick, err)
+			if pick.Header != tg.eps[0] {
+				t.Fatalf("picked %s, want %s (the endpoint at the subset's address)", pick.Header, tg.eps[0])
+			}
+			call.Cancel()
+		},
+	}}},
 	{name: "empty subset: 503", run: func(t *testing.T, tg *eppTarget) {
 		mustRefuse(t, tg, []string{}, 503)
 	}},
-	{name: "malformed subset element: 400", run: func(t *testing.T, tg *eppTarget) {
+	{name: "malformed subset element (no port): 400", run: func(t *testing.T, tg *eppTarget) {
 		mustRefuse(t, tg, []string{"127.0.0.1"}, 400)
 	}, differs: map[string]difference{implLlmd: {
-		why: "a subset element without a port matches no endpoint: 503, not a 400 naming the element",
+		why: "an element without a port is taken as an address (pkg/epp/requestcontrol/candidates.go): it picks the pool's endpoint at 127.0.0.1",
 		check: func(t *testing.T, tg *eppTarget) {
-			mustRefuse(t, tg, []string{"127.0.0.1"}, 503)
+			r := tg.request(nil, 1)
+			r.Subset, r.SubsetSet = []string{"127.0.0.1"}, true
+			call, pick, err := tg.driver(epptest.FullDuplex).Start(ctx(t), r)
+			mustPick(t, tg, pick, err)
+			if pick.Header != tg.eps[0] {
+				t.Fatalf("picked %s, want %s (the endpoint at 127.0.0.1)", pick.Header, tg.eps[0])
+			}
+			call.Cancel()
 		},
 	}}},
 	{name: "unparsable OpenAI body: 400", run: func(t *testing.T, tg *eppTarget) {
@@ -246,17 +266,9 @@ var crossCases = []crossCase{
 			}
 		}
 	}},
-	{name: "a 5 MiB body in 40 chunks streamed back whole", run: func(t *testing.T, tg *eppTarget) {
-		body := fmt.Sprintf(`{"model":%q,"prompt":"%s","max_tokens":1}`, tg.model, strings.Repeat("x", 5<<20))
-		r := epptest.Request{Headers: map[string]string{":method": "POST", ":path": "/v1/completions", "content-type": "application/json"},
-			Chunks: split(body, 40)}
-		call, pick, err := tg.driver(epptest.FullDuplex).Start(ctx(t), r)
-		mustPick(t, tg, pick, err)
-		if string(pick.Body) != body {
-			t.Fatalf("forwarded %d bytes, want %d", len(pick.Body), len(body))
-		}
-		call.Cancel()
-	}},
+	{name: "a 5 MiB body in 40 chunks streamed back byte for byte", run: func(t *testing.T, tg *eppTarget) {
+		crossPickBody(t, tg, 40, bigBody(tg), exactBody)
+	}, differs: map[string]difference{implLlmd: llmdReencodes(40, "big")}},
 	{name: "gRPC health: \"\", liveness, readiness and the ext_proc service SERVING", run: func(t *testing.T, tg *eppTarget) {
 		for _, svc := range []string{"", "liveness", "readiness", extprocv3.ExternalProcessor_ServiceDesc.ServiceName} {
 			r, err := tg.health.Check(ctx(t), &healthpb.HealthCheckRequest{Service: svc})
@@ -265,6 +277,66 @@ var crossCases = []crossCase{
 			}
 		}
 	}},
+}
+
+// bigBody is a 5 MiB completions request: larger than gRPC's default 4 MiB
+// message.
+func bigBody(tg *eppTarget) string {
+	return fmt.Sprintf(`{"model":%q,"prompt":"%s","max_tokens":1}`, tg.model, strings.Repeat("x", 5<<20))
+}
+
+// crossPickBody sends body in chunks pieces in full duplex mode and checks the
+// pick and the body the picker streams back with same.
+func crossPickBody(t *testing.T, tg *eppTarget, chunks int, body string, same func(t *testing.T, got, want []byte)) {
+	t.Helper()
+	path := "/v1/chat/completions"
+	if !strings.Contains(body, `"messages"`) {
+		path = "/v1/completions"
+	}
+	r := epptest.Request{Headers: map[string]string{":method": "POST", ":path": path, "content-type": "application/json"},
+		Chunks: split(body, chunks)}
+	call, pick, err := tg.driver(epptest.FullDuplex).Start(ctx(t), r)
+	mustPick(t, tg, pick, err)
+	defer call.Cancel()
+	same(t, pick.Body, []byte(body))
+}
+
+func exactBody(t *testing.T, got, want []byte) {
+	t.Helper()
+	if !bytes.Equal(got, want) {
+		t.Fatalf("forwarded body of %d bytes differs from the client's %d (%.120q)", len(got), len(want), got)
+	}
+}
+
+// llmdReencodes: llm-d parses the body into its request type and
+// marshals it again before streaming it back (pkg/epp/requestcontrol's
+// director, then envoy.GenerateRequestBodyResponses): the same JSON, its
+// object keys in sorted order, not the client's bytes.
+func llmdReencodes(chunks int, which string) difference {
+	return difference{
+		why: "streams back its own re-encoding of the JSON body (keys sorted): the engine gets equal JSON, not the client's bytes",
+		check: func(t *testing.T, tg *eppTarget) {
+			body := tg.body()
+			if which == "big" {
+				body = bigBody(tg)
+			}
+			crossPickBody(t, tg, chunks, body, func(t *testing.T, got, want []byte) {
+				var g, w any
+				if err := json.Unmarshal(got, &g); err != nil {
+					t.Fatalf("forwarded body is not JSON: %v", err)
+				}
+				if err := json.Unmarshal(want, &w); err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(g, w) {
+					t.Fatalf("forwarded JSON differs from the client's: %.200q", got)
+				}
+				if bytes.Equal(got, want) {
+					t.Fatal("forwarded the client's bytes unchanged: the declared difference is gone")
+				}
+			})
+		},
+	}
 }
 
 // crossQueueing: the pool full (two held), a batch request queues, then an
@@ -376,6 +448,36 @@ func readChunks(t *testing.T, r io.ReadCloser) ([]byte, [][]byte) {
 	}
 }
 
+// startSimAt starts a real sim (simtest's defaults) whose HTTP listener is
+// on host, a loopback address: endpoints at distinct addresses.
+func startSimAt(t *testing.T, host string) *simtest.Sim {
+	t.Helper()
+	srv, err := server.New(server.Config{Clock: clock.NewScaled(simtest.DefaultTimeScale)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(c, hl, gl) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sim at %s: %v", hl.Addr(), err)
+		}
+	})
+	s := &simtest.Sim{HTTPURL: "http://" + hl.Addr().String(), GRPCAddr: gl.Addr().String(), Model: srv.Config().ServedModelName, Server: srv}
+	proctest.WaitHTTP(t, s.HTTPURL+"/health")
+	return s
+}
+
 func simHost(t testing.TB, s *simtest.Sim) string {
 	u, err := url.Parse(s.HTTPURL)
 	if err != nil {
@@ -413,7 +515,7 @@ default_class: interactive
 	}
 	p := startPickerMesh(t, path, nil)
 	return &eppTarget{
-		client: p.client, health: healthpb.NewHealthClient(p.conn), eps: eps, model: sims[0].Model,
+		client: epptest.ForwardMetadata(p.client), health: healthpb.NewHealthClient(p.conn), eps: eps, model: sims[0].Model,
 		queued: func(class string) int { return p.stats().Queued[class] },
 		settle: func(t *testing.T) {
 			waitFor(t, "the picker holds no request", func() bool {
@@ -434,7 +536,8 @@ func TestCrossImpl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two sims and, with LLMD_EPP_BIN, llm-d's picker")
 	}
-	sims := [2]*simtest.Sim{simtest.Start(t), simtest.Start(t)}
+	// Two addresses: llm-d matches a subset by address alone.
+	sims := [2]*simtest.Sim{startSimAt(t, "127.0.0.1"), startSimAt(t, "127.0.0.2")}
 	impls := []struct {
 		name  string
 		start func(*testing.T, [2]*simtest.Sim) (*eppTarget, string)

@@ -2,6 +2,7 @@ package epp_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/llmesh/llmesh/epp/epptest"
 	"github.com/llmesh/llmesh/internal/proctest"
 	"github.com/llmesh/llmesh/sim/simtest"
 )
@@ -74,7 +76,11 @@ func startLlmdTarget(t *testing.T, sims [2]*simtest.Sim) (*eppTarget, string) {
 	dir := t.TempDir()
 	endpoints := "endpoints:\n"
 	for i, ep := range eps {
-		endpoints += fmt.Sprintf("  - name: sim-%d\n    address: \"127.0.0.1\"\n    port: %q\n", i, proctest.Port(t, ep))
+		host, port, err := net.SplitHostPort(ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		endpoints += fmt.Sprintf("  - name: sim-%d\n    address: %q\n    port: %q\n", i, host, port)
 	}
 	epFile := filepath.Join(dir, "endpoints.yaml")
 	cfgFile := filepath.Join(dir, "epp.yaml")
@@ -102,7 +108,7 @@ func startLlmdTarget(t *testing.T, sims [2]*simtest.Sim) (*eppTarget, string) {
 		return c
 	}
 	tg := &eppTarget{
-		client: extprocv3.NewExternalProcessorClient(dial(grpcAddr)),
+		client: epptest.ForwardMetadata(extprocv3.NewExternalProcessorClient(dial(grpcAddr))),
 		health: healthpb.NewHealthClient(dial(healthAddr)),
 		eps:    eps, model: sims[0].Model,
 	}
