@@ -503,7 +503,7 @@ pools:
 classes:
   - name: interactive
     priority: 0
-    queue: {max_length: 16, max_wait: 5s}
+    queue: {max_length: 16, max_wait: 60s}
   - name: batch
     priority: 10
     queue: {max_length: 1}
