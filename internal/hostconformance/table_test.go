@@ -7,7 +7,13 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
+	"github.com/llmesh/llmesh/filter"
 )
+
+// engineAddr is the host:port of the mesh's HTTP engine (the recorder in
+// front of the sim) of the table now running, for the rows whose request
+// names it (an upstream pick); loadMesh sets it.
+var engineAddr string
 
 // Scenarios: what runs around a row's request.
 const (
@@ -205,6 +211,19 @@ var table = []tcase{
 		req: completion(`not json`, "x-llmesh-prompt", longPrompt),
 	},
 
+	// A pick made upstream by another endpoint picker (pool sim-picked,
+	// accept_upstream_pick), in the x-gateway-destination-endpoint header.
+	{name: "upstream pick honoured", wantStatus: 200,
+		req: func(m string) request {
+			return completion(`{"model":"MODEL","prompt":"picked","max_tokens":3,"stream":true}`, "x-lane", "picked", filter.PickHeader, engineAddr)(m)
+		}},
+	{name: "upstream pick malformed", wantStatus: 400,
+		req: completion(`{"model":"MODEL","prompt":"picked","max_tokens":2}`, "x-lane", "picked", filter.PickHeader, "not-an-endpoint"),
+		epp: map[string]string{"Client": eppIsThePicker, "Records": eppIsThePicker, "Engine": eppIsThePicker}},
+	{name: "upstream pick outside the pool", wantStatus: 503,
+		req: completion(`{"model":"MODEL","prompt":"picked","max_tokens":2}`, "x-lane", "picked", filter.PickHeader, "127.0.0.1:1"),
+		epp: map[string]string{"Client": eppIsThePicker, "Records": eppIsThePicker, "Engine": eppIsThePicker}},
+
 	// Upstream errors and faults.
 	{name: "upstream 429", wantStatus: 429,
 		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":2}`, fault, "429")},
@@ -340,6 +359,7 @@ const (
 	eppUpstreamReset = "an upstream reset makes Envoy reset the client and end the ext_proc stream with no message saying why, so the picker records the stream's end as the client gone (cancelled); the gateway ends the stream with an error event and records the reset"
 	eppNoIdleTimeout = "the gateway's stream idle timeout ends a stalled upstream; behind the picker that timeout is Envoy's router's (stream_idle_timeout), and the test's router has none"
 	eppPreemptSSE    = "docs/epp.md (Preemption): the gateway resumes a preempted stream by a continuation request; the picker cannot send a request again once its pick went out, so it ends the client's event stream with an error event at once (the Record is the preempted one's, and no continuation reaches the engine)"
+	eppIsThePicker   = "by design: the picker is the endpoint picker; it makes the pick itself and overwrites x-gateway-destination-endpoint (docs/epp.md), so a pick in the incoming request is not read and the request is served by the picker's own pick; accept_upstream_pick is for the hosts behind another picker"
 	eppPreemptGRPC   = "docs/epp.md (Preemption): the gateway ends a preempted llm.v1 stream with UNAVAILABLE trailers; the picker can change trailers only in its answer to Envoy's trailers message, so it sends an immediate response, which Envoy turns into a reset once response headers went out"
 )
 
