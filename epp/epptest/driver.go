@@ -59,8 +59,11 @@ type Pick struct {
 	// envoy.lb / x-gateway-destination-endpoint of the dynamic metadata.
 	Header, Metadata string
 	// Body is the request body the data plane forwards: what the picker
-	// streamed back (full duplex) or the original body.
+	// streamed back (full duplex), the body mutation of its answer
+	// (buffered), or the original body.
 	Body []byte
+	// Removed are the request headers the picker's answer removes.
+	Removed []string
 	// Immediate is set when the picker answered the request itself.
 	Immediate *extprocv3.ImmediateResponse
 }
@@ -242,6 +245,10 @@ func (c *Call) expect(p *Pick, kind string) (done bool, err error) {
 		}
 		common = m.GetRequestBody().GetResponse()
 	}
+	if b := common.GetBodyMutation(); b.GetBody() != nil {
+		p.Body = b.GetBody()
+	}
+	p.Removed = append(p.Removed, common.GetHeaderMutation().GetRemoveHeaders()...)
 	for _, h := range common.GetHeaderMutation().GetSetHeaders() {
 		if h.GetHeader().GetKey() == "x-gateway-destination-endpoint" {
 			p.Header = string(h.GetHeader().GetRawValue())
