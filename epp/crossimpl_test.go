@@ -28,7 +28,7 @@ import (
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/epp"
 	"github.com/llmesh/llmesh/epp/epptest"
-	"github.com/llmesh/llmesh/internal/proctest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 	"github.com/llmesh/llmesh/sim/server"
 	"github.com/llmesh/llmesh/sim/simtest"
 )

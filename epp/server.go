@@ -97,8 +97,8 @@ type Server struct {
 	seq      atomic.Uint64
 	rr       atomic.Uint64
 	// xcfg is every stream's lifecycle configuration: the picker
-	// classifies itself (the objective header), so the core takes the
-	// class it is given and records nothing (OnDone reports).
+	// classifies itself (the objective header) and hands the core its
+	// class as the route class; the core records nothing (OnDone reports).
 	xcfg exchange.ExchangeConfig
 	// misuses counts lifecycle calls a stream's state refused
 	// (exchange.ExchangeConfig.Misuse), each a picker bug; tests require
@@ -184,6 +184,11 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.cls = c
 	}
+	// The core classifies with the class the picker decided as the route
+	// class (which wins over every other source), so its class is the
+	// picker's; it needs the classifier for the engine-priority guard's
+	// decision (who may set a priority).
+	s.xcfg.Classifier = s.cls
 	s.health = health.NewServer()
 	for _, name := range HealthServices {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)

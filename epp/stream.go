@@ -51,6 +51,8 @@ type stream struct {
 	subset    []string
 	hasSubset bool
 	body      []byte
+	// bodyChanged: the engine-priority guard rewrote body.
+	bodyChanged bool
 	// headersEOS: the request ended with its headers (no body).
 	headersEOS bool
 	decided    bool
@@ -230,6 +232,7 @@ func (st *stream) decide() error {
 	}
 	st.pool = pi
 	var oreq exchange.OpenAIRequest
+	var grpcSizes *exchange.RequestMeta
 	if len(st.body) > 0 && !grpcReq {
 		r, err := exchange.ParseOpenAIRequest(st.body)
 		if err != nil {
@@ -255,7 +258,23 @@ func (st *stream) decide() error {
 	if ah := pi.pool.AffinityHeader; ah != "" {
 		affinity = h.Get(ah)
 	}
-	st.start(exchange.RequestHead{Path: path, ContentType: h.Get("content-type"), ID: id, Affinity: affinity})
+	st.start(exchange.RequestHead{Path: path, ContentType: h.Get("content-type"), ID: id, Affinity: affinity,
+		ContentEncoding: h.Get("content-encoding"), GRPCEncoding: h.Get("grpc-encoding"), Headers: h,
+		HasBody: len(st.body) > 0, ClassPriority: pi.pool.ClassEnginePriority()})
+	if grpcReq && len(st.body) > 0 {
+		// The model and sizes of a gRPC generation (llm.v1, vLLM) from its
+		// message, as the other hosts read them (the core's Size). A
+		// message no engine can serve is left to the engine to refuse, as
+		// the gateway does.
+		_ = st.x.Size(st.body, nil)
+		meta := st.x.View().Meta
+		st.model = meta.Model
+		oreq.Model = meta.Model
+		grpcSizes = &meta
+	}
+	if err := st.guard(); err != nil {
+		return st.immediate(err)
+	}
 	var want []string
 	if st.hasSubset {
 		want = st.subset
@@ -269,6 +288,9 @@ func (st *stream) decide() error {
 	}
 	sreq := scheduler.Request{ID: id, Pool: pi.pool.Name, Class: st.class.Name, PromptTokens: oreq.PromptTokens(),
 		MaxTokens: max(0, oreq.OutputLimit()), Arrival: st.received, Affinity: affinity}
+	if grpcSizes != nil {
+		sreq.PromptTokens, sreq.MaxTokens = grpcSizes.PromptTokens, grpcSizes.MaxTokens
+	}
 	for {
 		lease, err := st.s.cfg.Admitter.Admit(st.ctx, sreq)
 		switch {
@@ -310,6 +332,33 @@ func (st *stream) decide() error {
 	if st.lease != nil {
 		st.watch(st.lease)
 	}
+	return nil
+}
+
+// guard applies the engine-priority guard (pools[].engine_priority:
+// class, exchange.Exchange.Guard) to the whole request body before the pick:
+// the body streamed back in full duplex mode, or the buffered body's
+// mutation, is the rewritten one. An error is the refusal (a body the
+// guard cannot read reliably, or a compressed one). In STREAMED mode the
+// earlier chunks already went on unchanged: a body the guard would change
+// is refused there (ErrPriorityBody), never forwarded as the client sent
+// it.
+func (st *stream) guard() error {
+	plan := st.x.View().Plan
+	if plan.Refuse != nil {
+		return plan.Refuse
+	}
+	if plan.Guard == exchange.GuardNone {
+		return nil
+	}
+	out, changed, err := st.x.Guard(st.body)
+	if err != nil || !changed {
+		return err
+	}
+	if st.reqMode == filterv3.ProcessingMode_STREAMED && !st.headersEOS {
+		return fmt.Errorf("%w: the body's engine priority must be rewritten, which the picker cannot do in STREAMED request mode (use FULL_DUPLEX_STREAMED or BUFFERED)", exchange.ErrPriorityBody)
+	}
+	st.body, st.bodyChanged = out, true
 	return nil
 }
 
@@ -433,7 +482,14 @@ func (st *stream) sendPick() error {
 		Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(st.endpoint)},
 		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}}}
+	if st.bodyChanged {
+		// The guard changed the body's length.
+		mut.RemoveHeaders = append(mut.RemoveHeaders, "content-length")
+	}
 	common := &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: true}
+	if st.bodyChanged && st.reqMode == filterv3.ProcessingMode_BUFFERED {
+		common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: st.body}}
+	}
 	md := destinationMetadata(st.endpoint)
 	switch {
 	case st.headersEOS || st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:

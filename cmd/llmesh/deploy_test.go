@@ -23,7 +23,12 @@ import (
 // Inference Extension's v1 types for the InferencePool —, the mesh in the
 // ConfigMap loads, the InferencePool names the Service of the picker, and
 // the picker's Deployment arguments parse with llmesh epp's own flags.
+// Every object of a kind the extension publishes a CRD for (the
+// InferencePool) is also checked against that CRD's OpenAPI v3 schema and
+// CEL rules as the API server checks it (crdschema_test.go); an object of
+// such a group without a published CRD version fails.
 func TestKubernetesManifests(t *testing.T) {
+	schemas := loadCRDSchemas(t)
 	files, err := filepath.Glob("../../deploy/kubernetes/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests: %v", err)
@@ -58,6 +63,17 @@ func TestKubernetesManifests(t *testing.T) {
 				}
 			}
 			kinds[tm.APIVersion+" "+tm.Kind]++
+			if s, ok := schemas[tm.APIVersion+" "+tm.Kind]; ok {
+				obj, err := decodeObject(doc)
+				if err != nil {
+					t.Fatalf("%s document %d: %v", f, i, err)
+				}
+				for _, e := range s.validate(obj) {
+					t.Errorf("%s document %d (%s %s) against the published CRD schema: %s", f, i, tm.APIVersion, tm.Kind, e)
+				}
+			} else if strings.Contains(tm.APIVersion, "inference.networking") {
+				t.Errorf("%s document %d: no published CRD schema for %s %s", f, i, tm.APIVersion, tm.Kind)
+			}
 			switch tm.APIVersion + " " + tm.Kind {
 			case "v1 ServiceAccount":
 				strict(&corev1.ServiceAccount{})

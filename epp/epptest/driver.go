@@ -59,8 +59,11 @@ type Pick struct {
 	// envoy.lb / x-gateway-destination-endpoint of the dynamic metadata.
 	Header, Metadata string
 	// Body is the request body the data plane forwards: what the picker
-	// streamed back (full duplex) or the original body.
+	// streamed back (full duplex), the body mutation of its answer
+	// (buffered), or the original body.
 	Body []byte
+	// Removed are the request headers the picker's answer removes.
+	Removed []string
 	// Immediate is set when the picker answered the request itself.
 	Immediate *extprocv3.ImmediateResponse
 }
@@ -101,15 +104,42 @@ func (c *Call) send(m *extprocv3.ProcessingRequest) error {
 	return c.stream.Send(m)
 }
 
+// next reads the picker's next answer. An immediate response, which ends
+// the exchange, comes back as im (m nil).
+func (c *Call) next() (m *extprocv3.ProcessingResponse, im *extprocv3.ImmediateResponse, err error) {
+	m, err = c.stream.Recv()
+	if err != nil {
+		return nil, nil, err
+	}
+	if im := m.GetImmediateResponse(); im != nil {
+		return nil, im, nil
+	}
+	return m, nil, nil
+}
+
+// roundTrip sends msg and reads the picker's answer to it (next).
+func (c *Call) roundTrip(msg *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, *extprocv3.ImmediateResponse, error) {
+	if err := c.send(msg); err != nil {
+		return nil, nil, err
+	}
+	return c.next()
+}
+
+// headerMap is the headers (or trailers) kv as Envoy sends them, raw
+// values, after the pseudo-headers given first.
+func headerMap(kv map[string]string, pseudo ...*corev3.HeaderValue) *corev3.HeaderMap {
+	hm := &corev3.HeaderMap{Headers: pseudo}
+	for k, v := range kv {
+		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
+	}
+	return hm
+}
+
 func (c *Call) request(r Request) (Pick, error) {
 	var p Pick
 	hasBody := len(r.Chunks) > 0
-	hm := &corev3.HeaderMap{}
-	for k, v := range r.Headers {
-		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
-	}
 	msg := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
-		RequestHeaders: &extprocv3.HttpHeaders{Headers: hm, EndOfStream: !hasBody}}}
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: headerMap(r.Headers), EndOfStream: !hasBody}}}
 	if r.SubsetSet {
 		vals := make([]any, len(r.Subset))
 		for i, s := range r.Subset {
@@ -168,13 +198,10 @@ func (c *Call) request(r Request) (Pick, error) {
 		// The body goes upstream as the picker streams it back.
 		p.Body = nil
 		for {
-			m, err := c.stream.Recv()
-			if err != nil {
-				return p, err
-			}
-			if im := m.GetImmediateResponse(); im != nil {
+			m, im, err := c.next()
+			if err != nil || im != nil {
 				p.Immediate = im
-				return p, nil
+				return p, err
 			}
 			sr := m.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
 			if sr == nil {
@@ -200,13 +227,10 @@ func bodyMsg(b []byte, eos, response bool) *extprocv3.ProcessingRequest {
 // expect reads one answer of the given kind, recording a pick in p; done
 // is true when the picker answered with an immediate response.
 func (c *Call) expect(p *Pick, kind string) (done bool, err error) {
-	m, err := c.stream.Recv()
-	if err != nil {
-		return false, err
-	}
-	if im := m.GetImmediateResponse(); im != nil {
+	m, im, err := c.next()
+	if err != nil || im != nil {
 		p.Immediate = im
-		return true, nil
+		return im != nil, err
 	}
 	var common *extprocv3.CommonResponse
 	switch kind {
@@ -221,6 +245,10 @@ func (c *Call) expect(p *Pick, kind string) (done bool, err error) {
 		}
 		common = m.GetRequestBody().GetResponse()
 	}
+	if b := common.GetBodyMutation(); b.GetBody() != nil {
+		p.Body = b.GetBody()
+	}
+	p.Removed = append(p.Removed, common.GetHeaderMutation().GetRemoveHeaders()...)
 	for _, h := range common.GetHeaderMutation().GetSetHeaders() {
 		if h.GetHeader().GetKey() == "x-gateway-destination-endpoint" {
 			p.Header = string(h.GetHeader().GetRawValue())
@@ -296,26 +324,17 @@ func (c *Call) Relay(r Response) (Reply, error) {
 		defer cl.Close()
 	}
 	var rep Reply
-	hm := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte(strconv.Itoa(r.Status))}}}
-	for k, v := range r.Headers {
-		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
-	}
+	hm := headerMap(r.Headers, &corev3.HeaderValue{Key: ":status", RawValue: []byte(strconv.Itoa(r.Status))})
 	msg := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HttpHeaders{Headers: hm, EndOfStream: len(r.Chunks) == 0 && r.Body == nil}}}
 	if r.Served != "" {
 		msg.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
 			"envoy.lb": {Fields: map[string]*structpb.Value{"x-gateway-destination-endpoint-served": structpb.NewStringValue(r.Served)}}}}
 	}
-	if err := c.send(msg); err != nil {
-		return rep, err
-	}
-	m, err := c.stream.Recv()
-	if err != nil {
-		return rep, err
-	}
-	if im := m.GetImmediateResponse(); im != nil {
+	m, im, err := c.roundTrip(msg)
+	if err != nil || im != nil {
 		rep.Immediate = im
-		return rep, nil
+		return rep, err
 	}
 	if m.GetResponseHeaders() == nil {
 		return rep, fmt.Errorf("epptest: want a response_headers answer, got %T", m.GetResponse())
@@ -343,21 +362,11 @@ func (c *Call) Relay(r Response) (Reply, error) {
 					return rep, err
 				}
 			}
-			tm := &corev3.HeaderMap{}
-			for k, v := range trailers {
-				tm.Headers = append(tm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
-			}
-			if err := c.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
-				ResponseTrailers: &extprocv3.HttpTrailers{Trailers: tm}}}); err != nil {
-				return rep, err
-			}
-			m, err := c.stream.Recv()
-			if err != nil {
-				return rep, err
-			}
-			if im := m.GetImmediateResponse(); im != nil {
+			m, im, err := c.roundTrip(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+				ResponseTrailers: &extprocv3.HttpTrailers{Trailers: headerMap(trailers)}}})
+			if err != nil || im != nil {
 				rep.Immediate = im
-				return rep, nil
+				return rep, err
 			}
 			if m.GetResponseTrailers() == nil {
 				return rep, fmt.Errorf("epptest: want a response_trailers answer, got %T", m.GetResponse())
@@ -388,13 +397,10 @@ func (c *Call) Relay(r Response) (Reply, error) {
 // adds what the client gets to rep; done is true when the picker ended the
 // response (an immediate response, or its own end of the body).
 func (c *Call) relayed(rep *Reply, ch []byte, last bool) (done bool, err error) {
-	m, err := c.stream.Recv()
-	if err != nil {
-		return false, err
-	}
-	if im := m.GetImmediateResponse(); im != nil {
+	m, im, err := c.next()
+	if err != nil || im != nil {
 		rep.Immediate = im
-		return true, nil
+		return im != nil, err
 	}
 	rb := m.GetResponseBody()
 	if rb == nil {

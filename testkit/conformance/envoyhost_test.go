@@ -147,6 +147,10 @@ func (h *envoyHost) do(t *testing.T, r request) response {
 	if r.grpc() {
 		c, base = h.h2c, h.up.grpc
 	}
+	if o := s.UpstreamOverride(); o != nil {
+		// Envoy's router sends the request to the override host.
+		base = "http://" + o.Host
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+r.path, bytes.NewReader(s.Upstream()))

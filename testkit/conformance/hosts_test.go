@@ -22,7 +22,8 @@ import (
 
 // meshJSON is the one mesh config both hosts run: the OpenAI pool "sim"
 // and the gRPC pool "sim-grpc" (capacity 1 each, preemptive), the pool
-// "sim-guard" whose engine gets the class priority in the body, three
+// "sim-guard" whose engine gets the class priority in the body, the pool
+// "sim-picked" that honours a pick made upstream (accept_upstream_pick), three
 // classes, tenant and trusted-header classification, and relocation of
 // prompts from a header (HTTP) or metadata (llm.v1) into the body.
 //
@@ -34,11 +35,14 @@ const meshJSON = `{
     {"name": "grpc", "match": {"path_prefix": "/llm.v1."}, "pool": "sim-grpc"},
     {"name": "vllm", "match": {"path_prefix": "/vllm."}, "pool": "sim-grpc"},
     {"name": "guard", "match": {"path_prefix": "/v1/", "headers": {"x-lane": "guard"}}, "pool": "sim-guard"},
+    {"name": "picked", "match": {"path_prefix": "/v1/", "headers": {"x-lane": "picked"}}, "pool": "sim-picked"},
     {"name": "openai", "match": {"path_prefix": "/"}, "pool": "sim"}]}],
   "pools": [
     {"name": "sim", "protocol": "openai", "endpoints": ["HTTPADDR"], "capacity": {"max_inflight": 1},
      "scheduler": {"policy": "preemptive", "preemption": {"min_run_time": "0s"}}},
     {"name": "sim-guard", "protocol": "openai", "endpoints": ["HTTPADDR"], "engine_priority": "class",
+     "capacity": {"max_inflight": 4}},
+    {"name": "sim-picked", "protocol": "openai", "endpoints": ["HTTPADDR"], "accept_upstream_pick": true,
      "capacity": {"max_inflight": 4}},
     {"name": "sim-grpc", "protocol": "grpc", "endpoints": ["GRPCADDR"], "capacity": {"max_inflight": 1},
      "scheduler": {"policy": "preemptive", "preemption": {"min_run_time": "0s"}}}],
@@ -310,6 +314,7 @@ func loadMesh(t *testing.T, up upstreams) (*config.Config, string) {
 	t.Helper()
 	js := strings.NewReplacer("HTTPADDR", strings.TrimPrefix(up.http, "http://"),
 		"GRPCADDR", strings.TrimPrefix(up.grpc, "http://")).Replace(meshJSON)
+	engineAddr = strings.TrimPrefix(up.http, "http://")
 	c, err := config.Load([]byte(js))
 	if err != nil {
 		t.Fatalf("mesh: %v", err)

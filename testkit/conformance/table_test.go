@@ -7,7 +7,13 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
+	"github.com/llmesh/llmesh/exchange"
 )
+
+// engineAddr is the host:port of the mesh's HTTP engine (the recorder in
+// front of the sim) of the table now running, for the rows whose request
+// names it (an upstream pick); loadMesh sets it.
+var engineAddr string
 
 // Scenarios: what runs around a row's request.
 const (
@@ -124,8 +130,7 @@ var table = []tcase{
 
 	// gRPC: llm.v1 and vLLM.
 	{name: "llm.v1 Generate", wantStatus: 200, wantGRPC: "0",
-		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "a grpc prompt", MaxTokens: 5, Sampling: &llmv1.SamplingParams{IgnoreEos: true}}),
-		epp: eppModel(1, nil)},
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "a grpc prompt", MaxTokens: 5, Sampling: &llmv1.SamplingParams{IgnoreEos: true}})},
 	{name: "vLLM Generate", wantStatus: 200, wantGRPC: "0",
 		req: vllm(&vllmpb.GenerateRequest{Input: &vllmpb.GenerateRequest_Text{Text: "a vllm prompt"}, Stream: true,
 			SamplingParams: &vllmpb.SamplingParams{MaxTokens: u32(4), IgnoreEos: true}})},
@@ -137,11 +142,9 @@ var table = []tcase{
 			r := llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "a web prompt", MaxTokens: 2})(m)
 			r.headers = []string{"content-type", "application/grpc-web+proto", "te", "trailers"}
 			return r
-		},
-		epp: eppModel(1, nil)},
+		}},
 	{name: "llm.v1 invalid request", wantStatus: 200, wantGRPC: "3",
-		req: llm(&llmv1.GenerateRequest{Model: "MODEL", MaxTokens: 2}),
-		epp: eppModel(1, nil)},
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", MaxTokens: 2})},
 
 	// Classification.
 	{name: "tenant picks the class", wantStatus: 200,
@@ -157,19 +160,15 @@ var table = []tcase{
 
 	// Engine-priority guard (pool sim-guard, engine_priority: class).
 	{name: "guard: untrusted priority replaced", wantStatus: 200,
-		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":-100}`, "x-lane", "guard"),
-		epp: map[string]string{"Engine": eppNoGuard}},
+		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":-100}`, "x-lane", "guard")},
 	{name: "guard: priority added", wantStatus: 200,
-		req: chat(`{"model":"MODEL","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"stream":true}`, "x-lane", "guard", "x-tenant-id", "gold"),
-		epp: map[string]string{"Engine": eppNoGuard}},
+		req: chat(`{"model":"MODEL","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"stream":true}`, "x-lane", "guard", "x-tenant-id", "gold")},
 	{name: "guard: trusted marker passes the body", wantStatus: 200,
 		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":-3}`, "x-lane", "guard", "x-mesh-trusted", "s3cret")},
 	{name: "guard: case-variant priority members", wantStatus: 200,
-		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"PRIORITY":-100,"Priority":-2}`, "x-lane", "guard"),
-		epp: map[string]string{"Engine": eppNoGuard}},
+		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"PRIORITY":-100,"Priority":-2}`, "x-lane", "guard")},
 	{name: "guard: duplicate priority members", wantStatus: 200,
-		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":-1,"priorit\u0079":-2}`, "x-lane", "guard"),
-		epp: map[string]string{"Engine": eppNoGuard}},
+		req: completion(`{"model":"MODEL","prompt":"prio","max_tokens":2,"priority":-1,"priorit\u0079":-2}`, "x-lane", "guard")},
 
 	// The guard refuses a body it cannot read reliably.
 	{name: "guard: body not strict JSON refused", wantStatus: 400,
@@ -181,7 +180,6 @@ var table = []tcase{
 			return request{path: llmv1.Generation_Generate_FullMethodName, headers: hdrs(grpcCT), body: []byte{0, 0, 0, 0, 2, 0x1a, 0x09}}
 		},
 		differ: map[string]string{"Records[0].Outcome": guardAdmitted},
-		epp:    map[string]string{"Client": eppNoGuard, "Records": eppNoGuard, "Engine": eppNoGuard},
 	},
 
 	// Relocation.
@@ -205,14 +203,26 @@ var table = []tcase{
 		req: completion(`not json`, "x-llmesh-prompt", longPrompt),
 	},
 
+	// A pick made upstream by another endpoint picker (pool sim-picked,
+	// accept_upstream_pick), in the x-gateway-destination-endpoint header.
+	{name: "upstream pick honoured", wantStatus: 200,
+		req: func(m string) request {
+			return completion(`{"model":"MODEL","prompt":"picked","max_tokens":3,"stream":true}`, "x-lane", "picked", exchange.PickHeader, engineAddr)(m)
+		}},
+	{name: "upstream pick malformed", wantStatus: 400,
+		req: completion(`{"model":"MODEL","prompt":"picked","max_tokens":2}`, "x-lane", "picked", exchange.PickHeader, "not-an-endpoint"),
+		epp: map[string]string{"Client": eppIsThePicker, "Records": eppIsThePicker, "Engine": eppIsThePicker}},
+	{name: "upstream pick outside the pool", wantStatus: 503,
+		req: completion(`{"model":"MODEL","prompt":"picked","max_tokens":2}`, "x-lane", "picked", exchange.PickHeader, "127.0.0.1:1"),
+		epp: map[string]string{"Client": eppIsThePicker, "Records": eppIsThePicker, "Engine": eppIsThePicker}},
+
 	// Upstream errors and faults.
 	{name: "upstream 429", wantStatus: 429,
 		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":2}`, fault, "429")},
 	{name: "upstream 500", wantStatus: 500,
 		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":2,"stream":true}`, fault, "500")},
 	{name: "upstream 503 on gRPC", wantStatus: 200, wantGRPC: "14",
-		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "p", MaxTokens: 2}, fault, "503"),
-		epp: eppModel(1, nil)},
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "p", MaxTokens: 2}, fault, "503")},
 	{name: "upstream rejects the body", wantStatus: 400,
 		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":"many"}`),
 		epp: map[string]string{"Client.Body": eppParsesBody, "Records": eppParsesBody, "Engine": eppParsesBody}},
@@ -244,8 +254,7 @@ var table = []tcase{
 			r := llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "p", MaxTokens: 8, Sampling: &llmv1.SamplingParams{IgnoreEos: true}}, fault, "stall=2s")(m)
 			r.cancelAfter = 1
 			return r
-		},
-		epp: eppModel(1, nil)},
+		}},
 
 	// Scheduling.
 	{name: "queued behind a slot holder", scenario: queued, wantStatus: 200,
@@ -253,8 +262,7 @@ var table = []tcase{
 	{name: "queued interactive stream", scenario: queued, wantStatus: 200,
 		req: completion(`{"model":"MODEL","prompt":"wait","max_tokens":2,"stream":true}`, "x-tenant-id", "gold")},
 	{name: "queued llm.v1 request", scenario: queued, wantStatus: 200, wantGRPC: "0",
-		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "wait", MaxTokens: 2}),
-		epp: eppModel(2, nil)},
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "wait", MaxTokens: 2})},
 	{name: "queue full", scenario: queueFull, wantStatus: 429,
 		req:    completion(`{"model":"MODEL","prompt":"full","max_tokens":1}`, "x-tenant-id", "lim"),
 		differ: map[string]string{"Records[1].Model": modelUnread},
@@ -287,23 +295,20 @@ var table = []tcase{
 			"Client.Reset":       "see Client.GRPCStatus",
 			"Records[1].Queued":  "on Envoy the victim's slot is freed at its next callback (docs/architecture.md, request lifecycle: preemption acts at the next EncodeData), so the preemptor waits for it; the gateway cancels the victim's upstream at once",
 		},
-		epp: eppModel(2, map[string]string{"Client.GRPCStatus": eppPreemptGRPC, "Client.GRPCMessage": eppPreemptGRPC, "Client.Reset": eppPreemptGRPC})},
+		epp: map[string]string{"Client.GRPCStatus": eppPreemptGRPC, "Client.GRPCMessage": eppPreemptGRPC, "Client.Reset": eppPreemptGRPC}},
 	{name: "client leaves while queued", scenario: cancelQueued,
 		req:    completion(`{"model":"MODEL","prompt":"gone","max_tokens":2,"stream":true}`),
 		differ: map[string]string{"Records[0].Model": modelUnread}},
 	{name: "client leaves while queued on gRPC", scenario: cancelQueued,
 		req:    llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "gone", MaxTokens: 2}),
-		differ: map[string]string{"Records[0].Model": modelUnread},
-		epp:    eppModel(2, nil)},
+		differ: map[string]string{"Records[0].Model": modelUnread}},
 	{name: "queue full on gRPC", scenario: queueFull, wantStatus: 200, wantGRPC: "8",
 		req:    llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "full", MaxTokens: 1}, "x-tenant-id", "lim"),
 		differ: map[string]string{"Records[1].Model": modelUnread},
-		epp:    eppModel(3, nil),
 	},
 	{name: "max wait passed on gRPC", scenario: queued, wantStatus: 200, wantGRPC: "14",
 		req:    llm(&llmv1.GenerateRequest{Model: "MODEL", Prompt: "impatient", MaxTokens: 1}, "x-tenant-id", "imp"),
 		differ: map[string]string{"Records[0].Model": modelUnread},
-		epp:    eppModel(2, nil),
 	},
 }
 
@@ -333,25 +338,11 @@ const guardAdmitted = "the Envoy host admits from the headers and checks the pri
 
 // Differences of the endpoint picker host (tcase.epp).
 const (
-	eppGRPCModel     = "bug: the picker does not parse gRPC request bodies (llm.v1, vLLM) and sizes them as empty, so its Record has no model; the gateway reads the model from the message"
-	eppNoGuard       = "bug: the picker does not apply the engine-priority guard (pools[].engine_priority: class): it streams the body back as the client sent it, so a client-set priority reaches the engine and a body the guard refuses is forwarded; do not serve such a pool through llmesh epp (docs/epp.md)"
 	eppNoRelocation  = "bug: the picker does not relocate prompts (the mesh's relocation is ignored): the body goes upstream as the client sent it (docs/epp.md)"
 	eppParsesBody    = "the picker parses an OpenAI body to size the request before it admits it (exchange.ParseOpenAIRequest, docs/epp.md) and refuses one it cannot read with its own 400 message; the gateway refuses it in its relocation or guard, or leaves it to the engine"
 	eppUpstreamReset = "an upstream reset makes Envoy reset the client and end the ext_proc stream with no message saying why, so the picker records the stream's end as the client gone (cancelled); the gateway ends the stream with an error event and records the reset"
 	eppNoIdleTimeout = "the gateway's stream idle timeout ends a stalled upstream; behind the picker that timeout is Envoy's router's (stream_idle_timeout), and the test's router has none"
 	eppPreemptSSE    = "docs/epp.md (Preemption): the gateway resumes a preempted stream by a continuation request; the picker cannot send a request again once its pick went out, so it ends the client's event stream with an error event at once (the Record is the preempted one's, and no continuation reaches the engine)"
+	eppIsThePicker   = "by design: the picker is the endpoint picker; it makes the pick itself and overwrites x-gateway-destination-endpoint (docs/epp.md), so a pick in the incoming request is not read and the request is served by the picker's own pick; accept_upstream_pick is for the hosts behind another picker"
 	eppPreemptGRPC   = "docs/epp.md (Preemption): the gateway ends a preempted llm.v1 stream with UNAVAILABLE trailers; the picker can change trailers only in its answer to Envoy's trailers message, so it sends an immediate response, which Envoy turns into a reset once response headers went out"
 )
-
-// eppModel declares the empty model of the picker's Records for a gRPC
-// row with n Records (eppGRPCModel), with more.
-func eppModel(n int, more map[string]string) map[string]string {
-	m := map[string]string{}
-	for i := 0; i < n; i++ {
-		m[fmt.Sprintf("Records[%d].Model", i)] = eppGRPCModel
-	}
-	for k, v := range more {
-		m[k] = v
-	}
-	return m
-}
