@@ -354,6 +354,7 @@ func (f *fleet) sendBack(m msg) {
 // end finishes a request for the client at t.
 func (f *fleet) end(v *vreq, st result.Status, errMsg string, t time.Time) {
 	v.done = true
+	v.running(f.classes[v.it.Class].Name)
 	v.rec.Status, v.rec.Error = st, errMsg
 	v.rec.DoneNS = ns(t)
 	v.rec.OutputTokens = v.sent
@@ -372,8 +373,8 @@ func (f *fleet) deliver(m msg) {
 		v := m.v
 		s := f.sched(v)
 		req := scheduler.Request{
-			ID: v.id, Pool: poolName, Class: f.classes[v.it.Class].Name,
-			PromptTokens: v.it.PromptTokens, MaxTokens: v.it.MaxTokens, Arrival: v.at, Requeue: m.requeue,
+			ID: v.id(), Pool: poolName, Class: f.classes[v.it.Class].Name,
+			PromptTokens: v.it.PromptTokens, MaxTokens: v.it.MaxTokens, Arrival: v.arrival(), Requeue: m.requeue,
 		}
 		if f.prefix {
 			req.Blocks = v.promptBlocks()
@@ -485,12 +486,13 @@ func (f *fleet) start(v *vreq, ep int) {
 	if v.abandoned {
 		return // the withdrawal on its way to the scheduler releases the lease
 	}
+	v.running(f.classes[v.it.Class].Name)
 	if !v.wasAdmit {
-		v.wasAdmit, v.queued = true, f.now.Sub(v.at)
+		v.wasAdmit, v.queued = true, f.now.Sub(v.arrival())
 	}
 	v.admitted, v.schedAt = f.now, time.Time{}
 	if ep < 0 {
-		ep = f.leastRequest(v.proxy)
+		ep = f.leastRequest(int(v.proxy))
 	}
 	if f.routed != nil && !v.routed {
 		v.routed = true
@@ -896,7 +898,7 @@ func (f *fleet) stream(next func() (workload.Item, bool), n int, segments bool, 
 			if win.n == n {
 				return fmt.Errorf("simulate: more than the %d requests counted", n)
 			}
-			f.send(msg{kind: mArrive, v: win.push(nextIt, f.classes[nextIt.Class].Name, win.n%f.proxies)})
+			f.send(msg{kind: mArrive, v: win.push(nextIt, win.n%f.proxies)})
 			nextIt, hasNext = next()
 			active = f.now
 		}
