@@ -374,7 +374,7 @@ func (f *fleet) deliver(m msg) {
 		s := f.sched(v)
 		req := scheduler.Request{
 			ID: v.id(), Pool: poolName, Class: f.classes[v.it.Class].Name,
-			PromptTokens: v.it.PromptTokens, MaxTokens: v.it.MaxTokens, Arrival: v.arrival(), Requeue: m.requeue,
+			PromptTokens: int(v.it.PromptTokens), MaxTokens: int(v.it.MaxTokens), Arrival: v.arrival(), Requeue: m.requeue,
 		}
 		if f.prefix {
 			req.Blocks = v.promptBlocks()
@@ -402,8 +402,8 @@ func (f *fleet) deliver(m msg) {
 		a := m.a
 		v := a.v
 		err := a.eng.eng.Add(sim.SeqSpec{
-			ID: a.id, PromptTokens: v.it.PromptTokens + v.sent,
-			MaxTokens: v.it.MaxTokens - v.sent, Priority: f.prio[v.it.Class],
+			ID: a.id, PromptTokens: int(v.it.PromptTokens) + v.sent,
+			MaxTokens: int(v.it.MaxTokens) - v.sent, Priority: f.prio[v.it.Class],
 			Blocks: v.promptBlocks(),
 		})
 		if err != nil {
@@ -496,7 +496,7 @@ func (f *fleet) start(v *vreq, ep int) {
 	}
 	if f.routed != nil && !v.routed {
 		v.routed = true
-		f.routed.observe(ep, v.it, v.promptBlocks())
+		f.routed.observe(ep, v.item(), v.promptBlocks())
 	}
 	e := f.engines[ep]
 	if f.out != nil {
@@ -626,7 +626,7 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 			if f.recordAll {
 				if v.rec.ChunkNS == nil {
 					// One token per chunk, MaxTokens in all: one allocation.
-					v.rec.ChunkNS = make([]int64, 0, max(1, v.it.MaxTokens))
+					v.rec.ChunkNS = make([]int64, 0, max(1, int(v.it.MaxTokens)))
 				}
 				v.rec.ChunkNS = append(v.rec.ChunkNS, client)
 			}
@@ -645,7 +645,7 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 			f.release(a)
 			f.detach(a)
 			e.util.Requests++
-			v.blocks = nil // finished: nothing sends its prompt again
+			v.dropBlocks() // finished: nothing sends its prompt again
 			f.sendBack(msg{kind: mFinish, v: v, tk: v.ticket, out: scheduler.Done})
 			f.end(v, result.StatusOK, "", f.at(client))
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/kvblock"
 	"github.com/llmesh/llmesh/scheduler"
@@ -28,12 +29,8 @@ const poolName = "engine"
 // needs (its record, its timings, its engine sequence) is in its vrun,
 // allocated at its first admission or when it ends without one.
 type vreq struct {
-	it     workload.Item
+	it     item
 	ticket scheduler.Ticket
-	// blocks: fleet.go: the prompt's block hashes, computed once for the
-	// scheduler, the engine and the routed model (hasBlocks), dropped
-	// when the request finishes.
-	blocks []kvblock.Hash
 	att    *attempt // fleet.go: the attempt the proxy follows; nil when none
 	// vrun: nil until the request is first admitted or ends; its fields
 	// are read only from then on.
@@ -46,7 +43,53 @@ type vreq struct {
 	// abandoned: the client gave up at the workload's timeout (timeout.go).
 	abandoned bool
 	routed    bool // fleet.go: counted by the routed prefix model
+}
+
+// item is a workload.Item as a request keeps it: its sizes in 32 bits
+// (workloads and traces bound lengths at 10,000,000 tokens:
+// workload.MaxLength, trace.MaxTokens) and
+// what only some items have (prompt segments, a session) behind a
+// pointer, nil when the item has none.
+type item struct {
+	At                      time.Duration
+	Index                   int
+	PromptTokens, MaxTokens int32
+	Class                   int32
+	Warmup                  bool
+	x                       *itemExtra
+}
+
+// itemExtra is the rest of an item that has prompt segments or a session,
+// and its prompt's block hashes once computed.
+type itemExtra struct {
+	segments []trace.Segment
+	session  uint64
+	turn     int
+	// blocks: fleet.go: the prompt's block hashes, computed once for the
+	// scheduler, the engine and the routed model (hasBlocks), dropped
+	// when the request finishes.
+	blocks    []kvblock.Hash
 	hasBlocks bool
+}
+
+func compact(it workload.Item) item {
+	c := item{At: it.At, Index: it.Index, PromptTokens: int32(it.PromptTokens), MaxTokens: int32(it.MaxTokens),
+		Class: int32(it.Class), Warmup: it.Warmup}
+	if it.Segments != nil || it.Session != 0 || it.Turn != 0 {
+		c.x = &itemExtra{segments: it.Segments, session: it.Session, turn: it.Turn}
+	}
+	return c
+}
+
+// item is v's item as the workload gave it.
+func (v *vreq) item() workload.Item {
+	c := v.it
+	it := workload.Item{Index: c.Index, Class: int(c.Class), At: c.At, PromptTokens: int(c.PromptTokens),
+		MaxTokens: int(c.MaxTokens), Warmup: c.Warmup}
+	if c.x != nil {
+		it.Segments, it.Session, it.Turn = c.x.segments, c.x.session, c.x.turn
+	}
+	return it
 }
 
 // vrun is the part of a request that only an admitted or ended one has.
@@ -84,7 +127,7 @@ func (v *vreq) running(class string) {
 	it := v.it
 	r := &vrun{record: result.Record{
 		Index: it.Index, Class: class, Warmup: it.Warmup,
-		PromptTokens: it.PromptTokens, MaxTokens: it.MaxTokens,
+		PromptTokens: int(it.PromptTokens), MaxTokens: int(it.MaxTokens),
 		IntendedNS: int64(it.At), SentNS: int64(it.At),
 	}}
 	r.rec = &r.record
@@ -252,7 +295,7 @@ func ns(t time.Time) int64 { return int64(t.Sub(epoch)) }
 func (l *loop) arrive(v *vreq, requeue bool) {
 	tk, err := l.m.Arrive(l.now, scheduler.Request{
 		ID: v.id(), Pool: poolName, Class: l.classes[v.it.Class].Name,
-		PromptTokens: v.it.PromptTokens, MaxTokens: v.it.MaxTokens, Arrival: v.arrival(), Requeue: requeue,
+		PromptTokens: int(v.it.PromptTokens), MaxTokens: int(v.it.MaxTokens), Arrival: v.arrival(), Requeue: requeue,
 	})
 	if err != nil {
 		l.end(v, refusal(err), err.Error())
@@ -300,9 +343,9 @@ func (l *loop) admit(tk scheduler.Ticket) {
 	l.nextEng++
 	v.engID, v.computed = l.nextEng, 0
 	err := l.eng.Add(sim.SeqSpec{
-		ID: v.engID, PromptTokens: v.it.PromptTokens + v.sent,
-		MaxTokens: v.it.MaxTokens - v.sent, Priority: l.prio[v.it.Class],
-		Blocks: promptBlocks(v.it),
+		ID: v.engID, PromptTokens: int(v.it.PromptTokens) + v.sent,
+		MaxTokens: int(v.it.MaxTokens) - v.sent, Priority: l.prio[v.it.Class],
+		Blocks: promptBlocks(v.item()),
 	})
 	if err != nil {
 		v.engID = 0
@@ -494,7 +537,7 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 			IntendedNS: int64(it.At), SentNS: int64(it.At),
 		}
 		runs[i].rec = &recs[i]
-		reqs[i] = vreq{it: it, vrun: &runs[i]}
+		reqs[i] = vreq{it: compact(it), vrun: &runs[i]}
 	}
 	l.now = epoch
 	var nextTick time.Time

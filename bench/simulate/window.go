@@ -55,7 +55,7 @@ func (w *window) push(it workload.Item, proxy int) *vreq {
 	}
 	s := w.slabs[i/slabSize]
 	v := &s.v[i%slabSize]
-	*v = vreq{it: it, proxy: int32(proxy)}
+	*v = vreq{it: compact(it), proxy: int32(proxy)}
 	w.n++
 	return v
 }

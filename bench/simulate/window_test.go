@@ -1,10 +1,12 @@
 package simulate
 
 import (
+	"reflect"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
 )
 
@@ -13,8 +15,8 @@ import (
 // timeout), so the waiting form's size is the fleet's memory.
 func TestWaitingRequestIsSmall(t *testing.T) {
 	t.Logf("vreq %d B, vrun %d B", unsafe.Sizeof(vreq{}), unsafe.Sizeof(vrun{}))
-	if n := unsafe.Sizeof(vreq{}); n > 160 {
-		t.Errorf("vreq is %d bytes, want at most 160: keep what only an admitted request needs in vrun", n)
+	if n := unsafe.Sizeof(vreq{}); n > 80 {
+		t.Errorf("vreq is %d bytes, want at most 80: keep what only an admitted request needs in vrun", n)
 	}
 }
 
@@ -34,9 +36,13 @@ func TestWindowDefersRecords(t *testing.T) {
 	}
 	v.running("batch")
 	r := v.rec
-	if r.Index != v.it.Index || r.Class != "batch" || r.PromptTokens != v.it.PromptTokens || r.MaxTokens != v.it.MaxTokens ||
-		r.IntendedNS != int64(v.it.At) || r.SentNS != int64(v.it.At) || r.Warmup != v.it.Warmup {
-		t.Fatalf("record %+v does not match item %+v", *r, v.it)
+	it := testItem(slabSize + 5)
+	if r.Index != it.Index || r.Class != "batch" || r.PromptTokens != it.PromptTokens || r.MaxTokens != it.MaxTokens ||
+		r.IntendedNS != int64(it.At) || r.SentNS != int64(it.At) || r.Warmup != it.Warmup {
+		t.Fatalf("record %+v does not match item %+v", *r, it)
+	}
+	if got := v.item(); !reflect.DeepEqual(got, it) {
+		t.Fatalf("item() = %+v, want %+v", got, it)
 	}
 	first := v.vrun
 	v.running("other")
@@ -55,4 +61,27 @@ func TestWindowDefersRecords(t *testing.T) {
 func testItem(i int) workload.Item {
 	return workload.Item{Index: i, Class: i % 2, At: time.Duration(i) * time.Millisecond,
 		PromptTokens: 100 + i, MaxTokens: 10 + i%7, Warmup: i < 5}
+}
+
+// TestCompactItemRoundTrips checks that an item with prompt segments and a
+// session comes back whole from a request, and one without keeps no extra.
+func TestCompactItemRoundTrips(t *testing.T) {
+	it := workload.Item{Index: 7, Class: 1, At: 3 * time.Second, PromptTokens: 1500, MaxTokens: 20,
+		Segments: trace.MooncakeSegments(nil, []uint64{4, 9, 2}, 1500), Session: 3, Turn: 2}
+	v := vreq{it: compact(it)}
+	if got := v.item(); !reflect.DeepEqual(got, it) {
+		t.Fatalf("item() = %+v, want %+v", got, it)
+	}
+	if len(v.promptBlocks()) == 0 {
+		t.Fatal("an item with segments has no prompt blocks")
+	}
+	v.dropBlocks()
+	if v.promptBlocks() != nil {
+		t.Fatal("blocks came back after dropBlocks")
+	}
+	plain := vreq{it: compact(testItem(3))}
+	if plain.it.x != nil || plain.promptBlocks() != nil {
+		t.Fatal("an item without segments or session keeps extras")
+	}
+	plain.dropBlocks()
 }
