@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
+	"github.com/llmesh/llmesh/bench/workloads"
 )
 
 // A fleet far past saturation holds every waiting request in its window
@@ -84,4 +85,46 @@ func TestCompactItemRoundTrips(t *testing.T) {
 		t.Fatal("an item without segments or session keeps extras")
 	}
 	plain.dropBlocks()
+}
+
+// TestRunFootprint checks the estimate that holds runs far past
+// saturation back from running at once: nothing within saturation or on
+// one engine, the excess rate over the client's timeout past it, over
+// every arrival without a client timeout.
+func TestRunFootprint(t *testing.T) {
+	std, err := workloads.LoadStandard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := Options{Engines: 64, Proxies: 8, Duration: 10 * time.Minute}
+	w := fleet.prepare(std)
+	span := (w.Spec.Warmup.Duration.D() + w.Spec.Duration.D()).Seconds()
+	to := w.Spec.Timeout.D().Seconds()
+	if to <= 0 || to >= span {
+		t.Fatalf("the standard workload's timeout %vs is not below its %vs of arrivals", to, span)
+	}
+	for _, c := range []struct {
+		name      string
+		o         Options
+		rate, sat float64
+		want      int64
+	}{
+		{"within saturation", fleet, 500, 570, 0},
+		{"one engine", Options{Engines: 1, Duration: 10 * time.Minute}, 5000, 9, 0},
+		{"past saturation", fleet, 5000, 570, int64(4430 * to * bytesPerWaiting)},
+		{"past the timeout", Options{Engines: 64, Proxies: 8, Duration: 10 * time.Minute, RunPastTimeout: true}, 5000, 570, int64(4430 * span * bytesPerWaiting)},
+	} {
+		if got := runFootprint(w, c.o, c.rate, c.sat); got != c.want {
+			t.Errorf("%s: runFootprint = %d, want %d", c.name, got, c.want)
+		}
+	}
+	// The goal's command (docs/results/fleet.md) runs its policies one at
+	// a time; a minute of the same arrivals, all at once.
+	if n := runFootprint(w, fleet, 5000, 570); 2*n <= runBudget {
+		t.Errorf("10 minutes at 5,000 req/s: %d bytes, two of them fit the %d budget", n, runBudget)
+	}
+	short := Options{Engines: 64, Proxies: 8, Duration: time.Minute}
+	if n := runFootprint(short.prepare(std), short, 5000, 570); 3*n > runBudget {
+		t.Errorf("1 minute at 5,000 req/s: %d bytes, three do not fit the %d budget", n, runBudget)
+	}
 }
