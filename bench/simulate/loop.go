@@ -32,8 +32,9 @@ type vreq struct {
 	it     item
 	ticket scheduler.Ticket
 	att    *attempt // fleet.go: the attempt the proxy follows; nil when none
-	// vrun: nil until the request is first admitted or ends; its fields
-	// are read only from then on.
+	// vrun: in a fleet nil until the request is first admitted or ends,
+	// its fields read only from then on; the loop gives every request
+	// its vrun at the start (it keeps every record anyway).
 	*vrun
 	proxy int32 // fleet.go: the host it arrived at
 	// live: fleet.go: its attempts an engine holds or is about to (an
@@ -47,9 +48,9 @@ type vreq struct {
 
 // item is a workload.Item as a request keeps it: its sizes in 32 bits
 // (workloads and traces bound lengths at 10,000,000 tokens:
-// workload.MaxLength, trace.MaxTokens) and
-// what only some items have (prompt segments, a session) behind a
-// pointer, nil when the item has none.
+// workload.MaxLength, trace.MaxTokens), and what only some items have
+// (prompt segments, a session) behind a pointer, nil when the item has
+// none.
 type item struct {
 	At                      time.Duration
 	Index                   int
