@@ -14,7 +14,7 @@ func TestRecomputeLeavesTheCachedPrompt(t *testing.T) {
 	p.obs.firstToken(now, 1000, time.Second) // 1 ms a prompt token
 	m := &Machine{}
 	running := func(cached int, firstToken bool, admitted time.Duration) *entry {
-		return &entry{req: Request{PromptTokens: 1000}, firstToken: firstToken, tokens: 40, cachedPrompt: cached, admitted: now.Add(-admitted)}
+		return &entry{req: reqFields{PromptTokens: 1000}, firstToken: firstToken, tokens: 40, cachedPrompt: cached, admitted: now.Add(-admitted)}
 	}
 	for _, tc := range []struct {
 		name string

@@ -147,9 +147,9 @@ func (ep *endpoint) score() float64 {
 // pick chooses the endpoint for waiting request e (see the rules above),
 // or nil when no endpoint has room.
 func (m *Machine) pick(p *pool, e *entry) *endpoint {
-	if e.req.Pin != "" {
+	if e.req.pin() != "" {
 		// A pinned request goes to its endpoint or waits.
-		if ep := p.endpointNamed(e.req.Pin); ep != nil && ep.room() {
+		if ep := p.endpointNamed(e.req.pin()); ep != nil && ep.room() {
 			return ep
 		}
 		return nil
@@ -157,7 +157,7 @@ func (m *Machine) pick(p *pool, e *entry) *endpoint {
 	if t := e.target; t != nil && t.room() {
 		return t
 	}
-	if e.req.Avoid != "" {
+	if e.req.avoid() != "" {
 		return m.pickAvoiding(p, e)
 	}
 	return m.pickAny(p, e, nil)
@@ -169,7 +169,7 @@ func (m *Machine) pickAvoiding(p *pool, e *entry) *endpoint {
 	var avoided *endpoint
 	others := false
 	for _, ep := range p.endpoints {
-		if ep.Name == e.req.Avoid {
+		if ep.Name == e.req.avoid() {
 			avoided = ep
 		} else if !ep.out() {
 			others = true
@@ -188,11 +188,11 @@ func (m *Machine) pickAvoiding(p *pool, e *entry) *endpoint {
 // pickAny is pick without a preemption target, among p's endpoints but
 // skip (nil: all).
 func (m *Machine) pickAny(p *pool, e *entry, skip *endpoint) *endpoint {
-	if e.req.Affinity != "" {
+	if e.req.affinity() != "" {
 		var best *endpoint
 		var bestH uint64
 		for _, ep := range p.endpoints {
-			if h := affinityHash(e.req.Affinity, ep.Name); ep != skip && ep.room() && (best == nil || h > bestH) {
+			if h := affinityHash(e.req.affinity(), ep.Name); ep != skip && ep.room() && (best == nil || h > bestH) {
 				best, bestH = ep, h
 			}
 		}
@@ -241,7 +241,7 @@ func (m *Machine) pickAny(p *pool, e *entry, skip *endpoint) *endpoint {
 
 // blocksOf is the part of e's prompt blocks the picker looks at.
 func blocksOf(e *entry) []kvblock.Hash {
-	b := e.req.Blocks
+	b := e.req.blocks()
 	if len(b) > MaxBlocks {
 		b = b[:MaxBlocks]
 	}
@@ -273,7 +273,7 @@ func (p *pool) recordPrefix(e *entry) {
 	p.prefix.Record(ep.index, blocks)
 	p.matchFor = 0 // the index changed
 	e.cachedPrompt = min(len(blocks)*kvblock.DefaultBlockSize, e.req.PromptTokens)
-	e.req.Blocks = nil
+	e.req.dropBlocks()
 }
 
 func affinityHash(key, endpoint string) uint64 {
@@ -309,7 +309,7 @@ func (p *pool) slotBalance() int {
 // pool's own bound is short, so any victim makes room and e goes where
 // there is room), the candidates stay as they are.
 func (m *Machine) endpointVictims(p *pool, e *entry, victims []*entry) []*entry {
-	if e.req.Pin != "" {
+	if e.req.pin() != "" {
 		return pinnedVictims(p, e, victims)
 	}
 	if len(p.endpoints) == 1 {
@@ -360,7 +360,7 @@ func (m *Machine) endpointVictims(p *pool, e *entry, victims []*entry) []*entry 
 // the endpoint full, victims there only; drained, ejected or over its
 // (lowered) limit, none.
 func pinnedVictims(p *pool, e *entry, victims []*entry) []*entry {
-	ep := p.endpointNamed(e.req.Pin)
+	ep := p.endpointNamed(e.req.pin())
 	e.target = nil
 	switch {
 	case ep == nil || ep.out() || ep.inflight-ep.preempting > ep.limit:

@@ -3,6 +3,9 @@ package scheduler
 import (
 	"math/rand/v2"
 	"testing"
+	"unsafe"
+
+	"github.com/llmesh/llmesh/kvblock"
 )
 
 // TestTicketTableIsAMap puts tickets in sequence and removes them in
@@ -59,4 +62,30 @@ func TestTicketTableIsAMap(t *testing.T) {
 			t.Errorf("seed %d: %d slots for at most %d live", seed, len(tab.slots), peak)
 		}
 	}
+}
+
+// A fleet far past saturation holds a million waiting requests in one
+// machine, so an entry keeps only what the machine reads after arrival.
+func TestEntryIsSmall(t *testing.T) {
+	t.Logf("entry %d B", unsafe.Sizeof(entry{}))
+	if n := unsafe.Sizeof(entry{}); n > 288 {
+		t.Errorf("entry is %d bytes, want at most 288 (one size class of the allocator)", n)
+	}
+}
+
+func TestEntryKeepsTheRequestsHints(t *testing.T) {
+	blocks := []kvblock.Hash{1, 2}
+	k := keepOf(Request{ID: "a", PromptTokens: 3, MaxTokens: 4, Affinity: "s", Avoid: "e1", Pin: "e2", Blocks: blocks})
+	if k.ID != "a" || k.PromptTokens != 3 || k.MaxTokens != 4 || k.affinity() != "s" || k.avoid() != "e1" || k.pin() != "e2" || len(k.blocks()) != 2 {
+		t.Fatalf("keepOf = %+v", k)
+	}
+	k.dropBlocks()
+	if k.blocks() != nil {
+		t.Fatal("dropBlocks kept the blocks")
+	}
+	plain := keepOf(Request{ID: "b", PromptTokens: 5})
+	if plain.hints != nil || plain.pin() != "" || plain.avoid() != "" || plain.affinity() != "" || plain.blocks() != nil {
+		t.Fatalf("a request without hints got %+v", plain.hints)
+	}
+	plain.dropBlocks()
 }

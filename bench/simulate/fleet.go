@@ -354,6 +354,7 @@ func (f *fleet) sendBack(m msg) {
 // end finishes a request for the client at t.
 func (f *fleet) end(v *vreq, st result.Status, errMsg string, t time.Time) {
 	v.done = true
+	v.running(f.classes[v.it.Class].Name)
 	v.rec.Status, v.rec.Error = st, errMsg
 	v.rec.DoneNS = ns(t)
 	v.rec.OutputTokens = v.sent
@@ -372,8 +373,8 @@ func (f *fleet) deliver(m msg) {
 		v := m.v
 		s := f.sched(v)
 		req := scheduler.Request{
-			ID: v.id, Pool: poolName, Class: f.classes[v.it.Class].Name,
-			PromptTokens: v.it.PromptTokens, MaxTokens: v.it.MaxTokens, Arrival: v.at, Requeue: m.requeue,
+			ID: v.id(), Pool: poolName, Class: f.classes[v.it.Class].Name,
+			PromptTokens: int(v.it.PromptTokens), MaxTokens: int(v.it.MaxTokens), Arrival: v.arrival(), Requeue: m.requeue,
 		}
 		if f.prefix {
 			req.Blocks = v.promptBlocks()
@@ -401,8 +402,8 @@ func (f *fleet) deliver(m msg) {
 		a := m.a
 		v := a.v
 		err := a.eng.eng.Add(sim.SeqSpec{
-			ID: a.id, PromptTokens: v.it.PromptTokens + v.sent,
-			MaxTokens: v.it.MaxTokens - v.sent, Priority: f.prio[v.it.Class],
+			ID: a.id, PromptTokens: int(v.it.PromptTokens) + v.sent,
+			MaxTokens: int(v.it.MaxTokens) - v.sent, Priority: f.prio[v.it.Class],
 			Blocks: v.promptBlocks(),
 		})
 		if err != nil {
@@ -485,16 +486,17 @@ func (f *fleet) start(v *vreq, ep int) {
 	if v.abandoned {
 		return // the withdrawal on its way to the scheduler releases the lease
 	}
+	v.running(f.classes[v.it.Class].Name)
 	if !v.wasAdmit {
-		v.wasAdmit, v.queued = true, f.now.Sub(v.at)
+		v.wasAdmit, v.queued = true, f.now.Sub(v.arrival())
 	}
 	v.admitted, v.schedAt = f.now, time.Time{}
 	if ep < 0 {
-		ep = f.leastRequest(v.proxy)
+		ep = f.leastRequest(int(v.proxy))
 	}
 	if f.routed != nil && !v.routed {
 		v.routed = true
-		f.routed.observe(ep, v.it, v.promptBlocks())
+		f.routed.observe(ep, v.item(), v.promptBlocks())
 	}
 	e := f.engines[ep]
 	if f.out != nil {
@@ -624,7 +626,7 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 			if f.recordAll {
 				if v.rec.ChunkNS == nil {
 					// One token per chunk, MaxTokens in all: one allocation.
-					v.rec.ChunkNS = make([]int64, 0, max(1, v.it.MaxTokens))
+					v.rec.ChunkNS = make([]int64, 0, max(1, int(v.it.MaxTokens)))
 				}
 				v.rec.ChunkNS = append(v.rec.ChunkNS, client)
 			}
@@ -643,7 +645,7 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 			f.release(a)
 			f.detach(a)
 			e.util.Requests++
-			v.blocks = nil // finished: nothing sends its prompt again
+			v.dropBlocks() // finished: nothing sends its prompt again
 			f.sendBack(msg{kind: mFinish, v: v, tk: v.ticket, out: scheduler.Done})
 			f.end(v, result.StatusOK, "", f.at(client))
 		}
@@ -896,7 +898,7 @@ func (f *fleet) stream(next func() (workload.Item, bool), n int, segments bool, 
 			if win.n == n {
 				return fmt.Errorf("simulate: more than the %d requests counted", n)
 			}
-			f.send(msg{kind: mArrive, v: win.push(nextIt, f.classes[nextIt.Class].Name, win.n%f.proxies)})
+			f.send(msg{kind: mArrive, v: win.push(nextIt, win.n%f.proxies)})
 			nextIt, hasNext = next()
 			active = f.now
 		}

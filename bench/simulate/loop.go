@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/trace"
 	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/kvblock"
 	"github.com/llmesh/llmesh/scheduler"
@@ -22,40 +23,116 @@ var epoch = time.Unix(1_800_000_000, 0)
 const poolName = "engine"
 
 // vreq is one client request across its admissions (requeues and
-// continuations after preemption).
+// continuations after preemption). A fleet far past saturation holds a
+// million of them waiting (window.go), so what a request needs while it
+// waits is kept here, small, and what only an admitted or ended request
+// needs (its record, its timings, its engine sequence) is in its vrun,
+// allocated at its first admission or when it ends without one.
 type vreq struct {
-	it       workload.Item
-	at       time.Time // arrival at the host
-	id       string
-	rec      *result.Record
-	ticket   scheduler.Ticket
-	engID    uint64        // current engine sequence; 0 when not in the engine
-	sent     int           // output tokens the client received, over all attempts
-	computed int           // tokens the current engine attempt holds in its KV cache
-	admitted time.Time     // latest admission
-	queued   time.Duration // arrival → first admission
-	upstream time.Duration // latest admission → first token, when the first token came from it
-	schedAt  time.Time     // start of the step that first computed the current attempt
-	waitEng  time.Duration // of upstream: admission → schedAt (step in flight, engine queue)
-	prefill  time.Duration // of upstream: schedAt → first token (its prefill steps)
-	wasAdmit bool
-	done     bool
+	it     item
+	ticket scheduler.Ticket
+	att    *attempt // fleet.go: the attempt the proxy follows; nil when none
+	// vrun: in a fleet nil until the request is first admitted or ends,
+	// its fields read only from then on; the loop gives every request
+	// its vrun at the start (it keeps every record anyway).
+	*vrun
+	proxy int32 // fleet.go: the host it arrived at
+	// live: fleet.go: its attempts an engine holds or is about to (an
+	// attempt lost there adds to the record).
+	live int32
+	done bool
 	// abandoned: the client gave up at the workload's timeout (timeout.go).
 	abandoned bool
-	proxy     int  // fleet.go: the host it arrived at
 	routed    bool // fleet.go: counted by the routed prefix model
+}
+
+// item is a workload.Item as a request keeps it: its sizes in 32 bits
+// (workloads and traces bound lengths at 10,000,000 tokens:
+// workload.MaxLength, trace.MaxTokens), and what only some items have
+// (prompt segments, a session) behind a pointer, nil when the item has
+// none.
+type item struct {
+	At                      time.Duration
+	Index                   int
+	PromptTokens, MaxTokens int32
+	Class                   int32
+	Warmup                  bool
+	x                       *itemExtra
+}
+
+// itemExtra is the rest of an item that has prompt segments or a session,
+// and its prompt's block hashes once computed.
+type itemExtra struct {
+	segments []trace.Segment
+	session  uint64
+	turn     int
 	// blocks: fleet.go: the prompt's block hashes, computed once for the
 	// scheduler, the engine and the routed model (hasBlocks), dropped
 	// when the request finishes.
 	blocks    []kvblock.Hash
 	hasBlocks bool
-	att       *attempt // fleet.go: the attempt the proxy follows; nil when none
-	// live: fleet.go: its attempts an engine holds or is about to (an
-	// attempt lost there adds to the record).
-	live int32
+}
+
+func compact(it workload.Item) item {
+	c := item{At: it.At, Index: it.Index, PromptTokens: int32(it.PromptTokens), MaxTokens: int32(it.MaxTokens),
+		Class: int32(it.Class), Warmup: it.Warmup}
+	if it.Segments != nil || it.Session != 0 || it.Turn != 0 {
+		c.x = &itemExtra{segments: it.Segments, session: it.Session, turn: it.Turn}
+	}
+	return c
+}
+
+// item is v's item as the workload gave it.
+func (v *vreq) item() workload.Item {
+	c := v.it
+	it := workload.Item{Index: c.Index, Class: int(c.Class), At: c.At, PromptTokens: int(c.PromptTokens),
+		MaxTokens: int(c.MaxTokens), Warmup: c.Warmup}
+	if c.x != nil {
+		it.Segments, it.Session, it.Turn = c.x.segments, c.x.session, c.x.turn
+	}
+	return it
+}
+
+// vrun is the part of a request that only an admitted or ended one has.
+type vrun struct {
+	rec      *result.Record // record, in a fleet; the loop's slice in the loop
+	engID    uint64         // current engine sequence; 0 when not in the engine
+	sent     int            // output tokens the client received, over all attempts
+	computed int            // tokens the current engine attempt holds in its KV cache
+	admitted time.Time      // latest admission
+	queued   time.Duration  // arrival → first admission
+	upstream time.Duration  // latest admission → first token, when the first token came from it
+	schedAt  time.Time      // start of the step that first computed the current attempt
+	waitEng  time.Duration  // of upstream: admission → schedAt (step in flight, engine queue)
+	prefill  time.Duration  // of upstream: schedAt → first token (its prefill steps)
+	wasAdmit bool
 	// reported: loop.go: the latest admission's first token has been
 	// reported to the machine.
 	reported bool
+	record   result.Record
+}
+
+// arrival is when v arrived at its host.
+func (v *vreq) arrival() time.Time { return epoch.Add(v.it.At) }
+
+// id is v's request id for the scheduler: the same string on every
+// arrival of v (a requeue keeps it), not kept in v.
+func (v *vreq) id() string { return strconv.Itoa(v.it.Index) }
+
+// running gives v its vrun, with its record filled from the item, unless
+// it has one; class is the item's class name.
+func (v *vreq) running(class string) {
+	if v.vrun != nil {
+		return
+	}
+	it := v.it
+	r := &vrun{record: result.Record{
+		Index: it.Index, Class: class, Warmup: it.Warmup,
+		PromptTokens: int(it.PromptTokens), MaxTokens: int(it.MaxTokens),
+		IntendedNS: int64(it.At), SentNS: int64(it.At),
+	}}
+	r.rec = &r.record
+	v.vrun = r
 }
 
 // counters are what one loop measured beyond the records.
@@ -218,8 +295,8 @@ func ns(t time.Time) int64 { return int64(t.Sub(epoch)) }
 // arrive hands a new or requeued request to the machine.
 func (l *loop) arrive(v *vreq, requeue bool) {
 	tk, err := l.m.Arrive(l.now, scheduler.Request{
-		ID: v.id, Pool: poolName, Class: l.classes[v.it.Class].Name,
-		PromptTokens: v.it.PromptTokens, MaxTokens: v.it.MaxTokens, Arrival: v.at, Requeue: requeue,
+		ID: v.id(), Pool: poolName, Class: l.classes[v.it.Class].Name,
+		PromptTokens: int(v.it.PromptTokens), MaxTokens: int(v.it.MaxTokens), Arrival: v.arrival(), Requeue: requeue,
 	})
 	if err != nil {
 		l.end(v, refusal(err), err.Error())
@@ -261,15 +338,15 @@ func (l *loop) end(v *vreq, st result.Status, msg string) {
 func (l *loop) admit(tk scheduler.Ticket) {
 	v := l.byTicket[tk]
 	if !v.wasAdmit {
-		v.wasAdmit, v.queued = true, l.now.Sub(v.at)
+		v.wasAdmit, v.queued = true, l.now.Sub(v.arrival())
 	}
 	v.admitted, v.schedAt, v.reported = l.now, time.Time{}, false
 	l.nextEng++
 	v.engID, v.computed = l.nextEng, 0
 	err := l.eng.Add(sim.SeqSpec{
-		ID: v.engID, PromptTokens: v.it.PromptTokens + v.sent,
-		MaxTokens: v.it.MaxTokens - v.sent, Priority: l.prio[v.it.Class],
-		Blocks: promptBlocks(v.it),
+		ID: v.engID, PromptTokens: int(v.it.PromptTokens) + v.sent,
+		MaxTokens: int(v.it.MaxTokens) - v.sent, Priority: l.prio[v.it.Class],
+		Blocks: promptBlocks(v.item()),
 	})
 	if err != nil {
 		v.engID = 0
@@ -452,6 +529,7 @@ func (l *loop) startStep() error {
 func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 	recs := make([]result.Record, len(items))
 	reqs := make([]vreq, len(items))
+	runs := make([]vrun, len(items))
 	l.reqs = reqs
 	for i, it := range items {
 		recs[i] = result.Record{
@@ -459,7 +537,8 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 			PromptTokens: it.PromptTokens, MaxTokens: it.MaxTokens,
 			IntendedNS: int64(it.At), SentNS: int64(it.At),
 		}
-		reqs[i] = vreq{it: it, at: epoch.Add(it.At), id: strconv.Itoa(it.Index), rec: &recs[i]}
+		runs[i].rec = &recs[i]
+		reqs[i] = vreq{it: compact(it), vrun: &runs[i]}
 	}
 	l.now = epoch
 	var nextTick time.Time
@@ -479,7 +558,7 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 			}
 		}
 		if arrived < len(items) {
-			pick(reqs[arrived].at)
+			pick(reqs[arrived].arrival())
 		}
 		if l.stepping {
 			pick(l.stepEnd)
@@ -503,7 +582,7 @@ func (l *loop) run(items []workload.Item) ([]result.Record, error) {
 			l.stepEnded()
 			active, ended = l.now, true
 		}
-		for arrived < len(items) && !reqs[arrived].at.After(l.now) {
+		for arrived < len(items) && !reqs[arrived].arrival().After(l.now) {
 			l.arrive(&reqs[arrived], false)
 			arrived++
 			active = l.now

@@ -96,11 +96,11 @@ type Options struct {
 	// Seed, when non-zero, replaces the workload's seed.
 	Seed int64
 	// Parallel bounds the runs (policy and load pairs) that execute at
-	// once; 0: two per processor. Each run of a fleet far past its
-	// saturation keeps every request waiting in it (a million per policy
-	// at 5,000 req/s on 64 engines), so 1 divides the peak memory of a
-	// three-policy evaluation by about three, at the cost of the runs
-	// sharing the processors. Results do not depend on it.
+	// once; 0: two per processor, and fewer where runs of a fleet far past
+	// its saturation would together keep more than runBudget in waiting
+	// requests (runFootprint: about 560 MB per policy at 5,000 req/s on 64
+	// engines for 10 minutes, so those run one at a time). Results do not
+	// depend on it.
 	Parallel int
 	// SkipFloor leaves out the floor run of each load (Result.Floor stays
 	// empty, the comparison's floor ratio 0): one run fewer per load, for

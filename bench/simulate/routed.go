@@ -59,10 +59,22 @@ func (r *routedCaches) observe(ep int, it workload.Item, blocks []kvblock.Hash) 
 // promptBlocks is v's prompt's blocks (promptBlocks), computed on first
 // use and kept until v finishes (fleet.go); nil without a prompt identity.
 func (v *vreq) promptBlocks() []kvblock.Hash {
-	if !v.hasBlocks {
-		v.blocks, v.hasBlocks = promptBlocks(v.it), true
+	x := v.it.x
+	if x == nil {
+		return nil // no segments: promptBlocks is nil
 	}
-	return v.blocks
+	if !x.hasBlocks {
+		x.blocks, x.hasBlocks = promptBlocks(v.item()), true
+	}
+	return x.blocks
+}
+
+// dropBlocks lets go of v's prompt blocks once computed (a later
+// promptBlocks gives nil then), as the request finishes.
+func (v *vreq) dropBlocks() {
+	if x := v.it.x; x != nil {
+		x.blocks = nil
+	}
 }
 
 // routedLine is the text report's line for the routed model, or "" when

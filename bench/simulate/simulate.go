@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/llmesh/llmesh/bench/result"
@@ -217,35 +216,43 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 	}
 	runs := make([]*Run, len(jobs))
 	runErrs := make([]error, len(jobs))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	// Twice as many workers as processors: with one each, the last jobs
-	// run on fewer processors than there are (three equal runs on two
-	// take twice one run, not one and a half).
+	// Twice as many runs at once as processors: with one each, the last
+	// jobs run on fewer processors than there are (three equal runs on two
+	// take twice one run, not one and a half). By default fewer where
+	// their requests in flight would not fit runBudget together
+	// (runFootprint); a run always may start when none executes.
 	workers := 2 * runtime.GOMAXPROCS(0)
+	budget := int64(runBudget)
 	if o.Parallel > 0 {
-		workers = o.Parallel
+		workers, budget = o.Parallel, math.MaxInt64
 	}
-	for range min(len(jobs), workers) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				j := jobs[i]
-				sw := w.ScaleRate(j.load * sat.RPS / natural)
-				if j.pol == nil {
-					floors[j.floor], runErrs[i] = floorRun(sw, j.load, o)
-					continue
-				}
-				runs[i], runErrs[i] = simulate(sw, j.pol, j.load, o)
+	done := make(chan int64, len(jobs))
+	var inUse int64
+	running := 0
+	for i, j := range jobs {
+		need := int64(0)
+		if j.pol != nil {
+			need = runFootprint(w, o, j.load*sat.RPS, sat.RPS)
+		}
+		for running > 0 && (running >= workers || inUse+need > budget) {
+			inUse -= <-done
+			running--
+		}
+		inUse += need
+		running++
+		go func(i int, j job, need int64) {
+			defer func() { done <- need }()
+			sw := w.ScaleRate(j.load * sat.RPS / natural)
+			if j.pol == nil {
+				floors[j.floor], runErrs[i] = floorRun(sw, j.load, o)
+				return
 			}
-		}()
+			runs[i], runErrs[i] = simulate(sw, j.pol, j.load, o)
+		}(i, j, need)
 	}
-	for i := range jobs {
-		next <- i
+	for ; running > 0; running-- {
+		<-done
 	}
-	close(next)
-	wg.Wait()
 	if err := errors.Join(runErrs...); err != nil {
 		return nil, err
 	}
@@ -261,6 +268,45 @@ func Evaluate(w *workload.Workload, policies []string, loads []float64, o Option
 		}
 	}
 	return res, nil
+}
+
+// runBudget is the memory, by runFootprint's estimate, that the runs
+// executing at once may hold in requests in flight when Options.Parallel
+// is 0. With the bench commands' garbage collector target (400%,
+// bench/harness/gc.go) the heap may grow to five times what it keeps, so
+// runs far past saturation are held to about this much together, where
+// the process's soft memory limit (SoftMemoryLimit) still leaves the
+// collector room.
+const runBudget = 512 << 20
+
+// SoftMemoryLimit is the soft memory limit (runtime/debug.SetMemoryLimit)
+// that `llmesh bench simulate` runs under unless the GOMEMLIMIT
+// environment variable sets one: below it the collector keeps the bench
+// commands' target, near it it collects more often, so a run far past
+// saturation that keeps half a gigabyte stays under 2 GB of resident
+// memory instead of growing to five times what it keeps.
+const SoftMemoryLimit = 1600 << 20
+
+// bytesPerWaiting is what a fleet holds per request in flight: its window
+// entry (vreq, 80 B), the scheduler's entry (288 B) and its share of the
+// indexes, the queue and its id (docs/results/fleet.md).
+const bytesPerWaiting = 420
+
+// runFootprint estimates the memory a fleet run at rate (req/s) holds in
+// requests in flight when the fleet completes about sat req/s: what
+// arrives beyond sat piles up until the client gives up at the workload's
+// timeout, or for every arrival without one. Zero for a run within
+// saturation and for one engine (a run keeps every record there, and a
+// few thousand requests).
+func runFootprint(w *workload.Workload, o Options, rate, sat float64) int64 {
+	if !o.fleet() || rate <= sat {
+		return 0
+	}
+	span := w.Spec.Warmup.Duration.D() + w.Spec.Duration.D()
+	if to := w.Spec.Timeout.D(); to > 0 && to < span && !o.RunPastTimeout {
+		span = to
+	}
+	return int64((rate - sat) * span.Seconds() * bytesPerWaiting)
 }
 
 func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Options) (*Run, error) {

@@ -53,7 +53,7 @@ func (c *clientTimeouts) next(arrived requests) time.Time {
 	if c.head == n {
 		return time.Time{}
 	}
-	return arrived.at(c.head).at.Add(c.after)
+	return arrived.at(c.head).arrival().Add(c.after)
 }
 
 // due returns a request whose client gives up by now, or nil; the caller
@@ -109,6 +109,6 @@ func (f *fleet) abandon(v *vreq) {
 // lateForClient reports whether what reaches v's proxy at client (ns
 // since epoch) comes after its client gave up.
 func (f *fleet) lateForClient(v *vreq, client int64) bool {
-	// v.at is epoch + v.it.At: no time arithmetic per token.
+	// v.arrival() is epoch + v.it.At: no time arithmetic per token.
 	return f.clients.after > 0 && client > int64(v.it.At)+int64(f.clients.after)
 }

@@ -1,11 +1,6 @@
 package simulate
 
-import (
-	"strconv"
-
-	"github.com/llmesh/llmesh/bench/result"
-	"github.com/llmesh/llmesh/bench/workload"
-)
+import "github.com/llmesh/llmesh/bench/workload"
 
 // requests are a run's arrived requests in arrival order, as the client
 // timeouts walk them: the loop's slice, or a fleet's window.
@@ -30,7 +25,6 @@ const slabSize = 1024
 
 type slab struct {
 	v [slabSize]vreq
-	r [slabSize]result.Record
 }
 
 // window holds a fleet's requests from the oldest one not yet handed to
@@ -52,22 +46,16 @@ func (w *window) at(i int) *vreq {
 	return &w.slabs[i/slabSize].v[i%slabSize]
 }
 
-// push adds the next arrival: its request and its record, the record
-// filled from the item.
-func (w *window) push(it workload.Item, class string, proxy int) *vreq {
+// push adds the next arrival; its record comes with its admission or its
+// end (vreq.running).
+func (w *window) push(it workload.Item, proxy int) *vreq {
 	i := w.n - w.base
 	if i/slabSize == len(w.slabs) {
 		w.slabs = append(w.slabs, new(slab))
 	}
 	s := w.slabs[i/slabSize]
-	rec := &s.r[i%slabSize]
-	*rec = result.Record{
-		Index: it.Index, Class: class, Warmup: it.Warmup,
-		PromptTokens: it.PromptTokens, MaxTokens: it.MaxTokens,
-		IntendedNS: int64(it.At), SentNS: int64(it.At),
-	}
 	v := &s.v[i%slabSize]
-	*v = vreq{it: it, at: epoch.Add(it.At), id: strconv.Itoa(it.Index), rec: rec, proxy: proxy}
+	*v = vreq{it: compact(it), proxy: int32(proxy)}
 	w.n++
 	return v
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
@@ -70,7 +71,7 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 		rate      = fs.Float64("rate", 0, "arrival rate in req/s, replacing the workload's (not with --loads or --trace)")
 		records   = fs.String("records", "", "write every request's record to `FILE` as JSON lines (result.ReadRecords' format; Run names the policy and load), in item order per run")
 		cpuProf   = fs.String("cpuprofile", "", "write a CPU profile of the evaluation to `FILE` (go tool pprof)")
-		parallel  = fs.Int("parallel", 0, "most runs (policy and load pairs) executed at once (0: two per processor); 1 bounds the peak memory of a fleet far past saturation to one run's, the reports unchanged")
+		parallel  = fs.Int("parallel", 0, "most runs (policy and load pairs) executed at once (0: two per processor, fewer where the requests waiting in fleets far past saturation would exceed 512 MiB together); the reports do not depend on it")
 		memProf   = fs.String("memprofile", "", "write a heap profile to `FILE` (go tool pprof) as of the largest live heap of the evaluation, sampled after garbage collections")
 		armA      = fs.String("a", "", "A/B: baseline arm, exec:PATH[,mesh=FILE] (another llmesh build, with that mesh's pool and policy) or a policy name; both arms run every seed at the same rate and the comparison is judged as by bench compare")
 		armB      = fs.String("b", "", "A/B: candidate arm, same forms as --a")
@@ -194,6 +195,10 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 	var names []string
 	if *policies != "" {
 		names = strings.Split(*policies, ",")
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		old := debug.SetMemoryLimit(simulate.SoftMemoryLimit)
+		defer debug.SetMemoryLimit(old)
 	}
 	if *cpuProf != "" {
 		pf, err := os.Create(*cpuProf)
