@@ -144,14 +144,15 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 	if !ok {
 		return
 	}
-	w := m.newPreemptWalk(now, p, d, probe)
+	w := m.newPreemptWalk(now, p, probe)
+	st := settled{calm: make([]bool, len(p.queues))}
 	q := newWalker(now, m, p)
 	if w.nVictims == 0 {
 		return
 	}
 	for walked := 0; walked < p.limit; walked++ {
 		e := q.next(now)
-		if e == nil || !w.consider(e) {
+		if e == nil || !w.consider(e, d, &st) {
 			return
 		}
 	}
@@ -161,7 +162,6 @@ func (m *Machine) preempt(now time.Time, p *pool, d *Decisions) {
 type preemptWalk struct {
 	m     *Machine
 	p     *pool
-	d     *Decisions
 	now   time.Time
 	probe bool // abort.go: a probe is one victim, and ends the walk
 	// slots and toks are the balance of free (or being freed) capacity
@@ -169,17 +169,6 @@ type preemptWalk struct {
 	slots, toks int
 	reserve     int           // slots a request of other than the most urgent priority must leave
 	slotWait    time.Duration // the soonest natural finish; computed when first needed (-1 until then)
-	// A class is settled when nothing behind in it needs a look: one of its
-	// requests was not at risk (calm: with the observed prefill estimate,
-	// the same for every request, the ones behind it arrived later and
-	// become at risk later; their wake-up is later too), or no victims
-	// could cover a request of its priority or a more urgent one (hopeless:
-	// less urgent requests have fewer victims and a shortfall at least as
-	// large). Settled requests still take their place in the balance; once
-	// every class is settled the walk ends.
-	calm        []bool
-	hopeless    int
-	anyHopeless bool
 	// worstShort is the least urgent class priority among the requests
 	// walked so far that the balance does not cover: a slot freed for a
 	// later request goes to them first, so a victim must be less urgent
@@ -193,8 +182,36 @@ type preemptWalk struct {
 	nVictims, worstVictim int
 }
 
-func (m *Machine) newPreemptWalk(now time.Time, p *pool, d *Decisions, probe bool) preemptWalk {
-	w := preemptWalk{m: m, p: p, d: d, now: now, probe: probe, slots: p.slotBalance(), slotWait: -1}
+// settled tracks which classes a walk is done with. A class is settled
+// when nothing behind in it needs a look: one of its requests was not at
+// risk (calm: with the observed prefill estimate, the same for every
+// request, the ones behind it arrived later and become at risk later;
+// their wake-up is later too), or no victims could cover a request of its
+// priority or a more urgent one (hopeless: less urgent requests have fewer
+// victims and a shortfall at least as large). Settled requests still take
+// their place in the balance; once every class is settled the walk ends.
+// It is apart from preemptWalk so that calm, small, stays on the stack.
+type settled struct {
+	calm        []bool
+	hopeless    int
+	anyHopeless bool
+}
+
+func (s *settled) class(m *Machine, ci int) bool {
+	return s.calm[ci] || (s.anyHopeless && m.classes[ci].Priority >= s.hopeless)
+}
+
+func (s *settled) all(m *Machine) bool {
+	for ci := range s.calm {
+		if !s.class(m, ci) {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *Machine) newPreemptWalk(now time.Time, p *pool, probe bool) preemptWalk {
+	w := preemptWalk{m: m, p: p, now: now, probe: probe, slots: p.slotBalance(), slotWait: -1}
 	if p.MaxInflightTokens > 0 {
 		w.toks = p.MaxInflightTokens - p.tokens
 		for _, r := range p.running {
@@ -204,7 +221,6 @@ func (m *Machine) newPreemptWalk(now time.Time, p *pool, d *Decisions, probe boo
 		}
 	}
 	w.reserve = m.reserveFor(p)
-	w.calm = make([]bool, len(p.queues))
 	for ci, n := range p.run.under {
 		if cl := m.classes[ci]; n > 0 && cl.Preemptible && cl.Priority > m.top {
 			w.nVictims += n
@@ -228,19 +244,6 @@ func (w *preemptWalk) covered(e *entry, s, t int) bool {
 	return s >= w.needSlots(e) && (w.p.MaxInflightTokens == 0 || t >= 0)
 }
 
-func (w *preemptWalk) isSettled(ci int) bool {
-	return w.calm[ci] || (w.anyHopeless && w.m.classes[ci].Priority >= w.hopeless)
-}
-
-func (w *preemptWalk) allSettled() bool {
-	for ci := range w.calm {
-		if !w.isSettled(ci) {
-			return false
-		}
-	}
-	return true
-}
-
 // short records that the balance does not cover e.
 func (w *preemptWalk) short(e *entry) {
 	if !w.anyShort || e.Priority > w.worstShort {
@@ -250,7 +253,7 @@ func (w *preemptWalk) short(e *entry) {
 
 // consider takes waiting request e, next in policy order, into the
 // balance and preempts for it if it is at risk; false ends the walk.
-func (w *preemptWalk) consider(e *entry) bool {
+func (w *preemptWalk) consider(e *entry, d *Decisions, st *settled) bool {
 	w.slots--
 	w.toks -= e.cost
 	if w.covered(e, w.slots, w.toks) {
@@ -259,7 +262,7 @@ func (w *preemptWalk) consider(e *entry) bool {
 	if w.slots+w.nVictims < w.needSlots(e) || (w.anyShort && w.worstShort >= w.worstVictim) {
 		return false
 	}
-	if w.isSettled(e.class.index) {
+	if st.class(w.m, e.class.index) {
 		w.short(e)
 		return true
 	}
@@ -267,29 +270,29 @@ func (w *preemptWalk) consider(e *entry) bool {
 		w.slotWait = w.m.slotWait(w.now, w.p)
 	}
 	if risk, at := w.m.atRisk(w.now, w.p, e, w.slotWait); !risk {
-		return w.notAtRisk(e, at)
+		return w.notAtRisk(e, at, d, st)
 	}
-	return w.rescue(e)
+	return w.rescue(e, d, st)
 }
 
 // notAtRisk records a short request that is not at risk: a wake-up when it
 // would become so, and with the observed prefill estimate its class is
 // calm.
-func (w *preemptWalk) notAtRisk(e *entry, at time.Time) bool {
+func (w *preemptWalk) notAtRisk(e *entry, at time.Time, d *Decisions, st *settled) bool {
 	if !at.IsZero() {
-		w.d.wakeAt(at)
+		d.wakeAt(at)
 	}
 	w.short(e)
 	if w.m.cfg.PrefillPredictor == nil || e.class.TTFT <= 0 {
-		w.calm[e.class.index] = true
-		return !w.allSettled()
+		st.calm[e.class.index] = true
+		return !st.all(w.m)
 	}
 	return true
 }
 
 // rescue chooses victims for at-risk request e and has the Machine preempt
 // them when they cover it.
-func (w *preemptWalk) rescue(e *entry) bool {
+func (w *preemptWalk) rescue(e *entry, d *Decisions, st *settled) bool {
 	m, p := w.m, w.p
 	above := e.Priority
 	if w.anyShort {
@@ -298,15 +301,15 @@ func (w *preemptWalk) rescue(e *entry) bool {
 	victims, allowed, wake := m.victims(w.now, p, above)
 	victims = m.endpointVictims(p, e, victims)
 	if !wake.IsZero() {
-		w.d.wakeAt(wake)
+		d.wakeAt(wake)
 	}
 	gain := m.gain(w.now, p, e, w.slotWait)
 	cands := m.worthIt(w.now, p, victims, gain)
 	n, s, t := w.choose(e, cands, allowed, gain)
 	if !w.covered(e, s, t) {
-		return w.uncovered(e, len(cands) < len(victims) || n < min(allowed, len(cands)))
+		return w.uncovered(e, len(cands) < len(victims) || n < min(allowed, len(cands)), st)
 	}
-	m.preemptVictims(w.now, p, w.d, cands[:n], w.probe)
+	m.preemptVictims(w.now, p, d, cands[:n], w.probe)
 	if w.probe && n > 0 {
 		return false // abort.go: nothing more until the probe's watch decides
 	}
@@ -316,7 +319,7 @@ func (w *preemptWalk) rescue(e *entry) bool {
 	w.anyShort = false // everything walked so far is covered now
 	// The slot wait grew: requests found calm against the old one may be
 	// at risk now.
-	clear(w.calm)
+	clear(st.calm)
 	return true
 }
 
@@ -355,7 +358,7 @@ func (w *preemptWalk) choose(e *entry, cands []candidate, allowed int, gain time
 
 // uncovered records that no chosen victims cover e; refused says the cost
 // rules (not the victims' number) refused some.
-func (w *preemptWalk) uncovered(e *entry, refused bool) bool {
+func (w *preemptWalk) uncovered(e *entry, refused bool, st *settled) bool {
 	w.short(e)
 	switch {
 	case refused && w.m.cfg.PrefillPredictor == nil:
@@ -363,11 +366,11 @@ func (w *preemptWalk) uncovered(e *entry, refused bool) bool {
 		// prefill estimate the ones behind it waited less, so they gain
 		// less and can afford no more victims. It does not settle the less
 		// urgent classes: their gain may be larger.
-		w.calm[e.class.index] = true
-	case !refused && (!w.anyHopeless || e.Priority < w.hopeless):
-		w.hopeless, w.anyHopeless = e.Priority, true
+		st.calm[e.class.index] = true
+	case !refused && (!st.anyHopeless || e.Priority < st.hopeless):
+		st.hopeless, st.anyHopeless = e.Priority, true
 	}
-	return !w.allSettled()
+	return !st.all(w.m)
 }
 
 // feasibleCands reports whether preempting the candidates could cover a
