@@ -443,7 +443,7 @@ func (a *admission) step(ctx context.Context, block bool) (scheduler.Lease, erro
 			continue
 		}
 		if a.pend == nil {
-			l, err, done, again := a.enqueue(ctx)
+			l, done, again, err := a.enqueue(ctx)
 			if again {
 				continue
 			}
@@ -499,37 +499,37 @@ func (a *admission) cancelled(ctx context.Context) (scheduler.Lease, error, bool
 // enqueue queues the request on its pool's current scheduler (a.pend).
 // again: try again (a gate to wait on, or the scheduler was replaced);
 // done: the admission ended with l, err.
-func (a *admission) enqueue(ctx context.Context) (l scheduler.Lease, err error, done, again bool) {
+func (a *admission) enqueue(ctx context.Context) (l scheduler.Lease, done, again bool, err error) {
 	s, w := a.s, a.w
 	rt, gate, arrived, err := s.enter(a.req.Pool, w)
 	if err != nil {
-		return nil, err, true, false
+		return nil, true, false, err
 	}
 	if gate != nil {
 		a.gate = gate
-		return nil, nil, false, true
+		return nil, false, true, nil
 	}
 	if rt == a.last {
 		// Closed but still current: only Close does that.
 		s.leave(rt, w, nil)
-		return nil, scheduler.ErrClosed, true, false
+		return nil, true, false, scheduler.ErrClosed
 	}
 	a.last, a.rt = rt, rt
 	if ctx.Err() != nil {
 		s.leave(rt, w, nil)
 		l, err, _ = a.cancelled(ctx)
-		return l, err, true, false
+		return l, true, false, err
 	}
 	p, err := rt.sched.Queue(a.req)
 	switch {
 	case err == nil:
 		arrived.fire()
 		a.pend = p
-		return nil, nil, false, false
+		return nil, false, false, nil
 	case a.leave(nil, err):
-		return nil, nil, false, true
+		return nil, false, true, nil
 	}
-	return nil, err, true, false
+	return nil, true, false, err
 }
 
 // leave ends the wait on a.rt with its answer (l or err); true means the
