@@ -192,50 +192,7 @@ func (c *Config) Validate() error {
 			bad("%s.name: duplicate pool %q", path, p.Name)
 		}
 		seen[p.Name] = true
-		if p.MaxInflight < 1 {
-			bad("%s.max_inflight: %d must be at least 1", path, p.MaxInflight)
-		}
-		if p.MaxInflightTokens < 0 {
-			bad("%s.max_inflight_tokens: %d must not be negative", path, p.MaxInflightTokens)
-		}
-		if p.MaxPrefillTokens < 0 {
-			bad("%s.max_prefill_tokens: %d must not be negative", path, p.MaxPrefillTokens)
-		}
-		if p.ReserveUrgent < 0 {
-			bad("%s.reserve_urgent: %d must not be negative", path, p.ReserveUrgent)
-		}
-		if p.Policy == nil {
-			bad("%s.policy: must be set", path)
-		}
-		if p.BatchWindow < 0 {
-			bad("%s.batch_window: %v must not be negative", path, p.BatchWindow)
-		}
-		if p.Aging < 0 {
-			bad("%s.aging: %v must not be negative", path, p.Aging)
-		}
-		if p.Preemption.MinLowerInflight < 0 {
-			bad("%s.preemption.min_lower_inflight: %d must not be negative", path, p.Preemption.MinLowerInflight)
-		}
-		if p.Preemption.MinRunTime < 0 {
-			bad("%s.preemption.min_run_time: %v must not be negative", path, p.Preemption.MinRunTime)
-		}
-		if t := p.Preemption.Target; t < 0 || t > 1 || t != t {
-			bad("%s.preemption.target: %v must be in (0, 1] (0: default 1)", path, t)
-		}
-		if p.Preemption.AbortProbe < 0 {
-			bad("%s.preemption.abort_probe: %v must not be negative (0: never)", path, p.Preemption.AbortProbe)
-		}
-		if p.Preemption.MaxPerRequest < 0 {
-			bad("%s.preemption.max_per_request: %d must not be negative", path, p.Preemption.MaxPerRequest)
-		}
-		validateEndpoints(path, p.Endpoints, bad)
-		validateEjection(path, p.Ejection, bad)
-		if w := p.PrefixRouting.Weight; w < 0 || math.IsNaN(w) || math.IsInf(w, 0) {
-			bad("%s.prefix_routing.weight: %v must be a finite number, at least 0 (0: off)", path, w)
-		}
-		if c := p.PrefixRouting.CapacityBlocks; c < 0 || c > prefixindex.MaxCapacity || (p.PrefixRouting.Weight > 0 && c == 0 && !p.PrefixRouting.Precise) {
-			bad("%s.prefix_routing.capacity_blocks: %d must be in [1, %d] when prefix routing is on", path, c, prefixindex.MaxCapacity)
-		}
+		validatePool(path, &p, bad)
 	}
 	seen = map[string]bool{}
 	for i, cl := range c.Classes {
@@ -247,21 +204,84 @@ func (c *Config) Validate() error {
 			bad("%s.name: duplicate class %q", path, cl.Name)
 		}
 		seen[cl.Name] = true
-		if cl.TTFT < 0 {
-			bad("%s.slo.ttft: %v must not be negative", path, cl.TTFT)
-		}
-		if cl.TPOT < 0 {
-			bad("%s.slo.tpot: %v must not be negative", path, cl.TPOT)
-		}
-		if cl.MaxQueue < 0 {
-			bad("%s.queue.max_length: %d must not be negative", path, cl.MaxQueue)
-		}
-		if cl.MaxWait < 0 {
-			bad("%s.queue.max_wait: %v must not be negative", path, cl.MaxWait)
-		}
+		validateClass(path, &cl, bad)
 	}
 	if c.DefaultClass != "" && !seen[c.DefaultClass] {
 		bad("default_class: %q is not a class", c.DefaultClass)
 	}
 	return errors.Join(errs...)
+}
+
+// validatePool checks one pool's fields other than its name.
+func validatePool(path string, p *PoolConfig, bad func(string, ...any)) {
+	if p.MaxInflight < 1 {
+		bad("%s.max_inflight: %d must be at least 1", path, p.MaxInflight)
+	}
+	if p.MaxInflightTokens < 0 {
+		bad("%s.max_inflight_tokens: %d must not be negative", path, p.MaxInflightTokens)
+	}
+	if p.MaxPrefillTokens < 0 {
+		bad("%s.max_prefill_tokens: %d must not be negative", path, p.MaxPrefillTokens)
+	}
+	if p.ReserveUrgent < 0 {
+		bad("%s.reserve_urgent: %d must not be negative", path, p.ReserveUrgent)
+	}
+	if p.Policy == nil {
+		bad("%s.policy: must be set", path)
+	}
+	if p.BatchWindow < 0 {
+		bad("%s.batch_window: %v must not be negative", path, p.BatchWindow)
+	}
+	if p.Aging < 0 {
+		bad("%s.aging: %v must not be negative", path, p.Aging)
+	}
+	validatePreemption(path+".preemption", p.Preemption, bad)
+	validateEndpoints(path, p.Endpoints, bad)
+	validateEjection(path, p.Ejection, bad)
+	validatePrefixRouting(path+".prefix_routing", p.PrefixRouting, bad)
+}
+
+// validatePreemption checks a pool's preemption section at path.
+func validatePreemption(path string, pr PreemptionConfig, bad func(string, ...any)) {
+	if pr.MinLowerInflight < 0 {
+		bad("%s.min_lower_inflight: %d must not be negative", path, pr.MinLowerInflight)
+	}
+	if pr.MinRunTime < 0 {
+		bad("%s.min_run_time: %v must not be negative", path, pr.MinRunTime)
+	}
+	if t := pr.Target; t < 0 || t > 1 || t != t {
+		bad("%s.target: %v must be in (0, 1] (0: default 1)", path, t)
+	}
+	if pr.AbortProbe < 0 {
+		bad("%s.abort_probe: %v must not be negative (0: never)", path, pr.AbortProbe)
+	}
+	if pr.MaxPerRequest < 0 {
+		bad("%s.max_per_request: %d must not be negative", path, pr.MaxPerRequest)
+	}
+}
+
+// validatePrefixRouting checks a pool's prefix_routing section at path.
+func validatePrefixRouting(path string, pr PrefixRouting, bad func(string, ...any)) {
+	if w := pr.Weight; w < 0 || math.IsNaN(w) || math.IsInf(w, 0) {
+		bad("%s.weight: %v must be a finite number, at least 0 (0: off)", path, w)
+	}
+	if c := pr.CapacityBlocks; c < 0 || c > prefixindex.MaxCapacity || (pr.Weight > 0 && c == 0 && !pr.Precise) {
+		bad("%s.capacity_blocks: %d must be in [1, %d] when prefix routing is on", path, c, prefixindex.MaxCapacity)
+	}
+}
+
+// validateClass checks one class's fields other than its name.
+func validateClass(path string, cl *ClassConfig, bad func(string, ...any)) {
+	if cl.TTFT < 0 {
+		bad("%s.slo.ttft: %v must not be negative", path, cl.TTFT)
+	}
+	if cl.TPOT < 0 {
+		bad("%s.slo.tpot: %v must not be negative", path, cl.TPOT)
+	}
+	if cl.MaxQueue < 0 {
+		bad("%s.queue.max_length: %d must not be negative", path, cl.MaxQueue)
+	}
+	if cl.MaxWait < 0 {
+		bad("%s.queue.max_wait: %v must not be negative", path, cl.MaxWait)
+	}
 }

@@ -29,7 +29,9 @@ import "time"
 // farthest from finishing, then the design's order (no first token yet →
 // fewest generated tokens → lowest priority → most recently admitted).
 // Without prompt sizes (PromptTokens 0) every recompute is zero and the
-// rules reduce to the design's victim order.
+// rules reduce to the design's victim order. This file holds the estimates;
+// the preemptive policy applies the rules (preemptive.go: worthIt,
+// costOrder).
 
 // observed is what a pool has learned about its engine beyond the moving
 // averages in pool: prefill time per prompt token, from the first tokens
@@ -125,47 +127,4 @@ func (m *Machine) budget(p *pool, w *entry) time.Duration {
 		b = deriveBudget(b, m.prefillFor(p, w.req.PromptTokens))
 	}
 	return b
-}
-
-// candidate is a possible victim with its costs, computed once per walk step.
-type candidate struct {
-	*entry
-	recompute time.Duration
-	remaining time.Duration
-}
-
-// worthIt filters victims to those the cost rules allow for a request that
-// gains gain, and returns them with their costs.
-func (m *Machine) worthIt(now time.Time, p *pool, vs []*entry, gain time.Duration) []candidate {
-	out := make([]candidate, 0, len(vs))
-	for _, v := range vs {
-		c := candidate{entry: v, recompute: m.recompute(now, p, v), remaining: m.remaining(now, p, v)}
-		step := v.class.TPOT
-		if p.tpot.known {
-			step = p.tpot.value()
-		}
-		if c.remaining <= step || c.recompute >= gain || (p.obs.overloaded && m.sunk(now, p, v) > 0) {
-			continue
-		}
-		out = append(out, c)
-	}
-	return out
-}
-
-// costOrder ranks candidates: cheapest recompute, then farthest from
-// finishing, then the design's victim order.
-func costOrder(a, b candidate) int {
-	switch {
-	case a.recompute != b.recompute:
-		if a.recompute < b.recompute {
-			return -1
-		}
-		return 1
-	case a.remaining != b.remaining:
-		if a.remaining > b.remaining {
-			return -1
-		}
-		return 1
-	}
-	return victimOrder(a.entry, b.entry)
 }

@@ -189,47 +189,18 @@ func (m *Machine) pickAvoiding(p *pool, e *entry) *endpoint {
 // skip (nil: all).
 func (m *Machine) pickAny(p *pool, e *entry, skip *endpoint) *endpoint {
 	if e.req.affinity() != "" {
-		var best *endpoint
-		var bestH uint64
-		for _, ep := range p.endpoints {
-			if h := affinityHash(e.req.affinity(), ep.Name); ep != skip && ep.room() && (best == nil || h > bestH) {
-				best, bestH = ep, h
-			}
-		}
-		return best
+		return pickAffinity(p, e, skip)
 	}
+	sc := m.pickScoring(p, e)
 	var best *endpoint
 	bestS, bestAhead := math.Inf(1), 0
-	multi := len(p.endpoints) > 1
-	urgent := e.Priority == m.top
-	capEp := 0
-	if multi && !urgent {
-		capEp = m.prefillCap(p) / len(p.endpoints)
-	}
-	var match []int
-	blocks := 0
-	if p.prefix != nil {
-		if blocks = len(blocksOf(e)); blocks > 0 {
-			match = p.matchPrefix(e)
-		}
-	}
 	for _, ep := range p.endpoints {
-		if ep == skip || !ep.room() {
+		if ep == skip || !ep.room() || sc.overCap(ep) {
 			continue
 		}
-		if capEp > 0 && ep.prefilling > 0 && ep.prefilling+e.req.PromptTokens > capEp {
-			continue
-		}
-		s := ep.score()
-		// ahead: the prompt tokens the urgent request's prefill shares
-		// steps with there, less what its prefix cache likely saves it.
-		ahead := ep.prefilling
-		if match != nil {
-			s -= p.PrefixRouting.Weight * float64(match[ep.index]) / float64(blocks)
-			ahead -= e.req.PromptTokens * match[ep.index] / blocks
-		}
+		s, ahead := sc.score(ep)
 		better := best == nil || s < bestS || (s == bestS && ep.inflight < best.inflight)
-		if multi && urgent && best != nil && ahead != bestAhead {
+		if sc.multi && sc.urgent && best != nil && ahead != bestAhead {
 			better = ahead < bestAhead
 		}
 		if better {
@@ -237,6 +208,63 @@ func (m *Machine) pickAny(p *pool, e *entry, skip *endpoint) *endpoint {
 		}
 	}
 	return best
+}
+
+// pickAffinity is the endpoint with room, but skip, that ranks highest for
+// e's affinity key (rendezvous hashing).
+func pickAffinity(p *pool, e *entry, skip *endpoint) *endpoint {
+	var best *endpoint
+	var bestH uint64
+	for _, ep := range p.endpoints {
+		if h := affinityHash(e.req.affinity(), ep.Name); ep != skip && ep.room() && (best == nil || h > bestH) {
+			best, bestH = ep, h
+		}
+	}
+	return best
+}
+
+// pickScore is what pickAny scores endpoints by for one request: load,
+// prefix matches, and for the most urgent priority on several endpoints
+// the prompt tokens its prefill would share steps with.
+type pickScore struct {
+	p      *pool
+	e      *entry
+	multi  bool  // more than one endpoint
+	urgent bool  // e is of the most urgent priority
+	capEp  int   // per-endpoint share of max_prefill_tokens for less urgent requests (0: none)
+	match  []int // per endpoint, e's leading blocks its prefix cache likely holds (nil: no prefix routing)
+	blocks int
+}
+
+func (m *Machine) pickScoring(p *pool, e *entry) pickScore {
+	sc := pickScore{p: p, e: e, multi: len(p.endpoints) > 1, urgent: e.Priority == m.top}
+	if sc.multi && !sc.urgent {
+		sc.capEp = m.prefillCap(p) / len(p.endpoints)
+	}
+	if p.prefix != nil {
+		if sc.blocks = len(blocksOf(e)); sc.blocks > 0 {
+			sc.match = p.matchPrefix(e)
+		}
+	}
+	return sc
+}
+
+// overCap reports whether e's prompt would take ep's prefilling past its
+// share of max_prefill_tokens.
+func (sc *pickScore) overCap(ep *endpoint) bool {
+	return sc.capEp > 0 && ep.prefilling > 0 && ep.prefilling+sc.e.req.PromptTokens > sc.capEp
+}
+
+// score is ep's load score (lower is better), less its prefix match, and
+// ahead, the prompt tokens the urgent request's prefill shares steps with
+// there, less what its prefix cache likely saves it.
+func (sc *pickScore) score(ep *endpoint) (s float64, ahead int) {
+	s, ahead = ep.score(), ep.prefilling
+	if sc.match != nil {
+		s -= sc.p.PrefixRouting.Weight * float64(sc.match[ep.index]) / float64(sc.blocks)
+		ahead -= sc.e.req.PromptTokens * sc.match[ep.index] / sc.blocks
+	}
+	return s, ahead
 }
 
 // blocksOf is the part of e's prompt blocks the picker looks at.

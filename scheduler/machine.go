@@ -302,35 +302,12 @@ func NewMachine(cfg Config) (*Machine, error) {
 // (call Step). Errors wrap ErrRejected (unknown pool, can never fit) or
 // ErrQueueFull; a rejected request has no ticket.
 func (m *Machine) Arrive(now time.Time, req Request) (Ticket, error) {
-	p := m.pools[0]
-	if req.Pool != "" {
-		p = m.poolByName[req.Pool]
-		if p == nil {
-			return 0, fmt.Errorf("%w: unknown pool %q", ErrRejected, req.Pool)
-		}
-	}
-	if req.Pin != "" && p.endpointNamed(req.Pin) == nil {
-		p.counts.Rejected++
-		return 0, fmt.Errorf("%w: pool %q has no endpoint %q (the request's pinned endpoint)", ErrRejected, p.Name, req.Pin)
-	}
-	cl := m.classByNm[req.Class]
-	if cl == nil {
-		cl = m.defClass
-	}
-	if req.PromptTokens < 0 || req.MaxTokens < 0 || req.PromptTokens > maxTokens || req.MaxTokens > maxTokens {
-		return 0, fmt.Errorf("%w: token counts (prompt %d, max %d) must be in [0, %d]", ErrRejected, req.PromptTokens, req.MaxTokens, maxTokens)
+	p, cl, err := m.accept(&req)
+	if err != nil {
+		return 0, err
 	}
 	cost := req.PromptTokens + req.MaxTokens
-	if p.MaxInflightTokens > 0 && cost > p.MaxInflightTokens {
-		p.counts.Rejected++
-		return 0, fmt.Errorf("%w: request needs %d tokens, pool %q holds at most %d (max_inflight_tokens)",
-			ErrRejected, cost, p.Name, p.MaxInflightTokens)
-	}
 	q := &p.queues[cl.index]
-	if !req.Requeue && cl.MaxQueue > 0 && q.live >= cl.MaxQueue {
-		p.counts.QueueFull++
-		return 0, fmt.Errorf("%w: class %q has %d waiting (queue.max_length %d)", ErrQueueFull, cl.Name, q.live, cl.MaxQueue)
-	}
 	if req.Arrival.IsZero() || req.Arrival.After(now) {
 		req.Arrival = now
 	}
@@ -369,6 +346,40 @@ func (m *Machine) Arrive(now time.Time, req Request) (Ticket, error) {
 	}
 	p.counts.Arrived++
 	return e.ticket, nil
+}
+
+// accept finds req's pool and class and checks that req may wait there:
+// a known pool and pinned endpoint, token counts in range and within the
+// pool's token bound, room in its class's queue.
+func (m *Machine) accept(req *Request) (*pool, *class, error) {
+	p := m.pools[0]
+	if req.Pool != "" {
+		p = m.poolByName[req.Pool]
+		if p == nil {
+			return nil, nil, fmt.Errorf("%w: unknown pool %q", ErrRejected, req.Pool)
+		}
+	}
+	if req.Pin != "" && p.endpointNamed(req.Pin) == nil {
+		p.counts.Rejected++
+		return nil, nil, fmt.Errorf("%w: pool %q has no endpoint %q (the request's pinned endpoint)", ErrRejected, p.Name, req.Pin)
+	}
+	cl := m.classByNm[req.Class]
+	if cl == nil {
+		cl = m.defClass
+	}
+	if req.PromptTokens < 0 || req.MaxTokens < 0 || req.PromptTokens > maxTokens || req.MaxTokens > maxTokens {
+		return nil, nil, fmt.Errorf("%w: token counts (prompt %d, max %d) must be in [0, %d]", ErrRejected, req.PromptTokens, req.MaxTokens, maxTokens)
+	}
+	if cost := req.PromptTokens + req.MaxTokens; p.MaxInflightTokens > 0 && cost > p.MaxInflightTokens {
+		p.counts.Rejected++
+		return nil, nil, fmt.Errorf("%w: request needs %d tokens, pool %q holds at most %d (max_inflight_tokens)",
+			ErrRejected, cost, p.Name, p.MaxInflightTokens)
+	}
+	if q := &p.queues[cl.index]; !req.Requeue && cl.MaxQueue > 0 && q.live >= cl.MaxQueue {
+		p.counts.QueueFull++
+		return nil, nil, fmt.Errorf("%w: class %q has %d waiting (queue.max_length %d)", ErrQueueFull, cl.Name, q.live, cl.MaxQueue)
+	}
+	return p, cl, nil
 }
 
 // Cancel takes a request away: a waiting one leaves its queue, a running one

@@ -14,8 +14,11 @@ type Policy interface {
 	// it only on the heads of class queues; within a class, order is
 	// arrival order with requeued requests in front.
 	Less(a, b *Entry) bool
-	// Preempts reports whether the machine may preempt in-flight requests
-	// whose TTFT objective is at risk (see docs/architecture.md, Scheduling semantics).
+	// Preempts reports whether the policy preempts: in-flight requests
+	// make room for waiting ones whose TTFT objective is at risk, by the
+	// rules of scheduler/preemptive.go (gates, victims, their order and
+	// number), which the Machine carries out (preempt.go). See
+	// docs/architecture.md, Scheduling semantics.
 	Preempts() bool
 }
 

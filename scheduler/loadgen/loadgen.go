@@ -249,6 +249,23 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err := o.Validate(); err != nil {
 		return Report{}, err
 	}
+	o.defaults()
+	start := o.Clock.Now()
+	r := &run{o: o, clk: o.Clock, measureFrom: start.Add(o.Warmup), stop: start.Add(o.Warmup + o.Duration)}
+	recs := make([]*recorder, len(o.Proxies))
+	for i := range recs {
+		recs[i] = &recorder{}
+	}
+	cpu := r.drive(ctx, recs, start)
+	measured := o.Duration
+	if ctx.Err() != nil { // stopped early: what ran of the measured part
+		measured = min(max(r.clk.Now().Sub(r.measureFrom), 0), o.Duration)
+	}
+	return r.report(recs, cpu, measured, ctx.Err() != nil), nil
+}
+
+// defaults fills in the options left zero.
+func (o *Options) defaults() {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
@@ -258,12 +275,12 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if o.MaxOutstanding <= 0 {
 		o.MaxOutstanding = 200_000
 	}
-	start := o.Clock.Now()
-	r := &run{o: o, clk: o.Clock, measureFrom: start.Add(o.Warmup), stop: start.Add(o.Warmup + o.Duration)}
-	recs := make([]*recorder, len(o.Proxies))
-	for i := range recs {
-		recs[i] = &recorder{}
-	}
+}
+
+// drive runs the senders (one pacer in the open loop, one closed loop per
+// proxy otherwise) and the CPU sampler until the run ends.
+func (r *run) drive(ctx context.Context, recs []*recorder, start time.Time) cpuWindow {
+	o := r.o
 	var wg sync.WaitGroup
 	var cpu cpuWindow
 	if o.ServiceCPU != nil {
@@ -300,10 +317,13 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}()
 	}
 	wg.Wait()
-	measured := o.Duration
-	if ctx.Err() != nil { // stopped early: what ran of the measured part
-		measured = min(max(r.clk.Now().Sub(r.measureFrom), 0), o.Duration)
-	}
+	return cpu
+}
+
+// report sums the recorders over the measured time; stopped says ctx
+// ended the run early.
+func (r *run) report(recs []*recorder, cpu cpuWindow, measured time.Duration, stopped bool) Report {
+	o := r.o
 	rep := Report{Mode: "closed", Proxies: len(o.Proxies), Inflight: o.Inflight, DurationS: measured.Seconds()}
 	if o.Rate > 0 {
 		rep.Mode, rep.TargetRate, rep.Arrivals, rep.Inflight = "open", o.Rate, o.Arrivals, 0
@@ -314,16 +334,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		queued = append(queued, rc.queued...)
 		scheduled = append(scheduled, rc.scheduled...)
 		lags = append(lags, rc.lags...)
-		rep.Sent += rc.sent.Load()
-		rep.Admissions += rc.admitted.Load()
-		rep.Rejected += rc.rejected.Load()
-		rep.Errors += rc.errors.Load()
-		rep.Dropped += rc.dropped.Load()
-		for _, s := range rc.samples {
-			if len(rep.ErrorSamples) < maxSamples {
-				rep.ErrorSamples = append(rep.ErrorSamples, s)
-			}
-		}
+		rc.addCounts(&rep)
 	}
 	if measured > 0 {
 		rep.AdmissionsPerS = float64(rep.Admissions) / measured.Seconds()
@@ -331,7 +342,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	switch {
 	case cpu.err != nil:
 		rep.ServiceCPU = &ServiceCPU{Error: cpu.err.Error()}
-	case o.ServiceCPU != nil && ctx.Err() == nil:
+	case o.ServiceCPU != nil && !stopped:
 		rep.ServiceCPU = &ServiceCPU{Seconds: cpu.used.Seconds()}
 		if rep.Admissions > 0 {
 			rep.ServiceCPU.PerAdmissionUS = float64(cpu.used) / float64(time.Microsecond) / float64(rep.Admissions)
@@ -343,7 +354,21 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		q, s := quantiles(lags), quantiles(scheduled)
 		rep.ScheduleLag, rep.FromScheduled = &q, &s
 	}
-	return rep, nil
+	return rep
+}
+
+// addCounts adds the recorder's counts and error samples to rep.
+func (rc *recorder) addCounts(rep *Report) {
+	rep.Sent += rc.sent.Load()
+	rep.Admissions += rc.admitted.Load()
+	rep.Rejected += rc.rejected.Load()
+	rep.Errors += rc.errors.Load()
+	rep.Dropped += rc.dropped.Load()
+	for _, s := range rc.samples {
+		if len(rep.ErrorSamples) < maxSamples {
+			rep.ErrorSamples = append(rep.ErrorSamples, s)
+		}
+	}
 }
 
 // cpuWindow is the service's CPU time over the measured window.

@@ -121,29 +121,60 @@ func (s *Set) Update(cfg scheduler.Config) error {
 }
 
 // update is Update; it also returns the names of the pools it (re)built.
+// It plans under the lock, builds outside it, installs under it again and
+// stops what it replaced after, so that a scheduler's Close never runs
+// under the Set's lock.
 func (s *Set) update(cfg scheduler.Config) ([]string, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s.upd.Lock()
 	defer s.upd.Unlock()
+	keep, replace, closed := s.plan(cfg)
+	if closed {
+		return nil, scheduler.ErrClosed
+	}
+	fresh, holds, err := s.build(cfg, keep, replace)
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		closeAll(fresh)
+		return nil, scheduler.ErrClosed
+	}
+	var out retired
+	built := s.installLocked(cfg, fresh, holds, &out)
+	s.retireRemovedLocked(cfg, &out)
+	s.classes = slices.Clone(cfg.Classes)
+	s.defCls = cfg.DefaultClass
+	s.mu.Unlock()
+	s.finish(&out)
+	return built, nil
+}
+
+// plan reports, per pool of cfg, whether its running scheduler is kept
+// (same classes and settings) and whether one runs at all (a new one
+// replaces it), and whether the Set is closed.
+func (s *Set) plan(cfg scheduler.Config) (keep, replace []bool, closed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	classesSame := slices.Equal(s.classes, cfg.Classes) && s.defCls == cfg.DefaultClass
-	closed := s.closed
-	var keep, replace []bool
 	for _, p := range cfg.Pools {
 		sl := s.slots[p.Name]
 		running := sl != nil && sl.cur != nil
 		keep = append(keep, classesSame && running && samePool(sl.cfg, p))
 		replace = append(replace, running)
 	}
-	s.mu.Unlock()
-	if closed {
-		return nil, scheduler.ErrClosed
-	}
-	// Build outside the lock (and before changing anything) so that an
-	// error leaves the running set as it was; replacements get their
-	// placeholder here too, as admitting it takes the new scheduler's lock.
+	return keep, replace, s.closed
+}
+
+// build makes the schedulers of the pools not kept. It runs outside the
+// lock (and before changing anything) so that an error leaves the running
+// set as it was; replacements get their placeholder here too, as admitting
+// it takes the new scheduler's lock.
+func (s *Set) build(cfg scheduler.Config, keep, replace []bool) ([]*scheduler.Scheduler, []scheduler.Lease, error) {
 	fresh := make([]*scheduler.Scheduler, len(cfg.Pools))
 	holds := make([]scheduler.Lease, len(cfg.Pools))
 	for i, p := range cfg.Pools {
@@ -153,31 +184,34 @@ func (s *Set) update(cfg scheduler.Config) ([]string, error) {
 		sc, err := scheduler.New(single(cfg, p), s.clk)
 		if err != nil {
 			closeAll(fresh)
-			return nil, fmt.Errorf("pools[%d]: %w", i, err)
+			return nil, nil, fmt.Errorf("pools[%d]: %w", i, err)
 		}
 		fresh[i] = sc
 		if replace[i] {
 			holds[i] = placeholder(sc, p, cfg)
 		}
 	}
+	return fresh, holds, nil
+}
 
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		closeAll(fresh)
-		return nil, scheduler.ErrClosed
-	}
-	var stop []*scheduler.Scheduler
-	var stale []scheduler.Lease
-	var moves []move
+// retired is what an update takes out of service, to stop once the lock
+// is released.
+type retired struct {
+	stop  []*scheduler.Scheduler
+	stale []scheduler.Lease
+	moves []move
+}
+
+// installLocked puts the fresh schedulers in their slots, preparing the
+// move of a replaced one's waiting requests, sets the pool order and
+// returns the names of the pools it (re)built.
+func (s *Set) installLocked(cfg scheduler.Config, fresh []*scheduler.Scheduler, holds []scheduler.Lease, out *retired) []string {
 	var built []string
-	seen := map[string]bool{}
 	order := make([]string, 0, len(cfg.Pools))
 	for i, p := range cfg.Pools {
-		seen[p.Name] = true
 		order = append(order, p.Name)
 		if fresh[i] == nil {
-			continue // unchanged; upd keeps the check above valid
+			continue // unchanged; upd keeps the plan valid
 		}
 		sl := s.slots[p.Name]
 		if sl == nil {
@@ -187,49 +221,58 @@ func (s *Set) update(cfg scheduler.Config) ([]string, error) {
 		if sl.cur != nil {
 			mv, ok, old := s.prepareLocked(sl, fresh[i], holds[i])
 			if ok {
-				moves = append(moves, mv)
+				out.moves = append(out.moves, mv)
 			}
 			if old != nil {
-				stale = append(stale, old)
+				out.stale = append(out.stale, old)
 			}
-			stop = append(stop, s.retireLocked(sl))
+			out.stop = append(out.stop, s.retireLocked(sl))
 		}
 		sl.cur = &runtime{sched: fresh[i], slot: sl, waiting: map[*waiter]struct{}{}}
 		sl.cfg = p
 		built = append(built, p.Name)
 		s.applyLocked(sl)
 	}
+	s.order = order
+	return built
+}
+
+// retireRemovedLocked takes the pools cfg no longer has out of service.
+func (s *Set) retireRemovedLocked(cfg scheduler.Config, out *retired) {
+	seen := make(map[string]bool, len(cfg.Pools))
+	for _, p := range cfg.Pools {
+		seen[p.Name] = true
+	}
 	for name, sl := range s.slots {
 		if seen[name] || sl.cur == nil {
 			continue
 		}
 		if sl.hold != nil {
-			stale = append(stale, sl.hold)
+			out.stale = append(out.stale, sl.hold)
 			sl.hold = nil
 			sl.holdsDone++
 		}
-		stop = append(stop, s.retireLocked(sl))
+		out.stop = append(out.stop, s.retireLocked(sl))
 		sl.cur = nil
 		if len(sl.retired) == 0 && s.slots[name] == sl {
 			delete(s.slots, name)
 		}
 	}
-	s.order = order
-	s.classes = slices.Clone(cfg.Classes)
-	s.defCls = cfg.DefaultClass
-	s.mu.Unlock()
-	// Closing hands every waiter ErrClosed; Admit then queues it again on
-	// the slot's new scheduler, which is already in place.
-	for _, sc := range stop {
+}
+
+// finish stops what an update retired. Closing hands every waiter
+// ErrClosed; Admit then queues it again on the slot's new scheduler, which
+// is already in place.
+func (s *Set) finish(out *retired) {
+	for _, sc := range out.stop {
 		_ = sc.Close()
 	}
-	for _, l := range stale {
+	for _, l := range out.stale {
 		l.Release(scheduler.Cancelled)
 	}
-	for _, mv := range moves {
+	for _, mv := range out.moves {
 		s.finishMove(mv)
 	}
-	return built, nil
 }
 
 func closeAll(ss []*scheduler.Scheduler) {
@@ -384,63 +427,28 @@ func (a *admission) run(ctx context.Context, block bool) (scheduler.Lease, error
 }
 
 func (a *admission) step(ctx context.Context, block bool) (scheduler.Lease, error, bool) {
-	s, w := a.s, a.w
-	cancelled := func() (scheduler.Lease, error, bool) {
-		return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err()), true
-	}
 	for {
-		switch {
-		case a.gate != nil:
-			// Requests already waiting are moving to a new scheduler;
-			// this one queues after them.
+		if ch := a.blocker(); ch != nil {
+			// Requests already waiting are moving to a new scheduler, or
+			// it is not yet this one's turn to queue on a successor.
 			if !block {
 				return nil, nil, false
 			}
 			select {
-			case <-a.gate:
-				a.gate = nil
+			case <-ch:
+				a.unblock()
 			case <-ctx.Done():
-				return cancelled()
+				return a.cancelled(ctx)
 			}
 			continue
-		case a.turn != nil:
-			if !block {
-				return nil, nil, false
-			}
-			select {
-			case <-a.turn:
-				a.turn = nil
-			case <-ctx.Done():
-				return cancelled()
-			}
-			continue
-		case a.pend == nil:
-			rt, gate, arrived, err := s.enter(a.req.Pool, w)
-			if err != nil {
-				return nil, err, true
-			}
-			if gate != nil {
-				a.gate = gate
+		}
+		if a.pend == nil {
+			l, done, again, err := a.enqueue(ctx)
+			if again {
 				continue
 			}
-			if rt == a.last {
-				// Closed but still current: only Close does that.
-				s.leave(rt, w, nil)
-				return nil, scheduler.ErrClosed, true
-			}
-			a.last, a.rt = rt, rt
-			if err := ctx.Err(); err != nil {
-				s.leave(rt, w, nil)
-				return cancelled()
-			}
-			p, err := rt.sched.Queue(a.req)
-			if err == nil {
-				arrived.fire()
-				a.pend = p
-			} else if a.leave(nil, err) {
-				continue
-			} else {
-				return nil, err, true
+			if done {
+				return l, err, true
 			}
 		}
 		l, err, ok := a.pend.Decided()
@@ -457,9 +465,71 @@ func (a *admission) step(ctx context.Context, block bool) (scheduler.Lease, erro
 		if err != nil {
 			return nil, err, true
 		}
-		a.tl = trackedLease{Lease: l, s: s, rt: a.rt}
+		a.tl = trackedLease{Lease: l, s: a.s, rt: a.rt}
 		return &a.tl, nil, true
 	}
+}
+
+// blocker is what the admission waits on before queueing: the pool's
+// moves to end (a.gate), then its turn on a successor (a.turn); nil when
+// neither.
+func (a *admission) blocker() <-chan struct{} {
+	if a.gate != nil {
+		return a.gate
+	}
+	if a.turn != nil {
+		return a.turn
+	}
+	return nil
+}
+
+// unblock clears the wait that blocker returned.
+func (a *admission) unblock() {
+	if a.gate != nil {
+		a.gate = nil
+		return
+	}
+	a.turn = nil
+}
+
+func (a *admission) cancelled(ctx context.Context) (scheduler.Lease, error, bool) {
+	return nil, fmt.Errorf("%w: %w", scheduler.ErrCancelled, ctx.Err()), true
+}
+
+// enqueue queues the request on its pool's current scheduler (a.pend).
+// again: try again (a gate to wait on, or the scheduler was replaced);
+// done: the admission ended with l, err.
+func (a *admission) enqueue(ctx context.Context) (l scheduler.Lease, done, again bool, err error) {
+	s, w := a.s, a.w
+	rt, gate, arrived, err := s.enter(a.req.Pool, w)
+	if err != nil {
+		return nil, true, false, err
+	}
+	if gate != nil {
+		a.gate = gate
+		return nil, false, true, nil
+	}
+	if rt == a.last {
+		// Closed but still current: only Close does that.
+		s.leave(rt, w, nil)
+		return nil, true, false, scheduler.ErrClosed
+	}
+	a.last, a.rt = rt, rt
+	if ctx.Err() != nil {
+		s.leave(rt, w, nil)
+		l, err, _ = a.cancelled(ctx)
+		return l, true, false, err
+	}
+	p, err := rt.sched.Queue(a.req)
+	switch {
+	case err == nil:
+		arrived.fire()
+		a.pend = p
+		return nil, false, false, nil
+	case a.leave(nil, err):
+		return nil, false, true, nil
+	}
+	return nil, true, false, err
 }
 
 // leave ends the wait on a.rt with its answer (l or err); true means the

@@ -1,9 +1,12 @@
 // Package preemptive is priority scheduling (the priority package's order,
-// with aging) plus SLO-driven preemption: when the most urgent waiting
-// request's predicted TTFT would pass its class objective and the pool is
-// full, the machine preempts just enough strictly-lower-priority,
-// preemptible in-flight requests, within the pool's guard rails
-// (min_lower_inflight, min_run_time, max_per_request).
+// with aging) plus SLO-driven preemption: when a waiting request's
+// predicted TTFT would pass its class objective and the pool is full, just
+// enough strictly-lower-priority, preemptible in-flight requests are
+// preempted, cheapest recompute first, within the pool's guard rails
+// (min_lower_inflight, min_run_time, max_per_request). Its preemption
+// rules (gates, victims, their order and number) are one file,
+// scheduler/preemptive.go, which the Machine runs for every policy whose
+// Preempts is true.
 package preemptive
 
 import (
