@@ -141,7 +141,7 @@ type Result struct {
 	PairedNote string          `json:"paired_note,omitempty"`
 	// Gates are the relative gates checked on Paired, set by the caller.
 	Gates []compare.GateResult `json:"gates,omitempty"`
-	Runs    []Run  `json:"runs"`
+	Runs  []Run                `json:"runs"`
 	// Retried lists the pairs run again because a run was invalid, one
 	// entry per discarded attempt.
 	Retried []Retry `json:"retried,omitempty"`
