@@ -11,6 +11,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/llmesh/llmesh/bench/compare"
 	"github.com/llmesh/llmesh/bench/harness"
 	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/result"
@@ -82,6 +83,11 @@ type Options struct {
 	// (both arms, the same seed) before the invalid run is kept; 0: never.
 	// A host hiccup then costs a pair's time instead of the verdict.
 	Retries int
+	// Primary declares each class's primary metric for the paired
+	// judgement (compare.FromReports); nil: every metric decides.
+	Primary map[string]string
+	// Alpha is the paired judgement's significance level; default 0.05.
+	Alpha float64
 	// Progress, when a terminal, shows live progress of each run.
 	Progress io.Writer
 	// Log, when not nil, gets one line per finished run.
@@ -119,10 +125,23 @@ type Result struct {
 	Repeats  int    `json:"repeats"`
 	// Classes holds per-class deltas (B relative to A).
 	Classes map[string][]Delta `json:"classes"`
-	// Verdict is the one-line summary: B better / worse / mixed / no
-	// significant difference.
-	Verdict string `json:"verdict"`
-	Runs    []Run  `json:"runs"`
+	// Verdict is the one-line summary of the per-request comparison
+	// (Classes): B better / worse / mixed / no significant difference. It
+	// is descriptive: requests pooled over repeats ignore how runs differ.
+	Verdict string `json:"summary"`
+	// Status is the verdict that gates use: the paired judgement over
+	// repeats (Paired), or compare.Inconclusive when a run was invalid or
+	// did not finish.
+	Status compare.Status `json:"verdict"`
+	// Paired judges each metric on the per-repeat differences, as
+	// `llmesh bench compare` does with one unit per repeat (Student-t
+	// intervals, Holm over the non-primary metrics); nil when no verdict
+	// could be given (see PairedNote).
+	Paired     *compare.Result `json:"paired,omitempty"`
+	PairedNote string          `json:"paired_note,omitempty"`
+	// Gates are the relative gates checked on Paired, set by the caller.
+	Gates []compare.GateResult `json:"gates,omitempty"`
+	Runs  []Run                `json:"runs"`
 	// Retried lists the pairs run again because a run was invalid, one
 	// entry per discarded attempt.
 	Retried []Retry `json:"retried,omitempty"`
@@ -212,6 +231,7 @@ func Compare(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.Classes = deltas(samples["A"], samples["B"], o.Workload, o.Resamples)
 	res.Verdict = verdict(res)
+	res.Status, res.Paired, res.PairedNote = judgePaired(res, o)
 	if !res.Valid {
 		res.Verdict = inconclusive(res, runErr)
 		// No per-metric verdict either: the figures are for information.
@@ -222,6 +242,34 @@ func Compare(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	return res, runErr
+}
+
+// judgePaired judges the valid A/B's metrics on the per-repeat
+// differences: repeats are the independent units, requests are not.
+func judgePaired(res *Result, o Options) (compare.Status, *compare.Result, string) {
+	if !res.Valid {
+		return compare.Inconclusive, nil, "an invalid or missing run: no verdict"
+	}
+	alpha := o.Alpha
+	if alpha == 0 {
+		alpha = 0.05
+	}
+	var a, b []*result.Report
+	for _, r := range res.Runs {
+		if r.Arm == "A" {
+			a = append(a, r.Report)
+		} else {
+			b = append(b, r.Report)
+		}
+	}
+	ms, err := compare.FromReports(a, b, o.Primary)
+	if err == nil {
+		var j *compare.Result
+		if j, err = compare.Judge(ms, alpha); err == nil {
+			return j.Verdict, j, ""
+		}
+	}
+	return compare.Inconclusive, nil, err.Error()
 }
 
 // Inconclusive starts the verdict of an A/B with an invalid run: the

@@ -43,7 +43,10 @@ iframe{width:100%;border:0;min-height:200px}
 <table id="comparison"><thead><tr><th class="l">class</th><th class="l">metric</th><th>A: {{.A}}</th><th>B: {{.B}}</th><th>B − A</th><th>95% CI</th><th class="l">verdict</th></tr></thead><tbody>
 {{range .Rows}}<tr><td class="l">{{.Class}}</td><td class="l">{{.Metric}}</td><td>{{.A}}</td><td>{{.B}}</td><td class="{{.Tone}}">{{.Diff}}</td><td class="{{.Tone}}">{{.CI}}</td><td class="l {{.Tone}}">{{.Verdict}}</td></tr>
 {{end}}</tbody></table>
-<h2>Runs</h2>
+<h2>Paired over repeats</h2>
+<div id="paired">{{.Paired}}</div>
+{{if .Provenance}}<details id="provenance"><summary>provenance</summary><table>{{range .Provenance}}<tr><td class="l">{{index . 0}}</td><td class="l"><code>{{index . 1}}</code></td></tr>{{end}}</table></details>
+{{end}}<h2>Runs</h2>
 <table id="runs"><thead><tr><th class="l">run</th><th class="l">arm</th><th>seed</th><th>requests ok / failed</th><th>achieved req/s</th><th>schedule lag p99 ms</th><th class="l">validity</th>{{range .Classes}}<th>{{.}} TTFT p99 ms</th><th>{{.}} attainment</th>{{end}}</tr></thead><tbody>
 {{range .Runs}}<tr><td class="l">{{.Name}}</td><td class="l">{{.Arm}}</td><td>{{.Seed}}</td><td>{{.OK}} / {{.Failed}}</td><td>{{.RPS}}</td><td>{{.Lag}}</td><td class="l {{if .Valid}}valid{{else}}invalid{{end}}">{{.Validity}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</tbody></table>
@@ -92,8 +95,18 @@ func HTML(w io.Writer, res *Result) error {
 		Classes                               []string
 		Runs                                  []pageRun
 		Charts                                []template.HTML
+		Paired                                template.HTML
+		Provenance                            [][2]string
 	}{A: res.A, B: res.B, Workload: res.Workload, Verdict: res.Verdict, VerdictClass: verdictClass(res), Repeats: res.Repeats}
 	data.Classes = classOrder(res)
+	var paired bytes.Buffer
+	if err := writePaired(&paired, res); err != nil {
+		return err
+	}
+	data.Paired = template.HTML("<pre>" + template.HTMLEscapeString(strings.TrimSpace(paired.String())) + "</pre>")
+	if res.Provenance != nil {
+		data.Provenance = res.Provenance.Rows()
+	}
 	for _, c := range data.Classes {
 		for _, d := range res.Classes[c] {
 			cells := cell(d)

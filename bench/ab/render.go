@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/llmesh/llmesh/bench/compare"
 )
 
 // WriteJSON writes the result as indented JSON.
@@ -87,8 +89,34 @@ func Table(w io.Writer, r *Result) error {
 	for _, l := range retryLines(r) {
 		fmt.Fprintln(w, l)
 	}
-	_, err := fmt.Fprintln(w, r.Verdict)
-	return err
+	if _, err := fmt.Fprintln(w, r.Verdict); err != nil {
+		return err
+	}
+	if err := writePaired(w, r); err != nil {
+		return err
+	}
+	if r.Provenance != nil {
+		fmt.Fprintln(w)
+		return r.Provenance.WriteText(w)
+	}
+	return nil
+}
+
+// writePaired writes the paired judgement over repeats: the verdict that
+// gates and the JSON's top-level verdict use.
+func writePaired(w io.Writer, r *Result) error {
+	fmt.Fprintf(w, "\nPaired over the %d repeats (the verdict gates use):\n", r.Repeats)
+	if r.Paired == nil {
+		if err := compare.WriteMarkdown(w, &compare.Result{Verdict: compare.Inconclusive}, r.Gates); err != nil {
+			return err
+		}
+		if r.PairedNote == "" {
+			return nil
+		}
+		_, err := fmt.Fprintf(w, "(%s)\n", r.PairedNote)
+		return err
+	}
+	return compare.WriteMarkdown(w, r.Paired, r.Gates)
 }
 
 // retryLines say which pairs were run again and why.
@@ -117,6 +145,9 @@ func Markdown(w io.Writer, r *Result) error {
 		}
 	}
 	if _, err := fmt.Fprintf(w, "\n**%s**\n", r.Verdict); err != nil {
+		return err
+	}
+	if err := writePaired(w, r); err != nil {
 		return err
 	}
 	if r.Provenance != nil {

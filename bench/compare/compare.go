@@ -40,7 +40,7 @@ type Judged struct {
 	CIHigh    float64 `json:"ci_high"`
 	P         float64 `json:"p"`          // two-sided, uncorrected
 	PAdjusted float64 `json:"p_adjusted"` // Holm over the non-primary family; = P for primaries
-	MDE       float64 `json:"mde"`        // smallest |Delta| detectable at 80% power
+	MDE       float64 `json:"mde"`        // smallest |Delta| detectable at 80% power; 0 with one unit (no interval)
 	Status    Status  `json:"status"`
 	Reason    string  `json:"reason,omitempty"`
 }
@@ -121,8 +121,8 @@ func paired(m Metric, alpha float64) Judged {
 		j.RelDelta = j.Delta / j.MeanA
 	}
 	if n < 2 {
-		j.CILow, j.CIHigh = math.Inf(-1), math.Inf(1)
-		j.MDE = math.Inf(1)
+		// No interval: CILow, CIHigh and MDE stay 0 (JSON has no
+		// infinity), and the status and reason say why.
 		j.Status, j.Reason = Inconclusive, "one unit: no interval; run more seeds or repeats"
 		return j
 	}

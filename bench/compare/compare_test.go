@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand"
 	"strings"
@@ -149,5 +150,20 @@ func TestAAFalseVerdictRate(t *testing.T) {
 	}
 	if power := float64(found) / n; power < 0.95 {
 		t.Errorf("planted +10%% found in %.3f of comparisons, want >= 0.95", power)
+	}
+}
+
+// One unit gives no interval, and the result still encodes as JSON (an
+// infinite bound once made `bench compare --json` fail).
+func TestOneUnitEncodes(t *testing.T) {
+	res, err := Judge([]Metric{{Name: "c.ttft_p99_ms", LowerBetter: true, Primary: true, A: []float64{10}, B: []float64{12}}}, 0.05)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict != Inconclusive || res.Metrics[0].Status != Inconclusive {
+		t.Fatalf("one unit: %+v", res)
+	}
+	if _, err := json.Marshal(res); err != nil {
+		t.Fatalf("one unit does not encode: %v", err)
 	}
 }

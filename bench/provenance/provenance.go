@@ -198,21 +198,47 @@ func (p *Provenance) AddFile(key, path string) error {
 	return nil
 }
 
+// Rows lists p as label and value pairs, in the order every report shows
+// them: builds, input files, seeds, host.
+func (p *Provenance) Rows() [][2]string {
+	var rows [][2]string
+	for _, k := range sortedKeys(p.Builds) {
+		rows = append(rows, [2]string{"build " + k, p.Builds[k].String()})
+	}
+	for _, k := range sortedKeys(p.Files) {
+		rows = append(rows, [2]string{k, "sha256:" + short(p.Files[k])})
+	}
+	if len(p.Seeds) > 0 {
+		rows = append(rows, [2]string{"seeds", seedList(p.Seeds)})
+	}
+	rows = append(rows, [2]string{"host", fmt.Sprintf("%s/%s, %d cores, load average %s at start", p.Host.OS, p.Host.Arch, p.Host.Cores, orNone(p.Host.LoadAvg))})
+	return rows
+}
+
 // WriteMarkdown writes p as a short section for a pull-request summary.
 func (p *Provenance) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString("\n<details><summary>provenance</summary>\n\n| | |\n|---|---|\n")
-	for _, k := range sortedKeys(p.Builds) {
-		fmt.Fprintf(&b, "| build %s | `%s` |\n", k, p.Builds[k])
+	for i, r := range p.Rows() {
+		if i < len(p.Builds) {
+			fmt.Fprintf(&b, "| %s | `%s` |\n", r[0], r[1])
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s |\n", r[0], r[1])
 	}
-	for _, k := range sortedKeys(p.Files) {
-		fmt.Fprintf(&b, "| %s | sha256:%s |\n", k, short(p.Files[k]))
-	}
-	if len(p.Seeds) > 0 {
-		fmt.Fprintf(&b, "| seeds | %s |\n", seedList(p.Seeds))
-	}
-	fmt.Fprintf(&b, "| host | %s/%s, %d cores, load average %s at start |\n", p.Host.OS, p.Host.Arch, p.Host.Cores, orNone(p.Host.LoadAvg))
 	b.WriteString("\n</details>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteText writes p as indented lines under a "provenance:" heading, for
+// a terminal.
+func (p *Provenance) WriteText(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString("provenance:\n")
+	for _, r := range p.Rows() {
+		fmt.Fprintf(&b, "  %s: %s\n", r[0], r[1])
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

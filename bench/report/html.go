@@ -130,8 +130,8 @@ Offered {{printf "%.2f" .Rep.OfferedRPS}} req/s, achieved {{printf "%.2f" .Rep.A
 <p class=note>Latencies in ms. Attainment is the share of requests meeting both SLOs; failed, rejected and dropped requests count as misses.</p>
 <ul>{{range .Notes}}<li>{{.}}</li>{{end}}</ul>
 {{range .Charts}}{{.}}
-{{end}}
-</body></html>
+{{end}}{{if .Provenance}}<details id="provenance"><summary>provenance</summary><table>{{range .Provenance}}<tr><td>{{index . 0}}</td><td style="text-align:left"><code>{{index . 1}}</code></td></tr>{{end}}</table></details>
+{{end}}</body></html>
 `))
 
 // HTML writes a self-contained page: tables and inline SVG charts, no
@@ -156,8 +156,12 @@ func HTML(w io.Writer, rep *result.Report) error {
 	}
 	notes = append(notes, prefixLines(rep)...)
 	notes = append(notes, gpuLines(rep)...)
+	var prov [][2]string
+	if rep.Provenance != nil {
+		prov = rep.Provenance.Rows()
+	}
 	return page.Execute(w, map[string]any{
 		"Title": Title(rep), "Rep": rep, "Validity": Validity(rep), "Header": header,
-		"Rows": rows, "Notes": notes, "Charts": cs,
+		"Rows": rows, "Notes": notes, "Charts": cs, "Provenance": prov,
 	})
 }

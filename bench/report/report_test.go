@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/result"
 	"github.com/llmesh/llmesh/bench/stats"
 	"github.com/llmesh/llmesh/bench/workload"
@@ -183,5 +184,21 @@ func TestGPUSection(t *testing.T) {
 	buf.Reset()
 	if err := Table(&buf, rep); err != nil || !strings.Contains(buf.String(), "GPU 0 NVIDIA H200: SM util mean 50% max 90%") {
 		t.Errorf("table GPU line: %v\n%s", err, buf.String())
+	}
+}
+
+// A run's HTML page carries its provenance, as its markdown does.
+func TestHTMLProvenance(t *testing.T) {
+	rep := sample(t)
+	rep.Provenance = &provenance.Provenance{Builds: map[string]provenance.Build{"self": {Module: "github.com/llmesh/llmesh", SHA256: "0123456789abcdef"}},
+		Files: map[string]string{"workload w.yaml": "fedcba9876543210"}, Seeds: []int64{7}, Host: provenance.Host{OS: "linux", Arch: "amd64", Cores: 2, LoadAvg: "0.10 0.20 0.30"}}
+	var buf bytes.Buffer
+	if err := HTML(&buf, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`<details id="provenance">`, "build self", "sha256:fedcba987654", "<td>seeds</td>", "2 cores, load average 0.10 0.20 0.30"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("HTML lacks %q", want)
+		}
 	}
 }

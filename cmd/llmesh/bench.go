@@ -378,6 +378,8 @@ func runBenchReport(ctx context.Context, args []string, stdout, stderr io.Writer
 	switch {
 	case records != "" && (len(files) != 0 || workloadFile == ""):
 		errs = append(errs, errors.New("--records: takes no report file and needs --workload"))
+	case records == "" && len(files) == 2:
+		errs = append(errs, fmt.Errorf("want exactly one report file, got 2: to compare two results, run `llmesh bench compare %s %s`", files[0], files[1]))
 	case records == "" && len(files) != 1:
 		errs = append(errs, fmt.Errorf("want exactly one report file, got %d", len(files)))
 	case records == "" && runID != "":

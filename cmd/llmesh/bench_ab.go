@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/llmesh/llmesh/bench/ab"
+	"github.com/llmesh/llmesh/bench/compare"
 	"github.com/llmesh/llmesh/bench/harness"
 	"github.com/llmesh/llmesh/bench/progress"
 	"github.com/llmesh/llmesh/bench/provenance"
@@ -78,8 +79,12 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		repeats, resamples int
 		retries            int
 		quiet, sloGate     bool
+		cf                 compareFlags
 	)
 	wf.register(fs)
+	fs.Var(&cf.gates, "fail-on", "exit 3 when `CLASS.METRIC>+N%` (or <-N%) is breached significantly in the paired judgement over repeats; repeatable")
+	fs.Var(&cf.primaries, "primary", "declare `CLASS=METRIC` the class's primary metric of the paired judgement; repeatable")
+	fs.Float64Var(&cf.alpha, "alpha", 0.05, "significance level of the paired judgement")
 	fs.StringVar(&a, "a", "", "baseline target: URL, host:port, embedded:MESH-FILE to start a simulated engine and the gateway with that mesh config for every run, or exec:PATH,mesh=FILE to start that llmesh build's sim and gateway for every run (required)")
 	fs.StringVar(&b, "b", "", "candidate target, same forms as --a (required)")
 	fs.StringVar(&aName, "a-name", "", "label of A (for example the policy name)")
@@ -109,6 +114,11 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if retries < 0 || retries > 10 {
 		errs = append(errs, fmt.Errorf("--retries: %d must be in [0, 10]", retries))
 	}
+	gates, primary, ferrs := cf.parse()
+	errs = append(errs, ferrs...)
+	if w != nil {
+		errs = append(errs, checkPrimaries(primary, w)...)
+	}
 	if resamples < 100 || resamples > 100000 {
 		errs = append(errs, fmt.Errorf("--resamples: %d must be in [100, 100000]", resamples))
 	}
@@ -121,7 +131,8 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
-	o := ab.Options{Workload: w, A: ta, B: tb, Repeats: repeats, Resamples: resamples, Retries: retries, Log: stderr}
+	o := ab.Options{Workload: w, A: ta, B: tb, Repeats: repeats, Resamples: resamples, Retries: retries, Log: stderr,
+		Primary: primary, Alpha: cf.alpha}
 	if !quiet && progress.IsTerminal(stdout) {
 		o.Progress = stderr
 	}
@@ -147,6 +158,11 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	res.Provenance = prov
+	if res.Paired != nil {
+		if res.Gates, err = compare.Check(res.Paired, gates); err != nil {
+			return withExitCode(harness.ExitUsage, err)
+		}
+	}
 	renderers := map[string]func(io.Writer, *ab.Result) error{"table": ab.Table, "json": ab.WriteJSON, "markdown": ab.Markdown, "html": ab.HTML}
 	var outErrs []error
 	if jsonOut != "-" && mdOut != "-" && htmlOut != "-" {
@@ -160,7 +176,37 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := errors.Join(runErr, errors.Join(outErrs...)); err != nil {
 		return err
 	}
-	return abExit(res, sloGate)
+	if err := abExit(res, sloGate); err != nil {
+		return err
+	}
+	var breached []string
+	for _, g := range res.Gates {
+		if g.Breached {
+			breached = append(breached, g.Gate)
+		}
+	}
+	if len(breached) > 0 {
+		return withExitCode(harness.ExitSLO, fmt.Errorf("gate breached: %s", strings.Join(breached, ", ")))
+	}
+	if len(gates) > 0 && res.Status == compare.Inconclusive {
+		return withExitCode(harness.ExitInvalid, errors.New("comparison inconclusive: the gates cannot judge"))
+	}
+	return nil
+}
+
+// checkPrimaries names every --primary whose class is not in the workload
+// or whose metric is not one bench compare judges.
+func checkPrimaries(primary map[string]string, w *workload.Workload) []error {
+	var errs []error
+	for c, m := range primary {
+		if !slices.ContainsFunc(w.Classes, func(k workload.Class) bool { return k.Name == c }) {
+			errs = append(errs, fmt.Errorf("--primary %s=%s: no class %q in the workload", c, m, c))
+		}
+		if !slices.Contains(compare.MetricNames(), m) {
+			errs = append(errs, fmt.Errorf("--primary %s=%s: metric %q is not one of %s", c, m, m, strings.Join(compare.MetricNames(), ", ")))
+		}
+	}
+	return errs
 }
 
 // abProvenance records the build of each arm this command starts (an exec:

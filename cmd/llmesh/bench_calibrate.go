@@ -68,7 +68,8 @@ func runBenchCalibrate(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs.SetOutput(stderr)
 	var (
 		file     = fs.String("workload", "", "workload YAML `FILE` (default: the standard one)")
-		pol      = fs.String("policy", "preemptive", "policy both arms run")
+		pol      = fs.String("policy", "preemptive", "policy both arms run (with --build exec:PATH,mesh=FILE: the mesh's)")
+		build    = fs.String("build", "", "the build to calibrate, `exec:PATH[,mesh=FILE]` (as bench simulate --a takes it): the llmesh binary every run uses, with the mesh's first pool when given; default this build")
 		load     = fs.Float64("load", 0.1, "arrival rate as a multiple of the saturation rate at the first seed (fixed once for every run)")
 		rate     = fs.Float64("rate", 0, "arrival rate in req/s instead of --load")
 		duration = fs.Duration("duration", 60*time.Second, "measured duration of each simulated run")
@@ -120,6 +121,11 @@ func runBenchCalibrate(ctx context.Context, args []string, stdout, stderr io.Wri
 		errs = append(errs, fmt.Errorf("--alpha: %v must be in (0, 1)", *alpha))
 	}
 	arm, err := validateArm("policy", *pol)
+	if *build != "" {
+		if arm, err = validateArm("build", *build); err == nil && arm.Exe == "" {
+			err = fmt.Errorf("--build: %q: want exec:PATH[,mesh=FILE]", *build)
+		}
+	}
 	errs = append(errs, err)
 	plantedFlags := strings.Fields(*planted)
 	for _, f := range plantedFlags {
@@ -135,6 +141,7 @@ func runBenchCalibrate(ctx context.Context, args []string, stdout, stderr io.Wri
 		return withExitCode(harness.ExitUsage, err)
 	}
 	start := time.Now()
+	*pol = arm.policyName(*pol)
 	s := &simAB{arms: [2]*benchArm{arm, arm}, policies: [2]string{*pol, *pol}, seeds: *pool, seed: *seed, rate: *rate,
 		forward: []string{"--duration=" + duration.String()}}
 	if *file != "" {
@@ -145,6 +152,11 @@ func runBenchCalibrate(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	prov := provenance.New()
 	if err := prov.AddFile("workload "+*file, *file); err != nil {
+		return err
+	}
+	// Both arms run the calibrated build; "self" only drives them.
+	prov.Builds["A"], prov.Builds["B"] = arm.Build, arm.Build
+	if err := prov.AddFile("mesh "+arm.Mesh, arm.Mesh); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "llmesh-calibrate-*")

@@ -63,3 +63,42 @@ func TestBenchCalibrateRejects(t *testing.T) {
 		}
 	}
 }
+
+// --build calibrates another build (the one a team gates with): every run
+// is that binary's bench simulate, with its mesh's policy, recorded in the
+// provenance. A --build that is not an exec: arm is refused first.
+func TestBenchCalibrateBuild(t *testing.T) {
+	bin := llmeshCopies(t, 1)[0]
+	dir := t.TempDir()
+	wf := filepath.Join(dir, "w.yaml")
+	mustWrite(t, wf, []byte(tinySimWorkload), 0o644)
+	mesh := abMesh(t, dir, "fifo", 16)
+	js := filepath.Join(dir, "cal.json")
+	_, errOut, err := benchMain(t, "calibrate", "--build", "exec:"+bin+",mesh="+mesh, "--workload", wf, "--rate", "3", "--duration", "10s",
+		"--pool", "4", "--seeds", "2", "--comparisons", "5", "--planted", "", "--json", js)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	data, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o calibrateOutput
+	if err := json.Unmarshal(data, &o); err != nil {
+		t.Fatal(err)
+	}
+	if o.Policy != "fifo" || o.AA.Comparisons != 5 || o.Planted != nil {
+		t.Errorf("policy %q, A/A %+v, planted %+v; want fifo, 5 comparisons, none planted", o.Policy, o.AA, o.Planted)
+	}
+	if b := o.Provenance.Builds["A"]; b.Path != bin || b.SHA256 == "" || o.Provenance.Builds["B"].Path != bin || o.Provenance.Files["mesh "+mesh] == "" {
+		t.Errorf("provenance %+v: want the calibrated binary on both arms and its mesh", o.Provenance)
+	}
+	_, _, err = benchMain(t, "calibrate", "--build", "preemptive")
+	if exitCodeOf(err) != 2 || !strings.Contains(err.Error(), `--build: "preemptive": want exec:PATH[,mesh=FILE]`) {
+		t.Errorf("--build preemptive: exit %d, %v", exitCodeOf(err), err)
+	}
+	_, _, err = benchMain(t, "calibrate", "--build", "exec:"+filepath.Join(dir, "nosuch"))
+	if exitCodeOf(err) != 2 || !strings.Contains(err.Error(), "--build: exec: ") {
+		t.Errorf("--build of a missing binary: exit %d, %v", exitCodeOf(err), err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -86,6 +87,85 @@ func TestBenchABEmbeddedBadMesh(t *testing.T) {
 	for _, want := range []string{"--a: embedded: " + noSim + ": no pool points at the simulated engine", "--b: embedded: " + bad + ":", "nosuch"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+}
+
+// bench ab judges like bench compare: paired over the repeats, with the
+// enum at the JSON's top-level verdict, gates on the paired judgement, and
+// the provenance in the table and the HTML page. A bad --primary is a usage
+// error before any run.
+func TestBenchABPairedVerdict(t *testing.T) {
+	dir := t.TempDir()
+	wl := filepath.Join(dir, "w.yaml")
+	mustWrite(t, wl, []byte(`
+model: llama3-8b-h200
+profile: llama3-8b-h200
+requests: 24
+max_schedule_lag_p99: 1s
+arrival: {process: constant, rate: 40}
+classes:
+  - {name: interactive, priority: 0, share: 1, prompt_tokens: {value: 16}, output_tokens: {value: 4}, headers: {x-llmesh-class: interactive}}
+  - {name: batch, priority: 10, share: 1, prompt_tokens: {value: 32}, output_tokens: {value: 4}, headers: {x-llmesh-class: batch}}
+`), 0o644)
+	fifo := "embedded:" + filepath.Join("..", "..", "bench", "meshes", "fifo.yaml")
+	_, _, err := benchMain(t, "ab", "--workload", wl, "--quiet", "--a", fifo, "--b", fifo, "--primary", "nosuch=ttft_p99_ms", "--primary", "batch=speed")
+	if exitCodeOf(err) != 2 || !strings.Contains(err.Error(), `no class "nosuch" in the workload`) || !strings.Contains(err.Error(), `metric "speed" is not one of`) {
+		t.Fatalf("bad --primary: exit %d %v", exitCodeOf(err), err)
+	}
+	js, page := filepath.Join(dir, "ab.json"), filepath.Join(dir, "ab.html")
+	out, errOut, err := benchMain(t, "ab", "--workload", wl, "--repeats", "3", "--quiet", "--json", js, "--html", page,
+		"--a", fifo, "--b", fifo, "--primary", "interactive=ttft_p99_ms", "--fail-on", "interactive.ttft_p99_ms>+1000%")
+	var doc struct {
+		Verdict string `json:"verdict"`
+		Summary string `json:"summary"`
+		Valid   bool   `json:"valid"`
+		Paired  *struct {
+			Metrics []struct {
+				Name    string `json:"name"`
+				Primary bool   `json:"primary"`
+				Units   int    `json:"units"`
+			} `json:"metrics"`
+		} `json:"paired"`
+		Gates []struct {
+			Breached bool `json:"breached"`
+		} `json:"gates"`
+	}
+	data, rerr := os.ReadFile(js)
+	if rerr != nil {
+		t.Fatalf("%v (exit %d %v)\n%s", rerr, exitCodeOf(err), err, errOut)
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if !doc.Valid {
+		// A loaded host can make a run late: then no verdict, exit 4.
+		if exitCodeOf(err) != 4 || doc.Verdict != "inconclusive" || doc.Paired != nil {
+			t.Fatalf("invalid A/B: exit %d, verdict %q; want 4 and inconclusive", exitCodeOf(err), doc.Verdict)
+		}
+		t.Skipf("SKIP: a run was invalid on this host: %s", doc.Summary)
+	}
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out, errOut)
+	}
+	if !slices.Contains([]string{"better", "worse", "mixed", "no_difference", "inconclusive"}, doc.Verdict) || !strings.Contains(doc.Summary, "verdict: B") {
+		t.Errorf("verdict %q, summary %q: want the enum and the per-request line", doc.Verdict, doc.Summary)
+	}
+	if doc.Paired == nil || len(doc.Paired.Metrics) != 8 || doc.Paired.Metrics[0].Units != 3 || len(doc.Gates) != 1 || doc.Gates[0].Breached {
+		t.Fatalf("paired %+v gates %+v: want 8 metrics over 3 units and one passed gate", doc.Paired, doc.Gates)
+	}
+	for _, want := range []string{"Paired over the 3 repeats", "**interactive.ttft_p99_ms**", "`interactive.ttft_p99_ms>+1000%` | pass", "provenance:\n  build A: ", "  seeds: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`id="paired"`, `id="provenance"`, "build self"} {
+		if !strings.Contains(string(html), want) {
+			t.Errorf("HTML page lacks %q", want)
 		}
 	}
 }

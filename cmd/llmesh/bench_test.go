@@ -121,6 +121,10 @@ func TestBenchBadInput(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not a JSON report") {
 		t.Errorf("report of a non-report: %v", err)
 	}
+	_, _, err = benchMain(t, "report", "base.json", "patched.json")
+	if exitCodeOf(err) != 2 || !strings.Contains(err.Error(), "run `llmesh bench compare base.json patched.json`") {
+		t.Errorf("report of two files: exit %d %v; want a pointer to bench compare", exitCodeOf(err), err)
+	}
 }
 
 func TestBenchTargetErrorsKeepPartialResults(t *testing.T) {

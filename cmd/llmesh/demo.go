@@ -32,6 +32,8 @@ per-request JSONL to DIR.`)
 	maxInflight := fs.Int("max-inflight", 64, "upper bound of the gateway's admissions to the engine")
 	prefill := fs.Int("max-prefill-tokens", 0, "both arms' pools: most prompt tokens admitted but not yet prefilled for every class but the most urgent (0: no bound)")
 	reserve := fs.Int("reserve-urgent", 0, "both arms' pools: slots only the most urgent class may take (0: none)")
+	maxLag := fs.Duration("max-lag", 0, "absolute budget for each run's schedule-lag p99, replacing the relative one (a run over it is invalid); 0: the workload's")
+	retries := fs.Int("retries", 1, "run a pair with an invalid run again, up to `N` times, before keeping it (the report lists every retry)")
 	load := fs.Float64("load", demo.DefaultLoad, "arrival rate as a multiple of the workload's saturation rate on the simulated engine (measured first in virtual time); negative: the workload's own rate")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -49,6 +51,12 @@ per-request JSONL to DIR.`)
 	if *dur < 0 {
 		errs = append(errs, fmt.Errorf("--duration: %s must not be negative", *dur))
 	}
+	if *maxLag < 0 {
+		errs = append(errs, fmt.Errorf("--max-lag: %s must not be negative", *maxLag))
+	}
+	if *retries < 0 || *retries > 10 {
+		errs = append(errs, fmt.Errorf("--retries: %d must be in [0, 10]", *retries))
+	}
 	if *load == 0 {
 		errs = append(errs, fmt.Errorf("--load: must not be 0"))
 	}
@@ -62,7 +70,7 @@ per-request JSONL to DIR.`)
 		errs = append(errs, fmt.Errorf("--max-inflight: %d must be at least 1", *maxInflight))
 	}
 	o := demo.Options{OutDir: *out, Quick: *quick, Repeats: *repeats, Duration: *dur, A: *a, B: *b,
-		MaxInflight: *maxInflight, Load: *load, Stdout: stdout, Stderr: stderr,
+		MaxInflight: *maxInflight, Load: *load, MaxLag: *maxLag, Retries: *retries, Stdout: stdout, Stderr: stderr,
 		Bounds: demo.Bounds{MaxPrefillTokens: *prefill, ReserveUrgent: *reserve}, Gateway: stackGateway}
 	if *wl != "" {
 		w, err := workload.LoadFile(*wl)

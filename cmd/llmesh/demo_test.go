@@ -32,3 +32,16 @@ func TestDemoUnknownPolicyIsUsageError(t *testing.T) {
 		}
 	}
 }
+
+// Bad --max-lag and --retries are named at once, before anything runs.
+func TestDemoLagAndRetryFlags(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	var stdout, stderr bytes.Buffer
+	err := Main(context.Background(), []string{"demo", "--quick", "--max-lag", "-1ms", "--retries", "11", "--out", out}, &stdout, &stderr)
+	if exitCodeOf(err) != 2 || !strings.Contains(err.Error(), "--max-lag: -1ms must not be negative") || !strings.Contains(err.Error(), "--retries: 11 must be in [0, 10]") {
+		t.Fatalf("exit %d, %v; want exit 2 naming --max-lag and --retries", exitCodeOf(err), err)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("--out was created: %v", err)
+	}
+}

@@ -50,7 +50,7 @@ type abFile struct {
 	A        string `json:"a"`
 	B        string `json:"b"`
 	Repeats  int    `json:"repeats"`
-	Verdict  string `json:"verdict"`
+	Verdict  string `json:"summary"`
 	Valid    bool   `json:"valid"`
 	Classes  map[string][]struct {
 		Metric  string  `json:"metric"`

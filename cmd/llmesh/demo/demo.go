@@ -58,6 +58,13 @@ type Options struct {
 	MaxInflight int
 	// Bounds are the admission bounds of both arms' pools; zero: off.
 	Bounds Bounds
+	// MaxLag, when positive, is an absolute budget for each run's
+	// schedule-lag p99 (the workload's max_schedule_lag_p99), replacing the
+	// relative one; 0 keeps the workload's.
+	MaxLag time.Duration
+	// Retries is how many times a pair with an invalid run is run again
+	// (ab.Options.Retries); 0: never. A negative value means 0.
+	Retries int
 	// Load sets the arrival rate to Load × the workload's saturation rate
 	// on the simulated engine, measured in virtual time before the runs
 	// (bench/simulate.Saturation); default DefaultLoad. Negative keeps the
@@ -212,6 +219,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		A:        arm(o.A),
 		B:        arm(o.B),
 		Repeats:  o.Repeats,
+		Retries:  max(o.Retries, 0),
 		Progress: o.Stderr,
 		Log:      o.Stderr,
 		Run: func(ctx context.Context, ho harness.Options) (*result.Report, []result.Record, error) {
@@ -268,6 +276,9 @@ func (o *Options) shaped() *workload.Workload {
 	w := *o.Workload
 	w.Spec.Duration = workload.Duration(o.Duration)
 	w.Spec.Requests = 0
+	if o.MaxLag > 0 {
+		w.Spec.MaxScheduleLagP99 = workload.Duration(o.MaxLag)
+	}
 	if o.Quick && time.Duration(w.Spec.Warmup.Duration) > 2*time.Second {
 		w.Spec.Warmup.Duration = workload.Duration(2 * time.Second)
 	}

@@ -212,3 +212,27 @@ func TestRunFailedArmKeepsPreviousOutputs(t *testing.T) {
 	}
 	leftAsWas(t, out, old, "mesh-envoy.yaml", "mesh-fifo.yaml", "mesh-preemptive.yaml")
 }
+
+// --max-lag and --retries reach every run: a lag budget no run can keep
+// makes each run invalid, the pair is run again once, and the A/B is
+// inconclusive, listing the discarded attempt.
+func TestRunMaxLagAndRetries(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := demo.Run(ctx, demo.Options{OutDir: out, Quick: true, Workload: tinyWorkload(t), Repeats: 1,
+		Duration: 500 * time.Millisecond, Load: 0.3, MaxLag: time.Nanosecond, Retries: 1, Gateway: runGateway})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.AB.Valid || len(res.AB.Retried) != 1 || len(res.AB.Runs) != 2 {
+		t.Fatalf("valid %v, %d retried, %d runs; want invalid, 1 retried, 2 runs", res.AB.Valid, len(res.AB.Retried), len(res.AB.Runs))
+	}
+	if r := res.AB.Retried[0]; r.Repeat != 0 || r.Attempt != 1 || len(r.Reasons) == 0 || !strings.Contains(strings.Join(r.Reasons, "; "), "0.000 ms") {
+		t.Errorf("retry %+v does not name the 1 ns lag budget", r)
+	}
+	if !strings.Contains(res.AB.Verdict, "nconclusive") {
+		t.Errorf("verdict %q, want inconclusive", res.AB.Verdict)
+	}
+}
