@@ -28,9 +28,9 @@ import (
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/epp"
 	"github.com/llmesh/llmesh/epp/epptest"
-	"github.com/llmesh/llmesh/testkit/proctest"
 	"github.com/llmesh/llmesh/sim/server"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // The cross-implementation conformance suite: the suite's data-plane cases,

@@ -14,8 +14,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/llmesh/llmesh/epp/epptest"
-	"github.com/llmesh/llmesh/testkit/proctest"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 // llmdEnv names llm-d's endpoint picker binary for the cross-implementation

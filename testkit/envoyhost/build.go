@@ -64,7 +64,7 @@ func BuildHost() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	files, err := filepath.Glob(filepath.Join(ModuleRoot(), "filter", "envoyhost", "host", "*"))
+	files, err := filepath.Glob(filepath.Join(ModuleRoot(), "testkit", "envoyhost", "host", "*"))
 	if err != nil {
 		return "", err
 	}

@@ -26,7 +26,7 @@ func TestBenchMeshFilesMatchDemo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		file, err := os.ReadFile(filepath.Join("..", "bench", "meshes", policy+".yaml"))
+		file, err := os.ReadFile(filepath.Join("..", "..", "..", "bench", "meshes", policy+".yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
