@@ -327,3 +327,73 @@ func tail(s string, n int) string {
 	}
 	return "…" + s[len(s)-n:]
 }
+
+// wholeLink is a markdown link, text and target.
+var wholeLink = regexp.MustCompile(`\[[^\]]*\]\([^)\s]+\)`)
+
+// climbRE is a relative path that climbs out of its directory with "../"
+// and names something inside a directory there (`../shared/traces/x.csv`);
+// a bare `../name` is where a command puts something (a worktree), not a
+// file the page relies on.
+var climbRE = regexp.MustCompile(`(?:\.\./)+[A-Za-z0-9_.\-]+/[A-Za-z0-9_.\-/]+`)
+
+// docOutsideKnown are references to files outside the repository that pages
+// other than this test's owners still make, by page and the reference; each
+// entry fails the test once the page no longer has it, so the list only
+// shrinks.
+var docOutsideKnown = map[string]string{
+	"docs/bench.md: ../../shared/traces/azure-2023-conv.csv": "the workload reference's trace example; the trace's public source belongs there",
+}
+
+// TestDocsStayInRepo fails on a page that cites a file the repository does
+// not hold: a design document kept elsewhere (docs/architecture.md is the
+// design), a link that leaves the repository, or a path in a command or a
+// code span that climbs above the repository root (commands run from it).
+func TestDocsStayInRepo(t *testing.T) {
+	root := repoRoot(t)
+	inside := func(p string) bool {
+		r, err := filepath.Rel(root, p)
+		return err == nil && r != ".." && !strings.HasPrefix(r, ".."+string(filepath.Separator))
+	}
+	seen := map[string]bool{}
+	for _, page := range docPages(t) {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, page)
+		for n, line := range strings.Split(string(b), "\n") {
+			var bad []string
+			if strings.Contains(line, "DESIGN.md") {
+				bad = append(bad, "DESIGN.md (the design is docs/architecture.md)")
+			}
+			for _, m := range docLink.FindAllStringSubmatch(line, -1) {
+				path, _, _ := strings.Cut(m[1], "#")
+				if path == "" || strings.Contains(path, "://") || strings.HasPrefix(path, "mailto:") {
+					continue
+				}
+				if !inside(filepath.Join(filepath.Dir(page), path)) {
+					bad = append(bad, "link "+m[1])
+				}
+			}
+			for _, p := range climbRE.FindAllString(wholeLink.ReplaceAllString(line, ""), -1) {
+				if !inside(filepath.Join(root, p)) {
+					bad = append(bad, p)
+				}
+			}
+			for _, what := range bad {
+				key := rel + ": " + what
+				if _, ok := docOutsideKnown[key]; ok {
+					seen[key] = true
+					continue
+				}
+				t.Errorf("%s:%d: %s is outside the repository: cite a file in it (or say where the public source is)", rel, n+1, what)
+			}
+		}
+	}
+	for key, why := range docOutsideKnown {
+		if !seen[key] {
+			t.Errorf("docOutsideKnown lists %q (%s), which no page has any more: remove the entry", key, why)
+		}
+	}
+}
