@@ -130,11 +130,17 @@ var (
 	envRE    = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*=\S*$`)
 )
 
+// printsRE is a command's comment that quotes what it prints:
+// `# prints "saturation: 8.79 req/s …"`. The block's output must contain the
+// quoted text (less a trailing "…"), so a number a page quotes is the one the
+// command gives.
+var printsRE = regexp.MustCompile(`\bprints "([^"]+)"`)
+
 // docScript turns a block into a bash script: ports replaced by free ones,
 // substitutions applied, a readiness wait after every background command,
 // and background commands stopped when the script ends. It also returns the
-// output files the commands name.
-func docScript(t *testing.T, b docBlock, testdata string) (script string, outputs []string, ncmd int) {
+// output files the commands name and the texts their comments say they print.
+func docScript(t *testing.T, b docBlock, testdata string) (script string, outputs, prints []string, ncmd int) {
 	t.Helper()
 	ports := map[string]string{}
 	body := addrRE.ReplaceAllStringFunc(b.body, func(a string) string {
@@ -152,7 +158,10 @@ func docScript(t *testing.T, b docBlock, testdata string) (script string, output
 				c = sub.re.ReplaceAllString(c, strings.ReplaceAll(sub.repl, "{testdata}", testdata))
 			}
 		}
-		code, _, _ := strings.Cut(c, " #")
+		code, comment, _ := strings.Cut(c, " #")
+		for _, m := range printsRE.FindAllStringSubmatch(comment, -1) {
+			prints = append(prints, strings.TrimSpace(strings.TrimSuffix(m[1], "…")))
+		}
 		code = strings.TrimSpace(code)
 		bg := strings.HasSuffix(code, "&")
 		code = strings.TrimSpace(strings.TrimSuffix(code, "&"))
@@ -202,7 +211,7 @@ func docScript(t *testing.T, b docBlock, testdata string) (script string, output
 		}
 		s.WriteString("\n")
 	}
-	return s.String(), outputs, ncmd
+	return s.String(), outputs, prints, ncmd
 }
 
 // TestDocs runs every shell block of README.md and docs/*.md that is not
@@ -275,7 +284,7 @@ func TestDocs(t *testing.T) {
 // repository's files (so bench/workloads/… and examples/… resolve) and
 // returns how many commands it ran.
 func runDocBlock(t *testing.T, b docBlock, root, bin, testdata string) int {
-	script, outputs, n := docScript(t, b, testdata)
+	script, outputs, prints, n := docScript(t, b, testdata)
 	if t.Failed() {
 		return 0
 	}
@@ -313,6 +322,11 @@ func runDocBlock(t *testing.T, b docBlock, root, bin, testdata string) int {
 	for _, o := range outputs {
 		if _, err := os.Stat(filepath.Join(dir, o)); err != nil {
 			t.Errorf("%s: output %s missing: %v", b, o, err)
+		}
+	}
+	for _, p := range prints {
+		if !strings.Contains(string(out), p) {
+			t.Errorf("%s: the page says a command prints %q; the output does not contain it", b, p)
 		}
 	}
 	if t.Failed() || testing.Verbose() {
@@ -395,5 +409,13 @@ func TestDocsStayInRepo(t *testing.T) {
 		if !seen[key] {
 			t.Errorf("docOutsideKnown lists %q (%s), which no page has any more: remove the entry", key, why)
 		}
+	}
+}
+
+func TestDocScriptPrints(t *testing.T) {
+	b := docBlock{file: "x.md", line: 1, info: "sh", body: "llmesh bench simulate --brief    # prints \"saturation: 8.79 req/s …\" and a table\nllmesh sim predict   # the step time\n"}
+	_, _, prints, n := docScript(t, b, "td")
+	if n != 2 || len(prints) != 1 || prints[0] != "saturation: 8.79 req/s" {
+		t.Errorf("docScript: %d commands, prints %q; want 2 commands and [\"saturation: 8.79 req/s\"]", n, prints)
 	}
 }
