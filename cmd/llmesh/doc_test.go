@@ -419,3 +419,74 @@ func TestDocScriptPrints(t *testing.T) {
 		t.Errorf("docScript: %d commands, prints %q; want 2 commands and [\"saturation: 8.79 req/s\"]", n, prints)
 	}
 }
+
+// TestDocFuzzTable holds docs/hardening.md's table of fuzz targets to the
+// tree: every `func FuzzX` in a test file is listed under its package, and
+// every listed target exists.
+func TestDocFuzzTable(t *testing.T) {
+	root := repoRoot(t)
+	page, err := os.ReadFile(filepath.Join(root, "docs", "hardening.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(page), "\n## Fuzzing\n")
+	if !ok {
+		t.Fatal("docs/hardening.md: no \"## Fuzzing\" section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	fuzzName := regexp.MustCompile(`\bFuzz[A-Za-z0-9_]+`)
+	listed := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		pkg := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		for _, f := range fuzzName.FindAllString(cells[2], -1) {
+			listed[pkg+"."+f] = true
+		}
+	}
+	if len(listed) == 0 {
+		t.Fatal("docs/hardening.md: no fuzz targets found in the Fuzzing table")
+	}
+	funcFuzz := regexp.MustCompile(`(?m)^func (Fuzz[A-Za-z0-9_]*)\(`)
+	inTree := map[string]bool{}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "results", "testdata", "node_modules":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		dir, _ := filepath.Rel(root, filepath.Dir(path))
+		for _, m := range funcFuzz.FindAllStringSubmatch(string(b), -1) {
+			inTree[filepath.ToSlash(dir)+"."+m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range inTree {
+		if !listed[k] {
+			t.Errorf("%s is not in docs/hardening.md's Fuzzing table: add it under its package", k)
+		}
+	}
+	for k := range listed {
+		if !inTree[k] {
+			t.Errorf("docs/hardening.md's Fuzzing table lists %s, which no test file defines", k)
+		}
+	}
+	t.Logf("%d fuzz targets listed and defined", len(inTree))
+}
