@@ -50,9 +50,13 @@ type abFile struct {
 	A        string `json:"a"`
 	B        string `json:"b"`
 	Repeats  int    `json:"repeats"`
-	Verdict  string `json:"summary"`
-	Valid    bool   `json:"valid"`
-	Classes  map[string][]struct {
+	Summary  string `json:"summary"`
+	// Verdict is the paired status ("mixed", "better", …) in files written
+	// since bench ab gained paired verdicts, and the one-line summary in
+	// older ones (then "verdict: B … vs A …"); summary() picks.
+	Verdict string `json:"verdict"`
+	Valid   bool   `json:"valid"`
+	Classes map[string][]struct {
 		Metric  string  `json:"metric"`
 		A       float64 `json:"a"`
 		B       float64 `json:"b"`
@@ -186,8 +190,18 @@ func renderAB(w io.Writer, a *abFile, path string) {
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %+.1f%% | [%s, %s] | %s |\n", c, d.Metric, num(d.A), num(d.B), d.DiffPct, num(d.CILow), num(d.CIHigh), d.Verdict)
 		}
 	}
-	fmt.Fprintf(w, "\nVerdict: %s\n", strings.TrimPrefix(a.Verdict, "verdict: "))
+	fmt.Fprintf(w, "\nVerdict: %s\n", a.summary())
 	fmt.Fprintf(w, "\nReproduce: `make headline` (runs `llmesh bench simulate --json FILE` and `llmesh demo`, then this renderer).\n")
+}
+
+// summary is the file's one-line verdict, from the summary field or, in a
+// file written before it existed, the verdict field that held it.
+func (a *abFile) summary() string {
+	s := a.Summary
+	if s == "" && strings.HasPrefix(a.Verdict, "verdict: ") {
+		s = a.Verdict
+	}
+	return strings.TrimPrefix(s, "verdict: ")
 }
 
 func num(v float64) string {
