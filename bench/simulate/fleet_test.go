@@ -386,7 +386,7 @@ func overSaturation(t *testing.T, w *workload.Workload, o *Options) (*workload.W
 // through a fleet of one engine (stepping every step, as the loop does)
 // under policy name, with clients giving up as clients says, and reports
 // where their records differ. It returns both runs and the fleet's records.
-func loopAgainstFleetOfOne(t *testing.T, sw *workload.Workload, items []workload.Item, name string, o Options, clients clientTimeouts) (*loop, *fleet, []result.Record) {
+func loopAgainstFleetOfOne(t *testing.T, sw *workload.Workload, items []workload.Item, name string, o Options, clients clientTimeouts) (*fleet, *fleet, []result.Record) {
 	t.Helper()
 	pol, err := policy.Lookup(name)
 	if err != nil {
