@@ -49,6 +49,11 @@ import (
 // outstanding counts for least-request (they drop when the engine ends a
 // request, a hop before the proxy would know; this favours pool routing).
 
+// The single host in front of one engine (Options.fleet false) runs on
+// the same event loop as a fleet of one (newLoop, fleet.direct): no hop,
+// every message acted on as it is sent, the machine stepped at every
+// event.
+
 // maxEngines bounds Engines and Proxies so that a typo cannot allocate a
 // fleet that never finishes.
 const maxEngines = 4096
@@ -150,6 +155,20 @@ type fleetEngine struct {
 	util      EndpointUtil
 }
 
+// inFlight is what e's step in flight computes for sequence id: thrown
+// away when id is aborted before the step ends.
+func (e *fleetEngine) inFlight(id uint64) int {
+	n := 0
+	if e.stepping {
+		for _, ev := range e.events {
+			if ev.ID == id {
+				n += int(ev.Scheduled)
+			}
+		}
+	}
+	return n
+}
+
 // engineHeap orders the stepping engines by the end of their step (then
 // index), so the loop visits only engines that have something to do.
 type engineHeap []*fleetEngine
@@ -222,7 +241,7 @@ type fleet struct {
 	// every message acted on as it is sent, a preemption tried on the
 	// engine before the lease is released, refusals split as the
 	// real-time harness splits them (refusal).
-	direct bool
+	direct  bool
 	touched int // stepEnded's loads land here, so that they are not dropped
 	// tokensMatter: the machines read progress beyond an attempt's first
 	// token (scheduler.Machine.TokensMatter); the proxies report it only
@@ -463,14 +482,7 @@ func (f *fleet) deliver(m msg) {
 			}
 			return // it finishes in the step in flight; counted at its end
 		}
-		lost := a.computed
-		if e.stepping {
-			for _, ev := range e.events {
-				if ev.ID == a.id {
-					lost += int(ev.Scheduled)
-				}
-			}
-		}
+		lost := a.computed + e.inFlight(a.id)
 		f.release(a)
 		f.lose(a, lost)
 		f.touch(e)
@@ -618,15 +630,7 @@ func (f *fleet) preemptNow(v *vreq, tk scheduler.Ticket) {
 		f.c.lateFinish++
 		return
 	}
-	lost := a.computed
-	if e.stepping {
-		// The step in flight computed for it too; that work is thrown away.
-		for _, ev := range e.events {
-			if ev.ID == a.id {
-				lost += int(ev.Scheduled)
-			}
-		}
-	}
+	lost := a.computed + e.inFlight(a.id)
 	f.detach(a)
 	f.release(a)
 	f.touch(e)
@@ -999,8 +1003,9 @@ func (f *fleet) stream(next func() (workload.Item, bool), n int, segments bool, 
 			nextTick = nextTick.Add(f.interval)
 		}
 		if f.late {
-			// As loop.go: the engine goes on with its next step as soon
-			// as it has published this one's tokens.
+			// The engine goes on with its next step as soon as it has
+			// published this one's tokens; what the host admits in
+			// reaction to them reaches it for the step after.
 			for _, e := range f.ended {
 				if !e.eng.Idle() {
 					if err := f.startStep(e); err != nil {

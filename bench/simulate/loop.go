@@ -31,9 +31,8 @@ type vreq struct {
 	it     item
 	ticket scheduler.Ticket
 	att    *attempt // fleet.go: the attempt the proxy follows; nil when none
-	// vrun: in a fleet nil until the request is first admitted or ends,
-	// its fields read only from then on; the loop gives every request
-	// its vrun at the start (it keeps every record anyway).
+	// vrun: nil until the request is first admitted or ends, its fields
+	// read only from then on.
 	*vrun
 	proxy int32 // fleet.go: the host it arrived at
 	// live: fleet.go: its attempts an engine holds or is about to (an
@@ -129,7 +128,7 @@ func (v *vreq) running(class string) {
 	v.vrun = r
 }
 
-// counters are what one loop measured beyond the records.
+// counters are what one run measured beyond the records.
 type counters struct {
 	computed         int64 // tokens computed by the engine (prefill + decode)
 	recomputed       int64 // tokens lost to scheduler preemptions

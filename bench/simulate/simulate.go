@@ -296,8 +296,7 @@ const bytesPerWaiting = 420
 // requests in flight when the fleet completes about sat req/s: what
 // arrives beyond sat piles up until the client gives up at the workload's
 // timeout, or for every arrival without one. Zero for a run within
-// saturation and for one engine (a run keeps every record there, and a
-// few thousand requests).
+// saturation and for one engine, whose runs are not held to the budget.
 func runFootprint(w *workload.Workload, o Options, rate, sat float64) int64 {
 	if !o.fleet() || rate <= sat {
 		return 0
