@@ -428,26 +428,6 @@ func kvCacheTokens(o Options) (int, error) {
 	return e.Config().KVCacheTokens, nil
 }
 
-// collect draws every item of w's source.
-func collect(w *workload.Workload) ([]workload.Item, error) {
-	var items []workload.Item
-	src := w.Source()
-	for {
-		it, ok := src.Next()
-		if !ok {
-			break
-		}
-		if len(items) >= maxItems {
-			return nil, fmt.Errorf("simulate: more than %d requests in one run; shorten the duration", maxItems)
-		}
-		items = append(items, it)
-	}
-	if len(items) == 0 {
-		return nil, errors.New("simulate: the workload yields no requests")
-	}
-	return items, nil
-}
-
 // naturalRate is w's own request rate in requests per second: the arrival
 // rate times the requests per arrival (a session's turns), or a replayed
 // trace's request count over its span.
