@@ -474,13 +474,13 @@ func (f *fleet) deliver(m msg) {
 		}
 		e := a.eng
 		if !e.eng.Abort(a.id) {
+			// It finishes in the step in flight: a fleet counts it at the
+			// step's end; the single host stops reading it at once, so
+			// the step finishes it for nobody.
 			if f.direct {
-				// The single host stops reading it at once: the step in
-				// flight finishes it for nobody.
 				f.release(a)
-				return
 			}
-			return // it finishes in the step in flight; counted at its end
+			return
 		}
 		lost := a.computed + e.inFlight(a.id)
 		f.release(a)
