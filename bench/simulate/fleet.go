@@ -49,6 +49,11 @@ import (
 // outstanding counts for least-request (they drop when the engine ends a
 // request, a hop before the proxy would know; this favours pool routing).
 
+// The single host in front of one engine (Options.fleet false) runs on
+// the same event loop as a fleet of one (newLoop, fleet.direct): no hop,
+// every message acted on as it is sent, the machine stepped at every
+// event.
+
 // maxEngines bounds Engines and Proxies so that a typo cannot allocate a
 // fleet that never finishes.
 const maxEngines = 4096
@@ -150,6 +155,20 @@ type fleetEngine struct {
 	util      EndpointUtil
 }
 
+// inFlight is what e's step in flight computes for sequence id: thrown
+// away when id is aborted before the step ends.
+func (e *fleetEngine) inFlight(id uint64) int {
+	n := 0
+	if e.stepping {
+		for _, ev := range e.events {
+			if ev.ID == id {
+				n += int(ev.Scheduled)
+			}
+		}
+	}
+	return n
+}
+
 // engineHeap orders the stepping engines by the end of their step (then
 // index), so the loop visits only engines that have something to do.
 type engineHeap []*fleetEngine
@@ -212,11 +231,17 @@ type fleet struct {
 	recordAll bool
 	late      bool
 	reqs      []vreq
-	// stepAll steps the machines at every event, as loop.go does; by
-	// default each steps as the hosts' runtime does (scheduler/runtime.go):
-	// on an arrival, a release, a first token, a limit change and its own
-	// wake-up. Progress beyond the first token changes no decision.
+	// stepAll steps the machines at every event, as the single host
+	// does; by default each steps as the hosts' runtime does
+	// (scheduler/runtime.go): on an arrival, a release, a first token, a
+	// limit change and its own wake-up. Progress beyond the first token
+	// changes no decision.
 	stepAll bool
+	// direct: the single host in front of one engine (newLoop): no hop,
+	// every message acted on as it is sent, a preemption tried on the
+	// engine before the lease is released, refusals split as the
+	// real-time harness splits them (refusal).
+	direct  bool
 	touched int // stepEnded's loads land here, so that they are not dropped
 	// tokensMatter: the machines read progress beyond an attempt's first
 	// token (scheduler.Machine.TokensMatter); the proxies report it only
@@ -268,6 +293,20 @@ func fleetConfig(w *workload.Workload, pol scheduler.Policy, o Options, kvBlocks
 func engineName(i int) string { return "e" + strconv.Itoa(i) }
 
 func newFleet(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, error) {
+	return newHosts(w, pol, o, false)
+}
+
+// newLoop is the single host in front of one engine: a fleet of one
+// whose host acts on every message at once (fleet.direct) and steps its
+// machine at every event. Options that describe a fleet are ignored.
+func newLoop(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, error) {
+	o.Engines, o.Proxies, o.Hop, o.Routing, o.Schedulers = 1, 1, 0, RoutingPool, SchedulersShared
+	return newHosts(w, pol, o, true)
+}
+
+// newHosts builds the machines and the engines of one run; direct: the
+// single host (newLoop).
+func newHosts(w *workload.Workload, pol scheduler.Policy, o Options, direct bool) (*fleet, error) {
 	prof, err := sim.LookupProfile(o.Profile)
 	if err != nil {
 		return nil, err
@@ -277,6 +316,7 @@ func newFleet(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, er
 		epIndex: map[string]int{}, byEng: []*attempt{nil},
 		interval: o.MetricsInterval, late: o.LateHandoff, recordAll: true,
 		prefix: o.Routing == RoutingPrefixAware || o.Routing == RoutingPrefixPrecise,
+		direct: direct, stepAll: direct,
 	}
 	for i := range o.Engines {
 		eng, err := sim.NewEngine(prof, o.Engine)
@@ -308,6 +348,9 @@ func newFleet(w *workload.Workload, pol scheduler.Policy, o Options) (*fleet, er
 	if o.Schedulers == SchedulersPerProxy {
 		cfgs = perProxyConfigs(cfgs[0], o)
 	}
+	if direct && o.Predictor == PredictTiming {
+		cfgs[0].PrefillPredictor = f.predictPrefill
+	}
 	for i, cfg := range cfgs {
 		m, err := scheduler.NewMachine(cfg)
 		if err != nil {
@@ -332,8 +375,13 @@ func (f *fleet) sched(v *vreq) *fleetSched {
 	return f.ss[v.proxy]
 }
 
-// send queues a message due one hop after now.
+// send queues a message due one hop after now; the single host acts on
+// it at once.
 func (f *fleet) send(m msg) {
+	if f.direct {
+		f.deliver(m)
+		return
+	}
 	m.at = ns(f.now) + f.hop
 	f.q.push(m)
 }
@@ -385,7 +433,9 @@ func (f *fleet) deliver(m msg) {
 				return // its client has gone: nobody to answer
 			}
 			st := result.StatusRejected
-			if !errors.Is(err, scheduler.ErrQueueFull) && !errors.Is(err, scheduler.ErrRejected) {
+			if f.direct {
+				st = refusal(err)
+			} else if !errors.Is(err, scheduler.ErrQueueFull) && !errors.Is(err, scheduler.ErrRejected) {
 				st = result.StatusError
 			}
 			f.end(v, st, err.Error(), f.at(ns(f.now)+f.hop))
@@ -424,16 +474,15 @@ func (f *fleet) deliver(m msg) {
 		}
 		e := a.eng
 		if !e.eng.Abort(a.id) {
-			return // it finishes in the step in flight; counted at its end
-		}
-		lost := a.computed
-		if e.stepping {
-			for _, ev := range e.events {
-				if ev.ID == a.id {
-					lost += int(ev.Scheduled)
-				}
+			// It finishes in the step in flight: a fleet counts it at the
+			// step's end; the single host stops reading it at once, so
+			// the step finishes it for nobody.
+			if f.direct {
+				f.release(a)
 			}
+			return
 		}
+		lost := a.computed + e.inFlight(a.id)
 		f.release(a)
 		f.lose(a, lost)
 		f.touch(e)
@@ -540,6 +589,10 @@ func (f *fleet) detach(a *attempt) {
 // cancel upstream, release the lease as preempted and queue again at the
 // front of the class.
 func (f *fleet) preempt(v *vreq, tk scheduler.Ticket) {
+	if f.direct {
+		f.preemptNow(v, tk)
+		return
+	}
 	if v.abandoned {
 		return // its client gave up; the release is on its way
 	}
@@ -561,6 +614,38 @@ func (f *fleet) preempt(v *vreq, tk scheduler.Ticket) {
 	} else {
 		f.c.continuations++
 	}
+}
+
+// preemptNow is the single host acting on a preemption: it cancels the
+// engine's sequence first and, when that stopped it, releases the lease as
+// preempted and queues the request again; a sequence that finishes in the
+// step in flight completes instead (a late finish).
+func (f *fleet) preemptNow(v *vreq, tk scheduler.Ticket) {
+	if v == nil || v.att == nil {
+		return
+	}
+	a := v.att
+	e := a.eng
+	if !e.eng.Abort(a.id) {
+		f.c.lateFinish++
+		return
+	}
+	lost := a.computed + e.inFlight(a.id)
+	f.detach(a)
+	f.release(a)
+	f.touch(e)
+	s := f.sched(v)
+	s.byTicket.remove(tk)
+	s.m.Finish(f.now, tk, scheduler.Preempted)
+	f.c.preemptions++
+	f.lose(a, lost)
+	v.rec.Preemptions++
+	if v.sent == 0 {
+		f.c.requeues++
+	} else {
+		f.c.continuations++
+	}
+	f.deliver(msg{kind: mArrive, v: v, requeue: true})
 }
 
 // touch marks an engine to be looked at for a new step.
@@ -746,7 +831,11 @@ func (f *fleet) decideOn(s *fleetSched) {
 		for _, rj := range d.Rejected {
 			if v := s.byTicket.get(rj.Ticket); v != nil {
 				s.byTicket.remove(rj.Ticket)
-				f.end(v, result.StatusRejected, rj.Err.Error(), f.at(ns(f.now)+f.hop))
+				st := result.StatusRejected
+				if f.direct {
+					st = refusal(rj.Err)
+				}
+				f.end(v, st, rj.Err.Error(), f.at(ns(f.now)+f.hop))
 			}
 		}
 		for _, tk := range d.Preempted {
@@ -820,7 +909,7 @@ func (f *fleet) run(items []workload.Item) ([]result.Record, error) {
 func (f *fleet) stream(next func() (workload.Item, bool), n int, segments bool, out func(v *vreq) error) error {
 	var win window
 	f.routed = nil
-	if segments {
+	if segments && !f.direct {
 		f.routed = newRoutedCaches(len(f.engines), f.engines[0].eng.Config().KVCacheTokens/sim.BlockSize)
 	}
 	nextIt, hasNext := next()
@@ -914,8 +1003,9 @@ func (f *fleet) stream(next func() (workload.Item, bool), n int, segments bool, 
 			nextTick = nextTick.Add(f.interval)
 		}
 		if f.late {
-			// As loop.go: the engine goes on with its next step as soon
-			// as it has published this one's tokens.
+			// The engine goes on with its next step as soon as it has
+			// published this one's tokens; what the host admits in
+			// reaction to them reaches it for the step after.
 			for _, e := range f.ended {
 				if !e.eng.Idle() {
 					if err := f.startStep(e); err != nil {

@@ -18,9 +18,9 @@ import (
 	"github.com/llmesh/llmesh/scheduler/policy"
 )
 
-// The fleet loop with one engine, one proxy and no hop is the single
-// host's loop: the same records, event for event, for every policy and
-// either routing.
+// A fleet of one engine, one proxy and no hop, its messages queued and
+// delivered, is the single host, which acts on each as it is sent: the
+// same records, event for event, for every policy and either routing.
 func TestFleetOfOneIsTheLoop(t *testing.T) {
 	w := testWorkload(t)
 	for _, c := range [][2]string{{"fifo", RoutingPool}, {"priority", RoutingEndpointAware}, {"preemptive", RoutingEndpointAware}, {"preemptive", RoutingPool}} {
@@ -382,11 +382,11 @@ func overSaturation(t *testing.T, w *workload.Workload, o *Options) (*workload.W
 	return sw, items
 }
 
-// loopAgainstFleetOfOne runs items through the single-engine loop and
-// through a fleet of one engine (stepping every step, as the loop does)
+// loopAgainstFleetOfOne runs items through the single host (newLoop) and
+// through a fleet of one engine (stepping every step, as the host does)
 // under policy name, with clients giving up as clients says, and reports
 // where their records differ. It returns both runs and the fleet's records.
-func loopAgainstFleetOfOne(t *testing.T, sw *workload.Workload, items []workload.Item, name string, o Options, clients clientTimeouts) (*loop, *fleet, []result.Record) {
+func loopAgainstFleetOfOne(t *testing.T, sw *workload.Workload, items []workload.Item, name string, o Options, clients clientTimeouts) (*fleet, *fleet, []result.Record) {
 	t.Helper()
 	pol, err := policy.Lookup(name)
 	if err != nil {

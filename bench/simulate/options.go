@@ -149,8 +149,9 @@ type Options struct {
 }
 
 // fleet reports whether o asks for more than today's single host in
-// front of a single engine: that runs the fleet loop (fleet.go); the
-// default runs the single-engine loop (loop.go).
+// front of a single engine. Both run fleet.go's event loop: a fleet with
+// its messages and hops (newFleet), or the single host, a fleet of one
+// that acts at once (newLoop).
 func (o Options) fleet() bool { return o.Engines > 1 || o.Proxies > 1 || o.Hop > 0 }
 
 // maxLoad bounds load factors so that a typo cannot ask for a simulation

@@ -296,8 +296,7 @@ const bytesPerWaiting = 420
 // requests in flight when the fleet completes about sat req/s: what
 // arrives beyond sat piles up until the client gives up at the workload's
 // timeout, or for every arrival without one. Zero for a run within
-// saturation and for one engine (a run keeps every record there, and a
-// few thousand requests).
+// saturation and for one engine, whose runs are not held to the budget.
 func runFootprint(w *workload.Workload, o Options, rate, sat float64) int64 {
 	if !o.fleet() || rate <= sat {
 		return 0
@@ -328,53 +327,28 @@ func simulate(w *workload.Workload, pol scheduler.Policy, load float64, o Option
 		clients = newClientTimeouts(w.Spec.Timeout.D())
 	}
 	out := newSink(w, stats.Meta{Workload: w, Target: "virtual-time " + o.Profile, Policy: pol.Name(), Load: load}, o)
-	var (
-		c    counters
-		util []EndpointUtil
-		engs []*sim.Engine
-		// routed: the fleet's per-engine prefix model (routed.go).
-		routed *routedCaches
-	)
+	newRun := newLoop
 	if o.fleet() {
-		f, err := newFleet(w, pol, o)
-		if err != nil {
-			return nil, err
-		}
-		f.recordAll = recordAll
-		f.clients = clients
-		if err := f.stream(w.Source().Next, sc.n, sc.segments, out.add); err != nil {
-			return nil, fmt.Errorf("%s at load %g: %w", pol.Name(), load, err)
-		}
-		c = f.c
-		routed = f.routed
-		for _, e := range f.engines {
-			util = append(util, e.util)
-			engs = append(engs, e.eng)
-		}
-	} else {
-		items, err := collect(w)
-		if err != nil {
-			return nil, err
-		}
-		l, err := newLoop(w, pol, o)
-		if err != nil {
-			return nil, err
-		}
-		l.recordAll = recordAll
-		l.clients = clients
-		if _, err = l.run(items); err != nil {
-			return nil, fmt.Errorf("%s at load %g: %w", pol.Name(), load, err)
-		}
-		for i := range l.reqs {
-			if err := out.add(&l.reqs[i]); err != nil {
-				return nil, err
-			}
-		}
-		c = l.c
-		l.util.Name = engineName(0)
-		util = []EndpointUtil{l.util}
-		engs = []*sim.Engine{l.eng}
+		newRun = newFleet
 	}
+	f, err := newRun(w, pol, o)
+	if err != nil {
+		return nil, err
+	}
+	f.recordAll = recordAll
+	f.clients = clients
+	if err := f.stream(w.Source().Next, sc.n, sc.segments, out.add); err != nil {
+		return nil, fmt.Errorf("%s at load %g: %w", pol.Name(), load, err)
+	}
+	c := f.c
+	var util []EndpointUtil
+	var engs []*sim.Engine
+	for _, e := range f.engines {
+		util = append(util, e.util)
+		engs = append(engs, e.eng)
+	}
+	// routed: a fleet's per-engine prefix model (routed.go).
+	routed := f.routed
 	rep := out.st.Report()
 	run := &Run{Report: rep, ArrivalRPS: naturalRate(w), Sim: RunStats{
 		ComputedTokens: c.computed, RecomputedTokens: c.recomputed,
@@ -452,26 +426,6 @@ func kvCacheTokens(o Options) (int, error) {
 		return 0, fmt.Errorf("engine: %w", err)
 	}
 	return e.Config().KVCacheTokens, nil
-}
-
-// collect draws every item of w's source.
-func collect(w *workload.Workload) ([]workload.Item, error) {
-	var items []workload.Item
-	src := w.Source()
-	for {
-		it, ok := src.Next()
-		if !ok {
-			break
-		}
-		if len(items) >= maxItems {
-			return nil, fmt.Errorf("simulate: more than %d requests in one run; shorten the duration", maxItems)
-		}
-		items = append(items, it)
-	}
-	if len(items) == 0 {
-		return nil, errors.New("simulate: the workload yields no requests")
-	}
-	return items, nil
 }
 
 // naturalRate is w's own request rate in requests per second: the arrival

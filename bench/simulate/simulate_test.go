@@ -3,6 +3,7 @@ package simulate
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -463,4 +464,24 @@ func BenchmarkSaturationStandard(b *testing.B) {
 		}
 	}
 	b.ReportMetric(rps, "req/s")
+}
+
+// collect draws every item of w's source.
+func collect(w *workload.Workload) ([]workload.Item, error) {
+	var items []workload.Item
+	src := w.Source()
+	for {
+		it, ok := src.Next()
+		if !ok {
+			break
+		}
+		if len(items) >= maxItems {
+			return nil, fmt.Errorf("simulate: more than %d requests in one run; shorten the duration", maxItems)
+		}
+		items = append(items, it)
+	}
+	if len(items) == 0 {
+		return nil, errors.New("simulate: the workload yields no requests")
+	}
+	return items, nil
 }

@@ -65,27 +65,6 @@ func (c *clientTimeouts) due(arrived requests, now time.Time) *vreq {
 	return arrived.at(c.head)
 }
 
-// abandon is the client giving up on v at now: the host cancels the
-// scheduler's ticket (withdrawn while waiting, released as cancelled while
-// running) and aborts the engine's sequence.
-func (l *loop) abandon(v *vreq) {
-	v.abandoned = true
-	delete(l.byTicket, v.ticket)
-	if v.engID != 0 {
-		// false: it finishes in the step in flight, whose tokens the
-		// client no longer reads.
-		l.eng.Abort(v.engID)
-		delete(l.byEng, v.engID)
-		v.engID = 0
-		l.m.Finish(l.now, v.ticket, scheduler.Cancelled)
-		l.c.timeoutsRunning++
-	} else {
-		l.m.Cancel(l.now, v.ticket)
-		l.c.timeoutsQueued++
-	}
-	l.end(v, result.StatusTimeout, l.clients.msg)
-}
-
 // abandon is v's client giving up at its proxy at now. A request the
 // proxy runs is cancelled as a preempted one is, without the requeue; one
 // the proxy does not run (waiting in the scheduler, or its arrival,

@@ -104,11 +104,11 @@ func runScene(t *testing.T, w *workload.Workload, o Options, items []workload.It
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := l.m.Stats()[0]
+		st := l.ss[0].m.Stats()[0]
 		if st.InFlight != 0 || st.Queued["batch"]+st.Queued["interactive"] != 0 {
 			t.Errorf("the scheduler holds %d in flight, %v queued at the end", st.InFlight, st.Queued)
 		}
-		return recs, l.reqs, l.eng.Idle()
+		return recs, l.reqs, l.engines[0].eng.Idle()
 	}
 	f, err := newFleet(w, pol, o)
 	if err != nil {

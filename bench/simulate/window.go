@@ -3,21 +3,11 @@ package simulate
 import "github.com/llmesh/llmesh/bench/workload"
 
 // requests are a run's arrived requests in arrival order, as the client
-// timeouts walk them: the loop's slice, or a fleet's window.
+// timeouts walk them (a run's window).
 type requests interface {
 	len() int
 	at(i int) *vreq
 }
-
-// reqSlice is every request of a run, kept to its end (loop.go), of
-// which the first n have arrived.
-type reqSlice struct {
-	s []vreq
-	n int
-}
-
-func (s *reqSlice) len() int       { return s.n }
-func (s *reqSlice) at(i int) *vreq { return &s.s[i] }
 
 // slabSize is how many requests (and their records) one slab of a
 // window holds.
