@@ -142,7 +142,7 @@ type Result struct {
 	// Primary is each class's primary metric of the paired judgement
 	// (Options.Primary); PrimaryFrom, set by the caller, says where it
 	// came from (--primary, the workload file, or none).
-	Primary     map[string]string `json:"primary"`
+	Primary     map[string]string `json:"primary,omitempty"`
 	PrimaryFrom string            `json:"primary_from,omitempty"`
 	// Gates are the relative gates checked on Paired, set by the caller.
 	Gates []compare.GateResult `json:"gates,omitempty"`

@@ -54,7 +54,11 @@ func ParsePrimary(s string) (class, metric string, err error) {
 		return "", "", fmt.Errorf("%q: want CLASS=METRIC, for example interactive=ttft_p99_ms", s)
 	}
 	if names := compare.MetricNames(); !slices.Contains(names, metric) {
-		return class, metric, fmt.Errorf("%q: metric %q is not one a comparison judges%s", s, metric, suggest(metric, names))
+		hint := ""
+		if sg := suggest(metric, names); strings.HasPrefix(sg, " (did you mean") {
+			hint = sg
+		}
+		return class, metric, fmt.Errorf("%q: metric %q is not one of %s%s", s, metric, strings.Join(names, ", "), hint)
 	}
 	return class, metric, nil
 }

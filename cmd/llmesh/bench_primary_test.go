@@ -124,7 +124,7 @@ classes:
 			t.Errorf("%q: exit %d, stderr %q; want 2 naming %q", c.primary, code, stderr, c.want)
 		}
 	}
-	if _, stderr, code := runCompare("bench", "compare", "--json", out, "--primary", "interactive=ttft", a, b); code != 2 || !strings.Contains(stderr, `--primary[0] "interactive=ttft": metric "ttft" is not one a comparison judges`) {
+	if _, stderr, code := runCompare("bench", "compare", "--json", out, "--primary", "interactive=ttft", a, b); code != 2 || !strings.Contains(stderr, `--primary[0] "interactive=ttft": metric "ttft" is not one of`) {
 		t.Errorf("--primary typo: exit %d, stderr %q", code, stderr)
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
