@@ -32,19 +32,19 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // compareOutput is what `bench compare --json` writes.
 type compareOutput struct {
-	Verdict compare.Status       `json:"verdict"`
-	Alpha   float64              `json:"alpha"`
-	Units   int                  `json:"units"`
-	Policy  string               `json:"policy,omitempty"`
-	Load    float64              `json:"load,omitempty"`
-	Metrics []compare.Judged     `json:"metrics"`
+	Verdict compare.Status   `json:"verdict"`
+	Alpha   float64          `json:"alpha"`
+	Units   int              `json:"units"`
+	Policy  string           `json:"policy,omitempty"`
+	Load    float64          `json:"load,omitempty"`
+	Metrics []compare.Judged `json:"metrics"`
 	// Primary is each class's primary metric as judged; PrimaryFrom says
 	// where it came from: --primary, "workload FILE", inputs or none
 	// (bench_primary.go).
-	Primary     map[string]string `json:"primary"`
-	PrimaryFrom string            `json:"primary_from"`
-	Gates   []compare.GateResult `json:"gates"`
-	Inputs  map[string][]string  `json:"inputs"` // arm → "FILE sha256:HEX"
+	Primary     map[string]string    `json:"primary"`
+	PrimaryFrom string               `json:"primary_from"`
+	Gates       []compare.GateResult `json:"gates"`
+	Inputs      map[string][]string  `json:"inputs"` // arm → "FILE sha256:HEX"
 	// Provenance: each arm's build (from its inputs' own provenance, or the
 	// binary an A/B ran), input hashes, seeds, and this host.
 	Provenance *provenance.Provenance `json:"provenance,omitempty"`
