@@ -139,6 +139,11 @@ type Result struct {
 	// could be given (see PairedNote).
 	Paired     *compare.Result `json:"paired,omitempty"`
 	PairedNote string          `json:"paired_note,omitempty"`
+	// Primary is each class's primary metric of the paired judgement
+	// (Options.Primary); PrimaryFrom, set by the caller, says where it
+	// came from (--primary, the workload file, or none).
+	Primary     map[string]string `json:"primary,omitempty"`
+	PrimaryFrom string            `json:"primary_from,omitempty"`
 	// Gates are the relative gates checked on Paired, set by the caller.
 	Gates []compare.GateResult `json:"gates,omitempty"`
 	Runs  []Run                `json:"runs"`
@@ -169,7 +174,7 @@ func Compare(ctx context.Context, o Options) (*Result, error) {
 	if run == nil {
 		run = harness.Run
 	}
-	res := &Result{Workload: o.Workload.Spec.Name, A: o.A.Name(), B: o.B.Name(), Repeats: o.Repeats, Valid: true}
+	res := &Result{Workload: o.Workload.Spec.Name, A: o.A.Name(), B: o.B.Name(), Repeats: o.Repeats, Valid: true, Primary: o.Primary}
 	samples := map[string]*armSamples{"A": newArmSamples(), "B": newArmSamples()}
 	var runErr error
 	type armRun struct {

@@ -116,7 +116,29 @@ func writePaired(w io.Writer, r *Result) error {
 		_, err := fmt.Fprintf(w, "(%s)\n", r.PairedNote)
 		return err
 	}
-	return compare.WriteMarkdown(w, r.Paired, r.Gates)
+	if err := compare.WriteMarkdown(w, r.Paired, r.Gates); err != nil {
+		return err
+	}
+	return writePrimary(w, r)
+}
+
+// writePrimary names the primary metrics and where they came from, when
+// the caller said (PrimaryFrom).
+func writePrimary(w io.Writer, r *Result) error {
+	if r.PrimaryFrom == "" {
+		return nil
+	}
+	if len(r.Primary) == 0 {
+		_, err := fmt.Fprintln(w, "Primary metrics: none declared; every metric decides the verdict (Holm-corrected).")
+		return err
+	}
+	var ps []string
+	for c, m := range r.Primary {
+		ps = append(ps, c+"."+m)
+	}
+	sort.Strings(ps)
+	_, err := fmt.Fprintf(w, "Primary metrics: %s (from %s).\n", strings.Join(ps, ", "), r.PrimaryFrom)
+	return err
 }
 
 // retryLines say which pairs were run again and why.

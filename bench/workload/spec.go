@@ -88,6 +88,10 @@ type Spec struct {
 	ScheduleLagFraction float64 `yaml:"schedule_lag_fraction"`
 	// Timeout bounds one request; default 5m.
 	Timeout Duration `yaml:"timeout"`
+	// Primaries declares each class's primary metric of a paired A/B
+	// judgement, as CLASS=METRIC (primary.go); a --primary flag overrides
+	// the whole list.
+	Primaries Primaries `yaml:"primary"`
 }
 
 // Warmup is the part of a run excluded from statistics.

@@ -155,6 +155,7 @@ func (s *Spec) Validate() error {
 	if len(s.Classes) > 0 && !(total > 0) {
 		errs = append(errs, errors.New("classes[*].share: at least one class needs a positive share"))
 	}
+	errs = append(errs, s.validatePrimaries()...)
 	return errors.Join(errs...)
 }
 

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -297,6 +298,9 @@ func FuzzWorkload(f *testing.F) {
 	f.Add([]byte("duration: 1s\narrival: {process: gamma, rate: 1e6, burstiness: 0.001}\nclasses: [{name: a, prompt_tokens: {kind: lognormal, median: 1e7, sigma: 10}, output_tokens: {kind: uniform, min: 1, max: 10000000}}]"))
 	f.Add([]byte("requests: 3\narrival: {process: closed, concurrency: 2}\nclasses: [{name: a, prompt_tokens: {kind: empirical, trace: small.csv}, output_tokens: {value: 1}}]"))
 	f.Add([]byte("arrival: {process: trace, trace: small.csv}\nclasses: [{name: a}]"))
+	f.Add([]byte(minimal + "primary: a=ttft_p99_ms\n"))
+	f.Add([]byte(minimal + "primary: [a=goodput_rps, a=nosuch, =, b=slo_attainment]\n"))
+	f.Add([]byte(minimal + "primary: {a: [1]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Parse(data)
 		if err != nil {
@@ -305,6 +309,14 @@ func FuzzWorkload(f *testing.F) {
 		s.Default()
 		if s.Validate() != nil {
 			return
+		}
+		for c, m := range s.Primary() {
+			if !slices.ContainsFunc(s.Classes, func(k ClassSpec) bool { return k.Name == c }) {
+				t.Fatalf("valid primary names class %q, not one of the workload's", c)
+			}
+			if _, _, err := ParsePrimary(c + "=" + m); err != nil {
+				t.Fatalf("valid primary %s=%s: %v", c, m, err)
+			}
 		}
 		w, err := Compile(s, CompileOptions{BaseDir: "testdata"})
 		if err != nil {

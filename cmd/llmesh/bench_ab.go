@@ -114,10 +114,13 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if retries < 0 || retries > 10 {
 		errs = append(errs, fmt.Errorf("--retries: %d must be in [0, 10]", retries))
 	}
-	gates, primary, ferrs := cf.parse()
+	gates, flagged, ferrs := cf.parse()
 	errs = append(errs, ferrs...)
+	var primary map[string]string
+	primaryFrom := primaryFromNone
 	if w != nil {
-		errs = append(errs, checkPrimaries(primary, w)...)
+		errs = append(errs, checkPrimaries(flagged, w)...)
+		primary, primaryFrom = choosePrimary(flagged, w.Spec.Primary(), workloadPrimaryFrom(wf.file))
 	}
 	if resamples < 100 || resamples > 100000 {
 		errs = append(errs, fmt.Errorf("--resamples: %d must be in [100, 100000]", resamples))
@@ -158,6 +161,7 @@ func runBenchAB(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	res.Provenance = prov
+	res.PrimaryFrom = primaryFrom
 	if res.Paired != nil {
 		if res.Gates, err = compare.Check(res.Paired, gates); err != nil {
 			return withExitCode(harness.ExitUsage, err)
@@ -200,7 +204,11 @@ func checkPrimaries(primary map[string]string, w *workload.Workload) []error {
 	var errs []error
 	for c, m := range primary {
 		if !slices.ContainsFunc(w.Classes, func(k workload.Class) bool { return k.Name == c }) {
-			errs = append(errs, fmt.Errorf("--primary %s=%s: no class %q in the workload", c, m, c))
+			var names []string
+			for _, k := range w.Classes {
+				names = append(names, k.Name)
+			}
+			errs = append(errs, fmt.Errorf("--primary %s=%s: no class %q in the workload (classes: %s)", c, m, c, strings.Join(names, ", ")))
 		}
 		if !slices.Contains(compare.MetricNames(), m) {
 			errs = append(errs, fmt.Errorf("--primary %s=%s: metric %q is not one of %s", c, m, m, strings.Join(compare.MetricNames(), ", ")))

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	"github.com/llmesh/llmesh/bench/harness"
 	"github.com/llmesh/llmesh/bench/provenance"
 	"github.com/llmesh/llmesh/bench/result"
+	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 )
 
@@ -30,14 +32,19 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // compareOutput is what `bench compare --json` writes.
 type compareOutput struct {
-	Verdict compare.Status       `json:"verdict"`
-	Alpha   float64              `json:"alpha"`
-	Units   int                  `json:"units"`
-	Policy  string               `json:"policy,omitempty"`
-	Load    float64              `json:"load,omitempty"`
-	Metrics []compare.Judged     `json:"metrics"`
-	Gates   []compare.GateResult `json:"gates"`
-	Inputs  map[string][]string  `json:"inputs"` // arm → "FILE sha256:HEX"
+	Verdict compare.Status   `json:"verdict"`
+	Alpha   float64          `json:"alpha"`
+	Units   int              `json:"units"`
+	Policy  string           `json:"policy,omitempty"`
+	Load    float64          `json:"load,omitempty"`
+	Metrics []compare.Judged `json:"metrics"`
+	// Primary is each class's primary metric as judged; PrimaryFrom says
+	// where it came from: --primary, "workload FILE", inputs or none
+	// (bench_primary.go).
+	Primary     map[string]string    `json:"primary"`
+	PrimaryFrom string               `json:"primary_from"`
+	Gates       []compare.GateResult `json:"gates"`
+	Inputs      map[string][]string  `json:"inputs"` // arm → "FILE sha256:HEX"
 	// Provenance: each arm's build (from its inputs' own provenance, or the
 	// binary an A/B ran), input hashes, seeds, and this host.
 	Provenance *provenance.Provenance `json:"provenance,omitempty"`
@@ -67,6 +74,7 @@ func (c *compareFlags) register(fs *flag.FlagSet) {
 }
 
 // parse checks the gates and primaries; every problem is returned.
+// primary is nil when no --primary was given (the declared one applies).
 func (c *compareFlags) parse() (gates []compare.Gate, primary map[string]string, errs []error) {
 	for _, g := range c.gates {
 		p, err := compare.ParseGate(g)
@@ -75,11 +83,17 @@ func (c *compareFlags) parse() (gates []compare.Gate, primary map[string]string,
 		}
 		gates = append(gates, p)
 	}
-	primary = map[string]string{}
 	for i, p := range c.primaries {
-		cl, m, ok := strings.Cut(p, "=")
-		if !ok || cl == "" || m == "" {
-			errs = append(errs, fmt.Errorf("--primary[%d] %q: want CLASS=METRIC", i, p))
+		cl, m, err := workload.ParsePrimary(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--primary[%d] %w", i, err))
+			continue
+		}
+		if primary == nil {
+			primary = map[string]string{}
+		}
+		if prev, dup := primary[cl]; dup && prev != m {
+			errs = append(errs, fmt.Errorf("--primary[%d] %q: class %q already has primary %s; one per class", i, p, cl, prev))
 			continue
 		}
 		primary[cl] = m
@@ -97,8 +111,10 @@ func runBenchCompare(ctx context.Context, args []string, stdout, stderr io.Write
 		cf     compareFlags
 		policy string
 		load   float64
+		wfile  string
 	)
 	cf.register(fs)
+	fs.StringVar(&wfile, "workload", "", "take the primary metrics from the `primary:` field of workload `FILE` (else from the inputs, which record their workload's; --primary overrides both)")
 	fs.StringVar(&cf.jsonOut, "json", "", "write the comparison (top-level verdict) to `FILE` (- for stdout)")
 	fs.StringVar(&policy, "policy", "", "with bench simulate results: the `POLICY` whose runs to compare")
 	fs.Float64Var(&load, "load", 0, "with bench simulate results: the `LOAD` factor whose runs to compare")
@@ -120,11 +136,27 @@ func runBenchCompare(ctx context.Context, args []string, stdout, stderr io.Write
 	if len(files) != 2 {
 		errs = append(errs, fmt.Errorf("want two arguments (arm A files, arm B files), got %d", len(files)))
 	}
-	gates, primary, ferrs := cf.parse()
+	gates, flagged, ferrs := cf.parse()
 	errs = append(errs, ferrs...)
+	var declared map[string]string
+	declaredFrom := primaryFromInputs
+	if wfile != "" {
+		w, err := workload.LoadFile(wfile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--workload: %w", err))
+		} else {
+			declared, declaredFrom = w.Spec.Primary(), workloadPrimaryFrom(wfile)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
+	// recorded[i] is the primary input i's file records, with its name.
+	type recordedPrimary struct {
+		file    string
+		primary map[string]string
+	}
+	var recorded []recordedPrimary
 	out := compareOutput{Alpha: cf.alpha, Policy: policy, Load: load, Inputs: map[string][]string{}, Provenance: provenance.New()}
 	arms := map[string][]*result.Report{}
 	// seeds[arm][i] is unit i's seed when it came from a bench simulate
@@ -149,6 +181,9 @@ func runBenchCompare(ctx context.Context, args []string, stdout, stderr io.Write
 				seeds[arm] = append(seeds[arm], s)
 			}
 			out.Inputs[arm] = append(out.Inputs[arm], f+" sha256:"+in.sum)
+			if in.primary != nil {
+				recorded = append(recorded, recordedPrimary{arm + " " + f, in.primary})
+			}
 			out.Provenance.Files[arm+" "+f] = in.sum
 			if in.prov != nil {
 				if b, ok := in.prov.Builds["self"]; ok {
@@ -167,17 +202,32 @@ func runBenchCompare(ctx context.Context, args []string, stdout, stderr io.Write
 			out.Provenance.Seeds = append(out.Provenance.Seeds, s)
 		}
 	}
+	if wfile == "" && flagged == nil {
+		// The inputs' recorded primaries must agree to be used.
+		for _, r := range recorded {
+			if !maps.Equal(r.primary, recorded[0].primary) {
+				errs = append(errs, fmt.Errorf("inputs declare different primary metrics (%s: %s; %s: %s): pass --primary or --workload",
+					recorded[0].file, fmtPrimary(recorded[0].primary), r.file, fmtPrimary(r.primary)))
+				break
+			}
+		}
+		if len(recorded) > 0 {
+			declared = recorded[0].primary
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
-	return judgeAndReport(stdout, arms["A"], arms["B"], out, &cf, gates, primary)
+	out.Primary, out.PrimaryFrom = choosePrimary(flagged, declared, declaredFrom)
+	return judgeAndReport(stdout, arms["A"], arms["B"], out, &cf, gates)
 }
 
 // judgeAndReport judges paired units, prints the summary (unless --json or
 // --markdown go to stdout), writes --json and --markdown atomically, and
 // returns exit 3 for a breached gate, 4 for gates that cannot judge.
-func judgeAndReport(stdout io.Writer, a, b []*result.Report, out compareOutput, cf *compareFlags, gates []compare.Gate, primary map[string]string) error {
-	ms, err := compare.FromReports(a, b, primary)
+// The primaries are out.Primary.
+func judgeAndReport(stdout io.Writer, a, b []*result.Report, out compareOutput, cf *compareFlags, gates []compare.Gate) error {
+	ms, err := compare.FromReports(a, b, out.Primary)
 	if err != nil {
 		return withExitCode(harness.ExitUsage, err)
 	}
@@ -192,6 +242,9 @@ func judgeAndReport(stdout io.Writer, a, b []*result.Report, out compareOutput, 
 	out.Verdict, out.Metrics, out.Gates, out.Units = res.Verdict, res.Metrics, gr, len(a)
 	summary := func(w io.Writer) error {
 		if err := compare.WriteMarkdown(w, res, gr); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(w, "\n"+primaryText(out.Primary, out.PrimaryFrom)); err != nil {
 			return err
 		}
 		if out.Provenance != nil {
@@ -240,6 +293,9 @@ type compareInput struct {
 	// has none (a file from an older build).
 	sum  string
 	prov *provenance.Provenance
+	// primary is the primary metrics the file records (a bench simulate
+	// result records its workload's); nil when it records none.
+	primary map[string]string
 }
 
 // loadCompareReports reads one file's units: a bench run report (one
@@ -255,6 +311,7 @@ func loadCompareReports(path, policy string, load float64, loadSet bool) (*compa
 	in := &compareInput{sum: hex.EncodeToString(h[:])}
 	var probe struct {
 		Provenance *provenance.Provenance `json:"provenance"`
+		Primary    map[string]string      `json:"primary"`
 		Runs       []json.RawMessage      `json:"runs"`
 		Seeds      []int64                `json:"seeds"`
 		Results    []struct {
@@ -264,7 +321,7 @@ func loadCompareReports(path, policy string, load float64, loadSet bool) (*compa
 	if err := json.Unmarshal(data, &probe); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	in.prov = probe.Provenance
+	in.prov, in.primary = probe.Provenance, probe.Primary
 	switch {
 	case probe.Results != nil:
 		if len(probe.Seeds) != len(probe.Results) || len(probe.Results) == 0 {

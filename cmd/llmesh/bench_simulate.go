@@ -260,9 +260,10 @@ func runBenchSimulate(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return withExitCode(2, err)
 	}
+	primary := w.Spec.Primary()
 	if *jsonOut != "" {
 		prov.Seeds = []int64{cmp.Or(o.Seed, w.Spec.Seed)}
-		if err := writeFile(*jsonOut, stdout, func(w io.Writer) error { return writeSimulateJSON(w, res, prov) }); err != nil || *jsonOut == "-" {
+		if err := writeFile(*jsonOut, stdout, func(w io.Writer) error { return writeSimulateJSON(w, res, prov, primary) }); err != nil || *jsonOut == "-" {
 			return err
 		}
 	}
@@ -333,18 +334,22 @@ type seededResult struct {
 	Results []json.RawMessage `json:"results"`
 	// Provenance: this build, the input files, the seeds and the host.
 	Provenance *provenance.Provenance `json:"provenance,omitempty"`
+	// Primary is the workload's declared primary metrics, which bench
+	// compare uses when not told otherwise.
+	Primary map[string]string `json:"primary,omitempty"`
 }
 
 // writeSimulateJSON writes one result as simulate.WriteJSON does, with
-// its provenance added.
-func writeSimulateJSON(w io.Writer, r *simulate.Result, p *provenance.Provenance) error {
+// its provenance and the workload's declared primary metrics added.
+func writeSimulateJSON(w io.Writer, r *simulate.Result, p *provenance.Provenance, primary map[string]string) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
 		*simulate.Result
 		Comparison []simulate.Comparison  `json:"comparison"`
 		Provenance *provenance.Provenance `json:"provenance"`
-	}{r, r.Compare(), p})
+		Primary    map[string]string      `json:"primary,omitempty"`
+	}{r, r.Compare(), p, primary})
 }
 
 // simulateSeeds evaluates the same policies and loads with n consecutive
@@ -372,6 +377,7 @@ func simulateSeeds(stdout io.Writer, w *workload.Workload, names []string, loads
 	}
 	prov.Seeds = out.Seeds
 	out.Provenance = prov
+	out.Primary = w.Spec.Primary()
 	if jsonOut != "" {
 		if err := writeFile(jsonOut, stdout, func(w io.Writer) error {
 			enc := json.NewEncoder(w)

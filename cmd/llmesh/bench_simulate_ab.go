@@ -48,7 +48,8 @@ type simAB struct {
 	trace    bool
 	cf       *compareFlags
 	gates    []compare.Gate
-	primary  map[string]string
+	primary  map[string]string // --primary; nil: the workload's
+	wfile    string            // --workload ("": the standard one)
 	files    map[string]string // provenance key → path
 }
 
@@ -112,6 +113,7 @@ func prepareSimulateAB(fs *flag.FlagSet, a, b, policies string, loads []float64,
 			s.files["trace "+f.Value.String()] = f.Value.String()
 		case f.Name == "workload":
 			s.files["workload "+f.Value.String()] = f.Value.String()
+			s.wfile = f.Value.String()
 		}
 		if !simABFlags[f.Name] {
 			s.forward = append(s.forward, "--"+f.Name+"="+f.Value.String())
@@ -132,6 +134,9 @@ func (s *simAB) run(ctx context.Context, stdout, stderr io.Writer, w *workload.W
 	if s.seed == 0 {
 		s.seed = w.Spec.Seed
 	}
+	if err := errors.Join(checkPrimaries(s.primary, w)...); err != nil {
+		return withExitCode(2, err)
+	}
 	prov := provenance.New()
 	prov.Builds["A"], prov.Builds["B"] = s.arms[0].Build, s.arms[1].Build
 	for k, path := range s.files {
@@ -146,6 +151,7 @@ func (s *simAB) run(ctx context.Context, stdout, stderr io.Writer, w *workload.W
 	defer os.RemoveAll(dir)
 	out := compareOutput{Alpha: s.cf.alpha, Inputs: map[string][]string{}, Provenance: prov,
 		Arms: map[string]string{"A": s.arms[0].Spec, "B": s.arms[1].Spec}}
+	out.Primary, out.PrimaryFrom = choosePrimary(s.primary, w.Spec.Primary(), workloadPrimaryFrom(s.wfile))
 	if s.load > 0 {
 		sat, err := s.saturation(ctx, dir)
 		if err != nil {
@@ -186,7 +192,7 @@ func (s *simAB) run(ctx context.Context, stdout, stderr io.Writer, w *workload.W
 		}
 	}
 	prov.Seeds = seeds[0]
-	return judgeAndReport(stdout, reps[0], reps[1], out, s.cf, s.gates, s.primary)
+	return judgeAndReport(stdout, reps[0], reps[1], out, s.cf, s.gates)
 }
 
 func (s *simAB) rateText() string {
