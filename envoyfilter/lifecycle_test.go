@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func TestMain(m *testing.M) {
@@ -176,8 +177,8 @@ func TestCancelWhileQueued(t *testing.T) {
 	if r := pb.Wait(); !r.Destroyed {
 		t.Fatalf("B: %+v, want Destroyed", r)
 	}
-	eventually(t, "cancelled_queued counted", func() bool { return h.counter(StatCancelledQueued) == 1 })
-	eventually(t, "queue gauge back to 0", func() bool { return h.gauge(GaugeQueued) == 0 })
+	wait.Until(t, "cancelled_queued counted", func() bool { return h.counter(StatCancelledQueued) == 1 })
+	wait.Until(t, "queue gauge back to 0", func() bool { return h.gauge(GaugeQueued) == 0 })
 	// A's end frees the slot for C at once: B is no longer queued.
 	a.Destroy(api.Terminate)
 	want(t, "inflight", h.gauge(GaugeInflight), 0)

@@ -2,12 +2,12 @@ package envoyfilter
 
 import (
 	"testing"
-	"time"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // TestPreemptionMidStream: a batch request is streaming when an
@@ -45,14 +45,10 @@ func TestPreemptionMidStream(t *testing.T) {
 			// The scheduler preempts once the interactive TTFT (20ms) is at
 			// risk; the batch stream notices at its next chunk.
 			var r fakesdk.Result
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			wait.Until(t, "the low stream preempted", func() bool {
 				r = low.EncodeData(chunk, false)
-				if r.Status != api.Continue || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+				return r.Status != api.Continue
+			})
 			wantStatus(t, "low after preemption", r, api.LocalReply)
 			rep := low.Reply()
 			want(t, "reply code", rep.Code, tc.wantCode)
@@ -106,14 +102,10 @@ func TestPreemptionBeforeResponse(t *testing.T) {
 			high := h.stream(fakesdk.Options{})
 			hp := high.StartDecodeHeaders(sseRequest("x-tenant-id", "gold"), true)
 			var r fakesdk.Result
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			wait.Until(t, "the low stream preempted", func() bool {
 				r = low.DecodeData(chunk, false)
-				if r.Status != api.Continue || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+				return r.Status != api.Continue
+			})
 			wantStatus(t, "low after preemption", r, api.LocalReply)
 			rep := low.Reply()
 			want(t, "reply code", rep.Code, 503)
