@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/llmesh/llmesh/sim/simtest"
 )
@@ -51,18 +50,14 @@ func TestInterChunkCountEqualsDecodeSteps(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	deadline := time.Now().Add(20 * time.Second)
 	var body string
-	for {
+	scrapes.UntilNil(t, fmt.Sprintf("%d requests in the metrics", len(lengths)), func() error {
 		_, body = get(t, admin+"/metrics")
-		if promSum(body, "gen_ai_server_request_duration_seconds_count") >= float64(len(lengths)) {
-			break
+		if promSum(body, "gen_ai_server_request_duration_seconds_count") < float64(len(lengths)) {
+			return fmt.Errorf("metrics:\n%s", body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics never showed %d requests:\n%s", len(lengths), body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	gaps, steps := promSum(body, "llmesh_inter_chunk_duration_seconds_count"), promSum(body, "llmesh_decode_steps_sum")
 	if gaps != steps || steps < 1100 {
 		t.Errorf("inter-chunk count %v, decode steps %v: want equal (and over the 512 samples a request keeps)", gaps, steps)
