@@ -7,6 +7,7 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 	"github.com/llmesh/llmesh/testkit/wait"
 )
 
@@ -34,7 +35,7 @@ func TestPreemptionMidStream(t *testing.T) {
 			if tc.grpc {
 				reqH = grpcRequest()
 				respH = fakesdk.ResponseHeaders(200, "content-type", "application/grpc")
-				chunk = grpcFrame(t, &llmv1.GenerateResponse{TokenIds: []uint32{7}, Text: "x"})
+				chunk = grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{7}, Text: "x"})
 			}
 			wantStatus(t, "low DecodeHeaders", low.DecodeHeaders(reqH, true), api.Continue)
 			wantStatus(t, "low EncodeHeaders", low.EncodeHeaders(respH, false), api.Continue)
@@ -94,7 +95,7 @@ func TestPreemptionBeforeResponse(t *testing.T) {
 			reqH, chunk := sseRequest(), []byte(`{"prompt": `)
 			if tc.grpc {
 				reqH = grpcRequest()
-				chunk = grpcFrame(t, &llmv1.GenerateRequest{Model: "m"})
+				chunk = grpcframe.Message(&llmv1.GenerateRequest{Model: "m"})
 			}
 			wantStatus(t, "low DecodeHeaders", low.DecodeHeaders(reqH, false), api.Continue)
 			wantStatus(t, "low first chunk", low.DecodeData(chunk, false), api.Continue)
