@@ -83,16 +83,10 @@ func TestSubscriberGapsRestartsAndRedials(t *testing.T) {
 
 	// The engine restarts on the same port and counts from 0 again.
 	pub2 := zmq4.NewPub(ctx)
-	var err error
-	for range 100 {
-		if err = pub2.Listen("tcp://" + addr); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // the old listener's port is released asynchronously
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The old listener's port is released asynchronously.
+	wait.Poll{Interval: 10 * time.Millisecond}.UntilNil(t, "the old port to listen on again", func() error {
+		return pub2.Listen("tcp://" + addr)
+	})
 	defer pub2.Close()
 	// Its seq 0 is behind the last seen: a gap (each repeat of 0 too).
 	wait.Until(t, "the restarted publisher's batch", func() bool {
