@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -81,13 +82,16 @@ func TestEndpointsPreemptOnUrgentSim(t *testing.T) {
 	// A sim counts an abort when it sees its client go, which may come
 	// after the interactive request has ended: wait for the count.
 	aborted := map[string]float64{}
-	wait.Until(t, "a sim to count the aborted batch stream", func() bool {
+	wait.UntilNil(t, "a sim to count the aborted batch stream", func() error {
 		total := 0.0
 		for i, s := range sims {
 			aborted[eps[i]] = simMetric(t, s, "llmesh_sim:requests_aborted_total")
 			total += aborted[eps[i]]
 		}
-		return total >= 1
+		if total < 1 {
+			return fmt.Errorf("aborted streams by sim: %v", aborted)
+		}
+		return nil
 	})
 	if aborted[urgent.Endpoint] != 1 {
 		t.Fatalf("interactive request ran on %s; aborted streams by sim: %v (want the victim on the same sim)", urgent.Endpoint, aborted)
