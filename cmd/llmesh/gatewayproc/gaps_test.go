@@ -5,27 +5,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/promtext"
 )
 
 // promSum adds up every sample of one Prometheus series name in a text
 // exposition.
 func promSum(body, name string) float64 {
-	var sum float64
-	for _, line := range strings.Split(body, "\n") {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			sum += v
-		}
-	}
+	sum, _ := promtext.Sum(body, name)
 	return sum
 }
 
