@@ -19,6 +19,7 @@ import (
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/epp"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // The protocol's names are repeated here (control does not import the
@@ -321,7 +322,7 @@ pools:
 		}
 		a.answer(r, names, "")
 	}
-	eventually(t, "ACKs recorded", func() bool {
+	wait.Until(t, "ACKs recorded", func() bool {
 		ns := p.srv.Nodes()
 		if len(ns) != 1 || ns[0].ID != "envoy-std" || len(ns[0].Types) != 3 {
 			return false

@@ -33,6 +33,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/config"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -220,18 +221,6 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 }
 
-// eventually polls cond with a generous deadline.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestADSServesResources(t *testing.T) {
 	p := startPlane(t, exampleYAML(t), nil)
 	a := dialADS(t, p.xds, "envoy-1", nil)
@@ -264,7 +253,7 @@ func TestADSServesResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "ACKs recorded", func() bool {
+	wait.Until(t, "ACKs recorded", func() bool {
 		ns := p.srv.Nodes()
 		if len(ns) != 1 || ns[0].ID != "envoy-1" || len(ns[0].Types) != 4 {
 			return false
@@ -333,7 +322,7 @@ func TestFileChangeBumpsVersionAndInvalidKeepsOld(t *testing.T) {
 		t.Fatal(err)
 	}
 	var vi VersionInfo
-	eventually(t, "rejection reported", func() bool {
+	wait.Until(t, "rejection reported", func() bool {
 		getJSON(t, "http://"+p.admin+"/version", &vi)
 		return strings.Contains(vi.LastError, `classes[0].slo.ttft: "-5ms" must be positive`)
 	})
@@ -366,7 +355,7 @@ func TestNACKRecorded(t *testing.T) {
 		Version string       `json:"version"`
 		Nodes   []NodeStatus `json:"nodes"`
 	}
-	eventually(t, "NACK in /nodes", func() bool {
+	wait.Until(t, "NACK in /nodes", func() bool {
 		getJSON(t, "http://"+p.admin+"/nodes", &got)
 		return len(got.Nodes) == 1 && len(got.Nodes[0].Types) == 1 && got.Nodes[0].Types[0].Nacked != ""
 	})
@@ -442,7 +431,7 @@ func TestSwitchActiveArm(t *testing.T) {
 	if err := os.WriteFile(p.cfgPath, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "reload", func() bool { return strings.HasPrefix(p.srv.Version(), "3-") })
+	wait.Until(t, "reload", func() bool { return strings.HasPrefix(p.srv.Version(), "3-") })
 	if e := p.srv.Config().Experiment("policy-ab"); e.Active == nil || e.Active.Name != "preemptive" {
 		t.Error("switch lost on reload")
 	}
@@ -554,7 +543,7 @@ func TestConcurrentSwitchesAndReloads(t *testing.T) {
 		}
 	}()
 	wg.Wait()
-	eventually(t, "the last file change served", func() bool {
+	wait.Until(t, "the last file change served", func() bool {
 		return p.srv.Config().Pool("sim").MaxInflight == 49
 	})
 	seq := func(v string) int {

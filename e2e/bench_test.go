@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/testkit/proctest"
+	"github.com/llmesh/llmesh/testkit/promtext"
 )
 
 // TestBenchThroughGateway drives `llmesh bench run` through a quick-mode
@@ -36,7 +37,7 @@ func TestBenchThroughGateway(t *testing.T) {
 			// may be a moment after the client read the last byte.
 			var got float64
 			proctest.WaitFor(t, "gateway TTFT histogram count to reach the requests sent", func() bool {
-				got, _ = metricSum(gw.metrics(t), "gen_ai_server_time_to_first_token_seconds_count")
+				got, _ = promtext.Sum(gw.metrics(t), "gen_ai_server_time_to_first_token_seconds_count")
 				return got >= float64(measured)
 			}, gw.Proc)
 			if got != float64(measured) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/testkit/proctest"
+	"github.com/llmesh/llmesh/testkit/promtext"
 )
 
 // TestTwoSimsOnePool runs two `llmesh sim` processes behind one gateway
@@ -56,8 +57,8 @@ admin: {address: 127.0.0.1:0}
 	total := 0.0
 	for i, s := range sims {
 		text := proctest.MustGet(t, s.URL+"/metrics")
-		done, _ := metricSum(text, "vllm:request_success_total")
-		peak, ok := metricSum(text, "llmesh_sim:requests_peak")
+		done, _ := promtext.Sum(text, "vllm:request_success_total")
+		peak, ok := promtext.Sum(text, "llmesh_sim:requests_peak")
 		if !ok {
 			t.Fatalf("sim %d exports no llmesh_sim:requests_peak", i)
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/llmesh/llmesh/testkit/proctest"
+	"github.com/llmesh/llmesh/testkit/promtext"
 )
 
 // fleetMesh is a pool of the given sims, one slot each (the pool holds as
@@ -79,11 +80,11 @@ func TestTwoGatewaysShareOneSchedulerOverThreeSims(t *testing.T) {
 	gws := []*gatewayProc{startGateway(t, "gateway-a", "--config", path), startGateway(t, "gateway-b", "--config", framedPath)}
 
 	metric := func(s *proctest.Sim, name string) float64 {
-		v, _ := metricSum(proctest.MustGet(t, s.URL+"/metrics"), name)
+		v, _ := promtext.Sum(proctest.MustGet(t, s.URL+"/metrics"), name)
 		return v
 	}
 	schedMetric := func(name, label string) float64 {
-		v, _ := metricSum(filterLabel(proctest.MustGet(t, schedAdmin+"/metrics"), label), name)
+		v, _ := promtext.Sum(filterLabel(proctest.MustGet(t, schedAdmin+"/metrics"), label), name)
 		return v
 	}
 
@@ -178,7 +179,7 @@ func TestTwoGatewaysShareOneSchedulerOverThreeSims(t *testing.T) {
 		t.Errorf("%v sessions open on the service, want one per gateway", n)
 	}
 	for i, s := range sims {
-		peak, ok := metricSum(proctest.MustGet(t, s.URL+"/metrics"), "llmesh_sim:requests_peak")
+		peak, ok := promtext.Sum(proctest.MustGet(t, s.URL+"/metrics"), "llmesh_sim:requests_peak")
 		if !ok {
 			t.Fatalf("sim %d exports no llmesh_sim:requests_peak", i)
 		}
@@ -203,7 +204,7 @@ func TestKilledProxyFreesItsLeases(t *testing.T) {
 	schedAdmin := "http://" + sched.WaitOutput(t, schedulerAdminRE)[1]
 	proctest.WaitHTTP(t, schedAdmin+"/healthz", sched)
 	gauge := func(name string) float64 {
-		v, _ := metricSum(filterLabel(proctest.MustGet(t, schedAdmin+"/metrics"), name), name)
+		v, _ := promtext.Sum(filterLabel(proctest.MustGet(t, schedAdmin+"/metrics"), name), name)
 		return v
 	}
 	cmd := exec.Command(llmesh(t), "scheduler", "bench", "--target", schedAddr, "--config", path, "--proxies", "2",
@@ -220,7 +221,7 @@ func TestKilledProxyFreesItsLeases(t *testing.T) {
 		return gauge("llmesh_scheduler_inflight") == 0 && gauge("llmesh_scheduler_service_sessions") == 0
 	}, sched)
 	events := filterLabel(proctest.MustGet(t, schedAdmin+"/metrics"), `event="cancelled"`)
-	if c, _ := metricSum(events, "llmesh_scheduler_events_total"); c != 6 {
+	if c, _ := promtext.Sum(events, "llmesh_scheduler_events_total"); c != 6 {
 		t.Errorf("%v leases released as cancelled, want the six the proxy held", c)
 	}
 }

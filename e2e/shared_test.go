@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmesh/llmesh/testkit/proctest"
+	"github.com/llmesh/llmesh/testkit/promtext"
 )
 
 var (
@@ -62,8 +63,8 @@ func TestSharedScheduler(t *testing.T) {
 			if err == nil {
 				var eng string
 				if eng, err = proctest.Get(sim.URL + "/metrics"); err == nil {
-					s, _ := metricSum(filterLabel(st, `pool="engine"`), "llmesh_scheduler_inflight")
-					e, _ := metricSum(eng, "vllm:num_requests_running")
+					s, _ := promtext.Sum(filterLabel(st, `pool="engine"`), "llmesh_scheduler_inflight")
+					e, _ := promtext.Sum(eng, "vllm:num_requests_running")
 					peakSched, peakEngine = max(peakSched, int(s)), max(peakEngine, int(e))
 					samples++
 				}
@@ -130,10 +131,10 @@ func TestSharedScheduler(t *testing.T) {
 		st := filterLabel(proctest.MustGet(t, schedAdmin+"/metrics"), `pool="engine"`)
 		got := map[string]int{}
 		for _, event := range []string{"admitted", "done", "failed", "rejected", "queue_full", "cancelled"} {
-			v, _ := metricSum(filterLabel(st, fmt.Sprintf("event=%q", event)), "llmesh_scheduler_events_total")
+			v, _ := promtext.Sum(filterLabel(st, fmt.Sprintf("event=%q", event)), "llmesh_scheduler_events_total")
 			got[event] = int(v)
 		}
-		inflight, _ := metricSum(st, "llmesh_scheduler_inflight")
+		inflight, _ := promtext.Sum(st, "llmesh_scheduler_inflight")
 		return got, inflight
 	}
 	var last string

@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // refusalMesh: capacity 1; batch may queue one request; interactive waits
@@ -149,7 +150,7 @@ func TestConcurrentStreams(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
-	eventually(t, "gauges back to zero", func() bool {
+	wait.Until(t, "gauges back to zero", func() bool {
 		return h.gauge(GaugeQueued) == 0 && h.gauge(GaugeInflight) == 0
 	})
 	want(t, StatRequests, h.counter(StatRequests), n)

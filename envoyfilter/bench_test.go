@@ -9,6 +9,7 @@ import (
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // BenchmarkEncodeData measures the adapter's per-chunk cost on the fake:
@@ -23,7 +24,7 @@ func BenchmarkEncodeData(b *testing.B) {
 	}{
 		{"sse", sseRequest(), sseResponse(), func() []byte { return []byte(sseChunks[0]) }},
 		{"grpc", grpcRequest(), fakesdk.ResponseHeaders(200, "content-type", "application/grpc"),
-			func() []byte { return grpcFrame(b, &llmv1.GenerateResponse{TokenIds: []uint32{42}, Text: "tok"}) }},
+			func() []byte { return grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{42}, Text: "tok"}) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			h := newHarness(b, `{"mesh": `+testMesh("fifo", "")+`}`, true)
@@ -61,7 +62,7 @@ func BenchmarkObserveOnly(b *testing.B) {
 	}{
 		{"sse", exchange.Options{Protocol: exchange.ProtocolSSE, MaxITLSamples: -1}, func() []byte { return []byte(sseChunks[0]) }},
 		{"grpc", exchange.Options{Protocol: exchange.ProtocolGRPC, GRPCMethod: exchange.MethodLLMV1, MaxITLSamples: -1},
-			func() []byte { return grpcFrame(b, &llmv1.GenerateResponse{TokenIds: []uint32{42}, Text: "tok"}) }},
+			func() []byte { return grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{42}, Text: "tok"}) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			o := exchange.NewObserver(tc.opts)

@@ -10,6 +10,7 @@ import (
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 const bodyMesh = `{
@@ -185,7 +186,7 @@ func TestGRPCBodySizedForTokenBound(t *testing.T) {
 			s := h.stream(fakesdk.Options{Protocol: "HTTP/2"})
 			req := fakesdk.RequestHeaders("POST", tc.path, "content-type", "application/grpc", "te", "trailers")
 			wantStatus(t, "DecodeHeaders", s.DecodeHeaders(req, false), api.StopAndBuffer)
-			r := s.DecodeData(grpcFrame(t, tc.msg), true)
+			r := s.DecodeData(grpcframe.Message(tc.msg), true)
 			if tc.wantGRPC != 0 {
 				wantStatus(t, "DecodeData", r, api.LocalReply)
 				want(t, "grpc status", s.Reply().GRPCStatus, tc.wantGRPC)

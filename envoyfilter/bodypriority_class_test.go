@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/sim"
 	"github.com/llmesh/llmesh/sim/simtest"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // classMesh: one pool with engine_priority: class; classes gold -5 and
@@ -130,7 +131,7 @@ func TestEnginePriorityClassGRPC(t *testing.T) {
 		{"untrusted, no priority", nil, 0, 7},
 		{"trusted marker", []string{"x-mesh-trusted", "s3cret"}, 3, 3},
 	} {
-		req := grpcFrame(t, &llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 6, Priority: tc.sent,
+		req := grpcframe.Message(&llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 6, Priority: tc.sent,
 			Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
 		st := proxy(t, h, c, eng.URL+llmv1.Generation_Generate_FullMethodName, grpcRequest(tc.headers...), req)
 		got := eng.TakeAll()

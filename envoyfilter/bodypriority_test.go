@@ -2,8 +2,6 @@ package envoyfilter
 
 import (
 	"bytes"
-	"compress/gzip"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -19,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/sim/simtest"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // guardMesh does not trust the fake's peer (127.0.0.1) for priority; the
@@ -114,21 +113,6 @@ func TestEnginePriorityGuardJSON(t *testing.T) {
 	want(t, "inflight", h.gauge(GaugeInflight), 0)
 }
 
-func gzipFrame(t testing.TB, msg []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	out := []byte{1, 0, 0, 0, 0}
-	binary.BigEndian.PutUint32(out[1:], uint32(buf.Len()))
-	return append(out, buf.Bytes()...)
-}
-
 // TestEnginePriorityGuardRefusals: bodies the guard cannot read with
 // certainty never reach upstream: invalid JSON (400, naming the byte), a
 // compressed JSON body (415, in DecodeHeaders), request trailers after a
@@ -189,7 +173,7 @@ func TestEnginePriorityGuardRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantStatus(t, "DecodeData", s.DecodeData(gzipFrame(t, msg), true), api.LocalReply)
+		wantStatus(t, "DecodeData", s.DecodeData(grpcframe.Gzip(msg), true), api.LocalReply)
 		want(t, "grpc status", s.Reply().GRPCStatus, 8)
 		s.Complete()
 		noViolations(t, s)
@@ -224,7 +208,7 @@ func TestEnginePriorityGuardRefusals(t *testing.T) {
 func TestEnginePriorityGuardGRPC(t *testing.T) {
 	h := newHarness(t, `{"mesh": `+guardMesh(relocationMesh)+`}`, true)
 	prompt := strings.Repeat("a prompt in metadata ", 4)
-	req := grpcFrame(t, &llmv1.GenerateRequest{Model: "m", MaxTokens: 5, Priority: -100})
+	req := grpcframe.Message(&llmv1.GenerateRequest{Model: "m", MaxTokens: 5, Priority: -100})
 	s := h.stream(fakesdk.Options{})
 	hdr := grpcRequest("x-llmesh-prompt", prompt, "content-length", strconv.Itoa(len(req)))
 	wantStatus(t, "DecodeHeaders", s.DecodeHeaders(hdr, false), api.Continue)
@@ -298,7 +282,7 @@ func TestEnginePrioritySpoofingThroughSim(t *testing.T) {
 	protos.SetUnencryptedHTTP2(true)
 	gc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Protocols: &protos}}
 	defer gc.CloseIdleConnections()
-	req := grpcFrame(t, &llmv1.GenerateRequest{Model: sim.Model, Prompt: "hi", MaxTokens: 6, Priority: -100,
+	req := grpcframe.Message(&llmv1.GenerateRequest{Model: sim.Model, Prompt: "hi", MaxTokens: 6, Priority: -100,
 		Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
 	s := proxy(t, h, gc, geng.URL+llmv1.Generation_Generate_FullMethodName, grpcRequest(), req)
 	got := geng.TakeAll()

@@ -2,7 +2,6 @@ package envoyfilter
 
 import (
 	"encoding/base64"
-	"encoding/binary"
 	"sync"
 	"testing"
 
@@ -12,14 +11,8 @@ import (
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
-
-func webFrame(flag byte, b []byte) []byte {
-	out := make([]byte, 5, 5+len(b))
-	out[0] = flag
-	binary.BigEndian.PutUint32(out[1:], uint32(len(b)))
-	return append(out, b...)
-}
 
 func webMessage(t *testing.T, m proto.Message) []byte {
 	t.Helper()
@@ -27,7 +20,7 @@ func webMessage(t *testing.T, m proto.Message) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return webFrame(0, b)
+	return grpcframe.Raw(0, b)
 }
 
 // recordsOf is a recorder for the Envoy host's Records.
@@ -52,7 +45,7 @@ func TestGRPCWebResponses(t *testing.T) {
 	resp := append(webMessage(t, &llmv1.GenerateResponse{TokenIds: []uint32{1}, Text: "a"}),
 		webMessage(t, &llmv1.GenerateResponse{TokenIds: []uint32{2}, Text: "b", FinishReason: "length",
 			Usage: &llmv1.Usage{PromptTokens: 1, CompletionTokens: 2, TotalTokens: 3}})...)
-	trailer := webFrame(0x80, []byte("grpc-status: 0\r\ngrpc-message: \r\n"))
+	trailer := grpcframe.Raw(0x80, []byte("grpc-status: 0\r\ngrpc-message: \r\n"))
 	for _, tc := range []struct {
 		ct        string
 		body      [][]byte

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	xdstype "github.com/cncf/xds/go/xds/type/v3"
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
@@ -17,6 +16,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/pools"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // testMesh is a mesh config with one pool of capacity 1 and two classes:
@@ -153,18 +153,6 @@ func (h *harness) gauge(name string) int64 {
 	return int64(v)
 }
 
-// eventually polls cond until it holds or 10 s pass.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func noViolations(t testing.TB, s *fakesdk.Stream) {
 	t.Helper()
 	if v := s.Violations(); len(v) > 0 {
@@ -213,7 +201,7 @@ func sseResponse() *fakesdk.HeaderMap {
 // waiting: a held request reaches the scheduler from its own goroutine.
 func (h *harness) waitQueued(class string, n int) {
 	h.t.Helper()
-	eventually(h.t, fmt.Sprintf("%d %s request(s) queued", n, class), func() bool {
+	wait.Until(h.t, fmt.Sprintf("%d %s request(s) queued", n, class), func() bool {
 		h.scheds.mu.Lock()
 		defer h.scheds.mu.Unlock()
 		got := 0

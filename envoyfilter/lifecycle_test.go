@@ -2,7 +2,6 @@ package envoyfilter
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"strings"
@@ -11,12 +10,13 @@ import (
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 	"go.uber.org/goleak"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func TestMain(m *testing.M) {
@@ -28,17 +28,6 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(code)
 	}))
-}
-
-func grpcFrame(t testing.TB, m proto.Message) []byte {
-	t.Helper()
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]byte, 5, 5+len(b))
-	binary.BigEndian.PutUint32(out[1:], uint32(len(b)))
-	return append(out, b...)
 }
 
 func grpcRequest(kv ...string) *fakesdk.HeaderMap {
@@ -95,7 +84,7 @@ func TestGRPCStreamEndToEnd(t *testing.T) {
 	if !r.Async {
 		t.Errorf("with a scheduler DecodeHeaders must hold (Running), got sync %+v", r)
 	}
-	req := grpcFrame(t, &llmv1.GenerateRequest{Model: "m", Prompt: "hi", MaxTokens: 3})
+	req := grpcframe.Message(&llmv1.GenerateRequest{Model: "m", Prompt: "hi", MaxTokens: 3})
 	wantStatus(t, "DecodeData", s.DecodeData(req, true), api.Continue)
 	wantStatus(t, "EncodeHeaders", s.EncodeHeaders(fakesdk.ResponseHeaders(200, "content-type", "application/grpc"), false), api.Continue)
 	var body []byte
@@ -105,7 +94,7 @@ func TestGRPCStreamEndToEnd(t *testing.T) {
 			m.FinishReason = "length"
 			m.Usage = &llmv1.Usage{PromptTokens: 1, CompletionTokens: 3, TotalTokens: 4}
 		}
-		f := grpcFrame(t, m)
+		f := grpcframe.Message(m)
 		body = append(body, f...)
 		wantStatus(t, "EncodeData", s.EncodeData(f, false), api.Continue)
 	}
@@ -176,8 +165,8 @@ func TestCancelWhileQueued(t *testing.T) {
 	if r := pb.Wait(); !r.Destroyed {
 		t.Fatalf("B: %+v, want Destroyed", r)
 	}
-	eventually(t, "cancelled_queued counted", func() bool { return h.counter(StatCancelledQueued) == 1 })
-	eventually(t, "queue gauge back to 0", func() bool { return h.gauge(GaugeQueued) == 0 })
+	wait.Until(t, "cancelled_queued counted", func() bool { return h.counter(StatCancelledQueued) == 1 })
+	wait.Until(t, "queue gauge back to 0", func() bool { return h.gauge(GaugeQueued) == 0 })
 	// A's end frees the slot for C at once: B is no longer queued.
 	a.Destroy(api.Terminate)
 	want(t, "inflight", h.gauge(GaugeInflight), 0)
@@ -201,8 +190,8 @@ func TestServerTiming(t *testing.T) {
 	if v := rh.Peek("server-timing"); !strings.HasPrefix(v, "queue;dur=") {
 		t.Errorf("response server-timing = %q, want the queue time", v)
 	}
-	s.EncodeData(grpcFrame(t, &llmv1.GenerateResponse{TokenIds: []uint32{1, 2}}), false)
-	s.EncodeData(grpcFrame(t, &llmv1.GenerateResponse{TokenIds: []uint32{3}, FinishReason: "length"}), false)
+	s.EncodeData(grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{1, 2}}), false)
+	s.EncodeData(grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{3}, FinishReason: "length"}), false)
 	tr := fakesdk.NewHeaders("grpc-status", "0")
 	wantStatus(t, "EncodeTrailers", s.EncodeTrailers(tr), api.Continue)
 	if v := tr.Peek("server-timing"); !strings.Contains(v, "ttft;dur=") || !strings.Contains(v, "tpot;dur=") {

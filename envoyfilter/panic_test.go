@@ -13,6 +13,7 @@ import (
 	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // panicAdmitter panics in Admit, or admits with a lease whose Progress
@@ -70,7 +71,7 @@ func TestPanicRecovery(t *testing.T) {
 		s := h.stream(fakesdk.Options{})
 		wantStatus(t, "DecodeHeaders", s.DecodeHeaders(grpcRequest(), true), api.Continue)
 		wantStatus(t, "EncodeHeaders", s.EncodeHeaders(fakesdk.ResponseHeaders(200, "content-type", "application/grpc"), false), api.Continue)
-		r := s.EncodeData(grpcFrame(t, &llmv1.GenerateResponse{TokenIds: []uint32{1}}), false)
+		r := s.EncodeData(grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{1}}), false)
 		wantStatus(t, "EncodeData", r, api.LocalReply)
 		rep := s.Reply()
 		want(t, "grpc status", rep.GRPCStatus, 13)

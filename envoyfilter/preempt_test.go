@@ -2,12 +2,13 @@ package envoyfilter
 
 import (
 	"testing"
-	"time"
 
 	"github.com/envoyproxy/envoy/contrib/golang/common/go/api"
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // TestPreemptionMidStream: a batch request is streaming when an
@@ -34,7 +35,7 @@ func TestPreemptionMidStream(t *testing.T) {
 			if tc.grpc {
 				reqH = grpcRequest()
 				respH = fakesdk.ResponseHeaders(200, "content-type", "application/grpc")
-				chunk = grpcFrame(t, &llmv1.GenerateResponse{TokenIds: []uint32{7}, Text: "x"})
+				chunk = grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{7}, Text: "x"})
 			}
 			wantStatus(t, "low DecodeHeaders", low.DecodeHeaders(reqH, true), api.Continue)
 			wantStatus(t, "low EncodeHeaders", low.EncodeHeaders(respH, false), api.Continue)
@@ -45,14 +46,10 @@ func TestPreemptionMidStream(t *testing.T) {
 			// The scheduler preempts once the interactive TTFT (20ms) is at
 			// risk; the batch stream notices at its next chunk.
 			var r fakesdk.Result
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			wait.Until(t, "the low stream preempted", func() bool {
 				r = low.EncodeData(chunk, false)
-				if r.Status != api.Continue || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+				return r.Status != api.Continue
+			})
 			wantStatus(t, "low after preemption", r, api.LocalReply)
 			rep := low.Reply()
 			want(t, "reply code", rep.Code, tc.wantCode)
@@ -98,7 +95,7 @@ func TestPreemptionBeforeResponse(t *testing.T) {
 			reqH, chunk := sseRequest(), []byte(`{"prompt": `)
 			if tc.grpc {
 				reqH = grpcRequest()
-				chunk = grpcFrame(t, &llmv1.GenerateRequest{Model: "m"})
+				chunk = grpcframe.Message(&llmv1.GenerateRequest{Model: "m"})
 			}
 			wantStatus(t, "low DecodeHeaders", low.DecodeHeaders(reqH, false), api.Continue)
 			wantStatus(t, "low first chunk", low.DecodeData(chunk, false), api.Continue)
@@ -106,14 +103,10 @@ func TestPreemptionBeforeResponse(t *testing.T) {
 			high := h.stream(fakesdk.Options{})
 			hp := high.StartDecodeHeaders(sseRequest("x-tenant-id", "gold"), true)
 			var r fakesdk.Result
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			wait.Until(t, "the low stream preempted", func() bool {
 				r = low.DecodeData(chunk, false)
-				if r.Status != api.Continue || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+				return r.Status != api.Continue
+			})
 			wantStatus(t, "low after preemption", r, api.LocalReply)
 			rep := low.Reply()
 			want(t, "reply code", rep.Code, 503)

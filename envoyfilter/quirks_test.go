@@ -15,6 +15,7 @@ import (
 	"github.com/llmesh/llmesh/sim/simtest"
 	"github.com/llmesh/llmesh/telemetry"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // TestSimEveryGapCounted: a stream far longer than the observer's bounded
@@ -47,7 +48,7 @@ func TestSimGRPCNoUsageThroughFilter(t *testing.T) {
 	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Protocols: &protos}}
 	defer c.CloseIdleConnections()
 	mt := uint32(9)
-	req := grpcFrame(t, &vllmpb.GenerateRequest{RequestId: "1", Input: &vllmpb.GenerateRequest_Text{Text: "a b c"}, Stream: true,
+	req := grpcframe.Message(&vllmpb.GenerateRequest{RequestId: "1", Input: &vllmpb.GenerateRequest_Text{Text: "a b c"}, Stream: true,
 		SamplingParams: &vllmpb.SamplingParams{MaxTokens: &mt, IgnoreEos: true}})
 	hdr := fakesdk.RequestHeaders("POST", "/vllm.grpc.engine.VllmEngine/Generate", "content-type", "application/grpc", "te", "trailers")
 	s := proxy(t, h, c, "http://"+sim.GRPCAddr+"/vllm.grpc.engine.VllmEngine/Generate", hdr, req)

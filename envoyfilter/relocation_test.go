@@ -11,6 +11,7 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 const relocationMesh = `, "relocation": {
@@ -61,7 +62,7 @@ func TestRelocationGRPC(t *testing.T) {
 	if _, ok := hdr.Snapshot()["x-llmesh-prompt"]; ok {
 		t.Error("metadata entry still present after relocation")
 	}
-	frame := grpcFrame(t, &llmv1.GenerateRequest{Model: "m", MaxTokens: 3})
+	frame := grpcframe.Message(&llmv1.GenerateRequest{Model: "m", MaxTokens: 3})
 	wantStatus(t, "DecodeData 1", s.DecodeData(frame[:3], false), api.StopNoBuffer)
 	wantStatus(t, "DecodeData 2", s.DecodeData(frame[3:], true), api.Continue)
 	up := s.Upstream()

@@ -20,6 +20,7 @@ import (
 	"github.com/llmesh/llmesh/sim/simtest"
 	"github.com/llmesh/llmesh/telemetry"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // These tests put the adapter, inside the fake SDK, in front of the real
@@ -171,7 +172,7 @@ func TestSimGRPCThroughFilter(t *testing.T) {
 	protos.SetUnencryptedHTTP2(true)
 	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Protocols: &protos}}
 	defer c.CloseIdleConnections()
-	req := grpcFrame(t, &llmv1.GenerateRequest{Model: sim.Model, MaxTokens: 9, Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
+	req := grpcframe.Message(&llmv1.GenerateRequest{Model: sim.Model, MaxTokens: 9, Sampling: &llmv1.SamplingParams{IgnoreEos: true}})
 	s := proxy(t, h, c, "http://"+sim.GRPCAddr+"/llm.v1.Generation/Generate",
 		grpcRequest("x-llmesh-prompt", strings.Repeat("a prompt in metadata ", 4)), req)
 	md := s.Metadata(MetadataNamespace)

@@ -7,34 +7,9 @@ import (
 	"io"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/llmesh/llmesh/epp/epptest"
+	"github.com/llmesh/llmesh/testkit/cputime"
 )
-
-// processCPU is the process's user+system CPU time in ns: the picker's
-// goroutines and the driver's (and gRPC's on both sides) together.
-func processCPU() int64 {
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
-// reportProcessCPU reports the process's CPU time per op as
-// "cpu-ns/op" when the benchmark ends: on a shared machine wall-clock ns/op
-// includes the wait for a core, CPU time does not. It counts both ends of
-// the loopback gRPC connection, so it bounds the picker's own cost from
-// above.
-func reportProcessCPU(b *testing.B) {
-	start := processCPU()
-	b.Cleanup(func() {
-		if b.N > 0 {
-			b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
-		}
-	})
-}
 
 // BenchmarkDecision measures the picker's cost through a real grpc-go
 // ext_proc client on loopback, in full duplex mode as the inference
@@ -57,7 +32,9 @@ func BenchmarkDecision(b *testing.B) {
 			Chunks: [][]byte{events}}
 		ctx := context.Background()
 		b.ReportAllocs()
-		reportProcessCPU(b)
+		// The process's CPU counts both ends of the loopback gRPC
+		// connection: it bounds the picker's own cost from above.
+		cputime.ReportProcess(b)
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			call, pick, err := d.Start(ctx, chat(nil))
@@ -78,7 +55,7 @@ func BenchmarkDecision(b *testing.B) {
 		}
 		body := &eventBody{n: b.N, event: []byte(`data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"t"}}]}` + "\n\n")}
 		b.ReportAllocs()
-		reportProcessCPU(b)
+		cputime.ReportProcess(b)
 		b.ResetTimer()
 		rep, err := call.Relay(epptest.Response{Status: 200, Headers: map[string]string{"content-type": "text/event-stream"}, Body: body})
 		b.StopTimer()

@@ -16,6 +16,7 @@ import (
 	"github.com/llmesh/llmesh/epp/epptest"
 	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // The pick lands in the header and in the dynamic metadata, with the same
@@ -52,7 +53,7 @@ func TestPickInHeaderAndMetadata(t *testing.T) {
 			if r.Outcome != scheduler.Done || !r.Admitted || r.Endpoint != pick.Header || r.Served != pick.Header || r.Class != "interactive" {
 				t.Fatalf("record %+v", r)
 			}
-			waitFor(t, "lease released", func() bool { return p.stats().InFlight == 0 })
+			wait.Until(t, "lease released", func() bool { return p.stats().InFlight == 0 })
 			if s := p.stats(); s.Admitted != 1 {
 				t.Fatalf("admitted %d, want 1 (the lease released exactly once)", s.Admitted)
 			}
@@ -202,9 +203,9 @@ func TestQueueingByClass(t *testing.T) {
 		return ch
 	}
 	low := start("batch")
-	waitFor(t, "batch queued", func() bool { return p.stats().Queued["batch"] == 1 })
+	wait.Until(t, "batch queued", func() bool { return p.stats().Queued["batch"] == 1 })
 	high := start("interactive")
-	waitFor(t, "interactive queued", func() bool { return p.stats().Queued["interactive"] == 1 })
+	wait.Until(t, "interactive queued", func() bool { return p.stats().Queued["interactive"] == 1 })
 	if _, err := held[0].Respond(epptest.Response{Status: 200}); err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +257,7 @@ func TestQueueFull(t *testing.T) {
 		}
 	}
 	go func() { _, _, _ = d.Start(ctx(t), chat(map[string]string{"x-llmesh-lane": "batch"})) }()
-	waitFor(t, "batch queued", func() bool { return p.stats().Queued["batch"] == 1 })
+	wait.Until(t, "batch queued", func() bool { return p.stats().Queued["batch"] == 1 })
 	_, pick, err := d.Start(ctx(t), chat(map[string]string{"x-llmesh-lane": "batch"}))
 	if err != nil {
 		t.Fatal(err)
@@ -289,7 +290,7 @@ func TestReleaseOnCancel(t *testing.T) {
 			if r := p.record(t); r.Outcome != scheduler.Cancelled || !r.Admitted {
 				t.Fatalf("record %+v", r)
 			}
-			waitFor(t, "lease released", func() bool { return p.stats().InFlight == 0 })
+			wait.Until(t, "lease released", func() bool { return p.stats().InFlight == 0 })
 
 			// Queued, then gone.
 			var held []*epptest.Call
@@ -303,16 +304,16 @@ func TestReleaseOnCancel(t *testing.T) {
 			qctx, cancel := context.WithCancel(ctx(t))
 			errc := make(chan error, 1)
 			go func() { _, _, err := d.Start(qctx, chat(nil)); errc <- err }()
-			waitFor(t, "queued", func() bool { return p.stats().Queued["interactive"] == 1 })
+			wait.Until(t, "queued", func() bool { return p.stats().Queued["interactive"] == 1 })
 			cancel()
 			if err := <-errc; status.Code(err) != codes.Canceled && !errors.Is(err, context.Canceled) {
 				t.Fatalf("queued call ended with %v", err)
 			}
-			waitFor(t, "left the queue", func() bool { return p.stats().Queued["interactive"] == 0 })
+			wait.Until(t, "left the queue", func() bool { return p.stats().Queued["interactive"] == 0 })
 			for _, c := range held {
 				c.Cancel()
 			}
-			waitFor(t, "all released", func() bool { return p.stats().InFlight == 0 })
+			wait.Until(t, "all released", func() bool { return p.stats().InFlight == 0 })
 		})
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/llmesh/llmesh/sim/server"
 	"github.com/llmesh/llmesh/sim/simtest"
 	"github.com/llmesh/llmesh/testkit/proctest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // The cross-implementation conformance suite: the suite's data-plane cases,
@@ -229,7 +230,7 @@ var crossCases = []crossCase{
 		qctx, cancel := context.WithCancel(ctx(t))
 		defer cancel()
 		go func() { _, _, _ = d.Start(qctx, tg.request(map[string]string{epp.ObjectiveHeader: "batch"}, 1)) }()
-		waitFor(t, "batch queued", func() bool { return queued(t, tg, "batch") == 1 })
+		wait.Until(t, "batch queued", func() bool { return queued(t, tg, "batch") == 1 })
 		_, pick, err := d.Start(ctx(t), tg.request(map[string]string{epp.ObjectiveHeader: "batch"}, 1))
 		im := pick.Immediate
 		if err != nil || im.GetStatus().GetCode() != 429 {
@@ -368,9 +369,9 @@ func crossQueueing(t *testing.T, tg *eppTarget) {
 		return ch
 	}
 	low := start("batch")
-	waitFor(t, "batch queued", func() bool { return queued(t, tg, "batch") == 1 })
+	wait.Until(t, "batch queued", func() bool { return queued(t, tg, "batch") == 1 })
 	high := start("interactive")
-	waitFor(t, "interactive queued", func() bool { return queued(t, tg, "interactive") == 1 })
+	wait.Until(t, "interactive queued", func() bool { return queued(t, tg, "interactive") == 1 })
 	held[0].Cancel()
 	select {
 	case h := <-high:
@@ -520,7 +521,7 @@ default_class: interactive
 		client: epptest.ForwardMetadata(p.client), health: healthpb.NewHealthClient(p.conn), eps: eps, model: sims[0].Model,
 		queued: func(class string) int { return p.stats().Queued[class] },
 		settle: func(t *testing.T) {
-			waitFor(t, "the picker holds no request", func() bool {
+			wait.Until(t, "the picker holds no request", func() bool {
 				s := p.stats()
 				n := s.InFlight
 				for _, q := range s.Queued {

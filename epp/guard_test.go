@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/epp/epptest"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 func guardRequest(body string, kv ...string) epptest.Request {
@@ -90,24 +91,13 @@ func TestGuardRefusesUnreadableBody(t *testing.T) {
 	}
 }
 
-// grpcFrame is one gRPC message frame (uncompressed).
-func grpcFrame(t *testing.T, m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := make([]byte, 5, 5+len(b))
-	binary.BigEndian.PutUint32(f[1:], uint32(len(b)))
-	return append(f, b...)
-}
-
 // TestGRPCRequestModelAndGuard: an llm.v1 Generate request's message is
 // read as the other hosts read it: its model is in the Record, and in a
 // pool with engine_priority: class its priority is rewritten to the
 // class's in the message streamed back (full duplex), split across chunks.
 func TestGRPCRequestModelAndGuard(t *testing.T) {
 	p := startPickerMesh(t, "testdata/mesh-guard.yaml", nil)
-	body := grpcFrame(t, &llmv1.GenerateRequest{Model: "llama-g", Prompt: "a prompt", MaxTokens: 7, Priority: -5})
+	body := grpcframe.Message(&llmv1.GenerateRequest{Model: "llama-g", Prompt: "a prompt", MaxTokens: 7, Priority: -5})
 	h := map[string]string{":method": "POST", ":path": llmv1.Generation_Generate_FullMethodName,
 		"content-type": "application/grpc", "te": "trailers"}
 	call, pick, err := p.driver(epptest.FullDuplex).Start(ctx(t), epptest.Request{Headers: h, Chunks: split(string(body), 3)})

@@ -96,18 +96,6 @@ func (p *picker) stats() scheduler.PoolStats {
 	return scheduler.PoolStats{}
 }
 
-// waitFor polls cond for up to 5s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func (p *picker) record(t testing.TB) epp.Record {
 	t.Helper()
 	select {

@@ -13,6 +13,7 @@ import (
 	"github.com/llmesh/llmesh/epp/epptest"
 	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // preemptable wraps the test scheduler's admissions so that a test can
@@ -239,7 +240,7 @@ func TestPreemptBeforeFirstByte(t *testing.T) {
 				}
 				// Envoy answers nothing more and closes the stream.
 				call.Cancel()
-				waitFor(t, "the slot freed", func() bool { return p.stats().InFlight == 0 })
+				wait.Until(t, "the slot freed", func() bool { return p.stats().InFlight == 0 })
 				if n := epp.PreemptedCount(p.srv); n != 1 {
 					t.Fatalf("preempted count %d", n)
 				}
@@ -272,7 +273,7 @@ func TestPreemptMidStream(t *testing.T) {
 			body := &scriptedBody{pieces: []string{events[:cut], events[cut : cut+5], events[cut+5:]},
 				before: map[int]func(){2: func() {
 					a.lease(0).preempt()
-					waitFor(t, "the lease released", func() bool { return p.stats().InFlight == 0 })
+					wait.Until(t, "the lease released", func() bool { return p.stats().InFlight == 0 })
 				}}}
 			rep, err := call.Relay(epptest.Response{Status: 200, Headers: map[string]string{"content-type": "text/event-stream"}, Body: body})
 			if err != nil {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/testkit/cputime"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // benchTokens are the texts the SSE benchmarks cycle through: real
@@ -38,7 +40,7 @@ func benchObserveSSE(b *testing.B, opts Options) {
 	now := t0
 	b.SetBytes(int64(len(chunks[0])))
 	b.ReportAllocs()
-	reportCPU(b)
+	cputime.ReportThread(b)
 	i := 0
 	for b.Loop() {
 		now = now.Add(time.Millisecond)
@@ -69,7 +71,7 @@ func benchObserveSSESplit(b *testing.B, opts Options) {
 	now := t0
 	b.SetBytes(int64(len(chunks[0])))
 	b.ReportAllocs()
-	reportCPU(b)
+	cputime.ReportThread(b)
 	i := 0
 	for b.Loop() {
 		now = now.Add(time.Millisecond)
@@ -87,13 +89,13 @@ func benchObserveSSESplit(b *testing.B, opts Options) {
 // BenchmarkObserveGRPC measures one llm.v1 response message (one token id
 // and its text) per op, in steady state.
 func BenchmarkObserveGRPC(b *testing.B) {
-	chunk := frame(b, &llmv1.GenerateResponse{TokenIds: []uint32{31337}, Text: " token"})
+	chunk := grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{31337}, Text: " token"})
 	o := NewObserver(Options{GRPCMethod: MethodLLMV1})
 	o.ResponseHeaders(t0, 200, MapHeaders{"content-type": "application/grpc"})
 	now := t0
 	b.SetBytes(int64(len(chunk)))
 	b.ReportAllocs()
-	reportCPU(b)
+	cputime.ReportThread(b)
 	for b.Loop() {
 		now = now.Add(time.Millisecond)
 		if err := o.Observe(now, chunk); err != nil {
@@ -107,12 +109,12 @@ func BenchmarkObserveGRPC(b *testing.B) {
 
 // BenchmarkObserveGRPCVLLM is the vLLM engine API's stream chunk.
 func BenchmarkObserveGRPCVLLM(b *testing.B) {
-	chunk := rawFrame(0, []byte{0x0a, 0x06, 0x0a, 0x02, 0xe9, 0x07, 0x18, 0x01}) // chunk{token_ids:[1001], completion_tokens:1}
+	chunk := grpcframe.Raw(0, []byte{0x0a, 0x06, 0x0a, 0x02, 0xe9, 0x07, 0x18, 0x01}) // chunk{token_ids:[1001], completion_tokens:1}
 	o := NewObserver(Options{GRPCMethod: MethodVLLM})
 	o.ResponseHeaders(t0, 200, MapHeaders{"content-type": "application/grpc"})
 	now := t0
 	b.ReportAllocs()
-	reportCPU(b)
+	cputime.ReportThread(b)
 	for b.Loop() {
 		now = now.Add(time.Millisecond)
 		if err := o.Observe(now, chunk); err != nil {

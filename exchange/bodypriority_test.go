@@ -17,6 +17,7 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 var (
@@ -368,13 +369,6 @@ func TestRewriteProtoPriority(t *testing.T) {
 	}
 }
 
-func prioFrame(flag byte, msg []byte) []byte {
-	b := make([]byte, 5, 5+len(msg))
-	b[0] = flag
-	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
-	return append(b, msg...)
-}
-
 func gz(t testing.TB, b []byte) []byte {
 	t.Helper()
 	out, err := gzipBytes(b)
@@ -387,8 +381,8 @@ func gz(t testing.TB, b []byte) []byte {
 func TestRewriteGRPCPriority(t *testing.T) {
 	spoof := genReq(t, &llmv1.GenerateRequest{Model: "m", Prompt: "p", Priority: -50})
 	clean := genReq(t, &llmv1.GenerateRequest{Model: "m", Prompt: "p"})
-	body := append(prioFrame(0, spoof), prioFrame(1, gz(t, spoof))...)
-	body = append(body, prioFrame(0, clean)...)
+	body := append(grpcframe.Raw(0, spoof), grpcframe.Raw(1, gz(t, spoof))...)
+	body = append(body, grpcframe.Raw(0, clean)...)
 	out, changed, err := RewriteGRPCPriority(body, "gzip", 1<<20, LLMv1PriorityField, strip)
 	if err != nil || !changed {
 		t.Fatalf("changed %v, err %v", changed, err)
@@ -406,12 +400,12 @@ func TestRewriteGRPCPriority(t *testing.T) {
 			t.Errorf("message %d: %v", i, &r)
 		}
 	}
-	if !bytes.HasSuffix(out, prioFrame(0, clean)) {
+	if !bytes.HasSuffix(out, grpcframe.Raw(0, clean)) {
 		t.Error("unchanged message not kept byte for byte")
 	}
 
-	same, changed, err := RewriteGRPCPriority(prioFrame(1, gz(t, clean)), "gzip", 1<<20, LLMv1PriorityField, strip)
-	if err != nil || changed || !bytes.Equal(same, prioFrame(1, gz(t, clean))) {
+	same, changed, err := RewriteGRPCPriority(grpcframe.Raw(1, gz(t, clean)), "gzip", 1<<20, LLMv1PriorityField, strip)
+	if err != nil || changed || !bytes.Equal(same, grpcframe.Raw(1, gz(t, clean))) {
 		t.Errorf("compressed message without priority: changed %v, err %v", changed, err)
 	}
 
@@ -423,14 +417,14 @@ func TestRewriteGRPCPriority(t *testing.T) {
 		msg       string
 	}{
 		{"truncated prefix", "", []byte{0, 0, 0}, ErrPriorityBody, "truncated prefix"},
-		{"truncated message", "", prioFrame(0, spoof)[:8], ErrPriorityBody, "announced"},
-		{"bad flag", "", prioFrame(2, spoof), ErrPriorityBody, "compressed flag 2"},
-		{"deflate", "deflate", prioFrame(1, spoof), ErrPriorityBody, `grpc-encoding "deflate"`},
-		{"flagged without encoding", "", prioFrame(1, spoof), ErrPriorityBody, `grpc-encoding ""`},
-		{"not gzip", "gzip", prioFrame(1, spoof), ErrPriorityBody, "gzip"},
-		{"too large", "", prioFrame(0, big), ErrPriorityTooLarge, "exceeds 1024"},
-		{"gzip bomb", "gzip", prioFrame(1, gz(t, big)), ErrPriorityTooLarge, "decompressed beyond 1024"},
-		{"not protobuf", "", prioFrame(0, []byte{0x32, 0x7f}), ErrPriorityBody, "protobuf field 6"},
+		{"truncated message", "", grpcframe.Raw(0, spoof)[:8], ErrPriorityBody, "announced"},
+		{"bad flag", "", grpcframe.Raw(2, spoof), ErrPriorityBody, "compressed flag 2"},
+		{"deflate", "deflate", grpcframe.Raw(1, spoof), ErrPriorityBody, `grpc-encoding "deflate"`},
+		{"flagged without encoding", "", grpcframe.Raw(1, spoof), ErrPriorityBody, `grpc-encoding ""`},
+		{"not gzip", "gzip", grpcframe.Raw(1, spoof), ErrPriorityBody, "gzip"},
+		{"too large", "", grpcframe.Raw(0, big), ErrPriorityTooLarge, "exceeds 1024"},
+		{"gzip bomb", "gzip", grpcframe.Raw(1, gz(t, big)), ErrPriorityTooLarge, "decompressed beyond 1024"},
+		{"not protobuf", "", grpcframe.Raw(0, []byte{0x32, 0x7f}), ErrPriorityBody, "protobuf field 6"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := RewriteGRPCPriority(tc.body, tc.enc, 1024, LLMv1PriorityField, strip)
@@ -537,10 +531,10 @@ func FuzzRewriteJSONPriority(f *testing.F) {
 // set one, and other fields unchanged.
 func FuzzRewriteGRPCPriority(f *testing.F) {
 	spoof := genReq(f, &llmv1.GenerateRequest{Model: "m", Prompt: "p", Priority: -50, MaxTokens: 3})
-	f.Add(prioFrame(0, spoof), false, int32(0))
-	f.Add(prioFrame(1, gz(f, spoof)), true, int32(7))
-	f.Add(append(prioFrame(0, spoof), prioFrame(0, spoof)...), false, int32(-1))
-	f.Add(prioFrame(0, []byte{0x30, 0x01, 0x35, 1, 2, 3, 4, 0x33, 0x34}), false, int32(2))
+	f.Add(grpcframe.Raw(0, spoof), false, int32(0))
+	f.Add(grpcframe.Raw(1, gz(f, spoof)), true, int32(7))
+	f.Add(append(grpcframe.Raw(0, spoof), grpcframe.Raw(0, spoof)...), false, int32(-1))
+	f.Add(grpcframe.Raw(0, []byte{0x30, 0x01, 0x35, 1, 2, 3, 4, 0x33, 0x34}), false, int32(2))
 	f.Add([]byte{0, 0, 0, 0, 0}, true, int32(1))
 	f.Add([]byte{1, 0, 0, 0, 3, 1, 2, 3}, false, int32(1))
 	f.Fuzz(func(t *testing.T, body []byte, setMode bool, v int32) {
@@ -614,7 +608,7 @@ func BenchmarkRewriteJSONPriority(b *testing.B) {
 
 // BenchmarkRewriteGRPCPriority: the same for an llm.v1 request.
 func BenchmarkRewriteGRPCPriority(b *testing.B) {
-	body := prioFrame(0, genReq(b, &llmv1.GenerateRequest{Model: "llama", Prompt: strings.Repeat("x", 1000), MaxTokens: 256, Priority: -100}))
+	body := grpcframe.Raw(0, genReq(b, &llmv1.GenerateRequest{Model: "llama", Prompt: strings.Repeat("x", 1000), MaxTokens: 256, Priority: -100}))
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {

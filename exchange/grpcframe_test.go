@@ -7,28 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
-
-// frame builds one gRPC length-prefixed message.
-func frame(t testing.TB, m proto.Message) []byte {
-	t.Helper()
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rawFrame(0, b)
-}
-
-func rawFrame(flag byte, body []byte) []byte {
-	out := make([]byte, 5, 5+len(body))
-	out[0] = flag
-	binary.BigEndian.PutUint32(out[1:], uint32(len(body)))
-	return append(out, body...)
-}
 
 // feedGRPC runs frames (one piece each, 10 ms apart from 100 ms) and the
 // trailers through a fresh observer.
@@ -52,10 +34,10 @@ func feedGRPC(t *testing.T, opts Options, trailers MapHeaders, pieces ...[]byte)
 
 func llmV1Stream(t testing.TB) [][]byte {
 	return [][]byte{
-		frame(t, &llmv1.GenerateResponse{TokenIds: []uint32{11}, Text: "He"}),
-		frame(t, &llmv1.GenerateResponse{TokenIds: []uint32{12, 13}, Text: "llo!"}),
-		frame(t, &llmv1.GenerateResponse{}), // no tokens
-		frame(t, &llmv1.GenerateResponse{TokenIds: []uint32{14}, Text: " ok", FinishReason: "stop",
+		grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{11}, Text: "He"}),
+		grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{12, 13}, Text: "llo!"}),
+		grpcframe.Message(&llmv1.GenerateResponse{}), // no tokens
+		grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{14}, Text: " ok", FinishReason: "stop",
 			Usage: &llmv1.Usage{PromptTokens: 9, CompletionTokens: 4, TotalTokens: 13}}),
 	}
 }
@@ -87,10 +69,10 @@ func TestObserveGRPCLLMV1(t *testing.T) {
 
 func TestObserveGRPCVLLM(t *testing.T) {
 	chunk := func(ids ...uint32) []byte {
-		return frame(t, &vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: &vllmpb.GenerateStreamChunk{
+		return grpcframe.Message(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: &vllmpb.GenerateStreamChunk{
 			TokenIds: ids, PromptTokens: 5, CompletionTokens: uint32(len(ids))}}})
 	}
-	complete := frame(t, &vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Complete{Complete: &vllmpb.GenerateComplete{
+	complete := grpcframe.Message(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Complete{Complete: &vllmpb.GenerateComplete{
 		OutputIds: []uint32{1, 2, 3}, FinishReason: "length", PromptTokens: 5, CompletionTokens: 3}}})
 	got, errs := feedGRPC(t, Options{GRPCMethod: MethodVLLM}, MapHeaders{"grpc-status": "0"}, chunk(1), chunk(2, 3), complete)
 	if len(errs) > 0 {
@@ -108,7 +90,7 @@ func TestObserveGRPCVLLM(t *testing.T) {
 
 func TestObserveGRPCCompressedAndUnknown(t *testing.T) {
 	got, errs := feedGRPC(t, Options{GRPCMethod: MethodLLMV1}, MapHeaders{"grpc-status": "0"},
-		rawFrame(1, []byte("\x1f\x8b not really gzip")), rawFrame(1, nil))
+		grpcframe.Raw(1, []byte("\x1f\x8b not really gzip")), grpcframe.Raw(1, nil))
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -116,7 +98,7 @@ func TestObserveGRPCCompressedAndUnknown(t *testing.T) {
 		t.Errorf("compressed: %+v", got)
 	}
 	got, _ = feedGRPC(t, Options{GRPCMethod: "/other.Svc/Stream"}, MapHeaders{"grpc-status": "0"},
-		rawFrame(0, []byte{0x08, 0x01}), rawFrame(0, nil), rawFrame(0, []byte{0x08, 0x02}))
+		grpcframe.Raw(0, []byte{0x08, 0x01}), grpcframe.Raw(0, nil), grpcframe.Raw(0, []byte{0x08, 0x02}))
 	if got.TokenChunks != 2 || got.Chunks != 3 {
 		t.Errorf("unknown API: %+v", got)
 	}
@@ -135,11 +117,11 @@ func TestObserveGRPCErrors(t *testing.T) {
 		wantMsg  string
 	}{
 		{"status", Options{}, MapHeaders{"grpc-status": "8", "grpc-message": "queue%20full"}, nil, nil, ErrorGRPCStatus, "grpc-status 8: queue full"},
-		{"no trailers", Options{}, nil, [][]byte{frame(t, &llmv1.GenerateResponse{Text: "x"})}, nil, ErrorTruncated, "without trailers"},
+		{"no trailers", Options{}, nil, [][]byte{grpcframe.Message(&llmv1.GenerateResponse{Text: "x"})}, nil, ErrorTruncated, "without trailers"},
 		{"lying length", Options{}, nil, [][]byte{append(huge, "abc"...)}, ErrFrameTooLarge, ErrorFrameTooLarge, "declared length 4294967280 exceeds max_frame_bytes 4194304"},
-		{"custom cap", Options{MaxFrameBytes: 3}, nil, [][]byte{rawFrame(0, []byte("abcd"))}, ErrFrameTooLarge, ErrorFrameTooLarge, "max_frame_bytes 3"},
-		{"bad flag", Options{}, nil, [][]byte{rawFrame(0x80, []byte("abcd"))}, ErrMalformed, ErrorMalformed, "flag 0x80"},
-		{"bad protobuf", Options{GRPCMethod: MethodLLMV1}, MapHeaders{"grpc-status": "0"}, [][]byte{rawFrame(0, []byte{0x0a, 0x09, 0x01})}, ErrMalformed, ErrorMalformed, "invalid protobuf"},
+		{"custom cap", Options{MaxFrameBytes: 3}, nil, [][]byte{grpcframe.Raw(0, []byte("abcd"))}, ErrFrameTooLarge, ErrorFrameTooLarge, "max_frame_bytes 3"},
+		{"bad flag", Options{}, nil, [][]byte{grpcframe.Raw(0x80, []byte("abcd"))}, ErrMalformed, ErrorMalformed, "flag 0x80"},
+		{"bad protobuf", Options{GRPCMethod: MethodLLMV1}, MapHeaders{"grpc-status": "0"}, [][]byte{grpcframe.Raw(0, []byte{0x0a, 0x09, 0x01})}, ErrMalformed, ErrorMalformed, "invalid protobuf"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

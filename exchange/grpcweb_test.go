@@ -3,6 +3,8 @@ package exchange
 import (
 	"encoding/base64"
 	"testing"
+
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // observeWeb runs one response of content type ct through a fresh
@@ -23,14 +25,14 @@ func observeWeb(t *testing.T, ct string, pieces ...[]byte) Observation {
 // trailer frame (flag 0x80) in the body; that frame is not a message.
 func TestObserveGRPCWeb(t *testing.T) {
 	msgs := llmV1Stream(t)
-	ok := rawFrame(0x80, []byte("grpc-status: 0\r\nGrpc-Message: \r\nllmesh-engine-preemptions: 1\r\n"))
+	ok := grpcframe.Raw(0x80, []byte("grpc-status: 0\r\nGrpc-Message: \r\nllmesh-engine-preemptions: 1\r\n"))
 	got := observeWeb(t, "application/grpc-web+proto", append(msgs, ok)...)
 	if got.Protocol != ProtocolGRPC || !got.OK() || !got.Complete || !got.HasGRPCStatus || got.GRPCStatus != 0 ||
 		got.Chunks != 4 || got.OutputTokens != 4 || got.Engine.Preemptions != 1 {
 		t.Errorf("ok stream: %+v", got)
 	}
 	// The trailer frame split across chunks, with an error status.
-	bad := rawFrame(0x80, []byte("grpc-status: 8\r\ngrpc-message: too%20big\r\n"))
+	bad := grpcframe.Raw(0x80, []byte("grpc-status: 8\r\ngrpc-message: too%20big\r\n"))
 	got = observeWeb(t, "application/grpc-web", msgs[0], bad[:7], bad[7:])
 	if got.OK() || got.ErrorKind != ErrorGRPCStatus || got.GRPCStatus != 8 || got.GRPCMessage != "too big" || !got.Complete {
 		t.Errorf("error status: %+v", got)
@@ -72,7 +74,7 @@ func FuzzWebTrailers(f *testing.F) {
 		}
 		o := NewObserver(Options{})
 		o.ResponseHeaders(at(0), 200, MapHeaders{"content-type": "application/grpc-web"})
-		_ = o.Observe(at(1), rawFrame(0x80, b))
+		_ = o.Observe(at(1), grpcframe.Raw(0x80, b))
 		o.Finish(at(2), nil)
 	})
 }

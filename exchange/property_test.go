@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // sampleSSE is a stream exercising CRLF, CR, multi-line data, comments,
@@ -40,8 +41,8 @@ func sampleGRPC(t testing.TB) []byte {
 	for _, f := range llmV1Stream(t) {
 		out = append(out, f...)
 	}
-	out = append(out, rawFrame(1, []byte("compressed"))...)
-	return append(out, frame(t, &llmv1.GenerateResponse{TokenIds: []uint32{1 << 20}, Text: "ü"})...)
+	out = append(out, grpcframe.Raw(1, []byte("compressed"))...)
+	return append(out, grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{1 << 20}, Text: "ü"})...)
 }
 
 // observeSplit feeds data split at the given cut points, every piece at
@@ -158,9 +159,9 @@ func FuzzObserveSSE(f *testing.F) {
 
 func FuzzObserveGRPC(f *testing.F) {
 	f.Add(sampleGRPC(f), uint64(1), false)
-	f.Add(rawFrame(0, []byte{0x0a, 0x02, 0x01, 0x02, 0x12, 0x01, 'x'}), uint64(5), true)
+	f.Add(grpcframe.Raw(0, []byte{0x0a, 0x02, 0x01, 0x02, 0x12, 0x01, 'x'}), uint64(5), true)
 	f.Add([]byte{0, 0xff, 0xff, 0xff, 0xff, 1, 2, 3}, uint64(2), false)
-	f.Add(rawFrame(1, []byte("zz")), uint64(3), true)
+	f.Add(grpcframe.Raw(1, []byte("zz")), uint64(3), true)
 	f.Fuzz(func(t *testing.T, data []byte, seed uint64, vllm bool) {
 		opts := Options{GRPCMethod: MethodLLMV1, KeepOutput: true, MaxFrameBytes: 1024}
 		if vllm {

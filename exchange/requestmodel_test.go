@@ -7,21 +7,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/llmv1"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
-func llmFrame(t testing.TB, m *llmv1.GenerateRequest) []byte {
-	t.Helper()
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]byte, 5, 5+len(b))
-	binary.BigEndian.PutUint32(out[1:], uint32(len(b)))
-	return append(out, b...)
-}
-
 func TestRequestModel(t *testing.T) {
-	full := llmFrame(t, &llmv1.GenerateRequest{Prompt: "p", MaxTokens: 3, Model: "m-1"})
+	full := grpcframe.Message(&llmv1.GenerateRequest{Prompt: "p", MaxTokens: 3, Model: "m-1"})
 	for _, tc := range []struct {
 		name   string
 		method string
@@ -46,7 +36,7 @@ func TestRequestModel(t *testing.T) {
 // FuzzRequestModel: any gRPC body is read without a panic, and the model
 // found is the one proto.Unmarshal reads.
 func FuzzRequestModel(f *testing.F) {
-	f.Add(llmFrame(f, &llmv1.GenerateRequest{Model: "m", Prompt: "p"}))
+	f.Add(grpcframe.Message(&llmv1.GenerateRequest{Model: "m", Prompt: "p"}))
 	f.Add([]byte{0, 0, 0, 0, 1, 10})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		m := RequestModel(MethodLLMV1, body, true)

@@ -3,7 +3,6 @@ package exchange_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"io"
 	"net/http"
 	"strings"
@@ -11,13 +10,13 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
 	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/sim/server"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // These tests run the observer over real responses of the simulated engine
@@ -121,16 +120,6 @@ func TestSimOpenAI(t *testing.T) {
 	}
 }
 
-func grpcFrame(t *testing.T, m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]byte, 5, 5+len(b))
-	binary.BigEndian.PutUint32(out[1:], uint32(len(b)))
-	return append(out, b...)
-}
-
 func grpcRequest(t *testing.T, addr, method string, msg []byte) *http.Request {
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+addr+method, bytes.NewReader(msg))
 	if err != nil {
@@ -148,7 +137,7 @@ func TestSimGRPC(t *testing.T) {
 	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{Protocols: &protos}}
 	defer c.CloseIdleConnections()
 
-	req := grpcRequest(t, s.GRPCAddr, exchange.MethodLLMV1, grpcFrame(t, &llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 17,
+	req := grpcRequest(t, s.GRPCAddr, exchange.MethodLLMV1, grpcframe.Message(&llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 17,
 		Sampling: &llmv1.SamplingParams{IgnoreEos: true}}))
 	got := run(t, c, req, exchange.Options{GRPCMethod: exchange.MethodLLMV1, KeepOutput: true})
 	if !got.OK() || got.Protocol != exchange.ProtocolGRPC || !got.HasGRPCStatus || got.GRPCStatus != 0 {
@@ -159,7 +148,7 @@ func TestSimGRPC(t *testing.T) {
 	}
 
 	max := uint32(11)
-	req = grpcRequest(t, s.GRPCAddr, exchange.MethodVLLM, grpcFrame(t, &vllmpb.GenerateRequest{RequestId: "r1",
+	req = grpcRequest(t, s.GRPCAddr, exchange.MethodVLLM, grpcframe.Message(&vllmpb.GenerateRequest{RequestId: "r1",
 		Input: &vllmpb.GenerateRequest_Text{Text: "hello"}, Stream: true,
 		SamplingParams: &vllmpb.SamplingParams{MaxTokens: &max, IgnoreEos: true}}))
 	got = run(t, c, req, exchange.Options{GRPCMethod: exchange.MethodVLLM})
@@ -167,7 +156,7 @@ func TestSimGRPC(t *testing.T) {
 		t.Errorf("vllm: %+v", got)
 	}
 
-	req = grpcRequest(t, s.GRPCAddr, exchange.MethodLLMV1, grpcFrame(t, &llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 5}))
+	req = grpcRequest(t, s.GRPCAddr, exchange.MethodLLMV1, grpcframe.Message(&llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 5}))
 	req.Header.Set("x-llmesh-sim-fault", "503")
 	got = run(t, c, req, exchange.Options{GRPCMethod: exchange.MethodLLMV1})
 	if got.ErrorKind != exchange.ErrorGRPCStatus || got.GRPCStatus == 0 {
@@ -186,14 +175,14 @@ func TestSimGRPCNoUsage(t *testing.T) {
 	defer c.CloseIdleConnections()
 
 	max := uint32(11)
-	req := grpcRequest(t, s.GRPCAddr, exchange.MethodVLLM, grpcFrame(t, &vllmpb.GenerateRequest{RequestId: "r1",
+	req := grpcRequest(t, s.GRPCAddr, exchange.MethodVLLM, grpcframe.Message(&vllmpb.GenerateRequest{RequestId: "r1",
 		Input: &vllmpb.GenerateRequest_Text{Text: "hello"}, Stream: true,
 		SamplingParams: &vllmpb.SamplingParams{MaxTokens: &max, IgnoreEos: true}}))
 	got := run(t, c, req, exchange.Options{GRPCMethod: exchange.MethodVLLM})
 	if !got.OK() || got.OutputTokens != 11 || got.OutputTokensSource != exchange.TokensFromStream || !got.HasTPOT {
 		t.Errorf("vllm: output %d from %v, TPOT %v: %+v", got.OutputTokens, got.OutputTokensSource, got.HasTPOT, got)
 	}
-	req = grpcRequest(t, s.GRPCAddr, exchange.MethodLLMV1, grpcFrame(t, &llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 9}))
+	req = grpcRequest(t, s.GRPCAddr, exchange.MethodLLMV1, grpcframe.Message(&llmv1.GenerateRequest{Model: s.Model, Prompt: "hi", MaxTokens: 9}))
 	got = run(t, c, req, exchange.Options{GRPCMethod: exchange.MethodLLMV1})
 	if !got.OK() || got.OutputTokens != 9 || got.OutputTokensSource != exchange.TokensFromStream || got.UsageReported || !got.HasTPOT {
 		t.Errorf("llm.v1: output %d from %v: %+v", got.OutputTokens, got.OutputTokensSource, got)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // TestUsageAbsent: an engine that reports no usage, or a usage of 0 while
@@ -13,10 +14,10 @@ import (
 // that reports usage keeps its figure.
 func TestUsageAbsent(t *testing.T) {
 	vchunk := func(ids ...uint32) []byte {
-		return frame(t, &vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: &vllmpb.GenerateStreamChunk{TokenIds: ids}}})
+		return grpcframe.Message(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Chunk{Chunk: &vllmpb.GenerateStreamChunk{TokenIds: ids}}})
 	}
 	vdone := func(completion uint32) []byte {
-		return frame(t, &vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Complete{Complete: &vllmpb.GenerateComplete{
+		return grpcframe.Message(&vllmpb.GenerateResponse{Response: &vllmpb.GenerateResponse_Complete{Complete: &vllmpb.GenerateComplete{
 			OutputIds: []uint32{1, 2, 3, 4}, FinishReason: "length", CompletionTokens: completion}}})
 	}
 	for _, tc := range []struct {
@@ -31,12 +32,12 @@ func TestUsageAbsent(t *testing.T) {
 		{"vllm complete with counts", MethodVLLM, [][]byte{vchunk(1), vchunk(2), vchunk(3, 4), vdone(4)}, 4, TokensFromUsage, true},
 		{"vllm usage larger than the stream", MethodVLLM, [][]byte{vchunk(1), vchunk(2), vdone(7)}, 7, TokensFromUsage, true},
 		{"llm.v1 no usage", MethodLLMV1, [][]byte{
-			frame(t, &llmv1.GenerateResponse{TokenIds: []uint32{1}}),
-			frame(t, &llmv1.GenerateResponse{TokenIds: []uint32{2, 3}, FinishReason: "length"}),
+			grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{1}}),
+			grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{2, 3}, FinishReason: "length"}),
 		}, 3, TokensFromStream, false},
 		{"llm.v1 usage of zero", MethodLLMV1, [][]byte{
-			frame(t, &llmv1.GenerateResponse{TokenIds: []uint32{1}}),
-			frame(t, &llmv1.GenerateResponse{TokenIds: []uint32{2, 3}, Usage: &llmv1.Usage{PromptTokens: 4}}),
+			grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{1}}),
+			grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{2, 3}, Usage: &llmv1.Usage{PromptTokens: 4}}),
 		}, 3, TokensFromStream, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

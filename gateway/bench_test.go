@@ -18,14 +18,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/llmesh/llmesh/sim/simtest"
 	"github.com/llmesh/llmesh/telemetry"
+	"github.com/llmesh/llmesh/testkit/cputime"
 )
 
 // benchChunk is a typical OpenAI chat streaming event.
@@ -88,12 +86,6 @@ func newPlainReverseProxy(u *url.URL) *httputil.ReverseProxy {
 	}
 }
 
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
 
 func streamOnce(tb testing.TB, base string) {
@@ -149,17 +141,11 @@ type recordTimer struct {
 	took []time.Duration
 }
 
-func threadCPU() time.Duration {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
-	return time.Duration(ts.Nano())
-}
-
 func (t *recordTimer) Record(r Record) {
 	runtime.LockOSThread() // the two clock reads on one thread
-	start := threadCPU()
+	start := cputime.Thread()
 	t.next.Record(r)
-	d := threadCPU() - start
+	d := cputime.Thread() - start
 	runtime.UnlockOSThread()
 	t.mu.Lock()
 	t.took = append(t.took, d)
@@ -236,9 +222,9 @@ func benchProxyCPU(b *testing.B, chunks int, unit string) {
 		// handler's tail, the garbage it left for the collector) landed
 		// on the same successor every time.
 		for _, j := range rng.Perm(len(paths)) {
-			c0 := cpuTime()
+			c0 := cputime.Process()
 			streamOnce(b, paths[j])
-			round[j] = cpuTime() - c0
+			round[j] = cputime.Process() - c0
 			cpu[j] += round[j]
 		}
 		for j := 1; j < len(paths); j++ {
@@ -300,11 +286,11 @@ func BenchmarkProxyCPUAlone(b *testing.B) {
 			}
 			streamOnce(b, base)
 			b.ResetTimer()
-			c0 := cpuTime()
+			c0 := cputime.Process()
 			for i := 0; i < b.N; i++ {
 				streamOnce(b, base)
 			}
-			b.ReportMetric(float64(cpuTime()-c0)/float64(b.N*chunks), "cpu-ns/chunk")
+			b.ReportMetric(float64(cputime.Process()-c0)/float64(b.N*chunks), "cpu-ns/chunk")
 		})
 	}
 }
@@ -506,13 +492,13 @@ func benchStreamPerChunk(b *testing.B, opts ...Option) {
 	buf := make([]byte, 32<<10)
 	b.ReportAllocs()
 	b.ResetTimer()
-	c0 := cpuTime()
+	c0 := cputime.Process()
 	for {
 		if _, err := s.Read(buf); err != nil {
 			break
 		}
 	}
-	cpu := cpuTime() - c0
+	cpu := cputime.Process() - c0
 	b.StopTimer()
 	// CPU time, unlike ns/op, does not count time the machine gave to
 	// other processes.

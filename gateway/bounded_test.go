@@ -10,12 +10,12 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // heapInUse is the live heap after a collection.
@@ -84,18 +84,20 @@ func TestSlowBodiesBoundedByBudget(t *testing.T) {
 		statuses[i] = st
 	}
 	// Wait until every body is either refused or held.
-	deadline := time.Now().Add(10 * time.Second)
+	// Not holding in time is no failure of its own: the statuses below say
+	// which bodies went wrong. The heap is sampled at each check.
 	var peak uint64
-	for {
+	_ = wait.Poll{Timeout: 10 * time.Second, Interval: 50 * time.Millisecond}.Check("every body refused or held", func() error {
 		peak = max(peak, heapInUse()-min(before, heapInUse()))
-		if b := g.BufferedBodyBytes(); b > DefaultBodyBudget {
+		b := g.BufferedBodyBytes()
+		if b > DefaultBodyBudget {
 			t.Fatalf("buffered %d body bytes, over the budget %d", b, DefaultBodyBudget)
 		}
-		if time.Now().After(deadline) || g.BufferedBodyBytes() >= DefaultBodyBudget-size {
-			break
+		if b >= DefaultBodyBudget-size {
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("%d body bytes buffered", b)
+	})
 	got := map[int]int{}
 	for _, st := range statuses {
 		got[<-st]++
@@ -158,18 +160,12 @@ func TestStalledReaderReleasesSlot(t *testing.T) {
 	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	inflight := func() int { return sched.Stats()[0].InFlight }
 	start := time.Now()
-	for inflight() == 0 && time.Since(start) < 5*time.Second {
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Until(t, "the stream admitted", func() bool { return inflight() != 0 })
 	if inflight() != 1 {
-		t.Fatal("the stream was never admitted")
+		t.Fatalf("%d streams admitted, want 1", inflight())
 	}
-	for inflight() != 0 && time.Since(start) < 15*time.Second {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if inflight() != 0 {
-		t.Fatalf("slot still held %v after the client stopped reading (client write timeout 300ms)", time.Since(start))
-	}
+	wait.Poll{Interval: 20 * time.Millisecond}.Until(t, "the slot freed after the client stopped reading (client write timeout 300ms)",
+		func() bool { return inflight() == 0 })
 	t.Logf("a client that never reads released its slot after %v", time.Since(start).Round(time.Millisecond))
 	// The slot serves the next client.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -218,28 +214,18 @@ func TestConnsPerClientLimited(t *testing.T) {
 	res.Body.Close()
 	// A closed connection frees its place.
 	conns[1].Close()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-			res, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err == nil {
-				res.Body.Close()
-				c.Close()
-				return
-			}
-			c.Close()
-			time.Sleep(10 * time.Millisecond)
+	wait.Poll{Interval: 10 * time.Millisecond}.UntilNil(t, "a connection served after one of the three closed", func() error {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return wait.Stop(err)
 		}
-		t.Error("no connection served after one of the three closed")
-	}()
-	wg.Wait()
+		defer c.Close()
+		fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		res.Body.Close()
+		return nil
+	})
 }

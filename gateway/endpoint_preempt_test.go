@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // TestEndpointsPreemptOnUrgentSim: two sims, one slot each, both running
@@ -57,14 +59,10 @@ func TestEndpointsPreemptOnUrgentSim(t *testing.T) {
 			batch <- err
 		}()
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for sched.Stats()[0].InFlight < 2 || simMetric(t, sims[0], "vllm:generation_tokens_total") < 5 ||
-		simMetric(t, sims[1], "vllm:generation_tokens_total") < 5 {
-		if time.Now().After(deadline) {
-			t.Fatal("the batch streams did not start on both sims")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	wait.Until(t, "the batch streams to start on both sims", func() bool {
+		return sched.Stats()[0].InFlight >= 2 && simMetric(t, sims[0], "vllm:generation_tokens_total") >= 5 &&
+			simMetric(t, sims[1], "vllm:generation_tokens_total") >= 5
+	})
 	req, _ := http.NewRequest(http.MethodPost, gw+"/v1/completions", strings.NewReader(completion(sims[0].Model, 4)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Class", "interactive")
@@ -84,16 +82,17 @@ func TestEndpointsPreemptOnUrgentSim(t *testing.T) {
 	// A sim counts an abort when it sees its client go, which may come
 	// after the interactive request has ended: wait for the count.
 	aborted := map[string]float64{}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+	wait.UntilNil(t, "a sim to count the aborted batch stream", func() error {
 		total := 0.0
 		for i, s := range sims {
 			aborted[eps[i]] = simMetric(t, s, "llmesh_sim:requests_aborted_total")
 			total += aborted[eps[i]]
 		}
-		if total >= 1 || time.Now().After(deadline) {
-			break
+		if total < 1 {
+			return fmt.Errorf("aborted streams by sim: %v", aborted)
 		}
-	}
+		return nil
+	})
 	if aborted[urgent.Endpoint] != 1 {
 		t.Fatalf("interactive request ran on %s; aborted streams by sim: %v (want the victim on the same sim)", urgent.Endpoint, aborted)
 	}

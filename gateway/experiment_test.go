@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/pools"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // Each arm schedules with its own policy: with the arm's one slot taken,
@@ -50,22 +52,19 @@ func TestExperimentArmPoliciesDiffer(t *testing.T) {
 
 	waiting := func(pool string, n int) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			for _, ps := range ms.Stats() {
+		wait.UntilNil(t, fmt.Sprintf("pool %s to have %d waiting", pool, n), func() error {
+			st := ms.Stats()
+			for _, ps := range st {
 				q := 0
 				for _, v := range ps.Queued {
 					q += v
 				}
 				if ps.Name == pool && q == n {
-					return
+					return nil
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("pool %s never had %d waiting: %+v", pool, n, ms.Stats())
-			}
-			time.Sleep(time.Millisecond)
-		}
+			return fmt.Errorf("stats %+v", st)
+		})
 	}
 	for _, tc := range []struct {
 		arm   string
@@ -86,13 +85,9 @@ func TestExperimentArmPoliciesDiffer(t *testing.T) {
 				}()
 			}
 			send("holder", 64) // takes the arm's only slot for a while
-			deadline := time.Now().Add(20 * time.Second)
-			for ms.Stats()[poolIndex(t, ms, pool)].InFlight != 1 {
-				if time.Now().After(deadline) {
-					t.Fatal("holder never admitted")
-				}
-				time.Sleep(time.Millisecond)
-			}
+			wait.Until(t, "the holder admitted", func() bool {
+				return ms.Stats()[poolIndex(t, ms, pool)].InFlight == 1
+			})
 			send("batch", 2)
 			waiting(pool, 1)
 			send("urgent", 2)

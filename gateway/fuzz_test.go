@@ -12,13 +12,14 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/exchange"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 func FuzzRequestMeta(f *testing.F) {
 	f.Add("/v1/completions", []byte(`{"model":"m","prompt":"hi","stream":true,"max_tokens":5}`), false)
 	f.Add("/v1/chat/completions", []byte(`{"messages":[{"role":"user","content":"x"}],"stream":true,"n":1,"max_completion_tokens":3}`), false)
 	f.Add("/v1/completions", []byte(`{"prompt":[1,2,3],"logprobs":2,"echo":true}`), false)
-	f.Add("/llm.v1.Generation/Generate", grpcFrame(&llmv1.GenerateRequest{Prompt: "abc", MaxTokens: 4}), true)
+	f.Add("/llm.v1.Generation/Generate", grpcframe.Message(&llmv1.GenerateRequest{Prompt: "abc", MaxTokens: 4}), true)
 	f.Add("/vllm.grpc.engine.VllmEngine/Generate", []byte{0, 0, 0, 0, 9, 1, 2}, true)
 	f.Add("/v1/completions", []byte(`{"prompt":"x","max_tokens":4294967297}`), false)
 	f.Add("/v1/chat/completions", []byte(`{"max_tokens":1,"max_completion_tokens":2147483648}`), false)
@@ -99,7 +100,7 @@ func pipeThrough(t *testing.T, contentType string, body []byte, sizes []byte, bu
 func FuzzStreamTransparent(f *testing.F) {
 	f.Add("text/event-stream", []byte("data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: [DONE]\n\n"), []byte{3, 200, 1}, uint16(64))
 	f.Add("text/event-stream", []byte("data: x\r\n\r\n: c\n\nevent: e\ndata: y\n\n"), []byte{0, 0, 0}, uint16(5))
-	f.Add("application/grpc", append(grpcFrame(&llmv1.GenerateResponse{TokenIds: []uint32{1}}), grpcFrame(&llmv1.GenerateResponse{Text: "zz"})...), []byte{2, 9}, uint16(7))
+	f.Add("application/grpc", append(grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{1}}), grpcframe.Message(&llmv1.GenerateResponse{Text: "zz"})...), []byte{2, 9}, uint16(7))
 	f.Add("application/grpc", []byte{0, 0, 0, 1, 0, 1, 2, 3}, []byte{1}, uint16(4))
 	f.Add("application/json", []byte(`{"choices":[]}`), []byte{}, uint16(32768))
 	f.Fuzz(func(t *testing.T, ct string, body, sizes []byte, bufSize uint16) {

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -14,12 +13,12 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/exchange"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 // genServer streams n responses and engine timestamps in the trailer.
@@ -118,22 +117,15 @@ func h2cUpstream(t testing.TB, handler http.HandlerFunc) string {
 	return srv.URL
 }
 
-func grpcFrame(m proto.Message) []byte {
-	b, _ := proto.Marshal(m)
-	out := make([]byte, 5, 5+len(b))
-	binary.BigEndian.PutUint32(out[1:], uint32(len(b)))
-	return append(out, b...)
-}
-
 func TestGRPCUpstreamDiesMidStream(t *testing.T) {
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/grpc")
 		w.WriteHeader(http.StatusOK)
 		for i := 0; i < 2; i++ {
-			_, _ = w.Write(grpcFrame(&llmv1.GenerateResponse{TokenIds: []uint32{1}, Text: "a"}))
+			_, _ = w.Write(grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{1}, Text: "a"}))
 		}
 		// Half a frame, then the stream is reset.
-		f := grpcFrame(&llmv1.GenerateResponse{TokenIds: []uint32{1}, Text: "a"})
+		f := grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{1}, Text: "a"})
 		_, _ = w.Write(f[:4])
 		w.(http.Flusher).Flush()
 		panic(http.ErrAbortHandler)
@@ -181,7 +173,7 @@ func TestGRPCFrameLengthLies(t *testing.T) {
 	up := h2cUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/grpc")
 		w.Header().Set("Trailer", "Grpc-Status")
-		_, _ = w.Write(grpcFrame(&llmv1.GenerateResponse{TokenIds: []uint32{1}}))
+		_, _ = w.Write(grpcframe.Message(&llmv1.GenerateResponse{TokenIds: []uint32{1}}))
 		_, _ = w.Write([]byte{0, 0x7f, 0xff, 0xff, 0xff, 1, 2, 3}) // claims 2 GiB, sends 3 bytes
 		w.Header().Set("Grpc-Status", "0")
 	})

@@ -17,15 +17,8 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/exchange"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
-
-// webFrame builds one gRPC-Web frame (flag 0x80: the trailer frame).
-func webFrame(flag byte, b []byte) []byte {
-	out := make([]byte, 5, 5+len(b))
-	out[0] = flag
-	binary.BigEndian.PutUint32(out[1:], uint32(len(b)))
-	return append(out, b...)
-}
 
 func webMsg(t *testing.T, m proto.Message) []byte {
 	t.Helper()
@@ -33,7 +26,7 @@ func webMsg(t *testing.T, m proto.Message) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return webFrame(0, b)
+	return grpcframe.Raw(0, b)
 }
 
 // startWebUpstream serves h over h2c on loopback, as an engine (or a
@@ -66,7 +59,7 @@ func TestGRPCWebThroughGateway(t *testing.T) {
 		webMsg(t, &llmv1.GenerateResponse{TokenIds: []uint32{2}, Text: "b", FinishReason: "length",
 			Usage: &llmv1.Usage{PromptTokens: 1, CompletionTokens: 2, TotalTokens: 3}})...)
 	first := msgs[:5+int(binary.BigEndian.Uint32(msgs[1:5]))]
-	okTrailer := webFrame(0x80, []byte("grpc-status: 0\r\ngrpc-message: \r\n"))
+	okTrailer := grpcframe.Raw(0x80, []byte("grpc-status: 0\r\ngrpc-message: \r\n"))
 	text := base64.StdEncoding.EncodeToString(append(msgs, okTrailer...))
 	gotBody := make(chan []byte, 1)
 	up := startWebUpstream(t, func(w http.ResponseWriter, r *http.Request) {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/scheduler"
+	"github.com/llmesh/llmesh/testkit/wait"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -141,18 +142,14 @@ func TestGracefulShutdownDrainsInFlight(t *testing.T) {
 	}
 	cancel() // start draining with the stream in flight
 	// New connections are refused once the listener is closed.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.Until(t, "the listener to refuse connections after shutdown began", func() bool {
 		c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second)
 		if err != nil {
-			break
+			return true
 		}
 		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("listener still accepting after shutdown began")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false
+	})
 	close(release)
 	rest, err := io.ReadAll(res.Body)
 	if err != nil || !strings.Contains(string(rest), "[DONE]") {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/telemetry"
+	"github.com/llmesh/llmesh/testkit/cputime"
 )
 
 // The process benchmark runs each proxy in a process of its own (this
@@ -96,7 +97,7 @@ func benchProxyMain() int {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		if sc.Text() == "cpu" {
-			fmt.Println(int64(cpuTime()))
+			fmt.Println(int64(cputime.Process()))
 		}
 	}
 	cancel()

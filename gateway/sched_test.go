@@ -18,6 +18,7 @@ import (
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
+	"github.com/llmesh/llmesh/testkit/wait"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -382,17 +383,12 @@ func TestAdmissionErrorsMapToStatus(t *testing.T) {
 		}
 		errc <- err
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		st := sched.Stats()
-		if len(st) == 1 && st[0].Queued["default"] == 1 {
-			break
+	wait.UntilNil(t, "the second request queued", func() error {
+		if st := sched.Stats(); len(st) != 1 || st[0].Queued["default"] != 1 {
+			return fmt.Errorf("stats %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("second request never queued: %+v", st)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	res := post(t, context.Background(), gw+"/v1/completions", `{"prompt":"3"}`)
 	b, _ := io.ReadAll(res.Body)
 	res.Body.Close()

@@ -20,6 +20,7 @@ import (
 	"github.com/llmesh/llmesh/sim"
 	"github.com/llmesh/llmesh/sim/server"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // startPublishingSim starts a real sim on loopback whose KV-cache events
@@ -91,13 +92,15 @@ func TestPickerFollowsTheSimHoldingThePrefix(t *testing.T) {
 		go func() { defer wg.Done(); _ = sub.Run(ctx) }()
 		// PUB drops what it sends before the subscription arrives: send
 		// throwaway prompts until one batch got through.
-		deadline := time.Now().Add(20 * time.Second)
-		for j := 0; sub.Stats().Batches == 0; j++ {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no KV-event batch received", name)
+		j := 0
+		wait.Poll{Interval: time.Nanosecond}.Until(t, name+": a KV-event batch received", func() bool {
+			if sub.Stats().Batches > 0 {
+				return true
 			}
 			complete(t, s, words(100+10*i+j, 40))
-		}
+			j++
+			return false
+		})
 		sims, subs = append(sims, s), append(subs, sub)
 	}
 
@@ -117,22 +120,18 @@ func TestPickerFollowsTheSimHoldingThePrefix(t *testing.T) {
 	}
 	// The events of the step that computed the prompt may still be on
 	// their way: ask until the picker chooses e1, with a deadline.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Poll{Interval: 5 * time.Millisecond}.UntilNil(t, "the picker to send the prompt to e1, which computed it", func() error {
 		l, err := sched.Admit(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ep := scheduler.EndpointOf(l)
 		l.Release(scheduler.Done)
-		if ep == "e1" {
-			break
+		if ep != "e1" {
+			return fmt.Errorf("picked %s (subscriber stats %+v)", ep, subs[1].Stats())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the picker still sends the prompt to %s, not e1 which computed it (subscriber stats %+v)", ep, subs[1].Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	for i, s := range subs {
 		if st := s.Stats(); st.Gaps != 0 || st.Malformed != 0 {
 			t.Errorf("subscriber %d: %+v", i, st)

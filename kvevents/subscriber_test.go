@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/llmesh/llmesh/kvblock"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // countSink counts what a view tells it; safe for the subscriber's
@@ -25,17 +26,6 @@ func (c *countSink) get() (int, int, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stored, c.removed, c.cleared
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func storedBatch(h uint64) []byte {
@@ -75,7 +65,7 @@ func TestSubscriberGapsRestartsAndRedials(t *testing.T) {
 	// publish until one lands (the first one seen is no gap, whatever
 	// its number); later ones arrive in order.
 	seq := uint64(0)
-	waitFor(t, "the first batch", func() bool {
+	wait.Until(t, "the first batch", func() bool {
 		send(t, pub, "kv", seq, storedBatch(1))
 		seq++
 		return sub.Stats().Batches > 0
@@ -83,29 +73,23 @@ func TestSubscriberGapsRestartsAndRedials(t *testing.T) {
 	send(t, pub, "other", seq+7, storedBatch(9)) // another topic: filtered
 	send(t, pub, "kv", seq, storedBatch(2))
 	send(t, pub, "kv", seq+4, storedBatch(3)) // 3 lost
-	waitFor(t, "the gap", func() bool { return sub.Stats().Gaps == 1 })
+	wait.Until(t, "the gap", func() bool { return sub.Stats().Gaps == 1 })
 	if _, _, cl := sink.get(); cl != 1 {
 		t.Fatalf("cleared %d times after one gap", cl)
 	}
 	send(t, pub, "kv", seq+5, []byte{0xc1}) // malformed
-	waitFor(t, "the malformed batch", func() bool { return sub.Stats().Malformed == 1 })
+	wait.Until(t, "the malformed batch", func() bool { return sub.Stats().Malformed == 1 })
 	pub.Close()
 
 	// The engine restarts on the same port and counts from 0 again.
 	pub2 := zmq4.NewPub(ctx)
-	var err error
-	for range 100 {
-		if err = pub2.Listen("tcp://" + addr); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // the old listener's port is released asynchronously
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The old listener's port is released asynchronously.
+	wait.Poll{Interval: 10 * time.Millisecond}.UntilNil(t, "the old port to listen on again", func() error {
+		return pub2.Listen("tcp://" + addr)
+	})
 	defer pub2.Close()
 	// Its seq 0 is behind the last seen: a gap (each repeat of 0 too).
-	waitFor(t, "the restarted publisher's batch", func() bool {
+	wait.Until(t, "the restarted publisher's batch", func() bool {
 		send(t, pub2, "kv", 0, storedBatch(4))
 		return sub.Stats().Gaps >= 2
 	})

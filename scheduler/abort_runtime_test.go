@@ -14,6 +14,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
 	"github.com/llmesh/llmesh/scheduler/server"
 	"github.com/llmesh/llmesh/testkit/proctest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // unhonouredGauge reads llmesh_preemption_abort_unhonoured{pool} from c.
@@ -145,9 +146,7 @@ func TestAbortProbeRecovers(t *testing.T) {
 	batch[i] = admit("batch")
 	load(2)
 	ch = urgent()
-	for s.Stats()[0].Queued["interactive"] != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	wait.Until(t, "the interactive request queued", func() bool { return s.Stats()[0].Queued["interactive"] == 1 })
 	before := s.Stats()[0].Preempted
 	clk.Advance(30 * time.Second)
 	if got := s.Stats()[0].Preempted; got != before {

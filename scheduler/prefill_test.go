@@ -11,6 +11,7 @@ import (
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy/priority"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func prefillPool(bound int) scheduler.PoolConfig {
@@ -88,7 +89,7 @@ func TestSchedulerPrefillBoundReleasesOnFirstToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := admitAsync(ctx, s, scheduler.Request{Class: "batch", PromptTokens: 600, MaxTokens: 10})
-	waitFor(t, "second request queued", func() bool { return queued(s) == 1 })
+	wait.Until(t, "second request queued", func() bool { return queued(s) == 1 })
 	l1.Progress(scheduler.Progress{FirstToken: true})
 	select {
 	case r := <-second:

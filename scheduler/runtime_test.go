@@ -14,6 +14,7 @@ import (
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -48,17 +49,6 @@ func admitAsync(ctx context.Context, s *scheduler.Scheduler, r scheduler.Request
 	return ch
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func queued(s *scheduler.Scheduler) int {
 	n := 0
 	for _, q := range s.Stats()[0].Queued {
@@ -76,13 +66,13 @@ func TestSchedulerAdmitReleaseCancel(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	second := admitAsync(cctx, s, scheduler.Request{})
-	waitFor(t, "second request queued", func() bool { return queued(s) == 1 })
+	wait.Until(t, "second request queued", func() bool { return queued(s) == 1 })
 	cancel()
 	if r := <-second; !errors.Is(r.err, scheduler.ErrCancelled) || !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("cancelled Admit: %v, want ErrCancelled wrapping context.Canceled", r.err)
 	}
 	third := admitAsync(ctx, s, scheduler.Request{})
-	waitFor(t, "third request queued", func() bool { return queued(s) == 1 })
+	wait.Until(t, "third request queued", func() bool { return queued(s) == 1 })
 	l.Release(scheduler.Done)
 	l.Release(scheduler.Failed) // ignored
 	r := <-third
@@ -106,7 +96,7 @@ func TestSchedulerMaxWaitOnFakeClock(t *testing.T) {
 	}
 	defer l.Release(scheduler.Done)
 	ch := admitAsync(context.Background(), s, scheduler.Request{Class: "batch"})
-	waitFor(t, "timer armed", func() bool { return clk.Timers() == 1 })
+	wait.Until(t, "timer armed", func() bool { return clk.Timers() == 1 })
 	clk.Advance(time.Second)
 	select {
 	case r := <-ch:
@@ -164,7 +154,7 @@ func TestSchedulerClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := admitAsync(context.Background(), s, scheduler.Request{})
-	waitFor(t, "queued", func() bool { return queued(s) == 1 })
+	wait.Until(t, "queued", func() bool { return queued(s) == 1 })
 	s.Close()
 	if r := <-ch; !errors.Is(r.err, scheduler.ErrClosed) {
 		t.Fatalf("waiting Admit after Close: %v, want ErrClosed", r.err)

@@ -15,6 +15,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/llmesh/llmesh/exchange"
+	"github.com/llmesh/llmesh/testkit/cputime"
 )
 
 // recordPerCall is Record as it was before the series cache: every
@@ -202,11 +203,11 @@ func BenchmarkRecordGateway(b *testing.B) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			b.ReportAllocs()
-			start := threadCPU()
+			start := cputime.Thread()
 			for b.Loop() {
 				tc.record(obs, "default", "m")
 			}
-			b.ReportMetric(float64(threadCPU()-start)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(cputime.Thread()-start)/float64(b.N), "cpu-ns/op")
 		})
 		// cold: the core's private caches are flushed (by writing a
 		// buffer larger than L2) before every request, as streaming the
@@ -226,9 +227,9 @@ func BenchmarkRecordGateway(b *testing.B) {
 					flush[j]++
 				}
 				b.StartTimer()
-				start := threadCPU()
+				start := cputime.Thread()
 				tc.record(obs, "default", "m")
-				cpu += threadCPU() - start
+				cpu += cputime.Thread() - start
 			}
 			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 		})

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // startSimMain runs `llmesh sim` in process on a free port with extra
@@ -56,25 +59,23 @@ func simTTFTSum(t *testing.T, base string) float64 {
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("completion: %s", res.Status)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var v float64
+	wait.Poll{Interval: 5 * time.Millisecond}.UntilNil(t, "a TTFT observed", func() error {
 		res, err := http.Get(base + "/metrics")
 		if err != nil {
-			t.Fatal(err)
+			return wait.Stop(err)
 		}
 		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()
 		m := regexp.MustCompile(`(?m)^vllm:time_to_first_token_seconds_sum(?:\{[^}]*\})? (\S+)$`).FindSubmatch(b)
 		if m != nil {
-			if v, _ := strconv.ParseFloat(string(m[1]), 64); v > 0 {
-				return v
+			if v, _ = strconv.ParseFloat(string(m[1]), 64); v > 0 {
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no TTFT observed; metrics:\n%s", b)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("metrics:\n%s", b)
+	})
+	return v
 }
 
 // TestSimLongPrefillThreshold: --long-prefill-token-threshold reaches the

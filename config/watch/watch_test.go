@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/config/watch"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -61,21 +62,14 @@ func startWatcher(t *testing.T, initial string) *watchHarness {
 // directory watch was established is not seen; writing again is harmless.
 func (h *watchHarness) waitFor(what string, act func(), cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
 	next := time.Now()
-	for {
+	wait.Until(h.t, what, func() bool {
 		if time.Now().After(next) {
 			act()
 			next = time.Now().Add(250 * time.Millisecond)
 		}
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return cond()
+	})
 }
 
 func (h *watchHarness) write(content string) func() {
@@ -262,14 +256,13 @@ func TestWatcherFollowsConfigMapSwap(t *testing.T) {
 		}
 	}()
 	n := 1
-	deadline := time.Now().Add(20 * time.Second)
-	for inflight(w.Config()) != 9 {
-		if time.Now().After(deadline) {
-			t.Fatal("config-map swap not picked up")
+	wait.Poll{Interval: 250 * time.Millisecond}.Until(t, "the config-map swap picked up", func() bool {
+		if inflight(w.Config()) == 9 {
+			return true
 		}
 		// Repeat the swap until the watch is surely established.
 		n++
 		version(fmt.Sprint(n), withInflight("9"))
-		time.Sleep(250 * time.Millisecond)
-	}
+		return false
+	})
 }

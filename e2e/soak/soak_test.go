@@ -25,6 +25,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/sim/simtest"
 	"github.com/llmesh/llmesh/testkit/proctest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func TestMain(m *testing.M) { proctest.Main(m) }
@@ -65,17 +66,21 @@ func measure() footprint {
 // connections' goroutines exit asynchronously): three equal readings
 // 100ms apart, or whatever it is after 10s.
 func steady() footprint {
-	f := measure()
-	for same, deadline := 0, time.Now().Add(10*time.Second); same < 3 && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
+	var f footprint
+	same := -1
+	_ = wait.Poll{Timeout: 10 * time.Second, Interval: 100 * time.Millisecond}.Check("a steady goroutine count", func() error {
 		g := measure()
-		if g.goroutines == f.goroutines {
+		if same >= 0 && g.goroutines == f.goroutines {
 			same++
 		} else {
 			same = 0
 		}
 		f = g
-	}
+		if same < 3 {
+			return errors.New("still changing")
+		}
+		return nil
+	})
 	return f
 }
 
@@ -281,13 +286,15 @@ func TestSoak(t *testing.T) {
 	// Flat afterwards: goroutines back to the baseline (a few timers may
 	// still be winding down, so poll), live heap within 8 MiB of it.
 	settle()
-	deadline := time.Now().Add(30 * time.Second)
 	after := measure()
-	for after.goroutines > base.goroutines+10 && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Millisecond)
+	_ = wait.Poll{Timeout: 30 * time.Second, Interval: 200 * time.Millisecond}.Check("goroutines back to the baseline", func() error {
+		if after.goroutines <= base.goroutines+10 {
+			return nil
+		}
 		settle()
 		after = measure()
-	}
+		return errors.New("not yet")
+	})
 	t.Logf("after the run: %v (baseline %v)", after, base)
 	if path := os.Getenv("LLMESH_SOAK_HEAPPROFILE"); path != "" {
 		writeHeapProfile(t, path)

@@ -25,6 +25,7 @@ import (
 	"github.com/llmesh/llmesh/sim"
 	"github.com/llmesh/llmesh/sim/simtest"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func testMesh(policy, extra string) string {
@@ -216,7 +217,7 @@ func followsCapacity(t *testing.T, capacity, endpoint func(string) string, limit
 		}
 		return st[0]
 	}
-	eventually(t, "the limit learned from the saturated engine (4)", func() bool { return limit(stats()) == 4 })
+	wait.Until(t, "the limit learned from the saturated engine (4)", func() bool { return limit(stats()) == 4 })
 	for i := 2; i <= 4; i++ {
 		s := stream()
 		if r := s.DecodeHeaders(request(), true); r.Status != api.Continue {
@@ -226,7 +227,7 @@ func followsCapacity(t *testing.T, capacity, endpoint func(string) string, limit
 	}
 	fifth := stream()
 	held := fifth.StartDecodeHeaders(request(), true)
-	eventually(t, "the fifth stream queued", func() bool { return stats().Queued["batch"] == 1 })
+	wait.Until(t, "the fifth stream queued", func() bool { return stats().Queued["batch"] == 1 })
 	if held.Ready() {
 		t.Fatalf("the fifth stream passed a learned limit of 4: %+v", held.Wait())
 	}
@@ -261,18 +262,6 @@ func settings(t *testing.T, mesh string) *anypb.Any {
 		t.Fatal(err)
 	}
 	return a
-}
-
-// eventually polls cond until it holds or 20 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // TestTelemetryRecorder: no OTLP endpoint, no recorder; with one, a

@@ -7,11 +7,11 @@ import (
 	"io"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/llmesh/llmesh/testkit/cputime"
 )
 
 var benchSizes = []int{1 << 10, 16 << 10, 256 << 10, 1 << 20, 4 << 20}
@@ -46,7 +46,7 @@ func measure(b *testing.B, size int, fn func() error) {
 	b.ReportAllocs()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	cpu0 := cpuTime(b)
+	cpu0 := cputime.Process()
 	b.ResetTimer()
 	for b.Loop() {
 		if err := fn(); err != nil {
@@ -54,21 +54,12 @@ func measure(b *testing.B, size int, fn func() error) {
 		}
 	}
 	b.StopTimer()
-	cpu := cpuTime(b) - cpu0
+	cpu := cputime.Process() - cpu0
 	runtime.ReadMemStats(&after)
 	mib := float64(size) / (1 << 20)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6/mib, "ms/MiB")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1e6/mib, "cpu-ms/MiB")
 	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N)/float64(size), "allocB/B")
-}
-
-// cpuTime is the user+system CPU time the process has used.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkRelocate compares, for prompts of 1 KiB to 4 MiB, relocating the

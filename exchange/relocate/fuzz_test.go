@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 var sentinels = []error{ErrTooLarge, ErrInvalidValue, ErrMalformed, ErrCompressed, ErrEncoding}
@@ -29,11 +31,7 @@ func errClass(err error) error {
 // message within the limit, and on success the output must be the first
 // message plus exactly the appended field, followed by the untouched rest.
 func FuzzGRPCRewriter(f *testing.F) {
-	seedFrame := func(flag byte, msg []byte) []byte {
-		b := []byte{flag, 0, 0, 0, 0}
-		binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
-		return append(b, msg...)
-	}
+	seedFrame := grpcframe.Raw
 	f.Add(seedFrame(0, []byte{0x0a, 1, 'm'}), uint16(3), uint16(7), "prompt", false, false, uint8(0))
 	f.Add(append(seedFrame(0, nil), seedFrame(0, []byte("x"))...), uint16(0), uint16(5), "cHJvbXB0", true, false, uint8(1))
 	f.Add(seedFrame(1, []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0}), uint16(2), uint16(9), "p", false, false, uint8(1))

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // hdrs is a header map keyed by lower-case name.
@@ -41,22 +43,10 @@ func grpcPlan(t testing.TB, rule GRPCRule, value string) *GRPCPlan {
 // frame wraps msg in a gRPC length prefix, gzip-compressing it when asked.
 func frame(t testing.TB, msg []byte, compress bool) []byte {
 	t.Helper()
-	flag := byte(0)
 	if compress {
-		var b bytes.Buffer
-		zw := gzip.NewWriter(&b)
-		if _, err := zw.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		if err := zw.Close(); err != nil {
-			t.Fatal(err)
-		}
-		msg, flag = b.Bytes(), 1
+		return grpcframe.Gzip(msg)
 	}
-	out := make([]byte, prefixLen, prefixLen+len(msg))
-	out[0] = flag
-	binary.BigEndian.PutUint32(out[1:], uint32(len(msg)))
-	return append(out, msg...)
+	return grpcframe.Raw(0, msg)
 }
 
 // unframe splits the first frame off b and returns its (decompressed)

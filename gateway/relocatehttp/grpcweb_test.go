@@ -3,7 +3,6 @@ package relocatehttp
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/binary"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/exchange/relocate"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // TestGRPCWebKinds: binary gRPC-Web has gRPC's framing, so its prompt is
@@ -33,13 +33,7 @@ func TestGRPCWebKinds(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		seen <- got{b, r.Header.Get("X-Prompt-Raw")}
 	}), rel, Options{})
-	b, err := proto.Marshal(&llmv1.GenerateRequest{Model: "m", MaxTokens: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := make([]byte, 5, 5+len(b))
-	binary.BigEndian.PutUint32(msg[1:], uint32(len(b)))
-	msg = append(msg, b...)
+	msg := grpcframe.Message(&llmv1.GenerateRequest{Model: "m", MaxTokens: 1})
 	serve := func(ct string, body []byte) (*httptest.ResponseRecorder, got) {
 		req := httptest.NewRequest(http.MethodPost, "/llm.v1.Generation/Generate", bytes.NewReader(body))
 		req.Header.Set("Content-Type", ct)

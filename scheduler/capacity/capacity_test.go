@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler/capacity"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -162,16 +163,16 @@ func TestWatcherAdaptsAndFallsBack(t *testing.T) {
 
 	scrape := func(n int) capacity.Status {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for w.Status().Scrapes < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("scrape %d did not happen: %+v", n, w.Status())
+		wait.UntilNil(t, fmt.Sprintf("scrape %d", n), func() error {
+			st := w.Status()
+			if st.Scrapes >= n {
+				return nil
 			}
-			if clk.Timers() > 0 && w.Status().Scrapes == n-1 {
+			if clk.Timers() > 0 && st.Scrapes == n-1 {
 				clk.Advance(time.Second)
 			}
-			time.Sleep(time.Millisecond)
-		}
+			return fmt.Errorf("status %+v", st)
+		})
 		return w.Status()
 	}
 	if st := scrape(1); st.Limit != 16 || st.Stale {
@@ -214,10 +215,7 @@ func TestWatcherUnreachable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for w.Status().Scrapes < 1 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	wait.Until(t, "the first scrape", func() bool { return w.Status().Scrapes >= 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run returned %v, want context.Canceled", err)

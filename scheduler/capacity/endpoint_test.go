@@ -2,17 +2,18 @@ package capacity_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/capacity"
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // TestEndpointWatchers: a pool of two endpoints, each scraped at its own
@@ -61,17 +62,13 @@ pools:
 		go func() { defer wg.Done(); _ = w.Run(ctx) }()
 	}
 	defer func() { cancel(); wg.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.UntilNil(t, "the second endpoint drained", func() error {
 		st := sched.Stats()[0].Endpoints
 		if st[1].Drained && !st[0].Drained && ws[0].Status().Scrapes > 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("endpoints %+v; watchers %+v / %+v", st, ws[0].Status(), ws[1].Status())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("endpoints %+v; watchers %+v / %+v", st, ws[0].Status(), ws[1].Status())
+	})
 	for i := 0; i < 3; i++ {
 		l, err := sched.Admit(ctx, scheduler.Request{Class: "c"})
 		if err != nil {

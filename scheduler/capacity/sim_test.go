@@ -13,6 +13,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler/capacity"
 	"github.com/llmesh/llmesh/sim"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // The real simulated engine, running 2 sequences at most, gets 5 long
@@ -57,16 +58,13 @@ func TestWatcherAgainstSim(t *testing.T) {
 		wcancel()
 		<-done
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	start := time.Now()
+	wait.UntilNil(t, "the watcher to see the saturated engine", func() error {
 		st := w.Status()
 		if st.Last.Running == 2 && st.Last.Waiting == 3 && st.Limit == 4 && !st.Stale { // running 2 + slack 16/8
-			t.Logf("saturated after %v: %+v", time.Since(deadline.Add(-20*time.Second)), st)
-			break
+			t.Logf("saturated after %v: %+v", time.Since(start), st)
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("watcher never saw the saturated engine: %+v", st)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("status %+v", st)
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
 	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -110,17 +111,6 @@ func newClient(t *testing.T, addr string, opts client.Options) *client.Client {
 	return c
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 type result struct {
 	l   scheduler.Lease
 	err error
@@ -176,7 +166,7 @@ func TestTwoClientsShareOneCapacity(t *testing.T) {
 	if peak > 2 {
 		t.Fatalf("peak %d admitted at once across both clients, capacity 2", peak)
 	}
-	waitFor(t, "all released", func() bool { return svc.inflight() == 0 })
+	wait.Until(t, "all released", func() bool { return svc.inflight() == 0 })
 	if st := svc.sched.Stats()[0]; st.Admitted != 12 || st.Done != 12 {
 		t.Fatalf("service counters %+v, want 12 admitted and done", st.Counters)
 	}
@@ -197,15 +187,15 @@ func TestDeadClientFreesSlots(t *testing.T) {
 		}
 	}
 	waiting := admitAsync(ctx, other, scheduler.Request{})
-	waitFor(t, "second client queued", func() bool { return svc.queued() == 1 })
+	wait.Until(t, "second client queued", func() bool { return svc.queued() == 1 })
 	dying.Close() // the connection drops; the leases were never released
 	r := <-waiting
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	waitFor(t, "dead client's slots released", func() bool { return svc.inflight() == 1 })
+	wait.Until(t, "dead client's slots released", func() bool { return svc.inflight() == 1 })
 	r.l.Release(scheduler.Done)
-	waitFor(t, "all released", func() bool { return svc.inflight() == 0 })
+	wait.Until(t, "all released", func() bool { return svc.inflight() == 0 })
 	if st := svc.sched.Stats()[0]; st.Cancelled != 2 || st.Done != 1 {
 		t.Fatalf("counters %+v, want the dead client's two leases cancelled", st.Counters)
 	}
@@ -233,7 +223,7 @@ func TestPreemptOverTheWire(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	r.l.Release(scheduler.Done)
-	waitFor(t, "released", func() bool { return svc.inflight() == 0 })
+	wait.Until(t, "released", func() bool { return svc.inflight() == 0 })
 	if st := svc.sched.Stats()[0]; st.Preempted != 1 || st.PreemptedDone != 1 || st.Done != 1 {
 		t.Fatalf("counters %+v", st.Counters)
 	}
@@ -250,7 +240,7 @@ func TestRejectionsAndCancel(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	q1 := admitAsync(cctx, c, scheduler.Request{Class: "batch"})
 	q2 := admitAsync(cctx, c, scheduler.Request{Class: "batch"})
-	waitFor(t, "two queued", func() bool { return svc.queued() == 2 })
+	wait.Until(t, "two queued", func() bool { return svc.queued() == 2 })
 	if _, err := c.Admit(ctx, scheduler.Request{Class: "batch"}); !errors.Is(err, scheduler.ErrQueueFull) {
 		t.Fatalf("third waiting batch: %v, want ErrQueueFull", err)
 	}
@@ -263,9 +253,9 @@ func TestRejectionsAndCancel(t *testing.T) {
 			t.Fatalf("cancelled wait: %v, want ErrCancelled", r.err)
 		}
 	}
-	waitFor(t, "queue emptied by cancellation", func() bool { return svc.queued() == 0 })
+	wait.Until(t, "queue emptied by cancellation", func() bool { return svc.queued() == 0 })
 	held.Release(scheduler.Done)
-	waitFor(t, "released", func() bool { return svc.inflight() == 0 })
+	wait.Until(t, "released", func() bool { return svc.inflight() == 0 })
 }
 
 func TestFailureModes(t *testing.T) {
@@ -323,7 +313,7 @@ func TestServiceRestart(t *testing.T) {
 	}
 	svc2 := startService(t, svc.addr, config(2, fifo.New()))
 	var l scheduler.Lease
-	waitFor(t, "admission after restart", func() bool {
+	wait.Until(t, "admission after restart", func() bool {
 		l, err = c.Admit(ctx, scheduler.Request{})
 		return err == nil
 	})
@@ -332,7 +322,7 @@ func TestServiceRestart(t *testing.T) {
 	}
 	l.Release(scheduler.Done)
 	held.Release(scheduler.Done) // its stream died with the old instance: a no-op
-	waitFor(t, "released", func() bool { return svc2.inflight() == 0 })
+	wait.Until(t, "released", func() bool { return svc2.inflight() == 0 })
 }
 
 func TestAdmitAfterClose(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // TestLeaseEndpointOverTheWire: two proxies share one service whose pool
@@ -35,7 +36,7 @@ func TestLeaseEndpointOverTheWire(t *testing.T) {
 	}
 	la.Release(scheduler.Done)
 	lb.Release(scheduler.Done)
-	waitFor(t, "released", func() bool { return svc.inflight() == 0 })
+	wait.Until(t, "released", func() bool { return svc.inflight() == 0 })
 
 	// With nothing in flight the least loaded endpoint is always the
 	// first; keys that rank the second first can only land there if the
@@ -45,7 +46,7 @@ func TestLeaseEndpointOverTheWire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer waitFor(t, "released", func() bool { return svc.inflight() == 0 })
+		defer wait.Until(t, "released", func() bool { return svc.inflight() == 0 })
 		defer l.Release(scheduler.Done)
 		return scheduler.EndpointOf(l)
 	}

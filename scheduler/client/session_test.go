@@ -26,6 +26,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
 	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // The wire tests again over one Admit stream per admission, the path the
@@ -132,7 +133,7 @@ func admitAndRelease(t *testing.T, c *client.Client, sched *scheduler.Scheduler,
 		}
 		l.Release(scheduler.Done)
 	}
-	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == done })
+	wait.Until(t, "released", func() bool { return sched.Stats()[0].Done == done })
 }
 
 // countingService serves the scheduler and counts the streams of each
@@ -291,7 +292,7 @@ func TestSessionMultiplexesLeases(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitFor(t, "all released", func() bool { return sched.Stats()[0].InFlight == 0 })
+	wait.Until(t, "all released", func() bool { return sched.Stats()[0].InFlight == 0 })
 	st := sched.Stats()[0]
 	if st.Admitted != n || st.Done != n || st.Failed != 0 {
 		t.Fatalf("counters %+v, want %d admitted and done, none failed", st.Counters, n)
@@ -338,7 +339,7 @@ func TestSessionPreemptReachesItsLease(t *testing.T) {
 	}
 	r.l.Release(scheduler.Done)
 	old.Release(scheduler.Done)
-	waitFor(t, "released", func() bool { return sched.Stats()[0].InFlight == 0 })
+	wait.Until(t, "released", func() bool { return sched.Stats()[0].InFlight == 0 })
 	if st := sched.Stats()[0]; st.Preempted != 1 || st.Done != 2 {
 		t.Fatalf("counters %+v", st.Counters)
 	}
@@ -356,19 +357,19 @@ func TestSessionWithdraw(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	w := admitAsync(cctx, c, scheduler.Request{Class: "interactive"})
-	waitFor(t, "queued", func() bool { return sched.Stats()[0].Queued["interactive"] == 1 })
+	wait.Until(t, "queued", func() bool { return sched.Stats()[0].Queued["interactive"] == 1 })
 	cancel()
 	if r := <-w; !errors.Is(r.err, scheduler.ErrCancelled) {
 		t.Fatalf("withdrawn: %v, want ErrCancelled", r.err)
 	}
-	waitFor(t, "queue emptied", func() bool { return sched.Stats()[0].Queued["interactive"] == 0 })
+	wait.Until(t, "queue emptied", func() bool { return sched.Stats()[0].Queued["interactive"] == 0 })
 	held.Release(scheduler.Done)
 	l, err := c.Admit(ctx, scheduler.Request{Class: "interactive"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Release(scheduler.Done)
-	waitFor(t, "released", func() bool { return sched.Stats()[0].InFlight == 0 })
+	wait.Until(t, "released", func() bool { return sched.Stats()[0].InFlight == 0 })
 	if st := sched.Stats()[0]; st.Admitted != 2 || st.Cancelled != 1 {
 		t.Fatalf("counters %+v, want 2 admitted, the withdrawn one cancelled", st.Counters)
 	}
@@ -458,16 +459,16 @@ func TestSessionReportsRideWithTheNextStart(t *testing.T) {
 	if diff := cmp.Diff(want, cs.messages()); diff != "" {
 		t.Fatalf("messages received (-want +got):\n%s", diff)
 	}
-	waitFor(t, "the first released", func() bool { return sched.Stats()[0].Done == 1 })
+	wait.Until(t, "the first released", func() bool { return sched.Stats()[0].Done == 1 })
 	if st := sched.Stats()[0]; st.InFlight != 1 {
 		t.Fatalf("counters %+v, in flight %d: want the second admitted, the first released", st.Counters, st.InFlight)
 	}
 	// Nothing comes next: once the delay has passed the sender sends the
 	// release alone.
 	b.Release(scheduler.Done)
-	waitFor(t, "the sender's delay", func() bool { return clk.Timers() > 0 })
+	wait.Until(t, "the sender's delay", func() bool { return clk.Timers() > 0 })
 	clk.Advance(time.Millisecond)
-	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 2 })
+	wait.Until(t, "released", func() bool { return sched.Stats()[0].Done == 2 })
 	want = append(want, []string{"2:done"})
 	if diff := cmp.Diff(want, cs.messages()); diff != "" {
 		t.Fatalf("messages received (-want +got):\n%s", diff)
@@ -485,7 +486,7 @@ func TestSessionReportsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Release(scheduler.Done)
-	waitFor(t, "released", func() bool { return sched.Stats()[0].Done == 1 })
+	wait.Until(t, "released", func() bool { return sched.Stats()[0].Done == 1 })
 	if diff := cmp.Diff([][]string{{"1:start"}, {"1:done"}}, cs.messages()); diff != "" {
 		t.Fatalf("messages received (-want +got):\n%s", diff)
 	}
@@ -506,7 +507,7 @@ func TestSessionCloseSendsWaitingReports(t *testing.T) {
 	}
 	l.Release(scheduler.Done)
 	c.Close()
-	waitFor(t, "released", func() bool { return sched.Stats()[0].InFlight == 0 })
+	wait.Until(t, "released", func() bool { return sched.Stats()[0].InFlight == 0 })
 	if st := sched.Stats()[0]; st.Done != 1 || st.Cancelled != 0 {
 		t.Fatalf("counters %+v, want the release done", st.Counters)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler/loadgen"
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -188,13 +189,7 @@ func TestOpenLoopCountsQueueing(t *testing.T) {
 
 func waitIdle(t *testing.T, s *scheduler.Scheduler) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Stats()[0].InFlight != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("leases still held")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	wait.Until(t, "every lease released", func() bool { return s.Stats()[0].InFlight == 0 })
 }
 
 func TestValidate(t *testing.T) {

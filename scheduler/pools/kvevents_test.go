@@ -11,6 +11,7 @@ import (
 	"github.com/llmesh/llmesh/kvevents"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/pools"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // A mesh whose pool names its engines' KV-cache event publishers gets
@@ -94,19 +95,12 @@ classes:
 	}
 	follows := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
+		wait.Poll{Interval: 50 * time.Millisecond}.Until(t, what+": the prefix to draw the request to its holder", func() bool {
 			// PUB drops what it sends before the subscription arrives, so
 			// publish again until the picker sees it.
 			pubs[0].Publish(kvevents.Batch{Events: []kvevents.Event{{Kind: kvevents.BlockStored, Hashes: hashes, Tokens: toks, BlockSize: kvblock.DefaultBlockSize}}})
-			if pickWith() == "127.0.0.1:9001" {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the prefix never drew the request to its holder", what)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return pickWith() == "127.0.0.1:9001"
+		})
 	}
 	follows("start")
 	if _, err := ms.Apply(mesh("16")); err != nil { // rebuilds the pool's scheduler

@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/scheduler/pools"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // A pool's capacity learned from its engine applies to its experiment's arm
@@ -60,17 +60,12 @@ experiments:
 	}
 	want := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			l := limits()
-			if l["gpu"] == n && l["gpu.arm-a"] == n && l["gpu.arm-b"] == n {
-				return
+		wait.UntilNil(t, fmt.Sprintf("limit %d for the pool and both arms", n), func() error {
+			if l := limits(); l["gpu"] != n || l["gpu.arm-a"] != n || l["gpu.arm-b"] != n {
+				return fmt.Errorf("limits %v", l)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("limits %v, want %d for the pool and both arms", l, n)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	want(3)
 	built, err := ms.Apply(mesh(""))

@@ -12,6 +12,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/scheduler/pools"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 var policyLookup = policy.Lookup
@@ -65,22 +66,19 @@ func admitAsync(ctx context.Context, s scheduler.Admitter, name string, req sche
 // waitQueued polls until pool has n waiting requests in total.
 func waitQueued(t *testing.T, s *pools.Set, pool string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		for _, ps := range s.Stats() {
+	wait.UntilNil(t, fmt.Sprintf("pool %s to have %d waiting", pool, n), func() error {
+		st := s.Stats()
+		for _, ps := range st {
 			q := 0
 			for _, v := range ps.Queued {
 				q += v
 			}
 			if ps.Name == pool && q == n {
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pool %s never had %d waiting: %+v", pool, n, s.Stats())
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return fmt.Errorf("stats %+v", st)
+	})
 }
 
 func next(t *testing.T, ch <-chan admitResult) admitResult {

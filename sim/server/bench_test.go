@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,13 +18,8 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/cputime"
 )
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkStreamsPerCore runs 128 concurrent streaming completions (64
 // tokens each) against a real-time sim and measures the process's CPU time
@@ -42,7 +36,7 @@ func BenchmarkStreamsPerCore(b *testing.B) {
 	var next atomic.Int64
 	var streamNs, chunks atomic.Int64
 	b.ResetTimer()
-	cpu0, wall0 := cpuTime(), time.Now()
+	cpu0, wall0 := cputime.Process(), time.Now()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
@@ -67,7 +61,7 @@ func BenchmarkStreamsPerCore(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	cpu, wall := cpuTime()-cpu0, time.Since(wall0)
+	cpu, wall := cputime.Process()-cpu0, time.Since(wall0)
 	streamSec := float64(streamNs.Load()) / 1e9
 	b.ReportMetric(streamSec/cpu.Seconds(), "streams/core")
 	b.ReportMetric(float64(chunks.Load())/wall.Seconds(), "chunks/s")
@@ -135,7 +129,7 @@ func BenchmarkGRPCStreamsPerCore(b *testing.B) {
 	var next atomic.Int64
 	var streamNs, msgs atomic.Int64
 	b.ResetTimer()
-	cpu0, wall0 := cpuTime(), time.Now()
+	cpu0, wall0 := cputime.Process(), time.Now()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
@@ -159,7 +153,7 @@ func BenchmarkGRPCStreamsPerCore(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	cpu, wall := cpuTime()-cpu0, time.Since(wall0)
+	cpu, wall := cputime.Process()-cpu0, time.Since(wall0)
 	streamSec := float64(streamNs.Load()) / 1e9
 	b.ReportMetric(streamSec/cpu.Seconds(), "streams/core")
 	b.ReportMetric(float64(msgs.Load())/wall.Seconds(), "msgs/s")

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,6 +19,7 @@ import (
 	"github.com/llmesh/llmesh/sim"
 	"github.com/llmesh/llmesh/sim/server"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func dial(t *testing.T, s *simtest.Sim) *grpc.ClientConn {
@@ -235,17 +235,6 @@ func metric(t *testing.T, s *simtest.Sim, name string) float64 {
 	return 0
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestAbortFreesSequence(t *testing.T) {
 	s := simtest.Start(t, simtest.WithTimeScale(testScale))
 	// gRPC cancel.
@@ -262,7 +251,7 @@ func TestAbortFreesSequence(t *testing.T) {
 		t.Fatal("sequence not running with KV blocks")
 	}
 	cancel()
-	waitFor(t, "grpc abort", func() bool {
+	wait.Until(t, "grpc abort", func() bool {
 		return metric(t, s, "vllm:num_requests_running") == 0 && metric(t, s, "vllm:kv_cache_usage_perc") == 0
 	})
 	// HTTP disconnect.
@@ -278,7 +267,7 @@ func TestAbortFreesSequence(t *testing.T) {
 	}
 	hcancel()
 	resp.Body.Close()
-	waitFor(t, "http abort", func() bool {
+	wait.Until(t, "http abort", func() bool {
 		return metric(t, s, "vllm:num_requests_running") == 0 && metric(t, s, "vllm:kv_cache_usage_perc") == 0
 	})
 	if got := metric(t, s, "llmesh_sim:requests_aborted_total"); got != 2 {
@@ -319,7 +308,7 @@ func TestMetricsAndPriorityPreemption(t *testing.T) {
 	// Alone the two low ones fit (2 x 450 tokens); with the high one they
 	// do not (1350 > 1024).
 	low := []chan out{run(10, 200, 250), run(10, 200, 250)}
-	waitFor(t, "low-priority streams running", func() bool { return metric(t, s, "vllm:num_requests_running") == 2 })
+	wait.Until(t, "low-priority streams running", func() bool { return metric(t, s, "vllm:num_requests_running") == 2 })
 	high := run(0, 300, 150)
 	hi := <-high
 	if hi.err != nil {

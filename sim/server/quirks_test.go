@@ -4,16 +4,17 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
 	"github.com/llmesh/llmesh/sim/server"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func TestParseQuirks(t *testing.T) {
@@ -130,17 +131,14 @@ func streamEvents(t *testing.T, s *simtest.Sim, body string, header map[string]s
 
 func waitMetric(t *testing.T, s *simtest.Sim, name string, cond func(float64) bool) float64 {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		v := metric(t, s, name)
-		if cond(v) {
-			return v
+	var v float64
+	wait.UntilNil(t, name+" to meet its condition", func() error {
+		if v = metric(t, s, name); !cond(v) {
+			return fmt.Errorf("%s = %v", name, v)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v: condition not met in 20s", name, v)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+	return v
 }
 
 // TestQuirkNoAbort: without the quirk a request whose client went away is

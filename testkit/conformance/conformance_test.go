@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
 
 // tcase is one row of the table. Everything a host reports is compared
@@ -431,16 +432,6 @@ func grpcBody(b []byte) string {
 	return strings.Join(parts, " ")
 }
 
-func grpcFrame(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(err)
-	}
-	out := make([]byte, 5, 5+len(b))
-	binary.BigEndian.PutUint32(out[1:], uint32(len(b)))
-	return append(out, b...)
-}
-
 var (
 	jsonCT = []string{"content-type", "application/json"}
 	grpcCT = []string{"content-type", "application/grpc", "te", "trailers"}
@@ -466,12 +457,12 @@ func llm(req *llmv1.GenerateRequest, kv ...string) func(string) request {
 		if r.Model == "MODEL" {
 			r.Model = m
 		}
-		return request{path: llmv1.Generation_Generate_FullMethodName, headers: hdrs(grpcCT, kv...), body: grpcFrame(r)}
+		return request{path: llmv1.Generation_Generate_FullMethodName, headers: hdrs(grpcCT, kv...), body: grpcframe.Message(r)}
 	}
 }
 
 func vllm(req *vllmpb.GenerateRequest, kv ...string) func(string) request {
 	return func(string) request {
-		return request{path: vllmpb.VllmEngine_Generate_FullMethodName, headers: hdrs(grpcCT, kv...), body: grpcFrame(req)}
+		return request{path: vllmpb.VllmEngine_Generate_FullMethodName, headers: hdrs(grpcCT, kv...), body: grpcframe.Message(req)}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/llmesh/llmesh/gateway"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // meshJSON is the one mesh config both hosts run: the OpenAI pool "sim"
@@ -256,18 +257,14 @@ func (a *admissions) waitQueued(t *testing.T, class string) {
 	if !ok {
 		t.Fatalf("the scheduler %T reports no stats", a.next)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.Until(t, "a "+class+" request queued", func() bool {
 		for _, p := range st.Stats() {
 			if p.Queued[class] > 0 {
-				return
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s request queued after 10s", class)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return false
+	})
 }
 
 func (a *admissions) drain() {

@@ -1,12 +1,15 @@
 package proctest
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // DefaultTimeout bounds a wait that sets no Timeout. It only bounds
@@ -31,34 +34,30 @@ type Poll struct {
 
 // Until checks cond until it reports true. It fails the test when one of
 // watch ends first or the timeout passes; the description cond returned
-// last explains a timeout.
+// last explains a timeout. The polling is testkit/wait's.
 func (p Poll) Until(t testing.TB, what string, cond func() (ok bool, desc string), watch ...Runner) {
 	t.Helper()
-	timeout, interval := p.Timeout, p.Interval
-	if timeout <= 0 {
-		timeout = DefaultTimeout
+	w := wait.Poll{Timeout: p.Timeout, Interval: p.Interval}
+	if w.Timeout <= 0 {
+		w.Timeout = DefaultTimeout
 	}
-	if interval <= 0 {
-		interval = DefaultInterval
+	if w.Interval <= 0 {
+		w.Interval = DefaultInterval
 	}
-	deadline := time.Now().Add(timeout)
-	for {
+	w.UntilNil(t, what, func() error {
 		ok, desc := cond()
 		if ok {
-			return
+			return nil
 		}
 		for _, r := range watch {
 			select {
 			case <-r.Done():
-				t.Fatalf("%s exited (%v) while waiting for %s (last: %s)", r.Name(), r.Err(), what, desc)
+				return wait.Stop(fmt.Errorf("%s exited (%v)", r.Name(), r.Err()))
 			default:
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %v waiting for %s (last: %s)", timeout, what, desc)
-		}
-		time.Sleep(interval)
-	}
+		return errors.New(desc)
+	})
 }
 
 // Until is Poll{}.Until: the default timeout and interval.

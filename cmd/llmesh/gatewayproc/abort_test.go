@@ -2,6 +2,7 @@ package gatewayproc
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/llmesh/llmesh/sim/server"
 	"github.com/llmesh/llmesh/sim/simtest"
@@ -78,17 +78,16 @@ func TestAbortUnhonouredThroughGateway(t *testing.T) {
 	const preempted = `llmesh_scheduler_events_total{event="preempted",pool="sim"}`
 	waitMetric := func(what, series string, ok func(float64) bool) float64 {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			if v, found := adminMetric(t, admin, series); found && ok(v) {
-				return v
+		var v float64
+		scrapes.UntilNil(t, what, func() error {
+			var found bool
+			if v, found = adminMetric(t, admin, series); found && ok(v) {
+				return nil
 			}
-			if time.Now().After(deadline) {
-				_, body := get(t, admin+"/metrics")
-				t.Fatalf("%s: not within 20s; metrics:\n%s", what, body)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			_, body := get(t, admin+"/metrics")
+			return fmt.Errorf("metrics:\n%s", body)
+		})
+		return v
 	}
 	waitMetric("gauge exported at 0", gauge, func(v float64) bool { return v == 0 })
 
@@ -161,15 +160,13 @@ func TestAbortHonouredThroughGateway(t *testing.T) {
 	const gauge = `llmesh_preemption_abort_unhonoured{pool="sim"}`
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				pre, _ := adminMetric(t, admin, `llmesh_scheduler_events_total{event="preempted",pool="sim"}`)
-				t.Fatalf("%s: not within 20s (sim aborted %v, gateway preempted %v)", what,
-					simMetric(t, s, "llmesh_sim:requests_aborted_total"), pre)
+		scrapes.UntilNil(t, what, func() error {
+			if ok() {
+				return nil
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			pre, _ := adminMetric(t, admin, `llmesh_scheduler_events_total{event="preempted",pool="sim"}`)
+			return fmt.Errorf("sim aborted %v, gateway preempted %v", simMetric(t, s, "llmesh_sim:requests_aborted_total"), pre)
+		})
 	}
 	batch := make(chan error, 2)
 	for i := 0; i < 2; i++ {

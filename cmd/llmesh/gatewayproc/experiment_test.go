@@ -93,17 +93,13 @@ func TestExperimentWeightsHeadersAndMetrics(t *testing.T) {
 	// Metrics carry the arm: prio served its drawn requests plus the ten
 	// the header sent.
 	want := fmt.Sprintf(`llmesh_arm_requests_total{llmesh_arm="prio",llmesh_class="batch",llmesh_experiment="ab",llmesh_outcome="ok",llmesh_slo_met="true"} %d`, prio+10)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	scrapes.UntilNil(t, want+" in the metrics", func() error {
 		_, body := get(t, admin+"/metrics")
-		if strings.Contains(body, want) {
-			break
+		if !strings.Contains(body, want) {
+			return fmt.Errorf("metrics:\n%s", metricLines(body, "llmesh_arm_requests_total"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics lack %s:\n%s", want, metricLines(body, "llmesh_arm_requests_total"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func metricLines(s, sub string) string {
@@ -232,17 +228,12 @@ func TestExperimentReloadSwitchesArms(t *testing.T) {
 
 	next := strings.Replace(expMeshFor(s, "    active: extra\n"), "arms:\n", "arms:\n      - {name: extra, scheduler: {policy: edf}}\n", 1)
 	writeMesh(t, path, next)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		arm, _ := complete(t, ctx, data, s.Model, 2, nil)
-		if arm == "extra" {
-			break
+	scrapes.UntilNil(t, "the reload to switch to the new arm", func() error {
+		if arm, _ := complete(t, ctx, data, s.Model, 2, nil); arm != "extra" {
+			return fmt.Errorf("arm %q; log:\n%s", arm, logs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the reload never switched to the new arm; last %q; log:\n%s", arm, logs)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if !strings.Contains(logs.String(), `pool=sim.arm-extra`) {
 		t.Errorf("log does not show the new arm's scheduler pool:\n%s", logs)
 	}
@@ -267,17 +258,12 @@ func TestExperimentReloadSwitchesArms(t *testing.T) {
 		long <- datas
 	}()
 	writeMesh(t, path, expMeshFor(s, "    active: prio\n"))
-	deadline = time.Now().Add(20 * time.Second)
-	for {
-		arm, _ := complete(t, ctx, data, s.Model, 2, nil)
-		if arm == "prio" {
-			break
+	scrapes.UntilNil(t, "the reload to drop the arm", func() error {
+		if arm, _ := complete(t, ctx, data, s.Model, 2, nil); arm != "prio" {
+			return fmt.Errorf("arm %q; log:\n%s", arm, logs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the reload never dropped the arm; last %q; log:\n%s", arm, logs)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	select {
 	case <-long:
 		t.Fatal("the long stream ended before the reload took effect; the test proves nothing")
@@ -329,21 +315,13 @@ func TestExperimentThroughSchedulerService(t *testing.T) {
 		`llmesh_scheduler_events_total{event="done",pool="sim.arm-fifo"} 1`,
 		`llmesh_scheduler_events_total{event="arrived",pool="sim"} 0`,
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	scrapes.UntilNil(t, "the releases in the service metrics", func() error {
 		_, body := get(t, "http://"+svcAdmin.Addr().String()+"/metrics")
-		missing := ""
 		for _, want := range wants {
 			if !strings.Contains(body, want) {
-				missing = want
+				return fmt.Errorf("lacks %s:\n%s", want, metricLines(body, "events_total"))
 			}
 		}
-		if missing == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("service metrics lack %s:\n%s", missing, metricLines(body, "events_total"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -5,28 +5,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/llmesh/llmesh/sim/simtest"
+	"github.com/llmesh/llmesh/testkit/promtext"
 )
 
 // promSum adds up every sample of one Prometheus series name in a text
 // exposition.
 func promSum(body, name string) float64 {
-	var sum float64
-	for _, line := range strings.Split(body, "\n") {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			sum += v
-		}
-	}
+	sum, _ := promtext.Sum(body, name)
 	return sum
 }
 
@@ -51,18 +40,14 @@ func TestInterChunkCountEqualsDecodeSteps(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	deadline := time.Now().Add(20 * time.Second)
 	var body string
-	for {
+	scrapes.UntilNil(t, fmt.Sprintf("%d requests in the metrics", len(lengths)), func() error {
 		_, body = get(t, admin+"/metrics")
-		if promSum(body, "gen_ai_server_request_duration_seconds_count") >= float64(len(lengths)) {
-			break
+		if promSum(body, "gen_ai_server_request_duration_seconds_count") < float64(len(lengths)) {
+			return fmt.Errorf("metrics:\n%s", body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics never showed %d requests:\n%s", len(lengths), body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	gaps, steps := promSum(body, "llmesh_inter_chunk_duration_seconds_count"), promSum(body, "llmesh_decode_steps_sum")
 	if gaps != steps || steps < 1100 {
 		t.Errorf("inter-chunk count %v, decode steps %v: want equal (and over the 512 samples a request keeps)", gaps, steps)

@@ -2,10 +2,12 @@ package gatewayproc
 
 import (
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/llmesh/llmesh/testkit/gatewaytest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -22,6 +24,11 @@ var (
 	complete    = gatewaytest.Complete
 	mustReq     = gatewaytest.MustReq
 )
+
+// scrapes polls what needs an HTTP round trip (an admin /metrics, a
+// completion) less often than the default: each check costs the gateway
+// under test real work.
+var scrapes = wait.Poll{Interval: 10 * time.Millisecond}
 
 const (
 	expMesh   = gatewaytest.ExpMesh

@@ -2,6 +2,7 @@ package gatewayproc
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -70,23 +71,19 @@ func TestRunRelocatesGRPCPromptToSim(t *testing.T) {
 
 	relocs := regexp.MustCompile(`(?m)^llmesh_relocations_total\{[^}]*\} (\S+)`)
 	bytesRe := regexp.MustCompile(`(?m)^llmesh_relocated_bytes_total\{[^}]*\} (\S+)`)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	scrapes.UntilNil(t, "the relocation in the metrics", func() error {
 		_, body := get(t, admin+"/metrics")
 		m, b := relocs.FindStringSubmatch(body), bytesRe.FindStringSubmatch(body)
-		if m != nil && b != nil {
-			n, _ := strconv.ParseFloat(m[1], 64)
-			moved, _ := strconv.ParseFloat(b[1], 64)
-			if n != 1 || moved != float64(len(prompt)) {
-				t.Fatalf("relocations %s, bytes %s; want 1 and %d", m[1], b[1], len(prompt))
-			}
-			break
+		if m == nil || b == nil {
+			return fmt.Errorf("metrics:\n%s", grepLines(body, "reloc"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics never showed the relocation:\n%s", grepLines(body, "reloc"))
+		n, _ := strconv.ParseFloat(m[1], 64)
+		moved, _ := strconv.ParseFloat(b[1], 64)
+		if n != 1 || moved != float64(len(prompt)) {
+			t.Fatalf("relocations %s, bytes %s; want 1 and %d", m[1], b[1], len(prompt))
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func grepLines(s, sub string) string {

@@ -2,6 +2,7 @@ package gatewayproc
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/llmesh/llmesh/testkit/proctest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // startRun runs Run until the test ends and returns the data and admin
@@ -75,17 +77,13 @@ func TestRunQuickModeAdminAndMetrics(t *testing.T) {
 		t.Fatalf("got %d events", len(datas))
 	}
 	// The record is written after the response ends; poll the endpoint.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	scrapes.UntilNil(t, "the request in the metrics", func() error {
 		_, body := get(t, admin+"/metrics")
-		if strings.Contains(body, "gen_ai_server_time_to_first_token") && strings.Contains(body, `llmesh_class="default"`) {
-			break
+		if !strings.Contains(body, "gen_ai_server_time_to_first_token") || !strings.Contains(body, `llmesh_class="default"`) {
+			return fmt.Errorf("metrics:\n%s", body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics never showed the request:\n%s", body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestRunQuickModeFlagErrors(t *testing.T) {
@@ -162,13 +160,12 @@ func TestRunMeshConfigReload(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 20s; logs:\n%s", what, logs)
+		scrapes.UntilNil(t, what, func() error {
+			if !cond() {
+				return fmt.Errorf("logs:\n%s", logs)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	write(mesh("b"))
 	waitFor("reload to pool b", func() bool { return strings.Contains(ask(), "from-b") })
@@ -266,13 +263,12 @@ func TestRunReloadAppliesSchedulerSettings(t *testing.T) {
 	// The second request waits in pool a's queue (the scheduler's gauge
 	// says so) and has not reached the engine.
 	const queued = `llmesh_scheduler_queued{class="interactive",pool="a"}`
-	deadline := time.Now().Add(20 * time.Second)
-	for v, _ := adminMetric(t, admin, queued); v != 1; v, _ = adminMetric(t, admin, queued) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v, want the second request waiting; logs:\n%s", queued, v, logs)
+	wait.Poll{Interval: 5 * time.Millisecond}.UntilNil(t, "the second request waiting", func() error {
+		if v, _ := adminMetric(t, admin, queued); v != 1 {
+			return fmt.Errorf("%s = %v; logs:\n%s", queued, v, logs)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	select {
 	case <-started:
 		t.Fatal("the second request reached the engine past max_inflight 1")
@@ -280,13 +276,12 @@ func TestRunReloadAppliesSchedulerSettings(t *testing.T) {
 	}
 	writeMesh(t, path, mesh("2"))
 	waitStart("the waiting request after the capacity reload")
-	deadline = time.Now().Add(20 * time.Second)
-	for !strings.Contains(logs.String(), `msg="scheduler pool (re)built" pool=a`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("log does not show pool a rebuilt:\n%s", logs)
+	wait.UntilNil(t, "the log to show pool a rebuilt", func() error {
+		if !strings.Contains(logs.String(), `msg="scheduler pool (re)built" pool=a`) {
+			return fmt.Errorf("log:\n%s", logs)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	release <- struct{}{}
 	release <- struct{}{}
 	for range 2 {
@@ -321,13 +316,12 @@ func TestRunReloadRejectedKeepsScheduler(t *testing.T) {
 		t.Fatalf("%s = %v (present %v), want 1 from the file", limit, v, ok)
 	}
 	writeMesh(t, path, mesh("renamed", "3"))
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(logs.String(), "config reload rejected; keeping the running config") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the reload was not rejected within 20s; logs:\n%s", logs)
+	wait.UntilNil(t, "the reload rejected", func() error {
+		if !strings.Contains(logs.String(), "config reload rejected; keeping the running config") {
+			return fmt.Errorf("logs:\n%s", logs)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	if !strings.Contains(logs.String(), `no listener named \"main\"`) {
 		t.Errorf("the rejection does not name the missing listener:\n%s", logs)
 	}

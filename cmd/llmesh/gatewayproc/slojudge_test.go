@@ -138,12 +138,10 @@ admin:
 		// The gateway records a request when its response ends, just
 		// after the client has read it.
 		var met, missed int
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		scrapes.Until(t, c.name+": the request recorded", func() bool {
 			met, missed = sloCounts(t, admin)
-			if met+missed > met0+missed0 || time.Now().After(deadline) {
-				break
-			}
-		}
+			return met+missed > met0+missed0
+		})
 		if met+missed != met0+missed0+1 {
 			t.Fatalf("%s: the gateway recorded %d requests, want 1", c.name, met+missed-met0-missed0)
 		}

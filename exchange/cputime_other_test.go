@@ -1,7 +1,0 @@
-//go:build !linux
-
-package exchange
-
-import "testing"
-
-func reportCPU(*testing.B) {}
