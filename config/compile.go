@@ -260,8 +260,8 @@ func (b *builder) classes(m *Mesh) {
 }
 
 func (b *builder) scheduler(path string, s SchedulerSpec) SchedulerConfig {
-	if !slices.Contains(KnownPolicies, s.Policy) {
-		b.c.add(join(path, "policy"), 0, "%q is not a known policy (known: %s)", s.Policy, strings.Join(KnownPolicies, ", "))
+	if !slices.Contains(knownPolicies, s.Policy) {
+		b.c.add(join(path, "policy"), 0, "%q is not a known policy (known: %s)", s.Policy, strings.Join(knownPolicies, ", "))
 	}
 	out := SchedulerConfig{
 		Policy:      s.Policy,
@@ -309,8 +309,8 @@ func (b *builder) scheduler(path string, s SchedulerSpec) SchedulerConfig {
 
 // validScheduler is a valid base for checking an arm's overrides alone.
 var validScheduler = SchedulerSpec{
-	Policy: DefaultPolicy, BatchWindow: "0s", Aging: "0s",
-	Preemption: PreemptionSpec{MinLowerInflight: new(int), MinRunTime: "0s", MaxPerRequest: new(int), Target: new(float64(DefaultPreemptionTarget))},
+	Policy: defaultPolicy, BatchWindow: "0s", Aging: "0s",
+	Preemption: PreemptionSpec{MinLowerInflight: new(int), MinRunTime: "0s", MaxPerRequest: new(int), Target: new(float64(defaultPreemptionTarget))},
 }
 
 // overlay returns base with the set fields of o.
@@ -365,7 +365,7 @@ func (b *builder) pools(m *Mesh) {
 			MaxInflight:       cmp.Or(deref(src.Capacity.MaxInflight), DefaultMaxInflight),
 			MaxInflightTokens: src.Capacity.MaxInflightTokens,
 			Scheduler:         b.scheduler(join(p, "scheduler"), src.Scheduler),
-			EnginePriority:    cmp.Or(src.EnginePriority, EnginePriorityStrip),
+			EnginePriority:    cmp.Or(src.EnginePriority, enginePriorityStrip),
 
 			AcceptUpstreamPick: src.AcceptUpstreamPick,
 		}
@@ -438,8 +438,8 @@ func (b *builder) pools(m *Mesh) {
 // field (llm.v1 GenerateRequest.priority is an int32).
 func (b *builder) enginePriority(path, v string, classes []ClassSpec) {
 	switch v {
-	case "", EnginePriorityStrip:
-	case EnginePriorityClass:
+	case "", enginePriorityStrip:
+	case enginePriorityClass:
 		for i, c := range classes {
 			if c.Priority < math.MinInt32 || c.Priority > math.MaxInt32 {
 				b.c.add(path, 0, "%q writes class priorities into an int32 engine field; classes[%d].priority = %d is out of range",
@@ -447,7 +447,7 @@ func (b *builder) enginePriority(path, v string, classes []ClassSpec) {
 			}
 		}
 	default:
-		b.c.add(path, 0, "%q must be %q or %q", v, EnginePriorityStrip, EnginePriorityClass)
+		b.c.add(path, 0, "%q must be %q or %q", v, enginePriorityStrip, enginePriorityClass)
 	}
 }
 

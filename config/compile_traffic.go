@@ -190,23 +190,23 @@ func (b *builder) relocation(m *Mesh) {
 			b.c.add(join(p, "metadata"), 0, "is required")
 		} else if b.header(join(p, "metadata"), r.Metadata); r.Metadata != strings.ToLower(r.Metadata) {
 			b.c.add(join(p, "metadata"), 0, "%q must be lower-case (gRPC metadata keys are)", r.Metadata)
-		} else if strings.HasSuffix(r.Metadata, "-bin") && r.Type == FieldTypeString {
+		} else if strings.HasSuffix(r.Metadata, "-bin") && r.Type == fieldTypeString {
 			b.c.add(join(p, "type"), 0, "%q: binary metadata %q needs type bytes", r.Type, r.Metadata)
 		}
 		b.intRange(join(p, "field"), r.Field, 1, maxGRPCField)
 		if r.Field >= 19000 && r.Field <= 19999 {
 			b.c.add(join(p, "field"), 0, "%d is in protobuf's reserved range 19000-19999", r.Field)
 		}
-		if r.Type != FieldTypeString && r.Type != FieldTypeBytes {
-			b.c.add(join(p, "type"), 0, "%q must be %q or %q", r.Type, FieldTypeString, FieldTypeBytes)
+		if r.Type != fieldTypeString && r.Type != fieldTypeBytes {
+			b.c.add(join(p, "type"), 0, "%q must be %q or %q", r.Type, fieldTypeString, fieldTypeBytes)
 		}
-		if r.Compressed != CompressedRecompress && r.Compressed != CompressedRefuse {
-			b.c.add(join(p, "compressed"), 0, "%q must be %q or %q", r.Compressed, CompressedRecompress, CompressedRefuse)
+		if r.Compressed != compressedRecompress && r.Compressed != compressedRefuse {
+			b.c.add(join(p, "compressed"), 0, "%q must be %q or %q", r.Compressed, compressedRecompress, compressedRefuse)
 		}
 		b.sizes(p, r.Threshold, r.Max)
 		b.cfg.Relocation.GRPC = append(b.cfg.Relocation.GRPC, GRPCRelocation{
-			Method: r.Method, Metadata: r.Metadata, Field: r.Field, Bytes: r.Type == FieldTypeBytes,
-			Threshold: r.Threshold, Max: r.Max, Refuse: r.Compressed == CompressedRefuse,
+			Method: r.Method, Metadata: r.Metadata, Field: r.Field, Bytes: r.Type == fieldTypeBytes,
+			Threshold: r.Threshold, Max: r.Max, Refuse: r.Compressed == compressedRefuse,
 		})
 	}
 	for i, r := range m.Relocation.HTTP {
@@ -295,15 +295,15 @@ func (b *builder) service(m *Mesh) {
 	} else {
 		b.hostPort("scheduler_service.address", s.Address, false)
 	}
-	if s.FailureMode != FailOpen && s.FailureMode != FailClosed {
-		b.c.add("scheduler_service.failure_mode", 0, "%q must be %q or %q", s.FailureMode, FailOpen, FailClosed)
+	if s.FailureMode != failOpen && s.FailureMode != failClosed {
+		b.c.add("scheduler_service.failure_mode", 0, "%q must be %q or %q", s.FailureMode, failOpen, failClosed)
 	}
-	if s.Transport != ServiceTransportAuto && s.Transport != ServiceTransportGRPC && s.Transport != ServiceTransportFramed {
-		b.c.add("scheduler_service.transport", 0, "%q must be %q, %q or %q", s.Transport, ServiceTransportAuto, ServiceTransportGRPC, ServiceTransportFramed)
+	if s.Transport != serviceTransportAuto && s.Transport != serviceTransportGRPC && s.Transport != serviceTransportFramed {
+		b.c.add("scheduler_service.transport", 0, "%q must be %q, %q or %q", s.Transport, serviceTransportAuto, serviceTransportGRPC, serviceTransportFramed)
 	}
 	delay := b.duration("scheduler_service.report_delay", s.ReportDelay, false)
-	if delay > MaxReportDelay {
-		b.c.add("scheduler_service.report_delay", 0, "%q is over the limit of %s (a release may arrive that late)", s.ReportDelay, MaxReportDelay)
+	if delay > maxReportDelay {
+		b.c.add("scheduler_service.report_delay", 0, "%q is over the limit of %s (a release may arrive that late)", s.ReportDelay, maxReportDelay)
 	}
 	if t := s.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
 		b.c.add("scheduler_service.tls.key_file", 0, "cert_file and key_file go together (a client certificate needs its key)")
@@ -312,16 +312,16 @@ func (b *builder) service(m *Mesh) {
 		TLS:         s.TLS,
 		TokenFile:   s.TokenFile,
 		Address:     s.Address,
-		FailOpen:    s.FailureMode == FailOpen,
+		FailOpen:    s.FailureMode == failOpen,
 		Timeout:     b.duration("scheduler_service.timeout", s.Timeout, true),
 		Transport:   s.Transport,
 		ReportDelay: delay,
 	}
 }
 
-// MaxReportDelay bounds scheduler_service.report_delay: the service sees a
+// maxReportDelay bounds scheduler_service.report_delay: the service sees a
 // release up to that late, so the slot stays taken that long.
-const MaxReportDelay = 10 * time.Millisecond
+const maxReportDelay = 10 * time.Millisecond
 
 // listenerLimits compiles a listener's client limits: a duration is Go
 // syntax or "off", a count is positive or -1 (off); omitted keeps the
@@ -359,8 +359,8 @@ func (b *builder) dataPlane(p string, src *ListenerSpec) (string, *ExtProc) {
 	switch {
 	case dp == "":
 		dp = DataPlaneGolang
-	case !slices.Contains(KnownDataPlanes, dp):
-		b.c.add(join(p, "data_plane"), 0, "%q is not a known data plane (known: %s)%s", dp, strings.Join(KnownDataPlanes, ", "), suggestValue(dp, KnownDataPlanes))
+	case !slices.Contains(knownDataPlanes, dp):
+		b.c.add(join(p, "data_plane"), 0, "%q is not a known data plane (known: %s)%s", dp, strings.Join(knownDataPlanes, ", "), suggestValue(dp, knownDataPlanes))
 		return DataPlaneGolang, nil
 	}
 	if dp != DataPlaneExtProc {
@@ -391,14 +391,14 @@ func (b *builder) dataPlane(p string, src *ListenerSpec) (string, *ExtProc) {
 	tp := join(ep, "message_timeout")
 	if src.ExtProc.MessageTimeout == "" {
 		x.MessageTimeout = max(DefaultExtProcMessageTimeout, longest+time.Second)
-		if x.MessageTimeout > MaxExtProcMessageTimeout {
-			b.c.add(tp, 0, "the default (class %q queue.max_wait %s plus 1s) is over Envoy's limit of %s: shorten that max_wait", longestClass, longest, MaxExtProcMessageTimeout)
+		if x.MessageTimeout > maxExtProcMessageTimeout {
+			b.c.add(tp, 0, "the default (class %q queue.max_wait %s plus 1s) is over Envoy's limit of %s: shorten that max_wait", longestClass, longest, maxExtProcMessageTimeout)
 		}
 	} else {
 		x.MessageTimeout = b.duration(tp, src.ExtProc.MessageTimeout, true)
 		switch {
-		case x.MessageTimeout > MaxExtProcMessageTimeout:
-			b.c.add(tp, 0, "%q is over Envoy's limit of %s", src.ExtProc.MessageTimeout, MaxExtProcMessageTimeout)
+		case x.MessageTimeout > maxExtProcMessageTimeout:
+			b.c.add(tp, 0, "%q is over Envoy's limit of %s", src.ExtProc.MessageTimeout, maxExtProcMessageTimeout)
 		case x.MessageTimeout > 0 && x.MessageTimeout <= longest:
 			b.c.add(tp, 0, "%q must be longer than class %q queue.max_wait %s: Envoy would give up on a request the picker still queues", src.ExtProc.MessageTimeout, longestClass, longest)
 		}

@@ -95,15 +95,15 @@ const (
 	DataPlaneExtProc = "ext_proc"
 )
 
-// KnownDataPlanes are the values of ListenerSpec.DataPlane.
-var KnownDataPlanes = []string{DataPlaneGolang, DataPlaneExtProc}
+// knownDataPlanes are the values of ListenerSpec.DataPlane.
+var knownDataPlanes = []string{DataPlaneGolang, DataPlaneExtProc}
 
 // DefaultExtProcMessageTimeout is ExtProcSpec.MessageTimeout when omitted
 // and no class may queue longer.
 const DefaultExtProcMessageTimeout = 30 * time.Second
 
-// MaxExtProcMessageTimeout is the largest message_timeout Envoy accepts.
-const MaxExtProcMessageTimeout = time.Hour
+// maxExtProcMessageTimeout is the largest message_timeout Envoy accepts.
+const maxExtProcMessageTimeout = time.Hour
 
 // ExtProc is ExtProcSpec compiled.
 type ExtProc struct {
@@ -122,18 +122,6 @@ type ListenerLimits struct {
 	BodyTimeout, WriteTimeout, IdleTimeout time.Duration
 	BodyBudgetBytes                        int64
 	MaxConnsPerClient, MaxStreamsPerConn   int
-}
-
-// Route returns the first route that takes a request with this path,
-// headers (header returns a header's value, "" when absent) and protocol
-// (grpc: a gRPC request), or nil. See RouteMatch for the rule.
-func (l *Listener) Route(path string, header func(name string) string, grpc bool) *Route {
-	for _, r := range l.Routes {
-		if r.Matches(path, header, grpc) {
-			return r
-		}
-	}
-	return nil
 }
 
 // RouteMatch is what a route matches a request on, with the one rule both
@@ -188,13 +176,6 @@ func (r *Route) Match() RouteMatch {
 	return RouteMatch{PathPrefix: r.PathPrefix, Headers: r.Headers, GRPC: r.Pool != nil && r.Pool.Protocol == ProtocolGRPC}
 }
 
-// Matches reports whether a request with this path, headers and protocol
-// takes r (RouteMatch.Matches).
-func (r *Route) Matches(path string, header func(name string) string, grpc bool) bool {
-	m := r.Match()
-	return m.Matches(path, header, grpc)
-}
-
 func headersMatch(want map[string]string, header func(string) string) bool {
 	for k, v := range want {
 		if header == nil || header(k) != v {
@@ -234,7 +215,7 @@ type Pool struct {
 	Scheduler SchedulerConfig
 	// Experiment is the experiment on this pool, or nil.
 	Experiment *Experiment
-	// EnginePriority is EnginePriorityStrip or EnginePriorityClass: what
+	// EnginePriority is enginePriorityStrip or enginePriorityClass: what
 	// hosts write into the engine priority of a request whose source is
 	// not trusted for priority (PoolSpec.EnginePriority).
 	EnginePriority string
@@ -276,7 +257,7 @@ type KVEventSource struct {
 // ClassEnginePriority reports whether requests to p carry their class's
 // priority to the engine (engine_priority: class).
 func (p *Pool) ClassEnginePriority() bool {
-	return p != nil && p.EnginePriority == EnginePriorityClass
+	return p != nil && p.EnginePriority == enginePriorityClass
 }
 
 // MetricsSource is an engine /metrics scrape.
@@ -288,7 +269,7 @@ type MetricsSource struct {
 
 // SchedulerConfig is a compiled scheduler configuration.
 type SchedulerConfig struct {
-	// Policy is one of KnownPolicies.
+	// Policy is one of knownPolicies.
 	Policy      string
 	BatchWindow time.Duration
 	// Aging 0 disables aging.
@@ -457,8 +438,8 @@ type SchedulerService struct {
 	Address  string
 	FailOpen bool
 	Timeout  time.Duration
-	// Transport is ServiceTransportAuto, ServiceTransportGRPC or
-	// ServiceTransportFramed.
+	// Transport is serviceTransportAuto, serviceTransportGRPC or
+	// serviceTransportFramed.
 	Transport string
 	// ReportDelay is how long progress and release reports may wait for
 	// the proxy's next message; 0 sends each at once.

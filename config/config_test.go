@@ -391,41 +391,6 @@ func TestEmptyFileNeedsNothing(t *testing.T) {
 	}
 }
 
-func TestRouteMatching(t *testing.T) {
-	cfg, err := config.LoadFile("../examples/mesh.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := cfg.Listener("main")
-	hdr := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	tests := []struct {
-		path    string
-		headers map[string]string
-		grpc    bool
-		want    string // "" no route
-	}{
-		{"/v1/chat/completions", map[string]string{"x-llmesh-lane": "batch"}, false, "batch"},
-		{"/v1/chat/completions", nil, false, "openai"},
-		{"/vllm.grpc.engine.VllmEngine/Generate", nil, true, "grpc"},
-		// A route to a gRPC pool takes gRPC requests only, one to an
-		// OpenAI pool the rest, in both hosts.
-		{"/v1/chat/completions", nil, true, "grpc"},
-		{"/health", nil, false, ""},
-	}
-	for _, tt := range tests {
-		r := l.Route(tt.path, hdr(tt.headers), tt.grpc)
-		switch {
-		case tt.want == "" && r != nil:
-			t.Errorf("Route(%q, %v, grpc %v) = %s, want none", tt.path, tt.headers, tt.grpc, r.Name)
-		case tt.want != "" && (r == nil || r.Name != tt.want):
-			t.Errorf("Route(%q, %v, grpc %v) = %+v, want %s", tt.path, tt.headers, tt.grpc, r, tt.want)
-		}
-	}
-	if r := l.Route("/v1/x", nil, false); r.Experiment == nil || r.Experiment.Name != "policy-ab" {
-		t.Errorf("route on the experiment's pool has no experiment: %+v", r)
-	}
-}
-
 func TestExperimentPick(t *testing.T) {
 	cfg, err := config.Load([]byte(minimal + `
 experiments:

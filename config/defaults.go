@@ -2,48 +2,48 @@ package config
 
 import "fmt"
 
-// Default values applied by ApplyDefaults. They are documented on the
+// Default values applied by applyDefaults. They are documented on the
 // schema fields and in docs/config.md.
 const (
 	DefaultMaxInflight      = 64
-	DefaultMaxQueueLength   = 1024
-	DefaultAttainment       = 0.9
-	DefaultPolicy           = "fifo"
-	DefaultMinLowerInflight = 1
-	DefaultMaxPreemptions   = 3
-	DefaultPreemptionTarget = 1.0
-	DefaultAbortProbe       = "5m"
+	defaultMaxQueueLength   = 1024
+	defaultAttainment       = 0.9
+	defaultPolicy           = "fifo"
+	defaultMinLowerInflight = 1
+	defaultMaxPreemptions   = 3
+	defaultPreemptionTarget = 1.0
+	defaultAbortProbe       = "5m"
 	DefaultRelocThreshold   = 4096
 	DefaultRelocMax         = 16 << 20
 	DefaultRelocMaxMessage  = 32 << 20
 	DefaultRelocMaxBody     = 32 << 20
-	DefaultConnectTimeout   = "5s"
-	DefaultMetricsInterval  = "1s"
-	DefaultTenantHeader     = "x-tenant-id"
-	DefaultAPIKeyHeader     = "authorization"
-	DefaultServiceName      = "llmesh"
-	DefaultPrometheusPath   = "/metrics"
-	DefaultOTLPInterval     = "10s"
-	DefaultFailureMode      = "fail_open"
-	DefaultServiceTimeout   = "1s"
+	defaultConnectTimeout   = "5s"
+	defaultMetricsInterval  = "1s"
+	defaultTenantHeader     = "x-tenant-id"
+	defaultAPIKeyHeader     = "authorization"
+	defaultServiceName      = "llmesh"
+	defaultPrometheusPath   = "/metrics"
+	defaultOTLPInterval     = "10s"
+	defaultFailureMode      = "fail_open"
+	defaultServiceTimeout   = "1s"
 	// The shared scheduler service's transports (scheduler_service.transport).
-	ServiceTransportAuto   = "auto"
-	ServiceTransportGRPC   = "grpc"
-	ServiceTransportFramed = "framed"
-	DefaultRelocField      = "prompt"
-	FieldTypeString        = "string"
-	FieldTypeBytes         = "bytes"
-	CompressedRecompress   = "recompress"
-	CompressedRefuse       = "refuse"
+	serviceTransportAuto   = "auto"
+	serviceTransportGRPC   = "grpc"
+	serviceTransportFramed = "framed"
+	defaultRelocField      = "prompt"
+	fieldTypeString        = "string"
+	fieldTypeBytes         = "bytes"
+	compressedRecompress   = "recompress"
+	compressedRefuse       = "refuse"
 	ProtocolOpenAI         = "openai"
 	ProtocolGRPC           = "grpc"
-	EnginePriorityStrip    = "strip"
-	EnginePriorityClass    = "class"
+	enginePriorityStrip    = "strip"
+	enginePriorityClass    = "class"
 	ResumeContinue         = "continue"
 	ResumeRequeue          = "requeue"
 	ResumeOff              = "off"
-	FailOpen               = "fail_open"
-	FailClosed             = "fail_closed"
+	failOpen               = "fail_open"
+	failClosed             = "fail_closed"
 )
 
 // DefaultReportDelay is scheduler_service.report_delay's default
@@ -53,14 +53,14 @@ const DefaultReportDelay = "150us"
 // KnownResume are the values of pools[].preemption.resume.
 var KnownResume = []string{ResumeContinue, ResumeRequeue, ResumeOff}
 
-// KnownPolicies are the scheduler policy names the config accepts; the
+// knownPolicies are the scheduler policy names the config accepts; the
 // scheduler's registry must provide each of them.
-var KnownPolicies = []string{"fifo", "priority", "preemptive", "edf"}
+var knownPolicies = []string{"fifo", "priority", "preemptive", "edf"}
 
-// ApplyDefaults fills unset fields of m in place. It never fails: invalid
+// applyDefaults fills unset fields of m in place. It never fails: invalid
 // values are left for Compile to report. Experiment arms are not defaulted
 // here; their unset scheduler fields inherit the pool's at compile time.
-func ApplyDefaults(m *Mesh) {
+func applyDefaults(m *Mesh) {
 	if len(m.Classes) == 0 {
 		m.Classes = []ClassSpec{{Name: "default"}}
 	}
@@ -70,10 +70,10 @@ func ApplyDefaults(m *Mesh) {
 	for i := range m.Classes {
 		c := &m.Classes[i]
 		if c.Queue.MaxLength == 0 {
-			c.Queue.MaxLength = DefaultMaxQueueLength
+			c.Queue.MaxLength = defaultMaxQueueLength
 		}
 		if c.AttainmentTarget == 0 {
-			c.AttainmentTarget = DefaultAttainment
+			c.AttainmentTarget = defaultAttainment
 		}
 	}
 	for i := range m.Listeners {
@@ -91,18 +91,18 @@ func ApplyDefaults(m *Mesh) {
 	for i := range m.Pools {
 		p := &m.Pools[i]
 		if p.ConnectTimeout == "" {
-			p.ConnectTimeout = DefaultConnectTimeout
+			p.ConnectTimeout = defaultConnectTimeout
 		}
 		if p.Capacity.MaxInflight == nil {
 			n := DefaultMaxInflight
 			p.Capacity.MaxInflight = &n
 		}
 		if (p.Capacity.Metrics.URL != "" || p.Capacity.Metrics.URLTemplate != "") && p.Capacity.Metrics.Interval == "" {
-			p.Capacity.Metrics.Interval = DefaultMetricsInterval
+			p.Capacity.Metrics.Interval = defaultMetricsInterval
 		}
 		s := &p.Scheduler
 		if s.Policy == "" {
-			s.Policy = DefaultPolicy
+			s.Policy = defaultPolicy
 		}
 		if s.BatchWindow == "" {
 			s.BatchWindow = "0s"
@@ -111,30 +111,30 @@ func ApplyDefaults(m *Mesh) {
 			s.Aging = "0s"
 		}
 		if s.Preemption.MinLowerInflight == nil {
-			v := DefaultMinLowerInflight
+			v := defaultMinLowerInflight
 			s.Preemption.MinLowerInflight = &v
 		}
 		if s.Preemption.MinRunTime == "" {
 			s.Preemption.MinRunTime = "0s"
 		}
 		if s.Preemption.MaxPerRequest == nil {
-			v := DefaultMaxPreemptions
+			v := defaultMaxPreemptions
 			s.Preemption.MaxPerRequest = &v
 		}
 		if s.Preemption.Target == nil {
-			v := DefaultPreemptionTarget
+			v := defaultPreemptionTarget
 			s.Preemption.Target = &v
 		}
 		if s.Preemption.AbortProbe == "" {
-			s.Preemption.AbortProbe = DefaultAbortProbe
+			s.Preemption.AbortProbe = defaultAbortProbe
 		}
 	}
 	c := &m.Classification
 	if c.TenantHeader == "" && len(c.Tenants) > 0 {
-		c.TenantHeader = DefaultTenantHeader
+		c.TenantHeader = defaultTenantHeader
 	}
 	if c.APIKeyHeader == "" && len(c.APIKeys) > 0 {
-		c.APIKeyHeader = DefaultAPIKeyHeader
+		c.APIKeyHeader = defaultAPIKeyHeader
 	}
 	if m.Relocation.MaxMessage == 0 {
 		m.Relocation.MaxMessage = DefaultRelocMaxMessage
@@ -145,7 +145,7 @@ func ApplyDefaults(m *Mesh) {
 	for i := range m.Relocation.GRPC {
 		r := &m.Relocation.GRPC[i]
 		if r.Type == "" {
-			r.Type = FieldTypeString
+			r.Type = fieldTypeString
 		}
 		if r.Threshold == 0 {
 			r.Threshold = DefaultRelocThreshold
@@ -154,13 +154,13 @@ func ApplyDefaults(m *Mesh) {
 			r.Max = DefaultRelocMax
 		}
 		if r.Compressed == "" {
-			r.Compressed = CompressedRecompress
+			r.Compressed = compressedRecompress
 		}
 	}
 	for i := range m.Relocation.HTTP {
 		r := &m.Relocation.HTTP[i]
 		if r.Field == "" {
-			r.Field = DefaultRelocField
+			r.Field = defaultRelocField
 		}
 		if r.Threshold == 0 {
 			r.Threshold = DefaultRelocThreshold
@@ -171,23 +171,23 @@ func ApplyDefaults(m *Mesh) {
 	}
 	t := &m.Telemetry
 	if t.ServiceName == "" {
-		t.ServiceName = DefaultServiceName
+		t.ServiceName = defaultServiceName
 	}
 	if t.Prometheus.Path == "" {
-		t.Prometheus.Path = DefaultPrometheusPath
+		t.Prometheus.Path = defaultPrometheusPath
 	}
 	if t.OTLP.Endpoint != "" && t.OTLP.Interval == "" {
-		t.OTLP.Interval = DefaultOTLPInterval
+		t.OTLP.Interval = defaultOTLPInterval
 	}
 	if s := m.SchedulerService; s != nil {
 		if s.FailureMode == "" {
-			s.FailureMode = DefaultFailureMode
+			s.FailureMode = defaultFailureMode
 		}
 		if s.Timeout == "" {
-			s.Timeout = DefaultServiceTimeout
+			s.Timeout = defaultServiceTimeout
 		}
 		if s.Transport == "" {
-			s.Transport = ServiceTransportAuto
+			s.Transport = serviceTransportAuto
 		}
 		if s.ReportDelay == "" {
 			s.ReportDelay = DefaultReportDelay

@@ -55,9 +55,9 @@ func (e EndpointSpec) MarshalYAML() (any, error) {
 	return plain(e), nil
 }
 
-// EndpointPlaceholder is replaced by an endpoint's host:port in
+// endpointPlaceholder is replaced by an endpoint's host:port in
 // capacity.metrics.url_template.
-const EndpointPlaceholder = "{endpoint}"
+const endpointPlaceholder = "{endpoint}"
 
 // endpoints compiles a pool's endpoints; p is the pool's path.
 func (b *builder) endpoints(p string, src PoolSpec, pool *Pool) {
@@ -68,10 +68,10 @@ func (b *builder) endpoints(p string, src PoolSpec, pool *Pool) {
 	tmpl := src.Capacity.Metrics.URLTemplate
 	if tmpl != "" {
 		tp := join(p, "capacity.metrics.url_template")
-		if !strings.Contains(tmpl, EndpointPlaceholder) {
-			b.c.add(tp, 0, "%q must contain %s", tmpl, EndpointPlaceholder)
-		} else if !httpURL(strings.ReplaceAll(tmpl, EndpointPlaceholder, "h:1")) {
-			b.c.add(tp, 0, "%q must be an http(s) URL with %s as (part of) its host", tmpl, EndpointPlaceholder)
+		if !strings.Contains(tmpl, endpointPlaceholder) {
+			b.c.add(tp, 0, "%q must contain %s", tmpl, endpointPlaceholder)
+		} else if !httpURL(strings.ReplaceAll(tmpl, endpointPlaceholder, "h:1")) {
+			b.c.add(tp, 0, "%q must be an http(s) URL with %s as (part of) its host", tmpl, endpointPlaceholder)
 		}
 		if src.Capacity.Metrics.URL != "" {
 			b.c.add(tp, 0, "set url (one engine for the pool) or url_template (one per endpoint), not both")
@@ -99,7 +99,7 @@ func (b *builder) endpoints(p string, src PoolSpec, pool *Pool) {
 			b.c.add(join(path, "metrics_url"), 0, "%q must be an http(s) URL", metrics)
 		}
 		if metrics == "" && tmpl != "" {
-			metrics = strings.ReplaceAll(tmpl, EndpointPlaceholder, e.Address)
+			metrics = strings.ReplaceAll(tmpl, endpointPlaceholder, e.Address)
 		}
 		pool.Endpoints = append(pool.Endpoints, Endpoint{Host: host, Port: port, MaxInflight: e.MaxInflight, MetricsURL: metrics})
 	}

@@ -105,7 +105,7 @@ func Load(data []byte) (*Config, error) {
 	m := &Mesh{}
 	_, root, err := decodeStrict(data, m)
 	if err == nil {
-		ApplyDefaults(m)
+		applyDefaults(m)
 		return Compile(m)
 	}
 	var strictErrs Errors
@@ -113,7 +113,7 @@ func Load(data []byte) (*Config, error) {
 		return nil, err
 	}
 	_ = root.Decode(m) // what does not fit its field stays zero; reported above
-	ApplyDefaults(m)
+	applyDefaults(m)
 	_, cerr := Compile(m)
 	var compileErrs Errors
 	if !errors.As(cerr, &compileErrs) {

@@ -162,7 +162,7 @@ type PoolSpec struct {
 	// replaces it with the priority of the request's class, for engines
 	// that order their own waiting queue by it (vLLM --scheduling-policy
 	// priority). A trusted source's value passes either way. Empty means
-	// "strip" (left empty by ApplyDefaults, so that configs written before
+	// "strip" (left empty by applyDefaults, so that configs written before
 	// the field existed serialize as they did).
 	EnginePriority string `yaml:"engine_priority,omitempty"`
 	// AffinityHeader names a request header (a session id, a prompt-prefix
@@ -238,7 +238,7 @@ type PoolPreemptionSpec struct {
 	// a continuation request and checks that the engine continued),
 	// "requeue" (the stream ends with a retryable error event) or "off"
 	// (a stream that sent a byte ignores preemption and runs to its end).
-	// Empty means "continue" (left empty by ApplyDefaults).
+	// Empty means "continue" (left empty by applyDefaults).
 	Resume string `yaml:"resume,omitempty"`
 }
 
@@ -521,7 +521,7 @@ type SchedulerServiceSpec struct {
 	// (normally the next request's admission), so a busy proxy sends about
 	// one message per request; admissions never wait. The service sees a
 	// release up to this late. "0s" sends each report at once; at most
-	// MaxReportDelay; default "150us".
+	// maxReportDelay; default "150us".
 	ReportDelay string `yaml:"report_delay,omitempty"`
 	// TLS, when set, reaches the service over TLS (both transports); with
 	// cert_file and key_file, over mTLS. The files are read by each host

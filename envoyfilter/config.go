@@ -37,6 +37,8 @@ type FilterConfig struct {
 	// RetryAfter is the retry hint on retryable local replies.
 	RetryAfter time.Duration
 
+	// routes is the Listener's route table; nil without a Listener.
+	routes     *exchange.Routes[*config.Pool]
 	metrics    *metrics
 	rt         *runtime
 	classifier *exchange.Classifier
@@ -139,6 +141,9 @@ func compile(s settings.Filter) (*FilterConfig, error) {
 	}
 	for _, p := range mc.Pools {
 		fc.needBody = fc.needBody || p.MaxInflightTokens > 0 || p.PrefixWeight > 0
+	}
+	if fc.Listener != nil {
+		fc.routes = exchange.NewRoutes(exchange.ListenerRules(fc.Listener, func(p *config.Pool) *config.Pool { return p }), nil, nil, nil)
 	}
 	return fc, nil
 }

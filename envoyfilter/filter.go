@@ -195,25 +195,22 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 		reqID = f.path + "@" + strconv.FormatInt(f.received.UnixNano(), 10)
 	}
 	hv := f.stripMarker(h)
-	var genPaths []string // the route's generation paths; nil: the defaults
-	if f.cfg.Listener != nil {
-		if r := f.cfg.Listener.Route(f.path, hv.Get, f.grpc); r != nil {
-			genPaths = r.Generation
+	var gen *exchange.Generations // the route's generation paths; nil: the defaults
+	if f.cfg.routes != nil {
+		if r, ok := f.cfg.routes.Select(f.path, hv.Get, f.grpc); ok {
+			gen = r.Generations
+			// Envoy's per-route config wins: with a class of its own the
+			// listener's route sets neither pool nor class, and a pool of
+			// its own stays.
 			if f.routeClass == "" {
-				if r.Pool != nil && f.pool == f.cfg.Pool {
+				if f.pool == f.cfg.Pool {
 					f.pool = r.Pool
 				}
-				if r.Class != nil {
-					f.routeClass = r.Class.Name
-				}
+				f.routeClass = r.Class
 			}
 		}
 	}
 	peer, _ := netip.ParseAddrPort(f.cb.StreamInfo().DownstreamRemoteAddress())
-	var affinity string
-	if f.pool != nil && f.pool.AffinityHeader != "" {
-		affinity = hv.Get(f.pool.AffinityHeader)
-	}
 
 	// ITL samples feed only the OpenTelemetry histogram; without a recorder
 	// the summary is enough. Pooled observers reuse the sample buffer.
@@ -231,11 +228,11 @@ func (f *streamFilter) DecodeHeaders(h api.RequestHeaderMap, endStream bool) (st
 	ce, _ := h.Get("content-encoding")
 	genc, _ := h.Get("grpc-encoding")
 	head := exchange.RequestHead{Path: f.path, ContentType: ct, ContentEncoding: ce, GRPCEncoding: genc, Headers: hv,
-		Peer: peer.Addr(), Received: f.received, ID: reqID, RouteClass: f.routeClass, Affinity: affinity,
+		Peer: peer.Addr(), Received: f.received, ID: reqID, RouteClass: f.routeClass,
 		HashPrefix:  f.pool != nil && f.pool.PrefixWeight > 0,
-		Passthrough: !exchange.IsGeneration(genPaths, h.Method(), f.path), HasBody: !endStream}
+		Passthrough: !gen.Match(h.Method(), f.path), HasBody: !endStream}
 	if f.pool != nil {
-		head.Pool, head.ClassPriority = f.pool.Name, f.pool.ClassEnginePriority()
+		head.Pool, head.ClassPriority, head.AffinityHeader = f.pool.Name, f.pool.ClassEnginePriority(), f.pool.AffinityHeader
 	}
 	var pickErr error
 	f.pin, pickErr = f.upstreamPick(hv)

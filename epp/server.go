@@ -87,15 +87,15 @@ type Record struct {
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	cfg      Config
-	clk      clock.Clock
-	log      *slog.Logger
-	listener *config.Listener
-	cls      *exchange.Classifier
-	pools    map[string]*poolInfo
-	health   *health.Server
-	seq      atomic.Uint64
-	rr       atomic.Uint64
+	cfg    Config
+	clk    clock.Clock
+	log    *slog.Logger
+	routes *exchange.Routes[*poolInfo]
+	cls    *exchange.Classifier
+	pools  map[string]*poolInfo
+	health *health.Server
+	seq    atomic.Uint64
+	rr     atomic.Uint64
 	// xcfg is every stream's lifecycle configuration: the picker
 	// classifies itself (the objective header) and hands the core its
 	// class as the route class; the core records nothing (OnDone reports).
@@ -156,13 +156,14 @@ func New(cfg Config) (*Server, error) {
 		s.log.Error("epp: request lifecycle call refused", "call", call, "state", st.String())
 	}
 	m := cfg.Mesh
+	var listener *config.Listener
 	switch {
 	case cfg.Listener != "":
-		if s.listener = m.Listener(cfg.Listener); s.listener == nil {
+		if listener = m.Listener(cfg.Listener); listener == nil {
 			return nil, fmt.Errorf("epp: Listener: no listener named %q in the mesh config", cfg.Listener)
 		}
 	case len(m.Listeners) > 0:
-		s.listener = m.Listeners[0]
+		listener = m.Listeners[0]
 	}
 	if len(m.Pools) == 0 {
 		return nil, errors.New("epp: Mesh: pools: at least one pool is required")
@@ -176,6 +177,14 @@ func New(cfg Config) (*Server, error) {
 			pi.endpoints = append(pi.endpoints, e.Address())
 		}
 		s.pools[p.Name] = pi
+	}
+	// The listener's routes choose the pool; without a listener every
+	// request goes to the first pool.
+	if listener != nil {
+		s.routes = exchange.NewRoutes(exchange.ListenerRules(listener, func(p *config.Pool) *poolInfo { return s.pools[p.Name] }), nil, nil, nil)
+	} else {
+		first := s.pools[m.Pools[0].Name]
+		s.routes = exchange.NewRoutes(nil, first, first, nil)
 	}
 	if s.cls == nil {
 		c, err := exchange.NewClassifierFromConfig(m)
@@ -223,20 +232,12 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	return st.run()
 }
 
-// route resolves the pool of a request: the listener's route, or the first
-// pool when the mesh has no listener. routeClass is the route's class.
+// route resolves the pool of a request (exchange.Routes.Select): the
+// listener's route, or the first pool when the mesh has no listener.
+// routeClass is the route's class.
 func (s *Server) route(path string, header func(string) string, grpcReq bool) (pi *poolInfo, routeClass string, ok bool) {
-	if s.listener == nil {
-		return s.pools[s.cfg.Mesh.Pools[0].Name], "", true
-	}
-	r := s.listener.Route(path, header, grpcReq)
-	if r == nil || r.Pool == nil {
-		return nil, "", false
-	}
-	if r.Class != nil {
-		routeClass = r.Class.Name
-	}
-	return s.pools[r.Pool.Name], routeClass, true
+	r, ok := s.routes.Select(path, header, grpcReq)
+	return r.Pool, r.Class, ok
 }
 
 // ready returns the ready endpoints of pi among want (all of pi's when

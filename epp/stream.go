@@ -254,11 +254,7 @@ func (st *stream) decide() error {
 	if id == "" {
 		id = st.s.nextID()
 	}
-	var affinity string
-	if ah := pi.pool.AffinityHeader; ah != "" {
-		affinity = h.Get(ah)
-	}
-	st.start(exchange.RequestHead{Path: path, ContentType: h.Get("content-type"), ID: id, Affinity: affinity,
+	st.start(exchange.RequestHead{Path: path, ContentType: h.Get("content-type"), ID: id, AffinityHeader: pi.pool.AffinityHeader,
 		ContentEncoding: h.Get("content-encoding"), GRPCEncoding: h.Get("grpc-encoding"), Headers: h,
 		HasBody: len(st.body) > 0, ClassPriority: pi.pool.ClassEnginePriority()})
 	if grpcReq && len(st.body) > 0 {
@@ -287,7 +283,7 @@ func (st *stream) decide() error {
 		}
 	}
 	sreq := scheduler.Request{ID: id, Pool: pi.pool.Name, Class: st.class.Name, PromptTokens: oreq.PromptTokens(),
-		MaxTokens: max(0, oreq.OutputLimit()), Arrival: st.received, Affinity: affinity}
+		MaxTokens: max(0, oreq.OutputLimit()), Arrival: st.received, Affinity: st.x.View().Request.Affinity}
 	if grpcSizes != nil {
 		sreq.PromptTokens, sreq.MaxTokens = grpcSizes.PromptTokens, grpcSizes.MaxTokens
 	}

@@ -58,13 +58,13 @@ type EnginePriority struct {
 	Value int32
 }
 
-// LLMv1PriorityField is the field number of
+// llmV1PriorityField is the field number of
 // llm.v1.GenerateRequest.priority (api/proto/llm/v1), the request field
 // that carries an engine priority on MethodLLMV1. vLLM's VllmEngine
 // GenerateRequest has no priority field. The number is repeated here so
 // that the filter core does not import gRPC; a test checks it against the
 // generated descriptor.
-const LLMv1PriorityField = protowire.Number(6)
+const llmV1PriorityField = protowire.Number(6)
 
 // priorityKey is the OpenAI body field (vLLM's extension).
 const priorityKey = "priority"
@@ -80,9 +80,9 @@ var (
 	// ErrPriorityTooLarge: a compressed gRPC message decompresses beyond
 	// the host's limit (HTTP 413, gRPC RESOURCE_EXHAUSTED).
 	ErrPriorityTooLarge = errors.New("request message too large to check for a client-set priority")
-	// ErrPriorityEncoding: a JSON body with a Content-Encoding cannot be
+	// errPriorityEncoding: a JSON body with a Content-Encoding cannot be
 	// checked (HTTP 415); it is an ErrPriorityBody.
-	ErrPriorityEncoding = fmt.Errorf("%w: a compressed JSON body cannot be checked", ErrPriorityBody)
+	errPriorityEncoding = fmt.Errorf("%w: a compressed JSON body cannot be checked", ErrPriorityBody)
 )
 
 // BodyPriority decides what happens to the engine priority in the body of
@@ -103,10 +103,10 @@ func (c *Classifier) BodyPriority(peer netip.Addr, h Headers) EnginePriority {
 	return EnginePriority{Mode: PriorityStrip}
 }
 
-// IsJSONBody reports whether a request with this content type is parsed as
+// isJSONBody reports whether a request with this content type is parsed as
 // JSON by an OpenAI-compatible server: no content type, application/json,
 // or any +json type (FastAPI, which vLLM runs on, reads all of them).
-func IsJSONBody(contentType string) bool {
+func isJSONBody(contentType string) bool {
 	ct, _, _ := strings.Cut(contentType, ";")
 	ct = strings.ToLower(strings.TrimSpace(ct))
 	return ct == "" || ct == "application/json" || strings.HasSuffix(ct, "+json")

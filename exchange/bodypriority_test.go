@@ -31,8 +31,8 @@ func set(v int32) EnginePriority { return EnginePriority{Mode: PrioritySet, Valu
 // the generated llm.v1 code.
 func TestLLMv1PriorityConstants(t *testing.T) {
 	fd := (&llmv1.GenerateRequest{}).ProtoReflect().Descriptor().Fields().ByName("priority")
-	if fd == nil || fd.Number() != LLMv1PriorityField {
-		t.Fatalf("llm.v1.GenerateRequest.priority is %v, LLMv1PriorityField is %d", fd, LLMv1PriorityField)
+	if fd == nil || fd.Number() != llmV1PriorityField {
+		t.Fatalf("llm.v1.GenerateRequest.priority is %v, llmV1PriorityField is %d", fd, llmV1PriorityField)
 	}
 	if llmv1.Generation_Generate_FullMethodName != MethodLLMV1 || vllmpb.VllmEngine_Generate_FullMethodName != MethodVLLM {
 		t.Fatalf("generated methods %q, %q; MethodLLMV1 %q, MethodVLLM %q", llmv1.Generation_Generate_FullMethodName,
@@ -303,8 +303,8 @@ func TestIsJSONBody(t *testing.T) {
 		"": true, "application/json": true, "Application/JSON; charset=utf-8": true, "application/vnd.api+json": true,
 		"text/plain": false, "multipart/form-data; boundary=x": false, "application/grpc": false,
 	} {
-		if got := IsJSONBody(ct); got != want {
-			t.Errorf("IsJSONBody(%q) = %v", ct, got)
+		if got := isJSONBody(ct); got != want {
+			t.Errorf("isJSONBody(%q) = %v", ct, got)
 		}
 	}
 }
@@ -325,9 +325,9 @@ func TestRewriteProtoPriority(t *testing.T) {
 	// An unknown field and a second priority of the wrong wire type.
 	msg = protowire.AppendTag(msg, 99, protowire.BytesType)
 	msg = protowire.AppendString(msg, "unknown")
-	msg = protowire.AppendTag(msg, LLMv1PriorityField, protowire.Fixed32Type)
+	msg = protowire.AppendTag(msg, llmV1PriorityField, protowire.Fixed32Type)
 	msg = protowire.AppendFixed32(msg, 5)
-	msg = protowire.AppendTag(msg, LLMv1PriorityField, protowire.VarintType)
+	msg = protowire.AppendTag(msg, llmV1PriorityField, protowire.VarintType)
 	msg = protowire.AppendVarint(msg, protowire.EncodeZigZag(0)+uint64(0xfffffffffffffff9))
 
 	for _, tc := range []struct {
@@ -336,7 +336,7 @@ func TestRewriteProtoPriority(t *testing.T) {
 		want int32
 	}{{"strip", strip, 0}, {"set", set(10), 10}, {"set negative", set(-3), -3}} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, changed, err := RewriteProtoPriority(msg, LLMv1PriorityField, tc.p)
+			out, changed, err := RewriteProtoPriority(msg, llmV1PriorityField, tc.p)
 			if err != nil || !changed {
 				t.Fatalf("changed %v, err %v", changed, err)
 			}
@@ -358,12 +358,12 @@ func TestRewriteProtoPriority(t *testing.T) {
 			}
 		})
 	}
-	out, changed, err := RewriteProtoPriority(genReq(t, &llmv1.GenerateRequest{Model: "m"}), LLMv1PriorityField, strip)
+	out, changed, err := RewriteProtoPriority(genReq(t, &llmv1.GenerateRequest{Model: "m"}), llmV1PriorityField, strip)
 	if err != nil || changed || !bytes.Equal(out, genReq(t, &llmv1.GenerateRequest{Model: "m"})) {
 		t.Errorf("a message without priority: changed %v, err %v", changed, err)
 	}
 	for _, bad := range [][]byte{{0x08}, {0x32, 0x05, 'a'}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, {0x0c}} {
-		if _, _, err := RewriteProtoPriority(bad, LLMv1PriorityField, strip); !errors.Is(err, ErrPriorityBody) {
+		if _, _, err := RewriteProtoPriority(bad, llmV1PriorityField, strip); !errors.Is(err, ErrPriorityBody) {
 			t.Errorf("%x: err %v, want ErrPriorityBody", bad, err)
 		}
 	}
@@ -383,7 +383,7 @@ func TestRewriteGRPCPriority(t *testing.T) {
 	clean := genReq(t, &llmv1.GenerateRequest{Model: "m", Prompt: "p"})
 	body := append(grpcframe.Raw(0, spoof), grpcframe.Raw(1, gz(t, spoof))...)
 	body = append(body, grpcframe.Raw(0, clean)...)
-	out, changed, err := RewriteGRPCPriority(body, "gzip", 1<<20, LLMv1PriorityField, strip)
+	out, changed, err := RewriteGRPCPriority(body, "gzip", 1<<20, llmV1PriorityField, strip)
 	if err != nil || !changed {
 		t.Fatalf("changed %v, err %v", changed, err)
 	}
@@ -404,7 +404,7 @@ func TestRewriteGRPCPriority(t *testing.T) {
 		t.Error("unchanged message not kept byte for byte")
 	}
 
-	same, changed, err := RewriteGRPCPriority(grpcframe.Raw(1, gz(t, clean)), "gzip", 1<<20, LLMv1PriorityField, strip)
+	same, changed, err := RewriteGRPCPriority(grpcframe.Raw(1, gz(t, clean)), "gzip", 1<<20, llmV1PriorityField, strip)
 	if err != nil || changed || !bytes.Equal(same, grpcframe.Raw(1, gz(t, clean))) {
 		t.Errorf("compressed message without priority: changed %v, err %v", changed, err)
 	}
@@ -427,7 +427,7 @@ func TestRewriteGRPCPriority(t *testing.T) {
 		{"not protobuf", "", grpcframe.Raw(0, []byte{0x32, 0x7f}), ErrPriorityBody, "protobuf field 6"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := RewriteGRPCPriority(tc.body, tc.enc, 1024, LLMv1PriorityField, strip)
+			_, _, err := RewriteGRPCPriority(tc.body, tc.enc, 1024, llmV1PriorityField, strip)
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("err = %v, want %v containing %q", err, tc.want, tc.msg)
 			}
@@ -542,7 +542,7 @@ func FuzzRewriteGRPCPriority(f *testing.F) {
 		if setMode {
 			p = set(v)
 		}
-		out, changed, err := RewriteGRPCPriority(body, "gzip", 1<<16, LLMv1PriorityField, p)
+		out, changed, err := RewriteGRPCPriority(body, "gzip", 1<<16, llmV1PriorityField, p)
 		if err != nil {
 			if !errors.Is(err, ErrPriorityBody) && !errors.Is(err, ErrPriorityTooLarge) {
 				t.Fatalf("unclassified error %v", err)
@@ -612,7 +612,7 @@ func BenchmarkRewriteGRPCPriority(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := RewriteGRPCPriority(body, "", 1<<20, LLMv1PriorityField, strip); err != nil {
+		if _, _, err := RewriteGRPCPriority(body, "", 1<<20, llmV1PriorityField, strip); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -26,7 +26,7 @@ type ExchangeConfig struct {
 	// the host reads anyway.
 	SizeBody bool
 	// GuardMaxMessage bounds one gRPC message the priority guard checks
-	// (before and after decompression); 0 means DefaultMaxFrameBytes.
+	// (before and after decompression); 0 means defaultMaxFrameBytes.
 	GuardMaxMessage int
 	// KeepOutput keeps the generated text of a spliceable request
 	// (RequestMeta.Spliceable), for a continuation after preemption.
@@ -65,11 +65,13 @@ type RequestHead struct {
 	// ClassPriority: the pool's engine orders by the mesh's class
 	// priorities, so the guard writes the class's priority into the body.
 	ClassPriority bool
-	// Passthrough: not a generation call (IsGeneration): proxied without
+	// Passthrough: not a generation call (Generations.Match): proxied without
 	// admission and recorded apart.
 	Passthrough bool
-	// Affinity is the value of the pool's affinity header, "" when none.
-	Affinity string
+	// AffinityHeader names the pool's affinity header: its value in
+	// Headers is the request's affinity key for the scheduler
+	// (scheduler.Request.Affinity). "" means none.
+	AffinityHeader string
 	// HashPrefix: the pool picks endpoints by prefix (prefix_routing), so
 	// Size names the prompt's leading blocks (RequestMeta.Blocks) for the
 	// scheduler.
@@ -114,8 +116,9 @@ type Exchange struct {
 
 	obs      *Observer
 	lease    scheduler.Lease // the admission held now, nil when none
-	progress ProgressReporter
+	progress progressReporter
 	endpoint string
+	affinity string // the value of the pool's affinity header
 
 	preemptions int
 	leases      int               // admissions with a lease so far
@@ -133,6 +136,7 @@ func (x *Exchange) Start(cfg *ExchangeConfig, h RequestHead) {
 		return
 	}
 	*x = Exchange{cfg: cfg, head: h, kind: GRPCKindOf(h.ContentType), state: StateReceived}
+	x.affinity = affinity(h.AffinityHeader, h.Headers)
 	x.head.Headers = nil // valid only during this call
 	x.classify(h.Headers)
 	x.plan = x.planBody(h)
@@ -309,7 +313,7 @@ func (x *Exchange) finish(t time.Time, how Ending, cause error) {
 		if cause == nil {
 			cause = errRefused
 		}
-		if ErrorKindOf(cause) == ErrorCancelled {
+		if errorKindOf(cause) == ErrorCancelled {
 			how = EndClientGone // the client left while queued: nobody was refused
 		}
 	}
@@ -330,7 +334,7 @@ func (x *Exchange) finish(t time.Time, how Ending, cause error) {
 	case EndRefused:
 		x.obs.SetError(ErrorHTTPStatus, cause.Error())
 	case EndClientGone:
-		if ErrorKindOf(cause) != ErrorCancelled {
+		if errorKindOf(cause) != ErrorCancelled {
 			cause = errClientGone
 		}
 	case EndPreempted:
@@ -401,7 +405,7 @@ func (x *Exchange) ServerTiming(t time.Time, ending bool) string {
 			ob.HasTPOT = true
 		}
 	}
-	st := AppendServerTiming(make([]byte, 0, 160), &ob)
+	st := appendServerTiming(make([]byte, 0, 160), &ob)
 	if ending && x.preemptions > 0 && x.ending != EndPreempted {
 		if len(st) > 0 {
 			st = append(st, ", "...)
@@ -425,7 +429,7 @@ func (x *Exchange) View() ExchangeView {
 			PromptTokens: x.meta.PromptTokens,
 			MaxTokens:    x.meta.MaxTokens,
 			Arrival:      x.head.Received,
-			Affinity:     x.head.Affinity,
+			Affinity:     x.affinity,
 			Blocks:       x.meta.Blocks,
 			Pin:          x.head.Pin,
 		},

@@ -58,8 +58,8 @@ func TestExchangeSequence(t *testing.T) {
 	cfg := &ExchangeConfig{Classifier: exClassifier(t), SizeBody: true, Recorder: RecorderFunc(func(r Record) { recs = append(recs, r) })}
 	t0 := time.Unix(1000, 0)
 	var x Exchange
-	x.Start(cfg, RequestHead{Path: "/v1/completions", ContentType: "application/json", Headers: MapHeaders{},
-		Received: t0, ID: "r1", Pool: "p", ClassPriority: true, Affinity: "k", HasBody: true})
+	x.Start(cfg, RequestHead{Path: "/v1/completions", ContentType: "application/json", Headers: MapHeaders{"x-session": "k"},
+		Received: t0, ID: "r1", Pool: "p", ClassPriority: true, AffinityHeader: "X-Session", HasBody: true})
 	if got := x.View().Class.Name; got != "batch" {
 		t.Fatalf("class from the head %q, want batch", got)
 	}
@@ -261,7 +261,7 @@ func TestExchangePlan(t *testing.T) {
 	}
 	var x Exchange
 	x.Start(cfg, RequestHead{Path: "/v1/completions", ContentType: "application/json", ContentEncoding: "gzip", HasBody: true})
-	if p := x.View().Plan; !errors.Is(p.Refuse, ErrPriorityEncoding) || p.Guard != GuardNone {
+	if p := x.View().Plan; !errors.Is(p.Refuse, errPriorityEncoding) || p.Guard != GuardNone {
 		t.Errorf("compressed JSON plan %+v, want a refusal", p)
 	}
 	if r := ReplyFor(x.View().Plan.Refuse); r.HTTPStatus != 415 {

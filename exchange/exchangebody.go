@@ -60,7 +60,7 @@ func (x *Exchange) planBody(h RequestHead) BodyPlan {
 	switch {
 	case x.kind != GRPCNone && h.Path == MethodLLMV1:
 		p.Guard = GuardGRPC
-	case x.kind == GRPCNone && IsJSONBody(h.ContentType):
+	case x.kind == GRPCNone && isJSONBody(h.ContentType):
 		p.Guard = GuardJSON
 	default:
 		return p
@@ -83,7 +83,7 @@ func (x *Exchange) planBody(h RequestHead) BodyPlan {
 	if p.Guard == GuardJSON {
 		if ce := strings.TrimSpace(h.ContentEncoding); ce != "" && !strings.EqualFold(ce, "identity") {
 			p.Guard = GuardNone
-			p.Refuse = fmt.Errorf("%w: content-encoding %s", ErrPriorityEncoding, ce)
+			p.Refuse = fmt.Errorf("%w: content-encoding %s", errPriorityEncoding, ce)
 			return p
 		}
 		p.DropContentLength = x.guardP.Mode == PrioritySet // the body grows or shrinks
@@ -115,7 +115,7 @@ func (x *Exchange) NoteModel(b []byte, whole bool) {
 	if x.meta.Model != "" || x.kind == GRPCWebText || (x.kind == GRPCNone && !whole) {
 		return
 	}
-	x.meta.Model = RequestModel(x.head.Path, b, x.kind.Framed())
+	x.meta.Model = requestModel(x.head.Path, b, x.kind.Framed())
 }
 
 // Size reads the model and sizes of the whole request body
@@ -168,9 +168,9 @@ func (x *Exchange) Guard(body []byte) (out []byte, changed bool, err error) {
 	if x.plan.Guard == GuardGRPC {
 		limit := x.cfg.GuardMaxMessage
 		if limit <= 0 {
-			limit = DefaultMaxFrameBytes
+			limit = defaultMaxFrameBytes
 		}
-		return RewriteGRPCPriority(body, x.head.GRPCEncoding, limit, LLMv1PriorityField, p)
+		return RewriteGRPCPriority(body, x.head.GRPCEncoding, limit, llmV1PriorityField, p)
 	}
 	return RewriteJSONPriority(body, p)
 }

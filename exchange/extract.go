@@ -56,28 +56,28 @@ const (
 	MethodVLLM  = "/vllm.grpc.engine.VllmEngine/Generate"
 )
 
-// ExtractorFor returns the built-in extractor for a gRPC method path:
-// LLMV1 for llm.v1.Generation/Generate, VLLM for vLLM's engine API, and
+// extractorFor returns the built-in extractor for a gRPC method path:
+// extractLLMV1 for llm.v1.Generation/Generate, extractVLLM for vLLM's engine API, and
 // CountMessages for anything else.
-func ExtractorFor(method string) Extractor {
+func extractorFor(method string) Extractor {
 	switch method {
 	case MethodLLMV1:
-		return LLMV1
+		return extractLLMV1
 	case MethodVLLM:
-		return VLLM
+		return extractVLLM
 	}
 	return CountMessages
 }
 
 // Built-in extractors.
 var (
-	// LLMV1 decodes llm.v1.GenerateResponse{token_ids=1, text=2,
+	// extractLLMV1 decodes llm.v1.GenerateResponse{token_ids=1, text=2,
 	// usage=3{prompt_tokens=1, completion_tokens=2}, finish_reason=4}.
-	LLMV1 Extractor = llmV1Extractor{}
-	// VLLM decodes vllm.grpc.engine.GenerateResponse{oneof chunk=1
+	extractLLMV1 Extractor = llmV1Extractor{}
+	// extractVLLM decodes vllm.grpc.engine.GenerateResponse{oneof chunk=1
 	// {token_ids=1, prompt_tokens=2, completion_tokens=3}, complete=2
 	// {output_ids=1, finish_reason=2, prompt_tokens=3, completion_tokens=4}}.
-	VLLM Extractor = vllmExtractor{}
+	extractVLLM Extractor = vllmExtractor{}
 	// CountMessages treats every non-empty message as one token: the best
 	// guess for an unknown streaming API.
 	CountMessages Extractor = countExtractor{}

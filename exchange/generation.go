@@ -1,22 +1,22 @@
 package exchange
 
-// DefaultGenerationPaths are the calls scheduled and measured as
+// defaultGenerationPaths are the calls scheduled and measured as
 // generations when a route names none: OpenAI completions and chat
 // completions (POST), and the gRPC generation methods of llm.v1 and vLLM's
 // engine API. Everything else (model lists, health, tokenize, embeddings)
 // is proxied without admission and recorded apart.
-var DefaultGenerationPaths = []string{"/v1/completions", "/v1/chat/completions", MethodLLMV1, MethodVLLM}
+var defaultGenerationPaths = []string{"/v1/completions", "/v1/chat/completions", MethodLLMV1, MethodVLLM}
 
 // Generations says which requests are generation calls: an exact request
 // path (an HTTP path or a gRPC method's :path) from its list. The zero
-// value and nil use DefaultGenerationPaths.
+// value and nil use defaultGenerationPaths.
 type Generations struct {
 	paths map[string]bool
 }
 
-// NewGenerations returns the matcher for paths; empty paths means
-// DefaultGenerationPaths.
-func NewGenerations(paths []string) *Generations {
+// newGenerations returns the matcher for paths; empty paths means
+// defaultGenerationPaths.
+func newGenerations(paths []string) *Generations {
 	if len(paths) == 0 {
 		return nil
 	}
@@ -29,7 +29,7 @@ func NewGenerations(paths []string) *Generations {
 
 var defaultGenerations = func() map[string]bool {
 	m := map[string]bool{}
-	for _, p := range DefaultGenerationPaths {
+	for _, p := range defaultGenerationPaths {
 		m[p] = true
 	}
 	return m
@@ -46,21 +46,4 @@ func (g *Generations) Match(method, path string) bool {
 		return defaultGenerations[path]
 	}
 	return g.paths[path]
-}
-
-// IsGeneration is Generations.Match over a plain list (empty: the
-// defaults), for hosts that keep the route's list as configured.
-func IsGeneration(paths []string, method, path string) bool {
-	if method != "" && method != "POST" {
-		return false
-	}
-	if len(paths) == 0 {
-		return defaultGenerations[path]
-	}
-	for _, p := range paths {
-		if p == path {
-			return true
-		}
-	}
-	return false
 }

@@ -14,12 +14,12 @@ import (
 
 // Limits and defaults of an Observer.
 const (
-	// DefaultMaxEventBytes bounds one SSE event (all its data lines) and a
+	// defaultMaxEventBytes bounds one SSE event (all its data lines) and a
 	// non-streaming JSON body.
-	DefaultMaxEventBytes = 1 << 20
-	// DefaultMaxFrameBytes bounds one gRPC message; gRPC's own default
+	defaultMaxEventBytes = 1 << 20
+	// defaultMaxFrameBytes bounds one gRPC message; gRPC's own default
 	// receive limit is 4 MiB.
-	DefaultMaxFrameBytes = 4 << 20
+	defaultMaxFrameBytes = 4 << 20
 	// DefaultMaxITLSamples is how many inter-chunk gaps are kept per request.
 	DefaultMaxITLSamples = 512
 )
@@ -42,12 +42,12 @@ type Options struct {
 	// GRPCMethod is the request's :path (e.g. "/llm.v1.Generation/Generate");
 	// it selects the built-in extractor when Extractor is nil.
 	GRPCMethod string
-	// Extractor decodes gRPC messages; nil means ExtractorFor(GRPCMethod).
+	// Extractor decodes gRPC messages; nil means extractorFor(GRPCMethod).
 	Extractor Extractor
 	// MaxEventBytes bounds one SSE event and a JSON body; 0 means
-	// DefaultMaxEventBytes.
+	// defaultMaxEventBytes.
 	MaxEventBytes int
-	// MaxFrameBytes bounds one gRPC message; 0 means DefaultMaxFrameBytes.
+	// MaxFrameBytes bounds one gRPC message; 0 means defaultMaxFrameBytes.
 	MaxFrameBytes int
 	// MaxITLSamples is how many gaps ITL.Samples keeps; 0 means
 	// DefaultMaxITLSamples, negative keeps none (the summary is always kept).
@@ -112,8 +112,8 @@ func PutObserver(o *Observer) {
 	}
 	// Very large buffers (a long event, a big frame) are dropped rather
 	// than pinned in the pool.
-	if cap(o.body) > 4*DefaultMaxEventBytes || cap(o.grpc.buf) > 4*DefaultMaxEventBytes ||
-		cap(o.sse.data) > 4*DefaultMaxEventBytes || cap(o.tmpl.prefix)+cap(o.tmpl.suffix) > 4*DefaultMaxEventBytes {
+	if cap(o.body) > 4*defaultMaxEventBytes || cap(o.grpc.buf) > 4*defaultMaxEventBytes ||
+		cap(o.sse.data) > 4*defaultMaxEventBytes || cap(o.tmpl.prefix)+cap(o.tmpl.suffix) > 4*defaultMaxEventBytes {
 		return
 	}
 	observerPool.Put(o)
@@ -129,10 +129,10 @@ func NewObserver(opts Options) *Observer {
 // Reset prepares o for a new request, keeping its buffers.
 func (o *Observer) Reset(opts Options) {
 	if opts.MaxEventBytes <= 0 {
-		opts.MaxEventBytes = DefaultMaxEventBytes
+		opts.MaxEventBytes = defaultMaxEventBytes
 	}
 	if opts.MaxFrameBytes <= 0 {
-		opts.MaxFrameBytes = DefaultMaxFrameBytes
+		opts.MaxFrameBytes = defaultMaxFrameBytes
 	}
 	if opts.MaxITLSamples == 0 {
 		opts.MaxITLSamples = DefaultMaxITLSamples
@@ -141,7 +141,7 @@ func (o *Observer) Reset(opts Options) {
 	o.proto = opts.Protocol
 	o.extractor = opts.Extractor
 	if o.extractor == nil {
-		o.extractor = ExtractorFor(opts.GRPCMethod)
+		o.extractor = extractorFor(opts.GRPCMethod)
 	}
 	o.obs = Observation{Protocol: opts.Protocol}
 	o.finished = false
@@ -354,11 +354,11 @@ func (o *Observer) SetError(kind ErrorKind, msg string) {
 	}
 }
 
-// ErrorKindOf maps a host's stream-ending error to an ErrorKind: nil →
+// errorKindOf maps a host's stream-ending error to an ErrorKind: nil →
 // ErrorNone, context cancellation → ErrorCancelled, scheduler.ErrPreempted →
 // ErrorPreempted, an error whose Timeout() is true (a stalled upstream, a
 // deadline) → ErrorTimeout, anything else → ErrorUpstreamReset.
-func ErrorKindOf(err error) ErrorKind {
+func errorKindOf(err error) ErrorKind {
 	var to interface{ Timeout() bool }
 	switch {
 	case err == nil:
@@ -374,7 +374,7 @@ func ErrorKindOf(err error) ErrorKind {
 }
 
 // Finish ends the observation at t. cause is nil for a clean end of the
-// response body; otherwise it is classified with ErrorKindOf. A clean end
+// response body; otherwise it is classified with errorKindOf. A clean end
 // without the protocol's end marker is recorded as ErrorTruncated. Later
 // calls are ignored.
 func (o *Observer) Finish(t time.Time, cause error) {
@@ -384,7 +384,7 @@ func (o *Observer) Finish(t time.Time, cause error) {
 	o.finished = true
 	o.obs.End = t
 	if cause != nil {
-		o.SetError(ErrorKindOf(cause), cause.Error())
+		o.SetError(errorKindOf(cause), cause.Error())
 	}
 	if o.proto == ProtocolJSON && !o.stopped && len(o.body) > 0 {
 		o.finishJSON()

@@ -163,7 +163,7 @@ func TestObserveSSEEventTooLarge(t *testing.T) {
 	if ob.ErrorKind != ErrorEventTooLarge || ob.ResponseBytes != int64(len(data)) {
 		t.Errorf("kind %v bytes %d", ob.ErrorKind, ob.ResponseBytes)
 	}
-	if c := cap(o.sse.line) + cap(o.sse.data); c > 2*DefaultMaxEventBytes+(128<<10) {
+	if c := cap(o.sse.line) + cap(o.sse.data); c > 2*defaultMaxEventBytes+(128<<10) {
 		t.Errorf("buffers grew to %d bytes", c)
 	}
 }

@@ -10,23 +10,23 @@ import (
 // Prefix hashing for prefix-aware endpoint picking (scheduler.Request.
 // Blocks). A prompt of token ids (gRPC llm.v1 prompt_token_ids, vLLM's
 // TokenizedInput) is named as an engine names it: kvblock hashes of its
-// PrefixBlockTokens-token blocks. A host cannot know a text prompt's
+// prefixBlockTokens-token blocks. A host cannot know a text prompt's
 // tokens without the model's tokenizer, so it names the prompt's leading
-// blocks by its bytes instead (kvblock.TextChain, PrefixBlockBytes a
-// block, about PrefixBlockTokens tokens): the raw JSON of the prompt, then
+// blocks by its bytes instead (kvblock.TextChain, prefixBlockBytes a
+// block, about prefixBlockTokens tokens): the raw JSON of the prompt, then
 // of each message's content in order, a zero byte after each piece so
 // that pieces never run together. Requests that resend the same history
 // (a chat's earlier turns, a shared system prompt) get the same leading
 // hashes either way. The bytes are those the core already read: nothing
 // more is buffered, and at most scheduler.MaxBlocks blocks are hashed.
 
-// PrefixBlockTokens is the block size of a host's prompt hashes in
-// tokens (vLLM's default KV block size), and PrefixBlockBytes in bytes
-// for text, at BytesPerToken bytes to a token; a pool's
+// prefixBlockTokens is the block size of a host's prompt hashes in
+// tokens (vLLM's default KV block size), and prefixBlockBytes in bytes
+// for text, at bytesPerToken bytes to a token; a pool's
 // prefix_routing.capacity_blocks counts blocks of this size.
 const (
-	PrefixBlockTokens = kvblock.DefaultBlockSize
-	PrefixBlockBytes  = PrefixBlockTokens * BytesPerToken
+	prefixBlockTokens = kvblock.DefaultBlockSize
+	prefixBlockBytes  = prefixBlockTokens * bytesPerToken
 )
 
 // HashPrompt writes the request's prompt into c (Reset first by the
@@ -48,7 +48,7 @@ func (r *OpenAIRequest) HashPrompt(c *kvblock.TextChain) {
 
 // hashOpenAIPrompt is the prompt's Blocks, nil when it has no full block.
 func hashOpenAIPrompt(r *OpenAIRequest) []kvblock.Hash {
-	c := kvblock.TextChain{BlockBytes: PrefixBlockBytes, MaxBlocks: scheduler.MaxBlocks}
+	c := kvblock.TextChain{BlockBytes: prefixBlockBytes, MaxBlocks: scheduler.MaxBlocks}
 	r.HashPrompt(&c)
 	return c.Blocks
 }
@@ -57,13 +57,13 @@ func hashOpenAIPrompt(r *OpenAIRequest) []kvblock.Hash {
 // ids (packed runs of varints).
 func hashGRPCPrompt(text []byte, runs [][]byte) []kvblock.Hash {
 	if len(text) > 0 {
-		c := kvblock.TextChain{BlockBytes: PrefixBlockBytes, MaxBlocks: scheduler.MaxBlocks}
+		c := kvblock.TextChain{BlockBytes: prefixBlockBytes, MaxBlocks: scheduler.MaxBlocks}
 		c.Write(text)
 		return c.Blocks
 	}
 	var ids []uint32
 	for _, run := range runs {
-		for len(run) > 0 && len(ids) < scheduler.MaxBlocks*PrefixBlockTokens {
+		for len(run) > 0 && len(ids) < scheduler.MaxBlocks*prefixBlockTokens {
 			v, k := protowire.ConsumeVarint(run)
 			if k < 0 {
 				return nil
@@ -72,5 +72,5 @@ func hashGRPCPrompt(text []byte, runs [][]byte) []kvblock.Hash {
 			run = run[k:]
 		}
 	}
-	return kvblock.Chain(nil, 0, ids, PrefixBlockTokens)
+	return kvblock.Chain(nil, 0, ids, prefixBlockTokens)
 }

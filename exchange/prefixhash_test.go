@@ -23,7 +23,7 @@ func TestHashPromptFollowsTheHistory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := kvblock.TextChain{BlockBytes: PrefixBlockBytes, MaxBlocks: 64}
+		c := kvblock.TextChain{BlockBytes: prefixBlockBytes, MaxBlocks: 64}
 		r.HashPrompt(&c)
 		return c.Blocks
 	}
@@ -60,7 +60,7 @@ func TestExchangeNamesPromptBlocks(t *testing.T) {
 	}
 	b1 := blocks(true, "/v1/chat/completions", "application/json", []byte(turn1))
 	b2 := blocks(true, "/v1/chat/completions", "application/json", []byte(turn2))
-	if len(b1) < len(sys)/PrefixBlockBytes || len(b2) < len(b1) {
+	if len(b1) < len(sys)/prefixBlockBytes || len(b2) < len(b1) {
 		t.Fatalf("blocks: turn 1 %d, turn 2 %d", len(b1), len(b2))
 	}
 	for i := range b1 {
@@ -77,7 +77,7 @@ func TestExchangeNamesPromptBlocks(t *testing.T) {
 	}
 	frame := metaFrame(t, &llmv1.GenerateRequest{Model: "m", PromptTokenIds: ids, MaxTokens: 4})
 	got := blocks(true, MethodLLMV1, "application/grpc", frame)
-	if want := kvblock.Chain(nil, 0, ids, PrefixBlockTokens); !slices.Equal(got, want) || len(want) != 6 {
+	if want := kvblock.Chain(nil, 0, ids, prefixBlockTokens); !slices.Equal(got, want) || len(want) != 6 {
 		t.Errorf("llm.v1 token ids: %d blocks, want the engine's %d", len(got), len(want))
 	}
 }

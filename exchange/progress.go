@@ -2,18 +2,18 @@ package exchange
 
 import "github.com/llmesh/llmesh/scheduler"
 
-// ProgressReporter tells a request's lease how far its stream got, as
+// progressReporter tells a request's lease how far its stream got, as
 // both hosts do per response chunk: once at the first token, then at
 // every change of the token count, never twice for the same progress. The
 // zero value is ready; it allocates nothing.
-type ProgressReporter struct {
+type progressReporter struct {
 	tokens int
 	first  bool
 }
 
 // Report sends o's progress to l when it moved since the last report. A
 // nil l is ignored.
-func (r *ProgressReporter) Report(l scheduler.Lease, o *Observer) {
+func (r *progressReporter) Report(l scheduler.Lease, o *Observer) {
 	if l == nil {
 		return
 	}

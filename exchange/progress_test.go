@@ -21,7 +21,7 @@ func TestProgressReporter(t *testing.T) {
 	o.MarkReceived(now)
 	o.ResponseHeaders(now, 200, MapHeaders{"content-type": "text/event-stream"})
 	l := &progressLease{}
-	var r ProgressReporter
+	var r progressReporter
 	r.Report(nil, o) // no lease: nothing
 	r.Report(l, o)   // nothing yet
 	for _, ev := range []string{

@@ -93,11 +93,11 @@ func replyClass(err error) Reply {
 		return Reply{HTTPStatus: 400, GRPCCode: grpcInvalidArgument, Type: "invalid_request_error", Details: "llmesh_relocation"}
 	case errors.Is(err, ErrPriorityTooLarge):
 		return Reply{HTTPStatus: 413, GRPCCode: grpcResourceExhausted, Type: "request_too_large", Details: "llmesh_priority_body"}
-	case errors.Is(err, ErrPriorityEncoding):
+	case errors.Is(err, errPriorityEncoding):
 		return Reply{HTTPStatus: 415, GRPCCode: grpcInvalidArgument, Type: "bad_request", Details: "llmesh_priority_body"}
 	case errors.Is(err, ErrPriorityBody):
 		return Reply{HTTPStatus: 400, GRPCCode: grpcInvalidArgument, Type: "bad_request", Details: "llmesh_priority_body"}
-	case errors.Is(err, ErrPickNotInPool):
+	case errors.Is(err, errPickNotInPool):
 		return Reply{HTTPStatus: 503, GRPCCode: grpcUnavailable, Type: "unavailable", Details: "llmesh_pick_not_in_pool"}
 	case errors.Is(err, ErrNoRoute):
 		return Reply{HTTPStatus: 404, GRPCCode: grpcUnimplemented, Type: "no_route", Details: "llmesh_no_route"}

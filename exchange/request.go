@@ -64,9 +64,9 @@ func ParseOpenAIRequest(body []byte) (OpenAIRequest, error) {
 	return slow, nil
 }
 
-// BytesPerToken sizes prompts whose token count a host cannot know without
+// bytesPerToken sizes prompts whose token count a host cannot know without
 // the model's tokenizer; the scheduler only needs an estimate.
-const BytesPerToken = 4
+const bytesPerToken = 4
 
 // OutputLimit is max_tokens, else max_completion_tokens, else 0 (as sent:
 // it may be negative).
@@ -81,17 +81,17 @@ func (r *OpenAIRequest) OutputLimit() int {
 }
 
 // PromptTokens estimates the prompt's tokens from the bytes of the prompt
-// and of the messages' contents, BytesPerToken to a token, rounded up.
+// and of the messages' contents, bytesPerToken to a token, rounded up.
 func (r *OpenAIRequest) PromptTokens() int {
 	n := len(r.Prompt)
 	for _, m := range r.Messages {
 		n += len(m.Content)
 	}
-	return EstimateTokens(n)
+	return estimateTokens(n)
 }
 
-// EstimateTokens is the token estimate for n bytes of text: BytesPerToken
+// estimateTokens is the token estimate for n bytes of text: bytesPerToken
 // to a token, rounded up.
-func EstimateTokens(n int) int {
-	return (n + BytesPerToken - 1) / BytesPerToken
+func estimateTokens(n int) int {
+	return (n + bytesPerToken - 1) / bytesPerToken
 }

@@ -31,7 +31,7 @@ type RequestMeta struct {
 	// MaxTokens is the output limit the request names, 0 when none; never
 	// negative.
 	MaxTokens int
-	// PromptTokens is an estimate (BytesPerToken a token) or, for token-id
+	// PromptTokens is an estimate (bytesPerToken a token) or, for token-id
 	// prompts, the count.
 	PromptTokens int
 	// Spliceable: a mid-stream preemption can be continued (SSE completions
@@ -46,9 +46,9 @@ type RequestMeta struct {
 	Invalid string
 	// Blocks name the prompt's leading blocks for prefix-aware endpoint
 	// picking (scheduler.Request.Blocks), when asked for
-	// (RequestHead.HashPrefix): kvblock hashes of PrefixBlockTokens token
+	// (RequestHead.HashPrefix): kvblock hashes of prefixBlockTokens token
 	// ids for a prompt of token ids, kvblock.TextChain hashes of
-	// PrefixBlockBytes bytes for text (prefixhash.go); at most
+	// prefixBlockBytes bytes for text (prefixhash.go); at most
 	// scheduler.MaxBlocks.
 	Blocks []kvblock.Hash
 }
@@ -192,7 +192,7 @@ func readGRPCMeta(path string, body []byte, keepIDs bool) (m RequestMeta, text [
 			return RequestMeta{}, nil, nil
 		}
 		if len(prompt) > 0 {
-			m.PromptTokens = EstimateTokens(len(prompt))
+			m.PromptTokens = estimateTokens(len(prompt))
 			text = prompt
 		} else {
 			m.PromptTokens = nids
@@ -241,7 +241,7 @@ func readGRPCMeta(path string, body []byte, keepIDs bool) (m RequestMeta, text [
 			return RequestMeta{}, nil, nil
 		}
 		if textSet && len(vtext) > 0 {
-			m.PromptTokens = EstimateTokens(len(vtext))
+			m.PromptTokens = estimateTokens(len(vtext))
 			text = vtext
 		} else if !textSet {
 			m.PromptTokens = nids

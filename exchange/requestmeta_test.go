@@ -24,7 +24,7 @@ func protoMeta(t testing.TB, path string, body []byte) (model string, maxTokens,
 			t.Fatal(err)
 		}
 		if r.GetPrompt() != "" {
-			return r.GetModel(), int(r.GetMaxTokens()), EstimateTokens(len(r.GetPrompt()))
+			return r.GetModel(), int(r.GetMaxTokens()), estimateTokens(len(r.GetPrompt()))
 		}
 		return r.GetModel(), int(r.GetMaxTokens()), len(r.GetPromptTokenIds())
 	default:
@@ -33,7 +33,7 @@ func protoMeta(t testing.TB, path string, body []byte) (model string, maxTokens,
 			t.Fatal(err)
 		}
 		if r.GetText() != "" {
-			return "", int(r.GetSamplingParams().GetMaxTokens()), EstimateTokens(len(r.GetText()))
+			return "", int(r.GetSamplingParams().GetMaxTokens()), estimateTokens(len(r.GetText()))
 		}
 		return "", int(r.GetSamplingParams().GetMaxTokens()), len(r.GetTokenized().GetInputIds())
 	}

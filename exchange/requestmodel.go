@@ -9,12 +9,12 @@ import (
 // llmv1ModelField is llm.v1.GenerateRequest.model (api/proto/llm/v1).
 const llmv1ModelField = protowire.Number(1)
 
-// RequestModel reads the model a request names from its body, for hosts
+// requestModel reads the model a request names from its body, for hosts
 // that record it without reading the body before admission: the "model"
 // member of an OpenAI JSON body, or llm.v1.GenerateRequest.model of an
 // uncompressed first gRPC message on MethodLLMV1. "" when the body names
 // none or cannot be read (vLLM's engine API carries no model).
-func RequestModel(method string, body []byte, grpc bool) string {
+func requestModel(method string, body []byte, grpc bool) string {
 	if !grpc {
 		req, err := ParseOpenAIRequest(body)
 		if err != nil {

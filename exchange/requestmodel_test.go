@@ -27,7 +27,7 @@ func TestRequestModel(t *testing.T) {
 		{"llm.v1 compressed", llmv1.Generation_Generate_FullMethodName, append([]byte{1}, full[1:]...), true, ""},
 		{"other method", "/vllm.grpc.engine.VllmEngine/Generate", full, true, ""},
 	} {
-		if got := RequestModel(tc.method, tc.body, tc.grpc); got != tc.want {
+		if got := requestModel(tc.method, tc.body, tc.grpc); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
@@ -39,7 +39,7 @@ func FuzzRequestModel(f *testing.F) {
 	f.Add(grpcframe.Message(&llmv1.GenerateRequest{Model: "m", Prompt: "p"}))
 	f.Add([]byte{0, 0, 0, 0, 1, 10})
 	f.Fuzz(func(t *testing.T, body []byte) {
-		m := RequestModel(MethodLLMV1, body, true)
+		m := requestModel(MethodLLMV1, body, true)
 		if m == "" {
 			return
 		}

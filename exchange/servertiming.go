@@ -13,12 +13,12 @@ import (
 // Entries whose measurement does not exist yet are left out, so a host can
 // send the queue time in response headers and the rest in trailers.
 func ServerTiming(obs *Observation) string {
-	return string(AppendServerTiming(make([]byte, 0, 128), obs))
+	return string(appendServerTiming(make([]byte, 0, 128), obs))
 }
 
-// AppendServerTiming is ServerTiming appending to dst, for hosts that keep
+// appendServerTiming is ServerTiming appending to dst, for hosts that keep
 // a buffer.
-func AppendServerTiming(dst []byte, obs *Observation) []byte {
+func appendServerTiming(dst []byte, obs *Observation) []byte {
 	start := len(dst)
 	entry := func(name string, d time.Duration) {
 		if len(dst) > start {

@@ -28,10 +28,10 @@ const (
 	maxPickLen = 4096
 )
 
-// ErrPickNotInPool: the upstream picker chose an endpoint the request's
+// errPickNotInPool: the upstream picker chose an endpoint the request's
 // pool does not have (the picker and the mesh disagree on the pool's
 // endpoints). A malformed pick is ErrBadRequest.
-var ErrPickNotInPool = errors.New("upstream pick is not an endpoint of the pool")
+var errPickNotInPool = errors.New("upstream pick is not an endpoint of the pool")
 
 // UpstreamPick returns the endpoint picked upstream for a request: the
 // value of the dynamic metadata (metadata, from Envoy's envoy.lb namespace;
@@ -42,7 +42,7 @@ var ErrPickNotInPool = errors.New("upstream pick is not an endpoint of the pool"
 // pick first and fallbacks after commas: the first is taken, the
 // fallbacks are not used. No pick gives "", nil. A pick that is not
 // host:port is an error wrapping ErrBadRequest (400); one that inPool does
-// not know, ErrPickNotInPool (503).
+// not know, errPickNotInPool (503).
 func UpstreamPick(h Headers, metadata string, inPool func(endpoint string) bool) (string, error) {
 	v, from := metadata, PickNamespace+" metadata "+PickKey
 	if v == "" && h != nil {
@@ -64,7 +64,7 @@ func UpstreamPick(h Headers, metadata string, inPool func(endpoint string) bool)
 		return "", fmt.Errorf("%w: %s: %q has an invalid port", ErrBadRequest, from, ep)
 	}
 	if !inPool(ep) {
-		return "", fmt.Errorf("%w: %s: %q", ErrPickNotInPool, from, ep)
+		return "", fmt.Errorf("%w: %s: %q", errPickNotInPool, from, ep)
 	}
 	return ep, nil
 }

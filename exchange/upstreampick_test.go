@@ -70,7 +70,7 @@ func FuzzUpstreamPick(f *testing.F) {
 		got, err := UpstreamPick(MapHeaders{PickHeader: header}, metadata, inTwo)
 		switch {
 		case err != nil:
-			if got != "" || !(errors.Is(err, ErrBadRequest) || errors.Is(err, ErrPickNotInPool)) {
+			if got != "" || !(errors.Is(err, ErrBadRequest) || errors.Is(err, errPickNotInPool)) {
 				t.Fatalf("%q, %v", got, err)
 			}
 		case got != "":

@@ -3,7 +3,6 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"strings"
 	"time"
@@ -113,7 +112,7 @@ type Route struct {
 	// Generation lists the request paths that are generation calls on
 	// this route (scheduled and measured as generations); other requests
 	// are proxied without admission and recorded apart (Record.Passthrough).
-	// nil: exchange.DefaultGenerationPaths.
+	// nil: the defaults (exchange.Generations).
 	Generation []string
 }
 
@@ -176,25 +175,18 @@ type compiledPool struct {
 type compiled struct {
 	cfg      Config
 	pools    map[string]*compiledPool
-	routes   []compiledRoute
-	draw     func() float64 // uniform in [0, 1) for weighted arm choice
-	httpPool *compiledPool  // default for HTTP requests when no route matches
-	grpcPool *compiledPool  // default for gRPC requests when no route matches
-}
-
-// compiledRoute is a route with its experiment's arm pools resolved.
-type compiledRoute struct {
-	Route
-	arms  map[*config.Arm]*compiledPool
-	gen   *exchange.Generations // nil: the defaults
-	match config.RouteMatch     // the rule the Envoy filter routes by too
+	routes   *exchange.Routes[*compiledPool]
+	httpPool *compiledPool // default for HTTP requests when no route matches
+	grpcPool *compiledPool // default for gRPC requests when no route matches
 }
 
 // compile validates cfg, applies defaults and returns the runtime form.
-// Errors name the field path and the bad value, all at once.
-func compile(cfg Config) (*compiled, error) {
+// Errors name the field path and the bad value, all at once. draw is the
+// uniform [0, 1) source of weighted arm choices (nil: math/rand/v2).
+func compile(cfg Config, draw func() float64) (*compiled, error) {
 	var errs []error
-	c := &compiled{cfg: cfg, pools: map[string]*compiledPool{}, draw: rand.Float64}
+	c := &compiled{cfg: cfg, pools: map[string]*compiledPool{}}
+	rules := make([]exchange.RouteRule[*compiledPool], 0, len(cfg.Routes))
 	if len(cfg.Pools) == 0 {
 		errs = append(errs, errors.New("pools: at least one pool is required"))
 	}
@@ -242,8 +234,8 @@ func compile(cfg Config) (*compiled, error) {
 		if r.PathPrefix != "" && !strings.HasPrefix(r.PathPrefix, "/") {
 			errs = append(errs, fmt.Errorf("routes[%d].path_prefix: %q must start with /", i, r.PathPrefix))
 		}
-		cr := compiledRoute{Route: r, gen: exchange.NewGenerations(r.Generation),
-			match: config.RouteMatch{PathPrefix: r.PathPrefix, Headers: r.Headers, GRPC: r.GRPC, AnyProtocol: r.AnyProtocol}}
+		rule := exchange.RouteRule[*compiledPool]{Pool: c.pools[r.Pool], Class: r.Class, Generation: r.Generation,
+			Match: config.RouteMatch{PathPrefix: r.PathPrefix, Headers: r.Headers, GRPC: r.GRPC, AnyProtocol: r.AnyProtocol}}
 		for k, p := range r.Generation {
 			if !strings.HasPrefix(p, "/") {
 				errs = append(errs, fmt.Errorf("routes[%d].generation[%d]: %q must start with /", i, k, p))
@@ -253,7 +245,7 @@ func compile(cfg Config) (*compiled, error) {
 			if len(e.Arms) == 0 {
 				errs = append(errs, fmt.Errorf("routes[%d].experiment: %q has no arms", i, e.Name))
 			}
-			cr.arms = map[*config.Arm]*compiledPool{}
+			rule.Experiment, rule.Arms = e, map[*config.Arm]*compiledPool{}
 			for _, a := range e.Arms {
 				name := config.ArmPoolName(r.Pool, a.Name)
 				p, ok := c.pools[name]
@@ -261,10 +253,10 @@ func compile(cfg Config) (*compiled, error) {
 					errs = append(errs, fmt.Errorf("routes[%d].experiment: arm %q needs pool %q, which is not defined", i, a.Name, name))
 					continue
 				}
-				cr.arms[a] = p
+				rule.Arms[a] = p
 			}
 		}
-		c.routes = append(c.routes, cr)
+		rules = append(rules, rule)
 	}
 	if cfg.MaxHeaderBytes < 0 {
 		errs = append(errs, fmt.Errorf("max_header_bytes: %d must not be negative", cfg.MaxHeaderBytes))
@@ -286,6 +278,7 @@ func compile(cfg Config) (*compiled, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("gateway config: %w", err)
 	}
+	c.routes = exchange.NewRoutes(rules, c.httpPool, c.grpcPool, draw)
 	return c, nil
 }
 
@@ -309,20 +302,10 @@ func parseUpstream(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// match picks the route for a request; ok is false when nothing matches and
-// no default pool serves the request's protocol.
+// match picks the route for a request (exchange.Routes.Select); ok is
+// false when nothing matches and no default pool serves the request's
+// protocol.
 func (c *compiled) match(path string, header func(string) string, isGRPC bool) (pool *compiledPool, class string, gen *exchange.Generations, ok bool) {
-	for _, r := range c.routes {
-		if !r.match.Matches(path, header, isGRPC) {
-			continue
-		}
-		if r.Experiment != nil {
-			return r.arms[r.Experiment.Pick(header, c.draw())], r.Class, r.gen, true
-		}
-		return c.pools[r.Pool], r.Class, r.gen, true
-	}
-	if isGRPC {
-		return c.grpcPool, "", nil, c.grpcPool != nil
-	}
-	return c.httpPool, "", nil, c.httpPool != nil
+	s, ok := c.routes.Select(path, header, isGRPC)
+	return s.Pool, s.Class, s.Generations, ok
 }

@@ -41,15 +41,6 @@ func compileEndpoints(path string, p Pool) (map[string]*url.URL, []error) {
 	return out, errs
 }
 
-// affinity is the request's affinity key for the scheduler: the value of
-// the pool's affinity header, "" without one.
-func (p *compiledPool) affinity(h http.Header) string {
-	if p.AffinityHeader == "" {
-		return ""
-	}
-	return h.Get(p.AffinityHeader)
-}
-
 // upstreamPick is the endpoint a picker in front of the gateway chose for
 // the request (exchange.UpstreamPick: the x-gateway-destination-endpoint
 // header), "" when there is none or the pool does not accept one; an error

@@ -174,20 +174,17 @@ func (g *Gateway) Migrations() uint64 { return g.migrations.Load() }
 
 // New validates cfg and builds a Gateway; it listens on nothing until Serve.
 func New(cfg Config, opts ...Option) (*Gateway, error) {
-	c, err := compile(cfg)
-	if err != nil {
-		return nil, err
-	}
 	g := &Gateway{clock: clock.Real{}, log: slog.Default(), proxies: map[string]*httputil.ReverseProxy{}}
 	for _, o := range opts {
 		o(g)
 	}
+	c, err := compile(cfg, g.armDraw)
+	if err != nil {
+		return nil, err
+	}
 	g.onMisuse = func(call string, s exchange.State) {
 		g.misuses.Add(1)
 		g.log.Error("request lifecycle call refused", "call", call, "state", s.String())
-	}
-	if g.armDraw != nil {
-		c.draw = g.armDraw
 	}
 	g.cfg.Store(c)
 	g.httpTransport = &http.Transport{
@@ -218,12 +215,9 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 // Update swaps in a new configuration; requests in flight finish with the
 // old one. On error the running configuration stays.
 func (g *Gateway) Update(cfg Config) error {
-	c, err := compile(cfg)
+	c, err := compile(cfg, g.armDraw)
 	if err != nil {
 		return err
-	}
-	if g.armDraw != nil {
-		c.draw = g.armDraw
 	}
 	g.cfg.Store(c)
 	return nil

@@ -16,7 +16,7 @@ func CheckMesh(c *config.Config, listener string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := compile(cfg); err != nil {
+	if _, err := compile(cfg, nil); err != nil {
 		return err
 	}
 	if _, err := exchange.NewClassifierFromConfig(c); err != nil {
