@@ -150,9 +150,13 @@ func (fc *Conn[In, Out]) Recv() (In, error) {
 // its own).
 func (fc *Conn[In, Out]) RecvRaw() ([]byte, error) {
 	for {
-		b, err := readFrame(fc.r, fc.hdr[:], fc.in)
+		b, closing, err := readFrameKind(fc.r, fc.hdr[:], fc.in, fc.pong)
 		if err != nil {
 			return nil, err
+		}
+		if closing {
+			// The service's last word: why it ends the session.
+			return nil, closingStatus(b)
 		}
 		fc.in = b[:0]
 		fc.frames.Add(1)
@@ -252,26 +256,41 @@ func (fc *Conn[In, Out]) watch(idle, timeout time.Duration) {
 const watchChecks = 8
 
 // readFrame reads one frame into buf (grown as needed) and returns its
-// message bytes.
+// message bytes; a closing frame is a protocol error (the service's side:
+// only the service sends one).
 func readFrame(r *bufio.Reader, hdr []byte, buf []byte) ([]byte, error) {
+	b, _, err := readFrameKind(r, hdr, buf, false)
+	return b, err
+}
+
+// readFrameKind reads one frame into buf (grown as needed) and returns its
+// bytes; closing says it is a closing frame (accepted only when
+// withClosing is set), whose bytes are a google.rpc.Status.
+func readFrameKind(r *bufio.Reader, hdr []byte, buf []byte, withClosing bool) (b []byte, closing bool, err error) {
 	if _, err := io.ReadFull(r, hdr[:4]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: connection ended inside a frame's length", ErrProtocol)
+			return nil, false, fmt.Errorf("%w: connection ended inside a frame's length", ErrProtocol)
 		}
-		return nil, err // io.EOF: a clean end between frames
+		return nil, false, err // io.EOF: a clean end between frames
 	}
 	n := binary.BigEndian.Uint32(hdr)
+	if withClosing && n&closingFrame != 0 {
+		closing, n = true, n&^closingFrame
+		if n > MaxClosing {
+			return nil, false, fmt.Errorf("%w: closing frame length %d is over %d", ErrProtocol, n, MaxClosing)
+		}
+	}
 	if n > MaxFrame {
-		return nil, fmt.Errorf("%w: frame length %d is over %d", ErrProtocol, n, MaxFrame)
+		return nil, false, fmt.Errorf("%w: frame length %d is over %d", ErrProtocol, n, MaxFrame)
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)
 	}
 	buf = buf[:n]
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, fmt.Errorf("%w: connection ended inside a frame of %d bytes: %w", ErrProtocol, n, err)
+		return nil, false, fmt.Errorf("%w: connection ended inside a frame of %d bytes: %w", ErrProtocol, n, err)
 	}
-	return buf, nil
+	return buf, closing, nil
 }
 
 // readPreface checks the peer's preface, failing at its first wrong byte
