@@ -120,6 +120,12 @@ func (fc *Conn[In, Out]) Close() error {
 	return nil
 }
 
+// Interrupt makes a Recv under way, and every later one, fail at once,
+// without closing the connection: for a service that ends a session from
+// outside its receiving goroutine, whose handler then returns why (Mux
+// sends it in the closing frame).
+func (fc *Conn[In, Out]) Interrupt() { _ = fc.c.SetReadDeadline(time.Unix(1, 0)) }
+
 // CloseSend half-closes: the peer's Recv returns io.EOF while this side
 // can still receive.
 func (fc *Conn[In, Out]) CloseSend() error {
