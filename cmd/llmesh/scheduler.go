@@ -145,7 +145,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Identities:     ids,
 		IdentitiesPath: *identitiesFile, // watched, and read again on SIGHUP
 		Hangup:         hup,
-		Limits:     server.Limits{MaxSessions: *maxSessions, MaxLeasesPerSession: *maxLeases, PreemptGrace: *preemptGrace},
+		Limits:         server.Limits{MaxSessions: *maxSessions, MaxLeasesPerSession: *maxLeases, PreemptGrace: *preemptGrace},
 		Ready: func(a net.Addr) {
 			fmt.Fprintf(stdout, "scheduler service listening on %s\n", a)
 		},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
@@ -27,6 +28,9 @@ func TestClosingFrameTellsWhy(t *testing.T) {
 	served := make(chan error, 1)
 	go func() {
 		served <- mux.Serve(context.Background(), func(c *ServerConn) error {
+			if p, ok := peer.FromContext(c.Context()); !ok || p.Addr == nil || !strings.HasPrefix(p.Addr.String(), "127.0.0.1:") {
+				return status.Errorf(codes.Internal, "no peer address in the session's context: %v", p)
+			}
 			if c.Token() == "good" {
 				if _, err := c.Recv(); err != nil {
 					return err

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
@@ -101,7 +102,9 @@ func newConn[In, Out proto.Message](parent context.Context, c net.Conn, r *bufio
 		_ = tc.SetKeepAliveConfig(ka)
 		_ = tc.SetNoDelay(true)
 	}
-	ctx, cancel := context.WithCancel(parent)
+	// The peer's address rides in the context as gRPC's does, for the
+	// service's logs.
+	ctx, cancel := context.WithCancel(peer.NewContext(parent, &peer.Peer{Addr: c.RemoteAddr(), LocalAddr: c.LocalAddr()}))
 	fc := &Conn[In, Out]{c: c, r: r, newIn: newIn, ctx: ctx, cancel: cancel}
 	fc.frames.Store(1) // the preface
 	// The connection closes with its context: a cancelled session (the
@@ -111,7 +114,8 @@ func newConn[In, Out proto.Message](parent context.Context, c net.Conn, r *bufio
 }
 
 // Context ends when the connection is closed (by either side's Close, or
-// the parent context given when it was made).
+// the parent context given when it was made); it carries the peer's
+// address (peer.FromContext).
 func (fc *Conn[In, Out]) Context() context.Context { return fc.ctx }
 
 // Close closes the connection; the peer's Recv then ends.
