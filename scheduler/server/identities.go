@@ -32,6 +32,7 @@ const (
 	RefusedClass           = "class"
 	RefusedMaxLeases       = "max_leases"
 	RefusedMaxQueued       = "max_queued"
+	RefusedMaxBytes        = "max_bytes"
 )
 
 // who is a session's identity and the counts of what it holds, shared by
@@ -83,6 +84,18 @@ func (w *who) revoke(err error) {
 
 type identState struct {
 	sessions, leases, queued atomic.Int64
+	bytes                    atomic.Int64 // startBytes of its leases
+}
+
+// startOverhead is what the service keeps for a lease beyond its Start's
+// variable fields (its entry in the session and the scheduler).
+const startOverhead = 64
+
+// startBytes is what a lease of req costs its identity's max_bytes: the
+// Start's id, affinity and block hashes, which the service holds while
+// the lease waits or runs, and a fixed overhead.
+func startBytes(req *scheduler.Request) int64 {
+	return startOverhead + int64(len(req.ID)+len(req.Affinity)+8*len(req.Blocks))
 }
 
 // identities is the service's view of an identities file: the compiled
@@ -294,6 +307,10 @@ func (w *who) admissible(ids *identities, req *scheduler.Request) (reason, msg s
 	}
 	if id.MaxQueued > 0 && w.st.queued.Load() >= int64(id.MaxQueued) {
 		return RefusedMaxQueued, fmt.Sprintf("identity %s has %d requests waiting, its limit", id.Name, id.MaxQueued)
+	}
+	if n := startBytes(req); id.MaxBytes > 0 && w.st.bytes.Load()+n > id.MaxBytes {
+		return RefusedMaxBytes, fmt.Sprintf("identity %s holds %d bytes of requests, and this one's %d would pass its limit of %d",
+			id.Name, w.st.bytes.Load(), n, id.MaxBytes)
 	}
 	return "", ""
 }

@@ -151,8 +151,13 @@ func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
 			return stream.Send(&schedulerv1.AdmitResponse{Msg: &schedulerv1.AdmitResponse_Rejected{Rejected: &schedulerv1.Rejected{
 				Reason: schedulerv1.Rejected_REASON_REJECTED, Message: "scheduler: " + msg}}})
 		}
+		n := startBytes(&req)
 		w.st.leases.Add(1)
-		defer w.st.leases.Add(-1)
+		w.st.bytes.Add(n)
+		defer func() {
+			w.st.leases.Add(-1)
+			w.st.bytes.Add(-n)
+		}()
 	}
 	lease, err := s.admitter.Admit(stream.Context(), req)
 	if err != nil {

@@ -157,7 +157,8 @@ type held struct {
 	released bool        // Release was called (or is being called)
 	preempt  bool        // the Preempt answer was queued
 	grace    clock.Timer // ends the lease if the proxy ignores its Preempt
-	counted  bool        // counted in its identity's leases
+	counted  bool        // counted in its identity's leases (and bytes)
+	bytes    int64       // its startBytes, counted in its identity's bytes
 	queued   bool        // counted in its identity's queued requests
 
 	// The Admitted answer, in the lease's own allocation: written once,
@@ -274,6 +275,8 @@ func (ss *session) handle(r *leaseMsg) error {
 				return nil
 			}
 			w.st.leases.Add(1)
+			h.bytes = startBytes(&req)
+			w.st.bytes.Add(h.bytes)
 			h.counted = true
 		}
 		// A request cannot have arrived before its session opened: an
@@ -520,6 +523,7 @@ func (ss *session) end(h *held, o scheduler.Outcome) {
 	if h.counted {
 		h.counted = false
 		ss.who.st.leases.Add(-1)
+		ss.who.st.bytes.Add(-h.bytes)
 	}
 	if h.ended != nil {
 		close(h.ended)
