@@ -144,8 +144,18 @@ func runEPP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		// The shared service orders requests across pickers and proxies;
 		// the in-process scheduler takes over while it is unreachable when
 		// the config says fail_open (as in the gateway).
+		// Dialled as the gateway and the Envoy filter dial it: TLS (mTLS
+		// with a certificate) and the bearer token of scheduler_service.
+		tlsCfg, err := ss.ServiceTLS()
+		if err != nil {
+			return withExitCode(exitUsage, err)
+		}
+		token, err := ss.ServiceToken()
+		if err != nil {
+			return withExitCode(exitUsage, err)
+		}
 		c, err := client.New(ss.Address, client.Options{FailOpen: ss.FailOpen, Fallback: sched.Set, Timeout: ss.Timeout,
-			Transport: ss.Transport, ReportDelay: client.ReportDelayOf(ss.ReportDelay)})
+			Transport: ss.Transport, ReportDelay: client.ReportDelayOf(ss.ReportDelay), TLS: tlsCfg, Token: token})
 		if err != nil {
 			return withExitCode(exitUsage, fmt.Errorf("scheduler_service: %w", err))
 		}

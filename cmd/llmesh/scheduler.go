@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"runtime/pprof"
@@ -38,7 +37,7 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	maxSessions := fs.Int("max-sessions", server.DefaultMaxSessions, "open sessions at most (one per connected proxy)")
 	maxLeases := fs.Int("max-leases-per-session", server.DefaultMaxLeasesPerSession, "leases (waiting or admitted) one session may hold")
 	preemptGrace := fs.Duration("preempt-grace", server.DefaultPreemptGrace, "a preempted lease still open this long after its Preempt is ended by the service")
-	identitiesFile := fs.String("identities", "", "identities `FILE` (YAML): who may connect (certificate CN/URI SAN or bearer token) and each one's classes, pools and limits; without it every client is trusted")
+	identitiesFile := fs.String("identities", "", "identities `FILE` (YAML): who may connect (certificate CN/URI SAN or bearer token) and each one's classes, pools and limits; watched and read again on SIGHUP; without it every client is trusted")
 	insecure := fs.Bool("insecure", false, "allow plaintext on a --listen address beyond loopback (logged as a warning)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return withExitCode(2, nil)
@@ -133,16 +132,20 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		defer adminL.Close()
 		fmt.Fprintf(stdout, "scheduler admin on http://%s/metrics\n", adminL.Addr())
 	}
-	// SIGHUP: the service already applies every valid change of the file.
-	defer logHangups(slog.New(slog.NewTextHandler(stderr, nil)), "the config file is watched; valid changes already apply as it changes")()
+	// SIGHUP reloads the config and identities files now (both are also
+	// watched: valid changes apply as they change).
+	hup, stopHangups := hangups()
+	defer stopHangups()
 	return server.Run(ctx, l, server.Options{
-		Mesh:       mesh,
-		ConfigPath: *cfgPath, // watched: valid changes apply live
-		Log:        stderr,
-		Admin:      adminL,
-		TLS:        tlsCfg,
-		Identities: ids,
-		Limits:     server.Limits{MaxSessions: *maxSessions, MaxLeasesPerSession: *maxLeases, PreemptGrace: *preemptGrace},
+		Mesh:           mesh,
+		ConfigPath:     *cfgPath, // watched: valid changes apply live
+		Log:            stderr,
+		Admin:          adminL,
+		TLS:            tlsCfg,
+		Identities:     ids,
+		IdentitiesPath: *identitiesFile, // watched, and read again on SIGHUP
+		Hangup:         hup,
+		Limits:         server.Limits{MaxSessions: *maxSessions, MaxLeasesPerSession: *maxLeases, PreemptGrace: *preemptGrace},
 		Ready: func(a net.Addr) {
 			fmt.Fprintf(stdout, "scheduler service listening on %s\n", a)
 		},

@@ -135,23 +135,41 @@ func (w *Watcher) report(err error) {
 	}
 }
 
-// Run watches the file until ctx ends, then returns nil. It watches the
-// directory rather than the file, because editors and config-map updates
-// replace the file by rename, which ends a watch on the old inode. It
-// returns an error only when watching cannot start.
+// Run watches the file until ctx ends, then returns nil (Changes, with
+// Reload). It returns an error only when watching cannot start.
 func (w *Watcher) Run(ctx context.Context) error {
+	return Changes(ctx, w.path, w.opts.Debounce, w.opts.Clock,
+		func() { w.Reload() }, //nolint:errcheck // reported through OnError
+		w.report)
+}
+
+// Changes calls reload after each burst of changes to the file at path
+// (quiet for debounce; 0: DefaultDebounce; clk nil: the wall clock), and
+// once as soon as the watch is in place, until ctx ends; then it returns
+// nil. It watches the directory rather than the file, because editors and
+// config-map updates replace the file by rename, which ends a watch on the
+// old inode. Errors of the watch itself go to report (nil: dropped). It
+// returns an error only when watching cannot start. reload runs on the
+// calling goroutine.
+func Changes(ctx context.Context, path string, debounce time.Duration, clk clock.Clock, reload func(), report func(error)) error {
+	if debounce <= 0 {
+		debounce = DefaultDebounce
+	}
+	if clk == nil {
+		clk = clock.Real{}
+	}
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("config: watch: %w", err)
 	}
 	defer fw.Close()
-	dir := filepath.Dir(w.path)
+	dir := filepath.Dir(path)
 	if err := fw.Add(dir); err != nil {
 		return fmt.Errorf("config: watch %s: %w", dir, err)
 	}
-	// A change between New's read and the watch starting would be
-	// missed; one reload closes that gap (unchanged content is a no-op).
-	w.Reload() //nolint:errcheck // reported through OnError
+	// A change between the caller's read and the watch starting would be
+	// missed; one reload closes that gap.
+	reload()
 
 	var timer clock.Timer
 	var fire <-chan time.Time
@@ -160,7 +178,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			timer.Stop()
 		}
 	}()
-	base := filepath.Base(w.path)
+	base := filepath.Base(path)
 	for {
 		select {
 		case <-ctx.Done():
@@ -174,20 +192,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 				continue
 			}
 			if timer == nil {
-				timer = w.opts.Clock.NewTimer(w.opts.Debounce)
+				timer = clk.NewTimer(debounce)
 			} else {
 				timer.Stop()
-				timer.Reset(w.opts.Debounce)
+				timer.Reset(debounce)
 			}
 			fire = timer.C()
 		case err, ok := <-fw.Errors:
 			if !ok {
 				return nil
 			}
-			w.report(fmt.Errorf("config: watch %s: %w", dir, err))
+			if report != nil {
+				report(fmt.Errorf("config: watch %s: %w", dir, err))
+			}
 		case <-fire:
 			fire = nil
-			w.Reload() //nolint:errcheck // reported through OnError
+			reload()
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/llmesh/llmesh/api/schedulerv1"
@@ -101,7 +102,9 @@ func newConn[In, Out proto.Message](parent context.Context, c net.Conn, r *bufio
 		_ = tc.SetKeepAliveConfig(ka)
 		_ = tc.SetNoDelay(true)
 	}
-	ctx, cancel := context.WithCancel(parent)
+	// The peer's address rides in the context as gRPC's does, for the
+	// service's logs.
+	ctx, cancel := context.WithCancel(peer.NewContext(parent, &peer.Peer{Addr: c.RemoteAddr(), LocalAddr: c.LocalAddr()}))
 	fc := &Conn[In, Out]{c: c, r: r, newIn: newIn, ctx: ctx, cancel: cancel}
 	fc.frames.Store(1) // the preface
 	// The connection closes with its context: a cancelled session (the
@@ -111,7 +114,8 @@ func newConn[In, Out proto.Message](parent context.Context, c net.Conn, r *bufio
 }
 
 // Context ends when the connection is closed (by either side's Close, or
-// the parent context given when it was made).
+// the parent context given when it was made); it carries the peer's
+// address (peer.FromContext).
 func (fc *Conn[In, Out]) Context() context.Context { return fc.ctx }
 
 // Close closes the connection; the peer's Recv then ends.
@@ -119,6 +123,12 @@ func (fc *Conn[In, Out]) Close() error {
 	fc.cancel()
 	return nil
 }
+
+// Interrupt makes a Recv under way, and every later one, fail at once,
+// without closing the connection: for a service that ends a session from
+// outside its receiving goroutine, whose handler then returns why (Mux
+// sends it in the closing frame).
+func (fc *Conn[In, Out]) Interrupt() { _ = fc.c.SetReadDeadline(time.Unix(1, 0)) }
 
 // CloseSend half-closes: the peer's Recv returns io.EOF while this side
 // can still receive.
@@ -150,9 +160,13 @@ func (fc *Conn[In, Out]) Recv() (In, error) {
 // its own).
 func (fc *Conn[In, Out]) RecvRaw() ([]byte, error) {
 	for {
-		b, err := readFrame(fc.r, fc.hdr[:], fc.in)
+		b, closing, err := readFrameKind(fc.r, fc.hdr[:], fc.in, fc.pong)
 		if err != nil {
 			return nil, err
+		}
+		if closing {
+			// The service's last word: why it ends the session.
+			return nil, closingStatus(b)
 		}
 		fc.in = b[:0]
 		fc.frames.Add(1)
@@ -252,26 +266,41 @@ func (fc *Conn[In, Out]) watch(idle, timeout time.Duration) {
 const watchChecks = 8
 
 // readFrame reads one frame into buf (grown as needed) and returns its
-// message bytes.
+// message bytes; a closing frame is a protocol error (the service's side:
+// only the service sends one).
 func readFrame(r *bufio.Reader, hdr []byte, buf []byte) ([]byte, error) {
+	b, _, err := readFrameKind(r, hdr, buf, false)
+	return b, err
+}
+
+// readFrameKind reads one frame into buf (grown as needed) and returns its
+// bytes; closing says it is a closing frame (accepted only when
+// withClosing is set), whose bytes are a google.rpc.Status.
+func readFrameKind(r *bufio.Reader, hdr []byte, buf []byte, withClosing bool) (b []byte, closing bool, err error) {
 	if _, err := io.ReadFull(r, hdr[:4]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: connection ended inside a frame's length", ErrProtocol)
+			return nil, false, fmt.Errorf("%w: connection ended inside a frame's length", ErrProtocol)
 		}
-		return nil, err // io.EOF: a clean end between frames
+		return nil, false, err // io.EOF: a clean end between frames
 	}
 	n := binary.BigEndian.Uint32(hdr)
+	if withClosing && n&closingFrame != 0 {
+		closing, n = true, n&^closingFrame
+		if n > MaxClosing {
+			return nil, false, fmt.Errorf("%w: closing frame length %d is over %d", ErrProtocol, n, MaxClosing)
+		}
+	}
 	if n > MaxFrame {
-		return nil, fmt.Errorf("%w: frame length %d is over %d", ErrProtocol, n, MaxFrame)
+		return nil, false, fmt.Errorf("%w: frame length %d is over %d", ErrProtocol, n, MaxFrame)
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)
 	}
 	buf = buf[:n]
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, fmt.Errorf("%w: connection ended inside a frame of %d bytes: %w", ErrProtocol, n, err)
+		return nil, false, fmt.Errorf("%w: connection ended inside a frame of %d bytes: %w", ErrProtocol, n, err)
 	}
-	return buf, nil
+	return buf, closing, nil
 }
 
 // readPreface checks the peer's preface, failing at its first wrong byte

@@ -24,6 +24,10 @@
 //	       SessionResponse from the service
 //	ping:  a frame of length 0 from the service; the client answers with
 //	       a frame of length 0
+//	closing: from the service only, the length word 0x80000000 | n (n ≤
+//	       MaxClosing), then n bytes of a google.rpc.Status: why the
+//	       service ends the session, sent just before it closes the
+//	       connection (the client's Recv returns it as a gRPC status error)
 //
 // Either side ends the session by closing the connection (the client may
 // half-close first). A frame that is too long or not a valid message ends

@@ -50,7 +50,8 @@ func NewMux(l net.Listener, ka net.KeepAliveConfig) *Mux {
 
 // Serve accepts connections until l fails or Close: each framed one gets
 // its own goroutine running handle (the session) and is closed when handle
-// returns; the others go to Other. Serve returns after every handler has
+// returns, after a closing frame that tells the client handle's error
+// (Conn.CloseWith) when there is one; the others go to Other. Serve returns after every handler has
 // returned.
 func (m *Mux) Serve(ctx context.Context, handle func(*ServerConn) error) error {
 	defer m.wg.Wait()
@@ -136,7 +137,10 @@ func (m *Mux) route(ctx context.Context, c net.Conn, handle func(*ServerConn) er
 		defer m.wg.Done()
 		sc.watch(m.ka.Idle, m.ka.Interval)
 	}()
-	_ = handle(sc)
+	if err := handle(sc); err != nil && sc.ctx.Err() == nil {
+		// Why the session ends reaches the client (a closing frame).
+		_ = sc.CloseWith(err)
+	}
 	sc.Close()
 	m.mu.Lock()
 	delete(m.conns, sc)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -31,24 +32,82 @@ const (
 	RefusedClass           = "class"
 	RefusedMaxLeases       = "max_leases"
 	RefusedMaxQueued       = "max_queued"
+	RefusedMaxBytes        = "max_bytes"
 )
 
 // who is a session's identity and the counts of what it holds, shared by
-// every session of that identity.
+// every session of that identity. A reload of the identities may replace
+// id (the same name with other classes, pools or limits) or revoke the
+// session (its identity removed, or its credentials now another's or
+// nobody's).
 type who struct {
-	id *identity.Identity
+	id atomic.Pointer[identity.Identity]
 	st *identState
+	// The credentials the session proved itself with, to resolve it again
+	// after a reload.
+	cert  *x509.Certificate
+	token string
+
+	mu       sync.Mutex
+	revoked  error       // set once, by a reload
+	onRevoke func(error) // the session's end (nil: an Admit stream, which ends with its one admission)
+}
+
+// identity is the session's identity as of the last reload.
+func (w *who) identity() *identity.Identity { return w.id.Load() }
+
+// setOnRevoke sets what a revocation does; when the session was revoked
+// already it is done at once.
+func (w *who) setOnRevoke(f func(error)) {
+	w.mu.Lock()
+	w.onRevoke = f
+	err := w.revoked
+	w.mu.Unlock()
+	if err != nil {
+		f(err)
+	}
+}
+
+func (w *who) revoke(err error) {
+	w.mu.Lock()
+	if w.revoked != nil {
+		w.mu.Unlock()
+		return
+	}
+	w.revoked = err
+	f := w.onRevoke
+	w.mu.Unlock()
+	if f != nil {
+		f(err)
+	}
 }
 
 type identState struct {
 	sessions, leases, queued atomic.Int64
+	bytes                    atomic.Int64 // startBytes of its leases
 }
 
-// identities is the service's view of an identities file: compiled once,
-// read-only while serving but for the counters.
+// startOverhead is what the service keeps for a lease beyond its Start's
+// variable fields (its entry in the session and the scheduler).
+const startOverhead = 64
+
+// startBytes is what a lease of req costs its identity's max_bytes: the
+// Start's id, affinity and block hashes, which the service holds while
+// the lease waits or runs, and a fixed overhead.
+func startBytes(req *scheduler.Request) int64 {
+	return startOverhead + int64(len(req.ID)+len(req.Affinity)+8*len(req.Blocks))
+}
+
+// identities is the service's view of an identities file: the compiled
+// set, the counts of each identity (by name, so that they outlive a
+// reload that keeps the identity), and the open sessions, to resolve again
+// when the set is replaced. mu guards set, state and open; the counters
+// are atomics.
 type identities struct {
+	mu       sync.Mutex
 	set      *identity.Set
-	state    map[*identity.Identity]*identState
+	state    map[string]*identState
+	open     map[*who]struct{}
 	refusals *prometheus.CounterVec
 	defClass func() string // the mesh's default class, for a Start without one
 	log      logLimiter
@@ -59,25 +118,81 @@ type identities struct {
 // token or its verified certificate) and its Starts are held to that
 // identity's classes, pools and limits. defaultClass names the class a
 // Start without one gets (the mesh's default class); nil takes "" as is.
-// A nil set trusts every client, as before. Call it before serving.
+// A nil set trusts every client, as before. Call it before serving;
+// ReplaceIdentities changes the set while serving.
 func (s *Server) SetIdentities(set *identity.Set, defaultClass func() string) {
 	if set == nil {
 		s.ids = nil
 		return
 	}
-	ids := &identities{set: set, state: map[*identity.Identity]*identState{}, defClass: defaultClass,
+	ids := &identities{set: set, state: map[string]*identState{}, open: map[*who]struct{}{}, defClass: defaultClass,
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmesh_scheduler_service_refusals_total",
 			Help: "Sessions and Starts the service refused for the client's identity, by identity and reason.",
 		}, []string{"identity", "reason"})}
 	for _, id := range set.All() {
-		ids.state[id] = &identState{}
+		ids.state[id.Name] = &identState{}
 	}
 	if ids.defClass == nil {
 		ids.defClass = func() string { return "" }
 	}
 	s.ids = ids
 }
+
+// ReplaceIdentities puts set in place of the identities the service runs
+// with (a reloaded identities file) and answers how many sessions it
+// closed. Every open session is resolved again with the credentials it
+// opened with: one that resolves to the same identity stays, held to the
+// new entry's classes, pools and limits from its next Start (its counts
+// carry over); one whose identity is gone, or whose token or certificate
+// now names another identity or none, is closed (ErrRevoked): its waiting
+// requests are rejected and its leases released. It needs a service
+// started with identities (SetIdentities); set must not be nil.
+func (s *Server) ReplaceIdentities(set *identity.Set) (closed int, err error) {
+	if s.ids == nil {
+		return 0, errors.New("scheduler: the service runs without identities; restart it with an identities file")
+	}
+	if set == nil {
+		return 0, errors.New("scheduler: no identities to replace them with")
+	}
+	ids := s.ids
+	var revoke []*who
+	var why []error
+	ids.mu.Lock()
+	state := make(map[string]*identState, len(set.All()))
+	for _, id := range set.All() {
+		if st := ids.state[id.Name]; st != nil {
+			state[id.Name] = st
+		} else {
+			state[id.Name] = &identState{}
+		}
+	}
+	ids.set, ids.state = set, state
+	for w := range ids.open {
+		old := w.identity()
+		id, rerr := set.Resolve(w.cert, w.token)
+		switch {
+		case rerr != nil:
+			rerr = fmt.Errorf("%w: identity %s: %w", ErrRevoked, old.Name, rerr)
+		case id.Name != old.Name:
+			rerr = fmt.Errorf("%w: identity %s: its credentials now prove %s", ErrRevoked, old.Name, id.Name)
+		default:
+			w.id.Store(id)
+			continue
+		}
+		delete(ids.open, w)
+		revoke, why = append(revoke, w), append(why, rerr)
+	}
+	ids.mu.Unlock()
+	for i, w := range revoke {
+		w.revoke(status.Error(codes.Unauthenticated, "scheduler: "+why[i].Error()))
+	}
+	return len(revoke), nil
+}
+
+// ErrRevoked is the cause a session closed by a reload of the identities
+// is told (its gRPC status is UNAUTHENTICATED).
+var ErrRevoked = errors.New("the session's identity was removed or changed by a reload of the identities file")
 
 // Refusals is the counter of identity refusals, for the admin /metrics;
 // nil without identities.
@@ -102,25 +217,37 @@ func (s *Server) refuse(name, reason, peer, format string, args ...any) {
 }
 
 // identify resolves a session's identity; nil without identities. The
-// returned release undoes its session count.
+// returned release undoes its session count and forgets it.
 func (s *Server) identify(stream interface{ Context() context.Context }) (*who, func(), error) {
 	if s.ids == nil {
 		return nil, func() {}, nil
 	}
+	ids := s.ids
 	ctx := stream.Context()
 	cert, token := credentialsOf(stream)
-	id, err := s.ids.set.Resolve(cert, token)
+	ids.mu.Lock()
+	id, err := ids.set.Resolve(cert, token)
 	if err != nil {
+		ids.mu.Unlock()
 		s.refuse("unknown", RefusedUnauthenticated, peerOf(ctx), "%v", err)
 		return nil, nil, status.Errorf(codes.Unauthenticated, "scheduler: %v", err)
 	}
-	w := &who{id: id, st: s.ids.state[id]}
+	w := &who{st: ids.state[id.Name], cert: cert, token: token}
+	w.id.Store(id)
 	if n := w.st.sessions.Add(1); id.MaxSessions > 0 && n > int64(id.MaxSessions) {
 		w.st.sessions.Add(-1)
+		ids.mu.Unlock()
 		s.refuse(id.Name, RefusedMaxSessions, peerOf(ctx), "%d sessions open, its limit is %d", n-1, id.MaxSessions)
 		return nil, nil, status.Errorf(codes.ResourceExhausted, "scheduler: identity %s holds %d sessions, its limit", id.Name, id.MaxSessions)
 	}
-	return w, func() { w.st.sessions.Add(-1) }, nil
+	ids.open[w] = struct{}{}
+	ids.mu.Unlock()
+	return w, func() {
+		ids.mu.Lock()
+		delete(ids.open, w)
+		ids.mu.Unlock()
+		w.st.sessions.Add(-1)
+	}, nil
 }
 
 // credentialsOf is the verified client certificate (nil: none) and bearer
@@ -164,7 +291,7 @@ func grpcCredentials(ctx context.Context) (*tls.ConnectionState, string) {
 // admissible checks a Start against its session's identity: the reason
 // (one of the Refused constants) and a message when refused, "" when not.
 func (w *who) admissible(ids *identities, req *scheduler.Request) (reason, msg string) {
-	id := w.id
+	id := w.identity()
 	if !id.AllowsPool(req.Pool) {
 		return RefusedPool, fmt.Sprintf("identity %s may not use pool %q", id.Name, req.Pool)
 	}
@@ -180,6 +307,10 @@ func (w *who) admissible(ids *identities, req *scheduler.Request) (reason, msg s
 	}
 	if id.MaxQueued > 0 && w.st.queued.Load() >= int64(id.MaxQueued) {
 		return RefusedMaxQueued, fmt.Sprintf("identity %s has %d requests waiting, its limit", id.Name, id.MaxQueued)
+	}
+	if n := startBytes(req); id.MaxBytes > 0 && w.st.bytes.Load()+n > id.MaxBytes {
+		return RefusedMaxBytes, fmt.Sprintf("identity %s holds %d bytes of requests, and this one's %d would pass its limit of %d",
+			id.Name, w.st.bytes.Load(), n, id.MaxBytes)
 	}
 	return "", ""
 }

@@ -191,13 +191,11 @@ func TestAgeBoundedBySession(t *testing.T) {
 	}
 }
 
-// refused says whether err is a refused session: over gRPC the status
-// carries why; a framed session is closed (the service logs why).
-func refused(transport string, err error, why string) bool {
-	if transport == client.TransportGRPC {
-		return errors.Is(err, scheduler.ErrRejected) && strings.Contains(err.Error(), why)
-	}
-	return errors.Is(err, scheduler.ErrUnavailable)
+// refused says whether err is a refused session that says why: the
+// status carries it over gRPC, the closing frame over the framed
+// transport.
+func refused(_ string, err error, why string) bool {
+	return errors.Is(err, scheduler.ErrRejected) && strings.Contains(err.Error(), why)
 }
 
 // An identity's max_queued bounds its requests waiting at once: with the

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -67,8 +70,18 @@ type Options struct {
 	HandshakeTimeout time.Duration
 	// Identities, when set, is who may use the service and what each
 	// identity may use and hold (Server.SetIdentities); nil trusts every
-	// client that connects.
+	// client that connects (unless IdentitiesPath is set).
 	Identities *identity.Set
+	// IdentitiesPath, when set, is the identities file: Run loads it (when
+	// Identities is nil) and reads it again when it changes and at each
+	// Hangup (Server.ReplaceIdentities: sessions of an identity removed, or
+	// whose token or certificate no longer proves it, are closed). An
+	// invalid file is logged with the field paths of its problems and the
+	// running identities stay. Token files are read again with it.
+	IdentitiesPath string
+	// Hangup, when set, reloads the mesh config file and the identities
+	// file at each value received (SIGHUP), whether or not they changed.
+	Hangup <-chan os.Signal
 	// Limits bound what one client can hold (sessions, leases, how long a
 	// preempted lease may stay open); zero fields take their defaults.
 	Limits Limits
@@ -113,6 +126,14 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 	if o.Mesh == nil {
 		return fmt.Errorf("scheduler server: a mesh config is required")
 	}
+	var idw *identitiesWatch
+	if o.IdentitiesPath != "" {
+		var err error
+		if idw, err = newIdentitiesWatch(o.IdentitiesPath, o.Identities); err != nil {
+			return fmt.Errorf("scheduler server: %w", err)
+		}
+		o.Identities = idw.initial
+	}
 	// Envoy filters behind control schedule each experiment arm in a pool
 	// of its own, and so does the embedded gateway; MeshConfig serves those
 	// pools too.
@@ -151,10 +172,32 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 		return fmt.Errorf("scheduler server: %w", err)
 	}
 	if watcher != nil {
+		startWatch(wctx, &wg, watcher.Path(), o.Clock, func() { _, _ = watcher.Reload() }, // reported through OnError
+			func(err error) { lw.printf("scheduler: config file: %v\n", err) })
+	}
+	if idw != nil {
+		idw.srv, idw.log = srv, &lw
+		startWatch(wctx, &wg, idw.path, o.Clock, func() { idw.reload(false) },
+			func(err error) { lw.printf("scheduler: identities file: %v\n", err) })
+	}
+	if o.Hangup != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = watcher.Run(wctx) // ends with wctx's error only
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case <-o.Hangup:
+				}
+				lw.printf("scheduler: SIGHUP received; still serving, reloading the config file and the identities file\n")
+				if watcher != nil {
+					_, _ = watcher.Reload() // reported through OnError
+				}
+				if idw != nil {
+					idw.reload(true)
+				}
+			}
 		}()
 	}
 	for _, p := range sched.Stats() {
@@ -236,6 +279,89 @@ func newGRPC(ka keepalive.ServerParameters, hto time.Duration, overTLS bool) *gr
 		gopts = append(gopts, grpc.Creds(tlsPassthrough{}))
 	}
 	return grpc.NewServer(gopts...)
+}
+
+// startWatch runs watch.Changes for path in a goroutine of wg until ctx
+// ends, and returns once the watch is in place (its first reload) or
+// failed to start (reported, SIGHUP still reloads): the service serves
+// with its watches running.
+func startWatch(ctx context.Context, wg *sync.WaitGroup, path string, clk clock.Clock, reload func(), report func(error)) {
+	watching := make(chan struct{})
+	var once sync.Once
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := watch.Changes(ctx, path, 0, clk, func() {
+			once.Do(func() { close(watching) })
+			reload()
+		}, report)
+		once.Do(func() { close(watching) })
+		if err != nil {
+			report(fmt.Errorf("not watched (SIGHUP still reloads it): %w", err))
+		}
+	}()
+	<-watching
+}
+
+// identitiesWatch reloads the identities file into a serving Server.
+// reload is called by the file watcher's goroutine and the hangup
+// goroutine; mu serialises it and guards last.
+type identitiesWatch struct {
+	path    string
+	initial *identity.Set
+	srv     *Server
+	log     *logWriter
+
+	mu   sync.Mutex
+	last [sha256.Size]byte // the file's bytes as last loaded
+}
+
+func newIdentitiesWatch(path string, initial *identity.Set) (*identitiesWatch, error) {
+	iw := &identitiesWatch{path: path, initial: initial}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("identities: %w", err)
+	}
+	iw.last = sha256.Sum256(b)
+	if iw.initial == nil {
+		if iw.initial, err = identity.Load(path); err != nil {
+			return nil, err
+		}
+	}
+	return iw, nil
+}
+
+// reload reads the identities file again and puts it in place; unless
+// force, only when its bytes changed. An invalid file is logged and the
+// running identities stay.
+func (iw *identitiesWatch) reload(force bool) {
+	iw.mu.Lock()
+	defer iw.mu.Unlock()
+	b, err := os.ReadFile(iw.path)
+	if err == nil && len(bytes.TrimSpace(b)) == 0 {
+		// Writers truncate before writing: most likely a write in progress.
+		err = fmt.Errorf("identities: %s is empty", iw.path)
+	}
+	if err != nil {
+		iw.log.printf("scheduler: identities change rejected; keeping the running identities: %v\n", err)
+		return
+	}
+	h := sha256.Sum256(b)
+	if h == iw.last && !force {
+		return
+	}
+	set, err := identity.Load(iw.path)
+	if err != nil {
+		iw.log.printf("scheduler: identities change rejected; keeping the running identities: %v\n", err)
+		return
+	}
+	iw.last = h
+	closed, err := iw.srv.ReplaceIdentities(set)
+	if err != nil {
+		iw.log.printf("scheduler: identities change rejected: %v\n", err)
+		return
+	}
+	iw.log.printf("scheduler: identities reloaded from %s: %d identities; %d session(s) closed\n", iw.path, len(set.All()), closed)
 }
 
 // reload applies a changed mesh config; on error the running one stays.

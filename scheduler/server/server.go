@@ -147,12 +147,17 @@ func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
 	defer done()
 	if w != nil {
 		if reason, msg := w.admissible(s.ids, &req); reason != "" {
-			s.refuse(w.id.Name, reason, peerOf(stream.Context()), "%s", msg)
+			s.refuse(w.identity().Name, reason, peerOf(stream.Context()), "%s", msg)
 			return stream.Send(&schedulerv1.AdmitResponse{Msg: &schedulerv1.AdmitResponse_Rejected{Rejected: &schedulerv1.Rejected{
 				Reason: schedulerv1.Rejected_REASON_REJECTED, Message: "scheduler: " + msg}}})
 		}
+		n := startBytes(&req)
 		w.st.leases.Add(1)
-		defer w.st.leases.Add(-1)
+		w.st.bytes.Add(n)
+		defer func() {
+			w.st.leases.Add(-1)
+			w.st.bytes.Add(-n)
+		}()
 	}
 	lease, err := s.admitter.Admit(stream.Context(), req)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/trace"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -51,6 +52,9 @@ func (s *Server) ServeSession(stream SessionStream) error {
 		who: w, opened: s.clk.Now()}
 	ss.wg.Add(1)
 	go ss.sendLoop()
+	if w != nil {
+		w.setOnRevoke(ss.revoke)
+	}
 	err = ss.recvLoop()
 	// The proxy is gone, gave up or broke the protocol: every lease of the
 	// session ends here, pending admissions leave their queues.
@@ -133,6 +137,10 @@ type session struct {
 	who    *who
 	opened time.Time
 
+	// revoked is why a reload of the identities closed the session
+	// (revoke); recvLoop returns it instead of going on.
+	revoked atomic.Pointer[error]
+
 	sendMu sync.Mutex
 	spare  []*schedulerv1.LeaseResponse // out's other buffer
 	resp   schedulerv1.SessionResponse  // the message Send marshals, reused
@@ -149,7 +157,8 @@ type held struct {
 	released bool        // Release was called (or is being called)
 	preempt  bool        // the Preempt answer was queued
 	grace    clock.Timer // ends the lease if the proxy ignores its Preempt
-	counted  bool        // counted in its identity's leases
+	counted  bool        // counted in its identity's leases (and bytes)
+	bytes    int64       // its startBytes, counted in its identity's bytes
 	queued   bool        // counted in its identity's queued requests
 
 	// The Admitted answer, in the lease's own allocation: written once,
@@ -178,20 +187,25 @@ func (ss *session) recvLoop() error {
 		if rawStream != nil {
 			b, err := rawStream.RecvRaw()
 			if err != nil {
-				return nil
+				return ss.revokedErr()
 			}
 			in.raw, in.isRaw = b, true
 		} else if grpcStream != nil {
 			if err := grpcStream.RecvMsg(&in); err != nil {
-				return nil // EOF, a cancelled stream or a broken connection
+				return ss.revokedErr() // EOF, a cancelled stream or a broken connection
 			}
 			decoded = in.GetLeases()
 		} else {
 			m, err := ss.stream.Recv()
 			if err != nil {
-				return nil
+				return ss.revokedErr()
 			}
 			decoded = m.GetLeases()
+		}
+		if err := ss.revokedErr(); err != nil {
+			// A gRPC stream's receive cannot be interrupted: the session
+			// ends at its first message after the revocation.
+			return err
 		}
 		ss.srv.received.Add(1)
 		if in.isRaw {
@@ -236,6 +250,10 @@ func (ss *session) handle(r *leaseMsg) error {
 		}
 		h := &held{}
 		ss.mu.Lock()
+		if err := ss.revokedErr(); err != nil {
+			ss.mu.Unlock()
+			return err
+		}
 		if _, dup := ss.leases[id]; dup {
 			ss.mu.Unlock()
 			ss.srv.logf("scheduler: session from %s ended: lease %d started twice\n", ss.peer, id)
@@ -253,10 +271,12 @@ func (ss *session) handle(r *leaseMsg) error {
 				ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Rejected{Rejected: &schedulerv1.Rejected{
 					Reason: schedulerv1.Rejected_REASON_REJECTED, Message: "scheduler: " + msg}}})
 				ss.mu.Unlock()
-				ss.srv.refuse(w.id.Name, reason, ss.peer, "lease %d: %s", id, msg)
+				ss.srv.refuse(w.identity().Name, reason, ss.peer, "lease %d: %s", id, msg)
 				return nil
 			}
 			w.st.leases.Add(1)
+			h.bytes = startBytes(&req)
+			w.st.bytes.Add(h.bytes)
 			h.counted = true
 		}
 		// A request cannot have arrived before its session opened: an
@@ -446,6 +466,40 @@ func (ss *session) ignoredPreempt(id uint64, h *held) {
 	}
 }
 
+// revoke closes the session for a reload of the identities (err says
+// why): requests still waiting are rejected with err's message, every
+// lease ends (the admitted ones are released: their slots are free at
+// once), and the receiver returns err, which the client is told: a framed
+// session at once (its receive is interrupted, and the closing frame
+// carries err), a gRPC one at its next message (a gRPC receive cannot be
+// interrupted; until then the session holds nothing). Called from the
+// reloading goroutine.
+func (ss *session) revoke(err error) {
+	ss.revoked.Store(&err)
+	ss.mu.Lock()
+	for id, h := range ss.leases {
+		if h.lease == nil && !h.done {
+			ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Rejected{Rejected: &schedulerv1.Rejected{
+				Reason: schedulerv1.Rejected_REASON_REJECTED, Message: status.Convert(err).Message()}}})
+		}
+	}
+	ss.mu.Unlock()
+	ss.flush()
+	ss.endAll()
+	ss.srv.logf("scheduler: session from %s closed: %v\n", ss.peer, status.Convert(err).Message())
+	if in, ok := ss.stream.(interface{ Interrupt() }); ok {
+		in.Interrupt()
+	}
+}
+
+// revokedErr is why the session was revoked, or nil.
+func (ss *session) revokedErr() error {
+	if p := ss.revoked.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // sendLoop sends what preemptions queue until the session's end.
 func (ss *session) sendLoop() {
 	defer ss.wg.Done()
@@ -469,6 +523,7 @@ func (ss *session) end(h *held, o scheduler.Outcome) {
 	if h.counted {
 		h.counted = false
 		ss.who.st.leases.Add(-1)
+		ss.who.st.bytes.Add(-h.bytes)
 	}
 	if h.ended != nil {
 		close(h.ended)

@@ -15,6 +15,7 @@
 //	    max_leases: 512                       # 0: no limit of its own
 //	    max_queued: 128
 //	    max_sessions: 4
+//	    max_bytes: 1048576                    # of the Starts its leases hold
 //	default:                                  # every client that matches no identity
 //	  classes: [batch]
 //	  max_leases: 16
@@ -58,6 +59,7 @@ type Spec struct {
 	MaxLeases    int      `yaml:"max_leases"`
 	MaxQueued    int      `yaml:"max_queued"`
 	MaxSessions  int      `yaml:"max_sessions"`
+	MaxBytes     int64    `yaml:"max_bytes"`
 }
 
 // Identity is one compiled identity: what a client that proves it may use
@@ -69,6 +71,10 @@ type Identity struct {
 	MaxLeases   int
 	MaxQueued   int
 	MaxSessions int
+	// MaxBytes bounds the bytes of the Starts its leases hold at once
+	// (request ids, affinity keys, block hashes: what the service keeps
+	// while they wait or run), all its sessions together.
+	MaxBytes int64
 }
 
 // AllowsClass says whether the identity may send requests of class.
@@ -212,8 +218,9 @@ func (s *Set) add(sp *Spec, path, dir string, bad func(field, format string, arg
 
 // limits compiles sp's classes, pools and limits.
 func limits(sp *Spec, path string, bad func(field, format string, args ...any)) *Identity {
-	id := &Identity{Name: sp.Name, MaxLeases: sp.MaxLeases, MaxQueued: sp.MaxQueued, MaxSessions: sp.MaxSessions}
-	for field, v := range map[string]int{"max_leases": sp.MaxLeases, "max_queued": sp.MaxQueued, "max_sessions": sp.MaxSessions} {
+	id := &Identity{Name: sp.Name, MaxLeases: sp.MaxLeases, MaxQueued: sp.MaxQueued, MaxSessions: sp.MaxSessions, MaxBytes: sp.MaxBytes}
+	for field, v := range map[string]int64{"max_leases": int64(sp.MaxLeases), "max_queued": int64(sp.MaxQueued), "max_sessions": int64(sp.MaxSessions),
+		"max_bytes": sp.MaxBytes} {
 		if v < 0 {
 			bad(path+"."+field, "%d must not be negative (0: no limit of its own)", v)
 		}
