@@ -420,7 +420,7 @@ func (b *builder) pools(m *Mesh) {
 			}
 			pool.Metrics = ms
 		} else if mt.Interval != "" || mt.StaleAfter != "" {
-			b.c.add(join(p, "capacity.metrics.url"), 0, "is required when interval or stale_after is set")
+			b.c.add(join(p, "capacity.metrics.url"), 0, "url or url_template is required when interval or stale_after is set")
 		}
 		if src.Name != "" {
 			if b.cfg.pools[src.Name] != nil {

@@ -9,8 +9,8 @@
 //
 // One step's time is a sum of physically shaped terms whose coefficients
 // are fitted once, jointly for all built-in profiles, to the embedded
-// calibration files (copies of ../shared/calibration's shape measurements
-// and of calibration/h200-prefix-cached.jsonl, prefills after a cached
+// calibration files (sim/calibration: the H200 shape measurements and
+// h200-prefix-cached.jsonl, prefills after a cached
 // prefix, less its held-out points): a fixed cost per step; per-layer
 // overhead; the linear layers as a roofline between reading the weights
 // once (bandwidth) and their FLOPs over all the step's tokens (compute),

@@ -2,7 +2,6 @@ package simulate
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -73,17 +72,13 @@ func robustShapes(t *testing.T) map[string]*workload.Workload {
 
 func TestRobustnessSet(t *testing.T) {
 	shapes := robustShapes(t)
-	if p := azureTraceOrEmpty(); p != "" {
-		rows, err := trace.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := shapes["standard"].WithTrace(rows[:min(len(rows), robustTraceRows)])
-		w.Spec.Arrival.TimeScale = 1
-		shapes["azure-conv"] = w
-	} else {
-		t.Log("azure-conv: shared trace not found next to the checkout; shape skipped")
+	rows, err := trace.ReadFile(azureTrace)
+	if err != nil {
+		t.Fatal(err)
 	}
+	w := shapes["standard"].WithTrace(rows[:min(len(rows), robustTraceRows)])
+	w.Spec.Arrival.TimeScale = 1
+	shapes["azure-conv"] = w
 	for name, w := range shapes {
 		t.Run(name, func(t *testing.T) {
 			o := Options{SaturationRequests: robustSaturation, SkipFloor: true}
@@ -99,16 +94,9 @@ func TestRobustnessSet(t *testing.T) {
 	}
 }
 
-// azureTraceOrEmpty is the shared Azure trace next to the checkout, or ""
-// when the checkout has no shared folder.
-func azureTraceOrEmpty() string {
-	for _, p := range []string{"../../../shared/traces/azure-2023-conv.csv", "../../shared/traces/azure-2023-conv.csv"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return ""
-}
+// azureTrace is the public Azure 2023 conversation trace the repository
+// carries (bench/traces/README.md).
+const azureTrace = "../traces/azure-2023-conv.csv"
 
 // checkRobust asserts the invariants of the robustness set on one shape's
 // result (priority and preemptive at each load).

@@ -355,9 +355,7 @@ var climbRE = regexp.MustCompile(`(?:\.\./)+[A-Za-z0-9_.\-]+/[A-Za-z0-9_.\-/]+`)
 // other than this test's owners still make, by page and the reference; each
 // entry fails the test once the page no longer has it, so the list only
 // shrinks.
-var docOutsideKnown = map[string]string{
-	"docs/bench.md: ../../shared/traces/azure-2023-conv.csv": "the workload reference's trace example; the trace's public source belongs there",
-}
+var docOutsideKnown = map[string]string{}
 
 // TestDocsStayInRepo fails on a page that cites a file the repository does
 // not hold: a design document kept elsewhere (docs/architecture.md is the
