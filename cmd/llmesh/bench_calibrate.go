@@ -80,7 +80,7 @@ func runBenchCalibrate(ctx context.Context, args []string, stdout, stderr io.Wri
 		offset   = fs.Int64("offset", 100000, "A/A: arm B runs seed s+OFFSET where arm A runs seed s, as an independent repeat would")
 		seed     = fs.Int64("seed", 0, "first seed (default: the workload's)")
 		planted  = fs.String("planted", "--hop=2ms", "arm B's extra bench simulate flags for the planted change (default: a 2 ms one-way hop between proxy, scheduler and engine, about +12% interactive P99 TTFT at load 0.1); empty: no planted run")
-		primary  = fs.String("primary", "interactive=ttft_p99_ms", "`CLASS=METRIC` whose verdict is counted")
+		primary  = fs.String("primary", "", "`CLASS=METRIC` whose verdict is counted (default: the workload's declared primary)")
 		alpha    = fs.Float64("alpha", 0.05, "significance level")
 		jsonOut  = fs.String("json", "", "write the rates as JSON to `FILE` (- for stdout)")
 	)
@@ -114,7 +114,7 @@ func runBenchCalibrate(ctx context.Context, args []string, stdout, stderr io.Wri
 		errs = append(errs, fmt.Errorf("--load: %v must be in (0, 10] (or give --rate)", *load))
 	}
 	cl, m, ok := strings.Cut(*primary, "=")
-	if !ok || cl == "" || m == "" {
+	if *primary != "" && (!ok || cl == "" || m == "") {
 		errs = append(errs, fmt.Errorf("--primary: %q: want CLASS=METRIC", *primary))
 	}
 	if !(*alpha > 0 && *alpha < 1) {
@@ -139,6 +139,12 @@ func runBenchCalibrate(ctx context.Context, args []string, stdout, stderr io.Wri
 	w, err := simWorkload(*file, "", trace.Format(""))
 	if err != nil {
 		return withExitCode(harness.ExitUsage, err)
+	}
+	if *primary == "" {
+		if cl, m, err = declaredPrimary(w.Spec.Primary(), *file); err != nil {
+			return withExitCode(harness.ExitUsage, err)
+		}
+		*primary = cl + "=" + m
 	}
 	start := time.Now()
 	*pol = arm.policyName(*pol)
@@ -310,4 +316,16 @@ func encodeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// declaredPrimary is the one primary a workload declares, which calibrate
+// counts when --primary is not given.
+func declaredPrimary(declared map[string]string, file string) (class, metric string, err error) {
+	if len(declared) != 1 {
+		return "", "", fmt.Errorf("--primary: %s declares %d primary metrics; calibrate counts one: give --primary CLASS=METRIC", workloadPrimaryFrom(file), len(declared))
+	}
+	for c, m := range declared {
+		class, metric = c, m
+	}
+	return class, metric, nil
 }

@@ -64,6 +64,33 @@ func TestBenchCalibrateRejects(t *testing.T) {
 	}
 }
 
+// Without --primary, calibrate counts the workload's one declared
+// primary; a workload declaring none or several is refused before any run,
+// naming --primary.
+func TestBenchCalibrateDeclaredPrimary(t *testing.T) {
+	std, err := os.ReadFile("../../bench/workloads/mixed-priority.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, line, want string
+	}{
+		{"none", "", "declares 0 primary metrics"},
+		{"two", "primary: [interactive=ttft_p99_ms, batch=goodput_rps]", "declares 2 primary metrics"},
+	} {
+		file := filepath.Join(dir, tc.name+".yaml")
+		body := strings.Replace(string(std), "primary: interactive=ttft_p99_ms", tc.line, 1)
+		if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := benchMain(t, "calibrate", "--workload", file, "--pool", "10", "--seeds", "10", "--offset", "10")
+		if exitCodeOf(err) != 2 || !strings.Contains(err.Error(), "--primary: workload "+file) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: exit %d, %v", tc.name, exitCodeOf(err), err)
+		}
+	}
+}
+
 // --build calibrates another build (the one a team gates with): every run
 // is that binary's bench simulate, with its mesh's policy, recorded in the
 // provenance. A --build that is not an exec: arm is refused first.
