@@ -137,6 +137,7 @@ func TestCLIMissingFile(t *testing.T) {
 		{"bench simulate", []string{"--a", "fifo", "--b", "exec:" + os.Args[0] + ",mesh=" + missing}},
 		{"bench ab", []string{"--a", "exec:" + missing + ",mesh=" + std, "--b", "http://127.0.0.1:1", "--rate", "1", "--duration", "1s"}},
 		{"bench calibrate", []string{"--workload", missing}},
+		{"bench compare", []string{"--workload", missing, missing, missing}},
 		{"sim fit-report", []string{"--check", missing}},
 		{"control", []string{"--config", missing, "--xds", "127.0.0.1:0", "--admin", "off"}},
 		{"gateway", []string{"--config", missing}},
