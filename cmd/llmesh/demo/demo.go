@@ -216,6 +216,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res, err := ab.Compare(ctx, ab.Options{
 		Workload: w,
+		Primary:  w.Spec.Primary(), // the workload's declared primary decides, as in bench ab
 		A:        arm(o.A),
 		B:        arm(o.B),
 		Repeats:  o.Repeats,
@@ -240,6 +241,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return harness.Run(ctx, ho)
 		},
 	})
+	if res != nil && len(res.Primary) > 0 {
+		res.PrimaryFrom = "workload " + w.Spec.Name
+	}
 	if err != nil {
 		// A failed A/B replaces none of the previous outputs.
 		discard(pending)

@@ -30,6 +30,7 @@ func runGateway(ctx context.Context, gc stack.GatewayConfig) error {
 // every request ends well within the test's time.
 const tiny = `
 name: tiny
+primary: interactive=ttft_p99_ms
 profile: llama3-8b-h200
 model: llama3-8b-h200
 protocol: openai-completions
@@ -84,6 +85,9 @@ func TestRunQuickAB(t *testing.T) {
 	}
 	if res.AB == nil || res.AB.A != "fifo" || res.AB.B != "preemptive" || res.AB.Repeats != 1 {
 		t.Fatalf("A/B result %+v", res.AB)
+	}
+	if res.AB.Primary["interactive"] != "ttft_p99_ms" || res.AB.PrimaryFrom != "workload tiny" {
+		t.Errorf("primary %v from %q, want the workload's interactive=ttft_p99_ms", res.AB.Primary, res.AB.PrimaryFrom)
 	}
 	arms := map[string]int{}
 	for _, r := range res.AB.Runs {
