@@ -319,9 +319,13 @@ func encodeJSON(w io.Writer, v any) error {
 }
 
 // declaredPrimary is the one primary a workload declares, which calibrate
-// counts when --primary is not given.
+// counts when --primary is not given; interactive's P99 TTFT when it
+// declares none.
 func declaredPrimary(declared map[string]string, file string) (class, metric string, err error) {
-	if len(declared) != 1 {
+	if len(declared) == 0 {
+		return "interactive", "ttft_p99_ms", nil
+	}
+	if len(declared) > 1 {
 		return "", "", fmt.Errorf("--primary: %s declares %d primary metrics; calibrate counts one: give --primary CLASS=METRIC", workloadPrimaryFrom(file), len(declared))
 	}
 	for c, m := range declared {

@@ -65,8 +65,8 @@ func TestBenchCalibrateRejects(t *testing.T) {
 }
 
 // Without --primary, calibrate counts the workload's one declared
-// primary; a workload declaring none or several is refused before any run,
-// naming --primary.
+// primary; a workload declaring several is refused before any run, naming
+// --primary.
 func TestBenchCalibrateDeclaredPrimary(t *testing.T) {
 	std, err := os.ReadFile("../../bench/workloads/mixed-priority.yaml")
 	if err != nil {
@@ -76,7 +76,6 @@ func TestBenchCalibrateDeclaredPrimary(t *testing.T) {
 	for _, tc := range []struct {
 		name, line, want string
 	}{
-		{"none", "", "declares 0 primary metrics"},
 		{"two", "primary: [interactive=ttft_p99_ms, batch=goodput_rps]", "declares 2 primary metrics"},
 	} {
 		file := filepath.Join(dir, tc.name+".yaml")
