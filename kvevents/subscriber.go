@@ -110,18 +110,18 @@ func (s *Subscriber) session(ctx context.Context, retry time.Duration, next *uin
 		seq := binary.BigEndian.Uint64(msg.Frames[1])
 		if *synced && seq != *next {
 			// Missed batches, or a restarted engine counting from 0.
-			s.gaps.Add(1)
 			log.Warn("kv events: sequence gap, clearing the engine's view", "endpoint", s.Endpoint, "want", *next, "got", seq)
 			s.View.Reset()
+			s.gaps.Add(1) // counted once handled: Stats never runs ahead of the view
 		}
 		*next, *synced = seq+1, true
 		b, err := Decode(msg.Frames[2])
 		if err != nil {
 			// What the batch changed is unknown: forget the engine's view
 			// rather than keep one that may be wrong.
-			s.malformed.Add(1)
 			log.Warn("kv events: dropping a malformed batch", "endpoint", s.Endpoint, "seq", seq, "err", err)
 			s.View.Reset()
+			s.malformed.Add(1)
 			continue
 		}
 		s.View.Apply(&b)
