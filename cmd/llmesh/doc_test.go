@@ -351,6 +351,34 @@ var wholeLink = regexp.MustCompile(`\[[^\]]*\]\([^)\s]+\)`)
 // file the page relies on.
 var climbRE = regexp.MustCompile(`(?:\.\./)+[A-Za-z0-9_.\-]+/[A-Za-z0-9_.\-/]+`)
 
+// upperDocRE is a top-level document's name as pages cite it (README.md,
+// ARCHITECTURE.md): an upper-case markdown file name.
+var upperDocRE = regexp.MustCompile(`\b[A-Z][A-Z0-9_-]*\.md\b`)
+
+// repoMarkdown is the set of markdown file names anywhere in the
+// repository, so that a page citing an upper-case document by name can be
+// checked against what the repository holds.
+func repoMarkdown(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(d.Name(), ".md") {
+			names[d.Name()] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
 // docOutsideKnown are references to files outside the repository that pages
 // other than this test's owners still make, by page and the reference; each
 // entry fails the test once the page no longer has it, so the list only
@@ -358,8 +386,8 @@ var climbRE = regexp.MustCompile(`(?:\.\./)+[A-Za-z0-9_.\-]+/[A-Za-z0-9_.\-/]+`)
 var docOutsideKnown = map[string]string{}
 
 // TestDocsStayInRepo fails on a page that cites a file the repository does
-// not hold: a design document kept elsewhere (docs/architecture.md is the
-// design), a link that leaves the repository, or a path in a command or a
+// not hold: a document named that no file of the repository has (the design
+// is docs/architecture.md), a link that leaves the repository, or a path in a command or a
 // code span that climbs above the repository root (commands run from it).
 func TestDocsStayInRepo(t *testing.T) {
 	root := repoRoot(t)
@@ -368,6 +396,7 @@ func TestDocsStayInRepo(t *testing.T) {
 		return err == nil && r != ".." && !strings.HasPrefix(r, ".."+string(filepath.Separator))
 	}
 	seen := map[string]bool{}
+	held := repoMarkdown(t, root)
 	for _, page := range docPages(t) {
 		b, err := os.ReadFile(page)
 		if err != nil {
@@ -376,8 +405,10 @@ func TestDocsStayInRepo(t *testing.T) {
 		rel, _ := filepath.Rel(root, page)
 		for n, line := range strings.Split(string(b), "\n") {
 			var bad []string
-			if strings.Contains(line, "DESIGN.md") {
-				bad = append(bad, "DESIGN.md (the design is docs/architecture.md)")
+			for _, name := range upperDocRE.FindAllString(line, -1) {
+				if !held[name] {
+					bad = append(bad, name+" (no such document here; the design is docs/architecture.md)")
+				}
 			}
 			for _, m := range docLink.FindAllStringSubmatch(line, -1) {
 				path, _, _ := strings.Cut(m[1], "#")
