@@ -22,10 +22,10 @@ verdict, and writes report.html, report.md, ab.json, per-run JSON reports and
 per-request JSONL to DIR.`)
 		fs.PrintDefaults()
 	}
-	quick := fs.Bool("quick", false, "one short A/B pair (about 45 s) instead of the full demo (about 3 min)")
+	quick := fs.Bool("quick", false, "one short A/B pair (about 45 s) instead of the full demo (about 4 min)")
 	out := fs.String("out", "llmesh-demo-out", "output directory")
 	wl := fs.String("workload", "", "workload file (default: the built-in mixed-priority workload)")
-	repeats := fs.Int("repeats", 0, "A/B pairs (default 2, or 1 with --quick)")
+	repeats := fs.Int("repeats", 0, "A/B pairs (default 3, or 1 with --quick)")
 	dur := fs.Duration("duration", 0, "measured length of each run (default 20s, or 10s with --quick)")
 	a := fs.String("a", "fifo", "policy of arm A (the baseline)")
 	b := fs.String("b", "preemptive", "policy of arm B (the candidate)")

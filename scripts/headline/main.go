@@ -56,6 +56,21 @@ type abFile struct {
 	// older ones (then "verdict: B … vs A …"); summary() picks.
 	Verdict string `json:"verdict"`
 	Valid   bool   `json:"valid"`
+	// Paired is the comparison over repeats that the verdict and the gates
+	// use (absent in files written before paired verdicts).
+	Paired *struct {
+		Alpha   float64 `json:"alpha"`
+		Verdict string  `json:"verdict"`
+		Metrics []struct {
+			Name     string  `json:"name"`
+			Primary  bool    `json:"primary"`
+			RelDelta float64 `json:"rel_delta"`
+			CILow    float64 `json:"ci_low"`
+			CIHigh   float64 `json:"ci_high"`
+			P        float64 `json:"p_adjusted"`
+			Status   string  `json:"status"`
+		} `json:"metrics"`
+	} `json:"paired"`
 	Classes map[string][]struct {
 		Metric  string  `json:"metric"`
 		A       float64 `json:"a"`
@@ -190,7 +205,17 @@ func renderAB(w io.Writer, a *abFile, path string) {
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %+.1f%% | [%s, %s] | %s |\n", c, d.Metric, num(d.A), num(d.B), d.DiffPct, num(d.CILow), num(d.CIHigh), d.Verdict)
 		}
 	}
-	fmt.Fprintf(w, "\nVerdict: %s\n", a.summary())
+	fmt.Fprintf(w, "\nPer request (requests pooled over the repeats): %s\n", a.summary())
+	if a.Paired != nil {
+		fmt.Fprintf(w, "\nVerdict, paired over the %d repeats (what `--fail-on` gates): **%s**", a.Repeats, a.Paired.Verdict)
+		for _, m := range a.Paired.Metrics {
+			if m.Primary {
+				fmt.Fprintf(w, "; primary %s %+.1f%% (95%% interval of B − A [%s, %s], p = %.2g, %s)",
+					m.Name, 100*m.RelDelta, num(m.CILow), num(m.CIHigh), m.P, m.Status)
+			}
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "\nReproduce: `make headline` (runs `llmesh bench simulate --json FILE` and `llmesh demo`, then this renderer).\n")
 }
 

@@ -121,7 +121,7 @@ func (o *Options) defaults() error {
 		o.Workload = w
 	}
 	if o.Repeats == 0 {
-		o.Repeats = 2
+		o.Repeats = 3
 		if o.Quick {
 			o.Repeats = 1
 		}
