@@ -9,8 +9,14 @@ import (
 )
 
 // prioPolicy is the priority order (effective priority, then arrival
-// sequence) with preemption, for tests inside the package.
+// sequence) with a plain preemption: victims of a preemptible, strictly
+// less urgent class, just enough of them in victim order, whatever they
+// cost. Tests inside the package cannot import a registered policy (its
+// package imports this one); the mechanism they test works for any
+// Preemptor.
 type prioPolicy struct{}
+
+var _ Preemptor = prioPolicy{}
 
 func (prioPolicy) Name() string { return "prio" }
 func (prioPolicy) Less(a, b *Entry) bool {
@@ -19,7 +25,29 @@ func (prioPolicy) Less(a, b *Entry) bool {
 	}
 	return a.Seq < b.Seq
 }
-func (prioPolicy) Preempts() bool { return true }
+func (prioPolicy) Victim(c *ClassConfig, above int) bool { return c.Preemptible && c.Priority > above }
+func (prioPolicy) Order(a, b *Candidate) int {
+	switch {
+	case a.Tokens() != b.Tokens():
+		return a.Tokens() - b.Tokens()
+	case !a.Admitted().Equal(b.Admitted()):
+		return b.Admitted().Compare(a.Admitted())
+	}
+	return int(int64(b.Ticket()) - int64(a.Ticket()))
+}
+func (p prioPolicy) Choose(r *Rescue, cands []Candidate) (int, bool) {
+	slices.SortFunc(cands, func(a, b Candidate) int { return p.Order(&a, &b) })
+	most := min(r.Allowed, len(cands))
+	if r.Probe {
+		most = min(most, 1)
+	}
+	n, s, t := 0, r.Slots, r.Tokens
+	for n < most && !r.Covered(s, t) {
+		s, t = s+1, t+cands[n].Cost()
+		n++
+	}
+	return n, false
+}
 
 // stepUngated is Step without the preemptCanAct guard: the walk runs at
 // every step, as before the guard.
