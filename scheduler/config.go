@@ -80,7 +80,7 @@ type PoolConfig struct {
 	// Aging waited (LOWER value = more urgent, so the value drops); 0
 	// disables aging. Policies that order by priority use it.
 	Aging time.Duration
-	// Preemption holds the guard rails used when Policy.Preempts().
+	// Preemption holds the guard rails used when Policy is a Preemptor.
 	Preemption PreemptionConfig
 	// Endpoints are the pool's engine replicas (endpoint.go); empty means
 	// one unnamed endpoint with the pool's MaxInflight, the host's upstream.

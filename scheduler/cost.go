@@ -30,8 +30,8 @@ import "time"
 // fewest generated tokens → lowest priority → most recently admitted).
 // Without prompt sizes (PromptTokens 0) every recompute is zero and the
 // rules reduce to the design's victim order. This file holds the estimates;
-// the preemptive policy applies the rules (preemptive.go: worthIt,
-// costOrder).
+// the preemptive policy applies the rules (scheduler/policy/preemptive:
+// worth, costOrder).
 
 // observed is what a pool has learned about its engine beyond the moving
 // averages in pool: prefill time per prompt token, from the first tokens

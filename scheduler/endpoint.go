@@ -336,7 +336,7 @@ func (p *pool) slotBalance() int {
 // one endpoint, or when an endpoint that is not drained has room (only the
 // pool's own bound is short, so any victim makes room and e goes where
 // there is room), the candidates stay as they are.
-func (m *Machine) endpointVictims(p *pool, e *entry, victims []*entry) []*entry {
+func (m *Machine) endpointVictims(p *pool, e *entry, victims []Candidate) []Candidate {
 	if e.req.pin() != "" {
 		return pinnedVictims(p, e, victims)
 	}
@@ -350,23 +350,25 @@ func (m *Machine) endpointVictims(p *pool, e *entry, victims []*entry) []*entry 
 			return victims
 		}
 	}
-	// Each endpoint's cheapest victim; the endpoint with the cheapest one
-	// wins (one victim is what a single request needs on a full endpoint).
-	cheapest := make([]*entry, len(p.endpoints))
-	for _, v := range victims {
+	// Each endpoint's best victim in the Preemptor's Order; the endpoint
+	// with the best one wins (one victim is what a single request needs on
+	// a full endpoint).
+	cheapest := make([]*Candidate, len(p.endpoints))
+	for i := range victims {
 		// One victim must make room: an endpoint over its (lowered) limit
 		// needs more than one and is left out.
-		ep := v.ep
+		v := &victims[i]
+		ep := v.e.ep
 		if ep.out() || ep.inflight-ep.preempting != ep.limit {
 			continue
 		}
-		if cheapest[ep.index] == nil || victimOrder(v, cheapest[ep.index]) < 0 {
+		if cheapest[ep.index] == nil || p.pre.Order(v, cheapest[ep.index]) < 0 {
 			cheapest[ep.index] = v
 		}
 	}
 	var target *endpoint
 	for i, v := range cheapest {
-		if v != nil && (target == nil || victimOrder(v, cheapest[target.index]) < 0) {
+		if v != nil && (target == nil || p.pre.Order(v, cheapest[target.index]) < 0) {
 			target = p.endpoints[i]
 		}
 	}
@@ -374,9 +376,14 @@ func (m *Machine) endpointVictims(p *pool, e *entry, victims []*entry) []*entry 
 	if target == nil {
 		return victims[:0]
 	}
+	return onEndpoint(victims, target)
+}
+
+// onEndpoint keeps the victims running on ep, in place.
+func onEndpoint(victims []Candidate, ep *endpoint) []Candidate {
 	out := victims[:0]
 	for _, v := range victims {
-		if v.ep == target {
+		if v.e.ep == ep {
 			out = append(out, v)
 		}
 	}
@@ -387,7 +394,7 @@ func (m *Machine) endpointVictims(p *pool, e *entry, victims []*entry) []*entry 
 // endpoint (only the pool's bound is short) any victim makes room; with
 // the endpoint full, victims there only; drained, ejected or over its
 // (lowered) limit, none.
-func pinnedVictims(p *pool, e *entry, victims []*entry) []*entry {
+func pinnedVictims(p *pool, e *entry, victims []Candidate) []Candidate {
 	ep := p.endpointNamed(e.req.pin())
 	e.target = nil
 	switch {
@@ -397,13 +404,7 @@ func pinnedVictims(p *pool, e *entry, victims []*entry) []*entry {
 		return victims
 	}
 	e.target = ep
-	out := victims[:0]
-	for _, v := range victims {
-		if v.ep == ep {
-			out = append(out, v)
-		}
-	}
-	return out
+	return onEndpoint(victims, ep)
 }
 
 // endpointNamed is p's endpoint of that name, or nil.

@@ -197,6 +197,13 @@ type pool struct {
 	// preemption but probes.
 	abort   abortState
 	victims victimQueue // preemptgate.go
+	// pre is the Policy's preemption half; nil when it does not preempt.
+	// victimTop is, per class, whether pre.Victim allows the class for
+	// the most urgent class (fixed: Victim depends on the classes only);
+	// victimOK is the victim search's scratch (preemptwalk.go).
+	pre       Preemptor
+	victimTop []bool
+	victimOK  []bool
 	// run indexes the running requests for the preemption walk
 	// (slotwait.go); kept only when track, that is when the policy
 	// preempts.
@@ -277,10 +284,14 @@ func NewMachine(cfg Config) (*Machine, error) {
 			queues:     make([]queue, len(m.classes)),
 			endpoints:  newEndpoints(pc),
 			ejection:   pc.Ejection.withDefaults(),
-			track:      pc.Policy.Preempts(),
 		}
+		p.pre, p.track = pc.Policy.(Preemptor)
 		if p.track {
 			p.run = newSlotIndex(len(m.classes))
+			p.victimTop, p.victimOK = make([]bool, len(m.classes)), make([]bool, len(m.classes))
+			for ci, cl := range m.classes {
+				p.victimTop[ci] = cl.Priority > m.top && p.pre.Victim(&cl.ClassConfig, m.top)
+			}
 		}
 		if pc.PrefixRouting.enabled() && pc.PrefixRouting.Precise {
 			p.exact, _ = prefixindex.NewExact(len(p.endpoints), pc.PrefixRouting.CapacityBlocks) // validated above
@@ -528,7 +539,7 @@ func (m *Machine) step(now time.Time, gate bool) Decisions {
 		m.observeOverload(now, p)
 		m.admit(now, p, &d)
 		m.expiryWake(p, &d)
-		if p.Policy.Preempts() && (!gate || m.preemptCanAct(now, p, &d)) {
+		if p.pre != nil && (!gate || m.preemptCanAct(now, p, &d)) {
 			m.preempt(now, p, &d)
 		}
 	}

@@ -132,14 +132,14 @@ func (m *Machine) preemptGuard(now time.Time, p *pool, d *Decisions) (probe, ok 
 	return probe, true
 }
 
-// preemptVictims carries out a preemption the policy chose (preemptive.go):
+// preemptVictims carries out a preemption the Preemptor chose (preemptwalk.go):
 // each victim leaves the slot index, holds its capacity as being preempted
 // until its Finish, counts against its preemption budget (kept by ID
 // across its requeue) and is handed to the host in d. While the abort
 // check probes, the victim is the probe.
-func (m *Machine) preemptVictims(now time.Time, p *pool, d *Decisions, victims []candidate, probe bool) {
+func (m *Machine) preemptVictims(now time.Time, p *pool, d *Decisions, victims []Candidate, probe bool) {
 	for _, c := range victims {
-		v := c.entry
+		v := c.e
 		p.run.left(p, v)
 		v.preempting = true
 		p.preempting++

@@ -1,6 +1,6 @@
 package scheduler
 
-// slotIndex keeps what the preemption walk (preemptive.go) needs from a pool's
+// slotIndex keeps what the preemption walk (preemptwalk.go) needs from a pool's
 // running requests up to date as they change, so that a walk does not pass
 // over all of them: under a deep backlog a pool runs thousands, the walk
 // runs at every event, and most events change one request.
@@ -17,7 +17,7 @@ package scheduler
 //     looked at one by one.
 //   - The walk's bound on victims counts, per class, the running requests
 //     not being preempted that are under max_per_request.
-//   - The victim search (preemptive.go, victims) counts, per class, the
+//   - The victim search (preemptwalk.go, victims) counts, per class, the
 //     running requests not being preempted: with those and the counts
 //     under max_per_request it knows without a pass how many less urgent
 //     requests run and when none of them may be a victim, which under a

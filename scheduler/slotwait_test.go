@@ -102,7 +102,7 @@ func TestSlotIndexIsTheWalk(t *testing.T) {
 					vs, allowed, wake := m.victims(now, p, above)
 					got := make([]Ticket, 0, len(vs))
 					for _, v := range vs {
-						got = append(got, v.ticket)
+						got = append(got, v.e.ticket)
 					}
 					slices.Sort(got)
 					want, wantAllowed, wantWake := victimsByWalk(now, p, above)

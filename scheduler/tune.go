@@ -220,7 +220,7 @@ func deriveBudget(ttft, prefill time.Duration) time.Duration {
 }
 
 // tuned reports whether p derives its bounds.
-func (m *Machine) tuned(p *pool) bool { return !p.StaticBounds && p.Policy.Preempts() }
+func (m *Machine) tuned(p *pool) bool { return !p.StaticBounds && p.pre != nil }
 
 // urgentTTFT is the TTFT objective of the pool's most urgent class (the
 // tightest among equals); 0 when none has one.
@@ -302,7 +302,7 @@ func (m *Machine) bounds(p *pool) Bounds {
 // prefill estimate.
 func (m *Machine) urgentBudget(p *pool) time.Duration {
 	b := m.urgentTTFT()
-	if !p.Policy.Preempts() || b <= 0 {
+	if p.pre == nil || b <= 0 {
 		return 0
 	}
 	if t := p.Preemption.Target; t > 0 && t < 1 {

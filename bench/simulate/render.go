@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/llmesh/llmesh/bench/report"
+	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 )
 
@@ -69,7 +70,7 @@ func (r *Result) Compare() []Comparison {
 				others[i].tokens += c.OutputTokensPerS
 			}
 		}
-		if p, err := policy.Lookup(run.Policy); err == nil && !p.Preempts() {
+		if p, err := policy.Lookup(run.Policy); err == nil && !scheduler.Preempts(p) {
 			b := bestNP[run.Load]
 			bestNP[run.Load] = agg{max(b.goodput, others[i].goodput), max(b.tokens, others[i].tokens)}
 		}

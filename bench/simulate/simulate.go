@@ -498,7 +498,6 @@ var _ scheduler.Policy = policyNone{}
 
 func (policyNone) Name() string                    { return "none" }
 func (policyNone) Less(a, b *scheduler.Entry) bool { return a.Seq < b.Seq }
-func (policyNone) Preempts() bool                  { return false }
 
 // Breakdown is one class's TTFT split, in milliseconds: QueueMs is arrival
 // to first admission by the scheduler, UpstreamMs the latest admission to

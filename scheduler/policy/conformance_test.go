@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,6 +43,11 @@ func TestRegistry(t *testing.T) {
 	if _, err := policy.Lookup("lifo"); err == nil {
 		t.Error("Lookup(lifo) succeeded")
 	}
+	for name, want := range map[string]bool{"fifo": false, "priority": false, "edf": false, "preemptive": true} {
+		if p, _ := policy.Lookup(name); p != nil && scheduler.Preempts(p) != want {
+			t.Errorf("%s preempts: %v, want %v", name, !want, want)
+		}
+	}
 }
 
 func TestConformance(t *testing.T) {
@@ -53,6 +59,10 @@ func TestConformance(t *testing.T) {
 			t.Run("AgingBound", func(t *testing.T) { agingBound(t, p) })
 			t.Run("Random", func(t *testing.T) { randomEvents(t, p, 100_000, 0, 0) })
 			t.Run("RandomAdmissionBounds", func(t *testing.T) { randomEvents(t, p, 20_000, 2000, 2) })
+			if pre, ok := p.(scheduler.Preemptor); ok {
+				t.Run("VictimContract", func(t *testing.T) { victimContract(t, pre) })
+				t.Run("RescuesAtRisk", func(t *testing.T) { rescuesAtRisk(t, p) })
+			}
 		})
 	}
 }
@@ -179,4 +189,63 @@ func agingBound(t *testing.T, p scheduler.Policy) {
 		}
 	}
 	t.Fatalf("batch request starved for 10s under %s", p.Name())
+}
+
+// victimContract: Victim keeps the promises the Machine's index of possible
+// victims rests on (scheduler.Preemptor): an answer that depends on the
+// class and priority only and, once false, stays false for every less
+// urgent priority; and no class that is not Preemptible is ever a victim.
+func victimContract(t *testing.T, pre scheduler.Preemptor) {
+	cls := append(classes(), scheduler.ClassConfig{Name: "bulk", Priority: 20, Preemptible: true})
+	for _, c := range cls {
+		was := true
+		for above := -2; above <= 25; above++ {
+			got := pre.Victim(&c, above)
+			if again := pre.Victim(&c, above); again != got {
+				t.Fatalf("Victim(%s, %d) = %v, then %v", c.Name, above, got, again)
+			}
+			if got && !was {
+				t.Fatalf("Victim(%s, %d) true after false for a more urgent priority", c.Name, above)
+			}
+			if got && !c.Preemptible {
+				t.Fatalf("Victim(%s, %d): a class that is not preemptible", c.Name, above)
+			}
+			was = got
+		}
+	}
+}
+
+// rescuesAtRisk: with the pool full of batch requests far from finishing
+// (their predicted finish is past the interactive objective), an
+// interactive request is at risk at once and gets a slot through one
+// preemption. Every Preemptor must rescue this plain case, or it does not
+// preempt at all.
+func rescuesAtRisk(t *testing.T, p scheduler.Policy) {
+	rails := scheduler.PreemptionConfig{MinLowerInflight: 1, MaxPerRequest: 1}
+	m := machine(t, p, scheduler.PoolConfig{MaxInflight: 2, Preemption: rails})
+	now := t0
+	var batch []scheduler.Ticket
+	for range 2 {
+		tk, err := m.Arrive(now, scheduler.Request{Class: "batch", MaxTokens: 10_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, tk)
+	}
+	if d := m.Step(now); len(d.Admitted) != 2 {
+		t.Fatalf("admitted %v, want both batch requests", d.Admitted)
+	}
+	now = now.Add(time.Second)
+	urgent, err := m.Arrive(now, scheduler.Request{Class: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := m.Step(now)
+	if len(d.Preempted) != 1 || !slices.Contains(batch, d.Preempted[0]) {
+		t.Fatalf("preempted %v, want one of the batch requests %v", d.Preempted, batch)
+	}
+	m.Finish(now, d.Preempted[0], scheduler.Preempted)
+	if d = m.Step(now); !slices.Equal(d.Admitted, []scheduler.Ticket{urgent}) {
+		t.Fatalf("admitted %v once the victim finished, want the interactive request %d", d.Admitted, urgent)
+	}
 }

@@ -55,7 +55,7 @@ func costPool(t *testing.T, p scheduler.Policy, limit int, reqs ...[2]int) (*sch
 // must do (none for the others).
 func want(t *testing.T, p scheduler.Policy, d scheduler.Decisions, preemptive []scheduler.Ticket) {
 	t.Helper()
-	if !p.Preempts() {
+	if !scheduler.Preempts(p) {
 		preemptive = nil
 	}
 	if diff := cmp.Diff(preemptive, d.Preempted); diff != "" {

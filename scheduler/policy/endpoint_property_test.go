@@ -200,7 +200,7 @@ func endpointEvents(t *testing.T, p scheduler.Policy, n int) {
 			t.Fatalf("endpoint %s never got a request: %v", name, admittedTo)
 		}
 	}
-	if p.Preempts() && s.Preempted == 0 {
+	if scheduler.Preempts(p) && s.Preempted == 0 {
 		t.Fatalf("the run preempted nothing: %+v", s.Counters)
 	}
 	t.Logf("%s: admitted by endpoint %v, %+v", p.Name(), admittedTo, s.Counters)

@@ -33,9 +33,8 @@ func randomEvents(t *testing.T, p scheduler.Policy, n, prefillBound, reserve int
 	rng := rand.New(rand.NewPCG(42, uint64(len(p.Name()))))
 	cls := classes()
 	prio := map[string]int{}
-	preemptible := map[string]bool{}
 	for _, c := range cls {
-		prio[c.Name], preemptible[c.Name] = c.Priority, c.Preemptible
+		prio[c.Name] = c.Priority
 	}
 
 	now := t0
@@ -49,6 +48,14 @@ func randomEvents(t *testing.T, p scheduler.Policy, n, prefillBound, reserve int
 	top := cls[0].Priority
 	for _, c := range cls {
 		top = min(top, c.Priority)
+	}
+	// victim: the classes the policy's Victim allows for the most urgent
+	// class, the only ones that may ever be preempted.
+	victim := map[string]bool{}
+	if pre, ok := p.(scheduler.Preemptor); ok {
+		for _, c := range cls {
+			victim[c.Name] = c.Priority > top && pre.Victim(&c, top)
+		}
 	}
 	step := func() {
 		prefill := running.prefill()
@@ -83,12 +90,12 @@ func randomEvents(t *testing.T, p scheduler.Policy, n, prefillBound, reserve int
 		for _, tk := range d.Preempted {
 			r := running.get(tk)
 			switch {
-			case !p.Preempts():
+			case !scheduler.Preempts(p):
 				t.Fatalf("%s preempted %d", p.Name(), tk)
 			case r == nil || r.preempted:
 				t.Fatalf("ticket %d preempted while not running or twice", tk)
-			case !preemptible[r.r.Class]:
-				t.Fatalf("non-preemptible class %s preempted", r.r.Class)
+			case !victim[r.r.Class]:
+				t.Fatalf("class %s preempted, which Victim does not allow", r.r.Class)
 			case now.Sub(r.admittedAt) < rails.MinRunTime:
 				t.Fatalf("victim ran %v < min_run_time", now.Sub(r.admittedAt))
 			}
@@ -200,7 +207,7 @@ func randomEvents(t *testing.T, p scheduler.Policy, n, prefillBound, reserve int
 			t.Fatalf("class %s still queues %d", c, q)
 		}
 	}
-	if s.Admitted == 0 || (p.Preempts() && s.Preempted == 0) {
+	if s.Admitted == 0 || (scheduler.Preempts(p) && s.Preempted == 0) {
 		t.Fatalf("the run exercised too little: %+v", s.Counters)
 	}
 	t.Logf("%s: %+v", p.Name(), s.Counters)

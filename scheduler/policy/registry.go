@@ -1,6 +1,9 @@
 // Package policy is the one registry of scheduling policies. Adding a policy
-// means adding its package under scheduler/policy/<name> and one line to
-// registered below; the conformance suite then tests it too.
+// means adding its package under scheduler/policy/<name> (a type that
+// implements scheduler.Policy, and scheduler.Preemptor if it preempts: all
+// that makes the policy different lives there) and one line to registered
+// below; the conformance suite then tests it too, the preemption half
+// included.
 package policy
 
 import (

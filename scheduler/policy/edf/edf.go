@@ -35,6 +35,3 @@ func (*EDF) Less(a, b *scheduler.Entry) bool {
 	}
 	return a.Seq < b.Seq
 }
-
-// Preempts implements scheduler.Policy: never.
-func (*EDF) Preempts() bool { return false }

@@ -26,6 +26,3 @@ func (*FIFO) Less(a, b *scheduler.Entry) bool {
 	}
 	return a.Seq < b.Seq
 }
-
-// Preempts implements scheduler.Policy: never.
-func (*FIFO) Preempts() bool { return false }

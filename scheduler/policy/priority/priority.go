@@ -25,9 +25,6 @@ func (*Priority) Name() string { return Name }
 // Less orders by effective priority, then arrival, then sequence.
 func (*Priority) Less(a, b *scheduler.Entry) bool { return Less(a, b) }
 
-// Preempts implements scheduler.Policy: never.
-func (*Priority) Preempts() bool { return false }
-
 // Less is the priority order, shared with the preemptive policy.
 func Less(a, b *scheduler.Entry) bool {
 	if a.EffectivePriority != b.EffectivePriority {

@@ -2,49 +2,37 @@ package scheduler
 
 import "time"
 
-// The preemptive policy's choices, all in this file: when a preemption is
-// allowed at all (the gates), which waiting request triggers one, which
-// running requests may be its victims and in what order, and how many are
-// chosen. A pool whose Policy.Preempts() is true is run by these rules;
-// scheduler/policy/preemptive is that policy's registry entry. The rules
-// live in this package because they read the Machine's running and waiting
-// requests in place, once per event, without a copy for another package.
+// The preemption walk: where a Preemptor's choices (policy.go; the
+// preemptive policy's are scheduler/policy/preemptive) are asked for and
+// carried out. The Machine supplies the mechanism, the Preemptor the
+// choices:
 //
-// The Machine supplies the mechanism and carries the decisions out: the
-// predictions (preempt.go: remaining, slotWait, atRisk; cost.go: sunk,
-// recompute, gain), the walk over waiting requests in policy order
-// (walker), the guards that hold for any policy (preemptGuard: a drained
-// pool, the abort check of abort.go), the endpoint a waiting request will
-// use (endpointVictims), the index of possible victims (preemptgate.go) and
-// the release bookkeeping and notification of each chosen victim
-// (preemptVictims).
-//
-// The rules, in the order the walk applies them:
-//
-//   - Gates: the pool's max_per_request is positive, requests wait, and
-//     some running request is a permitted victim now (preemptCanAct).
+//   - Gates: a pool preempts only when its Policy is a Preemptor, its
+//     max_per_request is positive, requests wait, and some running request
+//     may be a victim now (preemptCanAct: the classes the Preemptor's
+//     Victim allows, under max_per_request, past min_run_time).
 //   - Trigger: waiting requests are walked in policy order as far as the
 //     pool's limit reaches; one the slot and token balance does not cover
-//     (after everything ahead of it) preempts only when atRisk predicts
-//     its TTFT objective missed.
-//   - Victims (victims): running requests of a preemptible class strictly
-//     less urgent than the request and than every request short ahead of
-//     it, not being preempted, under max_per_request, past min_run_time;
-//     min_lower_inflight bounds how many.
-//   - Worth (worthIt): not finishing within a step, recompute less than
-//     the request's gain, nothing sunk when the pool is overloaded.
-//   - Order (costOrder): cheapest recompute, farthest from finishing, then
-//     victimOrder (no first token → fewest tokens → least urgent → most
-//     recently admitted).
-//   - Choice (choose): just enough victims, in that order, to cover the
-//     request, together costing less than its gain; one while probing.
+//     (after everything ahead of it) is a rescue only when atRisk
+//     (preempt.go) predicts its TTFT objective missed.
+//   - Candidates (victims): running requests of a class the Preemptor's
+//     Victim allows for the request and every request short ahead of it,
+//     not being preempted, under max_per_request, past min_run_time, on the
+//     endpoint the request will use (endpointVictims); min_lower_inflight
+//     bounds how many; their costs (cost.go) come with them.
+//   - Choice: the Preemptor's Choose; the victims are preempted when they
+//     cover the request (preemptVictims, preempt.go).
+//
+// The walk's shortcuts (preemptCanAct, settled, the victim bounds) skip
+// only what can decide nothing, given the promises of Preemptor.Victim
+// and Choose's refused; TestPreemptGateDecidesTheSame checks the gate.
 
 // mayBecomeVictim reports whether running request e could ever be chosen
-// as a victim by these rules (the index of preemptgate.go keeps only
-// those): a preempting policy, a preemptible class less urgent than the
-// most urgent class, under max_per_request.
+// as a victim (the index of preemptgate.go keeps only those): a preempting
+// policy whose Victim allows e's class for the most urgent class, under
+// max_per_request.
 func (m *Machine) mayBecomeVictim(p *pool, e *entry) bool {
-	return p.Policy.Preempts() && e.class.Preemptible && e.Priority > m.top && e.preempts < p.Preemption.MaxPerRequest
+	return p.pre != nil && p.victimTop[e.class.index] && e.preempts < p.Preemption.MaxPerRequest
 }
 
 // preemptCanAct reports whether the preemption walk could preempt anything
@@ -59,9 +47,9 @@ func (m *Machine) mayBecomeVictim(p *pool, e *entry) bool {
 //     bound the waiting requests' tokens would be needed too, so then the
 //     walk runs);
 //   - no running request may be a victim of any waiting request: a
-//     victim must be of a preemptible class strictly less urgent than the
-//     request it makes room for (and than every request short ahead of
-//     it), so when none of those runs, not being preempted and under
+//     victim must be of a class the Preemptor's Victim allows for the
+//     request it makes room for (so strictly less urgent than it, and
+//     than every request short ahead of it), so when none of those runs, not being preempted and under
 //     max_per_request, for the most urgent class with requests waiting,
 //     none can be chosen whatever the walk predicts. Under a deep backlog
 //     of the least urgent class, with the urgent requests admitted on
@@ -69,9 +57,9 @@ func (m *Machine) mayBecomeVictim(p *pool, e *entry) bool {
 //     more urgent request, an admission: each steps anyway) changes it;
 //     the walk's wake-ups are for requests that become at risk, and one
 //     at risk without a possible victim preempts nothing either;
-//   - no running request is a permitted victim now (preemptible class, not
-//     already being preempted, under max_per_request, less urgent than the
-//     most urgent class, past min_run_time): none can be chosen. Only time
+//   - no running request is a permitted victim now (a class Victim allows
+//     for the most urgent class, not already being preempted, under
+//     max_per_request, past min_run_time): none can be chosen. Only time
 //     (min_run_time passing) or an event (which steps anyway) changes
 //     that, so d asks for a wake-up when the first protected one becomes
 //     eligible; the walk's own wake-ups (when a request would become at
@@ -99,10 +87,12 @@ func (m *Machine) preemptCanAct(now time.Time, p *pool, d *Decisions) bool {
 	return false
 }
 
-// victimsPossible reports whether some running request of a preemptible
-// class less urgent than the most urgent class with requests waiting is
-// not being preempted and under max_per_request: the victims any walk
-// could consider (victims counts the same).
+// victimsPossible reports whether some running request of a class the
+// Preemptor's Victim allows for the most urgent class with requests
+// waiting is not being preempted and under max_per_request: the victims
+// any walk could consider (victims counts the same). Victim is false for
+// every class as or more urgent than that one, so the less urgent classes
+// are all it needs asking about.
 func (m *Machine) victimsPossible(p *pool) bool {
 	urgent, any := 0, false
 	for ci := range p.queues {
@@ -114,7 +104,7 @@ func (m *Machine) victimsPossible(p *pool) bool {
 		return false
 	}
 	for ci, cl := range m.classes {
-		if cl.Preemptible && cl.Priority > urgent && p.run.under[ci] > 0 {
+		if p.run.under[ci] > 0 && cl.Priority > urgent && p.pre.Victim(&cl.ClassConfig, urgent) {
 			return true
 		}
 	}
@@ -177,8 +167,9 @@ type preemptWalk struct {
 	anyShort   bool
 	// Upper bounds on what any victim search can find: when the requests
 	// short of a slot already outnumber every possible victim, or one of
-	// them is as little urgent as the least urgent possible victim, no
-	// request further on can be covered.
+	// them is as little urgent as the least urgent possible victim (Victim
+	// allows no class as or more urgent), no request further on can be
+	// covered.
 	nVictims, worstVictim int
 }
 
@@ -222,7 +213,7 @@ func (m *Machine) newPreemptWalk(now time.Time, p *pool, probe bool) preemptWalk
 	}
 	w.reserve = m.reserveFor(p)
 	for ci, n := range p.run.under {
-		if cl := m.classes[ci]; n > 0 && cl.Preemptible && cl.Priority > m.top {
+		if cl := m.classes[ci]; n > 0 && p.victimTop[ci] {
 			w.nVictims += n
 			w.worstVictim = max(w.worstVictim, cl.Priority)
 		}
@@ -290,24 +281,34 @@ func (w *preemptWalk) notAtRisk(e *entry, at time.Time, d *Decisions, st *settle
 	return true
 }
 
-// rescue chooses victims for at-risk request e and has the Machine preempt
-// them when they cover it.
+// rescue asks the Preemptor to choose victims for at-risk request e among
+// the candidates and preempts them when they cover it.
 func (w *preemptWalk) rescue(e *entry, d *Decisions, st *settled) bool {
 	m, p := w.m, w.p
 	above := e.Priority
 	if w.anyShort {
 		above = max(above, w.worstShort)
 	}
-	victims, allowed, wake := m.victims(w.now, p, above)
-	victims = m.endpointVictims(p, e, victims)
+	cands, allowed, wake := m.victims(w.now, p, above)
+	cands = m.endpointVictims(p, e, cands)
 	if !wake.IsZero() {
 		d.wakeAt(wake)
 	}
-	gain := m.gain(w.now, p, e, w.slotWait)
-	cands := m.worthIt(w.now, p, victims, gain)
-	n, s, t := w.choose(e, cands, allowed, gain)
+	r := Rescue{Request: &e.Entry, Gain: m.gain(w.now, p, e, w.slotWait), Overloaded: p.obs.overloaded,
+		Allowed: allowed, Probe: w.probe, Slots: w.slots, Need: w.needSlots(e),
+		Tokens: w.toks, TokenBound: p.MaxInflightTokens > 0}
+	m.costs(w.now, p, cands)
+	n, refused := p.pre.Choose(&r, cands)
+	n = min(n, allowed, len(cands)) // the guard rails hold whatever the Preemptor says
+	if w.probe {
+		n = min(n, 1)
+	}
+	s, t := w.slots+n, w.toks
+	for i := range cands[:n] {
+		t += cands[i].e.cost
+	}
 	if !w.covered(e, s, t) {
-		return w.uncovered(e, len(cands) < len(victims) || n < min(allowed, len(cands)), st)
+		return w.uncovered(e, refused, st)
 	}
 	m.preemptVictims(w.now, p, d, cands[:n], w.probe)
 	if w.probe && n > 0 {
@@ -323,49 +324,17 @@ func (w *preemptWalk) rescue(e *entry, d *Decisions, st *settled) bool {
 	return true
 }
 
-// choose orders the first candidates by costOrder (a selection, not a full
-// sort: usually one victim is enough) and returns how many of them to
-// preempt for e, with the balance they leave. It stops once the balance
-// covers e, at the permitted number, or before the victims together would
-// cost more than the gain.
-func (w *preemptWalk) choose(e *entry, cands []candidate, allowed int, gain time.Duration) (n, s, t int) {
-	s, t = w.slots, w.toks
-	most := min(allowed, len(cands))
-	if w.probe {
-		most = min(most, 1) // abort.go: a probe is one victim
-	}
-	if !feasibleCands(w.p, w.slots+most-w.needSlots(e), w.toks, cands) {
-		most = 0 // even every permitted victim would not do: skip the selection
-	}
-	var spent time.Duration
-	for n < most && !w.covered(e, s, t) {
-		best := n
-		for i := n + 1; i < len(cands); i++ {
-			if costOrder(cands[i], cands[best]) < 0 {
-				best = i
-			}
-		}
-		cands[n], cands[best] = cands[best], cands[n]
-		if spent += cands[n].recompute; spent >= gain {
-			break // the victims would cost more than waiting
-		}
-		s++
-		t += cands[n].cost
-		n++
-	}
-	return n, s, t
-}
-
-// uncovered records that no chosen victims cover e; refused says the cost
-// rules (not the victims' number) refused some.
+// uncovered records that no chosen victims cover e; refused says the
+// Preemptor's rules (not the victims' number) refused some.
 func (w *preemptWalk) uncovered(e *entry, refused bool, st *settled) bool {
 	w.short(e)
 	switch {
 	case refused && w.m.cfg.PrefillPredictor == nil:
-		// A cost refusal settles the request's class: with the observed
+		// A refusal settles the request's class: with the observed
 		// prefill estimate the ones behind it waited less, so they gain
-		// less and can afford no more victims. It does not settle the less
-		// urgent classes: their gain may be larger.
+		// less and are worth no more victims (Preemptor.Choose promises
+		// as much). It does not settle the less urgent classes: their gain
+		// may be larger.
 		st.calm[e.class.index] = true
 	case !refused && (!st.anyHopeless || e.Priority < st.hopeless):
 		st.hopeless, st.anyHopeless = e.Priority, true
@@ -373,38 +342,24 @@ func (w *preemptWalk) uncovered(e *entry, refused bool, st *settled) bool {
 	return !st.all(w.m)
 }
 
-// feasibleCands reports whether preempting the candidates could cover a
-// request whose slot balance with every permitted victim gone would be
-// slots and whose token balance now is toks.
-func feasibleCands(p *pool, slots, toks int, cs []candidate) bool {
-	if slots < 0 {
-		return false
-	}
-	if p.MaxInflightTokens == 0 {
-		return true
-	}
-	for _, c := range cs {
-		toks += c.cost
-	}
-	return toks >= 0
-}
-
-// victims lists the in-flight requests that may be preempted to free a slot
-// for requests no more urgent than priority above, that is those of a
-// strictly less urgent class (unordered; victimOrder ranks them: no first token → fewest tokens →
-// lowest priority → most recently admitted) and how many of them
-// MinLowerInflight allows (preempting k needs at least MinLowerInflight
-// lower-priority requests in flight before each one). wake is when a
-// request now protected by MinRunTime becomes eligible.
-func (m *Machine) victims(now time.Time, p *pool, above int) ([]*entry, int, time.Time) {
+// victims lists the in-flight requests that may be preempted to free a
+// slot for requests no more urgent than priority above, that is those of
+// a class the Preemptor's Victim allows (unordered, costs not yet known),
+// and how many of them MinLowerInflight allows (preempting k needs at
+// least MinLowerInflight lower-priority requests in flight before each
+// one). wake is when a request now protected by MinRunTime becomes
+// eligible.
+func (m *Machine) victims(now time.Time, p *pool, above int) ([]Candidate, int, time.Time) {
 	// The counts per class (slotwait.go) give how many less urgent requests
 	// run and whether any may be a victim at all; only then is a pass over
 	// the running requests needed.
 	lower, possible := 0, 0
+	ok := p.victimOK
 	for ci, cl := range m.classes {
+		ok[ci] = false
 		if cl.Priority > above {
 			lower += p.run.active[ci]
-			if cl.Preemptible {
+			if ok[ci] = p.pre.Victim(&cl.ClassConfig, above); ok[ci] {
 				possible += p.run.under[ci]
 			}
 		}
@@ -413,82 +368,32 @@ func (m *Machine) victims(now time.Time, p *pool, above int) ([]*entry, int, tim
 	if possible == 0 {
 		return nil, allowed, time.Time{}
 	}
-	var vs []*entry
+	var vs []Candidate
 	var wake time.Time
 	for _, r := range p.running {
-		if r.preempting || r.Priority <= above {
+		if r.preempting || !ok[r.class.index] || r.preempts >= p.Preemption.MaxPerRequest {
 			continue
 		}
-		if !r.class.Preemptible || r.preempts >= p.Preemption.MaxPerRequest {
-			continue
-		}
-		if ok := r.admitted.Add(p.Preemption.MinRunTime); ok.After(now) {
-			if wake.IsZero() || ok.Before(wake) {
-				wake = ok
+		if at := r.admitted.Add(p.Preemption.MinRunTime); at.After(now) {
+			if wake.IsZero() || at.Before(wake) {
+				wake = at
 			}
 			continue
 		}
-		vs = append(vs, r)
+		vs = append(vs, Candidate{e: r})
 	}
 	return vs, allowed, wake
 }
 
-func victimOrder(a, b *entry) int {
-	switch {
-	case a.firstToken != b.firstToken:
-		if !a.firstToken {
-			return -1
-		}
-		return 1
-	case a.tokens != b.tokens:
-		return a.tokens - b.tokens
-	case a.Priority != b.Priority:
-		return b.Priority - a.Priority
-	case !a.admitted.Equal(b.admitted):
-		return b.admitted.Compare(a.admitted)
-	}
-	return int(int64(b.ticket) - int64(a.ticket))
-}
-
-// candidate is a possible victim with its costs, computed once per walk step.
-type candidate struct {
-	*entry
-	recompute time.Duration
-	remaining time.Duration
-}
-
-// worthIt filters victims to those the cost rules allow for a request that
-// gains gain, and returns them with their costs.
-func (m *Machine) worthIt(now time.Time, p *pool, vs []*entry, gain time.Duration) []candidate {
-	out := make([]candidate, 0, len(vs))
-	for _, v := range vs {
-		c := candidate{entry: v, recompute: m.recompute(now, p, v), remaining: m.remaining(now, p, v)}
-		step := v.class.TPOT
+// costs fills in what preempting each candidate costs (cost.go) and how
+// soon it would free its slot by itself.
+func (m *Machine) costs(now time.Time, p *pool, cs []Candidate) {
+	for i := range cs {
+		c := &cs[i]
+		c.Recompute, c.Remaining, c.Sunk = m.recompute(now, p, c.e), m.remaining(now, p, c.e), m.sunk(now, p, c.e)
+		c.Step = c.e.class.TPOT
 		if p.tpot.known {
-			step = p.tpot.value()
+			c.Step = p.tpot.value()
 		}
-		if c.remaining <= step || c.recompute >= gain || (p.obs.overloaded && m.sunk(now, p, v) > 0) {
-			continue
-		}
-		out = append(out, c)
 	}
-	return out
-}
-
-// costOrder ranks candidates: cheapest recompute, then farthest from
-// finishing, then the design's victim order.
-func costOrder(a, b candidate) int {
-	switch {
-	case a.recompute != b.recompute:
-		if a.recompute < b.recompute {
-			return -1
-		}
-		return 1
-	case a.remaining != b.remaining:
-		if a.remaining > b.remaining {
-			return -1
-		}
-		return 1
-	}
-	return victimOrder(a.entry, b.entry)
 }
