@@ -301,7 +301,9 @@ func TestFilesFollowsTheNamedFiles(t *testing.T) {
 	paths := func() []string { mu.Lock(); defer mu.Unlock(); return []string{main, named} }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- watch.Files(ctx, paths, 10*time.Millisecond, nil, reload, func(err error) { t.Error(err) }) }()
+	go func() {
+		done <- watch.Files(ctx, paths, 10*time.Millisecond, nil, reload, func(err error) { t.Error(err) })
+	}()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
