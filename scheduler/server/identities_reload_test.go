@@ -173,6 +173,7 @@ func TestIdentitiesReload(t *testing.T) {
 			waitMetric(t, metricsURL, `llmesh_scheduler_queued{class="premium",pool="gpu"} 2`)
 			waitMetric(t, metricsURL, `llmesh_scheduler_service_sessions 4`)
 
+			written := time.Now()
 			writeFile(t, path, reloadIdentitiesV2)
 			proctest.WaitMatch(t, &log, regexp.MustCompile(`identities reloaded from \S+: 2 identities; 4 session\(s\) closed`))
 			if err := <-waiting; !errors.Is(err, scheduler.ErrRejected) || !strings.Contains(err.Error(), "identity gone") {
@@ -190,6 +191,7 @@ func TestIdentitiesReload(t *testing.T) {
 				t.Errorf("gone's waiting Admit stream was answered %v", m)
 			}
 			wantRevoked(t, "gone's waiting Admit stream", err)
+			t.Logf("gone's streams ended %v after the identities file was written (the watch waits 100 ms for quiet)", time.Since(written).Round(time.Millisecond))
 			// Their slots are free and their sessions have ended (on
 			// gRPC, the receiver that outlives the handler has ended the
 			// session too): keep's and rot's remain.
