@@ -152,24 +152,73 @@ func (w *Watcher) Run(ctx context.Context) error {
 // returns an error only when watching cannot start. reload runs on the
 // calling goroutine.
 func Changes(ctx context.Context, path string, debounce time.Duration, clk clock.Clock, reload func(), report func(error)) error {
+	return Files(ctx, func() []string { return []string{path} }, debounce, clk, reload, report)
+}
+
+// Files is Changes for a set of files that a reload may change: reload
+// runs after each burst of changes to any of the files paths names, and
+// paths is asked again after each reload, the watch then following the
+// files it names (an identities file and the token files it names, which
+// another version of it may name otherwise). A directory that cannot be
+// watched when the watch starts is an error; one named later is reported
+// and tried again after the next reload.
+func Files(ctx context.Context, paths func() []string, debounce time.Duration, clk clock.Clock, reload func(), report func(error)) error {
 	if debounce <= 0 {
 		debounce = DefaultDebounce
 	}
 	if clk == nil {
 		clk = clock.Real{}
 	}
+	if report == nil {
+		report = func(error) {}
+	}
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("config: watch: %w", err)
 	}
 	defer fw.Close()
-	dir := filepath.Dir(path)
-	if err := fw.Add(dir); err != nil {
-		return fmt.Errorf("config: watch %s: %w", dir, err)
+	// The base names watched in each directory (absolute).
+	var dirs map[string]map[string]bool
+	follow := func(starting bool) error {
+		want := map[string]map[string]bool{}
+		for _, p := range paths() {
+			if abs, err := filepath.Abs(p); err == nil {
+				p = abs
+			}
+			dir := filepath.Dir(p)
+			if want[dir] == nil {
+				want[dir] = map[string]bool{}
+			}
+			want[dir][filepath.Base(p)] = true
+		}
+		for dir := range want {
+			if dirs[dir] != nil {
+				continue
+			}
+			if err := fw.Add(dir); err != nil {
+				err = fmt.Errorf("config: watch %s: %w", dir, err)
+				if starting {
+					return err
+				}
+				report(err)
+				delete(want, dir)
+			}
+		}
+		for dir := range dirs {
+			if want[dir] == nil {
+				_ = fw.Remove(dir) // gone with the directory, or watched no more
+			}
+		}
+		dirs = want
+		return nil
+	}
+	if err := follow(true); err != nil {
+		return err
 	}
 	// A change between the caller's read and the watch starting would be
 	// missed; one reload closes that gap.
 	reload()
+	_ = follow(false)
 
 	var timer clock.Timer
 	var fire <-chan time.Time
@@ -178,7 +227,6 @@ func Changes(ctx context.Context, path string, debounce time.Duration, clk clock
 			timer.Stop()
 		}
 	}()
-	base := filepath.Base(path)
 	for {
 		select {
 		case <-ctx.Done():
@@ -188,7 +236,8 @@ func Changes(ctx context.Context, path string, debounce time.Duration, clk clock
 				return nil
 			}
 			// "..data" is the symlink Kubernetes swaps for config maps.
-			if name := filepath.Base(ev.Name); name != base && name != "..data" {
+			names := dirs[filepath.Dir(ev.Name)]
+			if name := filepath.Base(ev.Name); !names[name] && (names == nil || name != "..data") {
 				continue
 			}
 			if timer == nil {
@@ -202,12 +251,11 @@ func Changes(ctx context.Context, path string, debounce time.Duration, clk clock
 			if !ok {
 				return nil
 			}
-			if report != nil {
-				report(fmt.Errorf("config: watch %s: %w", dir, err))
-			}
+			report(fmt.Errorf("config: watch: %w", err))
 		case <-fire:
 			fire = nil
 			reload()
+			_ = follow(false)
 		}
 	}
 }

@@ -266,3 +266,66 @@ func TestWatcherFollowsConfigMapSwap(t *testing.T) {
 		return false
 	})
 }
+
+// Files reloads when any of its files changes, in any directory, and
+// follows the files paths names after each reload: a file named only
+// after a reload is watched from then on.
+func TestFilesFollowsTheNamedFiles(t *testing.T) {
+	main, a, b := filepath.Join(t.TempDir(), "ids.yaml"), filepath.Join(t.TempDir(), "a.token"), filepath.Join(t.TempDir(), "b.token")
+	write := func(path, s string) func() {
+		return func() {
+			if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	write(main, "a")()
+	write(a, "1")()
+	write(b, "1")()
+	var (
+		mu      sync.Mutex
+		reloads int
+		named   string // the token file main names, as of the last reload
+	)
+	reload := func() {
+		body, err := os.ReadFile(main)
+		if err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		reloads++
+		named = map[string]string{"a": a, "b": b}[string(body)]
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return reloads }
+	paths := func() []string { mu.Lock(); defer mu.Unlock(); return []string{main, named} }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- watch.Files(ctx, paths, 10*time.Millisecond, nil, reload, func(err error) { t.Error(err) })
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	wait.Until(t, "the first reload", func() bool { return count() == 1 })
+
+	// Repeats the write until the reload it causes is seen: the watch of a
+	// directory named by the last reload starts just after it.
+	until := func(what string, act func()) {
+		t.Helper()
+		n, next := count(), time.Now()
+		wait.Until(t, what, func() bool {
+			if time.Now().After(next) {
+				act()
+				next = time.Now().Add(250 * time.Millisecond)
+			}
+			return count() > n
+		})
+	}
+	until("a change of the token file a, in a directory of its own", write(a, "2"))
+	until("a change of the file naming the token files", write(main, "b"))
+	until("a change of b, named since the last reload", write(b, "2"))
+}

@@ -36,7 +36,18 @@
 // or its verified certificate; the counts of what an identity holds
 // (sessions, leases, queued requests) are atomics shared by all its
 // sessions, changed under each session's mu as its leases start, are
-// decided and end. The identities themselves are read-only once serving.
+// decided and end. A reload (Server.ReplaceIdentities, from the reloading
+// goroutine) first marks every session it revokes (an admission decided
+// for a marked session is released, not answered), then ends each: it
+// rejects the waiting requests and releases the leases itself, and makes
+// the stream end at once. A framed session's receive is interrupted; a
+// gRPC receive cannot be, so a gRPC session with an identity receives in
+// a goroutine of its own, which ends the session when the stream ends,
+// while the handler goroutine waits for that or the revocation and, on a
+// revocation, returns its status at once (after which nothing sends), so
+// that gRPC ends the stream and the pending receive fails. An Admit
+// stream's handler returns the same way, its receiving goroutine ending
+// with the stream.
 //
 // The pools it serves are a scheduler/pools set (MeshScheduler).
 // Run owns the config watcher's goroutine and the admin server's.

@@ -48,37 +48,59 @@ type who struct {
 	cert  *x509.Certificate
 	token string
 
+	// revoked is set once, by a reload (revoke), before any session of
+	// the reload is ended: an admission decided for w after it is
+	// released, not answered, so the slots the reload frees go to
+	// others.
+	revoked atomic.Pointer[error]
+
 	mu       sync.Mutex
-	revoked  error       // set once, by a reload
-	onRevoke func(error) // the session's end (nil: an Admit stream, which ends with its one admission)
+	onRevoke func(error) // the session's (or Admit stream's) end; nil until set
+	ended    bool        // onRevoke was run, or is to be run as soon as it is set
 }
 
 // identity is the session's identity as of the last reload.
 func (w *who) identity() *identity.Identity { return w.id.Load() }
 
+// revokedErr is why a reload revoked w (its UNAUTHENTICATED status), or
+// nil: not revoked, or no identities (w nil).
+func (w *who) revokedErr() error {
+	if w == nil {
+		return nil
+	}
+	if p := w.revoked.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // setOnRevoke sets what a revocation does; when the session was revoked
-// already it is done at once.
+// and ended already it is done at once.
 func (w *who) setOnRevoke(f func(error)) {
 	w.mu.Lock()
 	w.onRevoke = f
-	err := w.revoked
+	ended := w.ended
 	w.mu.Unlock()
-	if err != nil {
-		f(err)
+	if ended {
+		f(w.revokedErr())
 	}
 }
 
-func (w *who) revoke(err error) {
+// revoke marks w revoked with err; a later call changes nothing.
+func (w *who) revoke(err error) { w.revoked.CompareAndSwap(nil, &err) }
+
+// end runs the revocation's onRevoke, once: the session ends.
+func (w *who) end() {
 	w.mu.Lock()
-	if w.revoked != nil {
+	if w.ended {
 		w.mu.Unlock()
 		return
 	}
-	w.revoked = err
+	w.ended = true
 	f := w.onRevoke
 	w.mu.Unlock()
 	if f != nil {
-		f(err)
+		f(w.revokedErr())
 	}
 }
 
@@ -184,8 +206,13 @@ func (s *Server) ReplaceIdentities(set *identity.Set) (closed int, err error) {
 		revoke, why = append(revoke, w), append(why, rerr)
 	}
 	ids.mu.Unlock()
+	// Every session is marked before any ends: the slots the first ones
+	// free are not given to another revoked session's waiting request.
 	for i, w := range revoke {
 		w.revoke(status.Error(codes.Unauthenticated, "scheduler: "+why[i].Error()))
+	}
+	for _, w := range revoke {
+		w.end()
 	}
 	return len(revoke), nil
 }

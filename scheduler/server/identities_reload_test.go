@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -9,9 +10,17 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/llmesh/llmesh/api/schedulerv1"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
+	"github.com/llmesh/llmesh/scheduler/framed"
 	"github.com/llmesh/llmesh/scheduler/server"
 	"github.com/llmesh/llmesh/testkit/proctest"
 )
@@ -35,15 +44,56 @@ const reloadIdentitiesV2 = `identities:
     token_files: [rot.token]
 `
 
-// The service reads its identities file again when it changes and on
-// Hangup: a session whose identity was removed is closed (its waiting
-// request rejected with why, its slot freed), one whose identity changed
-// is held to the new entry, an invalid file is logged with its field and
-// changes nothing, and a session whose token no longer proves its
-// identity is closed at the next Hangup.
+// goneSession is a session of the identity the reload removes, opened on
+// transport tr without the client library, so the test sees the status
+// that ends it.
+type goneSession interface {
+	Send(*schedulerv1.SessionRequest) error
+	Recv() (*schedulerv1.SessionResponse, error)
+}
+
+func openGoneSession(t *testing.T, ctx context.Context, addr, tr, token string) goneSession {
+	t.Helper()
+	if tr == client.TransportFramed {
+		c, err := framed.DialToken(ctx, addr, nil, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	st, err := sessionAPI(t, addr).Session(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// wantRevoked checks that err is the status a revoked identity's stream
+// ends with.
+func wantRevoked(t *testing.T, what string, err error) {
+	t.Helper()
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated || !strings.HasPrefix(st.Message(), "scheduler: ") ||
+		!strings.Contains(st.Message(), "identity gone: ") {
+		t.Errorf("%s ended with %v, want code = Unauthenticated desc = scheduler: … identity gone: …", what, err)
+	}
+}
+
+// The service reads its identities file again when it changes, when a
+// token file it names changes, and on Hangup: every stream of an identity
+// that was removed is closed at once, with UNAUTHENTICATED (sessions on
+// either transport, idle or not, and the older protocol's Admit streams,
+// admitted or waiting), its waiting requests rejected with why and its
+// slots freed; an identity that changed is held to the new entry; an
+// invalid file is logged with its field and changes nothing; and a
+// session whose token file was rotated is closed without a signal.
 func TestIdentitiesReload(t *testing.T) {
 	for _, tr := range []string{client.TransportFramed, client.TransportGRPC} {
 		t.Run(tr, func(t *testing.T) {
+			// Runs after every other cleanup (the clients' Close): whatever
+			// the revocations started has ended.
+			leaks := goleak.IgnoreCurrent()
+			t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
 			dir := t.TempDir()
 			for name, tok := range map[string]string{"keep.token": "keep-token", "gone.token": "gone-token", "rot.token": "rot-old"} {
 				if err := os.WriteFile(filepath.Join(dir, name), []byte(tok+"\n"), 0o600); err != nil {
@@ -59,7 +109,7 @@ func TestIdentitiesReload(t *testing.T) {
 			var log proctest.Buffer
 			proctest.ShowOnFailure(t, "service log", &log)
 			hup := make(chan os.Signal, 1)
-			addr, stop := startMesh(t, strings.Replace(twoClassMesh, "max_inflight: 4", "max_inflight: 3", 1),
+			addr, stop := startMesh(t, strings.Replace(twoClassMesh, "max_inflight: 4", "max_inflight: 5", 1),
 				server.Options{IdentitiesPath: path, Admin: admin, Log: &log, Hangup: hup})
 			defer stop()
 			metricsURL := "http://" + admin.Addr().String() + "/metrics"
@@ -80,7 +130,37 @@ func TestIdentitiesReload(t *testing.T) {
 					l.Release(scheduler.Done)
 				}
 			}()
-			// The pool is full: gone's next request waits.
+			// gone also holds a lease on a session that sends nothing more,
+			// and one on an Admit stream (the older protocol, over gRPC
+			// beside either transport's sessions).
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			idle := openGoneSession(t, ctx, addr, tr, "gone-token")
+			if err := idle.Send(&schedulerv1.SessionRequest{Leases: []*schedulerv1.LeaseRequest{start1(1)}}); err != nil {
+				t.Fatal(err)
+			}
+			if m, err := idle.Recv(); err != nil || m.GetLeases()[0].GetAdmitted() == nil {
+				t.Fatalf("gone's idle session: %v, %v; want admitted", m, err)
+			}
+			tokenCtx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer gone-token")
+			api := sessionAPI(t, addr)
+			admitStream := func(class string) schedulerv1.Scheduler_AdmitClient {
+				t.Helper()
+				s, err := api.Admit(tokenCtx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Send(&schedulerv1.AdmitRequest{Msg: &schedulerv1.AdmitRequest_Start{Start: &schedulerv1.Start{Pool: "gpu", Class: class}}}); err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			admitted := admitStream("default")
+			if m, err := admitted.Recv(); err != nil || m.GetAdmitted() == nil {
+				t.Fatalf("gone's Admit stream: %v, %v; want admitted", m, err)
+			}
+			// The pool is full: gone's next requests wait, one on its
+			// session and one on an Admit stream.
 			waiting := make(chan error, 1)
 			go func() {
 				l, err := admitClass(gone, "premium")
@@ -89,14 +169,35 @@ func TestIdentitiesReload(t *testing.T) {
 				}
 				waiting <- err
 			}()
-			waitMetric(t, metricsURL, `llmesh_scheduler_queued{class="premium",pool="gpu"} 1`)
+			waitingStream := admitStream("premium")
+			waitMetric(t, metricsURL, `llmesh_scheduler_queued{class="premium",pool="gpu"} 2`)
+			waitMetric(t, metricsURL, `llmesh_scheduler_service_sessions 4`)
 
+			written := time.Now()
 			writeFile(t, path, reloadIdentitiesV2)
-			proctest.WaitMatch(t, &log, regexp.MustCompile(`identities reloaded from \S+: 2 identities; 1 session\(s\) closed`))
+			proctest.WaitMatch(t, &log, regexp.MustCompile(`identities reloaded from \S+: 2 identities; 4 session\(s\) closed`))
 			if err := <-waiting; !errors.Is(err, scheduler.ErrRejected) || !strings.Contains(err.Error(), "identity gone") {
 				t.Errorf("gone's waiting request: %v, want a rejection that names the removed identity", err)
 			}
-			// gone's slot is free, and keep is held to its new classes.
+			// Each stream of gone ends at once with the status, though
+			// the clients send nothing (each receive would otherwise wait
+			// for ctx's 10 s).
+			_, err = idle.Recv()
+			wantRevoked(t, "gone's idle session", err)
+			_, err = admitted.Recv()
+			wantRevoked(t, "gone's admitted Admit stream", err)
+			m, err := waitingStream.Recv()
+			if m != nil {
+				t.Errorf("gone's waiting Admit stream was answered %v", m)
+			}
+			wantRevoked(t, "gone's waiting Admit stream", err)
+			t.Logf("gone's streams ended %v after the identities file was written (the watch waits 100 ms for quiet)", time.Since(written).Round(time.Millisecond))
+			// Their slots are free and their sessions have ended (on
+			// gRPC, the receiver that outlives the handler has ended the
+			// session too): keep's and rot's remain.
+			waitMetric(t, metricsURL, `llmesh_scheduler_inflight{pool="gpu"} 2`)
+			waitMetric(t, metricsURL, `llmesh_scheduler_service_sessions 2`)
+			// keep is held to its new classes, in gone's freed slots.
 			if _, err := admitClass(keep, "default"); !errors.Is(err, scheduler.ErrRejected) || !strings.Contains(err.Error(), `may not use class "default"`) {
 				t.Errorf("keep, default after the reload: %v, want refused", err)
 			}
@@ -119,12 +220,11 @@ func TestIdentitiesReload(t *testing.T) {
 				l.Release(scheduler.Done)
 			}
 
-			// rot's token changes (the identities file does not): the
-			// next Hangup closes rot's session and frees its slot.
+			// rot's token file changes (the identities file does not, and
+			// no signal comes): rot's session is closed and its slot freed.
 			writeFile(t, path, reloadIdentitiesV2)
 			writeFile(t, filepath.Join(dir, "rot.token"), "rot-new\n")
-			hup <- syscall.SIGHUP
-			proctest.WaitMatch(t, &log, regexp.MustCompile(`SIGHUP received[^\n]*\n(.*\n)*.*identities reloaded from \S+: 2 identities; 1 session\(s\) closed`))
+			proctest.WaitMatch(t, &log, regexp.MustCompile(`identities reloaded from \S+: 2 identities; 1 session\(s\) closed`))
 			waitMetric(t, metricsURL, `llmesh_scheduler_inflight{pool="gpu"} 1`) // keep's only
 			if _, err := admitClass(rot, "default"); !errors.Is(err, scheduler.ErrRejected) || !strings.Contains(err.Error(), "belongs to no identity") {
 				t.Errorf("rot with its old token: %v, want refused", err)
@@ -135,6 +235,10 @@ func TestIdentitiesReload(t *testing.T) {
 			} else {
 				l.Release(scheduler.Done)
 			}
+
+			// Hangup reads the files again though nothing changed.
+			hup <- syscall.SIGHUP
+			proctest.WaitMatch(t, &log, regexp.MustCompile(`SIGHUP received[^\n]*\n(.*\n)*.*identities reloaded from \S+: 2 identities; 0 session\(s\) closed`))
 		})
 	}
 }

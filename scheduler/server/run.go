@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -73,11 +74,12 @@ type Options struct {
 	// client that connects (unless IdentitiesPath is set).
 	Identities *identity.Set
 	// IdentitiesPath, when set, is the identities file: Run loads it (when
-	// Identities is nil) and reads it again when it changes and at each
-	// Hangup (Server.ReplaceIdentities: sessions of an identity removed, or
-	// whose token or certificate no longer proves it, are closed). An
-	// invalid file is logged with the field paths of its problems and the
-	// running identities stay. Token files are read again with it.
+	// Identities is nil) and reads it again, with the token files it
+	// names, when it or one of them changes and at each Hangup
+	// (Server.ReplaceIdentities: sessions of an identity removed, or whose
+	// token or certificate no longer proves it, are closed). An invalid
+	// file is logged with the field paths of its problems and the running
+	// identities stay.
 	IdentitiesPath string
 	// Hangup, when set, reloads the mesh config file and the identities
 	// file at each value received (SIGHUP), whether or not they changed.
@@ -172,12 +174,12 @@ func Run(ctx context.Context, l net.Listener, o Options) error {
 		return fmt.Errorf("scheduler server: %w", err)
 	}
 	if watcher != nil {
-		startWatch(wctx, &wg, watcher.Path(), o.Clock, func() { _, _ = watcher.Reload() }, // reported through OnError
+		startWatch(wctx, &wg, func() []string { return []string{watcher.Path()} }, o.Clock, func() { _, _ = watcher.Reload() }, // reported through OnError
 			func(err error) { lw.printf("scheduler: config file: %v\n", err) })
 	}
 	if idw != nil {
 		idw.srv, idw.log = srv, &lw
-		startWatch(wctx, &wg, idw.path, o.Clock, func() { idw.reload(false) },
+		startWatch(wctx, &wg, idw.paths, o.Clock, func() { idw.reload(false) },
 			func(err error) { lw.printf("scheduler: identities file: %v\n", err) })
 	}
 	if o.Hangup != nil {
@@ -281,17 +283,17 @@ func newGRPC(ka keepalive.ServerParameters, hto time.Duration, overTLS bool) *gr
 	return grpc.NewServer(gopts...)
 }
 
-// startWatch runs watch.Changes for path in a goroutine of wg until ctx
+// startWatch runs watch.Files for paths in a goroutine of wg until ctx
 // ends, and returns once the watch is in place (its first reload) or
 // failed to start (reported, SIGHUP still reloads): the service serves
 // with its watches running.
-func startWatch(ctx context.Context, wg *sync.WaitGroup, path string, clk clock.Clock, reload func(), report func(error)) {
+func startWatch(ctx context.Context, wg *sync.WaitGroup, paths func() []string, clk clock.Clock, reload func(), report func(error)) {
 	watching := make(chan struct{})
 	var once sync.Once
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := watch.Changes(ctx, path, 0, clk, func() {
+		err := watch.Files(ctx, paths, 0, clk, func() {
 			once.Do(func() { close(watching) })
 			reload()
 		}, report)
@@ -303,37 +305,46 @@ func startWatch(ctx context.Context, wg *sync.WaitGroup, path string, clk clock.
 	<-watching
 }
 
-// identitiesWatch reloads the identities file into a serving Server.
-// reload is called by the file watcher's goroutine and the hangup
-// goroutine; mu serialises it and guards last.
+// identitiesWatch reloads the identities file, and the token files it
+// names, into a serving Server. reload is called by the file watcher's
+// goroutine and the hangup goroutine; mu serialises it and guards last
+// and files.
 type identitiesWatch struct {
 	path    string
 	initial *identity.Set
 	srv     *Server
 	log     *logWriter
 
-	mu   sync.Mutex
-	last [sha256.Size]byte // the file's bytes as last loaded
+	mu    sync.Mutex
+	last  [sha256.Size]byte // the Digest of the set last loaded
+	files []string          // its token files
 }
 
 func newIdentitiesWatch(path string, initial *identity.Set) (*identitiesWatch, error) {
 	iw := &identitiesWatch{path: path, initial: initial}
-	b, err := os.ReadFile(path)
+	set, err := identity.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("identities: %w", err)
+		return nil, err
 	}
-	iw.last = sha256.Sum256(b)
+	iw.last, iw.files = set.Digest(), set.TokenFiles()
 	if iw.initial == nil {
-		if iw.initial, err = identity.Load(path); err != nil {
-			return nil, err
-		}
+		iw.initial = set
 	}
 	return iw, nil
 }
 
-// reload reads the identities file again and puts it in place; unless
-// force, only when its bytes changed. An invalid file is logged and the
-// running identities stay.
+// paths are the files whose change reloads the identities: the file and
+// the token files of the identities last loaded.
+func (iw *identitiesWatch) paths() []string {
+	iw.mu.Lock()
+	defer iw.mu.Unlock()
+	return append([]string{iw.path}, iw.files...)
+}
+
+// reload reads the identities file and its token files again and puts
+// them in place; unless force, only when the file or a token it names
+// changed. An invalid file or token file is logged and the running
+// identities stay.
 func (iw *identitiesWatch) reload(force bool) {
 	iw.mu.Lock()
 	defer iw.mu.Unlock()
@@ -346,16 +357,15 @@ func (iw *identitiesWatch) reload(force bool) {
 		iw.log.printf("scheduler: identities change rejected; keeping the running identities: %v\n", err)
 		return
 	}
-	h := sha256.Sum256(b)
-	if h == iw.last && !force {
-		return
-	}
-	set, err := identity.Load(iw.path)
+	set, err := identity.Parse(b, filepath.Dir(iw.path))
 	if err != nil {
-		iw.log.printf("scheduler: identities change rejected; keeping the running identities: %v\n", err)
+		iw.log.printf("scheduler: identities change rejected; keeping the running identities: identities: %s: %v\n", iw.path, err)
 		return
 	}
-	iw.last = h
+	if set.Digest() == iw.last && !force {
+		return
+	}
+	iw.last, iw.files = set.Digest(), set.TokenFiles()
 	closed, err := iw.srv.ReplaceIdentities(set)
 	if err != nil {
 		iw.log.printf("scheduler: identities change rejected: %v\n", err)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"time"
@@ -145,6 +146,8 @@ func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
 		return err
 	}
 	defer done()
+	ctx := stream.Context()
+	var revoked <-chan struct{} // closed when a reload of the identities revokes w (nil: never)
 	if w != nil {
 		if reason, msg := w.admissible(s.ids, &req); reason != "" {
 			s.refuse(w.identity().Name, reason, peerOf(stream.Context()), "%s", msg)
@@ -158,13 +161,33 @@ func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
 			w.st.leases.Add(-1)
 			w.st.bytes.Add(-n)
 		}()
+		// A revocation ends the wait, or the admission: the handler
+		// returns its status, which ends the stream.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		gone := make(chan struct{})
+		w.setOnRevoke(func(err error) {
+			s.logf("scheduler: admission stream from %s closed: %v\n", peerOf(stream.Context()), status.Convert(err).Message())
+			close(gone)
+			cancel()
+		})
+		revoked = gone
 	}
-	lease, err := s.admitter.Admit(stream.Context(), req)
+	lease, err := s.admitter.Admit(ctx, req)
 	if err != nil {
 		if errors.Is(err, scheduler.ErrCancelled) {
+			if err := w.revokedErr(); err != nil {
+				return err
+			}
 			return status.FromContextError(stream.Context().Err()).Err()
 		}
 		return stream.Send(&schedulerv1.AdmitResponse{Msg: &schedulerv1.AdmitResponse_Rejected{Rejected: rejection(err)}})
+	}
+	if err := w.revokedErr(); err != nil {
+		// Admitted in a slot a reload freed, for an identity it revoked.
+		lease.Release(scheduler.Cancelled)
+		return err
 	}
 	if err := stream.Send(&schedulerv1.AdmitResponse{Msg: &schedulerv1.AdmitResponse_Admitted{
 		Admitted: &schedulerv1.Admitted{QueueNs: int64(lease.QueueTime()), Endpoint: scheduler.EndpointOf(lease)},
@@ -186,6 +209,10 @@ func (s *Server) Admit(stream schedulerv1.Scheduler_AdmitServer) error {
 		case o := <-ended:
 			lease.Release(o)
 			return nil
+		case <-revoked:
+			// receive ends with the stream, once the handler returns.
+			lease.Release(scheduler.Cancelled)
+			return w.revokedErr()
 		}
 	}
 }

@@ -41,27 +41,50 @@ func (s *Server) ServeSession(stream SessionStream) error {
 		s.logf("scheduler: session from %s refused: %d sessions open, the limit is %d\n", peerOf(stream.Context()), n-1, s.limits.MaxSessions)
 		return status.Errorf(codes.ResourceExhausted, "scheduler: %d sessions open, the limit is %d", n-1, s.limits.MaxSessions)
 	}
-	defer s.sessions.Add(-1)
 	w, release, err := s.identify(stream)
 	if err != nil {
+		s.sessions.Add(-1)
 		return err
 	}
-	defer release()
 	ctx, cancel := context.WithCancel(stream.Context())
 	ss := &session{srv: s, ctx: ctx, stream: stream, leases: map[uint64]*held{}, wake: make(chan struct{}, 1), peer: peerOf(stream.Context()),
 		who: w, opened: s.clk.Now()}
 	ss.wg.Add(1)
 	go ss.sendLoop()
-	if w != nil {
-		w.setOnRevoke(ss.revoke)
+	// serve receives until the stream ends. Then the proxy is gone, gave
+	// up, broke the protocol or was revoked: every lease of the session
+	// ends here, pending admissions leave their queues.
+	serve := func() error {
+		err := ss.recvLoop()
+		ss.endAll()
+		cancel()
+		ss.wg.Wait()
+		release()
+		s.sessions.Add(-1)
+		return err
 	}
-	err = ss.recvLoop()
-	// The proxy is gone, gave up or broke the protocol: every lease of the
-	// session ends here, pending admissions leave their queues.
-	ss.endAll()
-	cancel()
-	ss.wg.Wait()
-	return err
+	if _, ok := stream.(interface{ Interrupt() }); ok || w == nil {
+		// A framed connection's receive is interrupted by revoke.
+		if w != nil {
+			w.setOnRevoke(ss.revoke)
+		}
+		return serve()
+	}
+	// A gRPC receive cannot be interrupted, but it fails once the handler
+	// returns: the receiver gets a goroutine of its own, and a revocation
+	// returns from the handler at once, which ends the stream with its
+	// status. The receiver then ends the session.
+	ss.gone = make(chan struct{})
+	w.setOnRevoke(ss.revoke)
+	served := make(chan error, 1)
+	go func() { served <- serve() }()
+	select {
+	case err := <-served:
+		return err
+	case <-ss.gone:
+		ss.closeSend()
+		return ss.revokedErr()
+	}
 }
 
 // admitNow admits req without waiting when the scheduler decides in the
@@ -138,8 +161,12 @@ type session struct {
 	opened time.Time
 
 	// revoked is why a reload of the identities closed the session
-	// (revoke); recvLoop returns it instead of going on.
+	// (revoke); recvLoop returns it instead of going on. gone, on a gRPC
+	// stream with an identity, is closed by revoke when it is done: the
+	// handler then returns (closeSend, then the status), not waiting for
+	// the receiver.
 	revoked atomic.Pointer[error]
+	gone    chan struct{}
 
 	sendMu sync.Mutex
 	spare  []*schedulerv1.LeaseResponse // out's other buffer
@@ -203,8 +230,8 @@ func (ss *session) recvLoop() error {
 			decoded = m.GetLeases()
 		}
 		if err := ss.revokedErr(); err != nil {
-			// A gRPC stream's receive cannot be interrupted: the session
-			// ends at its first message after the revocation.
+			// A message received as the session was revoked is not
+			// handled.
 			return err
 		}
 		ss.srv.received.Add(1)
@@ -393,6 +420,19 @@ func (ss *session) decided(id uint64, h *held, lease scheduler.Lease, err error)
 		lease.Release(o)
 		return
 	}
+	if err := ss.who.revokedErr(); err != nil {
+		// Admitted in a slot that a reload freed, for an identity that
+		// reload revoked (the session ends next): rejected, the slot
+		// passed on.
+		delete(ss.leases, id)
+		ss.end(h, scheduler.Cancelled)
+		h.released = true
+		ss.send(&schedulerv1.LeaseResponse{Lease: id, Msg: &schedulerv1.LeaseResponse_Rejected{Rejected: &schedulerv1.Rejected{
+			Reason: schedulerv1.Rejected_REASON_REJECTED, Message: status.Convert(err).Message()}}})
+		ss.mu.Unlock()
+		lease.Release(scheduler.Cancelled)
+		return
+	}
 	h.lease = lease
 	h.admitted.QueueNs, h.admitted.Endpoint = int64(lease.QueueTime()), scheduler.EndpointOf(lease)
 	h.admittedMsg.Admitted = &h.admitted
@@ -469,10 +509,10 @@ func (ss *session) ignoredPreempt(id uint64, h *held) {
 // revoke closes the session for a reload of the identities (err says
 // why): requests still waiting are rejected with err's message, every
 // lease ends (the admitted ones are released: their slots are free at
-// once), and the receiver returns err, which the client is told: a framed
-// session at once (its receive is interrupted, and the closing frame
-// carries err), a gRPC one at its next message (a gRPC receive cannot be
-// interrupted; until then the session holds nothing). Called from the
+// once), and the client is told err at once: a framed session's receive
+// is interrupted and its receiver returns err (the closing frame carries
+// it); a gRPC session's handler returns err (gone), which ends the stream
+// with that status and fails the pending receive. Called from the
 // reloading goroutine.
 func (ss *session) revoke(err error) {
 	ss.revoked.Store(&err)
@@ -490,6 +530,29 @@ func (ss *session) revoke(err error) {
 	if in, ok := ss.stream.(interface{ Interrupt() }); ok {
 		in.Interrupt()
 	}
+	if ss.gone != nil {
+		close(ss.gone)
+	}
+}
+
+// closeSend sends what is queued (the rejections revoke queued, should
+// another goroutine's flush have taken them) and stops the session's
+// sending: the handler is about to return, after which nothing may send
+// on the stream.
+func (ss *session) closeSend() {
+	ss.sendMu.Lock()
+	defer ss.sendMu.Unlock()
+	ss.mu.Lock()
+	batch := ss.out
+	ss.out = nil
+	ss.mu.Unlock()
+	if len(batch) > 0 && !ss.broken {
+		ss.resp.Leases = batch
+		ss.srv.sent.Add(1)
+		_ = ss.stream.Send(&ss.resp) // the status follows; a broken stream loses both
+		ss.resp.Leases = nil
+	}
+	ss.broken = true
 }
 
 // revokedErr is why the session was revoked, or nil.

@@ -90,6 +90,11 @@ type Set struct {
 	byToken map[[sha256.Size]byte]*Identity
 	def     *Identity // nil: clients that match no identity are refused
 	all     []*Identity
+	// files are the token files it read, as opened; digest covers the
+	// file's bytes and, in order, the digests of the tokens they held.
+	files  []string
+	sums   [][sha256.Size]byte
+	digest [sha256.Size]byte
 }
 
 // Errors of Resolve; the service refuses the session with them.
@@ -129,8 +134,29 @@ func Parse(b []byte, dir string) (*Set, error) {
 	if err := d.Decode(&extra); err == nil {
 		return nil, errors.New("more than one YAML document")
 	}
-	return compile(&f, dir)
+	s, err := compile(&f, dir)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	h.Write(b)
+	for _, sum := range s.sums {
+		h.Write(sum[:])
+	}
+	h.Sum(s.digest[:0])
+	s.sums = nil
+	return s, nil
 }
+
+// TokenFiles are the token files the set was compiled with, as read
+// (relative to the identities file's directory when they were named
+// relative): the files to watch besides the identities file itself.
+func (s *Set) TokenFiles() []string { return s.files }
+
+// Digest covers everything the set was compiled from: the file's bytes
+// and the tokens its token_files held. Two sets with the same digest are
+// the same set; a rotated token file alone changes it.
+func (s *Set) Digest() [sha256.Size]byte { return s.digest }
 
 func compile(f *File, dir string) (*Set, error) {
 	var errs []error
@@ -206,12 +232,15 @@ func (s *Set) add(sp *Spec, path, dir string, bad func(field, format string, arg
 	}
 	for j, name := range sp.TokenFiles {
 		field := fmt.Sprintf("%s.token_files[%d]", path, j)
-		tok, err := ReadToken(join(dir, name))
+		file := join(dir, name)
+		tok, err := ReadToken(file)
 		if err != nil {
 			bad(field, "%v", err)
 			continue
 		}
-		addToken(field, sha256.Sum256([]byte(tok)))
+		sum := sha256.Sum256([]byte(tok))
+		s.files, s.sums = append(s.files, file), append(s.sums, sum)
+		addToken(field, sum)
 	}
 	return id
 }

@@ -160,3 +160,54 @@ func FuzzParse(f *testing.F) {
 		_, _ = s.Resolve(nil, "x")
 	})
 }
+
+// The set names the token files it read (to watch them) and its digest
+// changes when a token file alone changes, not when nothing does.
+func TestTokenFilesAndDigest(t *testing.T) {
+	dir := t.TempDir()
+	tokPath := filepath.Join(dir, "job.token")
+	write := func(path, s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(tokPath, "file-token\n")
+	path := filepath.Join(dir, "ids.yaml")
+	write(path, "identities:\n  - name: job\n    token_files: [job.token]\n")
+	load := func() *Set {
+		t.Helper()
+		s, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := load()
+	if got := first.TokenFiles(); len(got) != 1 || got[0] != tokPath {
+		t.Errorf("TokenFiles() = %q, want [%q]", got, tokPath)
+	}
+	if again := load(); again.Digest() != first.Digest() {
+		t.Error("the digest changed though nothing did")
+	}
+	write(tokPath, "file-token\n\n") // the same token
+	if again := load(); again.Digest() != first.Digest() {
+		t.Error("the digest changed though the token did not")
+	}
+	write(tokPath, "rotated-token\n")
+	if rotated := load(); rotated.Digest() == first.Digest() {
+		t.Error("the digest is the same after the token file's token changed")
+	}
+	write(path, "identities:\n  - name: job\n    token_files: [job.token]\n    max_leases: 1\n")
+	write(tokPath, "file-token\n")
+	if changed := load(); changed.Digest() == first.Digest() {
+		t.Error("the digest is the same after the identities file changed")
+	}
+	inline, err := Parse([]byte("identities:\n  - name: gw\n    certificates: [gw]\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inline.TokenFiles(); len(got) != 0 {
+		t.Errorf("TokenFiles() of a set without token_files = %q, want none", got)
+	}
+}
