@@ -185,6 +185,12 @@ var table = []tcase{
 	// Relocation.
 	{name: "relocation: header prompt into the body", wantStatus: 200,
 		req: completion(`{"model":"MODEL","max_tokens":3,"stream":true}`, "x-llmesh-prompt", longPrompt)},
+	{name: "relocation: header prompt into chat messages", wantStatus: 200,
+		req: chat(`{"model":"MODEL","messages":[{"role":"system","content":"be brief"}],"max_tokens":3}`, "x-llmesh-prompt", longPrompt)},
+	// The relocated body meets the engine-priority guard (pool sim-guard):
+	// the client's priority is replaced in the body the engine gets.
+	{name: "relocation: relocated body is guarded", wantStatus: 200,
+		req: completion(`{"model":"MODEL","max_tokens":2,"priority":-100}`, "x-lane", "guard", "x-llmesh-prompt", longPrompt)},
 	{name: "relocation: short header stays", wantStatus: 200,
 		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":2}`, "x-llmesh-prompt", "short")},
 	{name: "relocation: metadata prompt into llm.v1", wantStatus: 200, wantGRPC: "0",
