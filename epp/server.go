@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/exchange"
+	"github.com/llmesh/llmesh/exchange/relocate"
 	"github.com/llmesh/llmesh/scheduler"
 )
 
@@ -53,6 +54,11 @@ type Config struct {
 	// v1.34 on); the zero value (NONE) means FULL_DUPLEX_STREAMED, the mode
 	// the inference extension's gateways use.
 	BodyMode filterv3.ProcessingMode_BodySendMode
+	// OnRelocated is called once per prompt the picker moved from a
+	// header or gRPC metadata into the body (the mesh's relocation), with
+	// its kind (relocate.KindGRPC, relocate.KindHTTP) and size; nil does
+	// nothing. It runs on the stream's goroutine.
+	OnRelocated relocate.OnRelocated
 	// Clock measures and timestamps; nil means the real clock.
 	Clock clock.Clock
 	// Logger logs rejected streams at debug level; nil means slog's default.
@@ -92,6 +98,9 @@ type Server struct {
 	log    *slog.Logger
 	routes *exchange.Routes[*poolInfo]
 	cls    *exchange.Classifier
+	// reloc relocates prompts per the mesh's relocation section; nil
+	// when it has no rule.
+	reloc  *relocate.Relocator
 	pools  map[string]*poolInfo
 	health *health.Server
 	seq    atomic.Uint64
@@ -198,6 +207,17 @@ func New(cfg Config) (*Server, error) {
 	// picker's; it needs the classifier for the engine-priority guard's
 	// decision (who may set a priority).
 	s.xcfg.Classifier = s.cls
+	if m.Relocation.Enabled() {
+		rel, err := relocate.FromConfig(m.Relocation)
+		if err != nil {
+			return nil, fmt.Errorf("epp: %w", err)
+		}
+		s.reloc = rel
+		// A relocated llm.v1 message may be as large as the relocation
+		// allows; the guard checks it up to that size, as in the Envoy
+		// filter host.
+		s.xcfg.GuardMaxMessage = m.Relocation.MaxMessage
+	}
 	s.health = health.NewServer()
 	for _, name := range HealthServices {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)

@@ -46,13 +46,20 @@ type stream struct {
 
 	reqMode, respMode filterv3.ProcessingMode_BodySendMode
 
-	received  time.Time
-	headers   exchange.MapHeaders
-	subset    []string
-	hasSubset bool
-	body      []byte
-	// bodyChanged: the engine-priority guard rewrote body.
+	received time.Time
+	headers  exchange.MapHeaders
+	// rawHeaders are the request headers as Envoy sent them, every value
+	// of a repeated header (the relocation's view, relocation.go).
+	rawHeaders *corev3.HeaderMap
+	subset     []string
+	hasSubset  bool
+	body       []byte
+	// bodyChanged: the relocation or the engine-priority guard rewrote
+	// body.
 	bodyChanged bool
+	// removeHeaders are request headers the pick's answer removes: a
+	// relocated prompt's (relocation.go).
+	removeHeaders []string
 	// headersEOS: the request ended with its headers (no body).
 	headersEOS bool
 	decided    bool
@@ -174,6 +181,7 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 	}
 	st.received = st.s.now()
 	st.headers = headerMap(h.GetHeaders())
+	st.rawHeaders = h.GetHeaders()
 	sub, present, err := Subset(req.GetMetadataContext())
 	if err != nil {
 		return st.immediate(fmt.Errorf("%w: %w", exchange.ErrBadRequest, err))
@@ -183,6 +191,9 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.
 		// No body (a GET): the pick goes in the headers response.
 		st.headersEOS = true
 		return st.decide()
+	}
+	if refused, err := st.refuseStreamedRelocation(); refused {
+		return err
 	}
 	if st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
 		// The headers response waits for the pick, made once the body is
@@ -221,16 +232,19 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 func (st *stream) decide() error {
 	st.decided = true
 	h := st.headers
-	path := h.Get(":path")
-	if i := strings.IndexByte(path, '?'); i >= 0 {
-		path = path[:i]
-	}
+	path := st.path()
 	grpcReq := strings.HasPrefix(h.Get("content-type"), "application/grpc")
 	pi, routeClass, ok := st.s.route(path, h.Get, grpcReq)
 	if !ok {
 		return st.immediate(fmt.Errorf("%w: %s", exchange.ErrNoRoute, truncate(path, 128)))
 	}
 	st.pool = pi
+	if err := st.relocate(path); err != nil {
+		// Recorded with the class its head gives, as the other hosts
+		// record a request their relocation refused.
+		st.class = st.s.cls.Classify(exchange.RequestInfo{Path: path, RouteClass: routeClass, Headers: h})
+		return st.immediate(err)
+	}
 	var oreq exchange.OpenAIRequest
 	var grpcSizes *exchange.RequestMeta
 	if len(st.body) > 0 && !grpcReq {
@@ -478,8 +492,12 @@ func (st *stream) sendPick() error {
 		Header:       &corev3.HeaderValue{Key: DestinationHeader, RawValue: []byte(st.endpoint)},
 		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}}}
+	mut.RemoveHeaders = append(mut.RemoveHeaders, st.removeHeaders...)
 	if st.bodyChanged {
-		// The guard changed the body's length.
+		// The relocation or the guard changed the body's length. Envoy
+		// removes content-length itself after a body mutation in full
+		// duplex mode (unless allow_content_length_header); removing it
+		// here covers BUFFERED and never leaves a stale length.
 		mut.RemoveHeaders = append(mut.RemoveHeaders, "content-length")
 	}
 	common := &extprocv3.CommonResponse{HeaderMutation: mut, ClearRouteCache: true}

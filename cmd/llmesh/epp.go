@@ -232,6 +232,7 @@ func eppAdmin(ctx context.Context, addr string, mesh *config.Config, stats func(
 		reg.MustRegister(server.NewCollector(stats))
 	}
 	rec := tele.Recorder
+	cfg.OnRelocated = func(kind string, n int) { rec.Relocated(kind, int64(n)) }
 	cfg.OnDone = func(r epp.Record) {
 		if r.Admitted {
 			rec.Record(r.Observation, r.Class, r.Model)

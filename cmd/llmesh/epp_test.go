@@ -198,3 +198,45 @@ func waitLine(t *testing.T, s *serving, re *regexp.Regexp) string {
 	t.Fatalf("no %v in %q", re, s.stdout.String())
 	return ""
 }
+
+// llmesh epp relocates prompts per the mesh file's relocation section and
+// counts them in the admin's metrics, as the other hosts do.
+func TestEPPRelocationMetrics(t *testing.T) {
+	s := serve(t, "epp", "--config", "../../epp/testdata/mesh-relocation.yaml", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--drain", "1s")
+	conn, err := grpc.NewClient(eppAddr(t, s), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d := &epptest.Driver{Client: extprocv3.NewExternalProcessorClient(conn), RequestMode: epptest.FullDuplex, ResponseMode: epptest.FullDuplex}
+	const prompt = "a prompt long enough to move into the body"
+	call, pick, err := d.Start(ctx, epptest.Request{Headers: map[string]string{":method": "POST", ":path": "/v1/completions",
+		"content-type": "application/json", "x-prompt": prompt}, Chunks: [][]byte{[]byte(`{"model":"m","max_tokens":4}`)}})
+	if err != nil || pick.Immediate != nil {
+		t.Fatalf("%v %+v", err, pick.Immediate)
+	}
+	if !strings.Contains(string(pick.Body), `"prompt":"`+prompt+`"`) {
+		t.Errorf("forwarded %s, want the prompt in the body", pick.Body)
+	}
+	if _, err := call.Respond(epptest.Response{Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	admin := waitLine(t, s, regexp.MustCompile(`epp admin on (\S+)`))
+	resp, err := http.Get(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`llmesh_relocations_total{llmesh_relocation_protocol="http"`, `llmesh_relocated_bytes_total{llmesh_relocation_protocol="http"`} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("/metrics has no %s:\n%.3000s", want, m)
+		}
+	}
+	conn.Close()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}

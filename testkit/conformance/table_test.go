@@ -184,20 +184,22 @@ var table = []tcase{
 
 	// Relocation.
 	{name: "relocation: header prompt into the body", wantStatus: 200,
-		req: completion(`{"model":"MODEL","max_tokens":3,"stream":true}`, "x-llmesh-prompt", longPrompt),
-		epp: map[string]string{"Client": eppNoRelocation, "Records": eppNoRelocation, "Engine": eppNoRelocation}},
+		req: completion(`{"model":"MODEL","max_tokens":3,"stream":true}`, "x-llmesh-prompt", longPrompt)},
+	{name: "relocation: header prompt into chat messages", wantStatus: 200,
+		req: chat(`{"model":"MODEL","messages":[{"role":"system","content":"be brief"}],"max_tokens":3}`, "x-llmesh-prompt", longPrompt)},
+	// The relocated body meets the engine-priority guard (pool sim-guard):
+	// the client's priority is replaced in the body the engine gets.
+	{name: "relocation: relocated body is guarded", wantStatus: 200,
+		req: completion(`{"model":"MODEL","max_tokens":2,"priority":-100}`, "x-lane", "guard", "x-llmesh-prompt", longPrompt)},
 	{name: "relocation: short header stays", wantStatus: 200,
 		req: completion(`{"model":"MODEL","prompt":"p","max_tokens":2}`, "x-llmesh-prompt", "short")},
 	{name: "relocation: metadata prompt into llm.v1", wantStatus: 200, wantGRPC: "0",
-		req: llm(&llmv1.GenerateRequest{Model: "MODEL", MaxTokens: 3}, "x-llmesh-prompt", longPrompt),
-		epp: map[string]string{"Client": eppNoRelocation, "Records": eppNoRelocation, "Engine": eppNoRelocation}},
+		req: llm(&llmv1.GenerateRequest{Model: "MODEL", MaxTokens: 3}, "x-llmesh-prompt", longPrompt)},
 	{name: "relocation: header over max", wantStatus: 413,
 		req: completion(`{"model":"MODEL","max_tokens":3}`, "x-llmesh-prompt", strings.Repeat("x", 3000)),
-		epp: map[string]string{"Client": eppNoRelocation, "Records": eppNoRelocation, "Engine": eppNoRelocation},
 	},
 	{name: "relocation: metadata over max", wantStatus: 200, wantGRPC: "8",
 		req: llm(&llmv1.GenerateRequest{Model: "MODEL", MaxTokens: 3}, "x-llmesh-prompt", strings.Repeat("x", 3000)),
-		epp: map[string]string{"Client": eppNoRelocation, "Records": eppNoRelocation, "Engine": eppNoRelocation},
 	},
 	{name: "relocation: body not JSON", wantStatus: 400,
 		req: completion(`not json`, "x-llmesh-prompt", longPrompt),
@@ -338,7 +340,6 @@ const guardAdmitted = "the Envoy host admits from the headers and checks the pri
 
 // Differences of the endpoint picker host (tcase.epp).
 const (
-	eppNoRelocation  = "bug: the picker does not relocate prompts (the mesh's relocation is ignored): the body goes upstream as the client sent it (docs/epp.md)"
 	eppParsesBody    = "the picker parses an OpenAI body to size the request before it admits it (exchange.ParseOpenAIRequest, docs/epp.md) and refuses one it cannot read with its own 400 message; the gateway refuses it in its relocation or guard, or leaves it to the engine"
 	eppUpstreamReset = "an upstream reset makes Envoy reset the client and end the ext_proc stream with no message saying why, so the picker records the stream's end as the client gone (cancelled); the gateway ends the stream with an error event and records the reset"
 	eppNoIdleTimeout = "the gateway's stream idle timeout ends a stalled upstream; behind the picker that timeout is Envoy's router's (stream_idle_timeout), and the test's router has none"
