@@ -11,6 +11,7 @@ import (
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy/priority"
+	"github.com/llmesh/llmesh/testkit/schedtest"
 	"github.com/llmesh/llmesh/testkit/wait"
 )
 
@@ -88,15 +89,15 @@ func TestSchedulerPrefillBoundReleasesOnFirstToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	second := admitAsync(ctx, s, scheduler.Request{Class: "batch", PromptTokens: 600, MaxTokens: 10})
+	second := schedtest.Admit(ctx, s, scheduler.Request{Class: "batch", PromptTokens: 600, MaxTokens: 10})
 	wait.Until(t, "second request queued", func() bool { return queued(s) == 1 })
 	l1.Progress(scheduler.Progress{FirstToken: true})
 	select {
 	case r := <-second:
-		if r.err != nil {
-			t.Fatal(r.err)
+		if r.Err != nil {
+			t.Fatal(r.Err)
 		}
-		r.l.Release(scheduler.Done)
+		r.Lease.Release(scheduler.Done)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first token did not admit the held request")
 	}

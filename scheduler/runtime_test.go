@@ -14,6 +14,7 @@ import (
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
+	"github.com/llmesh/llmesh/testkit/schedtest"
 	"github.com/llmesh/llmesh/testkit/wait"
 )
 
@@ -35,20 +36,6 @@ func newScheduler(t *testing.T, pc scheduler.PoolConfig, clk clock.Clock, classe
 	return s
 }
 
-type admitted struct {
-	l   scheduler.Lease
-	err error
-}
-
-func admitAsync(ctx context.Context, s *scheduler.Scheduler, r scheduler.Request) <-chan admitted {
-	ch := make(chan admitted, 1)
-	go func() {
-		l, err := s.Admit(ctx, r)
-		ch <- admitted{l, err}
-	}()
-	return ch
-}
-
 func queued(s *scheduler.Scheduler) int {
 	n := 0
 	for _, q := range s.Stats()[0].Queued {
@@ -65,24 +52,24 @@ func TestSchedulerAdmitReleaseCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	second := admitAsync(cctx, s, scheduler.Request{})
+	second := schedtest.Admit(cctx, s, scheduler.Request{})
 	wait.Until(t, "second request queued", func() bool { return queued(s) == 1 })
 	cancel()
-	if r := <-second; !errors.Is(r.err, scheduler.ErrCancelled) || !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("cancelled Admit: %v, want ErrCancelled wrapping context.Canceled", r.err)
+	if r := <-second; !errors.Is(r.Err, scheduler.ErrCancelled) || !errors.Is(r.Err, context.Canceled) {
+		t.Fatalf("cancelled Admit: %v, want ErrCancelled wrapping context.Canceled", r.Err)
 	}
-	third := admitAsync(ctx, s, scheduler.Request{})
+	third := schedtest.Admit(ctx, s, scheduler.Request{})
 	wait.Until(t, "third request queued", func() bool { return queued(s) == 1 })
 	l.Release(scheduler.Done)
 	l.Release(scheduler.Failed) // ignored
 	r := <-third
-	if r.err != nil {
-		t.Fatal(r.err)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	if st := s.Stats()[0]; st.InFlight != 1 || st.Done != 1 || st.Failed != 0 || st.Cancelled != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	r.l.Release(scheduler.Done)
+	r.Lease.Release(scheduler.Done)
 }
 
 func TestSchedulerMaxWaitOnFakeClock(t *testing.T) {
@@ -95,17 +82,17 @@ func TestSchedulerMaxWaitOnFakeClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(scheduler.Done)
-	ch := admitAsync(context.Background(), s, scheduler.Request{Class: "batch"})
+	ch := schedtest.Admit(context.Background(), s, scheduler.Request{Class: "batch"})
 	wait.Until(t, "timer armed", func() bool { return clk.Timers() == 1 })
 	clk.Advance(time.Second)
 	select {
 	case r := <-ch:
-		t.Fatalf("decided after 1s: %v", r.err)
+		t.Fatalf("decided after 1s: %v", r.Err)
 	default:
 	}
 	clk.Advance(time.Second)
-	if r := <-ch; !errors.Is(r.err, scheduler.ErrRejected) {
-		t.Fatalf("after max wait: %v, want ErrRejected", r.err)
+	if r := <-ch; !errors.Is(r.Err, scheduler.ErrRejected) {
+		t.Fatalf("after max wait: %v, want ErrRejected", r.Err)
 	}
 }
 
@@ -117,7 +104,7 @@ func TestSchedulerPreemptChannel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hi := admitAsync(ctx, s, scheduler.Request{ID: "i", Class: "interactive"})
+	hi := schedtest.Admit(ctx, s, scheduler.Request{ID: "i", Class: "interactive"})
 	select {
 	case <-batch.Preempt():
 	case <-time.After(10 * time.Second):
@@ -126,24 +113,24 @@ func TestSchedulerPreemptChannel(t *testing.T) {
 	clk.Advance(30 * time.Millisecond)
 	batch.Release(scheduler.Preempted)
 	r := <-hi
-	if r.err != nil {
-		t.Fatal(r.err)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	if r.l.QueueTime() != 30*time.Millisecond {
-		t.Errorf("queue time %v, want 30ms", r.l.QueueTime())
+	if r.Lease.QueueTime() != 30*time.Millisecond {
+		t.Errorf("queue time %v, want 30ms", r.Lease.QueueTime())
 	}
 	select {
-	case <-r.l.Preempt():
+	case <-r.Lease.Preempt():
 		t.Fatal("interactive lease preempted")
 	default:
 	}
 	// The victim comes back at the front of its class.
-	requeued := admitAsync(ctx, s, scheduler.Request{ID: "b", Class: "batch", MaxTokens: 500, Requeue: true, Arrival: t0})
-	r.l.Release(scheduler.Done)
-	if rr := <-requeued; rr.err != nil {
-		t.Fatal(rr.err)
+	requeued := schedtest.Admit(ctx, s, scheduler.Request{ID: "b", Class: "batch", MaxTokens: 500, Requeue: true, Arrival: t0})
+	r.Lease.Release(scheduler.Done)
+	if rr := <-requeued; rr.Err != nil {
+		t.Fatal(rr.Err)
 	} else {
-		rr.l.Release(scheduler.Done)
+		rr.Lease.Release(scheduler.Done)
 	}
 }
 
@@ -153,11 +140,11 @@ func TestSchedulerClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := admitAsync(context.Background(), s, scheduler.Request{})
+	ch := schedtest.Admit(context.Background(), s, scheduler.Request{})
 	wait.Until(t, "queued", func() bool { return queued(s) == 1 })
 	s.Close()
-	if r := <-ch; !errors.Is(r.err, scheduler.ErrClosed) {
-		t.Fatalf("waiting Admit after Close: %v, want ErrClosed", r.err)
+	if r := <-ch; !errors.Is(r.Err, scheduler.ErrClosed) {
+		t.Fatalf("waiting Admit after Close: %v, want ErrClosed", r.Err)
 	}
 	if _, err := s.Admit(context.Background(), scheduler.Request{}); !errors.Is(err, scheduler.ErrClosed) {
 		t.Fatalf("Admit after Close: %v", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
 	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/schedtest"
 	"github.com/llmesh/llmesh/testkit/wait"
 )
 
@@ -111,20 +112,6 @@ func newClient(t *testing.T, addr string, opts client.Options) *client.Client {
 	return c
 }
 
-type result struct {
-	l   scheduler.Lease
-	err error
-}
-
-func admitAsync(ctx context.Context, a scheduler.Admitter, r scheduler.Request) <-chan result {
-	ch := make(chan result, 1)
-	go func() {
-		l, err := a.Admit(ctx, r)
-		ch <- result{l, err}
-	}()
-	return ch
-}
-
 // Two gateways (two clients, two connections) share one pool of 2.
 func TestTwoClientsShareOneCapacity(t *testing.T) {
 	svc := startService(t, "127.0.0.1:0", config(2, fifo.New()))
@@ -186,15 +173,15 @@ func TestDeadClientFreesSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waiting := admitAsync(ctx, other, scheduler.Request{})
+	waiting := schedtest.Admit(ctx, other, scheduler.Request{})
 	wait.Until(t, "second client queued", func() bool { return svc.queued() == 1 })
 	dying.Close() // the connection drops; the leases were never released
 	r := <-waiting
-	if r.err != nil {
-		t.Fatal(r.err)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	wait.Until(t, "dead client's slots released", func() bool { return svc.inflight() == 1 })
-	r.l.Release(scheduler.Done)
+	r.Lease.Release(scheduler.Done)
 	wait.Until(t, "all released", func() bool { return svc.inflight() == 0 })
 	if st := svc.sched.Stats()[0]; st.Cancelled != 2 || st.Done != 1 {
 		t.Fatalf("counters %+v, want the dead client's two leases cancelled", st.Counters)
@@ -211,7 +198,7 @@ func TestPreemptOverTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	batch.Progress(scheduler.Progress{FirstToken: true, Tokens: 1})
-	hi := admitAsync(ctx, b, scheduler.Request{ID: "i1", Class: "interactive"})
+	hi := schedtest.Admit(ctx, b, scheduler.Request{ID: "i1", Class: "interactive"})
 	select {
 	case <-batch.Preempt():
 	case <-time.After(10 * time.Second):
@@ -219,10 +206,10 @@ func TestPreemptOverTheWire(t *testing.T) {
 	}
 	batch.Release(scheduler.Preempted)
 	r := <-hi
-	if r.err != nil {
-		t.Fatal(r.err)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	r.l.Release(scheduler.Done)
+	r.Lease.Release(scheduler.Done)
 	wait.Until(t, "released", func() bool { return svc.inflight() == 0 })
 	if st := svc.sched.Stats()[0]; st.Preempted != 1 || st.PreemptedDone != 1 || st.Done != 1 {
 		t.Fatalf("counters %+v", st.Counters)
@@ -238,8 +225,8 @@ func TestRejectionsAndCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	q1 := admitAsync(cctx, c, scheduler.Request{Class: "batch"})
-	q2 := admitAsync(cctx, c, scheduler.Request{Class: "batch"})
+	q1 := schedtest.Admit(cctx, c, scheduler.Request{Class: "batch"})
+	q2 := schedtest.Admit(cctx, c, scheduler.Request{Class: "batch"})
 	wait.Until(t, "two queued", func() bool { return svc.queued() == 2 })
 	if _, err := c.Admit(ctx, scheduler.Request{Class: "batch"}); !errors.Is(err, scheduler.ErrQueueFull) {
 		t.Fatalf("third waiting batch: %v, want ErrQueueFull", err)
@@ -248,9 +235,9 @@ func TestRejectionsAndCancel(t *testing.T) {
 		t.Fatalf("unknown pool: %v, want ErrRejected", err)
 	}
 	cancel()
-	for _, q := range []<-chan result{q1, q2} {
-		if r := <-q; !errors.Is(r.err, scheduler.ErrCancelled) {
-			t.Fatalf("cancelled wait: %v, want ErrCancelled", r.err)
+	for _, q := range []<-chan schedtest.Admission{q1, q2} {
+		if r := <-q; !errors.Is(r.Err, scheduler.ErrCancelled) {
+			t.Fatalf("cancelled wait: %v, want ErrCancelled", r.Err)
 		}
 	}
 	wait.Until(t, "queue emptied by cancellation", func() bool { return svc.queued() == 0 })

@@ -26,6 +26,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler/policy/fifo"
 	"github.com/llmesh/llmesh/scheduler/policy/preemptive"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/schedtest"
 	"github.com/llmesh/llmesh/testkit/wait"
 )
 
@@ -319,7 +320,7 @@ func TestSessionPreemptReachesItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The victim order takes the one without a first token: young.
-	hi := admitAsync(ctx, b, scheduler.Request{ID: "urgent", Class: "interactive"})
+	hi := schedtest.Admit(ctx, b, scheduler.Request{ID: "urgent", Class: "interactive"})
 	select {
 	case <-young.Preempt():
 	case <-old.Preempt():
@@ -329,15 +330,15 @@ func TestSessionPreemptReachesItsLease(t *testing.T) {
 	}
 	young.Release(scheduler.Preempted)
 	r := <-hi
-	if r.err != nil {
-		t.Fatal(r.err)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	select {
 	case <-old.Preempt():
 		t.Fatal("the other lease was preempted too")
 	default:
 	}
-	r.l.Release(scheduler.Done)
+	r.Lease.Release(scheduler.Done)
 	old.Release(scheduler.Done)
 	wait.Until(t, "released", func() bool { return sched.Stats()[0].InFlight == 0 })
 	if st := sched.Stats()[0]; st.Preempted != 1 || st.Done != 2 {
@@ -356,11 +357,11 @@ func TestSessionWithdraw(t *testing.T) {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	w := admitAsync(cctx, c, scheduler.Request{Class: "interactive"})
+	w := schedtest.Admit(cctx, c, scheduler.Request{Class: "interactive"})
 	wait.Until(t, "queued", func() bool { return sched.Stats()[0].Queued["interactive"] == 1 })
 	cancel()
-	if r := <-w; !errors.Is(r.err, scheduler.ErrCancelled) {
-		t.Fatalf("withdrawn: %v, want ErrCancelled", r.err)
+	if r := <-w; !errors.Is(r.Err, scheduler.ErrCancelled) {
+		t.Fatalf("withdrawn: %v, want ErrCancelled", r.Err)
 	}
 	wait.Until(t, "queue emptied", func() bool { return sched.Stats()[0].Queued["interactive"] == 0 })
 	held.Release(scheduler.Done)

@@ -12,19 +12,11 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/policy"
 	"github.com/llmesh/llmesh/scheduler/pools"
+	"github.com/llmesh/llmesh/testkit/schedtest"
 	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 var policyLookup = policy.Lookup
-
-func pol(t *testing.T, name string) scheduler.Policy {
-	t.Helper()
-	p, err := policy.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // twoClasses is a config with one pool and an urgent and a batch class.
 // newSchedulers builds cfg's pools, closed when the test ends.
@@ -36,31 +28,6 @@ func newSchedulers(t *testing.T, cfg scheduler.Config) *pools.Set {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-func twoClasses(t *testing.T, policyName string, maxInflight int) scheduler.Config {
-	return scheduler.Config{
-		Pools: []scheduler.PoolConfig{{Name: "gpu", MaxInflight: maxInflight, Policy: pol(t, policyName)}},
-		Classes: []scheduler.ClassConfig{
-			{Name: "urgent", Priority: 0},
-			{Name: "batch", Priority: 10},
-		},
-		DefaultClass: "batch",
-	}
-}
-
-type admitResult struct {
-	name string
-	l    scheduler.Lease
-	err  error
-}
-
-// admitAsync admits req in a goroutine and reports on ch.
-func admitAsync(ctx context.Context, s scheduler.Admitter, name string, req scheduler.Request, ch chan<- admitResult) {
-	go func() {
-		l, err := s.Admit(ctx, req)
-		ch <- admitResult{name, l, err}
-	}()
 }
 
 // waitQueued polls until pool has n waiting requests in total.
@@ -81,22 +48,11 @@ func waitQueued(t *testing.T, s *pools.Set, pool string, n int) {
 	})
 }
 
-func next(t *testing.T, ch <-chan admitResult) admitResult {
+func noResult(t *testing.T, ch <-chan schedtest.Admission) {
 	t.Helper()
 	select {
 	case r := <-ch:
-		return r
-	case <-time.After(20 * time.Second):
-		t.Fatal("no admission result within 20s")
-	}
-	return admitResult{}
-}
-
-func noResult(t *testing.T, ch <-chan admitResult) {
-	t.Helper()
-	select {
-	case r := <-ch:
-		t.Fatalf("unexpected admission result %s: %v", r.name, r.err)
+		t.Fatalf("unexpected admission result %s: %v", r.Name, r.Err)
 	case <-time.After(50 * time.Millisecond):
 	}
 }
@@ -107,25 +63,25 @@ func noResult(t *testing.T, ch <-chan admitResult) {
 func TestSchedulersUpdateKeepsLeasesAndWaiters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := newSchedulers(t, twoClasses(t, "fifo", 1))
+	s := newSchedulers(t, schedtest.TwoClasses(t, "fifo", 1))
 	held, err := s.Admit(ctx, scheduler.Request{ID: "a", Class: "batch"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan admitResult, 2)
+	ch := make(chan schedtest.Admission, 2)
 	t0 := time.Now()
-	admitAsync(ctx, s, "b", scheduler.Request{ID: "b", Class: "batch", Arrival: t0}, ch)
+	schedtest.AdmitInto(ctx, s, "b", scheduler.Request{ID: "b", Class: "batch", Arrival: t0}, ch)
 	waitQueued(t, s, "gpu", 1)
-	admitAsync(ctx, s, "c", scheduler.Request{ID: "c", Class: "batch", Arrival: t0.Add(time.Millisecond)}, ch)
+	schedtest.AdmitInto(ctx, s, "c", scheduler.Request{ID: "c", Class: "batch", Arrival: t0.Add(time.Millisecond)}, ch)
 	waitQueued(t, s, "gpu", 2)
 
-	if err := s.Update(twoClasses(t, "fifo", 2)); err != nil {
+	if err := s.Update(schedtest.TwoClasses(t, "fifo", 2)); err != nil {
 		t.Fatal(err)
 	}
 	// Limit 2 less the one lease the old scheduler still holds: one more.
-	first := next(t, ch)
-	if first.err != nil || first.name != "b" {
-		t.Fatalf("first after reload: %s %v, want b admitted", first.name, first.err)
+	first := schedtest.Next(t, ch)
+	if first.Err != nil || first.Name != "b" {
+		t.Fatalf("first after reload: %s %v, want b admitted", first.Name, first.Err)
 	}
 	noResult(t, ch)
 	st := s.Stats()[0]
@@ -133,16 +89,16 @@ func TestSchedulersUpdateKeepsLeasesAndWaiters(t *testing.T) {
 		t.Fatalf("stats after reload: inflight %d limit %d, want 2 and 1 (2 less the old lease)", st.InFlight, st.Limit)
 	}
 	held.Release(scheduler.Done)
-	second := next(t, ch)
-	if second.err != nil || second.name != "c" {
-		t.Fatalf("after the old lease ended: %s %v, want c admitted", second.name, second.err)
+	second := schedtest.Next(t, ch)
+	if second.Err != nil || second.Name != "c" {
+		t.Fatalf("after the old lease ended: %s %v, want c admitted", second.Name, second.Err)
 	}
 	st = s.Stats()[0]
 	if st.Limit != 2 || st.InFlight != 2 || st.Done != 1 {
 		t.Fatalf("stats: limit %d inflight %d done %d, want 2, 2, 1", st.Limit, st.InFlight, st.Done)
 	}
-	first.l.Release(scheduler.Done)
-	second.l.Release(scheduler.Done)
+	first.Lease.Release(scheduler.Done)
+	second.Lease.Release(scheduler.Done)
 	held.Release(scheduler.Done) // a second release is ignored
 	if st := s.Stats()[0]; st.InFlight != 0 || st.Done != 3 {
 		t.Fatalf("stats at the end: inflight %d done %d, want 0 and 3", st.InFlight, st.Done)
@@ -153,16 +109,16 @@ func TestSchedulersUpdateKeepsLeasesAndWaiters(t *testing.T) {
 func TestSchedulersUpdateUnchangedKeepsQueue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := twoClasses(t, "priority", 1)
+	cfg := schedtest.TwoClasses(t, "priority", 1)
 	s := newSchedulers(t, cfg)
 	held, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan admitResult, 1)
-	admitAsync(ctx, s, "w", scheduler.Request{Class: "batch"}, ch)
+	ch := make(chan schedtest.Admission, 1)
+	schedtest.AdmitInto(ctx, s, "w", scheduler.Request{Class: "batch"}, ch)
 	waitQueued(t, s, "gpu", 1)
-	if err := s.Update(twoClasses(t, "priority", 1)); err != nil {
+	if err := s.Update(schedtest.TwoClasses(t, "priority", 1)); err != nil {
 		t.Fatal(err)
 	}
 	noResult(t, ch)
@@ -170,11 +126,11 @@ func TestSchedulersUpdateUnchangedKeepsQueue(t *testing.T) {
 		t.Fatalf("an unchanged pool moved its queue: %+v", st.Counters)
 	}
 	held.Release(scheduler.Done)
-	r := next(t, ch)
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := schedtest.Next(t, ch)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	r.l.Release(scheduler.Done)
+	r.Lease.Release(scheduler.Done)
 }
 
 // A policy change takes effect for the requests already waiting: fifo
@@ -182,34 +138,34 @@ func TestSchedulersUpdateUnchangedKeepsQueue(t *testing.T) {
 func TestSchedulersUpdatePolicyReordersWaiting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := newSchedulers(t, twoClasses(t, "fifo", 1))
+	s := newSchedulers(t, schedtest.TwoClasses(t, "fifo", 1))
 	held, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan admitResult, 2)
+	ch := make(chan schedtest.Admission, 2)
 	t0 := time.Now()
-	admitAsync(ctx, s, "batch", scheduler.Request{Class: "batch", Arrival: t0}, ch)
+	schedtest.AdmitInto(ctx, s, "batch", scheduler.Request{Class: "batch", Arrival: t0}, ch)
 	waitQueued(t, s, "gpu", 1)
-	admitAsync(ctx, s, "urgent", scheduler.Request{Class: "urgent", Arrival: t0.Add(time.Millisecond)}, ch)
+	schedtest.AdmitInto(ctx, s, "urgent", scheduler.Request{Class: "urgent", Arrival: t0.Add(time.Millisecond)}, ch)
 	waitQueued(t, s, "gpu", 2)
 	// Capacity 2 less the held lease: one slot, which priority gives to
 	// the later but urgent request.
-	if err := s.Update(twoClasses(t, "priority", 2)); err != nil {
+	if err := s.Update(schedtest.TwoClasses(t, "priority", 2)); err != nil {
 		t.Fatal(err)
 	}
-	r := next(t, ch)
-	if r.err != nil || r.name != "urgent" {
-		t.Fatalf("first admitted after the switch to priority: %s %v, want urgent", r.name, r.err)
+	r := schedtest.Next(t, ch)
+	if r.Err != nil || r.Name != "urgent" {
+		t.Fatalf("first admitted after the switch to priority: %s %v, want urgent", r.Name, r.Err)
 	}
 	noResult(t, ch)
 	held.Release(scheduler.Done)
-	r.l.Release(scheduler.Done)
-	r = next(t, ch)
-	if r.err != nil || r.name != "batch" {
-		t.Fatalf("second: %s %v, want batch", r.name, r.err)
+	r.Lease.Release(scheduler.Done)
+	r = schedtest.Next(t, ch)
+	if r.Err != nil || r.Name != "batch" {
+		t.Fatalf("second: %s %v, want batch", r.Name, r.Err)
 	}
-	r.l.Release(scheduler.Done)
+	r.Lease.Release(scheduler.Done)
 }
 
 // A removed pool rejects its waiting requests and new ones, naming the
@@ -217,22 +173,22 @@ func TestSchedulersUpdatePolicyReordersWaiting(t *testing.T) {
 func TestSchedulersUpdateRemovesPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := twoClasses(t, "fifo", 1)
-	cfg.Pools = append(cfg.Pools, scheduler.PoolConfig{Name: "cpu", MaxInflight: 1, Policy: pol(t, "fifo")})
+	cfg := schedtest.TwoClasses(t, "fifo", 1)
+	cfg.Pools = append(cfg.Pools, scheduler.PoolConfig{Name: "cpu", MaxInflight: 1, Policy: schedtest.Policy(t, "fifo")})
 	s := newSchedulers(t, cfg)
 	held, err := s.Admit(ctx, scheduler.Request{Pool: "cpu"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan admitResult, 1)
-	admitAsync(ctx, s, "w", scheduler.Request{Pool: "cpu"}, ch)
+	ch := make(chan schedtest.Admission, 1)
+	schedtest.AdmitInto(ctx, s, "w", scheduler.Request{Pool: "cpu"}, ch)
 	waitQueued(t, s, "cpu", 1)
-	if err := s.Update(twoClasses(t, "fifo", 1)); err != nil {
+	if err := s.Update(schedtest.TwoClasses(t, "fifo", 1)); err != nil {
 		t.Fatal(err)
 	}
-	r := next(t, ch)
-	if !errors.Is(r.err, scheduler.ErrRejected) || !strings.Contains(r.err.Error(), `"cpu"`) {
-		t.Fatalf("waiter on a removed pool: %v, want ErrRejected naming the pool", r.err)
+	r := schedtest.Next(t, ch)
+	if !errors.Is(r.Err, scheduler.ErrRejected) || !strings.Contains(r.Err.Error(), `"cpu"`) {
+		t.Fatalf("waiter on a removed pool: %v, want ErrRejected naming the pool", r.Err)
 	}
 	if _, err := s.Admit(ctx, scheduler.Request{Pool: "cpu"}); !errors.Is(err, scheduler.ErrRejected) {
 		t.Fatalf("admit to a removed pool: %v", err)
@@ -247,8 +203,8 @@ func TestSchedulersUpdateRemovesPool(t *testing.T) {
 func TestSchedulersUpdateInvalidKeepsRunning(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := newSchedulers(t, twoClasses(t, "fifo", 1))
-	bad := twoClasses(t, "fifo", 0)
+	s := newSchedulers(t, schedtest.TwoClasses(t, "fifo", 1))
+	bad := schedtest.TwoClasses(t, "fifo", 0)
 	if err := s.Update(bad); err == nil || !strings.Contains(err.Error(), "pools[0].max_inflight") {
 		t.Fatalf("Update(invalid) = %v, want an error naming pools[0].max_inflight", err)
 	}
@@ -265,14 +221,14 @@ func TestSchedulersUpdateInvalidKeepsRunning(t *testing.T) {
 // A learned capacity survives a rebuild of the pool's scheduler, and
 // ForgetLimit restores the static one.
 func TestSchedulersLearnedLimitSurvivesUpdate(t *testing.T) {
-	s := newSchedulers(t, twoClasses(t, "fifo", 8))
+	s := newSchedulers(t, schedtest.TwoClasses(t, "fifo", 8))
 	if err := s.SetLimit("gpu", 3); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetLimit("nope", 3); err == nil {
 		t.Fatal("SetLimit on an unknown pool succeeded")
 	}
-	if err := s.Update(twoClasses(t, "edf", 8)); err != nil {
+	if err := s.Update(schedtest.TwoClasses(t, "edf", 8)); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.Stats()[0]; st.Limit != 3 {
@@ -288,7 +244,7 @@ func TestSchedulersLearnedLimitSurvivesUpdate(t *testing.T) {
 func TestSchedulersClose(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := pools.New(twoClasses(t, "fifo", 1), nil)
+	s, err := pools.New(schedtest.TwoClasses(t, "fifo", 1), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,19 +252,19 @@ func TestSchedulersClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan admitResult, 1)
-	admitAsync(ctx, s, "w", scheduler.Request{}, ch)
+	ch := make(chan schedtest.Admission, 1)
+	schedtest.AdmitInto(ctx, s, "w", scheduler.Request{}, ch)
 	waitQueued(t, s, "gpu", 1)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if r := next(t, ch); !errors.Is(r.err, scheduler.ErrClosed) {
-		t.Fatalf("waiter after Close: %v", r.err)
+	if r := schedtest.Next(t, ch); !errors.Is(r.Err, scheduler.ErrClosed) {
+		t.Fatalf("waiter after Close: %v", r.Err)
 	}
 	if _, err := s.Admit(ctx, scheduler.Request{}); !errors.Is(err, scheduler.ErrClosed) {
 		t.Fatalf("admit after Close: %v", err)
 	}
-	if err := s.Update(twoClasses(t, "fifo", 2)); !errors.Is(err, scheduler.ErrClosed) {
+	if err := s.Update(schedtest.TwoClasses(t, "fifo", 2)); !errors.Is(err, scheduler.ErrClosed) {
 		t.Fatalf("Update after Close: %v", err)
 	}
 	held.Release(scheduler.Done)
@@ -320,19 +276,19 @@ func TestSchedulersClose(t *testing.T) {
 func TestSchedulersUpdateKeepsQueueOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := newSchedulers(t, twoClasses(t, "fifo", 1))
+	s := newSchedulers(t, schedtest.TwoClasses(t, "fifo", 1))
 	held, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const n = 8
-	ch := make(chan admitResult, n)
+	ch := make(chan schedtest.Admission, n)
 	for i := range n {
-		admitAsync(ctx, s, fmt.Sprint(i), scheduler.Request{Class: "batch"}, ch)
+		schedtest.AdmitInto(ctx, s, fmt.Sprint(i), scheduler.Request{Class: "batch"}, ch)
 		waitQueued(t, s, "gpu", i+1)
 	}
 	for round, pol := range []string{"edf", "fifo"} { // two replacements in a row
-		if err := s.Update(twoClasses(t, pol, 1)); err != nil {
+		if err := s.Update(schedtest.TwoClasses(t, pol, 1)); err != nil {
 			t.Fatal(err)
 		}
 		waitQueued(t, s, "gpu", n)
@@ -342,11 +298,11 @@ func TestSchedulersUpdateKeepsQueueOrder(t *testing.T) {
 	}
 	held.Release(scheduler.Done)
 	for i := range n {
-		r := next(t, ch)
-		if r.err != nil || r.name != fmt.Sprint(i) {
-			t.Fatalf("admission %d: %s %v, want %d", i, r.name, r.err, i)
+		r := schedtest.Next(t, ch)
+		if r.Err != nil || r.Name != fmt.Sprint(i) {
+			t.Fatalf("admission %d: %s %v, want %d", i, r.Name, r.Err, i)
 		}
-		r.l.Release(scheduler.Done)
+		r.Lease.Release(scheduler.Done)
 	}
 	st := s.Stats()[0]
 	if st.Admitted != n+1 || st.Done != n+1 {
@@ -359,7 +315,7 @@ func TestSchedulersUpdateKeepsQueueOrder(t *testing.T) {
 func TestSchedulersUpdateNoOvershoot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := newSchedulers(t, twoClasses(t, "fifo", 2))
+	s := newSchedulers(t, schedtest.TwoClasses(t, "fifo", 2))
 	var held []scheduler.Lease
 	for range 2 {
 		l, err := s.Admit(ctx, scheduler.Request{Class: "batch"})
@@ -368,11 +324,11 @@ func TestSchedulersUpdateNoOvershoot(t *testing.T) {
 		}
 		held = append(held, l)
 	}
-	if err := s.Update(twoClasses(t, "priority", 1)); err != nil { // capacity 1, two still running
+	if err := s.Update(schedtest.TwoClasses(t, "priority", 1)); err != nil { // capacity 1, two still running
 		t.Fatal(err)
 	}
-	ch := make(chan admitResult, 1)
-	admitAsync(ctx, s, "new", scheduler.Request{Class: "urgent"}, ch)
+	ch := make(chan schedtest.Admission, 1)
+	schedtest.AdmitInto(ctx, s, "new", scheduler.Request{Class: "urgent"}, ch)
 	waitQueued(t, s, "gpu", 1)
 	held[0].Release(scheduler.Done)
 	noResult(t, ch) // one old lease still fills the capacity of 1
@@ -380,14 +336,14 @@ func TestSchedulersUpdateNoOvershoot(t *testing.T) {
 		t.Fatalf("in flight %d, want the one old lease", st.InFlight)
 	}
 	held[1].Release(scheduler.Done)
-	r := next(t, ch)
-	if r.err != nil {
-		t.Fatal(r.err)
+	r := schedtest.Next(t, ch)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	if st := s.Stats()[0]; st.InFlight != 1 || st.Limit != 1 {
 		t.Fatalf("in flight %d limit %d, want 1 and 1", st.InFlight, st.Limit)
 	}
-	r.l.Release(scheduler.Done)
+	r.Lease.Release(scheduler.Done)
 }
 
 // Admissions and releases racing with replacements: the in-flight count
@@ -396,7 +352,7 @@ func TestSchedulersUpdateNoOvershoot(t *testing.T) {
 func TestSchedulersUpdateUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s := newSchedulers(t, twoClasses(t, "fifo", 3))
+	s := newSchedulers(t, schedtest.TwoClasses(t, "fifo", 3))
 	var mu sync.Mutex
 	inflight, peak, admitted := 0, 0, 0
 	var wg sync.WaitGroup
@@ -432,7 +388,7 @@ func TestSchedulersUpdateUnderLoad(t *testing.T) {
 	}
 	policies := []string{"fifo", "priority", "edf", "preemptive"}
 	for i := range 40 {
-		if err := s.Update(twoClasses(t, policies[i%len(policies)], 2+i%3)); err != nil {
+		if err := s.Update(schedtest.TwoClasses(t, policies[i%len(policies)], 2+i%3)); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Millisecond)
@@ -454,7 +410,7 @@ func TestSchedulersUpdateBatchWindow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := func(window time.Duration, n int) scheduler.Config {
-		c := twoClasses(t, "fifo", n)
+		c := schedtest.TwoClasses(t, "fifo", n)
 		c.Pools[0].BatchWindow = window
 		return c
 	}
@@ -463,25 +419,25 @@ func TestSchedulersUpdateBatchWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := make(chan admitResult, 3)
+	ch := make(chan schedtest.Admission, 3)
 	for i := range 3 {
-		admitAsync(ctx, s, fmt.Sprint(i), scheduler.Request{Class: "batch"}, ch)
+		schedtest.AdmitInto(ctx, s, fmt.Sprint(i), scheduler.Request{Class: "batch"}, ch)
 		waitQueued(t, s, "gpu", i+1)
 	}
 	if err := s.Update(cfg(10*time.Millisecond, 2)); err != nil {
 		t.Fatal(err)
 	}
-	first := next(t, ch) // capacity 2 less the held lease
-	if first.err != nil || first.name != "0" {
-		t.Fatalf("first after reload: %s %v, want 0", first.name, first.err)
+	first := schedtest.Next(t, ch) // capacity 2 less the held lease
+	if first.Err != nil || first.Name != "0" {
+		t.Fatalf("first after reload: %s %v, want 0", first.Name, first.Err)
 	}
 	held.Release(scheduler.Done)
-	first.l.Release(scheduler.Done)
+	first.Lease.Release(scheduler.Done)
 	for range 2 {
-		r := next(t, ch)
-		if r.err != nil {
-			t.Fatal(r.err)
+		r := schedtest.Next(t, ch)
+		if r.Err != nil {
+			t.Fatal(r.Err)
 		}
-		r.l.Release(scheduler.Done)
+		r.Lease.Release(scheduler.Done)
 	}
 }
