@@ -124,7 +124,8 @@ th{background:#f3f3f3}td:first-child{text-align:left}.bad{color:#b00;font-weight
 <p>{{.Rep.NumPrompts}} requests ({{.Rep.Warmup}} warm-up excluded) in {{printf "%.2f" .Rep.Duration}} s: {{.Rep.Completed}} ok, {{.Rep.Failed}} failed.
 Offered {{printf "%.2f" .Rep.OfferedRPS}} req/s, achieved {{printf "%.2f" .Rep.AchievedRPS}} req/s, {{printf "%.1f" .Rep.OutputThroughput}} output tok/s, goodput {{printf "%.2f" .Rep.RequestGoodput}} req/s.</p>
 <p class="{{if .Rep.Valid}}ok{{else}}bad{{end}}">Run {{.Validity}}</p>
-<table><tr>{{range .Header}}<th>{{.}}</th>{{end}}</tr>
+{{with .Primary}}<p>{{.}}</p>
+{{end}}<table><tr>{{range .Header}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</table>
 <p class=note>Latencies in ms. Attainment is the share of requests meeting both SLOs; failed, rejected and dropped requests count as misses.</p>
@@ -162,6 +163,6 @@ func HTML(w io.Writer, rep *result.Report) error {
 	}
 	return page.Execute(w, map[string]any{
 		"Title": Title(rep), "Rep": rep, "Validity": Validity(rep), "Header": header,
-		"Rows": rows, "Notes": notes, "Charts": cs, "Provenance": prov,
+		"Rows": rows, "Notes": notes, "Charts": cs, "Provenance": prov, "Primary": Primary(rep),
 	})
 }

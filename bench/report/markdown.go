@@ -14,7 +14,11 @@ func Markdown(w io.Writer, rep *result.Report) error {
 	fmt.Fprintf(ew, "## %s\n\n", mdEscape(Title(rep)))
 	fmt.Fprintf(ew, "- requests: %d measured (%d warm-up excluded), %d ok, %d failed, over %.2f s\n", rep.NumPrompts, rep.Warmup, rep.Completed, rep.Failed, rep.Duration)
 	fmt.Fprintf(ew, "- rate: offered %.2f req/s, achieved %.2f req/s; output %.1f tok/s; goodput %.2f req/s\n", rep.OfferedRPS, rep.AchievedRPS, rep.OutputThroughput, rep.RequestGoodput)
-	fmt.Fprintf(ew, "- run: %s\n\n", mdEscape(Validity(rep)))
+	fmt.Fprintf(ew, "- run: %s\n", mdEscape(Validity(rep)))
+	if p := Primary(rep); p != "" {
+		fmt.Fprintf(ew, "- %s\n", mdEscape(p))
+	}
+	fmt.Fprintln(ew)
 	fmt.Fprintf(ew, "| %s |\n", strings.Join(header, " | "))
 	fmt.Fprintf(ew, "|%s\n", strings.Repeat("---:|", len(header)))
 	for _, n := range ClassNames(rep) {

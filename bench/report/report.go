@@ -109,6 +109,21 @@ func Validity(rep *result.Report) string {
 	return "INVALID: " + strings.Join(rep.InvalidReasons, "; ")
 }
 
+// Primary is the line naming the run's declared primary metrics
+// (CLASS.METRIC, sorted) and where they came from; "" when none was
+// declared.
+func Primary(rep *result.Report) string {
+	if len(rep.Primary) == 0 {
+		return ""
+	}
+	ps := make([]string, 0, len(rep.Primary))
+	for c, m := range rep.Primary {
+		ps = append(ps, c+"."+m)
+	}
+	sort.Strings(ps)
+	return fmt.Sprintf("primary metrics: %s (from %s)", strings.Join(ps, ", "), orDash(rep.PrimaryFrom))
+}
+
 func slo(ms float64) string {
 	if ms == 0 {
 		return "-"
@@ -246,7 +261,11 @@ func Table(w io.Writer, rep *result.Report) error {
 	fmt.Fprintf(ew, "%s\n", Title(rep))
 	fmt.Fprintf(ew, "%d requests (%d warm-up excluded) in %.2f s: %d ok, %d failed; offered %.2f req/s, achieved %.2f req/s; %.1f output tok/s; goodput %.2f req/s\n",
 		rep.NumPrompts, rep.Warmup, rep.Duration, rep.Completed, rep.Failed, rep.OfferedRPS, rep.AchievedRPS, rep.OutputThroughput, rep.RequestGoodput)
-	fmt.Fprintf(ew, "run: %s\n\n", Validity(rep))
+	fmt.Fprintf(ew, "run: %s\n", Validity(rep))
+	if p := Primary(rep); p != "" {
+		fmt.Fprintln(ew, p)
+	}
+	fmt.Fprintln(ew)
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, strings.Join(header, "\t")+"\t")
 	for _, n := range ClassNames(rep) {

@@ -27,6 +27,7 @@ name: golden
 model: llmesh-sim
 requests: 600
 arrival: {process: poisson, rate: 50}
+primary: interactive=ttft_p99_ms
 classes:
   - {name: interactive, priority: 0, share: 0.2, slo: {ttft: 200ms, tpot: 30ms}, attainment_target: 0.95, prompt_tokens: {value: 100}, output_tokens: {value: 20}}
   - {name: batch, priority: 10, share: 0.8, slo: {ttft: 2s, tpot: 100ms}, prompt_tokens: {value: 1000}, output_tokens: {value: 50}}
@@ -66,6 +67,7 @@ classes:
 	}
 	rep := stats.Summarize(recs, stats.Meta{Workload: w, Target: "http://127.0.0.1:8000", Date: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)})
 	rep.GPUNote = "no GPU telemetry: NVML library not found"
+	rep.Primary, rep.PrimaryFrom = w.Spec.Primary(), "workload golden.yaml"
 	return rep
 }
 
@@ -199,6 +201,32 @@ func TestHTMLProvenance(t *testing.T) {
 	for _, want := range []string{`<details id="provenance">`, "build self", "sha256:fedcba987654", "<td>seeds</td>", "2 cores, load average 0.10 0.20 0.30"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("HTML lacks %q", want)
+		}
+	}
+}
+
+// The primary line appears in every text renderer when the run declared
+// primaries, and nowhere when it did not (a quick run, an older file).
+func TestPrimaryLine(t *testing.T) {
+	rep := sample(t)
+	const want = "primary metrics: interactive.ttft_p99_ms (from workload golden.yaml)"
+	for _, f := range []string{"table", "markdown", "html"} {
+		var buf bytes.Buffer
+		if err := Render(&buf, rep, f); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("%s lacks %q", f, want)
+		}
+	}
+	rep.Primary, rep.PrimaryFrom = nil, ""
+	for _, f := range Formats {
+		var buf bytes.Buffer
+		if err := Render(&buf, rep, f); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(buf.String(), "primary") {
+			t.Errorf("%s of a run without primaries mentions one", f)
 		}
 	}
 }

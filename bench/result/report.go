@@ -141,6 +141,14 @@ type Report struct {
 	// measured run (bench run); nil in a run embedded in a larger result
 	// that carries its own.
 	Provenance *provenance.Provenance `json:"provenance,omitempty"`
+	// Primary is each class's primary metric of a paired A/B judgement
+	// (class → metric, as the --primary flag's CLASS=METRIC), so that
+	// bench compare over saved reports judges by it unless told
+	// otherwise; PrimaryFrom says where it came from (--primary or
+	// "workload FILE"). Both are empty when none was declared, and in a
+	// run embedded in a larger result that records its own.
+	Primary     map[string]string `json:"primary,omitempty"`
+	PrimaryFrom string            `json:"primary_from,omitempty"`
 }
 
 // EnginePrefixCache is the change of the engines' prefix-cache counters

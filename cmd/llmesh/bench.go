@@ -272,6 +272,8 @@ func runBenchRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&gpuOn, "gpu", false, "sample NVIDIA GPU telemetry (NVML) during the run")
 	fs.BoolVar(&detailed, "detailed", false, "include per-request arrays in the JSON report (vLLM --save-detailed)")
 	fs.BoolVar(&quiet, "quiet", false, "no live progress")
+	var primaries stringList
+	fs.Var(&primaries, "primary", "record `CLASS=METRIC` as the class's primary metric, which bench compare of this report judges by (replaces the workload's primary:); repeatable")
 	var engineMetrics string
 	fs.StringVar(&engineMetrics, "engine-metrics", "", "comma-separated `URLS` of the engines' /metrics: report how much their prefix-cache counters moved during the run")
 	if err := fs.Parse(args); err != nil {
@@ -287,9 +289,18 @@ func runBenchRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if !slices.Contains(report.Formats, out.format) {
 		errs = append(errs, fmt.Errorf("--format: %q must be one of %s", out.format, strings.Join(report.Formats, ", ")))
 	}
+	flagged, perrs := parsePrimaryFlags(primaries)
+	errs = append(errs, perrs...)
 	w, err := wf.load(fs)
 	if err != nil {
 		errs = append(errs, err)
+	}
+	var primary map[string]string
+	var primaryFrom string
+	if w != nil && len(perrs) == 0 {
+		if primary, primaryFrom, err = runPrimary(flagged, w, wf.file); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	var metricsURLs []string
 	for _, u := range strings.Split(engineMetrics, ",") {
@@ -326,6 +337,7 @@ func runBenchRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return runErr
 	}
 	rep.Provenance = prov
+	rep.Primary, rep.PrimaryFrom = primary, primaryFrom
 	if err := out.emit(rep, stdout); err != nil {
 		return errors.Join(runErr, err)
 	}
@@ -431,6 +443,11 @@ func reportFromRecords(path, workloadFile, target, runID string, out *benchOutpu
 		return errors.Join(readErr, fmt.Errorf("%s: no records", path))
 	}
 	rep := stats.Summarize(recs, stats.Meta{Workload: w, Target: target})
+	// The rebuilt report records the workload's primary, as bench run's would
+	// have (unless that run was given --primary, which the records do not keep).
+	if p := w.Spec.Primary(); len(p) > 0 {
+		rep.Primary, rep.PrimaryFrom = p, workloadPrimaryFrom(workloadFile)
+	}
 	return errors.Join(out.emit(rep, stdout), readErr)
 }
 

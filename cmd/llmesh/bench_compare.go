@@ -83,21 +83,8 @@ func (c *compareFlags) parse() (gates []compare.Gate, primary map[string]string,
 		}
 		gates = append(gates, p)
 	}
-	for i, p := range c.primaries {
-		cl, m, err := workload.ParsePrimary(p)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--primary[%d] %w", i, err))
-			continue
-		}
-		if primary == nil {
-			primary = map[string]string{}
-		}
-		if prev, dup := primary[cl]; dup && prev != m {
-			errs = append(errs, fmt.Errorf("--primary[%d] %q: class %q already has primary %s; one per class", i, p, cl, prev))
-			continue
-		}
-		primary[cl] = m
-	}
+	primary, perrs := parsePrimaryFlags(c.primaries)
+	errs = append(errs, perrs...)
 	if !(c.alpha > 0 && c.alpha < 1) {
 		errs = append(errs, fmt.Errorf("--alpha: %v must be in (0, 1)", c.alpha))
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmesh/llmesh/bench/benchtest"
 	"github.com/llmesh/llmesh/bench/result"
 )
 
@@ -178,5 +179,123 @@ func TestBenchSimulateDeclaredPrimary(t *testing.T) {
 	}
 	if _, errOut, err := benchMain(t, "compare", files[0], other, "--primary", "batch=goodput_rps"); err != nil {
 		t.Errorf("disagreeing inputs with --primary: %v\n%s", err, errOut)
+	}
+}
+
+// bench run records the primary it was given (--primary, else the
+// workload's), bench compare over two such reports judges by it, and
+// reports recording different primaries are refused naming both.
+func TestBenchRunRecordsPrimary(t *testing.T) {
+	srv := benchtest.Start(t, benchtest.Config{})
+	dir := t.TempDir()
+	workloadWith := func(name, primary string) string {
+		p := filepath.Join(dir, name+".yaml")
+		mustWrite(t, p, []byte(`seed: 5
+requests: 20
+arrival: {rate: 200}
+max_schedule_lag_p99: 1s
+classes:
+  - {name: interactive, share: 1, prompt_tokens: {value: 16}, output_tokens: {value: 4}, send_priority: false}
+  - {name: batch, share: 1, prompt_tokens: {value: 16}, output_tokens: {value: 4}, send_priority: false}
+`+primary), 0o644)
+		return p
+	}
+	ttftW := workloadWith("ttft", "primary: interactive=ttft_p99_ms\n")
+	goodW := workloadWith("good", "primary: batch=goodput_rps\n")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		js := filepath.Join(dir, name+".json")
+		if _, errOut, err := benchMain(t, append([]string{"run", "--target", srv.HTTPURL, "--json", js, "--quiet"}, args...)...); err != nil {
+			t.Fatalf("bench run %s: %v\n%s", name, err, errOut)
+		}
+		return js
+	}
+	a, b := run("a", "--workload", ttftW), run("b", "--workload", ttftW)
+	md := filepath.Join(dir, "a.md")
+	c := run("c", "--workload", goodW, "--markdown", md)
+	flagged := run("flagged", "--workload", ttftW, "--primary", "batch=tpot_p99_ms")
+	quick := run("quick", "--rate", "200", "--requests", "5", "--prompt-tokens", "16", "--max-tokens", "2")
+	for _, r := range []struct {
+		path, primary, from string
+	}{
+		{a, "interactive=ttft_p99_ms", "workload " + ttftW},
+		{c, "batch=goodput_rps", "workload " + goodW},
+		{flagged, "batch=tpot_p99_ms", "--primary"},
+		{quick, "", ""},
+	} {
+		d := readPrimaryDoc(t, r.path)
+		var got []string
+		for cl, m := range d.Primary {
+			got = append(got, cl+"="+m)
+		}
+		if strings.Join(got, ",") != r.primary || d.PrimaryFrom != r.from {
+			t.Errorf("%s records primary %v from %q, want %q from %q", r.path, got, d.PrimaryFrom, r.primary, r.from)
+		}
+	}
+	if raw, _ := os.ReadFile(quick); strings.Contains(string(raw), `"primary`) {
+		t.Errorf("a quick run without primaries records one:\n%s", raw)
+	}
+	if m, _ := os.ReadFile(md); !strings.Contains(string(m), "- primary metrics: batch.goodput_rps (from workload "+goodW+")") {
+		t.Errorf("bench run markdown lacks the primary line:\n%s", m)
+	}
+
+	// Two reports recording the same primary: compare judges by it.
+	out := filepath.Join(dir, "cmp.json")
+	stdout, stderr, code := runCompare("bench", "compare", "--json", out, a, b)
+	if code != 0 {
+		t.Fatalf("compare a b: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	d := readPrimaryDoc(t, out)
+	var marked []string
+	for _, m := range d.Metrics {
+		if m.Primary {
+			marked = append(marked, m.Name)
+		}
+	}
+	if d.Primary["interactive"] != "ttft_p99_ms" || len(d.Primary) != 1 || d.PrimaryFrom != "inputs" || strings.Join(marked, ",") != "interactive.ttft_p99_ms" {
+		t.Errorf("compare a b: primary %v from %q, marked %v; want interactive=ttft_p99_ms from the inputs", d.Primary, d.PrimaryFrom, marked)
+	}
+	if want := "Primary metrics: interactive.ttft_p99_ms (from inputs)"; !strings.Contains(stdout, want) {
+		t.Errorf("compare summary lacks %q:\n%s", want, stdout)
+	}
+
+	// Reports recording different primaries are refused, naming both, and
+	// nothing is written; --workload or --primary settles it.
+	os.Remove(out)
+	stdout, stderr, code = runCompare("bench", "compare", "--json", out, a, c)
+	for _, want := range []string{"inputs declare different primary metrics", "A " + a + ": interactive.ttft_p99_ms", "B " + c + ": batch.goodput_rps"} {
+		if code != 2 || !strings.Contains(stderr, want) {
+			t.Errorf("compare a c: exit %d, stderr %q; want 2 naming %q", code, stderr, want)
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("a refused comparison wrote %s", out)
+	}
+	for _, s := range []struct {
+		args []string
+		from string
+	}{
+		{[]string{"--workload", goodW}, "workload " + goodW},
+		{[]string{"--primary", "interactive=ttft_p99_ms"}, "--primary"},
+	} {
+		stdout, stderr, code = runCompare(append([]string{"bench", "compare", "--json", out, a, c}, s.args...)...)
+		if code != 0 {
+			t.Errorf("compare a c %v: exit %d\n%s\n%s", s.args, code, stdout, stderr)
+			continue
+		}
+		if d := readPrimaryDoc(t, out); d.PrimaryFrom != s.from {
+			t.Errorf("compare a c %v: primary from %q, want %q", s.args, d.PrimaryFrom, s.from)
+		}
+	}
+
+	// A bad --primary on bench run is a usage error naming the flag.
+	for _, bad := range []struct{ flag, want string }{
+		{"chat=ttft_p99_ms", `--primary chat=ttft_p99_ms: no class "chat" in the workload (classes: interactive, batch)`},
+		{"interactive=ttft", `--primary[0] "interactive=ttft": metric "ttft" is not one of`},
+	} {
+		_, _, err := benchMain(t, "run", "--target", srv.HTTPURL, "--workload", ttftW, "--primary", bad.flag, "--quiet")
+		if exitCodeOf(err) != 2 || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("bench run --primary %s: exit %d, %v; want 2 naming %q", bad.flag, exitCodeOf(err), err, bad.want)
+		}
 	}
 }
