@@ -2,8 +2,6 @@ package control
 
 import (
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,7 +14,6 @@ import (
 // keys as the file does.
 func TestAdminConfigRedactsSecrets(t *testing.T) {
 	const key, marker = "sk-live-4f1d9c", "edge-secret-77aa"
-	path := filepath.Join(t.TempDir(), "mesh.yaml")
 	src := `
 listeners: [{name: main, address: "127.0.0.1:0", routes: [{pool: gpu}]}]
 pools: [{name: gpu, protocol: openai, endpoints: ["127.0.0.1:9000"]}]
@@ -28,10 +25,7 @@ classification:
     name: x-llmesh-class
     trusted_marker: {header: x-edge-verified, value: ` + marker + `}
 `
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(Options{ConfigPath: path})
+	srv, err := New(loadYAML(t, src), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

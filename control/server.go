@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -27,13 +26,10 @@ import (
 
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/config/watch"
 )
 
-// Options configure a Server. ConfigPath is required.
+// Options configure a Server.
 type Options struct {
-	// ConfigPath is the mesh config file, watched for changes.
-	ConfigPath string
 	// Build tunes the generated resources.
 	Build BuildOptions
 	// TLS, when set, serves xDS over TLS with it (set ClientCAs and
@@ -44,12 +40,8 @@ type Options struct {
 	// AdminToken, when not empty, is required ("Authorization: Bearer
 	// <token>") of admin requests that change state (adminapi.Guard).
 	AdminToken string
-	// Clock stamps node status and times the file debounce; nil is the
-	// wall clock.
+	// Clock stamps node status; nil is the wall clock.
 	Clock clock.Clock
-	// Debounce is the file watcher's quiet period; 0 is
-	// watch.DefaultDebounce.
-	Debounce time.Duration
 	// HandshakeTimeout bounds how long a new xDS connection may take to
 	// finish its TLS handshake and HTTP/2 preface; one that sends part of
 	// them and stalls is closed then. 0 is DefaultHandshakeTimeout (gRPC's
@@ -62,19 +54,20 @@ const DefaultHandshakeTimeout = 5 * time.Second
 
 // Server is the xDS control plane: it serves one snapshot to every Envoy
 // node over ADS (and the per-type xDS services), rebuilding it when the
-// mesh config file or the active experiment arm changes.
+// mesh config is reloaded or the active experiment arm changes. Watching
+// the mesh config file is its command's (cmd/llmesh/controlproc).
 type Server struct {
-	opts    Options
-	log     *slog.Logger
-	watcher *watch.Watcher
-	cache   cache.SnapshotCache
-	nodes   *nodeTracker
+	opts  Options
+	log   *slog.Logger
+	cache cache.SnapshotCache
+	nodes *nodeTracker
 
 	// mu guards everything below; publish holds it while building so that
 	// versions are assigned in order.
 	mu        sync.Mutex
 	seq       int
 	version   string
+	file      *config.Config // the last config Reload was given (New's at first), before arm overrides
 	cfg       *config.Config // file config with arm overrides applied
 	snap      *cache.Snapshot
 	overrides map[string]string // experiment → active arm set through the admin API
@@ -88,11 +81,12 @@ type meshNode struct{}
 
 func (meshNode) ID(*core.Node) string { return "llmesh" }
 
-// New loads the config and builds the first snapshot. An invalid initial
-// config is an error (there is no last good one to serve).
-func New(opts Options) (*Server, error) {
-	if opts.ConfigPath == "" {
-		return nil, errors.New("control: Options.ConfigPath is required")
+// New builds the first snapshot from cfg, the mesh config (a file's, as
+// loaded). An invalid initial config is an error (there is no last good
+// one to serve).
+func New(cfg *config.Config, opts Options) (*Server, error) {
+	if cfg == nil {
+		return nil, errors.New("control: a mesh config is required")
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
@@ -108,27 +102,28 @@ func New(opts Options) (*Server, error) {
 		nodes:     newNodeTracker(opts.Clock, log),
 		overrides: map[string]string{},
 	}
-	w, err := watch.New(opts.ConfigPath, watch.Options{
-		Debounce: opts.Debounce,
-		Clock:    opts.Clock,
-		OnChange: func(c *config.Config) {
-			if err := s.publish(c); err != nil {
-				s.reject(err)
-			}
-		},
-		OnError: s.reject,
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.watcher = w
-	if err := s.publish(w.Config()); err != nil {
+	if err := s.publish(cfg); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Server) reject(err error) {
+// Reload makes cfg (a changed mesh config file's) the served config, with
+// the active-arm switches applied, and publishes a new version. A config
+// that does not build is rejected (Reject) and returned; the last good
+// snapshot stays.
+func (s *Server) Reload(cfg *config.Config) error {
+	if err := s.publish(cfg); err != nil {
+		s.Reject(err)
+		return err
+	}
+	return nil
+}
+
+// Reject records a config change that was not applied (a file that could
+// not be read or loaded, or one Reload could not build): it is logged,
+// counted and shown by GET /version until a later change is applied.
+func (s *Server) Reject(err error) {
 	s.mu.Lock()
 	s.lastErr, s.lastErrAt = err.Error(), s.opts.Clock.Now()
 	s.rejected++
@@ -142,6 +137,7 @@ func (s *Server) reject(err error) {
 func (s *Server) publish(fileCfg *config.Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.file = fileCfg
 	cfg, lapsed := fileCfg.WithActiveArms(s.overrides)
 	for exp, err := range lapsed {
 		// The file no longer has this experiment or arm: the switch lapses
@@ -220,18 +216,19 @@ func (s *Server) ClearActiveArm(exp string) (string, error) {
 		return v, nil
 	}
 	delete(s.overrides, exp)
+	file := s.file
 	s.mu.Unlock()
-	if err := s.publish(s.watcher.Config()); err != nil {
+	if err := s.publish(file); err != nil {
 		return "", err
 	}
 	return s.Version(), nil
 }
 
-// Serve runs the xDS gRPC server on xdsLn, the admin HTTP server on
-// adminLn (nil for none) and the config watcher, until ctx ends or one of
-// them fails. It closes the listeners and returns after every goroutine it
-// started has stopped; the error is nil on a clean shutdown.
-func (s *Server) Serve(ctx context.Context, xdsLn, adminLn net.Listener) error {
+// Serve runs the xDS gRPC server on xdsLn until ctx ends (nil) or the
+// listener fails (its error). It closes the listener and returns after the
+// server has stopped. The admin API (AdminHandler) is served by the
+// caller.
+func (s *Server) Serve(ctx context.Context, xdsLn net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -256,49 +253,21 @@ func (s *Server) Serve(ctx context.Context, xdsLn, adminLn net.Listener) error {
 	clusterservice.RegisterClusterDiscoveryServiceServer(gs, xds)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, xds)
 
-	errc := make(chan error, 3)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := gs.Serve(xdsLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			errc <- fmt.Errorf("control: xds: %w", err)
-		}
-	}()
-	var hs *http.Server
-	if adminLn != nil {
-		hs = &http.Server{Handler: s.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := hs.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("control: admin: %w", err)
-			}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := s.watcher.Run(ctx); err != nil {
-			errc <- err
-		}
-	}()
-
-	var err error
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(xdsLn) }()
 	select {
 	case <-ctx.Done():
-	case err = <-errc:
+		// Stop, not GracefulStop: xDS streams never end on their own.
+		gs.Stop()
+		<-errc //nolint:errcheck // Serve's answer to Stop says nothing
+		return nil
+	case err := <-errc:
+		gs.Stop()
+		if err == nil || errors.Is(err, grpc.ErrServerStopped) {
+			return nil
+		}
+		return fmt.Errorf("control: xds: %w", err)
 	}
-	cancel()
-	// Stop, not GracefulStop: xDS streams never end on their own.
-	gs.Stop()
-	if hs != nil {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		hs.Shutdown(sctx) //nolint:errcheck // closing anyway
-		scancel()
-	}
-	wg.Wait()
-	return err
 }
 
 // xdsLogger routes go-control-plane's warnings and errors to log (its

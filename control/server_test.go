@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,23 +39,19 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const waitLimit = 30 * time.Second
 
-// plane is a control plane running on loopback for one test.
+// plane is a control plane running on loopback for one test, with its
+// admin API served as cmd/llmesh/controlproc serves it.
 type plane struct {
-	t       *testing.T
-	srv     *Server
-	cfgPath string
-	xds     string
-	admin   string
+	t     *testing.T
+	srv   *Server
+	xds   string
+	admin string
 }
 
 func startPlane(t *testing.T, configYAML string, tlsCfg *tls.Config) *plane {
 	t.Helper()
-	dir := t.TempDir()
-	p := &plane{t: t, cfgPath: filepath.Join(dir, "mesh.yaml")}
-	if err := os.WriteFile(p.cfgPath, []byte(configYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(Options{ConfigPath: p.cfgPath, TLS: tlsCfg, Debounce: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(tWriter{t}, nil))})
+	p := &plane{t: t}
+	srv, err := New(loadYAML(t, configYAML), Options{TLS: tlsCfg, Logger: slog.New(slog.NewTextHandler(tWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,17 +65,40 @@ func startPlane(t *testing.T, configYAML string, tlsCfg *tls.Config) *plane {
 		t.Fatal(err)
 	}
 	p.xds, p.admin = xl.Addr().String(), al.Addr().String()
+	hs := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, xl, al) }()
+	done := make(chan error, 2)
+	go func() { done <- srv.Serve(ctx, xl) }()
+	go func() {
+		if err := hs.Serve(al); err != http.ErrServerClosed {
+			done <- err
+			return
+		}
+		done <- nil
+	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
+		hs.Close()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
 		}
 	})
 	return p
 }
+
+func loadYAML(t *testing.T, src string) *config.Config {
+	t.Helper()
+	c, err := config.Load([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// reload gives the server src as a changed file's config.
+func (p *plane) reload(src string) error { return p.srv.Reload(loadYAML(p.t, src)) }
 
 func exampleYAML(t *testing.T) string {
 	b, err := os.ReadFile("../examples/mesh.yaml")
@@ -297,7 +315,10 @@ func subscribeAll(t *testing.T, a *adsStream) map[string]*discovery.DiscoveryRes
 	return out
 }
 
-func TestFileChangeBumpsVersionAndInvalidKeepsOld(t *testing.T) {
+// A reload bumps the version; one that does not build is rejected (shown
+// by /version) and the old snapshot stays. cmd/llmesh/controlproc tests
+// the file watcher that calls Reload.
+func TestReloadBumpsVersionAndInvalidKeepsOld(t *testing.T) {
 	src := exampleYAML(t)
 	p := startPlane(t, src, nil)
 	a := dialADS(t, p.xds, "envoy-1", nil)
@@ -306,7 +327,7 @@ func TestFileChangeBumpsVersionAndInvalidKeepsOld(t *testing.T) {
 
 	// A valid change: the gRPC pool gets a second endpoint.
 	changed := replaceOnce(t, src, "endpoints: [127.0.0.1:9000]", "endpoints: [127.0.0.1:9000, 127.0.0.2:9000]")
-	if err := os.WriteFile(p.cfgPath, []byte(changed), 0o644); err != nil {
+	if err := p.reload(changed); err != nil {
 		t.Fatal(err)
 	}
 	r := a.next(resource.ClusterType)
@@ -316,22 +337,28 @@ func TestFileChangeBumpsVersionAndInvalidKeepsOld(t *testing.T) {
 	}
 	a.answer(r, nil, "")
 
-	// An invalid change: rejected with the field path; the old snapshot stays.
-	bad := replaceOnce(t, changed, "ttft: 500ms", "ttft: -5ms")
-	if err := os.WriteFile(p.cfgPath, []byte(bad), 0o644); err != nil {
-		t.Fatal(err)
+	// A config that loads but does not build: rejected; the old snapshot stays.
+	const clash = `
+pools:
+  - {name: p, protocol: openai, endpoints: ["127.0.0.1:1"]}
+  - {name: p.arm-x, protocol: openai, endpoints: ["127.0.0.1:2"]}
+experiments:
+  - {name: e, pool: p, arms: [{name: x}]}
+`
+	if err := p.reload(clash); err == nil {
+		t.Fatal("a config that does not build was applied")
 	}
 	var vi VersionInfo
-	wait.Until(t, "rejection reported", func() bool {
-		getJSON(t, "http://"+p.admin+"/version", &vi)
-		return strings.Contains(vi.LastError, `classes[0].slo.ttft: "-5ms" must be positive`)
-	})
+	getJSON(t, "http://"+p.admin+"/version", &vi)
+	if !strings.Contains(vi.LastError, `needs pool name "p.arm-x", which is already taken`) || vi.Rejected != 1 {
+		t.Errorf("/version after the rejected change: %+v", vi)
+	}
 	if vi.Version != v2 || p.srv.Version() != v2 {
 		t.Fatalf("version after invalid change = %q, want %q kept", vi.Version, v2)
 	}
 	// The stream got nothing new: a later valid change is the next response.
 	fixed := replaceOnce(t, changed, "max_inflight: 32\n    scheduler:\n      policy: priority", "max_inflight: 16\n    scheduler:\n      policy: priority")
-	if err := os.WriteFile(p.cfgPath, []byte(fixed), 0o644); err != nil {
+	if err := p.reload(fixed); err != nil {
 		t.Fatal(err)
 	}
 	r = a.next(resource.ClusterType)
@@ -428,10 +455,12 @@ func TestSwitchActiveArm(t *testing.T) {
 	// The switch survives a file reload.
 	a.answer(r, []string{"llmesh.main"}, "")
 	src := replaceOnce(t, exampleYAML(t), "max_inflight: 32\n      max_inflight_tokens", "max_inflight: 31\n      max_inflight_tokens")
-	if err := os.WriteFile(p.cfgPath, []byte(src), 0o644); err != nil {
+	if err := p.reload(src); err != nil {
 		t.Fatal(err)
 	}
-	wait.Until(t, "reload", func() bool { return strings.HasPrefix(p.srv.Version(), "3-") })
+	if v := p.srv.Version(); !strings.HasPrefix(v, "3-") {
+		t.Fatalf("version after the reload = %q, want 3-…", v)
+	}
 	if e := p.srv.Config().Experiment("policy-ab"); e.Active == nil || e.Active.Name != "preemptive" {
 		t.Error("switch lost on reload")
 	}
@@ -513,7 +542,7 @@ func replaceOnce(t *testing.T, s, old, new string) string {
 	return strings.Replace(s, old, new, 1)
 }
 
-// TestConcurrentSwitchesAndReloads races admin switches against file
+// TestConcurrentSwitchesAndReloads races admin switches against
 // reloads; versions must keep rising and every snapshot must be served
 // consistently (checked by -race and by the final state).
 func TestConcurrentSwitchesAndReloads(t *testing.T) {
@@ -535,17 +564,21 @@ func TestConcurrentSwitchesAndReloads(t *testing.T) {
 		defer wg.Done()
 		for i := 0; i < 10; i++ {
 			s := replaceOnce(t, src, "max_inflight: 32\n      max_inflight_tokens", fmt.Sprintf("max_inflight: %d\n      max_inflight_tokens", 40+i))
-			if err := os.WriteFile(p.cfgPath, []byte(s), 0o644); err != nil {
+			c, err := config.Load([]byte(s))
+			if err != nil {
 				t.Error(err)
 				return
 			}
-			time.Sleep(15 * time.Millisecond)
+			if err := p.srv.Reload(c); err != nil {
+				t.Error(err)
+				return
+			}
 		}
 	}()
 	wg.Wait()
-	wait.Until(t, "the last file change served", func() bool {
-		return p.srv.Config().Pool("sim").MaxInflight == 49
-	})
+	if got := p.srv.Config().Pool("sim").MaxInflight; got != 49 {
+		t.Errorf("max_inflight after the last reload = %d, want 49", got)
+	}
 	seq := func(v string) int {
 		n, _ := strconv.Atoi(v[:strings.IndexByte(v, '-')])
 		return n

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 
+	"github.com/llmesh/llmesh/cmd/llmesh/controlproc"
 	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/control"
@@ -78,7 +79,6 @@ func runControl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 
 	opts := control.Options{
-		ConfigPath: *cfgPath,
 		Build:      build,
 		Logger:     slog.New(slog.NewTextHandler(stderr, nil)),
 		AdminToken: os.Getenv(adminapi.TokenEnv),
@@ -92,10 +92,11 @@ func runControl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// SIGHUP: the server already applies every valid change of the file.
 	defer logHangups(opts.Logger, "the config file is watched; valid changes already apply as it changes")()
-	srv, err := control.New(opts)
+	plane, err := controlproc.New(controlproc.Config{Options: opts, ConfigPath: *cfgPath})
 	if err != nil {
 		return fileUsage(err)
 	}
+	srv := plane.Server
 	admin := *adminAddr
 	if admin == "" {
 		admin = srv.Config().AdminAddress
@@ -115,5 +116,5 @@ func runControl(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if al != nil {
 		fmt.Fprintf(stdout, "llmesh control: admin on http://%s (/version /config /nodes /experiments)\n", al.Addr())
 	}
-	return srv.Serve(ctx, xl, al)
+	return plane.Serve(ctx, xl, al)
 }

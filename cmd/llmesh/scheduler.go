@@ -12,6 +12,7 @@ import (
 	"runtime/trace"
 
 	"github.com/llmesh/llmesh/cmd/llmesh/internal/flag"
+	"github.com/llmesh/llmesh/cmd/llmesh/schedserve"
 	"github.com/llmesh/llmesh/config"
 	"github.com/llmesh/llmesh/internal/tlsfiles"
 	"github.com/llmesh/llmesh/scheduler/server"
@@ -136,19 +137,21 @@ func runScheduler(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	// watched: valid changes apply as they change).
 	hup, stopHangups := hangups()
 	defer stopHangups()
-	return server.Run(ctx, l, server.Options{
-		Mesh:           mesh,
+	return schedserve.Run(ctx, l, schedserve.Config{
+		Options: server.Options{
+			Mesh:       mesh,
+			Log:        stderr,
+			TLS:        tlsCfg,
+			Identities: ids,
+			Limits:     server.Limits{MaxSessions: *maxSessions, MaxLeasesPerSession: *maxLeases, PreemptGrace: *preemptGrace},
+			Ready: func(a net.Addr) {
+				fmt.Fprintf(stdout, "scheduler service listening on %s\n", a)
+			},
+		},
 		ConfigPath:     *cfgPath, // watched: valid changes apply live
-		Log:            stderr,
 		Admin:          adminL,
-		TLS:            tlsCfg,
-		Identities:     ids,
 		IdentitiesPath: *identitiesFile, // watched, and read again on SIGHUP
 		Hangup:         hup,
-		Limits:         server.Limits{MaxSessions: *maxSessions, MaxLeasesPerSession: *maxLeases, PreemptGrace: *preemptGrace},
-		Ready: func(a net.Addr) {
-			fmt.Fprintf(stdout, "scheduler service listening on %s\n", a)
-		},
 	})
 }
 

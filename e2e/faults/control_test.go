@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/llmesh/llmesh/cmd/llmesh/controlproc"
 	"github.com/llmesh/llmesh/config"
-	"github.com/llmesh/llmesh/control"
 	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
@@ -31,7 +31,7 @@ type plane struct {
 
 func startPlane(t *testing.T, path, addr string) (*plane, error) {
 	t.Helper()
-	srv, err := control.New(control.Options{ConfigPath: path})
+	cp, err := controlproc.New(controlproc.Config{ConfigPath: path})
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +39,7 @@ func startPlane(t *testing.T, path, addr string) (*plane, error) {
 	if err != nil {
 		t.Fatalf("control listen %s: %v", addr, err)
 	}
-	serve := proctest.Go(t, "control Serve", func(ctx context.Context) error { return srv.Serve(ctx, ln, nil) })
+	serve := proctest.Go(t, "control Serve", func(ctx context.Context) error { return cp.Serve(ctx, ln, nil) })
 	return &plane{addr: ln.Addr().String(), serve: serve}, nil
 }
 

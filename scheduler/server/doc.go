@@ -49,6 +49,10 @@
 // stream's handler returns the same way, its receiving goroutine ending
 // with the stream.
 //
-// The pools it serves are a scheduler/pools set (MeshScheduler).
-// Run owns the config watcher's goroutine and the admin server's.
+// The pools it serves are a scheduler/pools set (MeshScheduler). A
+// Service's Serve owns the gRPC server's and the framed mux's goroutines
+// and waits for them; the capacity watchers it starts are the set's, and
+// Close waits for them. Reload and ReplaceIdentities are called from the
+// command's goroutines (its file watchers and SIGHUP, cmd/llmesh/schedserve):
+// the set and the identities serialise them.
 package server

@@ -24,7 +24,7 @@ func TestIdentityMaxBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, stop := startMesh(t, twoClassMesh, server.Options{Identities: ids, Admin: admin})
+	addr, stop := startMesh(t, twoClassMesh, server.Options{Identities: ids, Registry: metricsOn(t, admin)})
 	defer stop()
 	metricsURL := "http://" + admin.Addr().String() + "/metrics"
 	admit := func(c *client.Client) (scheduler.Lease, error) {

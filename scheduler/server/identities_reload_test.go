@@ -6,9 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/framed"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/scheduler/server/identity"
 	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
@@ -79,14 +78,15 @@ func wantRevoked(t *testing.T, what string, err error) {
 	}
 }
 
-// The service reads its identities file again when it changes, when a
-// token file it names changes, and on Hangup: every stream of an identity
-// that was removed is closed at once, with UNAUTHENTICATED (sessions on
-// either transport, idle or not, and the older protocol's Admit streams,
-// admitted or waiting), its waiting requests rejected with why and its
-// slots freed; an identity that changed is held to the new entry; an
-// invalid file is logged with its field and changes nothing; and a
-// session whose token file was rotated is closed without a signal.
+// ReplaceIdentities (a reloaded identities file): every stream of an
+// identity that was removed is closed at once, with UNAUTHENTICATED
+// (sessions on either transport, idle or not, and the older protocol's
+// Admit streams, admitted or waiting), its waiting requests rejected with
+// why and its slots freed; an identity that changed is held to the new
+// entry; and a session whose token no longer proves its identity is
+// closed when the same identities are put in place again (a reload forced
+// by SIGHUP, or one caused by a changed token file).
+// cmd/llmesh/schedserve tests the file watcher and hangup around it.
 func TestIdentitiesReload(t *testing.T) {
 	for _, tr := range []string{client.TransportFramed, client.TransportGRPC} {
 		t.Run(tr, func(t *testing.T) {
@@ -101,17 +101,25 @@ func TestIdentitiesReload(t *testing.T) {
 				}
 			}
 			path := filepath.Join(dir, "identities.yaml")
-			writeFile(t, path, reloadIdentitiesV1)
+			load := func(src string) *identity.Set {
+				t.Helper()
+				if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				set, err := identity.Load(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return set
+			}
 			admin, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
 			}
 			var log proctest.Buffer
 			proctest.ShowOnFailure(t, "service log", &log)
-			hup := make(chan os.Signal, 1)
-			addr, stop := startMesh(t, strings.Replace(twoClassMesh, "max_inflight: 4", "max_inflight: 5", 1),
-				server.Options{IdentitiesPath: path, Admin: admin, Log: &log, Hangup: hup})
-			defer stop()
+			svc, addr := startService(t, strings.Replace(twoClassMesh, "max_inflight: 4", "max_inflight: 5", 1),
+				server.Options{Identities: load(reloadIdentitiesV1), Registry: metricsOn(t, admin), Log: &log})
 			metricsURL := "http://" + admin.Addr().String() + "/metrics"
 
 			keep := identityClient(t, addr, tr, client.Options{Token: "keep-token"})
@@ -174,8 +182,9 @@ func TestIdentitiesReload(t *testing.T) {
 			waitMetric(t, metricsURL, `llmesh_scheduler_service_sessions 4`)
 
 			written := time.Now()
-			writeFile(t, path, reloadIdentitiesV2)
-			proctest.WaitMatch(t, &log, regexp.MustCompile(`identities reloaded from \S+: 2 identities; 4 session\(s\) closed`))
+			if closed, err := svc.ReplaceIdentities(load(reloadIdentitiesV2)); closed != 4 || err != nil {
+				t.Fatalf("ReplaceIdentities: %d session(s) closed, %v; want 4 (gone's two sessions and two Admit streams)", closed, err)
+			}
 			if err := <-waiting; !errors.Is(err, scheduler.ErrRejected) || !strings.Contains(err.Error(), "identity gone") {
 				t.Errorf("gone's waiting request: %v, want a rejection that names the removed identity", err)
 			}
@@ -191,7 +200,7 @@ func TestIdentitiesReload(t *testing.T) {
 				t.Errorf("gone's waiting Admit stream was answered %v", m)
 			}
 			wantRevoked(t, "gone's waiting Admit stream", err)
-			t.Logf("gone's streams ended %v after the identities file was written (the watch waits 100 ms for quiet)", time.Since(written).Round(time.Millisecond))
+			t.Logf("gone's streams ended %v after ReplaceIdentities was called", time.Since(written).Round(time.Millisecond))
 			// Their slots are free and their sessions have ended (on
 			// gRPC, the receiver that outlives the handler has ended the
 			// session too): keep's and rot's remain.
@@ -210,21 +219,14 @@ func TestIdentitiesReload(t *testing.T) {
 				t.Errorf("gone after the reload: %v, want its token refused", err)
 			}
 
-			// An invalid file is logged with its field; the running
-			// identities stay.
-			writeFile(t, path, strings.Replace(reloadIdentitiesV2, "classes: [premium]", "classes: [premium]\n    max_leases: -1", 1))
-			proctest.WaitMatch(t, &log, regexp.MustCompile(`identities change rejected; keeping the running identities: .*identities\[0\]\.max_leases: -1 must not be negative`))
-			if l, err := admitClass(keep, "premium"); err != nil {
-				t.Errorf("keep after the invalid file: %v", err)
-			} else {
-				l.Release(scheduler.Done)
+			// rot's token changes (the identities do not): putting them
+			// in place again closes rot's session and frees its slot.
+			if err := os.WriteFile(filepath.Join(dir, "rot.token"), []byte("rot-new\n"), 0o600); err != nil {
+				t.Fatal(err)
 			}
-
-			// rot's token file changes (the identities file does not, and
-			// no signal comes): rot's session is closed and its slot freed.
-			writeFile(t, path, reloadIdentitiesV2)
-			writeFile(t, filepath.Join(dir, "rot.token"), "rot-new\n")
-			proctest.WaitMatch(t, &log, regexp.MustCompile(`identities reloaded from \S+: 2 identities; 1 session\(s\) closed`))
+			if closed, err := svc.ReplaceIdentities(load(reloadIdentitiesV2)); closed != 1 || err != nil {
+				t.Fatalf("ReplaceIdentities again: %d session(s) closed, %v; want 1 (rot's)", closed, err)
+			}
 			waitMetric(t, metricsURL, `llmesh_scheduler_inflight{pool="gpu"} 1`) // keep's only
 			if _, err := admitClass(rot, "default"); !errors.Is(err, scheduler.ErrRejected) || !strings.Contains(err.Error(), "belongs to no identity") {
 				t.Errorf("rot with its old token: %v, want refused", err)
@@ -236,9 +238,6 @@ func TestIdentitiesReload(t *testing.T) {
 				l.Release(scheduler.Done)
 			}
 
-			// Hangup reads the files again though nothing changed.
-			hup <- syscall.SIGHUP
-			proctest.WaitMatch(t, &log, regexp.MustCompile(`SIGHUP received[^\n]*\n(.*\n)*.*identities reloaded from \S+: 2 identities; 0 session\(s\) closed`))
 		})
 	}
 }

@@ -80,7 +80,7 @@ func TestIdentityByCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := loadIdentities(t, "identities:\n  - name: gw\n    certificates: [client]\n    classes: [default]\n    max_leases: 1\n")
-	addr, stop := startMesh(t, twoClassMesh, server.Options{TLS: srvTLS, Identities: ids, Admin: admin})
+	addr, stop := startMesh(t, twoClassMesh, server.Options{TLS: srvTLS, Identities: ids, Registry: metricsOn(t, admin)})
 	defer stop()
 	metrics := "http://" + admin.Addr().String() + "/metrics"
 	cliTLS, err := tlsfiles.Client(pki.CA, pki.ClientCert, pki.ClientKey, "")
@@ -134,7 +134,7 @@ func TestIdentityByToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := loadIdentities(t, "identities:\n  - name: gw\n    token_files: [gw.token]\n    pools: [gpu]\n    max_sessions: 1\n")
-	addr, stop := startMesh(t, twoClassMesh, server.Options{TLS: srvTLS, Identities: ids, Admin: admin})
+	addr, stop := startMesh(t, twoClassMesh, server.Options{TLS: srvTLS, Identities: ids, Registry: metricsOn(t, admin)})
 	defer stop()
 	metrics := "http://" + admin.Addr().String() + "/metrics"
 	cliTLS, err := tlsfiles.Client(pki.CA, "", "", "")
@@ -207,7 +207,7 @@ func TestIdentityMaxQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, stop := startMesh(t, strings.Replace(twoClassMesh, "max_inflight: 4", "max_inflight: 1", 1), server.Options{Identities: ids, Admin: admin})
+	addr, stop := startMesh(t, strings.Replace(twoClassMesh, "max_inflight: 4", "max_inflight: 1", 1), server.Options{Identities: ids, Registry: metricsOn(t, admin)})
 	defer stop()
 	metrics := "http://" + admin.Addr().String() + "/metrics"
 	for _, tr := range []string{client.TransportFramed, client.TransportGRPC} {

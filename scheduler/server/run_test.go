@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -20,6 +22,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/proctest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -194,6 +197,29 @@ func TestProtocolErrors(t *testing.T) {
 	l.Release(scheduler.Done)
 }
 
+// A reload the schedulers cannot take (here: after Close) is logged and
+// returned; the running config stays.
+func TestServiceReloadRejected(t *testing.T) {
+	var log proctest.Buffer
+	c := mustLoad(t, mesh)
+	svc, err := server.NewService(server.Options{Mesh: c, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Reload(mustLoad(t, reloadMesh("2", "fifo"))); !errors.Is(err, scheduler.ErrClosed) {
+		t.Errorf("Reload after Close: %v, want ErrClosed", err)
+	}
+	if !strings.Contains(log.String(), "scheduler: config change rejected; keeping the running config: ") {
+		t.Errorf("rejection not logged:\n%s", log.String())
+	}
+	if svc.Mesh() != c {
+		t.Error("the running config changed")
+	}
+}
+
 func TestRunNeedsMesh(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -205,12 +231,34 @@ func TestRunNeedsMesh(t *testing.T) {
 	}
 }
 
-func TestAdminMetrics(t *testing.T) {
+// metricsOn serves GET /metrics of a fresh registry on l until the test
+// ends, and returns the registry for the service to register in (the
+// command's admin server does this in a process: cmd/llmesh/schedserve).
+func metricsOn(t testing.TB, l net.Listener) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = hs.Serve(l)
+	}()
+	t.Cleanup(func() {
+		hs.Close()
+		<-done
+	})
+	return reg
+}
+
+// The service's metrics go to the registry it is given.
+func TestServiceMetrics(t *testing.T) {
 	admin, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, stop := startWith(t, server.Options{Admin: admin})
+	addr, stop := startWith(t, server.Options{Registry: metricsOn(t, admin)})
 	defer stop()
 	c, err := client.New(addr, client.Options{})
 	if err != nil {
@@ -242,7 +290,6 @@ func TestAdminMetrics(t *testing.T) {
 		`llmesh_scheduler_service_sessions 1`,
 		"llmesh_scheduler_service_messages_received_total 1\n",
 		"llmesh_scheduler_service_messages_sent_total 1\n",
-		"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total ",
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)

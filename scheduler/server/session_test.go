@@ -48,7 +48,7 @@ func TestSessionWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, stop := startMesh(t, strings.Replace(mesh, "max_length: 1", "max_length: 2", 1), server.Options{Admin: admin})
+	addr, stop := startMesh(t, strings.Replace(mesh, "max_length: 1", "max_length: 2", 1), server.Options{Registry: metricsOn(t, admin)})
 	defer stop()
 	metrics := "http://" + admin.Addr().String() + "/metrics"
 	api := sessionAPI(t, addr)
@@ -231,7 +231,7 @@ func TestSilentProxyLosesItsLeases(t *testing.T) {
 				t.Fatal(err)
 			}
 			addr, stop := startMesh(t, strings.Replace(mesh, "max_inflight: 1", "max_inflight: 4", 1), server.Options{
-				Admin: admin, Keepalive: keepalive.ServerParameters{Time: time.Second, Timeout: 500 * time.Millisecond},
+				Registry: metricsOn(t, admin), Keepalive: keepalive.ServerParameters{Time: time.Second, Timeout: 500 * time.Millisecond},
 			})
 			defer stop()
 			metrics := "http://" + admin.Addr().String() + "/metrics"

@@ -28,6 +28,7 @@ import (
 	"github.com/llmesh/llmesh/bench/simulate"
 	"github.com/llmesh/llmesh/bench/workload"
 	"github.com/llmesh/llmesh/bench/workloads"
+	"github.com/llmesh/llmesh/cmd/llmesh/controlproc"
 	"github.com/llmesh/llmesh/cmd/llmesh/demo/stack"
 	"github.com/llmesh/llmesh/control"
 	"github.com/llmesh/llmesh/sim/server"
@@ -323,7 +324,7 @@ func startControl(ctx context.Context, o Options, w *workload.Workload, logger *
 	if err := os.WriteFile(path, mesh, 0o644); err != nil {
 		return nil, err
 	}
-	srv, err := control.New(control.Options{ConfigPath: path, Logger: logger})
+	plane, err := controlproc.New(controlproc.Config{ConfigPath: path, Options: control.Options{Logger: logger}})
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
@@ -340,8 +341,8 @@ func startControl(ctx context.Context, o Options, w *workload.Workload, logger *
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = srv.Serve(ctx, xdsLn, adminLn)
+		_ = plane.Serve(ctx, xdsLn, adminLn)
 	}()
-	return &controlPlane{srv: srv, xds: xdsLn.Addr().String(), admin: adminLn.Addr().String(),
+	return &controlPlane{srv: plane.Server, xds: xdsLn.Addr().String(), admin: adminLn.Addr().String(),
 		stop: func() { cancel(); <-done }}, nil
 }

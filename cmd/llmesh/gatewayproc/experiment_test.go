@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/llmesh/llmesh/cmd/llmesh/schedserve"
 	"github.com/llmesh/llmesh/gateway"
 	"github.com/llmesh/llmesh/scheduler/server"
 	"github.com/llmesh/llmesh/sim/simtest"
@@ -291,7 +292,7 @@ func TestExperimentThroughSchedulerService(t *testing.T) {
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- server.Run(ctx, svc, server.Options{ConfigPath: path, Admin: svcAdmin, Ready: func(net.Addr) { close(ready) }})
+		done <- schedserve.Run(ctx, svc, schedserve.Config{ConfigPath: path, Admin: svcAdmin, Options: server.Options{Ready: func(net.Addr) { close(ready) }}})
 	}()
 	defer func() {
 		cancel()
