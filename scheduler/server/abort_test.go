@@ -10,6 +10,7 @@ import (
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/schedtest"
 )
 
 // abortGauge reads llmesh_preemption_abort_unhonoured{pool} from c.
@@ -42,7 +43,7 @@ func abortGauge(t *testing.T, c prometheus.Collector, pool string) (float64, boo
 // interactive request then waits instead of preempting.
 func TestCollectorAbortUnhonoured(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	pre := pol(t, "preemptive")
+	pre := schedtest.Policy(t, "preemptive")
 	s, err := scheduler.New(scheduler.Config{
 		Pools: []scheduler.PoolConfig{{Name: "gpu", MaxInflight: 2, Policy: pre,
 			Preemption: scheduler.PreemptionConfig{MinLowerInflight: 1, MaxPerRequest: 3}}},
@@ -76,8 +77,8 @@ func TestCollectorAbortUnhonoured(t *testing.T) {
 		}
 	}
 	load(2)
-	ch := make(chan admitResult, 2)
-	admitAsync(ctx, s, "interactive", scheduler.Request{Class: "interactive", MaxTokens: 4}, ch)
+	ch := make(chan schedtest.Admission, 2)
+	schedtest.AdmitInto(ctx, s, "interactive", scheduler.Request{Class: "interactive", MaxTokens: 4}, ch)
 	var victim scheduler.Lease
 	select {
 	case <-batch[0].Preempt():
@@ -89,8 +90,8 @@ func TestCollectorAbortUnhonoured(t *testing.T) {
 	}
 	victim.Release(scheduler.Preempted)
 	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	for i := 0; i < 3; i++ {
 		clk.Advance(500 * time.Millisecond)
@@ -100,7 +101,7 @@ func TestCollectorAbortUnhonoured(t *testing.T) {
 		t.Fatalf("gauge %v after three reports over 1.5s, want 1", v)
 	}
 	before := s.Stats()[0].Preempted
-	admitAsync(ctx, s, "second", scheduler.Request{Class: "interactive", MaxTokens: 4}, ch)
+	schedtest.AdmitInto(ctx, s, "second", scheduler.Request{Class: "interactive", MaxTokens: 4}, ch)
 	// The arrival's step is done once it is queued.
 	for s.Stats()[0].Queued["interactive"] != 1 {
 		time.Sleep(time.Millisecond)
@@ -108,11 +109,11 @@ func TestCollectorAbortUnhonoured(t *testing.T) {
 	if got := s.Stats()[0].Preempted; got != before {
 		t.Fatalf("preempted %d times after the mark, was %d", got, before)
 	}
-	r.l.Release(scheduler.Done)
-	if r = <-ch; r.err != nil {
-		t.Fatal(r.err)
+	r.Lease.Release(scheduler.Done)
+	if r = <-ch; r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	r.l.Release(scheduler.Done)
+	r.Lease.Release(scheduler.Done)
 	for _, l := range batch {
 		l.Release(scheduler.Done)
 	}

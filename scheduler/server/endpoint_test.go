@@ -10,13 +10,14 @@ import (
 
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/schedtest"
 )
 
 // TestSchedulersLeaseEndpoint: a lease handed out through Schedulers (what
 // the gateway and the service use) names its endpoint, and a drained
 // endpoint gets no new admission.
 func TestSchedulersLeaseEndpoint(t *testing.T) {
-	cfg := twoClasses(t, "fifo", 4)
+	cfg := schedtest.TwoClasses(t, "fifo", 4)
 	cfg.Pools[0].Endpoints = []scheduler.EndpointConfig{{Name: "10.0.0.1:1", MaxInflight: 2}, {Name: "10.0.0.2:1", MaxInflight: 2}}
 	s := newSchedulers(t, cfg)
 	if err := s.SetEndpointHealth("gpu", "10.0.0.1:1", false); err != nil {
@@ -54,7 +55,7 @@ func TestSchedulersLeaseEndpoint(t *testing.T) {
 // TestCollectorEndpointGauges: the service exports each endpoint's limit,
 // in-flight count, drain state, admissions and the engine's load report.
 func TestCollectorEndpointGauges(t *testing.T) {
-	cfg := twoClasses(t, "fifo", 4)
+	cfg := schedtest.TwoClasses(t, "fifo", 4)
 	cfg.Pools[0].Endpoints = []scheduler.EndpointConfig{{Name: "10.0.0.1:1", MaxInflight: 3}, {Name: "10.0.0.2:1", MaxInflight: 1}}
 	s := newSchedulers(t, cfg)
 	l, err := s.Admit(context.Background(), scheduler.Request{Pool: "gpu"})

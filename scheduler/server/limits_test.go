@@ -17,13 +17,14 @@ import (
 	"github.com/llmesh/llmesh/clock"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/schedtest"
 )
 
 // limitsConfig: one slot, an urgent class that preempts batch, batch's
 // queue holding one.
 func limitsConfig(t *testing.T) scheduler.Config {
 	return scheduler.Config{
-		Pools: []scheduler.PoolConfig{{Name: "gpu", MaxInflight: 1, Policy: pol(t, "preemptive"),
+		Pools: []scheduler.PoolConfig{{Name: "gpu", MaxInflight: 1, Policy: schedtest.Policy(t, "preemptive"),
 			Preemption: scheduler.PreemptionConfig{MinLowerInflight: 1, MaxPerRequest: 2}}},
 		Classes: []scheduler.ClassConfig{
 			{Name: "urgent", Priority: 0, TTFT: 200 * time.Millisecond},

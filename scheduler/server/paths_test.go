@@ -11,6 +11,7 @@ import (
 	"github.com/llmesh/llmesh/api/schedulerv1"
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/server"
+	"github.com/llmesh/llmesh/testkit/schedtest"
 )
 
 // opaque hides what its Admitter and leases can do beyond the interfaces,
@@ -35,7 +36,7 @@ func (o opaque) Admit(ctx context.Context, req scheduler.Request) (scheduler.Lea
 func TestSessionAdmissionPaths(t *testing.T) {
 	cfg := func(t *testing.T) scheduler.Config {
 		return scheduler.Config{
-			Pools: []scheduler.PoolConfig{{Name: "gpu", MaxInflight: 1, Policy: pol(t, "preemptive"),
+			Pools: []scheduler.PoolConfig{{Name: "gpu", MaxInflight: 1, Policy: schedtest.Policy(t, "preemptive"),
 				Preemption: scheduler.PreemptionConfig{MinLowerInflight: 1, MaxPerRequest: 2}}},
 			Classes: []scheduler.ClassConfig{
 				{Name: "urgent", Priority: 0, TTFT: 200 * time.Millisecond},

@@ -15,6 +15,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler/client"
 	"github.com/llmesh/llmesh/scheduler/server"
 	"github.com/llmesh/llmesh/testkit/proctest"
+	"github.com/llmesh/llmesh/testkit/schedtest"
 )
 
 // poll waits until cond holds.
@@ -122,8 +123,8 @@ func TestServiceReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waited := make(chan admitResult, 1)
-	admitAsync(actx, c, "w", scheduler.Request{Class: "default"}, waited)
+	waited := make(chan schedtest.Admission, 1)
+	schedtest.AdmitInto(actx, c, "w", scheduler.Request{Class: "default"}, waited)
 	a := admin.Addr().String()
 	poll(t, "the second request to queue", func() bool {
 		return strings.Contains(metrics(t, a), `llmesh_scheduler_queued{class="default",pool="gpu"} 1`)
@@ -132,9 +133,9 @@ func TestServiceReload(t *testing.T) {
 	if err := svc.Reload(mustLoad(t, reloadMesh("2", "fifo"))); err != nil {
 		t.Fatal(err)
 	}
-	r := next(t, waited)
-	if r.err != nil {
-		t.Fatalf("waiting stream after the capacity reload: %v", r.err)
+	r := schedtest.Next(t, waited)
+	if r.Err != nil {
+		t.Fatalf("waiting stream after the capacity reload: %v", r.Err)
 	}
 	if l := log.String(); !strings.Contains(l, "config reloaded; 1 pool(s) rebuilt") || !strings.Contains(l, "pool gpu: policy fifo, max_inflight 2") {
 		t.Errorf("reload log lines missing:\n%s", l)
@@ -154,7 +155,7 @@ func TestServiceReload(t *testing.T) {
 	poll(t, "the old lease's release", func() bool {
 		return strings.Contains(metrics(t, a), `llmesh_scheduler_limit{pool="gpu"} 2`)
 	})
-	r.l.Release(scheduler.Done)
+	r.Lease.Release(scheduler.Done)
 
 	// An experiment added by a reload brings its arm pools.
 	arm := config.ArmPoolName("gpu", "edf")
