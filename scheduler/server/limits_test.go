@@ -18,6 +18,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/server"
 	"github.com/llmesh/llmesh/testkit/schedtest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // limitsConfig: one slot, an urgent class that preempts batch, batch's
@@ -98,7 +99,7 @@ func TestIgnoredPreemptIsEndedByTheService(t *testing.T) {
 	if r := recv(); r.GetLease() != 2 || r.GetAdmitted() == nil {
 		t.Fatalf("answer %v, want lease 2 admitted once lease 1's grace ran out", r)
 	}
-	waitFor(t, "the ignored preemption logged", func() bool { return strings.Contains(logged(), "lease 1 ignored its preemption for 5s") })
+	wait.Until(t, "the ignored preemption logged", func() bool { return strings.Contains(logged(), "lease 1 ignored its preemption for 5s") })
 }
 
 // A Start marked requeue counts against max_queue unless the session has

@@ -12,6 +12,7 @@ import (
 	"github.com/llmesh/llmesh/scheduler"
 	"github.com/llmesh/llmesh/scheduler/server"
 	"github.com/llmesh/llmesh/testkit/schedtest"
+	"github.com/llmesh/llmesh/testkit/wait"
 )
 
 // opaque hides what its Admitter and leases can do beyond the interfaces,
@@ -99,21 +100,10 @@ func TestSessionAdmissionPaths(t *testing.T) {
 			}
 			// The session ends holding 2: the service releases it.
 			cancel()
-			waitFor(t, "lease 2 released", func() bool { return st.Stats()[0].InFlight == 0 })
+			wait.Until(t, "lease 2 released", func() bool { return st.Stats()[0].InFlight == 0 })
 			if c := st.Stats()[0].Counters; c.Admitted != 2 || c.Preempted != 1 || c.Cancelled != 1 {
 				t.Fatalf("counters %+v, want 2 admitted, 1 preempted, 1 cancelled", c)
 			}
 		})
-	}
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
