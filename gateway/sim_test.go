@@ -182,7 +182,10 @@ func TestSimFaultMidStream(t *testing.T) {
 // the scheduler preempts the batch stream, the interactive one runs, and
 // the batch stream is continued to exactly the text of an uninterrupted run.
 func TestPreemptiveSchedulerWithSim(t *testing.T) {
-	s := simtest.Start(t)
+	// At the default time scale the 300-token batch stream lasts about
+	// 0.3 s, which a loaded machine can spend before the interactive request
+	// reaches the scheduler; at 2 it lasts about 1.5 s.
+	s := simtest.Start(t, simtest.WithTimeScale(2))
 	pre, err := policy.Lookup("preemptive")
 	if err != nil {
 		t.Fatal(err)
