@@ -13,12 +13,23 @@ import (
 // until a new block is needed and it reaches the queue's head. Blocks are
 // int32 indexes; the free queue is an intrusive doubly-linked list through
 // prev and next, with a sentinel at index n, so every operation is O(1).
+//
+// Until a block is first named (register), every free block is anonymous:
+// blocks differ only by index, which nothing outside the pool reads but
+// the block tables, so the free queue's order cannot be observed. The pool
+// then keeps its free blocks on a stack (lifo) instead, the most recently
+// freed on top, whose counts are still in the processor's cache, and leaves
+// hash, prev and next unallocated; a fleet replaying a workload without
+// prompt segments never names a block and walks no list of cold blocks.
+// The first register moves the stack into the queue, in any order.
 type blockPool struct {
 	ref    []int32
-	hash   []kvblock.Hash // 0: not registered
-	prev   []int32
-	next   []int32
-	free   int // blocks in the free queue
+	lifo   bool
+	stack  []int32        // free blocks while lifo
+	hash   []kvblock.Hash // 0: not registered; nil while lifo
+	prev   []int32        // nil while lifo
+	next   []int32        // nil while lifo
+	free   int            // blocks in the free queue (or on the stack)
 	cached map[kvblock.Hash]int32
 	// events, when set, hears of every eviction of a named block.
 	events BlockEvents
@@ -27,22 +38,45 @@ type blockPool struct {
 func newBlockPool(n int) *blockPool {
 	p := &blockPool{
 		ref:    make([]int32, n),
-		hash:   make([]kvblock.Hash, n),
-		prev:   make([]int32, n+1),
-		next:   make([]int32, n+1),
+		lifo:   true,
+		stack:  make([]int32, n),
+		free:   n,
 		cached: map[kvblock.Hash]int32{},
+	}
+	// Taken from the top: block 0 first, as from the queue.
+	for i := range n {
+		p.stack[i] = int32(n - 1 - i)
+	}
+	return p
+}
+
+// toQueue leaves lifo mode: the free blocks, all anonymous, enter the
+// queue, the stack's top at the tail.
+func (p *blockPool) toQueue() {
+	n := len(p.ref)
+	p.hash = make([]kvblock.Hash, n)
+	p.prev = make([]int32, n+1)
+	p.next = make([]int32, n+1)
+	for b := range n {
+		p.prev[b], p.next[b] = -1, -1
 	}
 	s := int32(n)
 	p.prev[s], p.next[s] = s, s
-	for i := range n {
-		p.pushTail(int32(i))
+	stack := p.stack[:p.free]
+	p.stack, p.lifo, p.free = nil, false, 0
+	for _, b := range stack {
+		p.pushTail(b)
 	}
-	return p
 }
 
 func (p *blockPool) sentinel() int32 { return int32(len(p.ref)) }
 
 func (p *blockPool) pushTail(b int32) {
+	if p.lifo {
+		p.stack[p.free] = b
+		p.free++
+		return
+	}
 	s := p.sentinel()
 	last := p.prev[s]
 	p.prev[b], p.next[b] = last, s
@@ -61,6 +95,12 @@ func (p *blockPool) unlink(b int32) {
 // take pops the least recently freed block, evicting its hash, and gives
 // it to one holder. The caller has checked that a block is free.
 func (p *blockPool) take() int32 {
+	if p.lifo {
+		p.free--
+		b := p.stack[p.free]
+		p.ref[b] = 1
+		return b
+	}
 	b := p.next[p.sentinel()]
 	p.unlink(b)
 	if h := p.hash[b]; h != 0 {
@@ -112,7 +152,13 @@ func (p *blockPool) hold(b int32) {
 // whether it did; a block already cached under h keeps the name and b
 // stays anonymous.
 func (p *blockPool) register(b int32, h kvblock.Hash) bool {
-	if h == 0 || p.hash[b] != 0 {
+	if h == 0 {
+		return false
+	}
+	if p.lifo {
+		p.toQueue()
+	}
+	if p.hash[b] != 0 {
 		return false
 	}
 	if _, ok := p.cached[h]; ok {
@@ -148,17 +194,31 @@ func (p *blockPool) check(holders [][]int32) error {
 	}
 	inQueue := make([]bool, n)
 	count := 0
-	for b := p.next[p.sentinel()]; b != p.sentinel(); b = p.next[b] {
-		if inQueue[b] {
-			return fmt.Errorf("block %d twice in the free queue", b)
+	if p.lifo {
+		if len(p.cached) != 0 || p.hash != nil || p.prev != nil || p.next != nil {
+			return fmt.Errorf("stack of free blocks with named blocks or a queue")
 		}
-		if p.next[p.prev[b]] != b {
-			return fmt.Errorf("block %d: broken links", b)
+		for _, b := range p.stack[:p.free] {
+			if inQueue[b] {
+				return fmt.Errorf("block %d twice on the free stack", b)
+			}
+			inQueue[b] = true
+			count++
 		}
-		inQueue[b] = true
-		count++
-		if count > n {
-			return fmt.Errorf("free queue longer than the pool")
+	}
+	if !p.lifo {
+		for b := p.next[p.sentinel()]; b != p.sentinel(); b = p.next[b] {
+			if inQueue[b] {
+				return fmt.Errorf("block %d twice in the free queue", b)
+			}
+			if p.next[p.prev[b]] != b {
+				return fmt.Errorf("block %d: broken links", b)
+			}
+			inQueue[b] = true
+			count++
+			if count > n {
+				return fmt.Errorf("free queue longer than the pool")
+			}
 		}
 	}
 	if count != p.free {
@@ -177,6 +237,9 @@ func (p *blockPool) check(holders [][]int32) error {
 		}
 		if p.ref[b] > 0 {
 			used++
+		}
+		if p.lifo {
+			continue
 		}
 		if h := p.hash[b]; h != 0 && p.cached[h] != int32(b) {
 			return fmt.Errorf("block %d: hash %x maps to block %d", b, h, p.cached[h])
