@@ -21,9 +21,12 @@ import (
 // freed on top, whose counts are still in the processor's cache, and leaves
 // hash, prev and next unallocated; a fleet replaying a workload without
 // prompt segments never names a block and walks no list of cold blocks.
-// The first register moves the stack into the queue, in any order.
+// No block is shared then either (a hit needs a named block), so a held
+// block has exactly one holder and ref is left unallocated too: release
+// pushes every block it is given. The first register moves the stack into
+// the queue, in any order, and sets ref from it.
 type blockPool struct {
-	ref    []int32
+	ref    []int32 // nil while lifo: 1 for every block not on the stack
 	lifo   bool
 	stack  []int32        // free blocks while lifo
 	hash   []kvblock.Hash // 0: not registered; nil while lifo
@@ -37,7 +40,6 @@ type blockPool struct {
 
 func newBlockPool(n int) *blockPool {
 	p := &blockPool{
-		ref:    make([]int32, n),
 		lifo:   true,
 		stack:  make([]int32, n),
 		free:   n,
@@ -53,7 +55,14 @@ func newBlockPool(n int) *blockPool {
 // toQueue leaves lifo mode: the free blocks, all anonymous, enter the
 // queue, the stack's top at the tail.
 func (p *blockPool) toQueue() {
-	n := len(p.ref)
+	n := len(p.stack)
+	p.ref = make([]int32, n)
+	for b := range n {
+		p.ref[b] = 1
+	}
+	for _, b := range p.stack[:p.free] {
+		p.ref[b] = 0
+	}
 	p.hash = make([]kvblock.Hash, n)
 	p.prev = make([]int32, n+1)
 	p.next = make([]int32, n+1)
@@ -97,9 +106,7 @@ func (p *blockPool) unlink(b int32) {
 func (p *blockPool) take() int32 {
 	if p.lifo {
 		p.free--
-		b := p.stack[p.free]
-		p.ref[b] = 1
-		return b
+		return p.stack[p.free]
 	}
 	b := p.next[p.sentinel()]
 	p.unlink(b)
@@ -173,6 +180,13 @@ func (p *blockPool) register(b int32, h kvblock.Hash) bool {
 // the free queue evicts a sequence's tail before its prefix (as vLLM frees
 // a request's blocks in reverse order).
 func (p *blockPool) release(blocks []int32) {
+	if p.lifo {
+		for i := len(blocks) - 1; i >= 0; i-- {
+			p.stack[p.free] = blocks[i]
+			p.free++
+		}
+		return
+	}
 	for i := len(blocks) - 1; i >= 0; i-- {
 		b := blocks[i]
 		p.ref[b]--
@@ -185,7 +199,10 @@ func (p *blockPool) release(blocks []int32) {
 // check verifies the pool's invariants against holders, the block tables
 // of all live sequences.
 func (p *blockPool) check(holders [][]int32) error {
-	n := len(p.ref)
+	n, ref := len(p.ref), p.ref
+	if p.lifo {
+		n = len(p.stack)
+	}
 	want := make([]int32, n)
 	for _, t := range holders {
 		for _, b := range t {
@@ -204,6 +221,15 @@ func (p *blockPool) check(holders [][]int32) error {
 			}
 			inQueue[b] = true
 			count++
+		}
+		if p.ref != nil {
+			return fmt.Errorf("reference counts on the stack")
+		}
+		ref = make([]int32, n) // one holder for every block held
+		for b := range n {
+			if !inQueue[b] {
+				ref[b] = 1
+			}
 		}
 	}
 	if !p.lifo {
@@ -226,16 +252,16 @@ func (p *blockPool) check(holders [][]int32) error {
 	}
 	used := 0
 	for b := range n {
-		if p.ref[b] < 0 {
-			return fmt.Errorf("block %d: ref count %d", b, p.ref[b])
+		if ref[b] < 0 {
+			return fmt.Errorf("block %d: ref count %d", b, ref[b])
 		}
-		if p.ref[b] != want[b] {
-			return fmt.Errorf("block %d: ref count %d, held by %d", b, p.ref[b], want[b])
+		if ref[b] != want[b] {
+			return fmt.Errorf("block %d: ref count %d, held by %d", b, ref[b], want[b])
 		}
-		if (p.ref[b] == 0) != inQueue[b] {
-			return fmt.Errorf("block %d: ref count %d, in free queue %v", b, p.ref[b], inQueue[b])
+		if (ref[b] == 0) != inQueue[b] {
+			return fmt.Errorf("block %d: ref count %d, in free queue %v", b, ref[b], inQueue[b])
 		}
-		if p.ref[b] > 0 {
+		if ref[b] > 0 {
 			used++
 		}
 		if p.lifo {
