@@ -13,13 +13,16 @@ import (
 // queue from the start, event for event and step duration for step
 // duration, through a random workload with preemptions and aborts; and
 // sequences with block hashes arriving midway move the stack into the
-// queue without a difference either.
+// queue without a difference either. The queue engine keeps no spare
+// sequences (Add allocates every one), so reusing released sequences and
+// their block tables is checked the same way.
 func TestFreeStackIsTheQueue(t *testing.T) {
 	for _, pol := range []Policy{FCFS, Priority} {
 		t.Run(pol.String(), func(t *testing.T) {
 			cfg := Config{Policy: pol, MaxNumSeqs: 24, MaxNumBatchedTokens: 700, KVCacheTokens: 4096, MaxModelLen: 2048}
 			a, b := newTestEngine(t, cfg), newTestEngine(t, cfg)
 			b.pool.toQueue()
+			b.spareN = 0
 			if !a.pool.lifo || b.pool.lifo {
 				t.Fatal("want a on the stack, b on the queue")
 			}
@@ -66,6 +69,9 @@ func TestFreeStackIsTheQueue(t *testing.T) {
 				} else {
 					now = now.Add(time.Millisecond)
 				}
+			}
+			if len(a.spare) == 0 || len(b.spare) != 0 {
+				t.Fatalf("%d and %d spare sequences: want some and none", len(a.spare), len(b.spare))
 			}
 			if !a.Idle() || a.pool.lifo || a.Preemptions() == 0 || a.PrefixHits() == 0 {
 				t.Fatalf("idle %v, lifo %v, %d preemptions, %d prefix hits: the workload missed a case", a.Idle(), a.pool.lifo, a.Preemptions(), a.PrefixHits())

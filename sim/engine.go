@@ -202,6 +202,8 @@ type Engine struct {
 	hitBuf      []int32 // lookup scratch
 
 	seqs    map[uint64]*seq
+	spare   []*seq // released sequences, with their tables, for Add to reuse
+	spareN  int    // most spares kept (MaxNumSeqs)
 	running []*seq
 	waiting waitQueue
 	nextOrd uint64
@@ -260,7 +262,7 @@ func NewEngine(p *Profile, cfg Config) (*Engine, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	e := &Engine{timing: p.Timing, cfg: cfg, seqs: map[uint64]*seq{}}
+	e := &Engine{timing: p.Timing, cfg: cfg, seqs: map[uint64]*seq{}, spareN: cfg.MaxNumSeqs}
 	e.totalBlocks = cfg.KVCacheTokens / BlockSize
 	e.pool = newBlockPool(e.totalBlocks)
 	e.waiting.priority = cfg.Policy == Priority
@@ -285,7 +287,18 @@ func (e *Engine) Add(s SeqSpec) error {
 	if blocksFor(s.PromptTokens+1) > e.totalBlocks {
 		return fmt.Errorf("%w: %d prompt tokens exceed the KV cache of %d tokens", ErrTooLong, s.PromptTokens, e.totalBlocks*BlockSize)
 	}
-	q := &seq{id: s.ID, prompt: s.PromptTokens, maxTokens: s.MaxTokens, priority: s.Priority, order: e.nextOrd, heapIdx: -1, hashes: s.Blocks, ids: s.Tokens}
+	// A released sequence is reused, its block table's array too: a fleet
+	// adds millions of sequences, a few hundred live per engine.
+	var q *seq
+	var table []int32
+	if n := len(e.spare); n > 0 {
+		q, table = e.spare[n-1], e.spare[n-1].table[:0]
+		e.spare[n-1] = nil
+		e.spare = e.spare[:n-1]
+	} else {
+		q = new(seq)
+	}
+	*q = seq{id: s.ID, prompt: s.PromptTokens, maxTokens: s.MaxTokens, priority: s.Priority, order: e.nextOrd, heapIdx: -1, hashes: s.Blocks, ids: s.Tokens, table: table}
 	e.nextOrd++
 	e.seqs[s.ID] = q
 	e.waiting.push(q)
@@ -314,11 +327,18 @@ func (e *Engine) Abort(id uint64) bool {
 	return true
 }
 
+// release ends q: its blocks go back to the pool and q to the spares
+// (nothing holds it past the step that released it: Step drops it from
+// running before it returns, and Add is not called within a step).
 func (e *Engine) release(q *seq) {
 	e.pool.release(q.table)
-	q.table = nil
+	q.table = q.table[:0]
 	q.state = stateDone
+	q.hashes, q.ids = nil, nil
 	delete(e.seqs, q.id)
+	if len(e.spare) < e.spareN {
+		e.spare = append(e.spare, q)
+	}
 }
 
 // Idle reports whether there is nothing to run or wait for.
@@ -398,8 +418,8 @@ func (e *Engine) admit(q *seq, budget int) int {
 	for _, b := range hit {
 		e.pool.hold(b)
 	}
-	if q.table == nil {
-		q.table = make([]int32, 0, blocksFor(min(q.prompt+q.maxTokens, e.cfg.MaxModelLen)))
+	if want := blocksFor(min(q.prompt+q.maxTokens, e.cfg.MaxModelLen)); cap(q.table) < want {
+		q.table = make([]int32, 0, want)
 	}
 	q.table = append(q.table[:0], hit...)
 	q.hashed = len(hit)
