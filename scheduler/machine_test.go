@@ -217,3 +217,25 @@ func TestTokensMatterOnlyToPreemption(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmChangesNothing: Warm reads a ticket's entry (its tokens so far,
+// 0 for an unknown ticket) and leaves the machine as it was.
+func TestWarmChangesNothing(t *testing.T) {
+	m := newMachine(t, scheduler.PoolConfig{MaxInflight: 1, Policy: preemptive.New()})
+	tk := arrive(t, m, at(0), scheduler.Request{Class: "batch", Pool: "p", PromptTokens: 100, MaxTokens: 10})
+	waiting := arrive(t, m, at(0), scheduler.Request{Class: "batch", Pool: "p", PromptTokens: 100, MaxTokens: 10})
+	if d := m.Step(at(0)); len(d.Admitted) != 1 {
+		t.Fatalf("admitted %d, want 1", len(d.Admitted))
+	}
+	m.Progress(at(10), tk, scheduler.Progress{FirstToken: true, Tokens: 3})
+	before := m.Stats()
+	if got := m.Warm(tk); got != 3 {
+		t.Errorf("Warm(running) = %d, want its 3 tokens", got)
+	}
+	if got := m.Warm(waiting) + m.Warm(tk+1000); got != 0 {
+		t.Errorf("Warm(waiting) + Warm(unknown) = %d, want 0", got)
+	}
+	if diff := cmp.Diff(before, m.Stats()); diff != "" {
+		t.Errorf("Warm changed the stats (-before +after):\n%s", diff)
+	}
+}

@@ -13,12 +13,26 @@ import (
 // until a new block is needed and it reaches the queue's head. Blocks are
 // int32 indexes; the free queue is an intrusive doubly-linked list through
 // prev and next, with a sentinel at index n, so every operation is O(1).
+//
+// Until a block is first named (register), every free block is anonymous:
+// blocks differ only by index, which nothing outside the pool reads but
+// the block tables, so the free queue's order cannot be observed. The pool
+// then keeps its free blocks on a stack (lifo) instead, the most recently
+// freed on top, whose counts are still in the processor's cache, and leaves
+// hash, prev and next unallocated; a fleet replaying a workload without
+// prompt segments never names a block and walks no list of cold blocks.
+// No block is shared then either (a hit needs a named block), so a held
+// block has exactly one holder and ref is left unallocated too: release
+// pushes every block it is given. The first register moves the stack into
+// the queue, in any order, and sets ref from it.
 type blockPool struct {
-	ref    []int32
-	hash   []kvblock.Hash // 0: not registered
-	prev   []int32
-	next   []int32
-	free   int // blocks in the free queue
+	ref    []int32 // nil while lifo: 1 for every block not on the stack
+	lifo   bool
+	stack  []int32        // free blocks while lifo
+	hash   []kvblock.Hash // 0: not registered; nil while lifo
+	prev   []int32        // nil while lifo
+	next   []int32        // nil while lifo
+	free   int            // blocks in the free queue (or on the stack)
 	cached map[kvblock.Hash]int32
 	// events, when set, hears of every eviction of a named block.
 	events BlockEvents
@@ -26,23 +40,52 @@ type blockPool struct {
 
 func newBlockPool(n int) *blockPool {
 	p := &blockPool{
-		ref:    make([]int32, n),
-		hash:   make([]kvblock.Hash, n),
-		prev:   make([]int32, n+1),
-		next:   make([]int32, n+1),
+		lifo:   true,
+		stack:  make([]int32, n),
+		free:   n,
 		cached: map[kvblock.Hash]int32{},
+	}
+	// Taken from the top: block 0 first, as from the queue.
+	for i := range n {
+		p.stack[i] = int32(n - 1 - i)
+	}
+	return p
+}
+
+// toQueue leaves lifo mode: the free blocks, all anonymous, enter the
+// queue, the stack's top at the tail.
+func (p *blockPool) toQueue() {
+	n := len(p.stack)
+	p.ref = make([]int32, n)
+	for b := range n {
+		p.ref[b] = 1
+	}
+	for _, b := range p.stack[:p.free] {
+		p.ref[b] = 0
+	}
+	p.hash = make([]kvblock.Hash, n)
+	p.prev = make([]int32, n+1)
+	p.next = make([]int32, n+1)
+	for b := range n {
+		p.prev[b], p.next[b] = -1, -1
 	}
 	s := int32(n)
 	p.prev[s], p.next[s] = s, s
-	for i := range n {
-		p.pushTail(int32(i))
+	stack := p.stack[:p.free]
+	p.stack, p.lifo, p.free = nil, false, 0
+	for _, b := range stack {
+		p.pushTail(b)
 	}
-	return p
 }
 
 func (p *blockPool) sentinel() int32 { return int32(len(p.ref)) }
 
 func (p *blockPool) pushTail(b int32) {
+	if p.lifo {
+		p.stack[p.free] = b
+		p.free++
+		return
+	}
 	s := p.sentinel()
 	last := p.prev[s]
 	p.prev[b], p.next[b] = last, s
@@ -61,6 +104,10 @@ func (p *blockPool) unlink(b int32) {
 // take pops the least recently freed block, evicting its hash, and gives
 // it to one holder. The caller has checked that a block is free.
 func (p *blockPool) take() int32 {
+	if p.lifo {
+		p.free--
+		return p.stack[p.free]
+	}
 	b := p.next[p.sentinel()]
 	p.unlink(b)
 	if h := p.hash[b]; h != 0 {
@@ -112,7 +159,13 @@ func (p *blockPool) hold(b int32) {
 // whether it did; a block already cached under h keeps the name and b
 // stays anonymous.
 func (p *blockPool) register(b int32, h kvblock.Hash) bool {
-	if h == 0 || p.hash[b] != 0 {
+	if h == 0 {
+		return false
+	}
+	if p.lifo {
+		p.toQueue()
+	}
+	if p.hash[b] != 0 {
 		return false
 	}
 	if _, ok := p.cached[h]; ok {
@@ -127,6 +180,13 @@ func (p *blockPool) register(b int32, h kvblock.Hash) bool {
 // the free queue evicts a sequence's tail before its prefix (as vLLM frees
 // a request's blocks in reverse order).
 func (p *blockPool) release(blocks []int32) {
+	if p.lifo {
+		for i := len(blocks) - 1; i >= 0; i-- {
+			p.stack[p.free] = blocks[i]
+			p.free++
+		}
+		return
+	}
 	for i := len(blocks) - 1; i >= 0; i-- {
 		b := blocks[i]
 		p.ref[b]--
@@ -139,7 +199,10 @@ func (p *blockPool) release(blocks []int32) {
 // check verifies the pool's invariants against holders, the block tables
 // of all live sequences.
 func (p *blockPool) check(holders [][]int32) error {
-	n := len(p.ref)
+	n, ref := len(p.ref), p.ref
+	if p.lifo {
+		n = len(p.stack)
+	}
 	want := make([]int32, n)
 	for _, t := range holders {
 		for _, b := range t {
@@ -148,17 +211,40 @@ func (p *blockPool) check(holders [][]int32) error {
 	}
 	inQueue := make([]bool, n)
 	count := 0
-	for b := p.next[p.sentinel()]; b != p.sentinel(); b = p.next[b] {
-		if inQueue[b] {
-			return fmt.Errorf("block %d twice in the free queue", b)
+	if p.lifo {
+		if len(p.cached) != 0 || p.hash != nil || p.prev != nil || p.next != nil {
+			return fmt.Errorf("stack of free blocks with named blocks or a queue")
 		}
-		if p.next[p.prev[b]] != b {
-			return fmt.Errorf("block %d: broken links", b)
+		for _, b := range p.stack[:p.free] {
+			if inQueue[b] {
+				return fmt.Errorf("block %d twice on the free stack", b)
+			}
+			inQueue[b] = true
+			count++
 		}
-		inQueue[b] = true
-		count++
-		if count > n {
-			return fmt.Errorf("free queue longer than the pool")
+		if p.ref != nil {
+			return fmt.Errorf("reference counts on the stack")
+		}
+		ref = make([]int32, n) // one holder for every block held
+		for b := range n {
+			if !inQueue[b] {
+				ref[b] = 1
+			}
+		}
+	}
+	if !p.lifo {
+		for b := p.next[p.sentinel()]; b != p.sentinel(); b = p.next[b] {
+			if inQueue[b] {
+				return fmt.Errorf("block %d twice in the free queue", b)
+			}
+			if p.next[p.prev[b]] != b {
+				return fmt.Errorf("block %d: broken links", b)
+			}
+			inQueue[b] = true
+			count++
+			if count > n {
+				return fmt.Errorf("free queue longer than the pool")
+			}
 		}
 	}
 	if count != p.free {
@@ -166,17 +252,20 @@ func (p *blockPool) check(holders [][]int32) error {
 	}
 	used := 0
 	for b := range n {
-		if p.ref[b] < 0 {
-			return fmt.Errorf("block %d: ref count %d", b, p.ref[b])
+		if ref[b] < 0 {
+			return fmt.Errorf("block %d: ref count %d", b, ref[b])
 		}
-		if p.ref[b] != want[b] {
-			return fmt.Errorf("block %d: ref count %d, held by %d", b, p.ref[b], want[b])
+		if ref[b] != want[b] {
+			return fmt.Errorf("block %d: ref count %d, held by %d", b, ref[b], want[b])
 		}
-		if (p.ref[b] == 0) != inQueue[b] {
-			return fmt.Errorf("block %d: ref count %d, in free queue %v", b, p.ref[b], inQueue[b])
+		if (ref[b] == 0) != inQueue[b] {
+			return fmt.Errorf("block %d: ref count %d, in free queue %v", b, ref[b], inQueue[b])
 		}
-		if p.ref[b] > 0 {
+		if ref[b] > 0 {
 			used++
+		}
+		if p.lifo {
+			continue
 		}
 		if h := p.hash[b]; h != 0 && p.cached[h] != int32(b) {
 			return fmt.Errorf("block %d: hash %x maps to block %d", b, h, p.cached[h])

@@ -167,21 +167,23 @@ const (
 )
 
 type seq struct {
+	// What every step reads of a running sequence comes first: chunk,
+	// allocate and finish touch one or two cache lines, not three.
 	id        uint64
 	prompt    int
+	output    int // output tokens generated
+	computed  int // tokens whose KV is in the cache
 	maxTokens int
-	priority  int
-	order     uint64         // arrival order, for ties
-	output    int            // output tokens generated
-	computed  int            // tokens whose KV is in the cache
+	schedN    int            // tokens scheduled in the current step
 	table     []int32        // KV blocks held, in token order
-	hashes    []kvblock.Hash // SeqSpec.Blocks
-	ids       []uint32       // SeqSpec.Tokens
 	hashed    int            // leading blocks of table registered or hit
-	lost      int            // tokens computed when last preempted
+	hashes    []kvblock.Hash // SeqSpec.Blocks
 	state     seqState
 	scheduled bool // ever scheduled
-	schedN    int  // tokens scheduled in the current step
+	priority  int
+	order     uint64   // arrival order, for ties
+	ids       []uint32 // SeqSpec.Tokens
+	lost      int      // tokens computed when last preempted
 	heapIdx   int
 }
 
@@ -200,12 +202,15 @@ type Engine struct {
 	hitBuf      []int32 // lookup scratch
 
 	seqs    map[uint64]*seq
+	spare   []*seq // released sequences, with their tables, for Add to reuse
+	spareN  int    // most spares kept (MaxNumSeqs)
 	running []*seq
 	waiting waitQueue
 	nextOrd uint64
 
-	res   StepResult
-	sched []*seq // sequences scheduled in the current step
+	res     StepResult
+	sched   []*seq // sequences scheduled in the current step
+	touched int    // Step's loads ahead of use land here, read by nothing
 
 	preemptions      int64
 	recomputedTokens int64
@@ -257,7 +262,7 @@ func NewEngine(p *Profile, cfg Config) (*Engine, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	e := &Engine{timing: p.Timing, cfg: cfg, seqs: map[uint64]*seq{}}
+	e := &Engine{timing: p.Timing, cfg: cfg, seqs: map[uint64]*seq{}, spareN: cfg.MaxNumSeqs}
 	e.totalBlocks = cfg.KVCacheTokens / BlockSize
 	e.pool = newBlockPool(e.totalBlocks)
 	e.waiting.priority = cfg.Policy == Priority
@@ -282,7 +287,18 @@ func (e *Engine) Add(s SeqSpec) error {
 	if blocksFor(s.PromptTokens+1) > e.totalBlocks {
 		return fmt.Errorf("%w: %d prompt tokens exceed the KV cache of %d tokens", ErrTooLong, s.PromptTokens, e.totalBlocks*BlockSize)
 	}
-	q := &seq{id: s.ID, prompt: s.PromptTokens, maxTokens: s.MaxTokens, priority: s.Priority, order: e.nextOrd, heapIdx: -1, hashes: s.Blocks, ids: s.Tokens}
+	// A released sequence is reused, its block table's array too: a fleet
+	// adds millions of sequences, a few hundred live per engine.
+	var q *seq
+	var table []int32
+	if n := len(e.spare); n > 0 {
+		q, table = e.spare[n-1], e.spare[n-1].table[:0]
+		e.spare[n-1] = nil
+		e.spare = e.spare[:n-1]
+	} else {
+		q = new(seq)
+	}
+	*q = seq{id: s.ID, prompt: s.PromptTokens, maxTokens: s.MaxTokens, priority: s.Priority, order: e.nextOrd, heapIdx: -1, hashes: s.Blocks, ids: s.Tokens, table: table}
 	e.nextOrd++
 	e.seqs[s.ID] = q
 	e.waiting.push(q)
@@ -311,11 +327,18 @@ func (e *Engine) Abort(id uint64) bool {
 	return true
 }
 
+// release ends q: its blocks go back to the pool and q to the spares
+// (nothing holds it past the step that released it: Step drops it from
+// running before it returns, and Add is not called within a step).
 func (e *Engine) release(q *seq) {
 	e.pool.release(q.table)
-	q.table = nil
+	q.table = q.table[:0]
 	q.state = stateDone
+	q.hashes, q.ids = nil, nil
 	delete(e.seqs, q.id)
+	if len(e.spare) < e.spareN {
+		e.spare = append(e.spare, q)
+	}
 }
 
 // Idle reports whether there is nothing to run or wait for.
@@ -395,8 +418,8 @@ func (e *Engine) admit(q *seq, budget int) int {
 	for _, b := range hit {
 		e.pool.hold(b)
 	}
-	if q.table == nil {
-		q.table = make([]int32, 0, blocksFor(min(q.prompt+q.maxTokens, e.cfg.MaxModelLen)))
+	if want := blocksFor(min(q.prompt+q.maxTokens, e.cfg.MaxModelLen)); cap(q.table) < want {
+		q.table = make([]int32, 0, want)
 	}
 	q.table = append(q.table[:0], hit...)
 	q.hashed = len(hit)
@@ -487,6 +510,15 @@ func (e *Engine) Step(now time.Time) *StepResult {
 	e.sched = e.sched[:0]
 	budget := e.cfg.MaxNumBatchedTokens
 	preempted := false
+	// Load every running sequence before acting on any: independent loads
+	// overlap their cache misses (64 engines' sequences do not stay in
+	// the cache between one engine's steps), where the loop below takes
+	// them one after the other.
+	touch := 0
+	for _, q := range e.running {
+		touch += q.computed + len(q.table)
+	}
+	e.touched += touch
 	for i := 0; i < len(e.running) && budget > 0; {
 		q := e.running[i]
 		n := min(e.chunk(q), budget)

@@ -664,9 +664,18 @@ func (f *fleet) stepEnded(e *fleetEngine) {
 	// independent loads overlap their cache misses, where the loop below
 	// takes them one after the other.
 	var touch int
-	for _, ev := range e.events {
-		if a := f.byEng[ev.ID]; a != nil {
-			touch += a.v.sent
+	if f.tokensMatter && f.hop == 0 {
+		// Every token goes to the scheduler: load its entries too.
+		for _, ev := range e.events {
+			if a := f.byEng[ev.ID]; a != nil {
+				touch += a.v.sent + f.sched(a.v).m.Warm(a.v.ticket)
+			}
+		}
+	} else {
+		for _, ev := range e.events {
+			if a := f.byEng[ev.ID]; a != nil {
+				touch += a.v.sent
+			}
 		}
 	}
 	f.touched += touch
