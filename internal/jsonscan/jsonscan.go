@@ -4,12 +4,13 @@
 // modes:
 //
 //   - Strict (Space, String, Number, Literal, Scalar, Key, Value, Valid,
-//     KeyEquals, KeyEqualFold): exactly encoding/json's grammar (RFC
-//     8259; like encoding/json it does not check UTF-8), held to json.Valid
-//     by FuzzValid. Request sizing (exchange.ParseOpenAIRequest), the
+//     KeyEquals, KeyEqualFold, Check, CheckString): exactly encoding/json's
+//     grammar (RFC 8259; like encoding/json it does not check UTF-8), held
+//     to json.Valid by FuzzValid. Request sizing (exchange.ParseOpenAIRequest), the
 //     engine-priority guard (exchange.RewriteJSONPriority), relocation's
 //     JSON edit (relocate.RewriteJSON) and the benchmark client's SSE fast
-//     path use it.
+//     path use it. Check and CheckString also say where and why input is
+//     refused, walking it a second time only then.
 //   - Lenient (Lenient, ClosingQuote, AppendUnescaped): the observer's
 //     reading of response chunks, which counts what an engine already sent
 //     rather than judging it, so it skips values checking only nesting and
