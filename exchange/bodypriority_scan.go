@@ -40,55 +40,42 @@ func (s *strictJSON) end(i int) error {
 // segments, the index of its closing brace, and whether any member is a
 // priority.
 func (s *strictJSON) members(open int) (segs []segment, closeAt int, hit bool, err error) {
-	i := s.ws(open + 1)
-	if i < len(s.b) && s.b[i] == '}' {
+	i, empty := jsonscan.Enter(s.b, open)
+	if empty {
 		return nil, i, false, nil
 	}
 	from := open + 1
 	segs = make([]segment, 0, 16)
-	for {
-		i = s.ws(i)
-		if i >= len(s.b) || s.b[i] != '"' {
-			return nil, 0, false, s.fail(i, "expected a member name")
+	for more := true; more; {
+		name, escaped, v, ok := jsonscan.Member(s.b, i)
+		if !ok {
+			return nil, 0, false, s.refused(open)
 		}
-		kend, escaped, err := s.str(i)
-		if err != nil {
-			return nil, 0, false, err
+		isPrio := jsonscan.KeyEqualFold(name, escaped, priorityKey)
+		end, ok := jsonscan.Value(s.b, v, math.MaxInt)
+		if !ok {
+			return nil, 0, false, s.refused(open)
 		}
-		isPrio := jsonscan.KeyEqualFold(s.b[i:kend], escaped, priorityKey)
-		i = s.ws(kend)
-		if i >= len(s.b) || s.b[i] != ':' {
-			return nil, 0, false, s.fail(i, "expected ':' after a member name")
+		to := s.ws(end) // the ',' or '}' after the member
+		if i, more, ok = jsonscan.Next(s.b, to, '}'); !ok {
+			return nil, 0, false, s.refused(open)
 		}
-		if i, err = s.value(s.ws(i + 1)); err != nil {
-			return nil, 0, false, err
-		}
-		i = s.ws(i)
-		if i >= len(s.b) {
-			return nil, 0, false, s.fail(i, "unterminated object")
-		}
-		segs = append(segs, segment{from: from, to: i, priority: isPrio})
+		segs = append(segs, segment{from: from, to: to, priority: isPrio})
 		hit = hit || isPrio
-		switch s.b[i] {
-		case ',':
-			i++
-			from = i
-		case '}':
-			return segs, i, hit, nil
-		default:
-			return nil, 0, false, s.fail(i, "expected ',' or '}' after a member")
-		}
+		from = to + 1
 	}
+	return segs, i, hit, nil
 }
 
-// str validates the string starting at b[i] == '"' and returns the index
-// after its closing quote and whether it contains escapes.
-func (s *strictJSON) str(i int) (end int, escaped bool, err error) {
-	end, escaped, serr := jsonscan.CheckString(s.b, i)
-	if serr != nil {
-		return 0, false, fmt.Errorf("%w: %w", ErrPriorityBody, serr)
+// refused is the error for the object at b[open], which the walk found
+// broken: where and why, from jsonscan.Check.
+func (s *strictJSON) refused(open int) error {
+	if _, serr := jsonscan.Check(s.b, open, math.MaxInt); serr != nil {
+		return fmt.Errorf("%w: %w", ErrPriorityBody, serr)
 	}
-	return end, escaped, nil
+	// The walk refused what Check accepts: they disagree, which
+	// FuzzRewriteJSONPriority would catch.
+	return s.fail(open, "invalid object")
 }
 
 // value validates one JSON value starting at b[i] and returns the index

@@ -148,7 +148,10 @@ func explainValue(b []byte, i, maxDepth int) *SyntaxError {
 				i++
 				continue
 			}
-			return syntaxErr(i, "expected ',' or the end of the %s", containerName(top))
+			if top == '{' {
+				return syntaxErr(i, "expected ',' or '}' after a member")
+			}
+			return syntaxErr(i, "expected ',' or the end of the array")
 		}
 	}
 }
