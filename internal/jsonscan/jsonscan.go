@@ -5,8 +5,9 @@
 //
 //   - Strict (Space, String, Number, Literal, Scalar, Key, Value, Valid,
 //     the member walk Enter, Member and Next, KeyEquals, KeyEqualFold,
-//     Check, CheckString): exactly encoding/json's grammar (RFC 8259; like encoding/json it does not check UTF-8), held
-//     to json.Valid by FuzzValid. Request sizing (exchange.ParseOpenAIRequest), the
+//     Check, CheckString): exactly encoding/json's grammar (RFC 8259; like
+//     encoding/json it does not check UTF-8), held to json.Valid by
+//     FuzzValid. Request sizing (exchange.ParseOpenAIRequest), the
 //     engine-priority guard (exchange.RewriteJSONPriority), relocation's
 //     JSON edit (relocate.RewriteJSON) and the benchmark client's SSE fast
 //     path use it. Check and CheckString also say where and why input is
