@@ -1,6 +1,7 @@
 package envoyfilter
 
 import (
+	goruntime "runtime"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/llmesh/llmesh/api/llmv1"
 	"github.com/llmesh/llmesh/api/vllmpb"
+	"github.com/llmesh/llmesh/exchange"
 	"github.com/llmesh/llmesh/testkit/fakesdk"
 	"github.com/llmesh/llmesh/testkit/grpcframe"
 )
@@ -198,4 +200,33 @@ func TestGRPCBodySizedForTokenBound(t *testing.T) {
 		})
 	}
 	want(t, "inflight", h.gauge(GaugeInflight), 0)
+}
+
+// TestSizedBodyParsedOnce: a sized body that arrives in one chunk is
+// parsed once, by the sizing (the model is read with the sizes), not a
+// second time for the model alone. Each parse copies the prompt, so the
+// bytes allocated while the chunk is handled tell the parses apart: the
+// sizing's own (measured alone) and the fake host's two copies of the chunk
+// (its buffer, its record of what went upstream), where a second parse
+// would add another copy of the prompt.
+func TestSizedBodyParsedOnce(t *testing.T) {
+	h := newHarness(t, `{"mesh": `+bodyMesh+`}`, true)
+	const prompt = 8 << 20
+	body := []byte(`{"model":"big-model","prompt":"` + strings.Repeat("a", prompt) + `","max_tokens":10}`)
+	allocated := func(f func()) uint64 {
+		var before, after goruntime.MemStats
+		goruntime.ReadMemStats(&before)
+		f()
+		goruntime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	sizing := allocated(func() { exchange.ReadRequestMeta("/v1/completions", body, false) })
+	s := h.stream(fakesdk.Options{})
+	wantStatus(t, "DecodeHeaders", s.DecodeHeaders(sseRequest(), false), api.StopAndBuffer)
+	handled := allocated(func() { s.DecodeData(body, true) })
+	s.Complete()
+	noViolations(t, s)
+	if limit := sizing + uint64(len(body))*5/2; handled > limit {
+		t.Errorf("handling a one-chunk body of %d bytes allocated %d bytes, the sizing alone %d: parsed more than once", len(body), handled, sizing)
+	}
 }

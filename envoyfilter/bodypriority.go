@@ -60,6 +60,9 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 	dcb := f.cb.DecoderFilterCallbacks()
 	limit := f.guardLimit()
 	if n := len(f.guardBuf) + b.Len(); n > limit {
+		if endStream && f.guardBuf == nil {
+			f.noteModel(b.Bytes())
+		}
 		f.guarding, f.guardBuf = false, nil
 		msg := fmt.Sprintf("request body of at least %d bytes exceeds relocation.max_body = %d bytes", n, limit)
 		if f.x.View().Plan.Guard == exchange.GuardGRPC {
@@ -78,6 +81,7 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 	}
 	f.guarding, f.guardBuf = false, nil
 	admitNow := f.httpPlan != nil || f.sizing // Envoy buffered the body; admission waits for it
+	whole := body
 	var err error
 	switch {
 	case f.httpPlan != nil:
@@ -88,6 +92,7 @@ func (f *streamFilter) guardBody(b api.BufferInstance, endStream bool) api.Statu
 		collected = true
 	}
 	if err != nil {
+		f.noteModel(whole)
 		return f.relocationFailed(dcb, err)
 	}
 	if f.sizing {

@@ -286,6 +286,15 @@ func (f *streamFilter) readBody(body []byte) error {
 	return f.x.Size(body, nil)
 }
 
+// noteModel reads the model of a whole body that is refused before
+// readBody sized it (DecodeData left the model to readBody): the refusal is
+// recorded with it, as for a body that arrived in several chunks.
+func (f *streamFilter) noteModel(body []byte) {
+	if f.sizing {
+		f.x.NoteModel(body, true)
+	}
+}
+
 // refuseBody answers a request whose body names what no engine can serve
 // (readBody's error), before admission.
 func (f *streamFilter) refuseBody(cb api.FilterProcessCallbacks, err error) api.StatusType {
@@ -438,8 +447,11 @@ func (f *streamFilter) countAdmitError(err error) {
 
 func (f *streamFilter) DecodeData(b api.BufferInstance, endStream bool) (status api.StatusType) {
 	defer f.recoverCallback(f.cb.DecoderFilterCallbacks(), &status)
-	if f.responding() {
-		f.x.NoteModel(b.Bytes(), endStream) // the first chunk only
+	if f.responding() && !(endStream && f.sizing) {
+		// The first chunk only. A body that is sized and arrives whole is
+		// left to readBody, which reads the model with the sizes, so that
+		// it is parsed once (or to noteModel when refused before that).
+		f.x.NoteModel(b.Bytes(), endStream)
 	}
 	switch {
 	case f.guarding:

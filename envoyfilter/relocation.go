@@ -98,6 +98,7 @@ func (f *streamFilter) relocateBody(b api.BufferInstance, endStream bool) api.St
 		}
 		body, err := f.relocateJSON(in)
 		if err != nil {
+			f.noteModel(in)
 			return f.relocationFailed(dcb, err)
 		}
 		if err := b.Set(body); err != nil {

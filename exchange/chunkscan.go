@@ -1,9 +1,13 @@
 package exchange
 
-import "time"
+import (
+	"time"
+
+	"github.com/llmesh/llmesh/internal/jsonscan"
+)
 
 // The observer's reading of OpenAI JSON objects: which fields of a chunk
-// (or a whole non-streaming body) it looks at, on the scanner of jsonscan.go.
+// (or a whole non-streaming body) it looks at, on jsonscan's lenient cursor.
 
 // chunkResult is what one OpenAI JSON object (an SSE chunk or a whole
 // non-streaming body) contributed, plus what the SSE fast path needs to
@@ -28,14 +32,14 @@ type chunkResult struct {
 // observation: token-bearing choices, finish reason, usage, errors, and the
 // llmesh_engine ground truth.
 func (o *Observer) scanChunk(data []byte, r *chunkResult) error {
-	s := jsonScanner{b: data}
-	if !s.open('{') {
+	s := jsonscan.NewLenient(data)
+	if !s.Open('{') {
 		return o.malformed("event %d: not a JSON object", o.obs.Chunks)
 	}
 	isError := false
 	var message []byte
 	for {
-		k, ok := s.key()
+		k, ok := s.Key()
 		if !ok {
 			break
 		}
@@ -43,52 +47,52 @@ func (o *Observer) scanChunk(data []byte, r *chunkResult) error {
 		case "choices":
 			o.scanChoices(&s, r)
 		case "usage":
-			if s.peek() != 'n' { // usage:null changes nothing
+			if s.Peek() != 'n' { // usage:null changes nothing
 				r.effects = true
 			}
 			o.scanUsage(&s)
 		case "error":
 			isError = true
 			r.effects = true
-			if s.peek() == '"' {
-				message, _ = s.str()
-			} else if s.open('{') {
+			if s.Peek() == '"' {
+				message, _ = s.Str()
+			} else if s.Open('{') {
 				for {
-					k, ok := s.key()
+					k, ok := s.Key()
 					if !ok {
 						break
 					}
 					if string(k) == "message" {
-						message, _ = s.str()
+						message, _ = s.Str()
 					} else {
-						s.skip()
+						s.Skip()
 					}
 				}
 			}
 		case "object":
-			v, _ := s.str()
+			v, _ := s.Str()
 			if string(v) == "error" {
 				isError = true
 				r.effects = true
 			}
 		case "message":
 			r.effects = true
-			if s.peek() == '"' {
-				message, _ = s.str()
+			if s.Peek() == '"' {
+				message, _ = s.Str()
 			} else {
-				s.skip()
+				s.Skip()
 			}
 		case "llmesh_engine":
-			if s.peek() != 'n' {
+			if s.Peek() != 'n' {
 				r.effects = true
 			}
 			o.scanEngine(&s)
 		default:
-			s.skip()
+			s.Skip()
 		}
 	}
-	if s.bad {
-		return o.malformed("event %d: invalid JSON at byte %d", o.obs.Chunks, s.i)
+	if s.Bad() {
+		return o.malformed("event %d: invalid JSON at byte %d", o.obs.Chunks, s.Pos())
 	}
 	if isError {
 		msg := "stream error"
@@ -107,18 +111,18 @@ func (o *Observer) scanChunk(data []byte, r *chunkResult) error {
 
 // scanChoices reads choices[]: text (completions), delta.* (chat stream),
 // message.* (chat body), finish_reason.
-func (o *Observer) scanChoices(s *jsonScanner, r *chunkResult) {
-	if !s.open('[') {
+func (o *Observer) scanChoices(s *jsonscan.Lenient, r *chunkResult) {
+	if !s.Open('[') {
 		return
 	}
 	first := true
-	for s.elem() {
-		if !s.open('{') {
+	for s.Elem() {
+		if !s.Open('{') {
 			continue
 		}
 		bearing := false
 		for {
-			k, ok := s.key()
+			k, ok := s.Key()
 			if !ok {
 				break
 			}
@@ -129,9 +133,9 @@ func (o *Observer) scanChoices(s *jsonScanner, r *chunkResult) {
 					o.keepText(first, raw, esc)
 				}
 			case "delta", "message":
-				if s.open('{') {
+				if s.Open('{') {
 					for {
-						k, ok := s.key()
+						k, ok := s.Key()
 						if !ok {
 							break
 						}
@@ -145,27 +149,27 @@ func (o *Observer) scanChoices(s *jsonScanner, r *chunkResult) {
 								}
 							}
 						case "tool_calls":
-							if s.open('[') {
-								for s.elem() {
+							if s.Open('[') {
+								for s.Elem() {
 									bearing = true
 									r.effects = true
-									s.skip()
+									s.Skip()
 								}
 							}
 						default:
-							s.skip()
+							s.Skip()
 						}
 					}
 				}
 			case "finish_reason":
-				if raw, _ := s.str(); len(raw) > 0 {
+				if raw, _ := s.Str(); len(raw) > 0 {
 					r.effects = true
 					if string(raw) != o.obs.FinishReason {
 						o.obs.FinishReason = string(raw)
 					}
 				}
 			default:
-				s.skip()
+				s.Skip()
 			}
 		}
 		if bearing {
@@ -177,13 +181,13 @@ func (o *Observer) scanChoices(s *jsonScanner, r *chunkResult) {
 
 // textField reads a token-bearing string field and notes where its
 // contents lie in the object, for chunkTemplate.
-func textField(s *jsonScanner, r *chunkResult, kept bool) (raw []byte, escaped bool) {
+func textField(s *jsonscan.Lenient, r *chunkResult, kept bool) (raw []byte, escaped bool) {
 	r.texts++
-	isStr := s.peek() == '"'
-	start := s.i + 1
-	raw, escaped = s.str()
-	if isStr && !s.bad {
-		r.textStart, r.textEnd, r.textKept = start, s.i-1, kept
+	isStr := s.Peek() == '"'
+	start := s.Pos() + 1
+	raw, escaped = s.Str()
+	if isStr && !s.Bad() {
+		r.textStart, r.textEnd, r.textKept = start, s.Pos()-1, kept
 	} else {
 		r.textStart, r.textEnd = 0, 0
 	}
@@ -198,41 +202,41 @@ func (o *Observer) keepText(first bool, raw []byte, escaped bool) {
 		o.text = append(o.text, raw...)
 		return
 	}
-	o.text = appendUnescaped(o.text, raw)
+	o.text = jsonscan.AppendUnescaped(o.text, raw)
 }
 
-func (o *Observer) scanUsage(s *jsonScanner) {
-	if !s.open('{') {
+func (o *Observer) scanUsage(s *jsonscan.Lenient) {
+	if !s.Open('{') {
 		return
 	}
 	for {
-		k, ok := s.key()
+		k, ok := s.Key()
 		if !ok {
 			return
 		}
 		switch string(k) {
 		case "completion_tokens":
-			if v, ok := s.int(); ok && v >= 0 {
+			if v, ok := s.Int(); ok && v >= 0 {
 				o.obs.OutputTokens = int(v)
 				o.obs.UsageReported = true
 			}
 		case "prompt_tokens":
-			if v, ok := s.int(); ok && v >= 0 {
+			if v, ok := s.Int(); ok && v >= 0 {
 				o.obs.PromptTokens = int(v)
 			}
 		default:
-			s.skip()
+			s.Skip()
 		}
 	}
 }
 
-func (o *Observer) scanEngine(s *jsonScanner) {
-	if !s.open('{') {
+func (o *Observer) scanEngine(s *jsonscan.Lenient) {
+	if !s.Open('{') {
 		return
 	}
 	e := &o.obs.Engine
 	for {
-		k, ok := s.key()
+		k, ok := s.Key()
 		if !ok {
 			return
 		}
@@ -247,16 +251,16 @@ func (o *Observer) scanEngine(s *jsonScanner) {
 		case "finish_ns":
 			dst = &e.Finish
 		case "preemptions":
-			if v, ok := s.int(); ok && v >= 0 {
+			if v, ok := s.Int(); ok && v >= 0 {
 				e.Preemptions = int(v)
 				e.Seen = true
 			}
 			continue
 		default:
-			s.skip()
+			s.Skip()
 			continue
 		}
-		if v, ok := s.int(); ok && v > 0 {
+		if v, ok := s.Int(); ok && v > 0 {
 			*dst = time.Unix(0, v)
 			e.Seen = true
 		}

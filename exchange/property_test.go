@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -197,28 +196,6 @@ func FuzzScanChunk(f *testing.F) {
 		}
 		if r.tokens < 0 {
 			t.Fatalf("negative tokens")
-		}
-	})
-}
-
-// FuzzUnescape checks the JSON string decoder used for kept output against
-// encoding/json on every valid UTF-8 string literal.
-func FuzzUnescape(f *testing.F) {
-	for _, s := range []string{`"plain"`, `"a\u00e9\n\t\"\\\/"`, `"\ud83d\ude00"`, `"\ud83d x"`, `"\udc00\ud800"`, `"\u12"`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, lit []byte) {
-		var want string
-		if !utf8.Valid(lit) || json.Unmarshal(lit, &want) != nil {
-			return
-		}
-		s := jsonScanner{b: lit}
-		raw, _ := s.str()
-		if s.bad {
-			t.Fatalf("scanner rejected valid literal %q", lit)
-		}
-		if got := string(appendUnescaped(nil, raw)); got != want {
-			t.Fatalf("unescape(%q) = %q, want %q", lit, got, want)
 		}
 	})
 }

@@ -215,38 +215,24 @@ func parseOpenAIFast(body []byte, r *OpenAIRequest) bool {
 	if i >= len(b) || b[i] != '{' {
 		return false // null and type errors are encoding/json's
 	}
-	i = jsonscan.Space(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		i++
-	} else {
-		for {
-			key, after, ok := p.key(i)
-			if !ok {
-				return false
-			}
-			f := topField(key)
-			if f == reqUnsure {
-				return false
-			}
-			if i, ok = p.field(f, r, jsonscan.Space(b, after)); !ok {
-				return false
-			}
-			i = jsonscan.Space(b, i)
-			if i >= len(b) {
-				return false
-			}
-			if b[i] == ',' {
-				i = jsonscan.Space(b, i+1)
-				continue
-			}
-			if b[i] != '}' {
-				return false
-			}
-			i++
-			break
+	i, empty := jsonscan.Enter(b, i)
+	for more := !empty; more; {
+		key, v, ok := p.key(i)
+		if !ok {
+			return false
+		}
+		f := topField(key)
+		if f == reqUnsure {
+			return false
+		}
+		if i, ok = p.field(f, r, v); !ok {
+			return false
+		}
+		if i, more, ok = jsonscan.Next(b, i, '}'); !ok {
+			return false
 		}
 	}
-	if jsonscan.Space(b, i) != len(b) {
+	if jsonscan.Space(b, i+1) != len(b) {
 		return false
 	}
 	p.finish(r)
@@ -254,22 +240,13 @@ func parseOpenAIFast(body []byte, r *OpenAIRequest) bool {
 }
 
 // key reads `"name" :` at b[i] and returns the name's bytes and the index
-// after the colon. An escaped name is not handled.
-func (p *reqParser) key(i int) (key []byte, after int, ok bool) {
-	b := p.b
-	if i >= len(b) || b[i] != '"' {
-		return nil, 0, false
-	}
-	end, escaped, ok := jsonscan.String(b, i)
+// of the value. An escaped name is not handled.
+func (p *reqParser) key(i int) (key []byte, value int, ok bool) {
+	name, escaped, value, ok := jsonscan.Member(p.b, i)
 	if !ok || escaped {
 		return nil, 0, false
 	}
-	key = b[i+1 : end-1]
-	i = jsonscan.Space(b, end)
-	if i >= len(b) || b[i] != ':' {
-		return nil, 0, false
-	}
-	return key, i + 1, true
+	return name[1 : len(name)-1], value, true
 }
 
 // field decodes the value at b[i] into field f and returns the index after
@@ -414,11 +391,8 @@ func (p *reqParser) messages(i int) (int, bool) {
 		return 0, false
 	}
 	p.isArray = true
-	i = jsonscan.Space(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return i + 1, true
-	}
-	for {
+	i, empty := jsonscan.Enter(b, i)
+	for more := !empty; more; {
 		var content span
 		var ok bool
 		switch {
@@ -436,19 +410,11 @@ func (p *reqParser) messages(i int) (int, bool) {
 			return 0, false
 		}
 		p.addContent(content)
-		i = jsonscan.Space(b, i)
-		if i >= len(b) {
-			return 0, false
-		}
-		switch b[i] {
-		case ',':
-			i = jsonscan.Space(b, i+1)
-		case ']':
-			return i + 1, true
-		default:
+		if i, more, ok = jsonscan.Next(b, i, ']'); !ok {
 			return 0, false
 		}
 	}
+	return i + 1, true
 }
 
 // streamOptions decodes null or an object.
@@ -481,44 +447,32 @@ func (p *reqParser) object(i int, m member) (int, bool) {
 		name = "include_usage"
 	}
 	b := p.b
-	i = jsonscan.Space(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return i + 1, true
-	}
-	for {
-		key, after, ok := p.key(i)
+	i, empty := jsonscan.Enter(b, i)
+	for more := !empty; more; {
+		key, v, ok := p.key(i)
 		if !ok {
 			return 0, false
 		}
-		i = jsonscan.Space(b, after)
 		switch nestedField(key, name) {
 		case 1:
 			if m == memberContent {
-				i, ok = p.raw(i, &p.cur)
+				i, ok = p.raw(v, &p.cur)
 			} else {
-				i, ok = p.bool(i, &p.blk().opts.IncludeUsage)
+				i, ok = p.bool(v, &p.blk().opts.IncludeUsage)
 			}
 		case 0:
-			i, ok = jsonscan.Value(b, i, skipDepth)
+			i, ok = jsonscan.Value(b, v, skipDepth)
 		default:
 			return 0, false
 		}
 		if !ok {
 			return 0, false
 		}
-		i = jsonscan.Space(b, i)
-		if i >= len(b) {
-			return 0, false
-		}
-		switch b[i] {
-		case ',':
-			i = jsonscan.Space(b, i+1)
-		case '}':
-			return i + 1, true
-		default:
+		if i, more, ok = jsonscan.Next(b, i, '}'); !ok {
 			return 0, false
 		}
 	}
+	return i + 1, true
 }
 
 // finish copies the raw values into one allocation and builds the

@@ -3,6 +3,8 @@ package exchange
 import (
 	"bytes"
 	"time"
+
+	"github.com/llmesh/llmesh/internal/jsonscan"
 )
 
 // chunkTemplate is the SSE fast path. An engine streams one request's
@@ -74,7 +76,7 @@ func (c *chunkTemplate) match(data []byte) (raw []byte, ok bool) {
 		return nil, false
 	}
 	rest := data[len(c.prefix):]
-	end := closingQuote(rest)
+	end := jsonscan.ClosingQuote(rest)
 	// The string must end exactly where the suffix (which starts with the
 	// closing quote) begins; a quote earlier means a different shape.
 	if end <= 0 || end != len(rest)-len(c.suffix) {
@@ -114,7 +116,7 @@ func (o *Observer) fastEvent(t time.Time, p []byte) int {
 	return n
 }
 
-// lineText is closingQuote for a string that must also stay on its SSE
+// lineText is jsonscan.ClosingQuote for a string that must also stay on its SSE
 // line: -1 when a CR or LF comes before the closing quote. Tokens are a
 // few bytes, so a byte loop that checks everything in one pass beats
 // several vectorised scans; past 64 bytes the scans take over.
@@ -135,7 +137,7 @@ func lineText(b []byte) (end int, escaped bool) {
 			return -1, false
 		}
 	}
-	end = closingQuote(b)
+	end = jsonscan.ClosingQuote(b)
 	if end < 0 || lineEnd(b[:end]) >= 0 {
 		return -1, false
 	}

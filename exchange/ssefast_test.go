@@ -6,27 +6,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-)
 
-func TestClosingQuote(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int
-	}{
-		{`abc"rest`, 3},
-		{`"`, 0},
-		{`a\"b"`, 4},
-		{`a\\"b"`, 3},
-		{`a\\\"b"`, 6},
-		{`\\\\"`, 4},
-		{`no quote`, -1},
-		{`trailing\"`, -1},
-	} {
-		if got := closingQuote([]byte(tc.in)); got != tc.want {
-			t.Errorf("closingQuote(%q) = %d, want %d", tc.in, got, tc.want)
-		}
-	}
-}
+	"github.com/llmesh/llmesh/internal/jsonscan"
+)
 
 // templateStream builds an event stream of one chunk shape around texts.
 func templateStream(prefix, suffix string, texts ...string) []byte {
@@ -125,7 +107,7 @@ func FuzzLineText(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		wantEnd := closingQuote(b)
+		wantEnd := jsonscan.ClosingQuote(b)
 		wantEsc := false
 		if wantEnd >= 0 && lineEnd(b[:wantEnd]) >= 0 {
 			wantEnd = -1

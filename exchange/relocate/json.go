@@ -134,44 +134,26 @@ func scanObject(b []byte, key string) (object, error) {
 		}
 		return o, errNotJSON
 	}
-	i = jsonscan.Space(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		o.closing = i
-	} else {
-		for {
-			if i >= len(b) || b[i] != '"' {
-				return o, errNotJSON
-			}
-			kend, escaped, ok := jsonscan.String(b, i)
-			if !ok {
-				return o, errNotJSON
-			}
-			name := b[i:kend]
-			i = jsonscan.Space(b, kend)
-			if i >= len(b) || b[i] != ':' {
-				return o, errNotJSON
-			}
-			vs := jsonscan.Space(b, i+1)
-			// The object itself is one of json.Valid's levels.
-			if i, ok = jsonscan.Value(b, vs, jsonscan.MaxDepth-1); !ok {
-				return o, errNotJSON
-			}
-			o.members++
-			if jsonscan.KeyEquals(name, escaped, key) {
-				o.valStart, o.valEnd = vs, i
-			}
-			i = jsonscan.Space(b, i)
-			if i < len(b) && b[i] == ',' {
-				i = jsonscan.Space(b, i+1)
-				continue
-			}
-			if i < len(b) && b[i] == '}' {
-				o.closing = i
-				break
-			}
+	i, empty := jsonscan.Enter(b, i)
+	for more := !empty; more; {
+		name, escaped, vs, ok := jsonscan.Member(b, i)
+		if !ok {
+			return o, errNotJSON
+		}
+		// The object itself is one of json.Valid's levels.
+		end, ok := jsonscan.Value(b, vs, jsonscan.MaxDepth-1)
+		if !ok {
+			return o, errNotJSON
+		}
+		o.members++
+		if jsonscan.KeyEquals(name, escaped, key) {
+			o.valStart, o.valEnd = vs, end
+		}
+		if i, more, ok = jsonscan.Next(b, end, '}'); !ok {
 			return o, errNotJSON
 		}
 	}
+	o.closing = i
 	if jsonscan.Space(b, o.closing+1) != len(b) {
 		return o, errNotJSON
 	}

@@ -1,10 +1,22 @@
-// Package jsonscan validates and skips JSON in one pass, accepting exactly
-// what encoding/json's scanner accepts (RFC 8259 grammar; like
-// encoding/json it does not check UTF-8), without building anything and
-// without recursion. Hot paths use it where json.Valid's function call per
-// byte, or a decode, would cost more than the work around it: the request
-// sizing of both hosts (exchange.ParseOpenAIRequest) and the benchmark
-// client's SSE fast path.
+// Package jsonscan is the one place JSON is scanned by hand, for the hot
+// paths where a decode, or json.Valid's function call per byte, would cost
+// more than the work around it. It builds nothing and never recurses. Two
+// modes:
+//
+//   - Strict (Space, String, Number, Literal, Scalar, Key, Value, Valid,
+//     the member walk Enter, Member and Next, KeyEquals, KeyEqualFold,
+//     Check, CheckString): exactly encoding/json's grammar (RFC 8259; like
+//     encoding/json it does not check UTF-8), held to json.Valid by
+//     FuzzValid. Request sizing (exchange.ParseOpenAIRequest), the
+//     engine-priority guard (exchange.RewriteJSONPriority), relocation's
+//     JSON edit (relocate.RewriteJSON) and the benchmark client's SSE fast
+//     path use it. Check and CheckString also say where and why input is
+//     refused, walking it a second time only then.
+//   - Lenient (Lenient, ClosingQuote, AppendUnescaped): the observer's
+//     reading of response chunks, which counts what an engine already sent
+//     rather than judging it, so it skips values checking only nesting and
+//     string ends, and decodes any string contents. Each type says what
+//     it tolerates beyond the grammar.
 package jsonscan
 
 import (

@@ -32,7 +32,40 @@ func FuzzValid(f *testing.F) {
 		if got && !want || !got && want && strings.Count(s, "[")+strings.Count(s, "{") <= shallow {
 			t.Fatalf("Value(%q, depth %d) accepts %v, json.Valid %v", s, shallow, got, want)
 		}
+		if walked, ok := walk(b); ok && walked != want {
+			t.Fatalf("a walk with Enter, Member and Next accepts %q: %v, json.Valid %v", s, walked, want)
+		}
 	})
+}
+
+// walk validates a top-level object or array member by member, as the
+// callers of Enter, Member and Next do; ok is false for other values.
+func walk(b []byte) (valid, ok bool) {
+	i := Space(b, 0)
+	if i >= len(b) || b[i] != '{' && b[i] != '[' {
+		return false, false
+	}
+	closer := byte(']')
+	if b[i] == '{' {
+		closer = '}'
+	}
+	i, empty := Enter(b, i)
+	for more := !empty; more; {
+		v := i
+		if closer == '}' {
+			if _, _, v, ok = Member(b, i); !ok {
+				return false, true
+			}
+		}
+		end, ok := Value(b, v, MaxDepth-1)
+		if !ok {
+			return false, true
+		}
+		if i, more, ok = Next(b, end, closer); !ok {
+			return false, true
+		}
+	}
+	return i < len(b) && Space(b, i+1) == len(b), true
 }
 
 // The nesting limit is encoding/json's, empty containers included.

@@ -1,25 +1,36 @@
-package exchange
+package jsonscan
 
-import (
-	"bytes"
+import "bytes"
 
-	"github.com/llmesh/llmesh/internal/jsonscan"
-)
-
-// jsonScanner walks just enough JSON to pull out the fields the observer
-// needs, without allocating and without building values. It is lenient
-// about what it skips (it checks nesting and string termination, not every
-// literal) and strict enough to notice truncated or garbled input.
-type jsonScanner struct {
+// Lenient is the lenient mode: a cursor that walks just enough JSON to pull
+// out the fields a reader needs (the observer's reading of response
+// chunks), without allocating and without building values. It tolerates
+// more than encoding/json on purpose: what it skips is checked for nesting
+// and string termination only (not every literal, number or escape), and
+// an object's members may be separated by nothing, because a response the
+// engine already sent is counted, not judged; input that is truncated or
+// garbled in those ways still marks it Bad. Every JSON object json.Valid
+// accepts it reads without going Bad (FuzzScanChunk in exchange).
+type Lenient struct {
 	b   []byte
 	i   int
 	bad bool
 }
 
-func (s *jsonScanner) ws() { s.i = jsonscan.Space(s.b, s.i) }
+// NewLenient returns a cursor at the start of b.
+func NewLenient(b []byte) Lenient { return Lenient{b: b} }
 
-// peek returns the next non-space byte, or 0 at the end.
-func (s *jsonScanner) peek() byte {
+// Pos is the cursor's index in b.
+func (s *Lenient) Pos() int { return s.i }
+
+// Bad reports whether the input was found truncated or garbled; every
+// call after that reports nothing.
+func (s *Lenient) Bad() bool { return s.bad }
+
+func (s *Lenient) ws() { s.i = Space(s.b, s.i) }
+
+// Peek returns the next non-space byte, or 0 at the end.
+func (s *Lenient) Peek() byte {
 	s.ws()
 	if s.i >= len(s.b) {
 		return 0
@@ -27,10 +38,10 @@ func (s *jsonScanner) peek() byte {
 	return s.b[s.i]
 }
 
-// open consumes c ('{' or '[') and reports whether it was there. A null is
+// Open consumes c ('{' or '[') and reports whether it was there. A null is
 // consumed and reported as absent; any other value is skipped.
-func (s *jsonScanner) open(c byte) bool {
-	switch s.peek() {
+func (s *Lenient) Open(c byte) bool {
+	switch s.Peek() {
 	case c:
 		s.i++
 		return true
@@ -38,20 +49,20 @@ func (s *jsonScanner) open(c byte) bool {
 		s.bad = true
 		return false
 	}
-	s.skip()
+	s.Skip()
 	return false
 }
 
-// key returns the next member name of an object opened with open('{') and
+// Key returns the next member name of an object opened with Open('{') and
 // leaves the scanner at its value; ok is false at the closing brace.
-func (s *jsonScanner) key() (k []byte, ok bool) {
+func (s *Lenient) Key() (k []byte, ok bool) {
 	if s.bad {
 		return nil, false
 	}
-	c := s.peek()
+	c := s.Peek()
 	if c == ',' {
 		s.i++
-		c = s.peek()
+		c = s.Peek()
 	}
 	if c == '}' {
 		s.i++
@@ -61,8 +72,8 @@ func (s *jsonScanner) key() (k []byte, ok bool) {
 		s.bad = true
 		return nil, false
 	}
-	k, _ = s.str()
-	if s.peek() != ':' {
+	k, _ = s.Str()
+	if s.Peek() != ':' {
 		s.bad = true
 		return nil, false
 	}
@@ -70,16 +81,16 @@ func (s *jsonScanner) key() (k []byte, ok bool) {
 	return k, !s.bad
 }
 
-// elem reports whether an array opened with open('[') has another element,
+// Elem reports whether an array opened with Open('[') has another element,
 // leaving the scanner at it.
-func (s *jsonScanner) elem() bool {
+func (s *Lenient) Elem() bool {
 	if s.bad {
 		return false
 	}
-	c := s.peek()
+	c := s.Peek()
 	if c == ',' {
 		s.i++
-		c = s.peek()
+		c = s.Peek()
 	}
 	switch c {
 	case ']':
@@ -92,10 +103,10 @@ func (s *jsonScanner) elem() bool {
 	return true
 }
 
-// str consumes a string and returns its raw (still escaped) contents.
-func (s *jsonScanner) str() (raw []byte, escaped bool) {
-	if s.peek() != '"' {
-		s.skip()
+// Str consumes a string and returns its raw (still escaped) contents.
+func (s *Lenient) Str() (raw []byte, escaped bool) {
+	if s.Peek() != '"' {
+		s.Skip()
 		return nil, false
 	}
 	start := s.i + 1
@@ -118,9 +129,9 @@ func (s *jsonScanner) str() (raw []byte, escaped bool) {
 }
 
 // longStr finds the closing quote of a string starting at start with
-// closingQuote's vectorised scan.
-func (s *jsonScanner) longStr(start int) (raw []byte, escaped bool) {
-	end := closingQuote(s.b[start:])
+// ClosingQuote's vectorised scan.
+func (s *Lenient) longStr(start int) (raw []byte, escaped bool) {
+	end := ClosingQuote(s.b[start:])
 	if end < 0 {
 		s.bad = true
 		s.i = len(s.b)
@@ -131,12 +142,12 @@ func (s *jsonScanner) longStr(start int) (raw []byte, escaped bool) {
 	return raw, bytes.IndexByte(raw, '\\') >= 0
 }
 
-// closingQuote is the index in b (a JSON string's contents and what
+// ClosingQuote is the index in b (a JSON string's contents and what
 // follows) of the quote that ends the string: the first quote preceded by
-// an even run of backslashes (an odd run escapes it). -1 when none. The
-// observer's scanner and the SSE template agree on where a string ends
-// because both use it.
-func closingQuote(b []byte) int {
+// an even run of backslashes (an odd run escapes it). -1 when none. It does
+// not validate the contents (Lenient mode). The observer's scanner and its
+// SSE template agree on where a string ends because both use it.
+func ClosingQuote(b []byte) int {
 	for j := 0; ; {
 		q := bytes.IndexByte(b[j:], '"')
 		if q < 0 {
@@ -154,12 +165,12 @@ func closingQuote(b []byte) int {
 	}
 }
 
-// int consumes a number and returns its integer part; ok is false for
+// Int consumes a number and returns its integer part; ok is false for
 // anything that is not a number (the value is skipped).
-func (s *jsonScanner) int() (v int64, ok bool) {
-	c := s.peek()
+func (s *Lenient) Int() (v int64, ok bool) {
+	c := s.Peek()
 	if c != '-' && (c < '0' || c > '9') {
-		s.skip()
+		s.Skip()
 		return 0, false
 	}
 	neg := c == '-'
@@ -198,18 +209,18 @@ func (s *jsonScanner) int() (v int64, ok bool) {
 	return v, true
 }
 
-// skip consumes one value of any kind, iteratively (no recursion, so deep
+// Skip consumes one value of any kind, iteratively (no recursion, so deep
 // nesting cannot overflow the stack).
-func (s *jsonScanner) skip() {
+func (s *Lenient) Skip() {
 	depth := 0
 	for {
-		c := s.peek()
+		c := s.Peek()
 		switch c {
 		case 0:
 			s.bad = true
 			return
 		case '"':
-			s.str()
+			s.Str()
 		case '{', '[':
 			depth++
 			s.i++

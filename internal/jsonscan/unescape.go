@@ -1,9 +1,14 @@
-package exchange
+package jsonscan
 
 import "unicode/utf8"
 
-// appendUnescaped appends the JSON string contents raw, decoded.
-func appendUnescaped(dst, raw []byte) []byte {
+// AppendUnescaped appends the JSON string contents raw (between the
+// quotes, as Lenient.Str returns them), decoded. It is lenient: an invalid
+// escape is kept as its bytes (without the backslash for a single-byte one,
+// as "\u" when the four hex digits are missing) and a lone surrogate
+// becomes U+FFFD, so any bytes decode; on contents that encoding/json
+// accepts it returns exactly what json.Unmarshal does (FuzzUnescape).
+func AppendUnescaped(dst, raw []byte) []byte {
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
 		if c != '\\' || i+1 >= len(raw) {
@@ -58,8 +63,15 @@ func decodeU(b []byte) (r rune, n int) {
 		return 0, 0
 	}
 	for _, c := range b[:4] {
-		h, ok := unhex(c)
-		if !ok {
+		var h byte
+		switch {
+		case '0' <= c && c <= '9':
+			h = c - '0'
+		case 'a' <= c && c <= 'f':
+			h = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			h = c - 'A' + 10
+		default:
 			return 0, 0
 		}
 		r = r<<4 | rune(h)
